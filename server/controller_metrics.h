@@ -1,0 +1,76 @@
+#pragma once
+
+#include <prometheus/counter.h>
+#include <prometheus/exposer.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/registry.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "trainyard/v1/event.pb.h"
+#include "trainyard/v1/job.pb.h"
+
+namespace trainyard {
+
+// The controller's Prometheus series. Families and the fixed-label series are built
+// once; per-job series are created when a job's first step arrives and removed a
+// grace period after it ends. Thread-safe.
+class ControllerMetrics {
+ public:
+  ControllerMetrics();
+
+  // Serves /metrics on `address` (host:port).
+  absl::Status Listen(const std::string& address);
+  std::shared_ptr<prometheus::Registry> registry() { return registry_; }
+
+  void JobSubmitted() { submitted_.Increment(); }
+  void JobRejected() { rejected_.Increment(); }
+  void JobEntered(v1::Job::State state);
+  void EventsIngested(int n) { events_.Increment(n); }
+  void SetWorkersConnected(int n) { workers_connected_.Set(n); }
+  void SetSlots(int total, int free) { slots_total_.Set(total); slots_free_.Set(free); }
+  void StepReported(const std::string& job_id, const v1::StepMetrics& step);
+  void CompileReported(const std::string& job_id, const v1::CompileEvent& compile);
+  void JobEnded(const std::string& job_id, absl::Time now);
+  // Drops the series of jobs that ended more than `grace` ago.
+  void Sweep(absl::Time now, absl::Duration grace);
+
+ private:
+  struct JobSeries {
+    prometheus::Gauge* step = nullptr;
+    prometheus::Gauge* loss = nullptr;
+    prometheus::Gauge* tokens_per_s = nullptr;
+    prometheus::Gauge* mfu = nullptr;
+    absl::flat_hash_map<int, prometheus::Counter*> compile;
+    absl::Time ended = absl::InfiniteFuture();
+  };
+  JobSeries& SeriesLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  prometheus::Counter& submitted_;
+  prometheus::Counter& rejected_;
+  prometheus::Counter& events_;
+  prometheus::Gauge& workers_connected_;
+  prometheus::Gauge& slots_total_;
+  prometheus::Gauge& slots_free_;
+  prometheus::Family<prometheus::Counter>& transitions_family_;
+  prometheus::Family<prometheus::Gauge>& step_family_;
+  prometheus::Family<prometheus::Gauge>& loss_family_;
+  prometheus::Family<prometheus::Gauge>& tokens_family_;
+  prometheus::Family<prometheus::Gauge>& mfu_family_;
+  prometheus::Family<prometheus::Counter>& compile_family_;
+  absl::flat_hash_map<int, prometheus::Counter*> transitions_;
+
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, JobSeries> jobs_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace trainyard

@@ -1,0 +1,67 @@
+#include "server/controller_server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/server_builder.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace trainyard {
+
+bool IsLoopbackAddress(const std::string& host_port) {
+  return absl::StartsWith(host_port, "127.") || absl::StartsWith(host_port, "localhost:") ||
+         absl::StartsWith(host_port, "[::1]:");
+}
+
+absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
+    const ControllerOptions& options) {
+  if (!IsLoopbackAddress(options.listen) && !options.insecure) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--listen ", options.listen,
+        " is not a loopback address: TLS is not built yet, so serving beyond this machine "
+        "needs an explicit --insecure"));
+  }
+  if (options.data_dir.empty()) return absl::InvalidArgumentError("--data-dir is required");
+  std::unique_ptr<ControllerServer> s(new ControllerServer());
+  TY_ASSIGN_OR_RETURN(s->store_, JobStore::Open(options.data_dir));
+  s->metrics_ = std::make_unique<ControllerMetrics>();
+  if (!options.metrics_listen.empty()) {
+    TY_RETURN_IF_ERROR(s->metrics_->Listen(options.metrics_listen));
+  }
+  s->manager_ = std::make_unique<JobManager>(s->store_.get(), &s->hub_, s->metrics_.get(),
+                                             &s->clock_, options.manager);
+  TY_RETURN_IF_ERROR(s->manager_->Recover());
+  s->job_service_ = std::make_unique<JobServiceImpl>(s->manager_.get(), s->store_.get(), &s->hub_);
+  s->worker_service_ = std::make_unique<WorkerServiceImpl>(s->manager_.get());
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &s->port_);
+  builder.RegisterService(s->job_service_.get());
+  builder.RegisterService(s->worker_service_.get());
+  builder.SetMaxReceiveMessageSize(8 << 20);
+  s->server_ = builder.BuildAndStart();
+  if (s->server_ == nullptr || s->port_ == 0) {
+    return absl::UnavailableError(absl::StrCat("--listen ", options.listen, ": cannot bind"));
+  }
+  ControllerServer* raw = s.get();
+  s->ticker_ = std::thread([raw] {
+    while (!raw->stop_.WaitForNotificationWithTimeout(absl::Seconds(1))) raw->manager_->Tick();
+  });
+  return s;
+}
+
+void ControllerServer::Shutdown() {
+  if (!stop_.HasBeenNotified()) stop_.Notify();
+  if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+}
+
+ControllerServer::~ControllerServer() {
+  Shutdown();
+  if (ticker_.joinable()) ticker_.join();
+}
+
+}  // namespace trainyard

@@ -1,0 +1,59 @@
+#pragma once
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <grpcpp/server.h>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+#include "common/clock.h"
+#include "server/controller_metrics.h"
+#include "server/event_hub.h"
+#include "server/job_manager.h"
+#include "server/job_service.h"
+#include "server/job_store.h"
+#include "server/worker_service.h"
+
+namespace trainyard {
+
+struct ControllerOptions {
+  std::string listen = "127.0.0.1:7070";
+  std::string metrics_listen;  // empty: no /metrics endpoint
+  std::string data_dir;
+  bool insecure = false;  // allow a non-loopback --listen without TLS
+  JobManagerOptions manager;
+};
+
+// The whole controller wired together: store, manager, gRPC services (with health
+// checking and reflection), /metrics and the tick thread. Owned by main() or a test.
+class ControllerServer {
+ public:
+  static absl::StatusOr<std::unique_ptr<ControllerServer>> Start(const ControllerOptions& options);
+  ~ControllerServer();
+
+  int port() const { return port_; }
+  void Wait() { server_->Wait(); }
+  void Shutdown();
+
+ private:
+  ControllerServer() = default;
+
+  RealClock clock_;
+  std::unique_ptr<JobStore> store_;
+  EventHub hub_;
+  std::unique_ptr<ControllerMetrics> metrics_;
+  std::unique_ptr<JobManager> manager_;
+  std::unique_ptr<JobServiceImpl> job_service_;
+  std::unique_ptr<WorkerServiceImpl> worker_service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  absl::Notification stop_;
+  std::thread ticker_;
+};
+
+// True for "127.x.x.x:P", "localhost:P" and "[::1]:P".
+bool IsLoopbackAddress(const std::string& host_port);
+
+}  // namespace trainyard

@@ -1,0 +1,40 @@
+#pragma once
+
+#include "server/event_hub.h"
+#include "server/job_manager.h"
+#include "server/job_store.h"
+#include "trainyard/v1/job_service.grpc.pb.h"
+
+namespace trainyard {
+
+// Thin gRPC adapter for JobService: parses, calls JobManager, converts the Status.
+// WatchJob streams from the store, so a slow watcher never stalls ingestion.
+class JobServiceImpl final : public v1::JobService::CallbackService {
+ public:
+  JobServiceImpl(JobManager* manager, JobStore* store, EventHub* hub)
+      : manager_(manager), store_(store), hub_(hub) {}
+
+  grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* ctx,
+                                      const v1::SubmitJobRequest* request,
+                                      v1::Job* response) override;
+  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* ctx,
+                                   const v1::GetJobRequest* request, v1::Job* response) override;
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* ctx,
+                                     const v1::ListJobsRequest* request,
+                                     v1::ListJobsResponse* response) override;
+  grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* ctx,
+                                      const v1::CancelJobRequest* request,
+                                      v1::Job* response) override;
+  grpc::ServerUnaryReactor* ListWorkers(grpc::CallbackServerContext* ctx,
+                                        const v1::ListWorkersRequest* request,
+                                        v1::ListWorkersResponse* response) override;
+  grpc::ServerWriteReactor<v1::Event>* WatchJob(grpc::CallbackServerContext* ctx,
+                                                const v1::WatchJobRequest* request) override;
+
+ private:
+  JobManager* const manager_;
+  JobStore* const store_;
+  EventHub* const hub_;
+};
+
+}  // namespace trainyard

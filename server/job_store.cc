@@ -1,0 +1,180 @@
+#include "server/job_store.h"
+
+#include <filesystem>
+#include <system_error>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace trainyard {
+
+absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& data_dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(data_dir, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--data-dir ", data_dir, ": ", ec.message()));
+  }
+  TY_ASSIGN_OR_RETURN(auto db, SqliteDb::Open(data_dir + "/trainyard.db"));
+  std::unique_ptr<JobStore> store(new JobStore(std::move(db)));
+  TY_RETURN_IF_ERROR(store->InitSchema());
+  return store;
+}
+
+absl::Status JobStore::InitSchema() {
+  absl::MutexLock lock(&mu_);
+  return db_->Exec(R"sql(
+    CREATE TABLE IF NOT EXISTS jobs (
+      num   INTEGER PRIMARY KEY AUTOINCREMENT,
+      id    TEXT UNIQUE,
+      state INTEGER NOT NULL DEFAULT 0,
+      data  BLOB
+    );
+    CREATE TABLE IF NOT EXISTS events (
+      job_id     TEXT NOT NULL,
+      seq        INTEGER NOT NULL,
+      attempt    INTEGER NOT NULL,
+      rank       INTEGER NOT NULL,
+      source_seq INTEGER,
+      data       BLOB NOT NULL,
+      PRIMARY KEY (job_id, seq)
+    );
+    CREATE UNIQUE INDEX IF NOT EXISTS events_source
+      ON events (job_id, attempt, rank, source_seq);
+  )sql");
+}
+
+absl::Status JobStore::CreateJob(v1::Job* job) {
+  absl::MutexLock lock(&mu_);
+  TY_RETURN_IF_ERROR(db_->Exec("BEGIN IMMEDIATE"));
+  auto body = [&]() -> absl::Status {
+    TY_RETURN_IF_ERROR(db_->Exec("INSERT INTO jobs (id) VALUES (NULL)"));
+    int64_t num = sqlite3_last_insert_rowid(db_->raw());
+    job->set_id(absl::StrCat("job-", num));
+    TY_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(
+        "UPDATE jobs SET id = ?1, state = ?2, data = ?3 WHERE num = ?4"));
+    stmt.BindText(1, job->id());
+    stmt.BindInt(2, job->state());
+    stmt.BindBlob(3, job->SerializeAsString());
+    stmt.BindInt(4, num);
+    return stmt.Run();
+  };
+  if (auto s = body(); !s.ok()) {
+    db_->Exec("ROLLBACK").IgnoreError();
+    return s;
+  }
+  return db_->Exec("COMMIT");
+}
+
+absl::Status JobStore::PutJob(const v1::Job& job) {
+  absl::MutexLock lock(&mu_);
+  TY_ASSIGN_OR_RETURN(auto stmt,
+                      db_->Prepare("UPDATE jobs SET state = ?1, data = ?2 WHERE id = ?3"));
+  stmt.BindInt(1, job.state());
+  stmt.BindBlob(2, job.SerializeAsString());
+  stmt.BindText(3, job.id());
+  TY_RETURN_IF_ERROR(stmt.Run());
+  if (db_->Changes() != 1) {
+    return absl::NotFoundError(absl::StrCat("job ", job.id(), " has no reserved row"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<v1::Job>> JobStore::LoadJobs() {
+  absl::MutexLock lock(&mu_);
+  TY_ASSIGN_OR_RETURN(auto stmt,
+                      db_->Prepare("SELECT id, data FROM jobs WHERE data IS NOT NULL "
+                                   "ORDER BY num"));
+  std::vector<v1::Job> jobs;
+  while (true) {
+    TY_ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (!row) break;
+    v1::Job job;
+    if (!job.ParseFromString(stmt.ColumnBlob(1))) {
+      return absl::DataLossError(absl::StrCat("job ", stmt.ColumnText(0), ": corrupt row"));
+    }
+    jobs.push_back(std::move(job));
+  }
+  return jobs;
+}
+
+absl::StatusOr<int64_t> JobStore::LoadLastSeqLocked(const std::string& job_id) {
+  auto it = last_seq_.find(job_id);
+  if (it != last_seq_.end()) return it->second;
+  TY_ASSIGN_OR_RETURN(auto stmt,
+                      db_->Prepare("SELECT COALESCE(MAX(seq), 0) FROM events WHERE job_id = ?1"));
+  stmt.BindText(1, job_id);
+  TY_ASSIGN_OR_RETURN(bool row, stmt.Step());
+  int64_t last = row ? stmt.ColumnInt(0) : 0;
+  last_seq_[job_id] = last;
+  return last;
+}
+
+absl::StatusOr<std::vector<v1::Event>> JobStore::AppendEvents(const std::string& job_id,
+                                                              std::vector<v1::Event> events) {
+  absl::MutexLock lock(&mu_);
+  TY_ASSIGN_OR_RETURN(int64_t last, LoadLastSeqLocked(job_id));
+  TY_RETURN_IF_ERROR(db_->Exec("BEGIN IMMEDIATE"));
+  auto fail = [&](absl::Status s) {
+    db_->Exec("ROLLBACK").IgnoreError();
+    return s;
+  };
+  auto stmt = db_->Prepare(
+      "INSERT OR IGNORE INTO events (job_id, seq, attempt, rank, source_seq, data) "
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
+  if (!stmt.ok()) return fail(stmt.status());
+  std::vector<v1::Event> committed;
+  int64_t seq = last;
+  for (auto& event : events) {
+    event.set_job_id(job_id);
+    event.set_seq(seq + 1);
+    stmt->Reset();
+    stmt->BindText(1, job_id);
+    stmt->BindInt(2, seq + 1);
+    stmt->BindInt(3, event.attempt());
+    stmt->BindInt(4, event.rank());
+    if (event.source_seq() > 0) {
+      stmt->BindInt(5, event.source_seq());
+    } else {
+      stmt->BindNull(5);  // controller events: never deduplicated
+    }
+    stmt->BindBlob(6, event.SerializeAsString());
+    if (auto s = stmt->Run(); !s.ok()) return fail(s);
+    if (db_->Changes() == 1) {
+      ++seq;
+      committed.push_back(std::move(event));
+    }
+  }
+  if (auto s = db_->Exec("COMMIT"); !s.ok()) return fail(s);
+  last_seq_[job_id] = seq;
+  return committed;
+}
+
+absl::StatusOr<std::vector<v1::Event>> JobStore::ReadEvents(const std::string& job_id,
+                                                            int64_t from_seq, int limit) {
+  absl::MutexLock lock(&mu_);
+  TY_ASSIGN_OR_RETURN(auto stmt, db_->Prepare("SELECT data FROM events WHERE job_id = ?1 "
+                                              "AND seq >= ?2 ORDER BY seq LIMIT ?3"));
+  stmt.BindText(1, job_id);
+  stmt.BindInt(2, from_seq);
+  stmt.BindInt(3, limit);
+  std::vector<v1::Event> out;
+  while (true) {
+    TY_ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (!row) break;
+    v1::Event event;
+    if (!event.ParseFromString(stmt.ColumnBlob(0))) {
+      return absl::DataLossError(absl::StrCat("job ", job_id, ": corrupt event row"));
+    }
+    out.push_back(std::move(event));
+  }
+  return out;
+}
+
+int64_t JobStore::LastSeq(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  auto last = LoadLastSeqLocked(job_id);
+  return last.ok() ? *last : 0;
+}
+
+}  // namespace trainyard

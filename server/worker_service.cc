@@ -1,0 +1,137 @@
+#include "server/worker_service.h"
+
+#include <deque>
+#include <memory>
+#include <utility>
+
+#include "absl/synchronization/mutex.h"
+#include "common/grpc_status.h"
+#include "server/worker_channel.h"
+#include "spdlog/spdlog.h"
+
+namespace trainyard {
+namespace {
+
+class ConnectReactor : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::ControllerMessage> {
+ public:
+  ConnectReactor(JobManager* manager, int64_t conn)
+      : manager_(manager), conn_(conn), channel_(std::make_shared<Channel>()) {
+    channel_->reactor = this;
+    StartRead(&in_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      if (registered_) manager_->StreamClosed(conn_);
+      absl::MutexLock lock(&mu_);
+      reads_done_ = true;
+      if (!writing_) FinishLocked(grpc::Status::OK);
+      return;
+    }
+    absl::Status status;
+    switch (in_.msg_case()) {
+      case v1::WorkerMessage::kRegister:
+        status = manager_->RegisterWorker(conn_, in_.register_(), channel_);
+        registered_ = status.ok();
+        break;
+      case v1::WorkerMessage::kHeartbeat:
+        manager_->Heartbeat(conn_, in_.heartbeat());
+        break;
+      case v1::WorkerMessage::kEvents:
+        status = manager_->IngestEvents(conn_, in_.events());
+        if (status.ok()) {
+          v1::ControllerMessage ack;
+          ack.mutable_event_ack()->set_batch_id(in_.events().batch_id());
+          Enqueue(std::move(ack));
+        }
+        break;
+      default:
+        status = absl::InvalidArgumentError("empty WorkerMessage");
+    }
+    if (!status.ok()) {
+      spdlog::warn("worker stream {}: {}", conn_, std::string(status.message()));
+      if (registered_) manager_->StreamClosed(conn_);
+      registered_ = false;
+      absl::MutexLock lock(&mu_);
+      FinishLocked(ToGrpcStatus(status));
+      return;
+    }
+    StartRead(&in_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    out_.pop_front();
+    if (!ok) {
+      FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "write to worker failed"));
+      return;
+    }
+    WriteNextLocked();
+    if (!writing_ && reads_done_) FinishLocked(grpc::Status::OK);
+  }
+
+  void OnDone() override {
+    {
+      absl::MutexLock lock(&channel_->mu);
+      channel_->reactor = nullptr;
+    }
+    delete this;
+  }
+
+ private:
+  // The manager's handle on this stream; safe to use after the stream ended.
+  struct Channel : WorkerChannel {
+    absl::Mutex mu;
+    ConnectReactor* reactor ABSL_GUARDED_BY(mu) = nullptr;
+    void Send(v1::ControllerMessage message) override {
+      absl::MutexLock lock(&mu);
+      if (reactor != nullptr) reactor->Enqueue(std::move(message));
+    }
+    void Close(const std::string& reason) override {
+      absl::MutexLock lock(&mu);
+      if (reactor == nullptr) return;
+      absl::MutexLock inner(&reactor->mu_);
+      reactor->FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, reason));
+    }
+  };
+
+  void Enqueue(v1::ControllerMessage message) {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;
+    out_.push_back(std::move(message));
+    WriteNextLocked();
+  }
+
+  void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (writing_ || out_.empty() || finished_) return;
+    writing_ = true;
+    StartWrite(&out_.front());
+  }
+
+  void FinishLocked(grpc::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_) return;
+    finished_ = true;
+    Finish(std::move(status));
+  }
+
+  JobManager* const manager_;
+  const int64_t conn_;
+  std::shared_ptr<Channel> channel_;
+  v1::WorkerMessage in_;  // touched only by the read chain
+  bool registered_ = false;  // likewise
+  absl::Mutex mu_;
+  std::deque<v1::ControllerMessage> out_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace
+
+grpc::ServerBidiReactor<v1::WorkerMessage, v1::ControllerMessage>* WorkerServiceImpl::Connect(
+    grpc::CallbackServerContext* ctx) {
+  return new ConnectReactor(manager_, next_conn_++);
+}
+
+}  // namespace trainyard
