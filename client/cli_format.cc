@@ -1,0 +1,188 @@
+#include "client/cli_format.h"
+
+#include <algorithm>
+#include <cstddef>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace trainyard::cli {
+namespace {
+
+// Renders rows as columns separated by two spaces; the last column is not padded.
+std::string Columns(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> widths;
+  for (const auto& row : rows) {
+    if (widths.size() < row.size()) widths.resize(row.size(), 0);
+    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      if (i > 0) line += "  ";
+      line += row[i];
+      if (i + 1 < row.size()) line.append(widths[i] - row[i].size(), ' ');
+    }
+    // Rows whose trailing cells are empty would otherwise end in spaces.
+    line.erase(line.find_last_not_of(' ') + 1);
+    out += line;
+    out += '\n';
+  }
+  return out;
+}
+
+std::string Source(const v1::Event& event) {
+  if (event.rank() < 0) return "job";
+  return absl::StrCat("rank=", event.rank());
+}
+
+std::string FormatStep(const v1::StepMetrics& m) {
+  std::string line =
+      absl::StrFormat("step %d loss=%.4f grad_norm=%.2f lr=%.1e tok/s=%.0f step_ms=%.0f", m.step(),
+                      m.loss(), m.grad_norm(), m.lr(), m.tokens_per_s(), m.step_ms());
+  if (m.mfu() > 0) absl::StrAppend(&line, absl::StrFormat(" mfu=%.1f%%", 100.0 * m.mfu()));
+  if (m.imbalance() > 0) absl::StrAppend(&line, absl::StrFormat(" imbalance=%.2f", m.imbalance()));
+  return line;
+}
+
+std::string FormatCompile(const v1::CompileEvent& c) {
+  std::string line = absl::StrCat("compile ", v1::CompileEvent::Kind_Name(c.kind()));
+  if (!c.region().empty()) absl::StrAppend(&line, " region=", c.region());
+  if (c.layers_size() > 0) absl::StrAppend(&line, " layers=", absl::StrJoin(c.layers(), ","));
+  if (c.compile_ms() > 0)
+    absl::StrAppend(&line, absl::StrFormat(" compile_ms=%.1f", c.compile_ms()));
+  if (c.cache_entries() > 0) absl::StrAppend(&line, " cache_entries=", c.cache_entries());
+  if (!c.reason().empty()) absl::StrAppend(&line, ": ", c.reason());
+  return line;
+}
+
+std::string FormatRankState(const v1::RankState& r) {
+  std::string line = v1::RankState::State_Name(r.state());
+  if (r.pid() > 0) absl::StrAppend(&line, " pid=", r.pid());
+  if (r.state() == v1::RankState::FAILED || r.state() == v1::RankState::EXITED) {
+    absl::StrAppend(&line, " exit_code=", r.exit_code());
+  }
+  if (r.signal() > 0) absl::StrAppend(&line, " signal=", r.signal());
+  if (!r.worker().empty()) absl::StrAppend(&line, " on worker ", r.worker());
+  if (!r.message().empty()) absl::StrAppend(&line, ": ", r.message());
+  return line;
+}
+
+}  // namespace
+
+bool IsTerminal(v1::Job::State state) {
+  return state == v1::Job::SUCCEEDED || state == v1::Job::FAILED || state == v1::Job::CANCELLED;
+}
+
+int WatchExitCode(v1::Job::State state) {
+  switch (state) {
+    case v1::Job::SUCCEEDED:
+      return kExitOk;
+    case v1::Job::FAILED:
+      return kExitJobFailed;
+    case v1::Job::CANCELLED:
+      return kExitJobCancelled;
+    default:
+      return kExitError;
+  }
+}
+
+absl::StatusOr<v1::Job::State> ParseJobState(std::string_view name) {
+  v1::Job::State state;
+  if (v1::Job::State_Parse(absl::AsciiStrToUpper(absl::string_view(name.data(), name.size())),
+                           &state) &&
+      state != v1::Job::STATE_UNSPECIFIED) {
+    return state;
+  }
+  std::vector<std::string> known;
+  for (int i = v1::Job::State_MIN; i <= v1::Job::State_MAX; ++i) {
+    if (v1::Job::State_IsValid(i) && i != v1::Job::STATE_UNSPECIFIED) {
+      known.push_back(v1::Job::State_Name(static_cast<v1::Job::State>(i)));
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown job state \"",
+                                                 absl::string_view(name.data(), name.size()),
+                                                 "\" (known: ", absl::StrJoin(known, ", "), ")"));
+}
+
+std::string StateName(v1::Job::State state) {
+  const std::string& name = v1::Job::State_Name(state);
+  return name.empty() ? absl::StrCat("STATE_", static_cast<int>(state)) : name;
+}
+
+std::string FormatEventText(const v1::Event& event) {
+  std::string line = absl::StrCat("seq=", event.seq(), " ", Source(event));
+  if (event.attempt() > 1) absl::StrAppend(&line, " attempt=", event.attempt());
+  line += ' ';
+  switch (event.payload_case()) {
+    case v1::Event::kStepMetrics:
+      line += FormatStep(event.step_metrics());
+      break;
+    case v1::Event::kCompile:
+      line += FormatCompile(event.compile());
+      break;
+    case v1::Event::kRankState:
+      line += FormatRankState(event.rank_state());
+      break;
+    case v1::Event::kLog:
+      absl::StrAppend(&line, "[", event.log().level().empty() ? "info" : event.log().level(), "] ",
+                      event.log().message());
+      break;
+    case v1::Event::kArtifact: {
+      const v1::ArtifactRef& a = event.artifact();
+      absl::StrAppend(&line, "artifact ", a.name(), " kind=", a.kind(), " bytes=", a.size_bytes());
+      if (!a.uri().empty()) absl::StrAppend(&line, " ", a.uri());
+      break;
+    }
+    case v1::Event::kStall: {
+      const v1::Stall& s = event.stall();
+      absl::StrAppend(&line, "STALL in ", s.collective(), " #", s.collective_seq(),
+                      ", lagging rank ", s.lagging_rank(),
+                      absl::StrFormat(", waited %.1fs", s.waited_s()));
+      if (!s.message().empty()) absl::StrAppend(&line, ": ", s.message());
+      break;
+    }
+    case v1::Event::kJobState:
+      line += StateName(event.job_state().state());
+      if (!event.job_state().reason().empty()) {
+        absl::StrAppend(&line, ": ", event.job_state().reason());
+      }
+      break;
+    case v1::Event::PAYLOAD_NOT_SET:
+      line += "(no payload)";
+      break;
+  }
+  return line;
+}
+
+std::string FormatJobsTable(const std::vector<v1::Job>& jobs) {
+  std::vector<std::vector<std::string>> rows;
+  rows.push_back({"ID", "NAME", "STATE", "WORLD", "OWNER", "REASON"});
+  for (const v1::Job& job : jobs) {
+    const std::string& reason =
+        job.state() == v1::Job::PENDING ? job.pending_reason() : job.failure_reason();
+    rows.push_back({job.id(), job.spec().job().name(), StateName(job.state()),
+                    absl::StrCat(job.world_size()), job.owner(), reason});
+  }
+  return Columns(rows);
+}
+
+std::string FormatWorkersTable(const std::vector<v1::WorkerInfo>& workers) {
+  std::vector<std::vector<std::string>> rows;
+  rows.push_back({"NAME", "SLOTS", "FREE", "CONNECTED", "ADDRESS"});
+  for (const v1::WorkerInfo& w : workers) {
+    rows.push_back({w.name(), absl::StrCat(w.slots()), absl::StrCat(w.free_slots()),
+                    w.connected() ? "yes" : "no", w.address()});
+  }
+  return Columns(rows);
+}
+
+std::string FormatError(const absl::Status& status) {
+  return absl::StrCat("trainyard: ", absl::StatusCodeToString(status.code()), ": ",
+                      status.message());
+}
+
+}  // namespace trainyard::cli

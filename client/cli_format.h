@@ -1,0 +1,43 @@
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "trainyard/v1/job_service.pb.h"
+
+namespace trainyard::cli {
+
+// Exit codes of the `trainyard` CLI. `watch` (and `submit --wait`) exit with the job's
+// end state; every other failure, including usage errors, is kExitError.
+inline constexpr int kExitOk = 0;  // also: the watched job SUCCEEDED
+inline constexpr int kExitJobFailed = 1;
+inline constexpr int kExitJobCancelled = 2;
+inline constexpr int kExitError = 3;  // RPC, connection, input or usage error
+
+bool IsTerminal(v1::Job::State state);
+// kExitOk / kExitJobFailed / kExitJobCancelled for a terminal state, else kExitError.
+int WatchExitCode(v1::Job::State state);
+
+// "running", "RUNNING" -> Job::RUNNING. INVALID_ARGUMENT listing the known states.
+absl::StatusOr<v1::Job::State> ParseJobState(std::string_view name);
+std::string StateName(v1::Job::State state);
+
+// One human-readable line (no newline) per event, e.g.
+//   seq=12 rank=0 step 5 loss=6.8123 grad_norm=1.23 lr=4.0e-04 tok/s=1520 step_ms=1340
+//   seq=1 job PENDING: needs 2 slots...
+//   seq=3 rank=1 RUNNING pid=1234 on worker w1
+std::string FormatEventText(const v1::Event& event);
+
+// Aligned columns with a header: ID NAME STATE WORLD OWNER REASON, where REASON is the
+// pending reason while PENDING and the failure reason otherwise. Ends with a newline.
+std::string FormatJobsTable(const std::vector<v1::Job>& jobs);
+// NAME SLOTS FREE CONNECTED ADDRESS. Ends with a newline.
+std::string FormatWorkersTable(const std::vector<v1::WorkerInfo>& workers);
+
+// "trainyard: INVALID_ARGUMENT: <message>" (no newline).
+std::string FormatError(const absl::Status& status);
+
+}  // namespace trainyard::cli

@@ -1,0 +1,246 @@
+#include "client/commands.h"
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/cli_format.h"
+#include "client/job_client.h"
+#include "common/job_file.h"
+#include "common/proto_json.h"
+
+namespace trainyard::cli {
+namespace {
+
+constexpr const char* kWatchExitCodes =
+    "Exit status: 0 if the job SUCCEEDED, 1 if it FAILED, 2 if it was CANCELLED, "
+    "3 on an RPC, connection or usage error.";
+
+// Flags every subcommand takes.
+struct CommonOptions {
+  std::string controller;
+  double timeout_s = 10.0;
+  std::string output = "text";
+  bool json_flag = false;
+
+  bool Json() const { return json_flag || output == "json"; }
+};
+
+void AddCommonOptions(CLI::App* sub, CommonOptions* options) {
+  sub->add_option("--controller", options->controller,
+                  "Controller address host:port (default from TRAINYARD_CONTROLLER)")
+      ->capture_default_str();
+  sub->add_option("--timeout", options->timeout_s, "Deadline of each call, in seconds")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  sub->add_option("--output,-o", options->output,
+                  "text, or json: JSON Lines with .proto field names")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  sub->add_flag("--json", options->json_flag, "Same as --output json");
+}
+
+// Runs one subcommand against one controller; owns the client and the streams.
+class Runner {
+ public:
+  Runner(const CommonOptions& options, const CliEnvironment& env)
+      : options_(options),
+        out_(*env.out),
+        err_(*env.err),
+        client_(JobClient::Connect(
+            options.controller,
+            std::chrono::milliseconds(static_cast<int64_t>(std::ceil(options.timeout_s * 1000))))) {
+  }
+
+  int Fail(const absl::Status& status) {
+    std::string message = FormatError(status);
+    if (status.code() == absl::StatusCode::kUnavailable ||
+        status.code() == absl::StatusCode::kDeadlineExceeded) {
+      absl::StrAppend(&message, " (controller at ", options_.controller, ")");
+    }
+    err_ << message << std::endl;
+    return kExitError;
+  }
+
+  void PrintJob(const v1::Job& job) {
+    if (options_.Json()) {
+      out_ << ToJsonLine(job) << '\n';
+    } else {
+      out_ << FormatJobsTable({job});
+    }
+  }
+
+  int Submit(const std::string& file, const std::vector<std::string>& sets, bool wait) {
+    absl::StatusOr<v1::JobSpec> spec = LoadJobFile(file, sets);
+    if (!spec.ok()) return Fail(spec.status());
+    absl::StatusOr<v1::Job> job = client_->SubmitJob(*spec);
+    if (!job.ok()) return Fail(job.status());
+    if (options_.Json()) {
+      out_ << ToJsonLine(*job) << std::endl;
+    } else {
+      out_ << job->id() << std::endl;
+    }
+    return wait ? Watch(job->id(), 0) : kExitOk;
+  }
+
+  int List(const std::vector<std::string>& state_names, int limit) {
+    std::vector<v1::Job::State> states;
+    for (const std::string& name : state_names) {
+      absl::StatusOr<v1::Job::State> state = ParseJobState(name);
+      if (!state.ok()) return Fail(state.status());
+      states.push_back(*state);
+    }
+    absl::StatusOr<std::vector<v1::Job>> jobs = client_->ListJobs(states, limit);
+    if (!jobs.ok()) return Fail(jobs.status());
+    if (options_.Json()) {
+      for (const v1::Job& job : *jobs) out_ << ToJsonLine(job) << '\n';
+    } else {
+      out_ << FormatJobsTable(*jobs);
+    }
+    out_.flush();
+    return kExitOk;
+  }
+
+  int Get(const std::string& id) {
+    absl::StatusOr<v1::Job> job = client_->GetJob(id);
+    if (!job.ok()) return Fail(job.status());
+    PrintJob(*job);
+    out_.flush();
+    return kExitOk;
+  }
+
+  int Cancel(const std::string& id, const std::string& reason) {
+    absl::StatusOr<v1::Job> job = client_->CancelJob(id, reason);
+    if (!job.ok()) return Fail(job.status());
+    PrintJob(*job);
+    out_.flush();
+    return kExitOk;
+  }
+
+  int Workers() {
+    absl::StatusOr<std::vector<v1::WorkerInfo>> workers = client_->ListWorkers();
+    if (!workers.ok()) return Fail(workers.status());
+    if (options_.Json()) {
+      for (const v1::WorkerInfo& w : *workers) out_ << ToJsonLine(w) << '\n';
+    } else {
+      out_ << FormatWorkersTable(*workers);
+    }
+    out_.flush();
+    return kExitOk;
+  }
+
+  // Prints events as they arrive and exits with the job's end state: from the
+  // terminal job_state event, or from GetJob when the stream ends without one.
+  int Watch(const std::string& id, int64_t from_seq) {
+    std::optional<v1::Job::State> end_state;
+    absl::Status status = client_->Watch(id, from_seq, [&](const v1::Event& event) {
+      out_ << (options_.Json() ? ToJsonLine(event) : FormatEventText(event)) << std::endl;
+      if (event.has_job_state() && IsTerminal(event.job_state().state())) {
+        end_state = event.job_state().state();
+      }
+      return true;
+    });
+    if (!status.ok()) return Fail(status);
+    if (!end_state.has_value()) {
+      absl::StatusOr<v1::Job> job = client_->GetJob(id);
+      if (!job.ok()) return Fail(job.status());
+      if (!IsTerminal(job->state())) {
+        return Fail(absl::UnavailableError(absl::StrCat(
+            "event stream of job ", id, " ended while the job is ", StateName(job->state()))));
+      }
+      end_state = job->state();
+    }
+    return WatchExitCode(*end_state);
+  }
+
+ private:
+  const CommonOptions& options_;
+  std::ostream& out_;
+  std::ostream& err_;
+  std::unique_ptr<JobClient> client_;
+};
+
+}  // namespace
+
+int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
+  CLI::App app{"trainyard: submit and watch Mixture-of-Experts training jobs", "trainyard"};
+  app.require_subcommand(1);
+  app.footer(
+      "Exit status: 0 on success, 3 on an RPC, connection, input or usage error; "
+      "watch and submit --wait exit 1 if the job FAILED and 2 if it was CANCELLED.");
+
+  CommonOptions common;
+  common.controller = env.default_controller;
+
+  std::string file;
+  std::vector<std::string> sets;
+  bool wait = false;
+  CLI::App* submit = app.add_subcommand("submit", "Submit a TOML job file; prints the job id");
+  submit->add_option("file", file, "Job file (TOML)")->required();
+  submit
+      ->add_option("--set", sets,
+                   "Override a key: section.key=value, value in TOML syntax (repeatable)")
+      ->allow_extra_args(false);
+  submit->add_flag("--wait", wait, "Then watch the job and exit like `watch`");
+  submit->footer(kWatchExitCodes);
+  AddCommonOptions(submit, &common);
+
+  std::vector<std::string> states;
+  int limit = 0;
+  CLI::App* list = app.add_subcommand("list", "List jobs");
+  list->add_option(
+          "--state", states,
+          "Only jobs in this state (repeatable, or comma-separated): PENDING, RUNNING, ...")
+      ->allow_extra_args(false)
+      ->delimiter(',');
+  list->add_option("--limit", limit, "At most this many jobs (0: the controller's default)")
+      ->check(CLI::NonNegativeNumber);
+  AddCommonOptions(list, &common);
+
+  std::string job_id;
+  CLI::App* get = app.add_subcommand("get", "Show one job");
+  get->add_option("job", job_id, "Job id")->required();
+  AddCommonOptions(get, &common);
+
+  CLI::App* workers = app.add_subcommand("workers", "List workers and their free slots");
+  AddCommonOptions(workers, &common);
+
+  std::string reason;
+  CLI::App* cancel = app.add_subcommand("cancel", "Cancel a job");
+  cancel->add_option("job", job_id, "Job id")->required();
+  cancel->add_option("--reason", reason, "Why (stored as the job's failure reason)");
+  AddCommonOptions(cancel, &common);
+
+  int64_t from_seq = 0;
+  CLI::App* watch =
+      app.add_subcommand("watch", "Stream a job's events, one line each, until the job ends");
+  watch->add_option("job", job_id, "Job id")->required();
+  watch->add_option("--from-seq", from_seq, "First event seq to show (default: from the start)")
+      ->check(CLI::NonNegativeNumber);
+  watch->footer(kWatchExitCodes);
+  AddCommonOptions(watch, &common);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e, *env.out, *env.err);
+    return code == 0 ? kExitOk : kExitError;
+  }
+
+  Runner runner(common, env);
+  if (submit->parsed()) return runner.Submit(file, sets, wait);
+  if (list->parsed()) return runner.List(states, limit);
+  if (get->parsed()) return runner.Get(job_id);
+  if (workers->parsed()) return runner.Workers();
+  if (cancel->parsed()) return runner.Cancel(job_id, reason);
+  if (watch->parsed()) return runner.Watch(job_id, from_seq);
+  return kExitError;  // require_subcommand(1) makes this unreachable
+}
+
+}  // namespace trainyard::cli

@@ -1,0 +1,21 @@
+#pragma once
+
+#include <ostream>
+#include <string>
+
+namespace trainyard::cli {
+
+// What the CLI takes from its process: main.cc reads the environment, tests pass
+// their own values and streams.
+struct CliEnvironment {
+  std::string default_controller = "127.0.0.1:7070";  // TRAINYARD_CONTROLLER overrides
+  std::ostream* out = nullptr;
+  std::ostream* err = nullptr;
+};
+
+// Parses the command line, runs the chosen subcommand and returns the process exit
+// code (see cli_format.h: 0, 1/2 for watched jobs that FAILED/were CANCELLED, 3 for
+// errors). Not thread-safe with respect to the streams in `env`.
+int RunCli(int argc, const char* const* argv, const CliEnvironment& env);
+
+}  // namespace trainyard::cli

@@ -1,0 +1,123 @@
+#include "client/job_client.h"
+
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+
+#include <utility>
+
+#include "common/grpc_status.h"
+
+namespace trainyard {
+
+std::unique_ptr<JobClient> JobClient::Connect(const std::string& address,
+                                              std::chrono::milliseconds timeout) {
+  return std::make_unique<JobClient>(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()), timeout);
+}
+
+JobClient::JobClient(std::shared_ptr<grpc::ChannelInterface> channel,
+                     std::chrono::milliseconds timeout)
+    : stub_(v1::JobService::NewStub(std::move(channel))), timeout_(timeout) {}
+
+void JobClient::SetDeadline(grpc::ClientContext* context) const {
+  context->set_deadline(std::chrono::system_clock::now() + timeout_);
+}
+
+absl::StatusOr<v1::Job> JobClient::SubmitJob(const v1::JobSpec& spec) {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = spec;
+  v1::Job job;
+  grpc::Status status = stub_->SubmitJob(&context, request, &job);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return job;
+}
+
+absl::StatusOr<v1::Job> JobClient::GetJob(const std::string& id) {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  v1::GetJobRequest request;
+  request.set_id(id);
+  v1::Job job;
+  grpc::Status status = stub_->GetJob(&context, request, &job);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return job;
+}
+
+absl::StatusOr<std::vector<v1::Job>> JobClient::ListJobs(const std::vector<v1::Job::State>& states,
+                                                         int limit) {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  v1::ListJobsRequest request;
+  for (v1::Job::State state : states) request.add_states(state);
+  request.set_limit(limit);
+  v1::ListJobsResponse response;
+  grpc::Status status = stub_->ListJobs(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return std::vector<v1::Job>(response.jobs().begin(), response.jobs().end());
+}
+
+absl::StatusOr<v1::Job> JobClient::CancelJob(const std::string& id, const std::string& reason) {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  v1::CancelJobRequest request;
+  request.set_id(id);
+  request.set_reason(reason);
+  v1::Job job;
+  grpc::Status status = stub_->CancelJob(&context, request, &job);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return job;
+}
+
+absl::StatusOr<std::vector<v1::WorkerInfo>> JobClient::ListWorkers() {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  v1::ListWorkersResponse response;
+  grpc::Status status = stub_->ListWorkers(&context, v1::ListWorkersRequest(), &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return std::vector<v1::WorkerInfo>(response.workers().begin(), response.workers().end());
+}
+
+absl::Status JobClient::Watch(const std::string& id, int64_t from_seq,
+                              const EventCallback& on_event) {
+  grpc::ClientContext context;  // no deadline: the stream lives as long as the job
+  {
+    absl::MutexLock lock(&mu_);
+    if (cancelled_) return absl::OkStatus();
+    watches_.insert(&context);
+  }
+  v1::WatchJobRequest request;
+  request.set_id(id);
+  request.set_from_seq(from_seq);
+  std::unique_ptr<grpc::ClientReaderInterface<v1::Event>> reader =
+      stub_->WatchJob(&context, request);
+  bool stopped = false;
+  v1::Event event;
+  while (reader->Read(&event)) {
+    if (!on_event(event)) {
+      stopped = true;
+      context.TryCancel();
+      break;
+    }
+  }
+  grpc::Status status = reader->Finish();
+  bool cancelled;
+  {
+    absl::MutexLock lock(&mu_);
+    watches_.erase(&context);
+    cancelled = cancelled_;
+  }
+  if ((stopped || cancelled) && status.error_code() == grpc::StatusCode::CANCELLED) {
+    return absl::OkStatus();
+  }
+  return FromGrpcStatus(status);
+}
+
+void JobClient::CancelWatches() {
+  absl::MutexLock lock(&mu_);
+  cancelled_ = true;
+  for (grpc::ClientContext* context : watches_) context->TryCancel();
+}
+
+}  // namespace trainyard

@@ -1,0 +1,70 @@
+#pragma once
+
+#include <grpcpp/channel.h>
+#include <grpcpp/client_context.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "trainyard/v1/job_service.grpc.pb.h"
+
+namespace trainyard {
+
+// Client library for the controller's JobService. Every unary call carries a deadline
+// of `timeout`; Watch streams have none (a job may run for days) but can be cancelled.
+// Errors come back as absl::Status with the gRPC code preserved.
+//
+// Thread-safe: calls may run concurrently, and CancelWatches() may be called from any
+// thread to end the Watch calls in flight.
+class JobClient {
+ public:
+  static constexpr std::chrono::milliseconds kDefaultTimeout{10'000};
+
+  // Connects (lazily) to `address` ("host:port") over an insecure channel.
+  // TODO(tls): take channel credentials once the controller serves TLS.
+  static std::unique_ptr<JobClient> Connect(const std::string& address,
+                                            std::chrono::milliseconds timeout = kDefaultTimeout);
+
+  JobClient(std::shared_ptr<grpc::ChannelInterface> channel, std::chrono::milliseconds timeout);
+
+  absl::StatusOr<v1::Job> SubmitJob(const v1::JobSpec& spec);
+  absl::StatusOr<v1::Job> GetJob(const std::string& id);
+  // `states` empty: all states. `limit` 0: the server's default.
+  absl::StatusOr<std::vector<v1::Job>> ListJobs(const std::vector<v1::Job::State>& states,
+                                                int limit = 0);
+  absl::StatusOr<v1::Job> CancelJob(const std::string& id, const std::string& reason);
+  absl::StatusOr<std::vector<v1::WorkerInfo>> ListWorkers();
+
+  // Called for each event in seq order; return false to stop watching.
+  using EventCallback = std::function<bool(const v1::Event&)>;
+
+  // Streams the job's events from `from_seq` (0 or 1: from the start) until the server
+  // ends the stream (after the terminal job_state event), `on_event` returns false, or
+  // CancelWatches() is called. The last two return OK; a broken stream returns its
+  // gRPC error (UNAVAILABLE, NOT_FOUND, ...).
+  absl::Status Watch(const std::string& id, int64_t from_seq, const EventCallback& on_event);
+
+  // Ends every Watch in flight and every later one, as if its callback returned false.
+  void CancelWatches();
+
+ private:
+  void SetDeadline(grpc::ClientContext* context) const;
+
+  std::unique_ptr<v1::JobService::StubInterface> stub_;
+  const std::chrono::milliseconds timeout_;
+
+  absl::Mutex mu_;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  std::set<grpc::ClientContext*> watches_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace trainyard

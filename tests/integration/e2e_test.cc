@@ -1,0 +1,236 @@
+// End to end: the real controller, worker and CLI binaries on loopback, training the
+// debug MoE model with real Gloo ranks.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "test_process.h"
+
+namespace trainyard::testing {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+int64_t AsInt(const json& v) {
+  // proto3 JSON writes 64-bit integers as strings.
+  return v.is_string() ? std::stoll(v.get<std::string>()) : v.get<int64_t>();
+}
+
+std::vector<json> JsonLines(const std::string& text) {
+  std::vector<json> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty()) out.push_back(json::parse(line));
+  }
+  return out;
+}
+
+class EndToEndTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("trainyard_e2e_" + std::to_string(getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    controller_ = std::make_unique<TestProcess>(
+        std::vector<std::string>{TRAINYARD_CONTROLLER, "--listen", "127.0.0.1:0", "--data-dir",
+                                 (dir_ / "data").string(), "--port-file",
+                                 (dir_ / "port").string()},
+        (dir_ / "controller.log").string());
+    std::string port = WaitForFile((dir_ / "port").string(), 20000);
+    ASSERT_FALSE(port.empty()) << "controller did not start; see " << dir_ / "controller.log";
+    address_ = "127.0.0.1:" + std::to_string(std::stoi(port));
+    // A rendezvous port range of our own, so parallel test processes do not collide.
+    int base = 30000 + (getpid() % 3000) * 10;
+    worker_ = std::make_unique<TestProcess>(
+        std::vector<std::string>{TRAINYARD_WORKER, "--controller", address_, "--slots", "2",
+                                 "--name", "w1", "--rendezvous-ports",
+                                 std::to_string(base) + "-" + std::to_string(base + 9),
+                                 "--work-dir", (dir_ / "worker").string()},
+        (dir_ / "worker.log").string());
+    // Wait until the worker registered, so validation counts its slots.
+    for (int i = 0; i < 200; ++i) {
+      auto r = Cli({"workers", "--output", "json"});
+      if (r.exit_code == 0 && r.out.find("\"connected\":true") != std::string::npos) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    FAIL() << "worker never registered; see " << dir_ / "worker.log";
+  }
+
+  void TearDown() override {
+    worker_.reset();
+    controller_.reset();
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+
+  CommandResult Cli(std::vector<std::string> args) {
+    args.insert(args.begin(), TRAINYARD_CLI);
+    args.push_back("--controller");
+    args.push_back(address_);
+    return RunCommand(args);
+  }
+
+  std::string Submit(const std::vector<std::string>& sets) {
+    std::vector<std::string> args = {"submit", TRAINYARD_EXAMPLES "/debug.toml", "--output",
+                                     "json"};
+    for (const auto& s : sets) {
+      args.push_back("--set");
+      args.push_back(s);
+    }
+    auto r = Cli(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    if (r.exit_code != 0) return "";
+    return JsonLines(r.out).at(0).at("id").get<std::string>();
+  }
+
+  // Runs a job to its end and checks the training figures the issue asks for.
+  void RunAndCheckTraining(int dp) {
+    const int steps = 20;
+    auto start = std::chrono::steady_clock::now();
+    std::string id = Submit({"training.steps=" + std::to_string(steps),
+                             "parallelism.dp=" + std::to_string(dp)});
+    ASSERT_FALSE(id.empty());
+    auto watch = Cli({"watch", id, "--output", "json"});
+    ASSERT_EQ(watch.exit_code, 0) << "watch: " << watch.err << "\n" << watch.out;
+
+    std::map<int64_t, double> loss_by_step;
+    std::string end_state;
+    double first_step_s = -1;
+    int64_t last_seq = 0;
+    for (const auto& e : JsonLines(watch.out)) {
+      int64_t seq = AsInt(e.at("seq"));
+      EXPECT_EQ(seq, last_seq + 1) << "events must arrive in seq order without gaps";
+      last_seq = seq;
+      if (e.contains("step_metrics")) {
+        const auto& m = e.at("step_metrics");
+        int64_t step = AsInt(m.at("step"));
+        EXPECT_EQ(loss_by_step.count(step), 0u) << "step " << step << " reported twice";
+        loss_by_step[step] = m.at("loss").get<double>();
+        if (first_step_s < 0) {
+          first_step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+                             .count();
+        }
+      }
+      if (e.contains("job_state")) end_state = e.at("job_state").at("state").get<std::string>();
+    }
+    EXPECT_EQ(end_state, "SUCCEEDED");
+    ASSERT_EQ(loss_by_step.size(), static_cast<size_t>(steps));
+    for (int s = 1; s <= steps; ++s) {
+      ASSERT_TRUE(loss_by_step.count(s)) << "no StepMetrics for step " << s;
+      EXPECT_TRUE(std::isfinite(loss_by_step[s])) << "step " << s;
+    }
+    double first5 = 0, last5 = 0;
+    for (int s = 1; s <= 5; ++s) first5 += loss_by_step[s] / 5;
+    for (int s = steps - 4; s <= steps; ++s) last5 += loss_by_step[s] / 5;
+    EXPECT_LT(last5, first5) << "the synthetic Markov data must be learnable";
+
+    auto get = Cli({"get", id, "--output", "json"});
+    ASSERT_EQ(get.exit_code, 0) << get.err;
+    EXPECT_EQ(JsonLines(get.out).at(0).at("state"), "SUCCEEDED");
+    std::printf("[figures] dp=%d: loss %.4f -> %.4f over %d steps\n", dp, first5, last5, steps);
+  }
+
+  fs::path dir_;
+  std::string address_;
+  std::unique_ptr<TestProcess> controller_;
+  std::unique_ptr<TestProcess> worker_;
+};
+
+TEST_F(EndToEndTest, DebugJobOnOneRankSucceedsAndLearns) { RunAndCheckTraining(1); }
+
+TEST_F(EndToEndTest, DebugJobOnTwoRanksDataParallelSucceedsAndLearns) {
+  RunAndCheckTraining(2);
+}
+
+TEST_F(EndToEndTest, CancelKillsEveryRankOfARunningJob) {
+  std::string id = Submit({"training.steps=100000", "parallelism.dp=2"});
+  ASSERT_FALSE(id.empty());
+  // Wait for RUNNING: every rank process has been spawned.
+  std::string state;
+  for (int i = 0; i < 600 && state != "RUNNING"; ++i) {
+    auto get = Cli({"get", id, "--output", "json"});
+    ASSERT_EQ(get.exit_code, 0) << get.err;
+    state = JsonLines(get.out).at(0).at("state").get<std::string>();
+    if (state != "RUNNING") std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(state, "RUNNING");
+
+  auto cancel = Cli({"cancel", id});
+  ASSERT_EQ(cancel.exit_code, 0) << cancel.err;
+  auto cancelled_at = std::chrono::steady_clock::now();
+
+  // The stream ends once every rank is accounted for; exit code 2 means CANCELLED.
+  auto watch = Cli({"watch", id, "--output", "json"});
+  EXPECT_EQ(watch.exit_code, 2) << watch.err;
+  std::set<int> pids;
+  std::set<int> killed_ranks;
+  std::string end_state;
+  for (const auto& e : JsonLines(watch.out)) {
+    if (e.contains("rank_state")) {
+      const auto& rs = e.at("rank_state");
+      if (rs.value("state", "") == "RUNNING") pids.insert(rs.at("pid").get<int>());
+      if (rs.value("state", "") == "KILLED") killed_ranks.insert(e.at("rank").get<int>());
+    }
+    if (e.contains("job_state")) end_state = e.at("job_state").at("state").get<std::string>();
+  }
+  EXPECT_EQ(end_state, "CANCELLED");
+  ASSERT_EQ(pids.size(), 2u) << "expected the pids of both ranks";
+  EXPECT_EQ(killed_ranks, (std::set<int>{0, 1}));
+  for (int pid : pids) {
+    while (ProcessAlive(pid) &&
+           std::chrono::steady_clock::now() - cancelled_at < std::chrono::seconds(5)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    EXPECT_FALSE(ProcessAlive(pid)) << "rank pid " << pid << " outlived the cancel by 5 s";
+  }
+  auto get = Cli({"get", id, "--output", "json"});
+  EXPECT_EQ(JsonLines(get.out).at(0).at("state"), "CANCELLED");
+}
+
+TEST_F(EndToEndTest, InvalidSpecsAreRejectedWithTheFieldAndLeaveNoJob) {
+  struct Case {
+    std::vector<std::string> sets;
+    std::string expected;  // must appear in the error
+  };
+  const std::vector<Case> cases = {
+      {{"parallelism.tp=3"}, "parallelism.tp=3 must divide model.n_heads=8"},
+      {{"parallelism.ep=3", "parallelism.dp=1"}, "parallelism.ep=3 must divide model.n_routed_experts=8"},
+      {{"parallelism.ep=4", "parallelism.dp=2"}, "parallelism.ep=4 must divide dp·tp=2"},
+      {{"parallelism.dp=3"}, "world size"},
+      {{"model.dim=0"}, "model.dim must be positive"},
+      {{"training.steps=-1"}, "training.steps must be positive"},
+      {{"model.preset=huge"}, "model.preset"},
+      {{"compile.backend=fast"}, "compile.backend"},
+  };
+  auto before = Cli({"list", "--output", "json"});
+  ASSERT_EQ(before.exit_code, 0) << before.err;
+  for (const auto& c : cases) {
+    std::vector<std::string> args = {"submit", TRAINYARD_EXAMPLES "/debug.toml"};
+    for (const auto& s : c.sets) {
+      args.push_back("--set");
+      args.push_back(s);
+    }
+    auto r = Cli(args);
+    EXPECT_NE(r.exit_code, 0) << c.sets[0];
+    EXPECT_NE(r.err.find("INVALID_ARGUMENT"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(c.expected), std::string::npos)
+        << "error for " << c.sets[0] << " was: " << r.err;
+  }
+  auto after = Cli({"list", "--output", "json"});
+  EXPECT_EQ(JsonLines(after.out).size(), JsonLines(before.out).size())
+      << "a rejected job left a row behind";
+}
+
+}  // namespace
+}  // namespace trainyard::testing

@@ -1,0 +1,134 @@
+#include "client/cli_format.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace trainyard::cli {
+namespace {
+
+TEST(CliFormatTest, StepMetricsLine) {
+  v1::Event e;
+  e.set_seq(12);
+  e.set_rank(0);
+  e.set_attempt(1);
+  v1::StepMetrics* m = e.mutable_step_metrics();
+  m->set_step(5);
+  m->set_loss(6.81234);
+  m->set_grad_norm(1.2345);
+  m->set_lr(4e-4);
+  m->set_tokens_per_s(1520.4);
+  m->set_step_ms(1340.2);
+  EXPECT_EQ(FormatEventText(e),
+            "seq=12 rank=0 step 5 loss=6.8123 grad_norm=1.23 lr=4.0e-04 tok/s=1520 step_ms=1340");
+}
+
+TEST(CliFormatTest, JobStateLineUsesJobAsSource) {
+  v1::Event e;
+  e.set_seq(1);
+  e.set_rank(-1);
+  e.mutable_job_state()->set_state(v1::Job::PENDING);
+  e.mutable_job_state()->set_reason("needs 2 slots; 1 free");
+  EXPECT_EQ(FormatEventText(e), "seq=1 job PENDING: needs 2 slots; 1 free");
+}
+
+TEST(CliFormatTest, RankStateLine) {
+  v1::Event e;
+  e.set_seq(3);
+  e.set_rank(1);
+  e.mutable_rank_state()->set_state(v1::RankState::RUNNING);
+  e.mutable_rank_state()->set_pid(1234);
+  e.mutable_rank_state()->set_worker("w1");
+  EXPECT_EQ(FormatEventText(e), "seq=3 rank=1 RUNNING pid=1234 on worker w1");
+
+  e.mutable_rank_state()->set_state(v1::RankState::FAILED);
+  e.mutable_rank_state()->set_exit_code(1);
+  e.mutable_rank_state()->set_message("oom");
+  e.set_attempt(2);
+  EXPECT_EQ(FormatEventText(e),
+            "seq=3 rank=1 attempt=2 FAILED pid=1234 exit_code=1 on worker w1: oom");
+}
+
+TEST(CliFormatTest, LogCompileAndStallLines) {
+  v1::Event e;
+  e.set_seq(7);
+  e.set_rank(2);
+  e.mutable_log()->set_level("warn");
+  e.mutable_log()->set_message("slow data");
+  EXPECT_EQ(FormatEventText(e), "seq=7 rank=2 [warn] slow data");
+
+  v1::CompileEvent* c = e.mutable_compile();
+  c->set_kind(v1::CompileEvent::RECOMPILE);
+  c->set_region("attention");
+  c->add_layers(1);
+  c->add_layers(2);
+  c->set_reason("input[0].size(1): expected 256, got 512");
+  c->set_compile_ms(12.34);
+  c->set_cache_entries(2);
+  EXPECT_EQ(FormatEventText(e),
+            "seq=7 rank=2 compile RECOMPILE region=attention layers=1,2 compile_ms=12.3 "
+            "cache_entries=2: input[0].size(1): expected 256, got 512");
+
+  v1::Stall* s = e.mutable_stall();
+  s->set_collective("all_reduce");
+  s->set_collective_seq(41);
+  s->set_lagging_rank(3);
+  s->set_waited_s(300);
+  EXPECT_EQ(FormatEventText(e),
+            "seq=7 rank=2 STALL in all_reduce #41, lagging rank 3, waited 300.0s");
+}
+
+TEST(CliFormatTest, JobsTableIsAligned) {
+  v1::Job a;
+  a.set_id("j-1");
+  a.mutable_spec()->mutable_job()->set_name("moe-debug");
+  a.set_state(v1::Job::PENDING);
+  a.set_pending_reason("needs 4 slots");
+  a.set_world_size(4);
+  a.set_owner("alice");
+  v1::Job b;
+  b.set_id("j-22");
+  b.mutable_spec()->mutable_job()->set_name("x");
+  b.set_state(v1::Job::FAILED);
+  b.set_failure_reason("rank 1 exited 1");
+  b.set_world_size(1);
+  b.set_owner("bob");
+  EXPECT_EQ(FormatJobsTable({a, b}),
+            "ID    NAME       STATE    WORLD  OWNER  REASON\n"
+            "j-1   moe-debug  PENDING  4      alice  needs 4 slots\n"
+            "j-22  x          FAILED   1      bob    rank 1 exited 1\n");
+}
+
+TEST(CliFormatTest, WorkersTable) {
+  v1::WorkerInfo w;
+  w.set_name("w1");
+  w.set_slots(4);
+  w.set_free_slots(3);
+  w.set_connected(true);
+  w.set_address("10.0.0.5:7071");
+  EXPECT_EQ(FormatWorkersTable({w}),
+            "NAME  SLOTS  FREE  CONNECTED  ADDRESS\n"
+            "w1    4      3     yes        10.0.0.5:7071\n");
+}
+
+TEST(CliFormatTest, ExitCodesAndStates) {
+  EXPECT_EQ(WatchExitCode(v1::Job::SUCCEEDED), 0);
+  EXPECT_EQ(WatchExitCode(v1::Job::FAILED), 1);
+  EXPECT_EQ(WatchExitCode(v1::Job::CANCELLED), 2);
+  EXPECT_EQ(WatchExitCode(v1::Job::RUNNING), 3);
+  EXPECT_FALSE(IsTerminal(v1::Job::RESTARTING));
+  EXPECT_EQ(*ParseJobState("running"), v1::Job::RUNNING);
+  EXPECT_EQ(*ParseJobState("Cancelled"), v1::Job::CANCELLED);
+  absl::StatusOr<v1::Job::State> bad = ParseJobState("done");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()),
+              ::testing::HasSubstr("unknown job state \"done\""));
+  EXPECT_FALSE(ParseJobState("state_unspecified").ok());
+}
+
+TEST(CliFormatTest, ErrorNamesTheCode) {
+  EXPECT_EQ(FormatError(absl::NotFoundError("job j-9 not found")),
+            "trainyard: NOT_FOUND: job j-9 not found");
+}
+
+}  // namespace
+}  // namespace trainyard::cli
