@@ -1,0 +1,287 @@
+#include "worker/rank_supervisor.h"
+
+#include <errno.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "common/proto_json.h"
+#include "tests/worker/test_util.h"
+#include "worker/posix_process_launcher.h"
+
+namespace trainyard {
+namespace {
+
+using testing::EventCollector;
+using testing::HasState;
+using ::testing::HasSubstr;
+using testing::TempDir;
+
+// Launch always fails; Wait/SignalGroup must never be reached.
+class CountingLauncher : public ProcessLauncher {
+ public:
+  absl::StatusOr<LaunchedProcess> Launch(const LaunchRequest &) override {
+    ++launches;
+    return absl::UnavailableError("no launching in this test");
+  }
+  ProcessExit Wait(pid_t) override {
+    ADD_FAILURE() << "Wait called";
+    return {};
+  }
+  void SignalGroup(pid_t, int) override { ADD_FAILURE() << "SignalGroup called"; }
+  int launches = 0;
+};
+
+v1::Assign MakeAssign(std::vector<int> ranks, int world_size) {
+  v1::Assign a;
+  a.set_job_id("job1");
+  a.set_attempt(1);
+  a.mutable_spec()->mutable_job()->set_name("demo");
+  a.set_world_size(world_size);
+  for (int r : ranks) a.add_ranks(r);
+  a.set_master_addr("127.0.0.1");
+  a.set_master_port(29501);
+  return a;
+}
+
+class RankSupervisorTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<RankSupervisor> Make(const std::string &binary, int slots = 4) {
+    RankSupervisor::Options o;
+    o.worker_name = "w1";
+    o.rank_binary = binary;
+    o.work_dir = dir_.path() + "/work";
+    o.slots = slots;
+    o.threads_per_rank = 2;
+    o.kill_grace = absl::Milliseconds(100);
+    return std::make_unique<RankSupervisor>(o, &launcher_, &clock_,
+                                            [this](v1::Event e) { events_.Add(std::move(e)); });
+  }
+
+  TempDir dir_;
+  RealClock clock_;
+  PosixProcessLauncher launcher_;
+  EventCollector events_;
+};
+
+TEST_F(RankSupervisorTest, RelaysOutputInOrderAndReportsFailureWithStderrTail) {
+  std::string script = dir_.WriteScript("rank.sh", R"(
+echo '{"step_metrics":{"step":1,"loss":2.5}}'
+echo "args: $*"
+echo 'oops' >&2
+echo 'boom' >&2
+echo '{"compile":{"kind":"RECOMPILE","region":"attn"},"source_seq":99,"job_id":"bogus","rank":7}'
+exit 3
+)");
+  auto sup = Make(script);
+  ASSERT_TRUE(sup->Assign(MakeAssign({1}, 2)).ok());
+  ASSERT_TRUE(events_.WaitFor([](auto &ev) { return HasState(ev, 1, v1::RankState::FAILED); }));
+  ASSERT_TRUE(sup->WaitIdle(absl::Seconds(30)));
+
+  auto ev = events_.events();
+  // Every event is stamped and numbered 1..N in emission order.
+  for (size_t i = 0; i < ev.size(); ++i) {
+    EXPECT_EQ(ev[i].job_id(), "job1");
+    EXPECT_EQ(ev[i].attempt(), 1);
+    EXPECT_EQ(ev[i].rank(), 1);
+    EXPECT_EQ(ev[i].source_seq(), static_cast<int64_t>(i + 1));
+    EXPECT_TRUE(ev[i].has_time());
+  }
+  ASSERT_GE(ev.size(), 7u);
+  EXPECT_EQ(ev[0].rank_state().state(), v1::RankState::STARTING);
+  EXPECT_EQ(ev[1].rank_state().state(), v1::RankState::RUNNING);
+  EXPECT_GT(ev[1].rank_state().pid(), 0);
+  EXPECT_EQ(ev[1].rank_state().worker(), "w1");
+
+  // Stdout events keep their order; stderr lines interleave anywhere between.
+  std::vector<v1::Event> out, err;
+  for (size_t i = 2; i + 1 < ev.size(); ++i) {
+    (ev[i].has_log() && ev[i].log().level() == "warn" ? err : out).push_back(ev[i]);
+  }
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0].step_metrics().step(), 1);
+  EXPECT_DOUBLE_EQ(out[0].step_metrics().loss(), 2.5);
+  EXPECT_EQ(out[1].log().level(), "info");
+  EXPECT_THAT(out[1].log().message(),
+              HasSubstr("--rank 1 --world-size 2 --master-addr 127.0.0.1 --master-port 29501 "
+                        "--gloo-host 127.0.0.1 --attempt 1 --threads 2"));
+  EXPECT_EQ(out[2].compile().kind(), v1::CompileEvent::RECOMPILE);
+  EXPECT_EQ(out[2].compile().region(), "attn");
+  ASSERT_EQ(err.size(), 2u);
+  EXPECT_EQ(err[0].log().message(), "oops");
+  EXPECT_EQ(err[1].log().message(), "boom");
+
+  const auto &last = ev.back().rank_state();
+  EXPECT_EQ(last.state(), v1::RankState::FAILED);
+  EXPECT_EQ(last.exit_code(), 3);
+  EXPECT_EQ(last.message(), "exit code 3: oops\nboom");
+
+  // The config the rank got is the spec as JSON.
+  std::string config = dir_.path() + "/work/job1/1/config.json";
+  EXPECT_THAT(out[1].log().message(), HasSubstr("--config " + config));
+  std::ifstream in(config);
+  std::stringstream text;
+  text << in.rdbuf();
+  v1::JobSpec spec;
+  ASSERT_TRUE(FromJson(text.str(), &spec).ok()) << text.str();
+  EXPECT_EQ(spec.job().name(), "demo");
+  EXPECT_EQ(sup->FreeSlots(), 4);
+}
+
+TEST_F(RankSupervisorTest, CleanExitIsExited) {
+  auto sup = Make(dir_.WriteScript("ok.sh", "exit 0\n"));
+  ASSERT_TRUE(sup->Assign(MakeAssign({0}, 1)).ok());
+  ASSERT_TRUE(events_.WaitFor([](auto &ev) { return HasState(ev, 0, v1::RankState::EXITED); }));
+  EXPECT_FALSE(HasState(events_.events(), 0, v1::RankState::FAILED));
+}
+
+TEST_F(RankSupervisorTest, SignalDeathIsFailedWithSignalName) {
+  auto sup = Make(dir_.WriteScript("segv.sh", "kill -KILL $$\n"));
+  ASSERT_TRUE(sup->Assign(MakeAssign({0}, 1)).ok());
+  ASSERT_TRUE(events_.WaitFor([](auto &ev) { return HasState(ev, 0, v1::RankState::FAILED); }));
+  const v1::RankState last = events_.events().back().rank_state();
+  EXPECT_EQ(last.signal(), SIGKILL);
+  EXPECT_EQ(last.message(), "killed by signal 9 (SIGKILL)");
+}
+
+TEST_F(RankSupervisorTest, CancelKillsSleepingRanks) {
+  auto sup = Make(dir_.WriteScript("sleep.sh", "echo started\nexec sleep 1000\n"));
+  ASSERT_TRUE(sup->Assign(MakeAssign({0, 1}, 2)).ok());
+  ASSERT_TRUE(events_.WaitFor([](auto &ev) {
+    int started = 0;
+    for (auto &e : ev) started += e.has_log() && e.log().message() == "started";
+    return started == 2;
+  }));
+  EXPECT_EQ(sup->FreeSlots(), 2);
+  ASSERT_EQ(sup->Running().size(), 1u);
+  EXPECT_EQ(sup->Running()[0].ranks_size(), 2);
+
+  std::vector<pid_t> pids;
+  for (auto &e : events_.events()) {
+    if (e.has_rank_state() && e.rank_state().state() == v1::RankState::RUNNING) {
+      pids.push_back(e.rank_state().pid());
+    }
+  }
+  ASSERT_EQ(pids.size(), 2u);
+
+  v1::Cancel other;
+  other.set_job_id("unknown-job");
+  sup->Cancel(other);  // ignored
+
+  v1::Cancel cancel;
+  cancel.set_job_id("job1");
+  cancel.set_reason("user asked");
+  sup->Cancel(cancel);
+  ASSERT_TRUE(events_.WaitFor([](auto &ev) {
+    return HasState(ev, 0, v1::RankState::KILLED) && HasState(ev, 1, v1::RankState::KILLED);
+  }));
+  ASSERT_TRUE(sup->WaitIdle(absl::Seconds(30)));
+  for (pid_t pid : pids) {
+    EXPECT_EQ(kill(pid, 0), -1);
+    EXPECT_EQ(errno, ESRCH);
+  }
+  EXPECT_FALSE(HasState(events_.events(), 0, v1::RankState::FAILED));
+  EXPECT_EQ(sup->FreeSlots(), 4);
+  EXPECT_TRUE(sup->Running().empty());
+}
+
+TEST_F(RankSupervisorTest, RankIgnoringSigtermIsKilledAfterGrace) {
+  auto sup = Make(dir_.WriteScript("stubborn.sh", "trap '' TERM\necho ready\nsleep 1000\n"));
+  ASSERT_TRUE(sup->Assign(MakeAssign({0}, 1)).ok());
+  ASSERT_TRUE(events_.WaitFor([](auto &ev) {
+    for (auto &e : ev)
+      if (e.has_log() && e.log().message() == "ready") return true;
+    return false;
+  }));
+  v1::Cancel cancel;
+  cancel.set_job_id("job1");
+  cancel.set_attempt(1);
+  sup->Cancel(cancel);
+  ASSERT_TRUE(events_.WaitFor([](auto &ev) { return HasState(ev, 0, v1::RankState::KILLED); }));
+  EXPECT_EQ(events_.events().back().rank_state().signal(), SIGKILL);
+}
+
+// Time stands still, so every stderr line falls into one rate-limit window.
+class FrozenClock : public Clock {
+ public:
+  absl::Time Now() override { return absl::FromUnixSeconds(1700000000); }
+};
+
+TEST(RankSupervisorStderrTest, RateLimitsStderrAndKeepsTail) {
+  TempDir dir;
+  FrozenClock clock;
+  PosixProcessLauncher launcher;
+  EventCollector events;
+  RankSupervisor::Options o;
+  o.worker_name = "w1";
+  o.rank_binary = dir.WriteScript("noisy.sh",
+                                  "i=1\nwhile [ $i -le 200 ]; do echo \"line "
+                                  "$i\" >&2; i=$((i+1)); done\nexit 1\n");
+  o.work_dir = dir.path();
+  RankSupervisor sup(o, &launcher, &clock, [&](v1::Event e) { events.Add(std::move(e)); });
+  ASSERT_TRUE(sup.Assign(MakeAssign({0}, 1)).ok());
+  ASSERT_TRUE(events.WaitFor([](auto &ev) { return HasState(ev, 0, v1::RankState::FAILED); }));
+  std::vector<std::string> warn;
+  for (auto &e : events.events()) {
+    if (e.has_log()) warn.push_back(e.log().message());
+  }
+  ASSERT_EQ(warn.size(), 51u);
+  EXPECT_EQ(warn[0], "line 1");
+  EXPECT_EQ(warn[49], "line 50");
+  EXPECT_EQ(warn[50], "150 lines dropped");
+  std::string message = events.events().back().rank_state().message();
+  EXPECT_THAT(message, ::testing::StartsWith("exit code 1: line 181\n"));
+  EXPECT_THAT(message, ::testing::EndsWith("\nline 200"));
+}
+
+TEST(RankSupervisorSlotsTest, RejectsAssignNeedingMoreSlotsThanFree) {
+  TempDir dir;
+  RealClock clock;
+  CountingLauncher launcher;
+  EventCollector events;
+  RankSupervisor::Options o;
+  o.worker_name = "w1";
+  o.rank_binary = "/nonexistent";
+  o.work_dir = dir.path();
+  o.slots = 1;
+  RankSupervisor sup(o, &launcher, &clock, [&](v1::Event e) { events.Add(std::move(e)); });
+  absl::Status status = sup.Assign(MakeAssign({0, 1}, 2));
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(launcher.launches, 0);
+  auto ev = events.events();
+  ASSERT_EQ(ev.size(), 2u);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(ev[r].rank(), r);
+    EXPECT_EQ(ev[r].rank_state().state(), v1::RankState::FAILED);
+    EXPECT_THAT(ev[r].rank_state().message(), HasSubstr("needs 2 slots"));
+  }
+  EXPECT_EQ(sup.FreeSlots(), 1);
+
+  // A launch failure is a FAILED rank, and the slot comes back.
+  status = sup.Assign(MakeAssign({0}, 1));
+  EXPECT_FALSE(status.ok());
+  EXPECT_EQ(launcher.launches, 1);
+  EXPECT_EQ(events.events().back().rank_state().state(), v1::RankState::FAILED);
+  EXPECT_EQ(sup.FreeSlots(), 1);
+}
+
+TEST(RankSupervisorSlotsTest, RejectsJobIdThatEscapesWorkDir) {
+  TempDir dir;
+  RealClock clock;
+  CountingLauncher launcher;
+  EventCollector events;
+  RankSupervisor::Options o;
+  o.work_dir = dir.path();
+  RankSupervisor sup(o, &launcher, &clock, [&](v1::Event e) { events.Add(std::move(e)); });
+  v1::Assign a = MakeAssign({0}, 1);
+  a.set_job_id("../etc");
+  EXPECT_EQ(sup.Assign(a).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(launcher.launches, 0);
+}
+
+}  // namespace
+}  // namespace trainyard

@@ -1,0 +1,83 @@
+#pragma once
+
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "trainyard/v1/event.pb.h"
+
+namespace trainyard::testing {
+
+// Thread-safe event sink for tests; Wait* only bound how long a failing test
+// hangs.
+class EventCollector {
+ public:
+  void Add(trainyard::v1::Event e) {
+    absl::MutexLock lock(&mu_);
+    events_.push_back(std::move(e));
+  }
+  std::vector<trainyard::v1::Event> events() const {
+    absl::MutexLock lock(&mu_);
+    return events_;
+  }
+  // Waits until `pred(events)` holds; false after a generous cutoff.
+  bool WaitFor(const std::function<bool(const std::vector<trainyard::v1::Event> &)> &pred,
+               absl::Duration cutoff = absl::Seconds(30)) {
+    absl::MutexLock lock(&mu_);
+    struct Arg {
+      const EventCollector *self;
+      const std::function<bool(const std::vector<trainyard::v1::Event> &)> *pred;
+    } arg{this, &pred};
+    return mu_.AwaitWithTimeout(
+        absl::Condition(
+            +[](Arg *a) ABSL_NO_THREAD_SAFETY_ANALYSIS { return (*a->pred)(a->self->events_); },
+            &arg),
+        cutoff);
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::vector<trainyard::v1::Event> events_ ABSL_GUARDED_BY(mu_);
+};
+
+inline bool HasState(const std::vector<trainyard::v1::Event> &events, int rank,
+                     trainyard::v1::RankState::State state) {
+  for (const auto &e : events) {
+    if (e.rank() == rank && e.has_rank_state() && e.rank_state().state() == state) return true;
+  }
+  return false;
+}
+
+// A fresh directory under TMPDIR, removed when the object dies.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "ty-worker-test-XXXXXX").string();
+    path_ = mkdtemp(tmpl.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string &path() const { return path_; }
+
+  // Writes an executable /bin/sh script and returns its path.
+  std::string WriteScript(const std::string &name, const std::string &body) const {
+    std::string p = path_ + "/" + name;
+    std::ofstream(p) << "#!/bin/sh\n" << body;
+    chmod(p.c_str(), 0755);
+    return p;
+  }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace trainyard::testing

@@ -1,0 +1,215 @@
+#include "worker/controller_link.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <random>
+
+#include "absl/strings/str_join.h"
+#include "common/grpc_status.h"
+
+namespace trainyard {
+
+namespace v1 = trainyard::v1;
+
+struct ControllerLink::Stream {
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::WorkerMessage, v1::ControllerMessage>> rw;
+  // Guarded by the link's mu_.
+  bool registered = false;
+  bool done = false;
+  absl::Duration heartbeat_interval;
+};
+
+std::shared_ptr<grpc::Channel> ControllerLink::MakeChannel(const std::string &target) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 5000);
+  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+}
+
+ControllerLink::ControllerLink(Options options, std::shared_ptr<grpc::Channel> channel,
+                               JobRunner *runner, EventOutbox *outbox, Clock *clock)
+    : options_(std::move(options)),
+      stub_(v1::WorkerService::NewStub(channel)),
+      runner_(runner),
+      outbox_(outbox),
+      clock_(clock) {}
+
+ControllerLink::~ControllerLink() { Stop(); }
+
+void ControllerLink::Start() {
+  run_thread_ = std::thread([this] { Run(); });
+}
+
+void ControllerLink::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    if (current_ != nullptr) current_->context.TryCancel();
+  }
+  if (run_thread_.joinable()) run_thread_.join();
+}
+
+bool ControllerLink::registered() const {
+  absl::MutexLock lock(&mu_);
+  return current_ != nullptr && current_->registered && !current_->done;
+}
+
+int ControllerLink::connects() const {
+  absl::MutexLock lock(&mu_);
+  return connects_;
+}
+
+bool ControllerLink::Drain(absl::Duration timeout) {
+  {
+    absl::MutexLock lock(&mu_);
+    force_flush_ = true;
+  }
+  absl::Time deadline = absl::Now() + timeout;
+  while (!outbox_->Empty()) {
+    if (absl::Now() >= deadline) return false;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return true;
+}
+
+void ControllerLink::Run() {
+  std::minstd_rand rng(std::random_device{}());
+  absl::Duration backoff = options_.initial_backoff;
+  while (true) {
+    absl::Time started = absl::Now();
+    ServeStream();
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    // A stream that stayed up a while was a success: start the backoff afresh.
+    if (absl::Now() - started > options_.max_backoff) backoff = options_.initial_backoff;
+    std::uniform_real_distribution<double> jitter(0.8, 1.2);
+    absl::Duration wait = backoff * jitter(rng);
+    spdlog::info("controller stream closed; reconnecting in {}", absl::FormatDuration(wait));
+    mu_.AwaitWithTimeout(absl::Condition(&stopping_), wait);
+    if (stopping_) return;
+    backoff = std::min(backoff * 2, options_.max_backoff);
+  }
+}
+
+void ControllerLink::ServeStream() {
+  Stream stream;
+  stream.heartbeat_interval = options_.heartbeat_interval;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    current_ = &stream;
+    ++connects_;
+  }
+  stream.rw = stub_->Connect(&stream.context);
+  std::thread writer([this, &stream] { WriteLoop(&stream); });
+
+  v1::ControllerMessage msg;
+  while (stream.rw->Read(&msg)) {
+    switch (msg.msg_case()) {
+      case v1::ControllerMessage::kRegisterAck: {
+        absl::MutexLock lock(&mu_);
+        stream.registered = true;
+        if (msg.register_ack().heartbeat_interval_ms() > 0) {
+          stream.heartbeat_interval =
+              absl::Milliseconds(msg.register_ack().heartbeat_interval_ms());
+        }
+        spdlog::info("registered with controller as {} (heartbeat every {})",
+                     options_.registration.name(), absl::FormatDuration(stream.heartbeat_interval));
+        break;
+      }
+      case v1::ControllerMessage::kAssign: {
+        const v1::Assign &a = msg.assign();
+        spdlog::info("job={} attempt={} assign ranks [{}] world_size={} master={}:{}", a.job_id(),
+                     a.attempt(), absl::StrJoin(a.ranks(), ","), a.world_size(), a.master_addr(),
+                     a.master_port());
+        absl::Status status = runner_->Assign(a);
+        if (!status.ok()) {
+          spdlog::error("job={} attempt={} assign failed: {}", a.job_id(), a.attempt(),
+                        status.ToString());
+        }
+        break;
+      }
+      case v1::ControllerMessage::kCancel:
+        spdlog::info("job={} attempt={} cancel: {}", msg.cancel().job_id(), msg.cancel().attempt(),
+                     msg.cancel().reason());
+        runner_->Cancel(msg.cancel());
+        break;
+      case v1::ControllerMessage::kEventAck:
+        outbox_->Ack(msg.event_ack().batch_id());
+        break;
+      default:
+        spdlog::warn("ignoring controller message with no known payload");
+        break;
+    }
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    stream.done = true;
+  }
+  stream.context.TryCancel();  // unblocks a writer stuck on flow control
+  writer.join();
+  grpc::Status status = stream.rw->Finish();
+  {
+    absl::MutexLock lock(&mu_);
+    current_ = nullptr;
+  }
+  if (!status.ok()) {
+    spdlog::warn("controller stream ended: {}", FromGrpcStatus(status).ToString());
+  }
+}
+
+void ControllerLink::WriteLoop(Stream *stream) {
+  auto fail = [&](const char *what) {
+    spdlog::warn("controller stream: writing {} failed", what);
+    stream->context.TryCancel();
+  };
+  v1::WorkerMessage reg;
+  *reg.mutable_register_() = options_.registration;
+  for (auto &running : runner_->Running()) *reg.mutable_register_()->add_running() = running;
+  if (!stream->rw->Write(reg)) return fail("Register");
+
+  {
+    // Nothing else goes out until the controller accepts the registration.
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](Stream *s) { return s->registered || s->done; }, stream));
+    if (stream->done) return;
+  }
+  for (auto &batch : outbox_->Unacked()) {
+    v1::WorkerMessage m;
+    *m.mutable_events() = std::move(batch);
+    if (!stream->rw->Write(m)) return fail("resent EventBatch");
+  }
+
+  absl::Time next_heartbeat = absl::Now();
+  while (true) {
+    bool force;
+    absl::Duration interval;
+    {
+      absl::MutexLock lock(&mu_);
+      absl::Time wake =
+          std::min({next_heartbeat, outbox_->NextDeadline(), absl::Now() + absl::Milliseconds(20)});
+      mu_.AwaitWithDeadline(absl::Condition(&stream->done), wake);
+      if (stream->done) return;
+      force = force_flush_;
+      interval = stream->heartbeat_interval;
+    }
+    while (auto batch = outbox_->SealReady(clock_->Now(), force)) {
+      v1::WorkerMessage m;
+      *m.mutable_events() = std::move(*batch);
+      if (!stream->rw->Write(m)) return fail("EventBatch");
+    }
+    if (absl::Now() >= next_heartbeat) {
+      v1::WorkerMessage m;
+      m.mutable_heartbeat()->set_free_slots(runner_->FreeSlots());
+      if (!stream->rw->Write(m)) return fail("Heartbeat");
+      next_heartbeat = absl::Now() + interval;
+    }
+  }
+}
+
+}  // namespace trainyard

@@ -1,0 +1,82 @@
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "trainyard/v1/worker_service.grpc.pb.h"
+#include "worker/event_outbox.h"
+#include "worker/job_runner.h"
+
+namespace trainyard {
+
+// The worker's side of WorkerService.Connect. Keeps one stream open to the
+// controller and reconnects with capped exponential backoff when it breaks. On
+// each stream it sends Register (with the attempts still running here), waits
+// for RegisterAck, resends every unacknowledged event batch in order, then
+// sends new batches as the outbox seals them and a Heartbeat at the interval
+// the controller asked for. Assign and Cancel go to the JobRunner; EventAck to
+// the outbox.
+//
+// Threads: one long-lived thread connects and reads (so Assign/Cancel run on
+// it); one writer thread per stream does every Write, so no lock is held across
+// an RPC. Public methods are thread-safe.
+class ControllerLink {
+ public:
+  struct Options {
+    // name, slots, address, rendezvous ports, device; `running` is filled per
+    // connect.
+    trainyard::v1::Register registration;
+    absl::Duration initial_backoff = absl::Milliseconds(200);
+    absl::Duration max_backoff = absl::Seconds(10);
+    // Used until the controller's RegisterAck says otherwise.
+    absl::Duration heartbeat_interval = absl::Seconds(1);
+  };
+
+  // Insecure channel with keepalive, so a dead controller breaks the stream.
+  static std::shared_ptr<grpc::Channel> MakeChannel(const std::string &target);
+
+  ControllerLink(Options options, std::shared_ptr<grpc::Channel> channel, JobRunner *runner,
+                 EventOutbox *outbox, Clock *clock);
+  ~ControllerLink();  // Stop()
+  ControllerLink(const ControllerLink &) = delete;
+  ControllerLink &operator=(const ControllerLink &) = delete;
+
+  void Start();
+  // Flushes pending events and waits until the controller acknowledged every
+  // batch or `timeout` passed; true when everything was acknowledged.
+  bool Drain(absl::Duration timeout);
+  void Stop();
+
+  // True while a stream is registered with the controller.
+  bool registered() const;
+  // Streams opened so far (for tests and logs).
+  int connects() const;
+
+ private:
+  struct Stream;
+  void Run();
+  void ServeStream();
+  void WriteLoop(Stream *stream);
+
+  const Options options_;
+  const std::unique_ptr<trainyard::v1::WorkerService::Stub> stub_;
+  JobRunner *const runner_;
+  EventOutbox *const outbox_;
+  Clock *const clock_;
+
+  mutable absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool force_flush_ ABSL_GUARDED_BY(mu_) = false;
+  Stream *current_ ABSL_GUARDED_BY(mu_) = nullptr;
+  int connects_ ABSL_GUARDED_BY(mu_) = 0;
+  std::thread run_thread_;
+};
+
+}  // namespace trainyard
