@@ -8,6 +8,9 @@ std::string ToJsonLine(const google::protobuf::Message& message) {
   google::protobuf::util::JsonPrintOptions options;
   options.preserve_proto_field_names = true;
   options.add_whitespace = false;
+  // Consumers read every field of an Event (rank 0, attempt 0) without knowing proto3
+  // elides defaults.
+  options.always_print_primitive_fields = true;
   std::string out;
   auto status = google::protobuf::util::MessageToJsonString(message, &out, options);
   // Serialising a well-formed message cannot fail; a failure is a broken invariant.

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -14,7 +15,7 @@
 #include <sstream>
 #include <thread>
 
-#include "test_process.h"
+#include "tests/support/test_process.h"
 
 namespace trainyard::testing {
 namespace {
@@ -32,7 +33,7 @@ std::vector<json> JsonLines(const std::string& text) {
   std::istringstream in(text);
   std::string line;
   while (std::getline(in, line)) {
-    if (!line.empty()) out.push_back(json::parse(line));
+    if (!line.empty() && line[0] == '{') out.push_back(json::parse(line));
   }
   return out;
 }
@@ -156,31 +157,37 @@ TEST_F(EndToEndTest, DebugJobOnTwoRanksDataParallelSucceedsAndLearns) {
 TEST_F(EndToEndTest, CancelKillsEveryRankOfARunningJob) {
   std::string id = Submit({"training.steps=100000", "parallelism.dp=2"});
   ASSERT_FALSE(id.empty());
-  // Wait for RUNNING: every rank process has been spawned.
-  std::string state;
-  for (int i = 0; i < 600 && state != "RUNNING"; ++i) {
-    auto get = Cli({"get", id, "--output", "json"});
-    ASSERT_EQ(get.exit_code, 0) << get.err;
-    state = JsonLines(get.out).at(0).at("state").get<std::string>();
-    if (state != "RUNNING") std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // Follow the job live and cancel it once it is training (a step was reported).
+  const std::string watch_log = (dir_ / "cancel-watch.jsonl").string();
+  TestProcess watcher({TRAINYARD_CLI, "watch", id, "--output", "json", "--controller", address_},
+                      watch_log);
+  bool training = false;
+  for (int i = 0; i < 1200 && !training; ++i) {
+    std::ifstream in(watch_log);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    training = ss.str().find("\"step_metrics\"") != std::string::npos;
+    if (!training) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  ASSERT_EQ(state, "RUNNING");
+  ASSERT_TRUE(training) << "no step reported; see " << watch_log;
 
   auto cancel = Cli({"cancel", id});
   ASSERT_EQ(cancel.exit_code, 0) << cancel.err;
   auto cancelled_at = std::chrono::steady_clock::now();
 
   // The stream ends once every rank is accounted for; exit code 2 means CANCELLED.
-  auto watch = Cli({"watch", id, "--output", "json"});
-  EXPECT_EQ(watch.exit_code, 2) << watch.err;
+  EXPECT_EQ(watcher.Wait(), 2);
+  std::ifstream in(watch_log);
+  std::stringstream watch_out;
+  watch_out << in.rdbuf();
   std::set<int> pids;
   std::set<int> killed_ranks;
   std::string end_state;
-  for (const auto& e : JsonLines(watch.out)) {
+  for (const auto& e : JsonLines(watch_out.str())) {
     if (e.contains("rank_state")) {
       const auto& rs = e.at("rank_state");
       if (rs.value("state", "") == "RUNNING") pids.insert(rs.at("pid").get<int>());
-      if (rs.value("state", "") == "KILLED") killed_ranks.insert(e.at("rank").get<int>());
+      if (rs.value("state", "") == "KILLED") killed_ranks.insert(e.value("rank", 0));
     }
     if (e.contains("job_state")) end_state = e.at("job_state").at("state").get<std::string>();
   }

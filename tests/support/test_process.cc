@@ -1,4 +1,4 @@
-#include "test_process.h"
+#include "tests/support/test_process.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -60,6 +60,14 @@ int TestProcess::Stop() {
   int status = 0;
   waitpid(pid_, &status, 0);
   kill(-pid_, SIGKILL);  // anything it left behind in its group
+  pid_ = -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+}
+
+int TestProcess::Wait() {
+  if (pid_ <= 0) return -1;
+  int status = 0;
+  waitpid(pid_, &status, 0);
   pid_ = -1;
   return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
 }

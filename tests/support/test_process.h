@@ -17,6 +17,8 @@ class TestProcess {
   int pid() const { return pid_; }
   // Sends SIGTERM and waits for exit; returns the exit status (or -signal).
   int Stop();
+  // Waits for the process to exit by itself; returns the exit status (or -signal).
+  int Wait();
 
  private:
   int pid_ = -1;

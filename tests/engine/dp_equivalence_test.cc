@@ -1,0 +1,149 @@
+// Real trainyard-rank processes on loopback: a 2-rank data-parallel run must give the
+// same per-step losses as one rank holding the whole global batch.
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+extern char** environ;
+
+namespace {
+
+using nlohmann::json;
+
+json TinySpec(int dp, int batch, int steps) {
+  json spec = json::parse(R"({"job":{"name":"t","priority":0},
+    "model":{"preset":"tiny","vocab_size":256,"dim":64,"n_layers":2,"n_dense_layers":1,
+      "n_heads":4,"n_kv_heads":2,"ffn_hidden":128,"n_routed_experts":4,"top_k":2,
+      "n_shared_experts":1,"expert_hidden":32,"score_func":"sigmoid","route_norm":true,
+      "route_scale":1,"rope_theta":10000,"norm_eps":1e-05,"load_balance_coeff":0.001},
+    "training":{"steps":10,"batch_size":4,"seq_len":32,"lr":0.003,"warmup_steps":2,
+      "max_norm":1,"seed":"42","dataset":"synthetic","dataset_path":"","log_freq":1},
+    "parallelism":{"dp":1,"tp":1,"ep":1,"collective_timeout_s":60}})");
+  spec["training"]["batch_size"] = batch;
+  spec["training"]["steps"] = steps;
+  spec["parallelism"]["dp"] = dp;
+  return spec;
+}
+
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+pid_t SpawnRank(const std::string& config, int rank, int world, int port, const std::string& out) {
+  std::vector<std::string> args = {TRAINYARD_RANK_BIN, "--config", config,
+                                   "--rank", std::to_string(rank),
+                                   "--world-size", std::to_string(world),
+                                   "--master-addr", "127.0.0.1",
+                                   "--master-port", std::to_string(port),
+                                   "--attempt", "2", "--threads", "1"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = -1;
+  EXPECT_EQ(posix_spawn(&pid, TRAINYARD_RANK_BIN, &actions, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  return pid;
+}
+
+int WaitExit(pid_t pid) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::vector<json> ReadEvents(const std::string& path) {
+  std::vector<json> events;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) events.push_back(json::parse(line));  // throws on non-JSON
+  return events;
+}
+
+std::vector<double> Losses(const std::vector<json>& events) {
+  std::vector<double> losses;
+  for (const auto& e : events) {
+    if (e.contains("step_metrics")) losses.push_back(e["step_metrics"]["loss"].get<double>());
+  }
+  return losses;
+}
+
+std::string WriteSpec(const std::string& name, const json& spec) {
+  const std::string path = ::testing::TempDir() + name;
+  std::ofstream(path) << spec.dump();
+  return path;
+}
+
+TEST(DataParallelTest, TwoRanksMatchOneRankWithTheGlobalBatch) {
+  const int steps = 10;
+  const std::string dir = ::testing::TempDir();
+  const std::string one = WriteSpec("dp1.json", TinySpec(1, 8, steps));
+  const std::string two = WriteSpec("dp2.json", TinySpec(2, 4, steps));
+
+  pid_t single = SpawnRank(one, 0, 1, FreePort(), dir + "dp1_r0.jsonl");
+  ASSERT_EQ(WaitExit(single), 0);
+  const int port = FreePort();
+  pid_t r0 = SpawnRank(two, 0, 2, port, dir + "dp2_r0.jsonl");
+  pid_t r1 = SpawnRank(two, 1, 2, port, dir + "dp2_r1.jsonl");
+  ASSERT_EQ(WaitExit(r0), 0);
+  ASSERT_EQ(WaitExit(r1), 0);
+
+  const auto ev1 = ReadEvents(dir + "dp1_r0.jsonl");
+  const auto ev2 = ReadEvents(dir + "dp2_r0.jsonl");
+  const auto loss1 = Losses(ev1), loss2 = Losses(ev2);
+  ASSERT_EQ(loss1.size(), size_t(steps));
+  ASSERT_EQ(loss2.size(), size_t(steps));
+  for (int i = 0; i < steps; ++i) {
+    EXPECT_NEAR(loss2[i], loss1[i], 1e-4 * std::abs(loss1[i])) << "step " << i + 1;
+  }
+  EXPECT_LT(loss1.back(), loss1.front() - 0.05);
+
+  // Rank 1 reports no metrics; events are numbered from 1 and echo rank and attempt.
+  EXPECT_TRUE(Losses(ReadEvents(dir + "dp2_r1.jsonl")).empty());
+  for (size_t i = 0; i < ev2.size(); ++i) {
+    EXPECT_EQ(ev2[i]["source_seq"], i + 1);
+    EXPECT_EQ(ev2[i]["rank"], 0);
+    EXPECT_EQ(ev2[i]["attempt"], 2);
+  }
+  const json& last = ev2.back()["step_metrics"];
+  EXPECT_EQ(last["step"], steps);
+  int64_t load = 0;
+  for (const auto& v : last["expert_load"]) load += v.get<int64_t>();
+  EXPECT_EQ(load, 8 * 32 * 2);  // global tokens x top_k, one MoE layer
+  EXPECT_GE(last["imbalance"].get<double>(), 1.0);
+}
+
+TEST(DataParallelTest, BadConfigEndsWithAnErrorEventAndExitOne) {
+  json spec = TinySpec(1, 4, 2);
+  spec["parallelism"]["tp"] = 2;
+  const std::string out = ::testing::TempDir() + "bad_r0.jsonl";
+  pid_t pid = SpawnRank(WriteSpec("bad.json", spec), 0, 1, FreePort(), out);
+  EXPECT_EQ(WaitExit(pid), 1);
+  const auto events = ReadEvents(out);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back()["log"]["level"], "error");
+  EXPECT_NE(events.back()["log"]["message"].get<std::string>().find("parallelism.tp=2"), std::string::npos);
+}
+
+}  // namespace

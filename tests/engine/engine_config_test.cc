@@ -1,0 +1,71 @@
+#include <stdexcept>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "worker/engine/engine_config.h"
+
+namespace trainyard::engine {
+namespace {
+
+const char* kSpec = R"({"job":{"name":"demo","priority":0},"model":{"preset":"debug","vocab_size":2048,"dim":256,"n_layers":4,"n_dense_layers":1,"n_heads":8,"n_kv_heads":4,"ffn_hidden":768,"n_routed_experts":8,"top_k":2,"n_shared_experts":1,"expert_hidden":256,"score_func":"sigmoid","route_norm":true,"route_scale":1,"rope_theta":10000,"norm_eps":1e-05,"load_balance_coeff":0.001},"training":{"steps":20,"batch_size":8,"seq_len":256,"lr":0.0008,"warmup_steps":2,"max_norm":1,"seed":"42","dataset":"synthetic","dataset_path":"","log_freq":1},"parallelism":{"dp":2,"tp":1,"ep":1,"collective_timeout_s":300},"compile":{"backend":"eager"},"activation_checkpoint":{"mode":"none"},"unknown_section":{"x":1}})";
+
+std::string ErrorOf(const nlohmann::json& spec) {
+  try {
+    ParseEngineConfig(spec.dump());
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(EngineConfigTest, ParsesNormalisedJobSpec) {
+  EngineConfig c = ParseEngineConfig(kSpec);
+  EXPECT_EQ(c.model.preset, "debug");
+  EXPECT_EQ(c.model.vocab_size, 2048);
+  EXPECT_EQ(c.model.n_kv_heads, 4);
+  EXPECT_EQ(c.model.head_dim(), 32);
+  EXPECT_DOUBLE_EQ(c.model.norm_eps, 1e-5);
+  EXPECT_EQ(c.training.seed, 42u);
+  EXPECT_DOUBLE_EQ(c.training.lr, 0.0008);
+  EXPECT_EQ(c.parallelism.dp, 2);
+  EXPECT_DOUBLE_EQ(c.parallelism.collective_timeout_s, 300);
+}
+
+TEST(EngineConfigTest, SeedAcceptsNumberAndLargeString) {
+  auto spec = nlohmann::json::parse(kSpec);
+  spec["training"]["seed"] = 7;
+  EXPECT_EQ(ParseEngineConfig(spec.dump()).training.seed, 7u);
+  spec["training"]["seed"] = "18446744073709551615";
+  EXPECT_EQ(ParseEngineConfig(spec.dump()).training.seed, 18446744073709551615ull);
+  spec["training"]["seed"] = "x1";
+  EXPECT_NE(ErrorOf(spec).find("training.seed"), std::string::npos);
+}
+
+TEST(EngineConfigTest, MissingKeyIsNamed) {
+  auto spec = nlohmann::json::parse(kSpec);
+  spec["training"].erase("steps");
+  EXPECT_EQ(ErrorOf(spec), "config: missing training.steps");
+  spec = nlohmann::json::parse(kSpec);
+  spec.erase("model");
+  EXPECT_EQ(ErrorOf(spec), "config: missing model");
+}
+
+TEST(EngineConfigTest, RejectsUnbuiltParallelismAndBadValues) {
+  auto spec = nlohmann::json::parse(kSpec);
+  spec["parallelism"]["tp"] = 2;
+  EXPECT_EQ(ErrorOf(spec), "config: parallelism.tp=2: tensor parallelism is not built in this engine yet");
+  spec = nlohmann::json::parse(kSpec);
+  spec["model"]["top_k"] = 9;
+  EXPECT_NE(ErrorOf(spec).find("model.top_k=9"), std::string::npos) << ErrorOf(spec);
+  spec = nlohmann::json::parse(kSpec);
+  spec["model"]["n_kv_heads"] = 3;
+  EXPECT_NE(ErrorOf(spec).find("n_kv_heads"), std::string::npos);
+  spec = nlohmann::json::parse(kSpec);
+  spec["training"]["dataset"] = "imagenet";
+  EXPECT_NE(ErrorOf(spec).find("training.dataset=\"imagenet\""), std::string::npos);
+}
+
+}  // namespace
+}  // namespace trainyard::engine
