@@ -1,0 +1,71 @@
+// EngineConfig: the part of a normalised trainyard.v1.JobSpec the engine needs, read
+// from the proto3 JSON (proto field names preserved) that the worker writes for each
+// rank. Plain values only, so tests can build one by hand.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace trainyard::engine {
+
+struct ModelConfig {
+  std::string preset;
+  int vocab_size = 0;
+  int dim = 0;
+  int n_layers = 0;
+  int n_dense_layers = 0;
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int ffn_hidden = 0;
+  int n_routed_experts = 0;
+  int top_k = 0;
+  int n_shared_experts = 0;
+  int expert_hidden = 0;
+  std::string score_func = "sigmoid";  // "sigmoid" | "softmax"
+  bool route_norm = true;
+  double route_scale = 1.0;
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-5;
+  double load_balance_coeff = 1e-3;
+
+  int head_dim() const { return dim / n_heads; }
+  int n_moe_layers() const { return n_layers - n_dense_layers; }
+};
+
+struct TrainingConfig {
+  int steps = 0;
+  int batch_size = 0;  // per DP rank
+  int seq_len = 0;
+  double lr = 0.0;
+  int warmup_steps = 0;
+  double max_norm = 1.0;
+  std::uint64_t seed = 0;
+  std::string dataset = "synthetic";  // "synthetic" | "tokens" | "text"
+  std::string dataset_path;
+  int log_freq = 1;
+};
+
+struct ParallelismConfig {
+  int dp = 1;
+  int tp = 1;
+  int ep = 1;
+  double collective_timeout_s = 300.0;
+
+  int world_size() const { return dp * tp * ep; }
+};
+
+struct EngineConfig {
+  ModelConfig model;
+  TrainingConfig training;
+  ParallelismConfig parallelism;
+};
+
+// Parses and validates. Throws std::invalid_argument with a precise message
+// ("config: missing training.steps", "config: model.top_k=9 must be in [1, 8]").
+EngineConfig ParseEngineConfig(const std::string& json_text);
+EngineConfig LoadEngineConfigFile(const std::string& path);
+
+// The `tiny` preset from DESIGN.md (tests and smoke runs).
+EngineConfig TinyEngineConfig();
+
+}  // namespace trainyard::engine

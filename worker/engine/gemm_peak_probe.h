@@ -1,0 +1,18 @@
+// Measures this process's fp32 GEMM throughput once at start-up (a square matmul
+// repeated for a fixed wall time on the current intra-op threads), the denominator
+// of MFU. Also reports which BLAS kernel is in use. Not thread-safe; call from main.
+#pragma once
+
+#include <string>
+
+namespace trainyard::engine {
+
+class GemmPeakProbe {
+ public:
+  // Returns achieved FLOP/s of an n³ matmul, run for about `seconds`.
+  static double MeasureFlops(int n = 1024, double seconds = 0.3);
+  // OpenBLAS core name (e.g. "Haswell") or "unknown" when not linked to OpenBLAS.
+  static std::string BlasCoreName();
+};
+
+}  // namespace trainyard::engine

@@ -1,0 +1,31 @@
+#include "worker/engine/grouped_experts.h"
+
+namespace trainyard::engine {
+
+GroupedExpertsImpl::GroupedExpertsImpl(int64_t dim, int64_t hidden, int64_t n_experts) {
+  w1 = register_parameter("w1", torch::empty({n_experts, hidden, dim}));
+  w2 = register_parameter("w2", torch::empty({n_experts, dim, hidden}));
+  w3 = register_parameter("w3", torch::empty({n_experts, hidden, dim}));
+}
+
+torch::Tensor GroupedExpertsImpl::forward(const torch::Tensor& x, const std::vector<int64_t>& counts) {
+  TORCH_CHECK(static_cast<int64_t>(counts.size()) == w1.size(0), "GroupedExperts: got ",
+              counts.size(), " counts for ", w1.size(0), " experts");
+  std::vector<torch::Tensor> outs;
+  outs.reserve(counts.size());
+  int64_t offset = 0;
+  for (size_t e = 0; e < counts.size(); ++e) {
+    if (counts[e] == 0) continue;
+    auto xs = x.narrow(0, offset, counts[e]);
+    const int64_t i = static_cast<int64_t>(e);
+    auto h = torch::silu(xs.matmul(w1[i].t())) * xs.matmul(w3[i].t());
+    outs.push_back(h.matmul(w2[i].t()));
+    offset += counts[e];
+  }
+  TORCH_CHECK(offset == x.size(0), "GroupedExperts: counts sum to ", offset, " but x has ",
+              x.size(0), " rows");
+  if (outs.empty()) return x.new_zeros({0, w2.size(1)});
+  return outs.size() == 1 ? outs[0] : torch::cat(outs, 0);
+}
+
+}  // namespace trainyard::engine

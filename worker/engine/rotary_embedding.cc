@@ -1,0 +1,30 @@
+#include "worker/engine/rotary_embedding.h"
+
+namespace trainyard::engine {
+
+RotaryEmbedding::RotaryEmbedding(int64_t head_dim, int64_t max_seq_len, double theta) {
+  // Angles in double so long sequences do not lose precision before the cast.
+  auto opts = torch::TensorOptions().dtype(torch::kFloat64);
+  auto i = torch::arange(0, head_dim / 2, opts);
+  auto freqs = torch::pow(theta, -2.0 * i / static_cast<double>(head_dim));
+  auto pos = torch::arange(0, max_seq_len, opts);
+  auto angles = torch::outer(pos, freqs);
+  cos_ = torch::cos(angles).to(torch::kFloat32);
+  sin_ = torch::sin(angles).to(torch::kFloat32);
+}
+
+torch::Tensor RotaryEmbedding::Apply(const torch::Tensor& x) const {
+  const int64_t seq = x.size(1);
+  TORCH_CHECK(seq <= cos_.size(0), "RoPE: sequence length ", seq, " exceeds table size ",
+              cos_.size(0));
+  auto pairs = x.reshape({x.size(0), seq, x.size(2), x.size(3) / 2, 2});
+  auto x0 = pairs.select(-1, 0);
+  auto x1 = pairs.select(-1, 1);
+  // [seq, 1, head_dim/2] broadcasts over batch and heads.
+  auto c = cos_.narrow(0, 0, seq).unsqueeze(1);
+  auto s = sin_.narrow(0, 0, seq).unsqueeze(1);
+  auto out = torch::stack({x0 * c - x1 * s, x0 * s + x1 * c}, -1);
+  return out.reshape(x.sizes());
+}
+
+}  // namespace trainyard::engine

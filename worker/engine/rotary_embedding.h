@@ -1,0 +1,25 @@
+// RoPE tables and application in the Llama/torchtitan layout: consecutive pairs
+// (2i, 2i+1) of each head rotate by angle pos·theta^(-2i/head_dim).
+// Immutable after construction; safe to share across threads.
+#pragma once
+
+#include <torch/torch.h>
+
+namespace trainyard::engine {
+
+class RotaryEmbedding {
+ public:
+  RotaryEmbedding(int64_t head_dim, int64_t max_seq_len, double theta);
+
+  // x: [batch, seq, heads, head_dim] -> same shape, rotated. seq <= max_seq_len.
+  torch::Tensor Apply(const torch::Tensor& x) const;
+
+  const torch::Tensor& cos() const { return cos_; }  // [max_seq_len, head_dim/2]
+  const torch::Tensor& sin() const { return sin_; }
+
+ private:
+  torch::Tensor cos_;
+  torch::Tensor sin_;
+};
+
+}  // namespace trainyard::engine

@@ -1,0 +1,65 @@
+// Runs the data-parallel training loop for one rank: batch → forward → loss →
+// backward → gradient all-reduce → global clip → AdamW (lr schedule) → expert-bias
+// update, emitting step metrics on rank 0. Every rank runs the same collectives in the
+// same order. Not thread-safe; owned by main.
+//
+// Optimizer choice: AdamW, betas (0.9, 0.95), eps 1e-8, weight_decay 0.1 on every
+// parameter (as torchtitan does); max_norm <= 0 turns clipping off (norm still reported).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "worker/engine/collective_group.h"
+#include "worker/engine/dataset.h"
+#include "worker/engine/engine_config.h"
+#include "worker/engine/event_writer.h"
+#include "worker/engine/flops_model.h"
+#include "worker/engine/gradient_synchronizer.h"
+#include "worker/engine/lr_schedule.h"
+#include "worker/engine/transformer_model.h"
+
+namespace trainyard::engine {
+
+struct TrainerOptions {
+  int threads = 1;
+  double peak_flops = 0;  // FLOP/s of this rank for MFU; 0 = unknown
+};
+
+class Trainer {
+ public:
+  static constexpr double kBeta1 = 0.9;
+  static constexpr double kBeta2 = 0.95;
+  static constexpr double kWeightDecay = 0.1;
+  static constexpr double kEps = 1e-8;
+
+  // Throws std::invalid_argument when world size and parallelism.dp disagree.
+  Trainer(const EngineConfig& config, CollectiveGroup& group, EventWriter& events,
+          TrainerOptions options);
+
+  // Runs training.steps steps. Throws on any failure, with the step in the message.
+  void Run();
+
+  // One optimizer step (1-based). Returns the metrics that rank 0 reports.
+  StepMetrics Step(int step);
+
+  TransformerModel& model() { return model_; }
+  const FlopsModel& flops() const { return flops_; }
+
+ private:
+  EngineConfig config_;
+  CollectiveGroup& group_;
+  EventWriter& events_;
+  TrainerOptions options_;
+  FlopsModel flops_;
+  LrSchedule schedule_;
+  std::unique_ptr<Dataset> dataset_;
+  TransformerModel model_{nullptr};
+  std::vector<torch::Tensor> params_;
+  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::unique_ptr<GradientSynchronizer> grad_sync_;
+};
+
+}  // namespace trainyard::engine

@@ -1,0 +1,53 @@
+// The decoder: tok_embeddings → layers → norm → output (untied). Parameter names
+// follow torchtitan (`layers.3.moe.experts.w1`, `layers.0.attention.wq.weight`, ...).
+// Not thread-safe (a torch module); owned by the Trainer.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "worker/engine/engine_config.h"
+#include "worker/engine/rms_norm.h"
+#include "worker/engine/rotary_embedding.h"
+#include "worker/engine/transformer_block.h"
+
+namespace trainyard::engine {
+
+struct ModelOutput {
+  torch::Tensor logits;             // [batch, seq, vocab]
+  torch::Tensor tokens_per_expert;  // [n_moe_layers, n_experts] int64 (empty if no MoE)
+};
+
+class TransformerModelImpl : public torch::nn::Module {
+ public:
+  TransformerModelImpl(const ModelConfig& config, int64_t max_seq_len);
+
+  // tokens: [batch, seq] int64.
+  ModelOutput forward(const torch::Tensor& tokens);
+
+  // Deterministic from `seed` alone (same on every rank): normal(0, 0.02) for
+  // matrices, scaled by 1/sqrt(2·n_layers) for the residual-output projections
+  // (wo, w2, output); norms to 1; expert_bias to 0.
+  void InitWeights(std::uint64_t seed);
+
+  // Applies the aux-loss-free bias update; counts: [n_moe_layers, n_experts].
+  void UpdateExpertBiases(const torch::Tensor& counts, double coeff);
+
+  const std::vector<TransformerBlock>& blocks() const { return blocks_; }
+  const ModelConfig& config() const { return config_; }
+
+  torch::nn::Embedding tok_embeddings{nullptr};
+  torch::nn::ModuleList layers;
+  RMSNorm norm{nullptr};
+  torch::nn::Linear output{nullptr};
+
+ private:
+  ModelConfig config_;
+  RotaryEmbedding rope_;
+  std::vector<TransformerBlock> blocks_;
+};
+TORCH_MODULE(TransformerModel);
+
+}  // namespace trainyard::engine
