@@ -44,14 +44,8 @@ class EndToEndTest : public ::testing::Test {
     dir_ = fs::temp_directory_path() / ("trainyard_e2e_" + std::to_string(getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    controller_ = std::make_unique<TestProcess>(
-        std::vector<std::string>{TRAINYARD_CONTROLLER, "--listen", "127.0.0.1:0", "--data-dir",
-                                 (dir_ / "data").string(), "--port-file",
-                                 (dir_ / "port").string()},
-        (dir_ / "controller.log").string());
-    std::string port = WaitForFile((dir_ / "port").string(), 20000);
-    ASSERT_FALSE(port.empty()) << "controller did not start; see " << dir_ / "controller.log";
-    address_ = "127.0.0.1:" + std::to_string(std::stoi(port));
+    StartController("127.0.0.1:0");
+    ASSERT_FALSE(address_.empty()) << "controller did not start; see " << dir_ / "controller.log";
     // A rendezvous port range of our own, so parallel test processes do not collide.
     int base = 30000 + (getpid() % 3000) * 10;
     worker_ = std::make_unique<TestProcess>(
@@ -67,6 +61,43 @@ class EndToEndTest : public ::testing::Test {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     FAIL() << "worker never registered; see " << dir_ / "worker.log";
+  }
+
+  // Starts the controller on `listen` with this test's data dir; sets address_.
+  void StartController(const std::string& listen) {
+    fs::remove(dir_ / "port");
+    controller_ = std::make_unique<TestProcess>(
+        std::vector<std::string>{TRAINYARD_CONTROLLER, "--listen", listen, "--data-dir",
+                                 (dir_ / "data").string(), "--port-file",
+                                 (dir_ / "port").string()},
+        (dir_ / "controller.log").string());
+    std::string port = WaitForFile((dir_ / "port").string(), 20000);
+    address_ = port.empty() ? "" : "127.0.0.1:" + std::to_string(std::stoi(port));
+  }
+
+  // Follows `id` with `trainyard watch` in the background until a step is reported.
+  std::unique_ptr<TestProcess> WatchUntilTraining(const std::string& id,
+                                                  const std::string& log) {
+    auto watcher = std::make_unique<TestProcess>(
+        std::vector<std::string>{TRAINYARD_CLI, "watch", id, "--output", "json",
+                                 "--controller", address_},
+        log);
+    for (int i = 0; i < 1200; ++i) {
+      std::ifstream in(log);
+      std::stringstream ss;
+      ss << in.rdbuf();
+      if (ss.str().find("\"step_metrics\"") != std::string::npos) return watcher;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ADD_FAILURE() << "no step reported; see " << log;
+    return watcher;
+  }
+
+  static std::string ReadFile(const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
   }
 
   void TearDown() override {
@@ -159,31 +190,19 @@ TEST_F(EndToEndTest, CancelKillsEveryRankOfARunningJob) {
   ASSERT_FALSE(id.empty());
   // Follow the job live and cancel it once it is training (a step was reported).
   const std::string watch_log = (dir_ / "cancel-watch.jsonl").string();
-  TestProcess watcher({TRAINYARD_CLI, "watch", id, "--output", "json", "--controller", address_},
-                      watch_log);
-  bool training = false;
-  for (int i = 0; i < 1200 && !training; ++i) {
-    std::ifstream in(watch_log);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    training = ss.str().find("\"step_metrics\"") != std::string::npos;
-    if (!training) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  ASSERT_TRUE(training) << "no step reported; see " << watch_log;
+  auto watcher = WatchUntilTraining(id, watch_log);
+  ASSERT_FALSE(HasFailure());
 
   auto cancel = Cli({"cancel", id});
   ASSERT_EQ(cancel.exit_code, 0) << cancel.err;
   auto cancelled_at = std::chrono::steady_clock::now();
 
   // The stream ends once every rank is accounted for; exit code 2 means CANCELLED.
-  EXPECT_EQ(watcher.Wait(), 2);
-  std::ifstream in(watch_log);
-  std::stringstream watch_out;
-  watch_out << in.rdbuf();
+  EXPECT_EQ(watcher->Wait(), 2);
   std::set<int> pids;
   std::set<int> killed_ranks;
   std::string end_state;
-  for (const auto& e : JsonLines(watch_out.str())) {
+  for (const auto& e : JsonLines(ReadFile(watch_log))) {
     if (e.contains("rank_state")) {
       const auto& rs = e.at("rank_state");
       if (rs.value("state", "") == "RUNNING") pids.insert(rs.at("pid").get<int>());
@@ -203,6 +222,42 @@ TEST_F(EndToEndTest, CancelKillsEveryRankOfARunningJob) {
   }
   auto get = Cli({"get", id, "--output", "json"});
   EXPECT_EQ(JsonLines(get.out).at(0).at("state"), "CANCELLED");
+}
+
+TEST_F(EndToEndTest, ControllerCrashMidJobLosesNoEvent) {
+  const int steps = 600;
+  std::string id = Submit({"model.preset=tiny", "parallelism.dp=2",
+                           "training.steps=" + std::to_string(steps)});
+  ASSERT_FALSE(id.empty());
+  auto watcher = WatchUntilTraining(id, (dir_ / "before-crash.jsonl").string());
+  ASSERT_FALSE(HasFailure());
+  // Crash the controller while the ranks train; restart it on the same port and data.
+  const std::string listen = address_;
+  controller_->Kill();
+  watcher->Wait();
+  StartController(listen);
+  ASSERT_EQ(address_, listen) << "could not restart on the same port";
+
+  // The worker reconnects and resends what was not acknowledged; the job finishes.
+  auto watch = Cli({"watch", id, "--output", "json"});
+  ASSERT_EQ(watch.exit_code, 0) << watch.err << "\n" << ReadFile((dir_ / "controller.log").string());
+  std::map<int64_t, int> step_count;
+  int64_t last_seq = 0;
+  std::string end_state;
+  for (const auto& e : JsonLines(watch.out)) {
+    int64_t seq = AsInt(e.at("seq"));
+    EXPECT_EQ(seq, last_seq + 1) << "seq gap after the crash";
+    last_seq = seq;
+    if (e.contains("step_metrics")) ++step_count[AsInt(e.at("step_metrics").at("step"))];
+    if (e.contains("job_state")) end_state = e.at("job_state").at("state").get<std::string>();
+  }
+  EXPECT_EQ(end_state, "SUCCEEDED");
+  // The crash really hit a running job: the new controller recovered it as RUNNING.
+  EXPECT_NE(ReadFile((dir_ / "controller.log").string())
+                .find("recovered job=" + id + " state=RUNNING"),
+            std::string::npos);
+  ASSERT_EQ(step_count.size(), static_cast<size_t>(steps)) << "steps lost across the crash";
+  for (const auto& [step, n] : step_count) EXPECT_EQ(n, 1) << "step " << step << " duplicated";
 }
 
 TEST_F(EndToEndTest, InvalidSpecsAreRejectedWithTheFieldAndLeaveNoJob) {

@@ -64,6 +64,13 @@ int TestProcess::Stop() {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
 }
 
+void TestProcess::Kill() {
+  if (pid_ <= 0) return;
+  kill(pid_, SIGKILL);
+  waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+}
+
 int TestProcess::Wait() {
   if (pid_ <= 0) return -1;
   int status = 0;

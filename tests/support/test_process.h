@@ -17,6 +17,8 @@ class TestProcess {
   int pid() const { return pid_; }
   // Sends SIGTERM and waits for exit; returns the exit status (or -signal).
   int Stop();
+  // SIGKILLs the process (a crash, as far as it can tell) and reaps it.
+  void Kill();
   // Waits for the process to exit by itself; returns the exit status (or -signal).
   int Wait();
 
