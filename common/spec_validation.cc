@@ -246,17 +246,6 @@ absl::Status ValidateJobSpec(const v1::JobSpec& s, int total_connected_slots) {
 }
 
 absl::Status CheckSupported(const v1::JobSpec& s) {
-  const v1::ParallelismSpec& p = s.parallelism();
-  if (p.tp() > 1) {
-    return absl::UnimplementedError(
-        absl::StrCat("parallelism.tp=", p.tp(),
-                     ": tensor parallelism is not built yet (this release trains with dp only)"));
-  }
-  if (p.ep() > 1) {
-    return absl::UnimplementedError(
-        absl::StrCat("parallelism.ep=", p.ep(),
-                     ": expert parallelism is not built yet (this release trains with dp only)"));
-  }
   const std::string& backend = s.compile().backend();
   if (backend != "eager") {
     return absl::UnimplementedError(absl::StrCat(

@@ -36,10 +36,9 @@ inline constexpr int kSkipSlotCheck = -1;
 absl::Status ValidateJobSpec(const v1::JobSpec& normalised, int total_connected_slots);
 
 // Legal configurations this release cannot run yet. Returns UNIMPLEMENTED naming the
-// first such setting (tp>1, ep>1, backend jit/cudagraph, activation checkpointing,
-// profiling, periodic or initial checkpoints, device cuda, datasets other than
-// synthetic), e.g. "parallelism.tp=2: tensor parallelism is not built yet (this
-// release trains with dp only)". Call after ValidateJobSpec.
+// first such setting (backend jit/cudagraph, activation checkpointing, profiling,
+// periodic or initial checkpoints, device cuda, datasets other than synthetic), e.g.
+// "profiling.enable=true: the profiler is not built yet". Call after ValidateJobSpec.
 absl::Status CheckSupported(const v1::JobSpec& normalised);
 
 }  // namespace trainyard

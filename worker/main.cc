@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <thread>
@@ -75,6 +76,13 @@ int main(int argc, char **argv) {
     int cores = static_cast<int>(std::thread::hardware_concurrency());
     opt.threads_per_rank = std::max(1, cores / opt.slots);
   }
+  // Ranks inherit these: OpenMP and OpenBLAS otherwise size their pools to every core
+  // and spin while idle, so ranks sharing a machine would oversubscribe it. A value
+  // the operator set wins.
+  const std::string threads = std::to_string(opt.threads_per_rank);
+  setenv("OMP_NUM_THREADS", threads.c_str(), 0);
+  setenv("OPENBLAS_NUM_THREADS", threads.c_str(), 0);
+  setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
   spdlog::set_default_logger(spdlog::stderr_color_mt("worker"));
 
   // Every thread inherits this mask; the main thread takes the signals with

@@ -136,14 +136,14 @@ TEST(DataParallelTest, TwoRanksMatchOneRankWithTheGlobalBatch) {
 
 TEST(DataParallelTest, BadConfigEndsWithAnErrorEventAndExitOne) {
   json spec = TinySpec(1, 4, 2);
-  spec["parallelism"]["tp"] = 2;
+  spec["parallelism"]["ep"] = 3;
   const std::string out = ::testing::TempDir() + "bad_r0.jsonl";
   pid_t pid = SpawnRank(WriteSpec("bad.json", spec), 0, 1, FreePort(), out);
   EXPECT_EQ(WaitExit(pid), 1);
   const auto events = ReadEvents(out);
   ASSERT_FALSE(events.empty());
   EXPECT_EQ(events.back()["log"]["level"], "error");
-  EXPECT_NE(events.back()["log"]["message"].get<std::string>().find("parallelism.tp=2"), std::string::npos);
+  EXPECT_NE(events.back()["log"]["message"].get<std::string>().find("parallelism.ep=3 must divide model.n_routed_experts=4"), std::string::npos);
 }
 
 }  // namespace

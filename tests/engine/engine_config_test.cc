@@ -52,10 +52,23 @@ TEST(EngineConfigTest, MissingKeyIsNamed) {
   EXPECT_EQ(ErrorOf(spec), "config: missing model");
 }
 
-TEST(EngineConfigTest, RejectsUnbuiltParallelismAndBadValues) {
+TEST(EngineConfigTest, AcceptsTensorAndExpertParallelismThatDivides) {
   auto spec = nlohmann::json::parse(kSpec);
   spec["parallelism"]["tp"] = 2;
-  EXPECT_EQ(ErrorOf(spec), "config: parallelism.tp=2: tensor parallelism is not built in this engine yet");
+  spec["parallelism"]["ep"] = 4;
+  const EngineConfig c = ParseEngineConfig(spec.dump());
+  EXPECT_EQ(c.parallelism.world_size(), 4);  // EP is carved from dp·tp
+  spec["parallelism"]["tp"] = 3;
+  EXPECT_EQ(ErrorOf(spec), "config: parallelism.tp=3 must divide model.n_heads=8 and model.n_kv_heads=4");
+  spec["parallelism"]["tp"] = 1;
+  spec["parallelism"]["ep"] = 4;  // dp·tp = 2
+  EXPECT_EQ(ErrorOf(spec), "config: parallelism.ep=4 must divide dp*tp=2");
+  spec["parallelism"]["ep"] = 3;
+  EXPECT_EQ(ErrorOf(spec), "config: parallelism.ep=3 must divide model.n_routed_experts=8");
+}
+
+TEST(EngineConfigTest, RejectsBadValues) {
+  auto spec = nlohmann::json::parse(kSpec);
   spec = nlohmann::json::parse(kSpec);
   spec["model"]["top_k"] = 9;
   EXPECT_NE(ErrorOf(spec).find("model.top_k=9"), std::string::npos) << ErrorOf(spec);

@@ -127,18 +127,16 @@ class EndToEndTest : public ::testing::Test {
   }
 
   // Runs a job to its end and checks the training figures the issue asks for.
-  void RunAndCheckTraining(int dp) {
+  void RunAndCheckTraining(std::vector<std::string> sets) {
     const int steps = 20;
-    auto start = std::chrono::steady_clock::now();
-    std::string id = Submit({"training.steps=" + std::to_string(steps),
-                             "parallelism.dp=" + std::to_string(dp)});
+    sets.push_back("training.steps=" + std::to_string(steps));
+    std::string id = Submit(sets);
     ASSERT_FALSE(id.empty());
     auto watch = Cli({"watch", id, "--output", "json"});
     ASSERT_EQ(watch.exit_code, 0) << "watch: " << watch.err << "\n" << watch.out;
 
     std::map<int64_t, double> loss_by_step;
     std::string end_state;
-    double first_step_s = -1;
     int64_t last_seq = 0;
     for (const auto& e : JsonLines(watch.out)) {
       int64_t seq = AsInt(e.at("seq"));
@@ -149,10 +147,6 @@ class EndToEndTest : public ::testing::Test {
         int64_t step = AsInt(m.at("step"));
         EXPECT_EQ(loss_by_step.count(step), 0u) << "step " << step << " reported twice";
         loss_by_step[step] = m.at("loss").get<double>();
-        if (first_step_s < 0) {
-          first_step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-                             .count();
-        }
       }
       if (e.contains("job_state")) end_state = e.at("job_state").at("state").get<std::string>();
     }
@@ -170,7 +164,8 @@ class EndToEndTest : public ::testing::Test {
     auto get = Cli({"get", id, "--output", "json"});
     ASSERT_EQ(get.exit_code, 0) << get.err;
     EXPECT_EQ(JsonLines(get.out).at(0).at("state"), "SUCCEEDED");
-    std::printf("[figures] dp=%d: loss %.4f -> %.4f over %d steps\n", dp, first5, last5, steps);
+    std::printf("[figures] %s: loss %.4f -> %.4f over %d steps\n", sets[0].c_str(), first5,
+                last5, steps);
   }
 
   fs::path dir_;
@@ -179,10 +174,16 @@ class EndToEndTest : public ::testing::Test {
   std::unique_ptr<TestProcess> worker_;
 };
 
-TEST_F(EndToEndTest, DebugJobOnOneRankSucceedsAndLearns) { RunAndCheckTraining(1); }
+TEST_F(EndToEndTest, DebugJobOnOneRankSucceedsAndLearns) {
+  RunAndCheckTraining({"parallelism.dp=1"});
+}
 
 TEST_F(EndToEndTest, DebugJobOnTwoRanksDataParallelSucceedsAndLearns) {
-  RunAndCheckTraining(2);
+  RunAndCheckTraining({"parallelism.dp=2"});
+}
+
+TEST_F(EndToEndTest, TensorAndExpertParallelJobSucceedsAndLearns) {
+  RunAndCheckTraining({"parallelism.tp=2", "parallelism.ep=2", "model.preset=tiny"});
 }
 
 TEST_F(EndToEndTest, CancelKillsEveryRankOfARunningJob) {

@@ -269,13 +269,6 @@ TEST_P(CheckSupportedTest, ValidButNotBuiltIsUnimplemented) {
 INSTANTIATE_TEST_SUITE_P(
     NotBuilt, CheckSupportedTest,
     ::testing::Values(
-        Unsupported{"Tp", M(s->mutable_parallelism()->set_tp(2)),
-                    "parallelism.tp=2: tensor parallelism is not built yet (this release trains "
-                    "with dp only)"},
-        Unsupported {
-          "Ep", M(s->mutable_parallelism()->set_ep(2); s->mutable_parallelism()->set_dp(2)),
-              "parallelism.ep=2: expert parallelism is not built yet"
-        },
         Unsupported{"Jit", M(s->mutable_compile()->set_backend("jit")), "compile.backend=jit"},
         Unsupported{"CudaGraph", M(s->mutable_compile()->set_backend("cudagraph")),
                     "compile.backend=cudagraph"},
@@ -296,6 +289,15 @@ INSTANTIATE_TEST_SUITE_P(
         }),
     [](const ::testing::TestParamInfo<Unsupported>& info) { return info.param.name; });
 #undef M
+
+TEST(CheckSupportedTest, TensorAndExpertParallelLayoutsAreBuilt) {
+  v1::JobSpec spec = Normalised();
+  spec.mutable_parallelism()->set_dp(2);
+  spec.mutable_parallelism()->set_tp(2);
+  spec.mutable_parallelism()->set_ep(2);
+  ASSERT_TRUE(ValidateJobSpec(spec, kSkipSlotCheck).ok());
+  EXPECT_TRUE(CheckSupported(spec).ok()) << CheckSupported(spec);
+}
 
 }  // namespace
 }  // namespace trainyard

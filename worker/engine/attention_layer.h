@@ -1,17 +1,21 @@
 // Causal grouped-query self-attention with RoPE. Query head h reads KV head
 // h / (n_heads / n_kv_heads); scores scale by 1/sqrt(head_dim). Linear layers have no
-// bias. Not thread-safe (a torch module); owned by its TransformerBlock.
+// bias. With tensor parallelism the heads split across the TP group: wq/wk/wv are
+// column-parallel (this rank's n_heads/tp query and n_kv_heads/tp KV heads, which keeps
+// the GQA pairing local), wo is row-parallel and its partial sums are all-reduced.
+// Not thread-safe (a torch module); owned by its TransformerBlock.
 #pragma once
 
 #include <torch/torch.h>
 
+#include "worker/engine/parallel_context.h"
 #include "worker/engine/rotary_embedding.h"
 
 namespace trainyard::engine {
 
 class AttentionImpl : public torch::nn::Module {
  public:
-  AttentionImpl(int64_t dim, int64_t n_heads, int64_t n_kv_heads);
+  AttentionImpl(int64_t dim, int64_t n_heads, int64_t n_kv_heads, ParallelContext ctx = {});
 
   // x: [batch, seq, dim] -> [batch, seq, dim].
   torch::Tensor forward(const torch::Tensor& x, const RotaryEmbedding& rope);
@@ -19,7 +23,8 @@ class AttentionImpl : public torch::nn::Module {
   torch::nn::Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
 
  private:
-  int64_t n_heads_;
+  ParallelContext ctx_;
+  int64_t n_heads_;  // local to this TP rank
   int64_t n_kv_heads_;
   int64_t head_dim_;
 };

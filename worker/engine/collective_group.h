@@ -1,13 +1,17 @@
-// The data-parallel process group: rendezvous through a c10d TCPStore hosted by rank 0
-// at master_addr:master_port, then a c10d ProcessGroupGloo on a device bound to
-// gloo_host. With world_size 1 there is no store and no group, and every collective is
-// the identity, so single-rank runs need no free port.
+// A c10d process group over some ranks: the world group rendezvouses through a c10d
+// TCPStore hosted by rank 0 at master_addr:master_port; sub-groups (TP, DP, EP, ...)
+// are carved from it with NewSubgroup, each on its own PrefixStore of that TCPStore.
+// Every process group is a ProcessGroupGloo on a device bound to gloo_host. A group of
+// size 1 has no store and no c10d group, and every collective is the identity, so
+// single-rank runs need no free port.
 // Not thread-safe: one training thread issues collectives, in the same order on every
-// rank (c10d requirement).
+// member (c10d requirement).
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -30,11 +34,27 @@ class CollectiveGroup {
   // std::runtime_error naming the address on failure.
   static std::unique_ptr<CollectiveGroup> Connect(const RendezvousOptions& options);
 
+  // A world group over an existing store (tests use an in-process c10d::HashStore).
+  static std::unique_ptr<CollectiveGroup> OverStore(compat::StorePtr store, int rank,
+                                                    int world_size, std::string gloo_host,
+                                                    std::chrono::milliseconds timeout);
+
+  // The group of `ranks` (world ranks, ascending), named `name` (unique per world).
+  // Only members may call it; members must create their groups in the same global
+  // order, which makes the blocking Gloo rendezvous deadlock-free.
+  std::unique_ptr<CollectiveGroup> NewSubgroup(const std::string& name,
+                                               const std::vector<int>& ranks) const;
+
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
 
   // In-place sum across ranks (blocking).
   void AllReduceSum(torch::Tensor& tensor);
+
+  // Row all-to-all: rows [sum(in_splits[<j]), +in_splits[j]) of `input` go to member j;
+  // returns the rows received, ordered by source member. Blocking.
+  torch::Tensor AllToAll(const torch::Tensor& input, const std::vector<int64_t>& out_splits,
+                         const std::vector<int64_t>& in_splits);
 
  private:
   CollectiveGroup(int rank, int world_size) : rank_(rank), world_size_(world_size) {}
@@ -43,6 +63,8 @@ class CollectiveGroup {
   int world_size_;
   compat::StorePtr store_;
   compat::GlooGroupPtr group_;
+  std::string gloo_host_;
+  std::chrono::milliseconds timeout_{0};
 };
 
 }  // namespace trainyard::engine

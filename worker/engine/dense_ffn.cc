@@ -1,14 +1,22 @@
 #include "worker/engine/dense_ffn.h"
 
+#include "worker/engine/parallel_autograd.h"
+
 namespace trainyard::engine {
 
-FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t hidden) {
-  w1 = register_module("w1", torch::nn::Linear(torch::nn::LinearOptions(dim, hidden).bias(false)));
-  w2 = register_module("w2", torch::nn::Linear(torch::nn::LinearOptions(hidden, dim).bias(false)));
-  w3 = register_module("w3", torch::nn::Linear(torch::nn::LinearOptions(dim, hidden).bias(false)));
+FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t hidden, ParallelContext ctx) : ctx_(ctx) {
+  TORCH_CHECK(hidden % ctx.tp == 0, "FeedForward: tp=", ctx.tp, " must divide hidden=", hidden);
+  const int64_t local = hidden / ctx.tp;
+  w1 = register_module("w1", torch::nn::Linear(torch::nn::LinearOptions(dim, local).bias(false)));
+  w2 = register_module("w2", torch::nn::Linear(torch::nn::LinearOptions(local, dim).bias(false)));
+  w3 = register_module("w3", torch::nn::Linear(torch::nn::LinearOptions(dim, local).bias(false)));
 }
 
 torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {
+  return ReduceFromRegion(Partial(CopyToRegion(x, ctx_.tp_group)), ctx_.tp_group);
+}
+
+torch::Tensor FeedForwardImpl::Partial(const torch::Tensor& x) {
   return w2(torch::silu(w1(x)) * w3(x));
 }
 

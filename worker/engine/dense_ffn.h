@@ -1,17 +1,29 @@
 // SwiGLU feed-forward: w2(silu(w1 x) ⊙ w3 x), no biases. Used for the dense layers and
-// as the MoE shared expert. Not thread-safe (a torch module).
+// as the MoE shared expert. With tensor parallelism w1/w3 are column-parallel and w2
+// row-parallel (hidden/tp columns per rank). Not thread-safe (a torch module).
 #pragma once
 
 #include <torch/torch.h>
+
+#include "worker/engine/parallel_context.h"
 
 namespace trainyard::engine {
 
 class FeedForwardImpl : public torch::nn::Module {
  public:
-  FeedForwardImpl(int64_t dim, int64_t hidden);
+  FeedForwardImpl(int64_t dim, int64_t hidden, ParallelContext ctx = {});
+
+  // Replicated x in, replicated (TP-reduced) result out.
   torch::Tensor forward(const torch::Tensor& x);
 
+  // This rank's partial sum, for a caller (the MoE) that does the TP copy/reduce
+  // itself around more than one branch.
+  torch::Tensor Partial(const torch::Tensor& x);
+
   torch::nn::Linear w1{nullptr}, w2{nullptr}, w3{nullptr};
+
+ private:
+  ParallelContext ctx_;
 };
 TORCH_MODULE(FeedForward);
 

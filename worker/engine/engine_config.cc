@@ -139,8 +139,20 @@ void Validate(const EngineConfig& c) {
 
   const ParallelismConfig& p = c.parallelism;
   RequireRange("parallelism.dp", p.dp, 1, 1 << 16);
-  if (p.tp != 1) Fail("parallelism.tp=" + std::to_string(p.tp) + ": tensor parallelism is not built in this engine yet");
-  if (p.ep != 1) Fail("parallelism.ep=" + std::to_string(p.ep) + ": expert parallelism is not built in this engine yet");
+  RequireRange("parallelism.tp", p.tp, 1, 1 << 16);
+  RequireRange("parallelism.ep", p.ep, 1, 1 << 16);
+  const std::string tp = "parallelism.tp=" + std::to_string(p.tp);
+  if (m.n_heads % p.tp != 0 || m.n_kv_heads % p.tp != 0) {
+    Fail(tp + " must divide model.n_heads=" + std::to_string(m.n_heads) + " and model.n_kv_heads=" + std::to_string(m.n_kv_heads));
+  }
+  if (m.n_dense_layers > 0 && m.ffn_hidden % p.tp != 0) Fail(tp + " must divide model.ffn_hidden=" + std::to_string(m.ffn_hidden));
+  if (m.n_moe_layers() > 0 && (int64_t{m.expert_hidden} * m.n_shared_experts) % p.tp != 0) {
+    Fail(tp + " must divide the shared-expert hidden size model.expert_hidden*n_shared_experts=" +
+         std::to_string(int64_t{m.expert_hidden} * m.n_shared_experts));
+  }
+  const std::string ep = "parallelism.ep=" + std::to_string(p.ep);
+  if (m.n_moe_layers() > 0 && m.n_routed_experts % p.ep != 0) Fail(ep + " must divide model.n_routed_experts=" + std::to_string(m.n_routed_experts));
+  if ((int64_t{p.dp} * p.tp) % p.ep != 0) Fail(ep + " must divide dp*tp=" + std::to_string(int64_t{p.dp} * p.tp));
   RequireRange("parallelism.collective_timeout_s", p.collective_timeout_s, 0.001, 1e7);
 }
 

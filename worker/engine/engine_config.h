@@ -51,7 +51,8 @@ struct ParallelismConfig {
   int ep = 1;
   double collective_timeout_s = 300.0;
 
-  int world_size() const { return dp * tp * ep; }
+  // EP is carved from dp·tp (it does not add ranks).
+  int world_size() const { return dp * tp; }
 };
 
 struct EngineConfig {

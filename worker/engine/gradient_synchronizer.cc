@@ -4,8 +4,9 @@
 
 namespace trainyard::engine {
 
-GradientSynchronizer::GradientSynchronizer(std::vector<torch::Tensor> params, CollectiveGroup& group)
-    : params_(std::move(params)), group_(group) {
+GradientSynchronizer::GradientSynchronizer(std::vector<torch::Tensor> params, CollectiveGroup& group,
+                                           double scale)
+    : params_(std::move(params)), group_(group), scale_(scale) {
   int64_t filled = 0;
   for (size_t i = 0; i < params_.size(); ++i) {
     if (buckets_.empty() || filled + params_[i].numel() > kBucketElements) {
@@ -22,13 +23,17 @@ GradientSynchronizer::GradientSynchronizer(std::vector<torch::Tensor> params, Co
   }
 }
 
-void GradientSynchronizer::AverageGradients() {
+void GradientSynchronizer::Reduce() {
   torch::NoGradGuard no_grad;
   for (auto& p : params_) {
     if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
   }
-  if (group_.world_size() == 1) return;
-  const double scale = 1.0 / group_.world_size();
+  if (group_.world_size() == 1) {
+    if (scale_ != 1.0) {
+      for (auto& p : params_) p.mutable_grad().mul_(scale_);
+    }
+    return;
+  }
   for (size_t b = 0; b < buckets_.size(); ++b) {
     torch::Tensor& flat = flat_[b];
     int64_t offset = 0;
@@ -38,7 +43,7 @@ void GradientSynchronizer::AverageGradients() {
       offset += n;
     }
     group_.AllReduceSum(flat);
-    flat.mul_(scale);
+    if (scale_ != 1.0) flat.mul_(scale_);
     offset = 0;
     for (size_t i : buckets_[b]) {
       torch::Tensor g = params_[i].mutable_grad();

@@ -24,7 +24,9 @@ torch::Tensor GroupedExpertsImpl::forward(const torch::Tensor& x, const std::vec
   }
   TORCH_CHECK(offset == x.size(0), "GroupedExperts: counts sum to ", offset, " but x has ",
               x.size(0), " rows");
-  if (outs.empty()) return x.new_zeros({0, w2.size(1)});
+  // Keep an empty result attached to x's graph: under expert parallelism the backward
+  // all-to-all behind x must run on every rank, even one whose experts got no rows.
+  if (outs.empty()) return x.narrow(0, 0, 0) * 0;
   return outs.size() == 1 ? outs[0] : torch::cat(outs, 0);
 }
 

@@ -1,28 +1,40 @@
 // Dropless token-choice MoE: router, routed experts, optional shared expert, and the
 // expert_bias buffer used for aux-loss-free balancing. Forward writes no module state:
 // the per-expert token counts come back as a value and the trainer applies the bias
-// update after the optimizer step. Not thread-safe (a torch module).
+// update after the optimizer step.
+//
+// Parallel layout (see docs/parallelism.md): the input is replicated across the TP
+// group. TP rank t routes only its disjoint slice [n·t/tp, n·(t+1)/tp) of the n tokens,
+// exchanges them with the EP group (ExpertDispatcher), and writes its slice's routed
+// output into an otherwise-zero [n, dim] tensor; the TP-sharded shared expert adds its
+// partial sum, and one TP all-reduce assembles both. So no TP rank repeats another's
+// routing or expert compute, and tokens_per_expert counts only this rank's slice (a
+// sum over the world gives the global counts). The router's weight gradient is
+// likewise partial per TP rank and must be summed over the TP group.
+// Not thread-safe (a torch module).
 #pragma once
 
 #include <torch/torch.h>
 
 #include "worker/engine/dense_ffn.h"
 #include "worker/engine/engine_config.h"
+#include "worker/engine/expert_dispatcher.h"
 #include "worker/engine/grouped_experts.h"
 #include "worker/engine/moe_router.h"
+#include "worker/engine/parallel_context.h"
 
 namespace trainyard::engine {
 
 struct MoEOutput {
   torch::Tensor out;                // same shape as the input
-  torch::Tensor tokens_per_expert;  // [n_experts] int64
+  torch::Tensor tokens_per_expert;  // [n_experts] int64, this rank's tokens only
 };
 
 class MoEImpl : public torch::nn::Module {
  public:
-  explicit MoEImpl(const ModelConfig& config);
+  explicit MoEImpl(const ModelConfig& config, ParallelContext ctx = {});
 
-  // x: [..., dim].
+  // x: [..., dim], replicated across the TP group.
   MoEOutput forward(const torch::Tensor& x);
 
   // expert_bias += coeff·sign(mean(c) − c), then re-centred to mean zero.
@@ -30,9 +42,13 @@ class MoEImpl : public torch::nn::Module {
   void UpdateExpertBias(const torch::Tensor& counts, double coeff);
 
   TokenChoiceRouter router{nullptr};
-  GroupedExperts experts{nullptr};
+  GroupedExperts experts{nullptr};      // this EP rank's E/ep experts
   FeedForward shared_experts{nullptr};  // null when n_shared_experts == 0
-  torch::Tensor expert_bias;            // buffer [n_experts]
+  torch::Tensor expert_bias;            // buffer [n_experts], replicated
+
+ private:
+  ParallelContext ctx_;
+  ExpertDispatcher dispatcher_;
 };
 TORCH_MODULE(MoE);
 

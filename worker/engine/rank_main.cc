@@ -13,6 +13,9 @@
 #include "worker/engine/engine_config.h"
 #include "worker/engine/event_writer.h"
 #include "worker/engine/gemm_peak_probe.h"
+#include "worker/engine/process_mesh.h"
+#include "worker/engine/safetensors_file.h"
+#include "worker/engine/state_dict_io.h"
 #include "worker/engine/trainer.h"
 
 namespace {
@@ -26,17 +29,30 @@ struct RankFlags {
   std::string gloo_host;
   int attempt = 1;
   int threads = 1;
+  std::string save_init;   // full weights before step 1 (written by rank 0)
+  std::string load;        // full weights to start from
+  std::string save_final;  // full weights after the last step (written by rank 0)
 };
 
 using namespace trainyard::engine;
 
+// Collective: every rank gathers, rank 0 writes.
+void SaveFull(Trainer& trainer, const std::string& path) {
+  NamedTensors full = GatherFullState(*trainer.model(), trainer.mesh());
+  if (trainer.mesh().world().rank() == 0) WriteSafetensors(path, full);
+}
+
 void RunRank(const RankFlags& f, EventWriter& events) {
   const EngineConfig config = LoadEngineConfigFile(f.config_path);
   at::set_num_threads(f.threads);
+  GemmPeakProbe::SetBlasThreads(f.threads);
   const double peak = GemmPeakProbe::MeasureFlops();
-  auto group = CollectiveGroup::Connect({f.rank, f.world_size, f.master_addr, f.master_port,
+  auto world = CollectiveGroup::Connect({f.rank, f.world_size, f.master_addr, f.master_port,
                                          f.gloo_host, config.parallelism.collective_timeout_s});
-  Trainer trainer(config, *group, events, {f.threads, peak});
+  auto mesh = ProcessMesh::Build(std::move(world), config.parallelism);
+  Trainer trainer(config, *mesh, events, {f.threads, peak});
+  if (!f.load.empty()) LoadFullState(*trainer.model(), ReadSafetensors(f.load));
+  if (!f.save_init.empty()) SaveFull(trainer, f.save_init);
   if (f.rank == 0) {
     const FlopsModel& fm = trainer.flops();
     std::ostringstream os;
@@ -44,26 +60,31 @@ void RunRank(const RankFlags& f, EventWriter& events) {
        << " params_total=" << fm.total_params << " params_embedding=" << fm.embedding_params
        << " params_active_non_embedding=" << fm.active_params
        << " flops_per_token=" << fm.flops_per_token << " dp=" << config.parallelism.dp
+       << " tp=" << config.parallelism.tp << " ep=" << config.parallelism.ep
        << " threads=" << f.threads << " blas_core=" << GemmPeakProbe::BlasCoreName()
        << " gemm_peak_gflops=" << peak / 1e9 << " torch=" << TORCH_VERSION;
     events.Log("info", os.str());
   }
   trainer.Run();
+  if (!f.save_final.empty()) SaveFull(trainer, f.save_final);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   RankFlags f;
-  CLI::App app{"trainyard-rank: one data-parallel training rank of a Trainyard job"};
+  CLI::App app{"trainyard-rank: one training rank (dp x tp mesh, EP carved from it) of a Trainyard job"};
   app.add_option("--config", f.config_path, "JobSpec as proto3 JSON (proto field names)")->required();
   app.add_option("--rank", f.rank, "this rank, 0-based")->capture_default_str();
-  app.add_option("--world-size", f.world_size, "number of ranks (= parallelism.dp)")->capture_default_str();
+  app.add_option("--world-size", f.world_size, "number of ranks (= parallelism.dp * tp)")->capture_default_str();
   app.add_option("--master-addr", f.master_addr, "host of rank 0's TCPStore")->capture_default_str();
   app.add_option("--master-port", f.master_port, "port of rank 0's TCPStore")->capture_default_str();
   app.add_option("--gloo-host", f.gloo_host, "address Gloo binds to (default: --master-addr)");
   app.add_option("--attempt", f.attempt, "attempt number, echoed into events")->capture_default_str();
   app.add_option("--threads", f.threads, "intra-op CPU threads")->capture_default_str()->check(CLI::Range(1, 1024));
+  app.add_option("--save-init", f.save_init, "write the full initial weights (safetensors) before step 1; give it to every rank");
+  app.add_option("--load", f.load, "start from these full weights (safetensors, torchtitan names)");
+  app.add_option("--save-final", f.save_final, "write the full weights (safetensors) after the last step; give it to every rank");
   CLI11_PARSE(app, argc, argv);
 
   EventWriter events(std::cout, f.rank, f.attempt);

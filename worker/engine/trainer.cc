@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <stdexcept>
 #include <utility>
+
+#include "worker/engine/parameter_sharding.h"
 
 namespace trainyard::engine {
 namespace {
@@ -24,29 +27,65 @@ double PeakRssMb() {
 
 }  // namespace
 
-Trainer::Trainer(const EngineConfig& config, CollectiveGroup& group, EventWriter& events,
+Trainer::Trainer(const EngineConfig& config, ProcessMesh& mesh, EventWriter& events,
                  TrainerOptions options)
     : config_(config),
-      group_(group),
+      mesh_(mesh),
       events_(events),
       options_(options),
       flops_(FlopsModel::FromConfig(config.model, config.training.seq_len)),
       schedule_(config.training.lr, config.training.warmup_steps, config.training.steps) {
-  if (group.world_size() != config.parallelism.world_size()) {
-    throw std::invalid_argument("world size " + std::to_string(group.world_size()) +
-                                " does not match parallelism.dp*tp*ep = " +
-                                std::to_string(config.parallelism.world_size()));
+  const ParallelContext& ctx = mesh.context();
+  if (ctx.dp != config.parallelism.dp || ctx.tp != config.parallelism.tp || ctx.ep != config.parallelism.ep) {
+    throw std::invalid_argument("Trainer: the process mesh was not built from this config's parallelism");
   }
   dataset_ = MakeDataset(config.training, config.model);
-  model_ = TransformerModel(config.model, config.training.seq_len);
+  model_ = TransformerModel(config.model, config.training.seq_len, ctx);
   model_->InitWeights(config.training.seed);
-  params_ = model_->parameters();
+
+  // Gradient classes (parameter_sharding.h): each local loss is the mean over its DP
+  // rank's batch, so every class ends with a factor 1/dp.
+  std::vector<torch::Tensor> dense, router, expert;
+  for (const auto& item : model_->named_parameters(/*recurse=*/true)) {
+    const ShardKind kind = ShardKindOf(item.key());
+    params_.push_back(item.value());
+    owned_.push_back(OwnsShard(kind, ctx));
+    if (kind == ShardKind::kExpert) {
+      expert.push_back(item.value());
+    } else if (kind == ShardKind::kTpPartial) {
+      router.push_back(item.value());
+    } else {
+      dense.push_back(item.value());
+    }
+  }
+  const double inv_dp = 1.0 / ctx.dp;
+  grad_syncs_.push_back(std::make_unique<GradientSynchronizer>(dense, mesh.dp(), inv_dp));
+  // Partial over TP and replicated over DP: one sum over the whole world.
+  if (!router.empty()) grad_syncs_.push_back(std::make_unique<GradientSynchronizer>(router, mesh.world(), inv_dp));
+  if (!expert.empty()) grad_syncs_.push_back(std::make_unique<GradientSynchronizer>(expert, mesh.expert_dp(), inv_dp));
   optimizer_ = std::make_unique<torch::optim::AdamW>(
       params_, torch::optim::AdamWOptions(config.training.lr)
                    .betas({kBeta1, kBeta2})
                    .eps(kEps)
                    .weight_decay(kWeightDecay));
-  grad_sync_ = std::make_unique<GradientSynchronizer>(params_, group_);
+}
+
+double Trainer::ClipGradients(double max_norm) {
+  torch::NoGradGuard no_grad;
+  auto sq = torch::zeros({1}, torch::kFloat64);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (owned_[i]) sq += params_[i].grad().to(torch::kFloat64).pow(2).sum();
+  }
+  mesh_.world().AllReduceSum(sq);
+  const double norm = std::sqrt(sq.item<double>());
+  if (max_norm > 0) {
+    // Same rule as torch::nn::utils::clip_grad_norm_.
+    const double coef = max_norm / (norm + 1e-6);
+    if (coef < 1) {
+      for (auto& p : params_) p.mutable_grad().mul_(coef);
+    }
+  }
+  return norm;
 }
 
 void Trainer::Run() {
@@ -58,7 +97,7 @@ void Trainer::Run() {
     } catch (const c10::Error& e) {
       throw std::runtime_error("step " + std::to_string(step) + ": " + e.what_without_backtrace());
     }
-    if (group_.rank() == 0 && (step % t.log_freq == 0 || step == t.steps)) events_.Step(m);
+    if (mesh_.world().rank() == 0 && (step % t.log_freq == 0 || step == t.steps)) events_.Step(m);
   }
 }
 
@@ -67,7 +106,8 @@ StepMetrics Trainer::Step(int step) {
   const ModelConfig& mc = config_.model;
   const auto start = Clock::now();
 
-  auto batch = LoadBatch(*dataset_, step - 1, group_.rank(), config_.parallelism.dp, t.batch_size);
+  const ParallelContext& ctx = mesh_.context();
+  auto batch = LoadBatch(*dataset_, step - 1, ctx.dp_rank, ctx.dp, t.batch_size);
   auto inputs = batch.narrow(1, 0, t.seq_len);
   auto targets = batch.narrow(1, 1, t.seq_len);
   const auto data_done = Clock::now();
@@ -78,22 +118,15 @@ StepMetrics Trainer::Step(int step) {
                                                    targets.reshape({-1}));
   loss.backward();
 
-  // Loss and routing counts travel together in one small all-reduce. fp64 keeps the
-  // counts exact.
+  // Loss and routing counts travel together in one small all-reduce over the world.
+  // Every TP rank holds its DP rank's loss, so the world sum over-counts by tp; the
+  // counts cover disjoint token slices, so their world sum is the global count. fp64
+  // keeps the counts exact.
   auto stats = torch::cat({loss.detach().to(torch::kFloat64).reshape({1}),
                            out.tokens_per_expert.to(torch::kFloat64).reshape({-1})});
-  group_.AllReduceSum(stats);
-  grad_sync_->AverageGradients();
-
-  double grad_norm = 0;
-  if (t.max_norm > 0) {
-    grad_norm = torch::nn::utils::clip_grad_norm_(params_, t.max_norm);
-  } else {
-    torch::NoGradGuard no_grad;
-    double sq = 0;
-    for (const auto& p : params_) sq += p.grad().pow(2).sum().item<double>();
-    grad_norm = std::sqrt(sq);
-  }
+  mesh_.world().AllReduceSum(stats);
+  for (auto& sync : grad_syncs_) sync->Reduce();
+  const double grad_norm = ClipGradients(t.max_norm);
 
   const double lr = schedule_.At(step);
   for (auto& group : optimizer_->param_groups()) {
@@ -107,13 +140,14 @@ StepMetrics Trainer::Step(int step) {
 
   StepMetrics m;
   m.step = step;
-  m.loss = stats[0].item<double>() / group_.world_size();
+  m.loss = stats[0].item<double>() / ctx.world;
   m.grad_norm = grad_norm;
   m.lr = lr;
   const double step_s = std::max(1e-9, Ms(start, end) / 1000.0);
   const double rank_tokens = static_cast<double>(t.batch_size) * t.seq_len;
-  m.tokens_per_s = rank_tokens * group_.world_size() / step_s;
-  m.model_tflops = flops_.flops_per_token * rank_tokens / step_s / 1e12;
+  m.tokens_per_s = rank_tokens * ctx.dp / step_s;
+  // Each rank does 1/world of the global work (TP/EP split the model, not tokens).
+  m.model_tflops = flops_.flops_per_token * rank_tokens * ctx.dp / ctx.world / step_s / 1e12;
   m.mfu = options_.peak_flops > 0 ? m.model_tflops * 1e12 / options_.peak_flops : 0.0;
   m.step_ms = Ms(start, end);
   m.data_ms = Ms(start, data_done);

@@ -1,7 +1,8 @@
-// Runs the data-parallel training loop for one rank: batch → forward → loss →
-// backward → gradient all-reduce → global clip → AdamW (lr schedule) → expert-bias
-// update, emitting step metrics on rank 0. Every rank runs the same collectives in the
-// same order. Not thread-safe; owned by main.
+// Runs the training loop for one rank of the dp × tp mesh (with EP carved from it):
+// batch → forward → loss → backward → gradient reduction per gradient class → global
+// clip → AdamW (lr schedule) → expert-bias update, emitting step metrics on rank 0.
+// Every rank runs the same collectives in the same order. TP ranks of one DP rank read
+// the same batch. Not thread-safe; owned by main.
 //
 // Optimizer choice: AdamW, betas (0.9, 0.95), eps 1e-8, weight_decay 0.1 on every
 // parameter (as torchtitan does); max_norm <= 0 turns clipping off (norm still reported).
@@ -12,13 +13,13 @@
 
 #include <torch/torch.h>
 
-#include "worker/engine/collective_group.h"
 #include "worker/engine/dataset.h"
 #include "worker/engine/engine_config.h"
 #include "worker/engine/event_writer.h"
 #include "worker/engine/flops_model.h"
 #include "worker/engine/gradient_synchronizer.h"
 #include "worker/engine/lr_schedule.h"
+#include "worker/engine/process_mesh.h"
 #include "worker/engine/transformer_model.h"
 
 namespace trainyard::engine {
@@ -35,8 +36,8 @@ class Trainer {
   static constexpr double kWeightDecay = 0.1;
   static constexpr double kEps = 1e-8;
 
-  // Throws std::invalid_argument when world size and parallelism.dp disagree.
-  Trainer(const EngineConfig& config, CollectiveGroup& group, EventWriter& events,
+  // `mesh` must have been built from config.parallelism and outlive the Trainer.
+  Trainer(const EngineConfig& config, ProcessMesh& mesh, EventWriter& events,
           TrainerOptions options);
 
   // Runs training.steps steps. Throws on any failure, with the step in the message.
@@ -46,11 +47,12 @@ class Trainer {
   StepMetrics Step(int step);
 
   TransformerModel& model() { return model_; }
+  ProcessMesh& mesh() { return mesh_; }
   const FlopsModel& flops() const { return flops_; }
 
  private:
   EngineConfig config_;
-  CollectiveGroup& group_;
+  ProcessMesh& mesh_;
   EventWriter& events_;
   TrainerOptions options_;
   FlopsModel flops_;
@@ -59,7 +61,12 @@ class Trainer {
   TransformerModel model_{nullptr};
   std::vector<torch::Tensor> params_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
-  std::unique_ptr<GradientSynchronizer> grad_sync_;
+  std::vector<bool> owned_;  // per params_: counted in the grad norm on this rank
+  std::vector<std::unique_ptr<GradientSynchronizer>> grad_syncs_;
+
+  // Global L2 norm over every shard (each element once), then clips like
+  // torch::nn::utils::clip_grad_norm_. Returns the pre-clip norm.
+  double ClipGradients(double max_norm);
 };
 
 }  // namespace trainyard::engine

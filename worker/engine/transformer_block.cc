@@ -2,14 +2,14 @@
 
 namespace trainyard::engine {
 
-TransformerBlockImpl::TransformerBlockImpl(const ModelConfig& c, bool use_moe) {
+TransformerBlockImpl::TransformerBlockImpl(const ModelConfig& c, bool use_moe, ParallelContext ctx) {
   attention_norm = register_module("attention_norm", RMSNorm(c.dim, c.norm_eps));
-  attention = register_module("attention", Attention(c.dim, c.n_heads, c.n_kv_heads));
+  attention = register_module("attention", Attention(c.dim, c.n_heads, c.n_kv_heads, ctx));
   ffn_norm = register_module("ffn_norm", RMSNorm(c.dim, c.norm_eps));
   if (use_moe) {
-    moe = register_module("moe", MoE(c));
+    moe = register_module("moe", MoE(c, ctx));
   } else {
-    feed_forward = register_module("feed_forward", FeedForward(c.dim, c.ffn_hidden));
+    feed_forward = register_module("feed_forward", FeedForward(c.dim, c.ffn_hidden, ctx));
   }
 }
 

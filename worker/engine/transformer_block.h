@@ -9,6 +9,7 @@
 #include "worker/engine/dense_ffn.h"
 #include "worker/engine/engine_config.h"
 #include "worker/engine/moe_layer.h"
+#include "worker/engine/parallel_context.h"
 #include "worker/engine/rms_norm.h"
 #include "worker/engine/rotary_embedding.h"
 
@@ -21,7 +22,7 @@ struct BlockOutput {
 
 class TransformerBlockImpl : public torch::nn::Module {
  public:
-  TransformerBlockImpl(const ModelConfig& config, bool use_moe);
+  TransformerBlockImpl(const ModelConfig& config, bool use_moe, ParallelContext ctx = {});
   BlockOutput forward(const torch::Tensor& x, const RotaryEmbedding& rope);
 
   bool is_moe() const { return !moe.is_empty(); }

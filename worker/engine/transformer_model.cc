@@ -3,6 +3,8 @@
 #include <cmath>
 #include <string>
 
+#include "worker/engine/parameter_sharding.h"
+
 namespace trainyard::engine {
 namespace {
 
@@ -12,12 +14,13 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
 
 }  // namespace
 
-TransformerModelImpl::TransformerModelImpl(const ModelConfig& c, int64_t max_seq_len)
-    : config_(c), rope_(c.head_dim(), max_seq_len, c.rope_theta) {
+TransformerModelImpl::TransformerModelImpl(const ModelConfig& c, int64_t max_seq_len,
+                                           ParallelContext ctx)
+    : config_(c), ctx_(ctx), rope_(c.head_dim(), max_seq_len, c.rope_theta) {
   tok_embeddings = register_module("tok_embeddings", torch::nn::Embedding(c.vocab_size, c.dim));
   layers = register_module("layers", torch::nn::ModuleList());
   for (int i = 0; i < c.n_layers; ++i) {
-    blocks_.push_back(TransformerBlock(c, /*use_moe=*/i >= c.n_dense_layers));
+    blocks_.push_back(TransformerBlock(c, /*use_moe=*/i >= c.n_dense_layers, ctx));
     layers->push_back(blocks_.back());
   }
   norm = register_module("norm", RMSNorm(c.dim, c.norm_eps));
@@ -49,12 +52,17 @@ void TransformerModelImpl::InitWeights(std::uint64_t seed) {
     torch::Tensor& p = item.value();
     if (EndsWith(name, "norm.weight")) {
       p.fill_(1.0);
-    } else if (EndsWith(name, ".wo.weight") || EndsWith(name, ".w2.weight") ||
-               EndsWith(name, ".experts.w2") || name == "output.weight") {
-      p.normal_(0.0, out_std, gen);
-    } else {
-      p.normal_(0.0, std, gen);
+      continue;
     }
+    const ShardKind kind = ShardKindOf(name);
+    auto full = torch::empty(FullShape(kind, p.sizes(), ctx_), p.options());
+    if (EndsWith(name, ".wo.weight") || EndsWith(name, ".w2.weight") ||
+        EndsWith(name, ".experts.w2") || name == "output.weight") {
+      full.normal_(0.0, out_std, gen);
+    } else {
+      full.normal_(0.0, std, gen);
+    }
+    p.copy_(TakeShard(full, kind, ctx_));
   }
   for (auto& item : named_buffers(/*recurse=*/true)) item.value().zero_();
 }

@@ -1,5 +1,7 @@
 // The decoder: tok_embeddings → layers → norm → output (untied). Parameter names
 // follow torchtitan (`layers.3.moe.experts.w1`, `layers.0.attention.wq.weight`, ...).
+// Under TP/EP each rank holds its shards (parameter_sharding.h); the embedding, norms,
+// output and router are whole on every rank.
 // Not thread-safe (a torch module); owned by the Trainer.
 #pragma once
 
@@ -9,6 +11,7 @@
 #include <torch/torch.h>
 
 #include "worker/engine/engine_config.h"
+#include "worker/engine/parallel_context.h"
 #include "worker/engine/rms_norm.h"
 #include "worker/engine/rotary_embedding.h"
 #include "worker/engine/transformer_block.h"
@@ -17,19 +20,22 @@ namespace trainyard::engine {
 
 struct ModelOutput {
   torch::Tensor logits;             // [batch, seq, vocab]
-  torch::Tensor tokens_per_expert;  // [n_moe_layers, n_experts] int64 (empty if no MoE)
+  torch::Tensor tokens_per_expert;  // [n_moe_layers, n_experts] int64 (empty if no MoE),
+                                    // this rank's MoE tokens only
 };
 
 class TransformerModelImpl : public torch::nn::Module {
  public:
-  TransformerModelImpl(const ModelConfig& config, int64_t max_seq_len);
+  TransformerModelImpl(const ModelConfig& config, int64_t max_seq_len, ParallelContext ctx = {});
 
   // tokens: [batch, seq] int64.
   ModelOutput forward(const torch::Tensor& tokens);
 
   // Deterministic from `seed` alone (same on every rank): normal(0, 0.02) for
   // matrices, scaled by 1/sqrt(2·n_layers) for the residual-output projections
-  // (wo, w2, output); norms to 1; expert_bias to 0.
+  // (wo, w2, output); norms to 1; expert_bias to 0. Every rank draws the full tensors
+  // in the same order and keeps its shard, so any layout starts from the single-rank
+  // weights.
   void InitWeights(std::uint64_t seed);
 
   // Applies the aux-loss-free bias update; counts: [n_moe_layers, n_experts].
@@ -37,6 +43,7 @@ class TransformerModelImpl : public torch::nn::Module {
 
   const std::vector<TransformerBlock>& blocks() const { return blocks_; }
   const ModelConfig& config() const { return config_; }
+  const ParallelContext& parallel() const { return ctx_; }
 
   torch::nn::Embedding tok_embeddings{nullptr};
   torch::nn::ModuleList layers;
@@ -45,6 +52,7 @@ class TransformerModelImpl : public torch::nn::Module {
 
  private:
   ModelConfig config_;
+  ParallelContext ctx_;
   RotaryEmbedding rope_;
   std::vector<TransformerBlock> blocks_;
 };
