@@ -110,11 +110,17 @@ std::vector<double> Losses(const std::string& events_path) {
   return losses;
 }
 
+// Per-process prefix: ctest -j runs cases in parallel processes that would otherwise
+// share file names (the single-rank reference has the same tag in every case).
+std::string ProcessTempPrefix() {
+  return ::testing::TempDir() + "trainyard_parity_" + std::to_string(::getpid()) + "_";
+}
+
 // Runs all dp·tp ranks of `layout` (global batch kBatch·dp unless `batch` is given);
 // returns rank 0's losses. `extra` flags go to every rank.
 std::vector<double> RunLayout(const Layout& l, int batch, int steps, const std::string& tag,
                               const std::vector<std::string>& extra) {
-  const std::string dir = ::testing::TempDir();
+  const std::string dir = ProcessTempPrefix();
   const std::string config = dir + tag + ".json";
   std::ofstream(config) << TinySpec(l, batch, steps).dump();
   const int world = l.dp * l.tp;
@@ -145,7 +151,7 @@ class ParityTest : public ::testing::TestWithParam<Layout> {};
 
 TEST_P(ParityTest, LossesAndFinalWeightsMatchOneRank) {
   const Layout l = GetParam();
-  const std::string dir = ::testing::TempDir();
+  const std::string dir = ProcessTempPrefix();
   const std::string ref_tag = "ref_b" + std::to_string(kBatch * l.dp);
   const std::string tag = l.Name();
   const auto ref = RunLayout({1, 1, 1}, kBatch * l.dp, kSteps, ref_tag, {"--save-final", dir + ref_tag + ".safetensors"});
@@ -191,7 +197,7 @@ INSTANTIATE_TEST_SUITE_P(TwoRanks, ParityTest,
                          [](const auto& info) { return info.param.Name(); });
 
 TEST(LoadTest, TensorParallelRunLoadsOneRankExportAndStartsFromItsLoss) {
-  const std::string dir = ::testing::TempDir();
+  const std::string dir = ProcessTempPrefix();
   const std::string init = dir + "load_init.safetensors";
   const auto one = RunLayout({1, 1, 1}, kBatch, 1, "load_one", {"--save-init", init});
   ASSERT_EQ(one.size(), 1u);
@@ -220,7 +226,7 @@ TEST(LoadTest, TensorParallelRunLoadsOneRankExportAndStartsFromItsLoss) {
 }
 
 TEST(LoadTest, WrongShapeFailsNamingTheTensor) {
-  const std::string dir = ::testing::TempDir();
+  const std::string dir = ProcessTempPrefix();
   const std::string bad = dir + "load_bad.safetensors";
   WriteSafetensors(bad, {{"tok_embeddings.weight", torch::zeros({3, 3})}});
   const std::string config = dir + "load_bad.json";

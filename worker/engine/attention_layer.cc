@@ -31,18 +31,24 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& input, const RotaryEmb
   auto q = rope.Apply(wq(x).view({b, t, n_heads_, head_dim_}));
   auto k = rope.Apply(wk(x).view({b, t, n_kv_heads_, head_dim_}));
   auto v = wv(x).view({b, t, n_kv_heads_, head_dim_});
-  if (rep > 1) {
-    // Repeat each KV head `rep` times in place order, so query head h gets KV h/rep.
-    k = k.unsqueeze(3).expand({b, t, n_kv_heads_, rep, head_dim_}).reshape({b, t, n_heads_, head_dim_});
-    v = v.unsqueeze(3).expand({b, t, n_kv_heads_, rep, head_dim_}).reshape({b, t, n_heads_, head_dim_});
+  // Group query heads by their KV head: query head h = g*rep + r uses KV head g, so q
+  // viewed as [b*n_kv, rep*t, hd] multiplies K/V of shape [b*n_kv, t, hd] with no repeat.
+  const int64_t groups = b * n_kv_heads_;
+  auto qg = q.transpose(1, 2).reshape({groups, rep * t, head_dim_});
+  auto kg = k.transpose(1, 2).reshape({groups, t, head_dim_});
+  auto vg = v.transpose(1, 2).reshape({groups, t, head_dim_});
+  if (causal_mask_t_ != t) {
+    auto future = torch::ones({t, t}, torch::TensorOptions().dtype(torch::kBool)).triu(1);
+    causal_mask_ = torch::zeros({t, t}, q.options())
+                       .masked_fill(future, -std::numeric_limits<float>::infinity())
+                       .repeat({rep, 1});
+    causal_mask_t_ = t;
   }
-  q = q.transpose(1, 2);  // [b, h, t, hd]
-  k = k.transpose(1, 2);
-  v = v.transpose(1, 2);
-  auto scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(head_dim_)));
-  auto future = torch::ones({t, t}, torch::TensorOptions().dtype(torch::kBool)).triu(1);
-  scores = scores.masked_fill(future, -std::numeric_limits<float>::infinity());
-  auto out = torch::matmul(torch::softmax(scores, -1), v);  // [b, h, t, hd]
+  // scale·(q·kᵀ) + mask: 0 where allowed, -inf in the future (same as masked_fill).
+  auto scores = torch::baddbmm(causal_mask_.to(q.options()), qg, kg.transpose(1, 2), /*beta=*/1,
+                               /*alpha=*/1.0 / std::sqrt(static_cast<double>(head_dim_)));
+  auto out = torch::bmm(torch::softmax(scores, -1), vg)  // [b*n_kv, rep*t, hd]
+                 .view({b, n_heads_, t, head_dim_});
   return ReduceFromRegion(wo(out.transpose(1, 2).reshape({b, t, n_heads_ * head_dim_})), ctx_.tp_group);
 }
 

@@ -27,6 +27,9 @@ class AttentionImpl : public torch::nn::Module {
   int64_t n_heads_;  // local to this TP rank
   int64_t n_kv_heads_;
   int64_t head_dim_;
+  // Additive causal mask for grouped query rows, [rep*t, t]; rebuilt when t changes.
+  torch::Tensor causal_mask_;
+  int64_t causal_mask_t_ = -1;
 };
 TORCH_MODULE(Attention);
 

@@ -13,13 +13,15 @@ torch::Tensor GroupedExpertsImpl::forward(const torch::Tensor& x, const std::vec
               counts.size(), " counts for ", w1.size(0), " experts");
   std::vector<torch::Tensor> outs;
   outs.reserve(counts.size());
+  // One unbind per weight instead of w[i] per expert: select's backward would build a
+  // full-size zero gradient per expert and sum them; unbind's backward stacks once.
+  const auto w1s = w1.unbind(0), w2s = w2.unbind(0), w3s = w3.unbind(0);
   int64_t offset = 0;
   for (size_t e = 0; e < counts.size(); ++e) {
     if (counts[e] == 0) continue;
     auto xs = x.narrow(0, offset, counts[e]);
-    const int64_t i = static_cast<int64_t>(e);
-    auto h = torch::silu(xs.matmul(w1[i].t())) * xs.matmul(w3[i].t());
-    outs.push_back(h.matmul(w2[i].t()));
+    auto h = torch::silu(xs.matmul(w1s[e].t())) * xs.matmul(w3s[e].t());
+    outs.push_back(h.matmul(w2s[e].t()));
     offset += counts[e];
   }
   TORCH_CHECK(offset == x.size(0), "GroupedExperts: counts sum to ", offset, " but x has ",

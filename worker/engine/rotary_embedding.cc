@@ -11,20 +11,20 @@ RotaryEmbedding::RotaryEmbedding(int64_t head_dim, int64_t max_seq_len, double t
   auto angles = torch::outer(pos, freqs);
   cos_ = torch::cos(angles).to(torch::kFloat32);
   sin_ = torch::sin(angles).to(torch::kFloat32);
+  cos_full_ = torch::stack({cos_, cos_}, -1).reshape({max_seq_len, -1});
+  sin_full_ = torch::stack({-sin_, sin_}, -1).reshape({max_seq_len, -1});
 }
 
 torch::Tensor RotaryEmbedding::Apply(const torch::Tensor& x) const {
   const int64_t seq = x.size(1);
   TORCH_CHECK(seq <= cos_.size(0), "RoPE: sequence length ", seq, " exceeds table size ",
               cos_.size(0));
-  auto pairs = x.reshape({x.size(0), seq, x.size(2), x.size(3) / 2, 2});
-  auto x0 = pairs.select(-1, 0);
-  auto x1 = pairs.select(-1, 1);
-  // [seq, 1, head_dim/2] broadcasts over batch and heads.
-  auto c = cos_.narrow(0, 0, seq).unsqueeze(1);
-  auto s = sin_.narrow(0, 0, seq).unsqueeze(1);
-  auto out = torch::stack({x0 * c - x1 * s, x0 * s + x1 * c}, -1);
-  return out.reshape(x.sizes());
+  // out0 = x0·c - x1·s, out1 = x1·c + x0·s: the same products and sums as the pairwise form.
+  auto swapped = x.reshape({x.size(0), seq, x.size(2), x.size(3) / 2, 2}).flip(-1).reshape(x.sizes());
+  // [seq, 1, head_dim] broadcasts over batch and heads.
+  auto c = cos_full_.narrow(0, 0, seq).unsqueeze(1);
+  auto s = sin_full_.narrow(0, 0, seq).unsqueeze(1);
+  return x * c + swapped * s;
 }
 
 }  // namespace trainyard::engine

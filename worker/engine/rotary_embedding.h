@@ -20,6 +20,10 @@ class RotaryEmbedding {
  private:
   torch::Tensor cos_;
   torch::Tensor sin_;
+  // Per-element tables [max_seq_len, head_dim]: cos interleaved (c, c) and sin as (-s, s),
+  // so Apply is x·cos + swap_pairs(x)·sin.
+  torch::Tensor cos_full_;
+  torch::Tensor sin_full_;
 };
 
 }  // namespace trainyard::engine
