@@ -14,11 +14,15 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-extern char** environ;
+#include "tests/engine/rank_process.h"
+
 
 namespace {
 
 using nlohmann::json;
+using trainyard::engine::testing::FreePort;
+using trainyard::engine::testing::SpawnRank;
+using trainyard::engine::testing::WaitExit;
 
 json TinySpec(int dp, int batch, int steps) {
   json spec = json::parse(R"({"job":{"name":"t","priority":0},
@@ -33,44 +37,6 @@ json TinySpec(int dp, int batch, int steps) {
   spec["training"]["steps"] = steps;
   spec["parallelism"]["dp"] = dp;
   return spec;
-}
-
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
-pid_t SpawnRank(const std::string& config, int rank, int world, int port, const std::string& out) {
-  std::vector<std::string> args = {TRAINYARD_RANK_BIN, "--config", config,
-                                   "--rank", std::to_string(rank),
-                                   "--world-size", std::to_string(world),
-                                   "--master-addr", "127.0.0.1",
-                                   "--master-port", std::to_string(port),
-                                   "--attempt", "2", "--threads", "1"};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid = -1;
-  EXPECT_EQ(posix_spawn(&pid, TRAINYARD_RANK_BIN, &actions, nullptr, argv.data(), environ), 0);
-  posix_spawn_file_actions_destroy(&actions);
-  return pid;
-}
-
-int WaitExit(pid_t pid) {
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 std::vector<json> ReadEvents(const std::string& path) {
@@ -101,11 +67,11 @@ TEST(DataParallelTest, TwoRanksMatchOneRankWithTheGlobalBatch) {
   const std::string one = WriteSpec("dp1.json", TinySpec(1, 8, steps));
   const std::string two = WriteSpec("dp2.json", TinySpec(2, 4, steps));
 
-  pid_t single = SpawnRank(one, 0, 1, FreePort(), dir + "dp1_r0.jsonl");
+  pid_t single = SpawnRank(one, 0, 1, FreePort(), dir + "dp1_r0.jsonl", {"--attempt", "2"});
   ASSERT_EQ(WaitExit(single), 0);
   const int port = FreePort();
-  pid_t r0 = SpawnRank(two, 0, 2, port, dir + "dp2_r0.jsonl");
-  pid_t r1 = SpawnRank(two, 1, 2, port, dir + "dp2_r1.jsonl");
+  pid_t r0 = SpawnRank(two, 0, 2, port, dir + "dp2_r0.jsonl", {"--attempt", "2"});
+  pid_t r1 = SpawnRank(two, 1, 2, port, dir + "dp2_r1.jsonl", {"--attempt", "2"});
   ASSERT_EQ(WaitExit(r0), 0);
   ASSERT_EQ(WaitExit(r1), 0);
 
@@ -138,7 +104,7 @@ TEST(DataParallelTest, BadConfigEndsWithAnErrorEventAndExitOne) {
   json spec = TinySpec(1, 4, 2);
   spec["parallelism"]["ep"] = 3;
   const std::string out = ::testing::TempDir() + "bad_r0.jsonl";
-  pid_t pid = SpawnRank(WriteSpec("bad.json", spec), 0, 1, FreePort(), out);
+  pid_t pid = SpawnRank(WriteSpec("bad.json", spec), 0, 1, FreePort(), out, {"--attempt", "2"});
   EXPECT_EQ(WaitExit(pid), 1);
   const auto events = ReadEvents(out);
   ASSERT_FALSE(events.empty());
