@@ -6,6 +6,8 @@
 // Not thread-safe (a torch module); owned by its TransformerBlock.
 #pragma once
 
+#include <vector>
+
 #include <torch/torch.h>
 
 #include "worker/engine/parallel_context.h"
@@ -27,9 +29,13 @@ class AttentionImpl : public torch::nn::Module {
   int64_t n_heads_;  // local to this TP rank
   int64_t n_kv_heads_;
   int64_t head_dim_;
-  // Additive causal mask for grouped query rows, [rep*t, t]; rebuilt when t changes.
-  torch::Tensor causal_mask_;
-  int64_t causal_mask_t_ = -1;
+  // Query positions per causal block (see forward).
+  static constexpr int64_t kQueryBlock = 64;
+  // Additive causal masks per query block, [len*rep, keys]: 0 where allowed, -inf in
+  // the future. A cache of constants, rebuilt only when t, dtype or device changes.
+  const std::vector<torch::Tensor>& CausalMasks(int64_t t, int64_t rep, const torch::TensorOptions& opts);
+  std::vector<torch::Tensor> masks_;
+  int64_t masks_t_ = -1;
 };
 TORCH_MODULE(Attention);
 

@@ -16,16 +16,19 @@ torch::Tensor GroupedExpertsImpl::forward(const torch::Tensor& x, const std::vec
   // One unbind per weight instead of w[i] per expert: select's backward would build a
   // full-size zero gradient per expert and sum them; unbind's backward stacks once.
   const auto w1s = w1.unbind(0), w2s = w2.unbind(0), w3s = w3.unbind(0);
-  int64_t offset = 0;
+  int64_t rows = 0;
+  for (int64_t c : counts) rows += c;
+  TORCH_CHECK(rows == x.size(0), "GroupedExperts: counts sum to ", rows, " but x has ",
+              x.size(0), " rows");
+  // One split instead of a narrow per expert: narrow's backward allocates a zero
+  // gradient the size of x per expert and sums them; split's backward is one cat.
+  const auto pieces = x.split_with_sizes(counts, 0);
   for (size_t e = 0; e < counts.size(); ++e) {
     if (counts[e] == 0) continue;
-    auto xs = x.narrow(0, offset, counts[e]);
+    const auto& xs = pieces[e];
     auto h = torch::silu(xs.matmul(w1s[e].t())) * xs.matmul(w3s[e].t());
     outs.push_back(h.matmul(w2s[e].t()));
-    offset += counts[e];
   }
-  TORCH_CHECK(offset == x.size(0), "GroupedExperts: counts sum to ", offset, " but x has ",
-              x.size(0), " rows");
   // Keep an empty result attached to x's graph: under expert parallelism the backward
   // all-to-all behind x must run on every rank, even one whose experts got no rows.
   if (outs.empty()) return x.narrow(0, 0, 0) * 0;
