@@ -7,13 +7,12 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdlib>
-#include <filesystem>
 #include <string>
 #include <thread>
 
+#include "common/posix_process_launcher.h"
 #include "worker/controller_link.h"
 #include "worker/event_outbox.h"
-#include "worker/posix_process_launcher.h"
 #include "worker/rank_supervisor.h"
 
 namespace {
@@ -28,12 +27,6 @@ struct Options {
   std::string work_dir;
   int threads_per_rank = 0;
 };
-
-std::string DefaultRankBinary() {
-  std::error_code ec;
-  auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  return ec ? "trainyard-rank" : (exe.parent_path() / "trainyard-rank").string();
-}
 
 }  // namespace
 
@@ -70,7 +63,7 @@ int main(int argc, char **argv) {
                  opt.rendezvous_ports.c_str());
     return 2;
   }
-  if (opt.rank_binary.empty()) opt.rank_binary = DefaultRankBinary();
+  if (opt.rank_binary.empty()) opt.rank_binary = trainyard::ExecutableSibling("trainyard-rank");
   if (opt.work_dir.empty()) opt.work_dir = "/tmp/trainyard-worker-" + opt.name;
   if (opt.threads_per_rank <= 0) {
     int cores = static_cast<int>(std::thread::hardware_concurrency());

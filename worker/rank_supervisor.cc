@@ -11,8 +11,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/line_reader.h"
 #include "common/proto_json.h"
-#include "worker/line_reader.h"
 
 namespace trainyard {
 

@@ -14,9 +14,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/process_launcher.h"
 #include "trainyard/v1/event.pb.h"
 #include "worker/job_runner.h"
-#include "worker/process_launcher.h"
 
 namespace trainyard {
 

@@ -3,8 +3,8 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include "common/posix_process_launcher.h"
 #include "tests/worker/test_util.h"
-#include "worker/posix_process_launcher.h"
 #include "worker/rank_supervisor.h"
 
 namespace trainyard {

@@ -9,9 +9,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/posix_process_launcher.h"
 #include "common/proto_json.h"
 #include "tests/worker/test_util.h"
-#include "worker/posix_process_launcher.h"
 
 namespace trainyard {
 namespace {

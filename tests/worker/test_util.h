@@ -1,16 +1,12 @@
 #pragma once
 
-#include <stdlib.h>
-#include <sys/stat.h>
-
-#include <filesystem>
-#include <fstream>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "tests/support/temp_dir.h"
 #include "trainyard/v1/event.pb.h"
 
 namespace trainyard::testing {
@@ -54,30 +50,5 @@ inline bool HasState(const std::vector<trainyard::v1::Event> &events, int rank,
   }
   return false;
 }
-
-// A fresh directory under TMPDIR, removed when the object dies.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "ty-worker-test-XXXXXX").string();
-    path_ = mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string &path() const { return path_; }
-
-  // Writes an executable /bin/sh script and returns its path.
-  std::string WriteScript(const std::string &name, const std::string &body) const {
-    std::string p = path_ + "/" + name;
-    std::ofstream(p) << "#!/bin/sh\n" << body;
-    chmod(p.c_str(), 0755);
-    return p;
-  }
-
- private:
-  std::string path_;
-};
 
 }  // namespace trainyard::testing

@@ -1,4 +1,4 @@
-#include "worker/posix_process_launcher.h"
+#include "common/posix_process_launcher.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <future>
 
 #include "absl/strings/str_cat.h"
@@ -163,6 +164,12 @@ ProcessExit PosixProcessLauncher::Wait(pid_t pid) {
 
 void PosixProcessLauncher::SignalGroup(pid_t pid, int signal) {
   if (pid > 0) kill(-pid, signal);
+}
+
+std::string ExecutableSibling(const std::string &name) {
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? name : (self.parent_path() / name).string();
 }
 
 }  // namespace trainyard

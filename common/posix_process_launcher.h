@@ -2,11 +2,12 @@
 
 #include <deque>
 #include <functional>
+#include <string>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "worker/process_launcher.h"
+#include "common/process_launcher.h"
 
 namespace trainyard {
 
@@ -37,5 +38,9 @@ class PosixProcessLauncher : public ProcessLauncher {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread fork_thread_;
 };
+
+// `name` in the directory of the running executable (/proc/self/exe), e.g. the
+// trainyard-train next to trainyard-controller; just `name` when that cannot be read.
+std::string ExecutableSibling(const std::string &name);
 
 }  // namespace trainyard

@@ -1,4 +1,4 @@
-#include "worker/line_reader.h"
+#include "common/line_reader.h"
 
 #include <errno.h>
 #include <unistd.h>
