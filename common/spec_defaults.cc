@@ -96,6 +96,8 @@ v1::JobSpec BaseDefaults() {
   c->set_recompile_limit(8);
   c->set_on_side_effect("error");
   c->set_preflight(false);
+  c->set_summary_every(100);
+  c->set_test_plant_side_effect(false);
 
   d.mutable_activation_checkpoint()->set_mode("none");
 

@@ -31,7 +31,8 @@ inline constexpr const char* kDefaultPreset = "debug";
 //                           seed 42, dataset "synthetic", dataset_path "", log_freq 1
 //   [parallelism]           dp 1, tp 1, ep 1, collective_timeout_s 300
 //   [compile]               backend "eager", regions "per_layer", recompile_limit 8,
-//                           on_side_effect "error", preflight false
+//                           on_side_effect "error", preflight false,
+//                           summary_every 100, test_plant_side_effect false (test only)
 //   [activation_checkpoint] mode "none"
 //   [profiling]             enable false, freq 100, warmup 3, active 2
 //   [checkpoint]            interval 0 (off), keep 3, initial_load_path ""

@@ -123,6 +123,10 @@ absl::Status ValidateRanges(const v1::JobSpec& s) {
     return absl::InvalidArgumentError(
         absl::StrCat("compile.recompile_limit must be >= 1, got ", c.recompile_limit()));
   }
+  if (c.summary_every() < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("compile.summary_every must be >= 1, got ", c.summary_every()));
+  }
 
   const v1::ProfilingSpec& prof = s.profiling();
   TY_RETURN_IF_ERROR(Positive("profiling.freq", prof.freq()));
@@ -246,17 +250,13 @@ absl::Status ValidateJobSpec(const v1::JobSpec& s, int total_connected_slots) {
 }
 
 absl::Status CheckSupported(const v1::JobSpec& s) {
-  const std::string& backend = s.compile().backend();
-  if (backend != "eager") {
-    return absl::UnimplementedError(absl::StrCat(
-        "compile.backend=", backend,
-        ": this compile backend is not built yet (this release compiles with eager only)"));
-  }
-  const std::string& ac = s.activation_checkpoint().mode();
-  if (ac != "none") {
-    return absl::UnimplementedError(absl::StrCat(
-        "activation_checkpoint.mode=", ac,
-        ": activation checkpointing is not built yet (this release supports mode none only)"));
+  // ValidateJobSpec already refused unknown backends and modes; eager and jit compile
+  // on CPU, and every activation_checkpoint.mode and compile.regions is built.
+  if (s.compile().backend() == "cudagraph") {
+    return absl::UnimplementedError(
+        "compile.backend=cudagraph: the cudagraph backend needs a CUDA worker, and the "
+        "workers of this controller are CPU-only (resources.device=cpu is the only device "
+        "built); use compile.backend=jit or eager");
   }
   if (s.profiling().enable()) {
     return absl::UnimplementedError(

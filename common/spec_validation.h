@@ -16,7 +16,8 @@ inline constexpr int kSkipSlotCheck = -1;
 //      collective_timeout_s must be positive; n_shared_experts, warmup_steps,
 //      load_balance_coeff, checkpoint interval/keep, ranks_per_worker, max_restarts
 //      and profiling.warmup must be >= 0; n_dense_layers in [0, n_layers]; top_k in
-//      [1, n_routed_experts]; recompile_limit >= 1; profiling freq >= 1, active >= 1,
+//      [1, n_routed_experts]; recompile_limit >= 1; summary_every >= 1;
+//      profiling freq >= 1, active >= 1,
 //      warmup + active <= freq; job.priority in [-1000, 1000]; job.name 1..128 chars
 //      of [A-Za-z0-9._-]; paths at most 4096 bytes.
 //      e.g. "model.dim must be positive, got 0"
@@ -36,9 +37,11 @@ inline constexpr int kSkipSlotCheck = -1;
 absl::Status ValidateJobSpec(const v1::JobSpec& normalised, int total_connected_slots);
 
 // Legal configurations this release cannot run yet. Returns UNIMPLEMENTED naming the
-// first such setting (backend jit/cudagraph, activation checkpointing, profiling,
-// periodic or initial checkpoints, device cuda, datasets other than synthetic), e.g.
-// "profiling.enable=true: the profiler is not built yet". Call after ValidateJobSpec.
+// first such setting (backend cudagraph, profiling, periodic or initial checkpoints,
+// device cuda, datasets other than synthetic), e.g.
+// "profiling.enable=true: the profiler is not built yet". Backends eager and jit,
+// activation_checkpoint modes none/full/selective and both compile.regions are
+// supported. Call after ValidateJobSpec (which refuses unknown enum values).
 absl::Status CheckSupported(const v1::JobSpec& normalised);
 
 }  // namespace trainyard

@@ -48,6 +48,8 @@ collective_timeout_s = 60
 [compile]
 backend = "jit"
 preflight = true
+summary_every = 25
+test_plant_side_effect = true
 
 [activation_checkpoint]
 mode = "full"
@@ -85,6 +87,8 @@ max_restarts = 2
   EXPECT_DOUBLE_EQ(spec->parallelism().collective_timeout_s(), 60.0);
   EXPECT_EQ(spec->compile().backend(), "jit");
   EXPECT_TRUE(spec->compile().preflight());
+  EXPECT_EQ(spec->compile().summary_every(), 25);
+  EXPECT_TRUE(spec->compile().test_plant_side_effect());
   EXPECT_EQ(spec->activation_checkpoint().mode(), "full");
   EXPECT_TRUE(spec->profiling().enable());
   EXPECT_EQ(spec->profiling().active(), 4);
@@ -180,6 +184,9 @@ TEST(JobFileTest, WrongTypeForEachKindOfField) {
       {"[model]\ndim = [1, 2]\n", "model.dim: expected integer, got array"},
       {"[training]\nseed = true\n", "training.seed: expected integer, got boolean"},
       {"[compile]\npreflight = \"yes\"\n", "compile.preflight: expected boolean, got string"},
+      {"[compile]\nsummary_every = 1.5\n", "compile.summary_every: expected integer, got float"},
+      {"[compile]\ntest_plant_side_effect = 1\n",
+       "compile.test_plant_side_effect: expected boolean, got integer"},
   };
   for (const Case& c : cases) {
     auto spec = Parse(c.toml);
@@ -271,6 +278,22 @@ TEST(JobFileTest, UnquotedValueForStringFieldIsTakenLiterally) {
   EXPECT_EQ(spec->training().dataset_path(), "/data/a b.bin");
   EXPECT_TRUE(spec->checkpoint().has_initial_load_path());
   EXPECT_EQ(spec->checkpoint().initial_load_path(), "");
+}
+
+TEST(JobFileTest, CompileSummaryAndPlantedSideEffectKeys) {
+  auto spec = Parse("[compile]\nsummary_every = 7\n",
+                    {"compile.test_plant_side_effect=true", "compile.preflight=true"});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->compile().summary_every(), 7);
+  EXPECT_TRUE(spec->compile().test_plant_side_effect());
+  EXPECT_TRUE(spec->compile().preflight());
+
+  auto typo = Parse("[compile]\nsummary_evry = 7\n");
+  ASSERT_FALSE(typo.ok());
+  EXPECT_THAT(std::string(typo.status().message()),
+              StartsWith("debug.toml:2:1: unknown key compile.summary_evry"));
+  EXPECT_THAT(std::string(typo.status().message()),
+              HasSubstr("did you mean compile.summary_every?"));
 }
 
 TEST(JobFileTest, LaterOverrideWins) {

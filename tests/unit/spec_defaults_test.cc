@@ -78,6 +78,8 @@ TEST(SpecDefaultsTest, EmptySpecGetsDebugPresetAndEveryDefault) {
   EXPECT_EQ(spec.compile().recompile_limit(), 8);
   EXPECT_EQ(spec.compile().on_side_effect(), "error");
   EXPECT_FALSE(spec.compile().preflight());
+  EXPECT_EQ(spec.compile().summary_every(), 100);
+  EXPECT_FALSE(spec.compile().test_plant_side_effect());
   EXPECT_EQ(spec.activation_checkpoint().mode(), "none");
   EXPECT_FALSE(spec.profiling().enable());
   EXPECT_EQ(spec.profiling().freq(), 100);

@@ -119,6 +119,10 @@ INSTANTIATE_TEST_SUITE_P(
              "parallelism.collective_timeout_s must be positive, got 0"},
         Rule{"RecompileLimit", M(s->mutable_compile()->set_recompile_limit(0)),
              "compile.recompile_limit must be >= 1, got 0"},
+        Rule{"SummaryEvery", M(s->mutable_compile()->set_summary_every(0)),
+             "compile.summary_every must be >= 1, got 0"},
+        Rule{"SummaryEveryNegative", M(s->mutable_compile()->set_summary_every(-5)),
+             "compile.summary_every must be >= 1, got -5"},
         Rule{"ProfilingFreq", M(s->mutable_profiling()->set_freq(0)),
              "profiling.freq must be positive, got 0"},
         Rule{"ProfilingWarmup", M(s->mutable_profiling()->set_warmup(-1)),
@@ -269,11 +273,8 @@ TEST_P(CheckSupportedTest, ValidButNotBuiltIsUnimplemented) {
 INSTANTIATE_TEST_SUITE_P(
     NotBuilt, CheckSupportedTest,
     ::testing::Values(
-        Unsupported{"Jit", M(s->mutable_compile()->set_backend("jit")), "compile.backend=jit"},
         Unsupported{"CudaGraph", M(s->mutable_compile()->set_backend("cudagraph")),
-                    "compile.backend=cudagraph"},
-        Unsupported{"Ac", M(s->mutable_activation_checkpoint()->set_mode("full")),
-                    "activation_checkpoint.mode=full"},
+                    "compile.backend=cudagraph: the cudagraph backend needs a CUDA worker"},
         Unsupported{"Profiling", M(s->mutable_profiling()->set_enable(true)),
                     "profiling.enable=true"},
         Unsupported{"CheckpointInterval", M(s->mutable_checkpoint()->set_interval(10)),
@@ -288,6 +289,50 @@ INSTANTIATE_TEST_SUITE_P(
               "training.dataset=text"
         }),
     [](const ::testing::TestParamInfo<Unsupported>& info) { return info.param.name; });
+#undef M
+
+TEST(CheckSupportedTest, CudaGraphSaysWorkersAreCpuOnly) {
+  v1::JobSpec spec = Normalised();
+  spec.mutable_compile()->set_backend("cudagraph");
+  absl::Status status = CheckSupported(spec);
+  ASSERT_EQ(status.code(), absl::StatusCode::kUnimplemented) << status;
+  EXPECT_THAT(std::string(status.message()), HasSubstr("CPU-only"));
+  EXPECT_THAT(std::string(status.message()), HasSubstr("resources.device=cpu"));
+}
+
+struct Built {
+  std::string name;
+  std::function<void(v1::JobSpec*)> mutate;
+};
+void PrintTo(const Built& c, std::ostream* os) { *os << c.name; }
+
+class BuiltSettingTest : public ::testing::TestWithParam<Built> {};
+
+// Settings the compile layer now runs: the controller must accept them.
+TEST_P(BuiltSettingTest, ValidAndSupported) {
+  v1::JobSpec spec = Normalised();
+  GetParam().mutate(&spec);
+  EXPECT_TRUE(ValidateJobSpec(spec, kSkipSlotCheck).ok()) << ValidateJobSpec(spec, kSkipSlotCheck);
+  EXPECT_TRUE(CheckSupported(spec).ok()) << CheckSupported(spec);
+}
+
+#define M(body) [](v1::JobSpec* s) { body; }
+INSTANTIATE_TEST_SUITE_P(
+    CompileLayer, BuiltSettingTest,
+    ::testing::Values(
+        Built{"Jit", M(s->mutable_compile()->set_backend("jit"))},
+        Built{"Eager", M(s->mutable_compile()->set_backend("eager"))},
+        Built{"AcFull", M(s->mutable_activation_checkpoint()->set_mode("full"))},
+        Built{"AcSelective", M(s->mutable_activation_checkpoint()->set_mode("selective"))},
+        Built{"RegionsModel", M(s->mutable_compile()->set_regions("model"))},
+        Built{"RegionsPerLayer", M(s->mutable_compile()->set_regions("per_layer"))},
+        Built{"JitWithAcAndPreflight",
+              M(s->mutable_compile()->set_backend("jit");
+                s->mutable_activation_checkpoint()->set_mode("selective");
+                s->mutable_compile()->set_preflight(true))},
+        Built{"SummaryEveryOne", M(s->mutable_compile()->set_summary_every(1))},
+        Built{"PlantedSideEffect", M(s->mutable_compile()->set_test_plant_side_effect(true))}),
+    [](const ::testing::TestParamInfo<Built>& info) { return info.param.name; });
 #undef M
 
 TEST(CheckSupportedTest, TensorAndExpertParallelLayoutsAreBuilt) {
