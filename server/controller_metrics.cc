@@ -10,6 +10,7 @@ namespace trainyard {
 
 using prometheus::BuildCounter;
 using prometheus::BuildGauge;
+using prometheus::BuildHistogram;
 
 ControllerMetrics::ControllerMetrics()
     : registry_(std::make_shared<prometheus::Registry>()),
@@ -20,7 +21,7 @@ ControllerMetrics::ControllerMetrics()
                      .Add({})),
       rejected_(BuildCounter()
                     .Name("trainyard_jobs_rejected_total")
-                    .Help("Jobs rejected by validation")
+                    .Help("Jobs rejected by validation or the compile preflight")
                     .Register(*registry_)
                     .Add({})),
       events_(BuildCounter()
@@ -66,11 +67,32 @@ ControllerMetrics::ControllerMetrics()
       compile_family_(BuildCounter()
                           .Name("trainyard_compile_events_total")
                           .Help("Compile-layer events by kind")
-                          .Register(*registry_)) {
+                          .Register(*registry_)),
+      preflights_family_(BuildCounter()
+                             .Name("trainyard_preflights_total")
+                             .Help("Compile preflights run before accepting a job, by outcome")
+                             .Register(*registry_)),
+      preflight_seconds_(BuildHistogram()
+                             .Name("trainyard_preflight_duration_seconds")
+                             .Help("Wall time of each compile preflight run")
+                             .Register(*registry_)
+                             .Add({}, prometheus::Histogram::BucketBoundaries{
+                                          1, 2, 5, 10, 20, 30, 60, 120, 300, 600})) {
   for (int s = v1::Job::PENDING; s <= v1::Job::RESTARTING; ++s) {
     std::string name = absl::AsciiStrToLower(v1::Job::State_Name(static_cast<v1::Job::State>(s)));
     transitions_[s] = &transitions_family_.Add({{"state", name}});
   }
+  for (const char* outcome :
+       {"clean", "findings", "bad_config", "failed", "timeout", "cancelled", "refused"}) {
+    preflights_[outcome] = &preflights_family_.Add({{"outcome", outcome}});
+  }
+}
+
+void ControllerMetrics::PreflightFinished(const std::string& outcome, absl::Duration elapsed) {
+  auto it = preflights_.find(outcome);
+  if (it == preflights_.end()) return;
+  it->second->Increment();
+  if (outcome != "refused") preflight_seconds_.Observe(absl::ToDoubleSeconds(elapsed));
 }
 
 absl::Status ControllerMetrics::Listen(const std::string& address) {

@@ -4,6 +4,7 @@
 #include <prometheus/exposer.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
 #include <memory>
@@ -38,6 +39,9 @@ class ControllerMetrics {
   void SetSlots(int total, int free) { slots_total_.Set(total); slots_free_.Set(free); }
   void StepReported(const std::string& job_id, const v1::StepMetrics& step);
   void CompileReported(const std::string& job_id, const v1::CompileEvent& compile);
+  // One finished preflight; `outcome` is a PreflightVerdictName() or "refused" (queue
+  // full, runner binary missing, controller stopping). Other values are dropped.
+  void PreflightFinished(const std::string& outcome, absl::Duration elapsed);
   void JobEnded(const std::string& job_id, absl::Time now);
   // Drops the series of jobs that ended more than `grace` ago.
   void Sweep(absl::Time now, absl::Duration grace);
@@ -68,6 +72,9 @@ class ControllerMetrics {
   prometheus::Family<prometheus::Gauge>& mfu_family_;
   prometheus::Family<prometheus::Counter>& compile_family_;
   absl::flat_hash_map<int, prometheus::Counter*> transitions_;
+  prometheus::Family<prometheus::Counter>& preflights_family_;
+  absl::flat_hash_map<std::string, prometheus::Counter*> preflights_;  // by outcome
+  prometheus::Histogram& preflight_seconds_;
 
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, JobSeries> jobs_ ABSL_GUARDED_BY(mu_);

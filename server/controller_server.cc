@@ -3,10 +3,14 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/server_builder.h>
+#include <unistd.h>
+
+#include <filesystem>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "spdlog/spdlog.h"
 
 namespace trainyard {
 
@@ -33,7 +37,26 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
   s->manager_ = std::make_unique<JobManager>(s->store_.get(), &s->hub_, s->metrics_.get(),
                                              &s->clock_, options.manager);
   TY_RETURN_IF_ERROR(s->manager_->Recover());
-  s->job_service_ = std::make_unique<JobServiceImpl>(s->manager_.get(), s->store_.get(), &s->hub_);
+  PreflightGateOptions preflight;
+  preflight.binary = options.preflight_binary.empty() ? ExecutableSibling("trainyard-train")
+                                                      : options.preflight_binary;
+  preflight.timeout = options.preflight_timeout;
+  preflight.spec_dir = (std::filesystem::path(options.data_dir) / "preflight").string();
+  std::error_code ec;
+  std::filesystem::create_directories(preflight.spec_dir, ec);
+  if (ec) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot create ", preflight.spec_dir, ": ", ec.message()));
+  }
+  if (access(preflight.binary.c_str(), X_OK) != 0) {
+    spdlog::warn("preflight runner {} is missing: jobs with compile.preflight=true will be "
+                 "refused (set --preflight-binary)", preflight.binary);
+  }
+  s->launcher_ = std::make_unique<PosixProcessLauncher>();
+  s->preflight_ =
+      std::make_unique<PreflightGate>(s->launcher_.get(), s->metrics_.get(), preflight);
+  s->job_service_ = std::make_unique<JobServiceImpl>(s->manager_.get(), s->store_.get(), &s->hub_,
+                                                     s->preflight_.get());
   s->worker_service_ = std::make_unique<WorkerServiceImpl>(s->manager_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -56,6 +79,9 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
 
 void ControllerServer::Shutdown() {
   if (!stop_.HasBeenNotified()) stop_.Notify();
+  // Finishes every SubmitJob waiting for a preflight, which the server's shutdown
+  // would otherwise wait for.
+  if (preflight_) preflight_->Stop();
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
 }
 

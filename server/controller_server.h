@@ -9,11 +9,13 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "common/clock.h"
+#include "common/posix_process_launcher.h"
 #include "server/controller_metrics.h"
 #include "server/event_hub.h"
 #include "server/job_manager.h"
 #include "server/job_service.h"
 #include "server/job_store.h"
+#include "server/preflight_gate.h"
 #include "server/worker_service.h"
 
 namespace trainyard {
@@ -24,6 +26,10 @@ struct ControllerOptions {
   std::string data_dir;
   bool insecure = false;  // allow a non-loopback --listen without TLS
   JobManagerOptions manager;
+  // The runner of compile.preflight=true jobs (trainyard-train); checked when such a
+  // job is submitted, not at start-up.
+  std::string preflight_binary;
+  absl::Duration preflight_timeout = absl::Seconds(300);
 };
 
 // The whole controller wired together: store, manager, gRPC services (with health
@@ -45,6 +51,8 @@ class ControllerServer {
   EventHub hub_;
   std::unique_ptr<ControllerMetrics> metrics_;
   std::unique_ptr<JobManager> manager_;
+  std::unique_ptr<PosixProcessLauncher> launcher_;  // outlives the gate's runners
+  std::unique_ptr<PreflightGate> preflight_;
   std::unique_ptr<JobServiceImpl> job_service_;
   std::unique_ptr<WorkerServiceImpl> worker_service_;
   std::unique_ptr<grpc::Server> server_;

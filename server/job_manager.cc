@@ -93,16 +93,28 @@ absl::Status JobManager::Recover() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<v1::Job> JobManager::Submit(v1::JobSpec spec, const std::string& owner) {
-  auto reject = [&](absl::Status s) {
-    metrics_->JobRejected();
-    spdlog::info("rejected job: {}", std::string(s.message()));
-    return s;
-  };
-  if (auto s = ApplyPresetAndDefaults(&spec); !s.ok()) return reject(s);
+absl::Status JobManager::Reject(absl::Status status) {
+  metrics_->JobRejected();
+  spdlog::info("rejected job: {}", std::string(status.message()));
+  return status;
+}
+
+absl::Status JobManager::ValidateLocked(const v1::JobSpec& normalised) {
+  if (auto s = ValidateJobSpec(normalised, TotalSlotsLocked()); !s.ok()) return Reject(s);
+  if (auto s = CheckSupported(normalised); !s.ok()) return Reject(s);
+  return absl::OkStatus();
+}
+
+absl::Status JobManager::Validate(v1::JobSpec* spec) {
+  if (auto s = ApplyPresetAndDefaults(spec); !s.ok()) return Reject(s);
   absl::MutexLock lock(&mu_);
-  if (auto s = ValidateJobSpec(spec, TotalSlotsLocked()); !s.ok()) return reject(s);
-  if (auto s = CheckSupported(spec); !s.ok()) return reject(s);
+  return ValidateLocked(*spec);
+}
+
+absl::StatusOr<v1::Job> JobManager::Submit(v1::JobSpec spec, const std::string& owner) {
+  if (auto s = ApplyPresetAndDefaults(&spec); !s.ok()) return Reject(s);
+  absl::MutexLock lock(&mu_);
+  TY_RETURN_IF_ERROR(ValidateLocked(spec));
 
   JobRuntime rt;
   rt.job.set_owner(owner);

@@ -42,6 +42,10 @@ class JobManager {
   absl::Status Recover();
 
   // JobService.
+  // Normalises `spec` (presets, defaults) and checks it as Submit does, against the
+  // slots connected now, without creating anything: the preflight gate runs between
+  // Validate and Submit. A failure is counted as a rejected job.
+  absl::Status Validate(v1::JobSpec* spec);
   absl::StatusOr<v1::Job> Submit(v1::JobSpec spec, const std::string& owner);
   absl::StatusOr<v1::Job> Get(const std::string& id);
   std::vector<v1::Job> List(const std::vector<v1::Job::State>& states, int limit);
@@ -83,6 +87,8 @@ class JobManager {
   bool IsActive(const JobRuntime& rt) const;
   int FreeSlotsLocked(const std::string& worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int TotalSlotsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ValidateLocked(const v1::JobSpec& normalised) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Reject(absl::Status status);
   WorkerRuntime* WorkerByConnLocked(int64_t conn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status SetStateLocked(JobRuntime& rt, v1::Job::State state, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -1,5 +1,6 @@
 #include "server/job_service.h"
 
+#include <atomic>
 #include <deque>
 #include <memory>
 #include <utility>
@@ -18,6 +19,18 @@ grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx, const absl::Sta
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
 }
+
+// A SubmitJob waiting for its preflight. The gate's thread finishes it; OnCancel only
+// flags that the client went away, so the gate kills the runner and creates no job.
+class PreflightSubmitReactor : public grpc::ServerUnaryReactor {
+ public:
+  std::shared_ptr<std::atomic<bool>> cancelled() const { return cancelled_; }
+  void OnCancel() override { cancelled_->store(true); }
+  void OnDone() override { delete this; }
+
+ private:
+  const std::shared_ptr<std::atomic<bool>> cancelled_ = std::make_shared<std::atomic<bool>>(false);
+};
 
 // Replays stored events from `from_seq`, then follows new ones as the hub signals
 // them; finishes once the job is settled and everything stored has been sent. One
@@ -124,9 +137,30 @@ class WatchReactor : public grpc::ServerWriteReactor<v1::Event> {
 grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext* ctx,
                                                     const v1::SubmitJobRequest* request,
                                                     v1::Job* response) {
-  auto job = manager_->Submit(request->spec(), kAnonymousOwner);
-  if (job.ok()) *response = std::move(*job);
-  return Done(ctx, job.status());
+  if (!request->spec().compile().preflight()) {
+    auto job = manager_->Submit(request->spec(), kAnonymousOwner);
+    if (job.ok()) *response = std::move(*job);
+    return Done(ctx, job.status());
+  }
+  // Refuse what Submit would refuse before spending a preflight on it.
+  v1::JobSpec spec = request->spec();
+  if (auto s = manager_->Validate(&spec); !s.ok()) return Done(ctx, s);
+  auto* reactor = new PreflightSubmitReactor();
+  auto cancelled = reactor->cancelled();
+  preflight_->Check(
+      spec, [cancelled] { return cancelled->load(); },
+      [this, reactor, cancelled, spec, response](absl::Status status) {
+        if (status.ok() && cancelled->load()) {
+          status = absl::CancelledError("the client went away during the preflight");
+        }
+        if (status.ok()) {
+          auto job = manager_->Submit(spec, kAnonymousOwner);
+          if (job.ok()) *response = std::move(*job);
+          status = job.status();
+        }
+        reactor->Finish(ToGrpcStatus(status));
+      });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* ctx,

@@ -3,16 +3,19 @@
 #include "server/event_hub.h"
 #include "server/job_manager.h"
 #include "server/job_store.h"
+#include "server/preflight_gate.h"
 #include "trainyard/v1/job_service.grpc.pb.h"
 
 namespace trainyard {
 
 // Thin gRPC adapter for JobService: parses, calls JobManager, converts the Status.
-// WatchJob streams from the store, so a slow watcher never stalls ingestion.
+// WatchJob streams from the store, so a slow watcher never stalls ingestion. A
+// SubmitJob whose spec sets compile.preflight is validated, then handed to the
+// PreflightGate; the gate's thread creates the job (or not) and finishes the call.
 class JobServiceImpl final : public v1::JobService::CallbackService {
  public:
-  JobServiceImpl(JobManager* manager, JobStore* store, EventHub* hub)
-      : manager_(manager), store_(store), hub_(hub) {}
+  JobServiceImpl(JobManager* manager, JobStore* store, EventHub* hub, PreflightGate* preflight)
+      : manager_(manager), store_(store), hub_(hub), preflight_(preflight) {}
 
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* ctx,
                                       const v1::SubmitJobRequest* request,
@@ -35,6 +38,7 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   JobManager* const manager_;
   JobStore* const store_;
   EventHub* const hub_;
+  PreflightGate* const preflight_;
 };
 
 }  // namespace trainyard

@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "common/posix_process_launcher.h"
 #include "server/controller_server.h"
 #include "spdlog/spdlog.h"
 
@@ -17,6 +18,8 @@ void OnSignal(int) { g_stop = 1; }
 int main(int argc, char** argv) {
   trainyard::ControllerOptions options;
   double heartbeat_timeout_s = 15;
+  double preflight_timeout_s = 300;
+  options.preflight_binary = trainyard::ExecutableSibling("trainyard-train");
   std::string port_file;
   CLI::App app{"trainyard-controller: the Trainyard job controller (gRPC JobService and "
                "WorkerService, SQLite state, Prometheus /metrics)"};
@@ -34,8 +37,25 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_option("--port-file", port_file, "Write the bound gRPC port to this file");
+  app.add_option("--preflight-binary", options.preflight_binary,
+                 "Runner of the compile preflight that jobs with compile.preflight=true must "
+                 "pass before they are created (trainyard-train; run as `BINARY SPEC.json "
+                 "--preflight --json`). Checked when such a job is submitted")
+      ->capture_default_str();
+  app.add_option("--preflight-timeout", preflight_timeout_s,
+                 "Seconds a preflight may run before its process group is killed and the "
+                 "submit fails")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.footer(
+      "Preflight: a SubmitJob whose spec sets compile.preflight=true is validated, then "
+      "the controller runs the preflight binary on 3 steps of the job on local CPU ranks "
+      "(one preflight at a time, off the gRPC threads) before creating the job or taking a "
+      "slot. Findings (UNSAFE_SIDE_EFFECT, RECOMPILE_LIMIT) or a runner failure make the "
+      "submit fail with FAILED_PRECONDITION and no job is stored.");
   CLI11_PARSE(app, argc, argv);
   options.manager.heartbeat_timeout = absl::Seconds(heartbeat_timeout_s);
+  options.preflight_timeout = absl::Seconds(preflight_timeout_s);
 
   auto server = trainyard::ControllerServer::Start(options);
   if (!server.ok()) {
