@@ -12,11 +12,17 @@
 #include "absl/strings/str_cat.h"
 #include "client/cli_format.h"
 #include "client/job_client.h"
+#include "client/preflight_command.h"
 #include "common/job_file.h"
 #include "common/proto_json.h"
 
 namespace trainyard::cli {
 namespace {
+
+// A submit with compile.preflight=true waits while the controller runs the preflight
+// (up to its --preflight-timeout, 300 s by default, plus any queue), so unless
+// --timeout is given its deadline is this instead of the per-call default.
+constexpr std::chrono::minutes kPreflightSubmitTimeout{15};
 
 constexpr const char* kWatchExitCodes =
     "Exit status: 0 if the job SUCCEEDED, 1 if it FAILED, 2 if it was CANCELLED, "
@@ -28,6 +34,7 @@ struct CommonOptions {
   double timeout_s = 10.0;
   std::string output = "text";
   bool json_flag = false;
+  bool timeout_given = false;  // --timeout was on the command line
 
   bool Json() const { return json_flag || output == "json"; }
 };
@@ -79,7 +86,9 @@ class Runner {
   int Submit(const std::string& file, const std::vector<std::string>& sets, bool wait) {
     absl::StatusOr<v1::JobSpec> spec = LoadJobFile(file, sets);
     if (!spec.ok()) return Fail(spec.status());
-    absl::StatusOr<v1::Job> job = client_->SubmitJob(*spec);
+    std::optional<std::chrono::milliseconds> timeout;
+    if (spec->compile().preflight() && !options_.timeout_given) timeout = kPreflightSubmitTimeout;
+    absl::StatusOr<v1::Job> job = client_->SubmitJob(*spec, timeout);
     if (!job.ok()) return Fail(job.status());
     if (options_.Json()) {
       out_ << ToJsonLine(*job) << std::endl;
@@ -173,7 +182,8 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
   app.require_subcommand(1);
   app.footer(
       "Exit status: 0 on success, 3 on an RPC, connection, input or usage error; "
-      "watch and submit --wait exit 1 if the job FAILED and 2 if it was CANCELLED.");
+      "watch and submit --wait exit 1 if the job FAILED and 2 if it was CANCELLED; "
+      "preflight exits 0 clean, 3 findings, 2 bad input, 1 runner failure.");
 
   CommonOptions common;
   common.controller = env.default_controller;
@@ -188,7 +198,10 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
                    "Override a key: section.key=value, value in TOML syntax (repeatable)")
       ->allow_extra_args(false);
   submit->add_flag("--wait", wait, "Then watch the job and exit like `watch`");
-  submit->footer(kWatchExitCodes);
+  submit->footer(absl::StrCat(
+      kWatchExitCodes,
+      " With compile.preflight=true the controller runs the compile preflight before "
+      "creating the job; the call then waits up to 15 minutes unless --timeout is given."));
   AddCommonOptions(submit, &common);
 
   std::vector<std::string> states;
@@ -226,11 +239,49 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
   watch->footer(kWatchExitCodes);
   AddCommonOptions(watch, &common);
 
+  PreflightCommandOptions preflight_options;
+  preflight_options.train_binary = env.default_train_binary;
+  preflight_options.spec_dir = env.temp_dir;
+  CLI::App* preflight = app.add_subcommand(
+      "preflight",
+      "Run the job's compile preflight locally (3 steps of its exact structure on local CPU "
+      "ranks, jit in place of cudagraph) and print its compile events and a verdict");
+  preflight->add_option("file", preflight_options.job_file, "Job file (TOML)")->required();
+  preflight
+      ->add_option("--set", preflight_options.sets,
+                   "Override a key: section.key=value, value in TOML syntax (repeatable)")
+      ->allow_extra_args(false);
+  preflight->add_flag("--shrink", preflight_options.shrink,
+                      "Let the runner shrink the model's sizes (same structure, faster)");
+  preflight->add_flag("--json", preflight_options.json,
+                      "Print the runner's Event JSON lines (the verdict goes to stderr)");
+  preflight
+      ->add_option("--train-binary", preflight_options.train_binary,
+                   "The preflight runner (default: trainyard-train next to this executable)")
+      ->capture_default_str();
+  preflight
+      ->add_option("--timeout", preflight_options.timeout_s,
+                   "Seconds before the runner's process group is killed")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  preflight->footer(
+      "Prints COMPILE, RECOMPILE, RECOMPILE_LIMIT, GRAPH_BREAK, UNSAFE_SIDE_EFFECT and "
+      "FALLBACK events, one line each, then a verdict. The job file is checked as `submit` "
+      "and the controller check it (slots aside). Exit status: 0 clean, 3 findings (an "
+      "UNSAFE_SIDE_EFFECT or RECOMPILE_LIMIT event), 2 bad job file, validation or usage "
+      "error, 1 the runner failed (a rank failed, it timed out or could not start).");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e, *env.out, *env.err);
-    return code == 0 ? kExitOk : kExitError;
+    if (code == 0) return kExitOk;
+    const bool preflight_usage = argc > 1 && std::string(argv[1]) == "preflight";
+    return preflight_usage ? kPreflightBadInput : kExitError;
+  }
+  if (preflight->parsed()) return RunPreflightCommand(preflight_options, *env.out, *env.err);
+  for (CLI::App* sub : {submit, list, get, workers, cancel, watch}) {
+    if (sub->parsed()) common.timeout_given = sub->get_option("--timeout")->count() > 0;
   }
 
   Runner runner(common, env);

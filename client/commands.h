@@ -9,13 +9,18 @@ namespace trainyard::cli {
 // their own values and streams.
 struct CliEnvironment {
   std::string default_controller = "127.0.0.1:7070";  // TRAINYARD_CONTROLLER overrides
+  // `preflight`: trainyard-train next to this executable, and a directory for the
+  // runner's JobSpec file (the system's temporary directory).
+  std::string default_train_binary = "trainyard-train";
+  std::string temp_dir = "/tmp";
   std::ostream* out = nullptr;
   std::ostream* err = nullptr;
 };
 
 // Parses the command line, runs the chosen subcommand and returns the process exit
 // code (see cli_format.h: 0, 1/2 for watched jobs that FAILED/were CANCELLED, 3 for
-// errors). Not thread-safe with respect to the streams in `env`.
+// errors; `preflight` has its own, see preflight_command.h). Not thread-safe with
+// respect to the streams in `env`.
 int RunCli(int argc, const char* const* argv, const CliEnvironment& env);
 
 }  // namespace trainyard::cli

@@ -23,9 +23,10 @@ void JobClient::SetDeadline(grpc::ClientContext* context) const {
   context->set_deadline(std::chrono::system_clock::now() + timeout_);
 }
 
-absl::StatusOr<v1::Job> JobClient::SubmitJob(const v1::JobSpec& spec) {
+absl::StatusOr<v1::Job> JobClient::SubmitJob(const v1::JobSpec& spec,
+                                             std::optional<std::chrono::milliseconds> timeout) {
   grpc::ClientContext context;
-  SetDeadline(&context);
+  context.set_deadline(std::chrono::system_clock::now() + timeout.value_or(timeout_));
   v1::SubmitJobRequest request;
   *request.mutable_spec() = spec;
   v1::Job job;

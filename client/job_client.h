@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -36,7 +37,10 @@ class JobClient {
 
   JobClient(std::shared_ptr<grpc::ChannelInterface> channel, std::chrono::milliseconds timeout);
 
-  absl::StatusOr<v1::Job> SubmitJob(const v1::JobSpec& spec);
+  // `timeout` overrides the client's deadline for this call (a submit with
+  // compile.preflight=true waits for the controller's preflight run).
+  absl::StatusOr<v1::Job> SubmitJob(const v1::JobSpec& spec,
+                                    std::optional<std::chrono::milliseconds> timeout = {});
   absl::StatusOr<v1::Job> GetJob(const std::string& id);
   // `states` empty: all states. `limit` 0: the server's default.
   absl::StatusOr<std::vector<v1::Job>> ListJobs(const std::vector<v1::Job::State>& states,

@@ -1,8 +1,10 @@
 // trainyard: the command-line client of the Trainyard controller (see commands.h).
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 
 #include "client/commands.h"
+#include "common/posix_process_launcher.h"
 
 int main(int argc, char** argv) {
   trainyard::cli::CliEnvironment env;
@@ -10,6 +12,10 @@ int main(int argc, char** argv) {
       controller != nullptr && *controller != '\0') {
     env.default_controller = controller;
   }
+  env.default_train_binary = trainyard::ExecutableSibling("trainyard-train");
+  std::error_code ec;
+  const std::filesystem::path tmp = std::filesystem::temp_directory_path(ec);  // TMPDIR
+  if (!ec) env.temp_dir = tmp.string();
   env.out = &std::cout;
   env.err = &std::cerr;
   return trainyard::cli::RunCli(argc, argv, env);

@@ -1,0 +1,34 @@
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace trainyard::cli {
+
+// Exit codes of `trainyard preflight`: the runner's own contract, passed through.
+inline constexpr int kPreflightClean = 0;
+inline constexpr int kPreflightRunnerFailed = 1;  // a rank failed, timeout, cannot start
+inline constexpr int kPreflightBadInput = 2;  // job file, validation or usage error
+inline constexpr int kPreflightFindings = 3;  // UNSAFE_SIDE_EFFECT or RECOMPILE_LIMIT seen
+
+struct PreflightCommandOptions {
+  std::string job_file;
+  std::vector<std::string> sets;  // --set section.key=value
+  bool shrink = false;
+  bool json = false;  // stdout: the runner's raw Event JSON lines
+  std::string train_binary;  // trainyard-train
+  double timeout_s = 300;  // the runner's process group is killed after this
+  std::string spec_dir;  // where the resolved JobSpec JSON is written for the runner
+};
+
+// `trainyard preflight`: loads and validates the job file as `submit` and the
+// controller do (slot check skipped), runs `trainyard-train SPEC.json --preflight
+// [--shrink] --json` locally, prints each COMPILE, RECOMPILE, RECOMPILE_LIMIT,
+// GRAPH_BREAK, UNSAFE_SIDE_EFFECT and FALLBACK event as it arrives (one human line, or
+// the raw JSON line with `json`), then a verdict line: on `out` in text mode, on `err`
+// with `json` so that stdout stays JSON Lines of Events. Returns the exit code above.
+int RunPreflightCommand(const PreflightCommandOptions& options, std::ostream& out,
+                        std::ostream& err);
+
+}  // namespace trainyard::cli
