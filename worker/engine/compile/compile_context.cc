@@ -1,0 +1,82 @@
+#include "worker/engine/compile/compile_context.h"
+
+#include <chrono>
+#include <stdexcept>
+
+#include "worker/engine/compile/jit_executable.h"
+
+namespace trainyard::engine::compile {
+namespace {
+
+double SteadyNowMs() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+CompileContext::CompileContext(CompileOptions options, CompileEventSink& sink)
+    : options_(std::move(options)), sink_(sink) {
+  if (options_.recompile_limit < 1) {
+    throw std::invalid_argument("compile recompile_limit must be >= 1, got " +
+                                std::to_string(options_.recompile_limit));
+  }
+  if (options_.backend == CompileBackend::kCudaGraph) {
+    // CUDA-graph capture needs static input/output buffers and a captured backward
+    // (make_graphed_callables-style) to be correct under autograd; that is not
+    // implemented, so no build accepts it rather than pretending to.
+#ifdef TRAINYARD_TORCH_CUDA
+    throw std::runtime_error(
+        "compile backend cudagraph is not built into this engine (CUDA-graph capture of regions with "
+        "autograd is not implemented); use backend jit");
+#else
+    throw std::runtime_error(
+        "compile backend cudagraph needs a CUDA build of LibTorch; this engine was built for CPU");
+#endif
+  }
+  if (!options_.now_ms) options_.now_ms = &SteadyNowMs;
+  if (options_.backend == CompileBackend::kJit) JitExecutable::ConfigureCpuFusion();
+}
+
+RegionCache& CompileContext::CacheFor(const RegionKey& key) {
+  auto it = caches_by_key_.find(key.str());
+  if (it != caches_by_key_.end()) return *it->second;
+  caches_.push_back(std::make_unique<RegionCache>(key));
+  caches_by_key_.emplace(key.str(), caches_.back().get());
+  return *caches_.back();
+}
+
+const RegionCache* CompileContext::FindCache(const RegionKey& key) const {
+  auto it = caches_by_key_.find(key.str());
+  return it == caches_by_key_.end() ? nullptr : it->second;
+}
+
+void CompileContext::ReportGraphBreak(const RegionKey& region_after, const std::string& cause) {
+  if (!reported_breaks_.emplace(region_after.str(), cause).second) return;
+  CompileEventRecord event;
+  event.kind = CompileEventKind::kGraphBreak;
+  event.region = region_after.str();
+  event.reason = cause;
+  if (const RegionCache* cache = FindCache(region_after)) {
+    event.layers = cache->layers();
+    event.cache_entries = cache->size();
+  }
+  Emit(event);
+}
+
+void CompileContext::Summary() {
+  for (const auto& cache : caches_) {
+    const RegionStats& s = cache->stats();
+    CompileEventRecord event;
+    event.kind = CompileEventKind::kSummary;
+    event.region = cache->key().str();
+    event.layers = cache->layers();
+    event.cache_entries = cache->size();
+    event.reason = "hits=" + std::to_string(s.hits) + " misses=" + std::to_string(s.misses) +
+                   " eager_fallbacks=" + std::to_string(s.eager_fallbacks) +
+                   " entries=" + std::to_string(cache->size()) +
+                   " backend=" + CompileBackendName(options_.backend);
+    Emit(event);
+  }
+}
+
+}  // namespace trainyard::engine::compile
