@@ -83,7 +83,7 @@ class PreflightIntegrationTest : public ::testing::Test {
         std::vector<std::string>{TRAINYARD_CONTROLLER, "--listen", "127.0.0.1:0", "--data-dir",
                                  dir_.path() + "/data", "--port-file", dir_.path() + "/port",
                                  "--preflight-binary", preflight_binary_,
-                                 "--preflight-timeout", "3"},
+                                 "--preflight-timeout", preflight_timeout_},
         dir_.path() + "/controller.log");
     const std::string port = WaitForFile(dir_.path() + "/port", 20000);
     ASSERT_FALSE(port.empty()) << ReadFile(dir_.path() + "/controller.log");
@@ -143,6 +143,7 @@ class PreflightIntegrationTest : public ::testing::Test {
   TempDir dir_;
   std::string runner_;
   std::string preflight_binary_;  // set by a derived fixture to override the fake runner
+  std::string preflight_timeout_ = "3";
   std::string address_;
   std::unique_ptr<TestProcess> controller_;
   std::unique_ptr<TestProcess> worker_;
@@ -321,6 +322,45 @@ TEST_F(PreflightCliTest, MissingRunnerIsARunnerFailure) {
                        "--train-binary", dir_.path() + "/nope"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.out.find("cannot execute " + dir_.path() + "/nope"), std::string::npos) << r.out;
+}
+
+// The real runner: trainyard-train --preflight with real trainyard-rank processes. The
+// planted side effect (compile.test_plant_side_effect) must be found by the engine's
+// compile layer and the job refused before it takes a slot.
+class PreflightRealRunnerTest : public PreflightIntegrationTest {
+ protected:
+  PreflightRealRunnerTest() {
+    preflight_binary_ = TRAINYARD_TRAIN;
+    preflight_timeout_ = "300";
+  }
+};
+
+TEST_F(PreflightRealRunnerTest, PlantedSideEffectIsRejectedBeforeScheduling) {
+  const size_t before = JobCount();
+  auto r = SubmitWithPreflight("pf-real-planted", {"--set", "compile.backend=jit", "--set",
+                                                   "compile.test_plant_side_effect=true"});
+  EXPECT_EQ(r.exit_code, 3) << r.out;
+  EXPECT_NE(r.err.find("FAILED_PRECONDITION"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("UNSAFE_SIDE_EFFECT"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(kTensor), std::string::npos) << r.err;
+  EXPECT_EQ(JobCount(), before) << "a job row was created despite the findings";
+
+  // The same job without the planted write passes the real preflight and runs.
+  auto clean = SubmitWithPreflight("pf-real-clean", {"--set", "compile.backend=jit", "--wait"});
+  EXPECT_EQ(clean.exit_code, 0) << clean.err;
+  EXPECT_EQ(JobCount(), before + 1);
+}
+
+TEST(PreflightRealCliTest, ShrunkPreflightNamesThePlantedTensorAndExitsThree) {
+  auto r = RunCommand({TRAINYARD_CLI, "preflight", TRAINYARD_EXAMPLES "/debug.toml", "--shrink", "--set",
+                       "compile.backend=jit", "--set", "compile.test_plant_side_effect=true",
+                       "--train-binary", TRAINYARD_TRAIN});
+  EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
+  EXPECT_NE((r.out + r.err).find(kTensor), std::string::npos) << r.out << r.err;
+  auto clean = RunCommand({TRAINYARD_CLI, "preflight", TRAINYARD_EXAMPLES "/debug.toml", "--shrink",
+                           "--set", "compile.backend=jit", "--train-binary", TRAINYARD_TRAIN});
+  EXPECT_EQ(clean.exit_code, 0) << clean.out << clean.err;
+  EXPECT_NE(clean.out.find("COMPILE"), std::string::npos) << clean.out;
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include <torch/torch.h>
 
+#include "worker/engine/model_regions.h"
 #include "worker/engine/parallel_context.h"
 #include "worker/engine/rotary_embedding.h"
 
@@ -17,7 +18,8 @@ namespace trainyard::engine {
 
 class AttentionImpl : public torch::nn::Module {
  public:
-  AttentionImpl(int64_t dim, int64_t n_heads, int64_t n_kv_heads, ParallelContext ctx = {});
+  AttentionImpl(int64_t dim, int64_t n_heads, int64_t n_kv_heads, ParallelContext ctx = {},
+                RegionFactory& regions = EagerRegionFactory(), int layer = -1);
 
   // x: [batch, seq, dim] -> [batch, seq, dim].
   torch::Tensor forward(const torch::Tensor& x, const RotaryEmbedding& rope);
@@ -31,11 +33,13 @@ class AttentionImpl : public torch::nn::Module {
   int64_t head_dim_;
   // Query positions per causal block (see forward).
   static constexpr int64_t kQueryBlock = 64;
-  // Additive causal masks per query block, [len*rep, keys]: 0 where allowed, -inf in
-  // the future. A cache of constants, rebuilt only when t, dtype or device changes.
-  const std::vector<torch::Tensor>& CausalMasks(int64_t t, int64_t rep, const torch::TensorOptions& opts);
-  std::vector<torch::Tensor> masks_;
-  int64_t masks_t_ = -1;
+  // The attention region's inputs after x: RoPE tables and the causal block masks. A
+  // cache of constants (never written in place), rebuilt only when t, dtype or device
+  // changes; handed to the region as inputs so the region stays pure.
+  const std::vector<torch::Tensor>& Constants(int64_t t, const RotaryEmbedding& rope, const torch::TensorOptions& opts);
+  std::vector<torch::Tensor> constants_;
+  int64_t constants_t_ = -1;
+  RegionCall region_;
 };
 TORCH_MODULE(Attention);
 

@@ -4,7 +4,13 @@
 
 namespace trainyard::engine {
 
-FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t hidden, ParallelContext ctx) : ctx_(ctx) {
+FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t hidden, ParallelContext ctx, RegionFactory& regions,
+                                 int layer, const char* kind)
+    : ctx_(ctx), region_(regions.Make(regions::FfnKey(kind, dim, hidden, ctx.tp), regions::Ffn(), layer)) {
+  if (ctx.tp > 1) {
+    regions.GraphBreak(regions::FfnKey(kind, dim, hidden, ctx.tp),
+                       "TP all-reduce of the row-parallel w2 output (collective)");
+  }
   TORCH_CHECK(hidden % ctx.tp == 0, "FeedForward: tp=", ctx.tp, " must divide hidden=", hidden);
   const int64_t local = hidden / ctx.tp;
   w1 = register_module("w1", torch::nn::Linear(torch::nn::LinearOptions(dim, local).bias(false)));
@@ -17,7 +23,7 @@ torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {
 }
 
 torch::Tensor FeedForwardImpl::Partial(const torch::Tensor& x) {
-  return w2(torch::silu(w1(x)) * w3(x));
+  return region_({x}, {w1->weight, w2->weight, w3->weight})[0];
 }
 
 }  // namespace trainyard::engine

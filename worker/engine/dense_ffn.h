@@ -5,13 +5,16 @@
 
 #include <torch/torch.h>
 
+#include "worker/engine/model_regions.h"
 #include "worker/engine/parallel_context.h"
 
 namespace trainyard::engine {
 
 class FeedForwardImpl : public torch::nn::Module {
  public:
-  FeedForwardImpl(int64_t dim, int64_t hidden, ParallelContext ctx = {});
+  // `kind` is the region kind in compile events ("ffn", "shared_expert").
+  FeedForwardImpl(int64_t dim, int64_t hidden, ParallelContext ctx = {},
+                  RegionFactory& regions = EagerRegionFactory(), int layer = -1, const char* kind = "ffn");
 
   // Replicated x in, replicated (TP-reduced) result out.
   torch::Tensor forward(const torch::Tensor& x);
@@ -24,6 +27,7 @@ class FeedForwardImpl : public torch::nn::Module {
 
  private:
   ParallelContext ctx_;
+  RegionCall region_;
 };
 TORCH_MODULE(FeedForward);
 

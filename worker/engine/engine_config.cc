@@ -1,6 +1,7 @@
 #include "worker/engine/engine_config.h"
 
 #include <fstream>
+#include <initializer_list>
 #include <sstream>
 #include <stdexcept>
 
@@ -94,6 +95,35 @@ int GetInt32(const json& root, const char* section, const char* key) {
   return static_cast<int>(v);
 }
 
+// Optional keys (sections added after the first release): the default when absent.
+const json* Optional(const json& root, const char* section, const char* key) {
+  auto s = root.find(section);
+  if (s == root.end() || !s->is_object()) return nullptr;
+  auto k = s->find(key);
+  return k == s->end() || k->is_null() ? nullptr : &*k;
+}
+
+std::string OptString(const json& root, const char* section, const char* key, std::string fallback) {
+  return Optional(root, section, key) ? GetString(root, section, key) : fallback;
+}
+
+int OptInt32(const json& root, const char* section, const char* key, int fallback) {
+  return Optional(root, section, key) ? GetInt32(root, section, key) : fallback;
+}
+
+bool OptBool(const json& root, const char* section, const char* key, bool fallback) {
+  return Optional(root, section, key) ? GetBool(root, section, key) : fallback;
+}
+
+void RequireOneOf(const std::string& path, const std::string& value, std::initializer_list<const char*> allowed) {
+  std::string list;
+  for (const char* a : allowed) {
+    if (value == a) return;
+    list += (list.empty() ? "\"" : ", \"") + std::string(a) + "\"";
+  }
+  Fail(path + "=\"" + value + "\" must be one of " + list);
+}
+
 void RequireRange(const std::string& path, double value, double lo, double hi) {
   if (!(value >= lo && value <= hi)) {
     std::ostringstream os;
@@ -154,6 +184,14 @@ void Validate(const EngineConfig& c) {
   if (m.n_moe_layers() > 0 && m.n_routed_experts % p.ep != 0) Fail(ep + " must divide model.n_routed_experts=" + std::to_string(m.n_routed_experts));
   if ((int64_t{p.dp} * p.tp) % p.ep != 0) Fail(ep + " must divide dp*tp=" + std::to_string(int64_t{p.dp} * p.tp));
   RequireRange("parallelism.collective_timeout_s", p.collective_timeout_s, 0.001, 1e7);
+
+  const CompileConfig& cc = c.compile;
+  RequireOneOf("compile.backend", cc.backend, {"eager", "jit", "cudagraph"});
+  RequireOneOf("compile.regions", cc.regions, {"per_layer", "model"});
+  RequireRange("compile.recompile_limit", cc.recompile_limit, 1, 1 << 16);
+  RequireOneOf("compile.on_side_effect", cc.on_side_effect, {"error", "fallback"});
+  RequireRange("compile.summary_every", cc.summary_every, 1, 1e9);
+  RequireOneOf("activation_checkpoint.mode", c.activation_checkpoint.mode, {"none", "full", "selective"});
 }
 
 }  // namespace
@@ -207,6 +245,15 @@ EngineConfig ParseEngineConfig(const std::string& json_text) {
   p.tp = GetInt32(root, "parallelism", "tp");
   p.ep = GetInt32(root, "parallelism", "ep");
   p.collective_timeout_s = GetDouble(root, "parallelism", "collective_timeout_s");
+
+  CompileConfig& cc = c.compile;
+  cc.backend = OptString(root, "compile", "backend", cc.backend);
+  cc.regions = OptString(root, "compile", "regions", cc.regions);
+  cc.recompile_limit = OptInt32(root, "compile", "recompile_limit", cc.recompile_limit);
+  cc.on_side_effect = OptString(root, "compile", "on_side_effect", cc.on_side_effect);
+  cc.summary_every = OptInt32(root, "compile", "summary_every", cc.summary_every);
+  cc.test_plant_side_effect = OptBool(root, "compile", "test_plant_side_effect", cc.test_plant_side_effect);
+  c.activation_checkpoint.mode = OptString(root, "activation_checkpoint", "mode", c.activation_checkpoint.mode);
 
   Validate(c);
   return c;

@@ -55,10 +55,30 @@ struct ParallelismConfig {
   int world_size() const { return dp * tp; }
 };
 
+// [compile]: how the training step's regions are compiled (worker/engine/compile/).
+struct CompileConfig {
+  std::string backend = "eager";          // "eager" | "jit" | "cudagraph"
+  std::string regions = "per_layer";      // "per_layer" | "model"
+  int recompile_limit = 8;                // entries per region key before eager fallback
+  std::string on_side_effect = "error";   // "error" | "fallback"
+  int summary_every = 100;                // steps between per-region SUMMARY events
+  // Test-only: the first MoE layer writes its routing counts into the module buffer
+  // layers.{i}.moe.tokens_per_expert during forward (the upstream "unsafe side effect").
+  bool test_plant_side_effect = false;
+};
+
+// [activation_checkpoint]: "none"; "full" recomputes every transformer block in
+// backward; "selective" recomputes only the attention regions.
+struct ActivationCheckpointConfig {
+  std::string mode = "none";
+};
+
 struct EngineConfig {
   ModelConfig model;
   TrainingConfig training;
   ParallelismConfig parallelism;
+  CompileConfig compile;  // optional in the JSON: defaults when absent
+  ActivationCheckpointConfig activation_checkpoint;
 };
 
 // Parses and validates. Throws std::invalid_argument with a precise message

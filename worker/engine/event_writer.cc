@@ -54,6 +54,8 @@ void EventWriter::Step(const StepMetrics& m) {
                         {"imbalance", Number(m.imbalance)}});
 }
 
+void EventWriter::Compile(nlohmann::json payload) { Emit("compile", std::move(payload)); }
+
 void EventWriter::Emit(const char* payload_name, nlohmann::json payload) {
   nlohmann::json event = {{"rank", rank_},
                           {"attempt", attempt_},

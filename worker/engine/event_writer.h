@@ -37,6 +37,8 @@ class EventWriter {
 
   void Log(const std::string& level, const std::string& message);
   void Step(const StepMetrics& m);
+  // A CompileEvent payload (proto JSON field names; see compile/compile_event.h).
+  void Compile(nlohmann::json payload);
 
   static std::string NowRfc3339();
 

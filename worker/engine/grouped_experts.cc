@@ -8,7 +8,8 @@ GroupedExpertsImpl::GroupedExpertsImpl(int64_t dim, int64_t hidden, int64_t n_ex
   w3 = register_parameter("w3", torch::empty({n_experts, hidden, dim}));
 }
 
-torch::Tensor GroupedExpertsImpl::forward(const torch::Tensor& x, const std::vector<int64_t>& counts) {
+torch::Tensor GroupedExpertsImpl::forward(const torch::Tensor& x, const std::vector<int64_t>& counts,
+                                          const RegionCall& expert) {
   TORCH_CHECK(static_cast<int64_t>(counts.size()) == w1.size(0), "GroupedExperts: got ",
               counts.size(), " counts for ", w1.size(0), " experts");
   std::vector<torch::Tensor> outs;
@@ -26,8 +27,7 @@ torch::Tensor GroupedExpertsImpl::forward(const torch::Tensor& x, const std::vec
   for (size_t e = 0; e < counts.size(); ++e) {
     if (counts[e] == 0) continue;
     const auto& xs = pieces[e];
-    auto h = torch::silu(xs.matmul(w1s[e].t())) * xs.matmul(w3s[e].t());
-    outs.push_back(h.matmul(w2s[e].t()));
+    outs.push_back(expert({xs}, {w1s[e], w2s[e], w3s[e]})[0]);
   }
   // Keep an empty result attached to x's graph: under expert parallelism the backward
   // all-to-all behind x must run on every rank, even one whose experts got no rows.

@@ -7,6 +7,8 @@
 
 #include <torch/torch.h>
 
+#include "worker/engine/model_regions.h"
+
 namespace trainyard::engine {
 
 class GroupedExpertsImpl : public torch::nn::Module {
@@ -15,7 +17,8 @@ class GroupedExpertsImpl : public torch::nn::Module {
 
   // x: [rows, dim] with rows sorted by expert; counts[e] rows belong to expert e.
   // Returns [rows, dim] in the same order. One matmul chain per non-empty expert.
-  torch::Tensor forward(const torch::Tensor& x, const std::vector<int64_t>& counts);
+  // Each expert runs through `expert` (an expert_ffn region: params w1[e], w2[e], w3[e]).
+  torch::Tensor forward(const torch::Tensor& x, const std::vector<int64_t>& counts, const RegionCall& expert);
 
   torch::Tensor w1, w2, w3;
 };

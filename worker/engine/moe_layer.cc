@@ -4,16 +4,38 @@
 
 namespace trainyard::engine {
 
-MoEImpl::MoEImpl(const ModelConfig& c, ParallelContext ctx)
+MoEImpl::MoEImpl(const ModelConfig& c, ParallelContext ctx, RegionFactory& regions, int layer,
+                 bool plant_side_effect)
     : ctx_(ctx), dispatcher_(c.n_routed_experts, ctx.ep_group) {
-  router = register_module("router", TokenChoiceRouter(c.dim, c.n_routed_experts, c.top_k,
-                                                       c.score_func, c.route_norm, c.route_scale));
+  router = register_module("router", TokenChoiceRouter(c.dim, c.n_routed_experts));
   experts = register_module("experts", GroupedExperts(c.dim, c.expert_hidden, dispatcher_.n_local_experts()));
   if (c.n_shared_experts > 0) {
     shared_experts = register_module(
-        "shared_experts", FeedForward(c.dim, int64_t{c.expert_hidden} * c.n_shared_experts, ctx));
+        "shared_experts", FeedForward(c.dim, int64_t{c.expert_hidden} * c.n_shared_experts, ctx, regions, layer,
+                                      "shared_expert"));
   }
   expert_bias = register_buffer("expert_bias", torch::zeros({c.n_routed_experts}));
+  if (plant_side_effect) {
+    tokens_per_expert = register_buffer("tokens_per_expert", torch::zeros({c.n_routed_experts}, torch::kInt64));
+  }
+  const auto router_key =
+      regions::RouterKey(c.dim, c.n_routed_experts, c.top_k, c.score_func, c.route_norm, c.route_scale);
+  router_region_ = regions.Make(router_key, regions::Router(c.top_k, c.score_func, c.route_norm, c.route_scale,
+                                                            tokens_per_expert), layer);
+  // Rows per expert change every step: the rows dimension is dynamic, so a dropless MoE
+  // compiles each expert once rather than once per token count.
+  const auto expert_key = regions::FfnKey("expert_ffn", c.dim, c.expert_hidden, /*tp=*/1);
+  expert_region_ = regions.Make(expert_key, regions::Ffn(), layer, /*dynamic=*/{{0, 0}});
+  const auto combine_key = regions::CombineKey(c.dim, c.top_k);
+  combine_region_ = regions.Make(combine_key, regions::Combine(), layer);
+  regions.GraphBreak(router_key,
+                     "MoE dispatch: per-expert token counts are read on the host (.tolist) to size the expert "
+                     "slices (data-dependent shapes)");
+  if (ctx.ep > 1) {
+    regions.GraphBreak(expert_key, "EP all-to-all of per-expert counts and of token rows (collective)");
+    regions.GraphBreak(combine_key, "EP reverse all-to-all of expert outputs (collective)");
+  }
+  if (ctx.tp > 1) regions.GraphBreak(combine_key, "TP all-reduce of routed + shared expert output (collective)");
 }
 
 MoEOutput MoEImpl::forward(const torch::Tensor& input) {
@@ -23,27 +45,18 @@ MoEOutput MoEImpl::forward(const torch::Tensor& input) {
   const int64_t begin = n * ctx_.tp_rank / ctx_.tp, end = n * (ctx_.tp_rank + 1) / ctx_.tp;
   auto xs = ctx_.tp > 1 ? x.narrow(0, begin, end - begin) : x;
 
-  RoutingResult r = router(xs, expert_bias);
-  const int64_t top_k = r.experts.size(1);
-  // Sort the (token, slot) pairs by expert so each expert sees one contiguous slice.
-  // A stable sort keeps token order within an expert, so results are reproducible.
-  auto flat_experts = r.experts.reshape({-1});
-  auto order = std::get<1>(flat_experts.sort(/*stable=*/true, /*dim=*/0, /*descending=*/false));
-  auto token_ids = order.div(top_k, "floor");
-  auto routed_in = xs.index_select(0, token_ids);
-  auto gates = r.gates.reshape({-1}).index_select(0, order).unsqueeze(1);
-
-  Dispatched d = dispatcher_.Dispatch(routed_in, r.tokens_per_expert);
-  auto expert_out = experts(d.tokens, d.plan.local_counts);
-  auto routed_out = dispatcher_.Combine(expert_out, d.plan) * gates;
-  auto out = torch::zeros_like(xs).index_add(0, token_ids, routed_out);
+  // rows sorted by expert, their gates and token ids, tokens per expert.
+  const auto routed = router_region_({xs, expert_bias}, {router->gate->weight});
+  Dispatched d = dispatcher_.Dispatch(routed[0], routed[3]);
+  auto expert_out = experts->forward(d.tokens, d.plan.local_counts, expert_region_);
+  auto out = combine_region_({dispatcher_.Combine(expert_out, d.plan), routed[1], routed[2], xs}, {})[0];
   if (ctx_.tp > 1) {
     // Zero rows for the other TP ranks' slices: the all-reduce below fills them in.
     out = torch::cat({xs.new_zeros({begin, dim}), out, xs.new_zeros({n - end, dim})}, 0);
   }
   if (shared_experts) out = out + shared_experts->Partial(x);
   out = ReduceFromRegion(out, ctx_.tp_group);
-  return {out.view(input.sizes()), r.tokens_per_expert};
+  return {out.view(input.sizes()), routed[3]};
 }
 
 void MoEImpl::UpdateExpertBias(const torch::Tensor& counts, double coeff) {

@@ -20,6 +20,7 @@
 #include "worker/engine/engine_config.h"
 #include "worker/engine/expert_dispatcher.h"
 #include "worker/engine/grouped_experts.h"
+#include "worker/engine/model_regions.h"
 #include "worker/engine/moe_router.h"
 #include "worker/engine/parallel_context.h"
 
@@ -32,7 +33,10 @@ struct MoEOutput {
 
 class MoEImpl : public torch::nn::Module {
  public:
-  explicit MoEImpl(const ModelConfig& config, ParallelContext ctx = {});
+  // `plant_side_effect` (test only): the router region also writes its counts into the
+  // buffer `tokens_per_expert`, the write the compile layer must reject.
+  explicit MoEImpl(const ModelConfig& config, ParallelContext ctx = {},
+                   RegionFactory& regions = EagerRegionFactory(), int layer = -1, bool plant_side_effect = false);
 
   // x: [..., dim], replicated across the TP group.
   MoEOutput forward(const torch::Tensor& x);
@@ -45,10 +49,12 @@ class MoEImpl : public torch::nn::Module {
   GroupedExperts experts{nullptr};      // this EP rank's E/ep experts
   FeedForward shared_experts{nullptr};  // null when n_shared_experts == 0
   torch::Tensor expert_bias;            // buffer [n_experts], replicated
+  torch::Tensor tokens_per_expert;      // buffer, only with plant_side_effect
 
  private:
   ParallelContext ctx_;
   ExpertDispatcher dispatcher_;
+  RegionCall router_region_, expert_region_, combine_region_;
 };
 TORCH_MODULE(MoE);
 

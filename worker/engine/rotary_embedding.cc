@@ -15,16 +15,28 @@ RotaryEmbedding::RotaryEmbedding(int64_t head_dim, int64_t max_seq_len, double t
   sin_full_ = torch::stack({-sin_, sin_}, -1).reshape({max_seq_len, -1});
 }
 
+torch::Tensor RotaryEmbedding::CosTable(int64_t seq) const {
+  TORCH_CHECK(seq <= cos_full_.size(0), "RoPE: sequence length ", seq, " exceeds table size ",
+              cos_full_.size(0));
+  return cos_full_.narrow(0, 0, seq);
+}
+
+torch::Tensor RotaryEmbedding::SinTable(int64_t seq) const {
+  TORCH_CHECK(seq <= sin_full_.size(0), "RoPE: sequence length ", seq, " exceeds table size ",
+              sin_full_.size(0));
+  return sin_full_.narrow(0, 0, seq);
+}
+
 torch::Tensor RotaryEmbedding::Apply(const torch::Tensor& x) const {
-  const int64_t seq = x.size(1);
-  TORCH_CHECK(seq <= cos_.size(0), "RoPE: sequence length ", seq, " exceeds table size ",
-              cos_.size(0));
+  return Rotate(x, CosTable(x.size(1)), SinTable(x.size(1)));
+}
+
+torch::Tensor RotaryEmbedding::Rotate(const torch::Tensor& x, const torch::Tensor& cos,
+                                      const torch::Tensor& sin) {
   // out0 = x0·c - x1·s, out1 = x1·c + x0·s: the same products and sums as the pairwise form.
-  auto swapped = x.reshape({x.size(0), seq, x.size(2), x.size(3) / 2, 2}).flip(-1).reshape(x.sizes());
+  auto swapped = x.reshape({x.size(0), x.size(1), x.size(2), x.size(3) / 2, 2}).flip(-1).reshape(x.sizes());
   // [seq, 1, head_dim] broadcasts over batch and heads.
-  auto c = cos_full_.narrow(0, 0, seq).unsqueeze(1);
-  auto s = sin_full_.narrow(0, 0, seq).unsqueeze(1);
-  return x * c + swapped * s;
+  return x * cos.unsqueeze(1) + swapped * sin.unsqueeze(1);
 }
 
 }  // namespace trainyard::engine

@@ -14,6 +14,14 @@ class RotaryEmbedding {
   // x: [batch, seq, heads, head_dim] -> same shape, rotated. seq <= max_seq_len.
   torch::Tensor Apply(const torch::Tensor& x) const;
 
+  // The per-element tables for positions [0, seq): [seq, head_dim], cos as (c, c)
+  // pairs and sin as (-s, s) pairs. Throws if seq exceeds max_seq_len.
+  torch::Tensor CosTable(int64_t seq) const;
+  torch::Tensor SinTable(int64_t seq) const;
+  // Rotates x [batch, seq, heads, head_dim] with tables from CosTable/SinTable: a pure
+  // function, so compiled regions receive the tables as inputs.
+  static torch::Tensor Rotate(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+
   const torch::Tensor& cos() const { return cos_; }  // [max_seq_len, head_dim/2]
   const torch::Tensor& sin() const { return sin_; }
 

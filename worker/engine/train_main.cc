@@ -1,7 +1,15 @@
 // trainyard-train: runs a job locally on N trainyard-rank processes, as torchrun does.
-// stdout: with --json, rank 0's Event JSON lines as they come; otherwise one human line
-// per step. Diagnostics and the ranks' stderr go to stderr. Exits 0 when every rank
-// succeeded, else the failing rank's exit code with its error on stderr.
+// stdout: with --json, rank 0's Event JSON lines and every rank's compile events as
+// they come; otherwise one human line per step and per compile event. Diagnostics and
+// the ranks' stderr go to stderr. Exits 0 when every rank succeeded, else the failing
+// rank's exit code with its error on stderr.
+//
+// --preflight runs 3 steps of the job's exact structure (layers, regions, layout,
+// activation checkpointing, backend; jit in place of cudagraph) on local CPU ranks
+// and exits 0 when clean, 3 when a rank reported UNSAFE_SIDE_EFFECT or
+// RECOMPILE_LIMIT, 1 when a rank failed otherwise, 2 on bad input. --shrink scales the
+// widths down (dim, hidden sizes, vocab, sequence, batch) but keeps the structure.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -27,7 +35,46 @@ struct TrainFlags {
   std::string load;
   bool json_output = false;
   bool print_config = false;
+  bool preflight = false;
+  bool shrink = false;
 };
+
+constexpr int kExitFindings = 3;
+
+// Same structure, smaller widths: layers, heads, experts, top-k and the parallel layout
+// are kept; every width stays divisible by what the layout needs.
+void Shrink(json& config) {
+  json& m = config["model"];
+  json& p = config["parallelism"];
+  const int tp = p["tp"].get<int>();
+  const int heads = m["n_heads"].get<int>();
+  const int head_dim = 8;
+  m["dim"] = std::min(m["dim"].get<int>(), heads * head_dim);
+  m["vocab_size"] = std::min(m["vocab_size"].get<int>(), 256);
+  m["ffn_hidden"] = std::min(m["ffn_hidden"].get<int>(), 16 * tp);
+  m["expert_hidden"] = std::min(m["expert_hidden"].get<int>(), 8 * tp);
+  json& t = config["training"];
+  t["seq_len"] = std::min(t["seq_len"].get<int>(), 32);
+  t["batch_size"] = std::min(t["batch_size"].get<int>(), 2);
+}
+
+void PreflightConfig(json& config, bool shrink) {
+  config["training"]["steps"] = 3;
+  config["training"]["warmup_steps"] = 1;
+  config["training"]["log_freq"] = 1;
+  // The preflight runs on CPU ranks: cudagraph's capture is checked through jit, the
+  // same regions and guards.
+  if (config["compile"]["backend"] == "cudagraph") config["compile"]["backend"] = "jit";
+  config["compile"]["summary_every"] = 3;
+  config["resources"]["device"] = "cpu";
+  if (shrink) Shrink(config);
+}
+
+bool IsFinding(const json& event) {
+  if (!event.contains("compile")) return false;
+  const std::string kind = event["compile"].value("kind", "");
+  return kind == "UNSAFE_SIDE_EFFECT" || kind == "RECOMPILE_LIMIT";
+}
 
 void PrintHuman(const json& event) {
   if (event.contains("step_metrics")) {
@@ -35,6 +82,11 @@ void PrintHuman(const json& event) {
     std::printf("step %5lld  loss %.4f  grad_norm %.4f  lr %.3e  tok/s %.0f  step_ms %.1f\n",
                 m.value("step", 0LL), m.value("loss", 0.0), m.value("grad_norm", 0.0),
                 m.value("lr", 0.0), m.value("tokens_per_s", 0.0), m.value("step_ms", 0.0));
+  } else if (event.contains("compile")) {
+    const json& c = event["compile"];
+    std::printf("rank %d  %-18s %s layers=%s%s%s\n", event.value("rank", 0), c.value("kind", "").c_str(),
+                c.value("region", "").c_str(), c.value("layers", json::array()).dump().c_str(),
+                c.value("reason", "").empty() ? "" : "  ", c.value("reason", "").c_str());
   } else if (event.contains("log")) {
     std::printf("[%s] %s\n", event["log"].value("level", "").c_str(), event["log"].value("message", "").c_str());
   } else {
@@ -44,7 +96,8 @@ void PrintHuman(const json& event) {
 }
 
 int Train(const TrainFlags& f) {
-  const json config = LoadLocalJobConfig(f.config_path, f.overrides);
+  json config = LoadLocalJobConfig(f.config_path, f.overrides);
+  if (f.preflight) PreflightConfig(config, f.shrink);
   ParseEngineConfig(config.dump());  // the rank's own validation, before spawning anything
   if (f.print_config) {
     std::cout << config.dump() << std::endl;
@@ -65,17 +118,36 @@ int Train(const TrainFlags& f) {
   if (!f.load.empty()) opts.rank_args.insert(opts.rank_args.end(), {"--load", f.load});
 
   LocalLauncher::InstallSignalHandlers();
+  int findings = 0;
   const LaunchResult result = LocalLauncher::Run(opts, [&](int rank, const std::string& line) {
-    if (rank != 0) return;  // other ranks' errors reach stderr through their own stderr
     const json event = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    // Rank 0's events, and every rank's compile events; other ranks' errors reach
+    // stderr through their own stderr.
     if (event.is_discarded()) {
-      std::cerr << "rank 0: " << line << "\n";
-    } else if (f.json_output) {
+      if (rank == 0) std::cerr << "rank 0: " << line << "\n";
+      return;
+    }
+    if (rank != 0 && !event.contains("compile")) return;
+    if (IsFinding(event)) ++findings;
+    if (f.json_output) {
       std::cout << line << std::endl;
     } else {
       PrintHuman(event);
     }
   });
+  if (f.preflight) {
+    if (findings > 0) {
+      std::cerr << "trainyard-train: preflight: " << findings
+                << " finding(s) (UNSAFE_SIDE_EFFECT / RECOMPILE_LIMIT) above" << std::endl;
+      return kExitFindings;
+    }
+    if (result.exit_code != 0) {
+      std::cerr << "trainyard-train: preflight: " << result.error << std::endl;
+      return 1;
+    }
+    std::cerr << "trainyard-train: preflight: clean (3 steps, no unsafe side effect, no recompile limit)" << std::endl;
+    return 0;
+  }
   if (result.exit_code != 0) std::cerr << "trainyard-train: " << result.error << std::endl;
   return result.exit_code;
 }
@@ -93,6 +165,10 @@ int main(int argc, char** argv) {
   app.add_option("--load", f.load, "ranks start from the weights in this .safetensors");
   app.add_flag("--json", f.json_output, "print rank 0's events as JSON lines");
   app.add_flag("--print-config", f.print_config, "print the normalised JobSpec JSON and exit");
+  app.add_flag("--preflight", f.preflight,
+               "run 3 steps of the job's structure on local CPU ranks and report compile findings "
+               "(exit 0 clean, 3 findings, 1 rank failure, 2 bad input)");
+  app.add_flag("--shrink", f.shrink, "with --preflight: scale widths down, keep the structure");
   CLI11_PARSE(app, argc, argv);
   try {
     return Train(f);

@@ -25,6 +25,26 @@ double PeakRssMb() {
   return static_cast<double>(usage.ru_maxrss) / 1024.0;  // Linux reports KiB
 }
 
+// Compile events go out as Event lines like every other event, from every rank.
+class EventWriterSink final : public compile::CompileEventSink {
+ public:
+  explicit EventWriterSink(EventWriter& events) : events_(events) {}
+  void OnCompileEvent(const compile::CompileEventRecord& event) override {
+    events_.Compile(compile::CompileEventJson(event));
+  }
+
+ private:
+  EventWriter& events_;
+};
+
+compile::CompileOptions MakeCompileOptions(const CompileConfig& c) {
+  compile::CompileOptions o;
+  o.backend = compile::ParseCompileBackend(c.backend);
+  o.recompile_limit = c.recompile_limit;
+  o.on_side_effect = compile::ParseSideEffectPolicy(c.on_side_effect);
+  return o;
+}
+
 }  // namespace
 
 Trainer::Trainer(const EngineConfig& config, ProcessMesh& mesh, EventWriter& events,
@@ -40,7 +60,16 @@ Trainer::Trainer(const EngineConfig& config, ProcessMesh& mesh, EventWriter& eve
     throw std::invalid_argument("Trainer: the process mesh was not built from this config's parallelism");
   }
   dataset_ = MakeDataset(config.training, config.model);
-  model_ = TransformerModel(config.model, config.training.seq_len, ctx);
+  compile_sink_ = std::make_unique<EventWriterSink>(events);
+  compile_ = std::make_unique<compile::CompileContext>(MakeCompileOptions(config.compile), *compile_sink_);
+  watched_ = std::make_shared<compile::WatchedTensors>();
+  regions_ = MakeCompiledRegionFactory(*compile_, watched_);
+  ModelOptions model_options;
+  model_options.regions = regions_.get();
+  model_options.activation_checkpoint = config.activation_checkpoint.mode;
+  model_options.plant_side_effect = config.compile.test_plant_side_effect;
+  model_ = TransformerModel(config.model, config.training.seq_len, ctx, model_options);
+  *watched_ = compile::WatchModule(*model_);
   model_->InitWeights(config.training.seed);
 
   // Gradient classes (parameter_sharding.h): each local loss is the mean over its DP
@@ -98,6 +127,7 @@ void Trainer::Run() {
       throw std::runtime_error("step " + std::to_string(step) + ": " + e.what_without_backtrace());
     }
     if (mesh_.world().rank() == 0 && (step % t.log_freq == 0 || step == t.steps)) events_.Step(m);
+    if (step % config_.compile.summary_every == 0 || step == t.steps) compile_->Summary();
   }
 }
 
@@ -115,9 +145,8 @@ StepMetrics Trainer::Step(int step) {
   // Drop gradients instead of zero-filling them: backward then writes fresh ones and
   // skips a fill plus an add per parameter.
   for (auto& p : params_) p.mutable_grad() = torch::Tensor();
-  ModelOutput out = model_(inputs);
-  auto loss = torch::nn::functional::cross_entropy(out.logits.reshape({-1, mc.vocab_size}),
-                                                   targets.reshape({-1}));
+  ModelOutput out = model_(inputs, targets);
+  const torch::Tensor& loss = out.loss;
   loss.backward();
   {
     // A parameter the graph did not reach keeps a zero gradient, as zero_grad() left it.

@@ -13,12 +13,15 @@
 
 #include <torch/torch.h>
 
+#include "worker/engine/compile/compile_context.h"
+#include "worker/engine/compile/side_effect_probe.h"
 #include "worker/engine/dataset.h"
 #include "worker/engine/engine_config.h"
 #include "worker/engine/event_writer.h"
 #include "worker/engine/flops_model.h"
 #include "worker/engine/gradient_synchronizer.h"
 #include "worker/engine/lr_schedule.h"
+#include "worker/engine/model_regions.h"
 #include "worker/engine/process_mesh.h"
 #include "worker/engine/transformer_model.h"
 
@@ -49,6 +52,7 @@ class Trainer {
   TransformerModel& model() { return model_; }
   ProcessMesh& mesh() { return mesh_; }
   const FlopsModel& flops() const { return flops_; }
+  compile::CompileContext& compile_context() { return *compile_; }
 
  private:
   EngineConfig config_;
@@ -58,6 +62,11 @@ class Trainer {
   FlopsModel flops_;
   LrSchedule schedule_;
   std::unique_ptr<Dataset> dataset_;
+  // The compile layer (declared before the model, which calls into it).
+  std::unique_ptr<compile::CompileEventSink> compile_sink_;
+  std::unique_ptr<compile::CompileContext> compile_;
+  std::shared_ptr<compile::WatchedTensors> watched_;
+  std::unique_ptr<RegionFactory> regions_;
   TransformerModel model_{nullptr};
   std::vector<torch::Tensor> params_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;

@@ -22,7 +22,11 @@ struct BlockOutput {
 
 class TransformerBlockImpl : public torch::nn::Module {
  public:
-  TransformerBlockImpl(const ModelConfig& config, bool use_moe, ParallelContext ctx = {});
+  // `layer` names the block's regions in compile events; `selective_checkpoint`
+  // recomputes the attention in backward instead of keeping its activations.
+  TransformerBlockImpl(const ModelConfig& config, bool use_moe, ParallelContext ctx = {},
+                       RegionFactory& regions = EagerRegionFactory(), int layer = -1,
+                       bool selective_checkpoint = false, bool plant_side_effect = false);
   BlockOutput forward(const torch::Tensor& x, const RotaryEmbedding& rope);
 
   bool is_moe() const { return !moe.is_empty(); }
@@ -32,6 +36,9 @@ class TransformerBlockImpl : public torch::nn::Module {
   RMSNorm ffn_norm{nullptr};
   FeedForward feed_forward{nullptr};  // dense blocks
   MoE moe{nullptr};                   // MoE blocks
+
+ private:
+  bool selective_checkpoint_;
 };
 TORCH_MODULE(TransformerBlock);
 

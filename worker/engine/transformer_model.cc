@@ -3,6 +3,7 @@
 #include <cmath>
 #include <string>
 
+#include "worker/engine/compile/checkpoint.h"
 #include "worker/engine/parameter_sharding.h"
 
 namespace trainyard::engine {
@@ -15,30 +16,59 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
 }  // namespace
 
 TransformerModelImpl::TransformerModelImpl(const ModelConfig& c, int64_t max_seq_len,
-                                           ParallelContext ctx)
-    : config_(c), ctx_(ctx), rope_(c.head_dim(), max_seq_len, c.rope_theta) {
+                                           ParallelContext ctx, ModelOptions options)
+    : config_(c),
+      ctx_(ctx),
+      rope_(c.head_dim(), max_seq_len, c.rope_theta),
+      full_checkpoint_(options.activation_checkpoint == "full") {
+  TORCH_CHECK(options.activation_checkpoint == "none" || options.activation_checkpoint == "full" ||
+                  options.activation_checkpoint == "selective",
+              "activation_checkpoint.mode=", options.activation_checkpoint, " must be none, full or selective");
+  RegionFactory& regions = options.regions ? *options.regions : EagerRegionFactory();
+  const bool selective = options.activation_checkpoint == "selective";
   tok_embeddings = register_module("tok_embeddings", torch::nn::Embedding(c.vocab_size, c.dim));
   layers = register_module("layers", torch::nn::ModuleList());
   for (int i = 0; i < c.n_layers; ++i) {
-    blocks_.push_back(TransformerBlock(c, /*use_moe=*/i >= c.n_dense_layers, ctx));
+    const bool use_moe = i >= c.n_dense_layers;
+    blocks_.push_back(TransformerBlock(c, use_moe, ctx, regions, i, selective,
+                                       options.plant_side_effect && i == c.n_dense_layers));
     layers->push_back(blocks_.back());
   }
-  norm = register_module("norm", RMSNorm(c.dim, c.norm_eps));
+  norm = register_module("norm", RMSNorm(c.dim, c.norm_eps));  // eager: only for logits
   output = register_module("output", torch::nn::Linear(torch::nn::LinearOptions(c.dim, c.vocab_size).bias(false)));
+  loss_region_ = regions.Make(regions::LossKey(c.dim, c.vocab_size, c.norm_eps), regions::Loss(c.norm_eps), -1);
 }
 
-ModelOutput TransformerModelImpl::forward(const torch::Tensor& tokens) {
+ModelOutput TransformerModelImpl::forward(const torch::Tensor& tokens, const torch::Tensor& targets) {
   auto h = tok_embeddings(tokens);
   std::vector<torch::Tensor> counts;
   for (auto& block : blocks_) {
-    BlockOutput b = block(h, rope_);
+    BlockOutput b;
+    if (full_checkpoint_ && torch::GradMode::is_enabled()) {
+      // The block's activations are recomputed in backward; its counts come from this
+      // forward only.
+      auto out = compile::Checkpointed([&block, this](const std::vector<torch::Tensor>& in) -> std::vector<torch::Tensor> {
+        BlockOutput r = block(in[0], rope_);
+        if (r.tokens_per_expert.defined()) return {r.out, r.tokens_per_expert};
+        return {r.out};
+      }, {h});
+      b.out = out[0];
+      if (out.size() > 1) b.tokens_per_expert = out[1];
+    } else {
+      b = block(h, rope_);
+    }
     h = b.out;
     if (b.tokens_per_expert.defined()) counts.push_back(b.tokens_per_expert);
   }
-  auto logits = output(norm(h));
-  auto stacked = counts.empty() ? torch::zeros({0, config_.n_routed_experts}, torch::kInt64)
-                                : torch::stack(counts);
-  return {logits, stacked};
+  ModelOutput result;
+  if (targets.defined()) {
+    result.loss = loss_region_({h, targets}, {norm->weight, output->weight})[0];
+  } else {
+    result.logits = output(norm(h));
+  }
+  result.tokens_per_expert = counts.empty() ? torch::zeros({0, config_.n_routed_experts}, torch::kInt64)
+                                            : torch::stack(counts);
+  return result;
 }
 
 void TransformerModelImpl::InitWeights(std::uint64_t seed) {

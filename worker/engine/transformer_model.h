@@ -6,11 +6,13 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include <torch/torch.h>
 
 #include "worker/engine/engine_config.h"
+#include "worker/engine/model_regions.h"
 #include "worker/engine/parallel_context.h"
 #include "worker/engine/rms_norm.h"
 #include "worker/engine/rotary_embedding.h"
@@ -19,17 +21,27 @@
 namespace trainyard::engine {
 
 struct ModelOutput {
-  torch::Tensor logits;             // [batch, seq, vocab]
+  torch::Tensor logits;             // [batch, seq, vocab]; only when called without targets
+  torch::Tensor loss;               // mean cross-entropy; only when called with targets
   torch::Tensor tokens_per_expert;  // [n_moe_layers, n_experts] int64 (empty if no MoE),
                                     // this rank's MoE tokens only
 };
 
+struct ModelOptions {
+  // Builds every region call site (null: eager, no compile layer).
+  RegionFactory* regions = nullptr;
+  std::string activation_checkpoint = "none";  // "none" | "full" | "selective"
+  bool plant_side_effect = false;              // test only: see MoEImpl
+};
+
 class TransformerModelImpl : public torch::nn::Module {
  public:
-  TransformerModelImpl(const ModelConfig& config, int64_t max_seq_len, ParallelContext ctx = {});
+  TransformerModelImpl(const ModelConfig& config, int64_t max_seq_len, ParallelContext ctx = {},
+                       ModelOptions options = {});
 
-  // tokens: [batch, seq] int64.
-  ModelOutput forward(const torch::Tensor& tokens);
+  // tokens: [batch, seq] int64. With targets ([batch, seq] int64) the result carries
+  // the loss (the `loss` region: final norm, output, cross-entropy), else the logits.
+  ModelOutput forward(const torch::Tensor& tokens, const torch::Tensor& targets = {});
 
   // Deterministic from `seed` alone (same on every rank): normal(0, 0.02) for
   // matrices, scaled by 1/sqrt(2·n_layers) for the residual-output projections
@@ -54,6 +66,8 @@ class TransformerModelImpl : public torch::nn::Module {
   ModelConfig config_;
   ParallelContext ctx_;
   RotaryEmbedding rope_;
+  bool full_checkpoint_;
+  RegionCall loss_region_;
   std::vector<TransformerBlock> blocks_;
 };
 TORCH_MODULE(TransformerModel);

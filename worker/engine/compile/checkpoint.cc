@@ -24,7 +24,12 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     // out of the recompute's grad() and their inputs get no gradient from them.
     ctx->set_materialize_grads(false);
     ctx->saved_data["fn"] = c10::IValue::make_capsule(c10::make_intrusive<FnHolder>(fn));
-    return fn(inputs.vec());
+    variable_list out = fn(inputs.vec());
+    // Integer outputs (token counts) cannot carry gradients.
+    for (const auto& t : out) {
+      if (t.defined() && !at::isFloatingType(t.scalar_type())) ctx->mark_non_differentiable({t});
+    }
+    return out;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
@@ -43,7 +48,7 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
       }
       detached.push_back(std::move(d));
     }
-    if (wrt.empty()) return grads;
+    // No early return when no input needs a gradient: parameters used inside fn may.
     variable_list outputs;
     {
       torch::AutoGradMode enable(true);  // backward runs with grad mode off
@@ -57,9 +62,12 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
       }
     }
     if (differentiable.empty()) return grads;
-    const variable_list g = torch::autograd::grad(differentiable, wrt, grad_in, /*retain_graph=*/false,
-                                                  /*create_graph=*/false, /*allow_unused=*/true);
-    for (size_t k = 0; k < wrt_index.size(); ++k) grads[1 + wrt_index[k]] = g[k];
+    // A plain backward through the recomputed graph, not autograd::grad over the
+    // inputs: parameters fn uses without receiving them (a module's weights) accumulate
+    // their gradients into .grad exactly as the un-checkpointed backward would, and the
+    // detached inputs (leaves) collect theirs for the outer graph.
+    torch::autograd::backward(differentiable, grad_in, /*retain_graph=*/false, /*create_graph=*/false);
+    for (size_t k = 0; k < wrt_index.size(); ++k) grads[1 + wrt_index[k]] = wrt[k].grad();
     return grads;
   }
 };

@@ -16,7 +16,10 @@ namespace trainyard::engine::compile {
 using CheckpointFn = std::function<std::vector<torch::Tensor>(const std::vector<torch::Tensor>&)>;
 
 // Outputs equal fn(inputs), and so do the gradients with respect to every input that
-// requires grad. Under no-grad mode this is just fn(inputs).
+// requires grad and to every parameter fn uses (accumulated into .grad, as a plain
+// backward does). Integer outputs are non-differentiable. Values fn returns are taken
+// from the forward; the recompute's copies only feed gradients, so a count fn returns
+// is never counted twice. Under no-grad mode this is just fn(inputs).
 std::vector<torch::Tensor> Checkpointed(const CheckpointFn& fn, const std::vector<torch::Tensor>& inputs);
 
 }  // namespace trainyard::engine::compile
