@@ -140,6 +140,33 @@ TEST(CompileTraining, ExpertParallelRunOnTwoRanksNeverRecompiles) {
   }
 }
 
+TEST(CompileTraining, ModelRegionsCompileOneRegionPerBlockStretchAndMatchPerLayer) {
+  const TrainRun per_layer = Train({"compile.backend=jit", "training.steps=20"});
+  const TrainRun model =
+      Train({"compile.backend=jit", "training.steps=20", "compile.regions=model", "activation_checkpoint.mode=full"});
+  ASSERT_EQ(model.exit_code, 0) << model.All();
+  std::map<std::string, int> per_kind;
+  for (const auto& c : model.Compile("COMPILE")) ++per_kind[Kind(c["region"].get<std::string>())];
+  // Full checkpointing: the block regions also run under no-grad (forward) and with
+  // grad (recompute): one COMPILE, then a RECOMPILE naming grad_mode. The loss is not
+  // checkpointed.
+  const std::map<std::string, int> expected = {
+      {"dense_block", 1}, {"moe_block_entry", 1}, {"expert_ffn", 1}, {"moe_block_exit", 1}, {"loss", 1}};
+  EXPECT_EQ(per_kind, expected) << model.All();
+  for (const auto& r : model.Compile("RECOMPILE")) {
+    EXPECT_NE(r["reason"].get<std::string>().find("grad_mode"), std::string::npos) << r.dump();
+  }
+  EXPECT_EQ(model.Compile("RECOMPILE").size(), 4u) << model.All();
+  EXPECT_LE(MaxRelativeLossDiff(model, per_layer), 1e-5);
+}
+
+TEST(CompileTraining, ModelRegionsWithTensorParallelismAreRefusedWithTheReason) {
+  const TrainRun run = Train({"compile.regions=model", "parallelism.tp=2"});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_NE(run.stderr_text.find("compile.regions=\"model\" needs parallelism.tp=1"), std::string::npos)
+      << run.stderr_text;
+}
+
 TEST(CompileTraining, JitLossesMatchEager) {
   const TrainRun eager = Train({"compile.backend=eager", "training.steps=20"});
   const TrainRun jit = Train({"compile.backend=jit", "training.steps=20"});

@@ -155,7 +155,8 @@ TEST(TrainBinaryTest, TwoRanksPrintThreeStepObjects) {
   ASSERT_EQ(o.exit_code, 0) << o.err;
   std::vector<json> steps;
   for (const json& e : JsonLines(o.out)) {
-    EXPECT_EQ(e["rank"], 0) << e.dump();
+    // Rank 0's events; other ranks contribute only their compile events.
+    if (!e.contains("compile")) EXPECT_EQ(e["rank"], 0) << e.dump();
     if (e.contains("step_metrics")) steps.push_back(e["step_metrics"]);
   }
   ASSERT_EQ(steps.size(), 3u) << o.out;

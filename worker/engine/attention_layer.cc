@@ -13,16 +13,24 @@ torch::nn::Linear NoBias(int64_t in, int64_t out) {
 
 AttentionImpl::AttentionImpl(int64_t dim, int64_t n_heads, int64_t n_kv_heads, ParallelContext ctx,
                              RegionFactory& regions, int layer)
-    : ctx_(ctx), n_heads_(n_heads / ctx.tp), n_kv_heads_(n_kv_heads / ctx.tp), head_dim_(dim / n_heads) {
+    : ctx_(ctx), n_heads_(n_heads / ctx.tp), n_kv_heads_(n_kv_heads / ctx.tp), head_dim_(dim / n_heads), dim_(dim) {
   TORCH_CHECK(n_heads % ctx.tp == 0 && n_kv_heads % ctx.tp == 0, "Attention: tp=", ctx.tp,
               " must divide n_heads=", n_heads, " and n_kv_heads=", n_kv_heads);
   wq = register_module("wq", NoBias(dim, n_heads_ * head_dim_));
   wk = register_module("wk", NoBias(dim, n_kv_heads_ * head_dim_));
   wv = register_module("wv", NoBias(dim, n_kv_heads_ * head_dim_));
   wo = register_module("wo", NoBias(n_heads_ * head_dim_, dim));
-  const auto key = regions::AttentionKey(dim, n_heads, n_kv_heads, head_dim_, kQueryBlock, ctx.tp);
-  region_ = regions.Make(key, regions::Attention(n_heads_, n_kv_heads_, head_dim_, kQueryBlock), layer);
+  const auto key = Key();
+  region_ = regions.Make(key, Fn(), layer);
   if (ctx.tp > 1) regions.GraphBreak(key, "TP all-reduce of the row-parallel wo output (collective)");
+}
+
+compile::RegionKey AttentionImpl::Key() const {
+  return regions::AttentionKey(dim_, n_heads_ * ctx_.tp, n_kv_heads_ * ctx_.tp, head_dim_, kQueryBlock, ctx_.tp);
+}
+
+compile::RegionFn AttentionImpl::Fn() const {
+  return regions::Attention(n_heads_, n_kv_heads_, head_dim_, kQueryBlock);
 }
 
 const std::vector<torch::Tensor>& AttentionImpl::Constants(int64_t t, const RotaryEmbedding& rope,

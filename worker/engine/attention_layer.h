@@ -24,6 +24,17 @@ class AttentionImpl : public torch::nn::Module {
   // x: [batch, seq, dim] -> [batch, seq, dim].
   torch::Tensor forward(const torch::Tensor& x, const RotaryEmbedding& rope);
 
+  // The attention region's inputs after x: RoPE tables and the causal block masks. A
+  // cache of constants (never written in place), rebuilt only when t, dtype or device
+  // changes; handed to the region as inputs so the region stays pure.
+  // Query positions per causal block (see regions::Attention).
+  static constexpr int64_t kQueryBlock = 64;
+
+  const std::vector<torch::Tensor>& Constants(int64_t t, const RotaryEmbedding& rope, const torch::TensorOptions& opts);
+  // The region key and function (a block region under regions = "model" embeds them).
+  compile::RegionKey Key() const;
+  compile::RegionFn Fn() const;
+
   torch::nn::Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
 
  private:
@@ -31,12 +42,8 @@ class AttentionImpl : public torch::nn::Module {
   int64_t n_heads_;  // local to this TP rank
   int64_t n_kv_heads_;
   int64_t head_dim_;
-  // Query positions per causal block (see forward).
-  static constexpr int64_t kQueryBlock = 64;
-  // The attention region's inputs after x: RoPE tables and the causal block masks. A
-  // cache of constants (never written in place), rebuilt only when t, dtype or device
-  // changes; handed to the region as inputs so the region stays pure.
-  const std::vector<torch::Tensor>& Constants(int64_t t, const RotaryEmbedding& rope, const torch::TensorOptions& opts);
+  int64_t dim_;
+
   std::vector<torch::Tensor> constants_;
   int64_t constants_t_ = -1;
   RegionCall region_;

@@ -192,6 +192,14 @@ void Validate(const EngineConfig& c) {
   RequireOneOf("compile.on_side_effect", cc.on_side_effect, {"error", "fallback"});
   RequireRange("compile.summary_every", cc.summary_every, 1, 1e9);
   RequireOneOf("activation_checkpoint.mode", c.activation_checkpoint.mode, {"none", "full", "selective"});
+  if (cc.regions == "model" && p.tp != 1) {
+    Fail("compile.regions=\"model\" needs parallelism.tp=1: the TP all-reduces split every block, so use "
+         "compile.regions=\"per_layer\" with tp=" + std::to_string(p.tp));
+  }
+  if (cc.regions == "model" && c.activation_checkpoint.mode == "selective") {
+    Fail("activation_checkpoint.mode=\"selective\" needs compile.regions=\"per_layer\": under \"model\" the "
+         "attention is not a region of its own (use mode \"full\")");
+  }
 }
 
 }  // namespace

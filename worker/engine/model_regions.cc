@@ -176,6 +176,78 @@ RegionFn Combine() {
   };
 }
 
+namespace {
+
+std::vector<RegionKey::Field> AttentionFields(const ModelConfig& c, int64_t query_block) {
+  return {{"dim", c.dim},           {"n_heads", c.n_heads},         {"n_kv_heads", c.n_kv_heads},
+          {"head_dim", c.head_dim()}, {"query_block", query_block}, {"eps", c.norm_eps}};
+}
+
+}  // namespace
+
+RegionKey DenseBlockKey(const ModelConfig& c, int64_t query_block) {
+  auto f = AttentionFields(c, query_block);
+  f.emplace_back("ffn_hidden", c.ffn_hidden);
+  return RegionKey("dense_block", f);
+}
+
+RegionKey MoeBlockEntryKey(const ModelConfig& c, int64_t query_block) {
+  auto f = AttentionFields(c, query_block);
+  f.insert(f.end(), {{"n_experts", c.n_routed_experts}, {"top_k", c.top_k}, {"score_func", c.score_func},
+                     {"route_norm", c.route_norm}, {"route_scale", c.route_scale}});
+  return RegionKey("moe_block_entry", f);
+}
+
+RegionKey MoeBlockExitKey(const ModelConfig& c) {
+  return RegionKey("moe_block_exit", {{"dim", c.dim}, {"top_k", c.top_k},
+                                      {"shared_hidden", int64_t{c.expert_hidden} * c.n_shared_experts}});
+}
+
+namespace {
+
+// The attention half of a block: x → (h = x + attn(norm(x)), norm2(h)). inputs: x, cos,
+// sin, masks...; params from `p[first]`: attention_norm, wq, wk, wv, wo, ffn_norm.
+std::pair<Tensor, Tensor> AttentionHalf(const RegionFn& norm, const RegionFn& attention,
+                                        const std::vector<Tensor>& in, size_t n_attention_inputs,
+                                        const std::vector<Tensor>& p) {
+  std::vector<Tensor> attn_in(in.begin(), in.begin() + n_attention_inputs);
+  attn_in[0] = norm({in[0]}, {p[0]})[0];
+  auto h = in[0] + attention(attn_in, {p[1], p[2], p[3], p[4]})[0];
+  return {h, norm({h}, {p[5]})[0]};
+}
+
+}  // namespace
+
+RegionFn DenseBlock(double eps, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t query_block) {
+  RegionFn norm = RmsNorm(eps), attention = Attention(n_heads, n_kv_heads, head_dim, query_block), ffn = Ffn();
+  return [=](const std::vector<Tensor>& in, const std::vector<Tensor>& p) -> std::vector<Tensor> {
+    auto [h, normed] = AttentionHalf(norm, attention, in, in.size(), p);
+    return {h + ffn({normed}, {p[6], p[7], p[8]})[0]};
+  };
+}
+
+RegionFn MoeBlockEntry(double eps, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t query_block,
+                       RegionFn router) {
+  RegionFn norm = RmsNorm(eps), attention = Attention(n_heads, n_kv_heads, head_dim, query_block);
+  return [=](const std::vector<Tensor>& in, const std::vector<Tensor>& p) -> std::vector<Tensor> {
+    auto [h, normed] = AttentionHalf(norm, attention, in, in.size() - 1, p);
+    auto flat = normed.reshape({-1, normed.size(-1)});
+    auto routed = router({flat, in.back()}, {p[6]});
+    return {h, flat, routed[0], routed[1], routed[2], routed[3]};
+  };
+}
+
+RegionFn MoeBlockExit(bool has_shared) {
+  RegionFn combine = Combine(), ffn = Ffn();
+  return [=](const std::vector<Tensor>& in, const std::vector<Tensor>& p) -> std::vector<Tensor> {
+    const Tensor& h = in[0];
+    const Tensor& normed = in[4];
+    auto out = combine({in[1], in[2], in[3], normed}, {})[0];
+    if (has_shared) out = out + ffn({normed}, p)[0];
+    return {h + out.view(h.sizes())};
+  };
+}
+
 RegionKey LossKey(int64_t dim, int64_t vocab, double eps) {
   return RegionKey("loss", {{"dim", dim}, {"vocab", vocab}, {"eps", eps}});
 }

@@ -30,6 +30,7 @@
 #include "worker/engine/compile/region_fn.h"
 #include "worker/engine/compile/region_key.h"
 #include "worker/engine/compile/side_effect_probe.h"
+#include "worker/engine/engine_config.h"
 
 namespace trainyard::engine {
 
@@ -96,6 +97,23 @@ compile::RegionFn Router(int64_t top_k, std::string score_func, bool route_norm,
 // like [n, dim] (shape and dtype of the result). output: [n, dim].
 compile::RegionKey CombineKey(int64_t dim, int64_t top_k);
 compile::RegionFn Combine();
+
+// regions = "model": one region per stretch of a block between graph breaks (tp = 1).
+//   dense_block      x, cos, sin, masks... → x + attn + ffn, the whole block
+//                    params: attention_norm, wq, wk, wv, wo, ffn_norm, w1, w2, w3
+//   moe_block_entry  x, cos, sin, masks..., expert_bias → h (after attention), normed h,
+//                    then the router's four outputs
+//                    params: attention_norm, wq, wk, wv, wo, ffn_norm, gate
+//   moe_block_exit   h, expert rows (back from the experts), gates, token ids, normed h
+//                    → h + routed + shared; params: shared w1, w2, w3 (none without one)
+// Keys hold the attention config, the norm eps, and the FFN / router config of the block.
+compile::RegionKey DenseBlockKey(const ModelConfig& c, int64_t query_block);
+compile::RegionKey MoeBlockEntryKey(const ModelConfig& c, int64_t query_block);
+compile::RegionKey MoeBlockExitKey(const ModelConfig& c);
+compile::RegionFn DenseBlock(double eps, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t query_block);
+compile::RegionFn MoeBlockEntry(double eps, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                                int64_t query_block, compile::RegionFn router);
+compile::RegionFn MoeBlockExit(bool has_shared);
 
 // inputs: h [b, t, dim], targets [b, t] int64; params: final norm weight, output weight.
 compile::RegionKey LossKey(int64_t dim, int64_t vocab, double eps);

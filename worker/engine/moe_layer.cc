@@ -5,13 +5,14 @@
 namespace trainyard::engine {
 
 MoEImpl::MoEImpl(const ModelConfig& c, ParallelContext ctx, RegionFactory& regions, int layer,
-                 bool plant_side_effect)
+                 bool plant_side_effect, bool in_block_regions)
     : ctx_(ctx), dispatcher_(c.n_routed_experts, ctx.ep_group) {
+  RegionFactory& own = in_block_regions ? EagerRegionFactory() : regions;
   router = register_module("router", TokenChoiceRouter(c.dim, c.n_routed_experts));
   experts = register_module("experts", GroupedExperts(c.dim, c.expert_hidden, dispatcher_.n_local_experts()));
   if (c.n_shared_experts > 0) {
     shared_experts = register_module(
-        "shared_experts", FeedForward(c.dim, int64_t{c.expert_hidden} * c.n_shared_experts, ctx, regions, layer,
+        "shared_experts", FeedForward(c.dim, int64_t{c.expert_hidden} * c.n_shared_experts, ctx, own, layer,
                                       "shared_expert"));
   }
   expert_bias = register_buffer("expert_bias", torch::zeros({c.n_routed_experts}));
@@ -20,14 +21,15 @@ MoEImpl::MoEImpl(const ModelConfig& c, ParallelContext ctx, RegionFactory& regio
   }
   const auto router_key =
       regions::RouterKey(c.dim, c.n_routed_experts, c.top_k, c.score_func, c.route_norm, c.route_scale);
-  router_region_ = regions.Make(router_key, regions::Router(c.top_k, c.score_func, c.route_norm, c.route_scale,
-                                                            tokens_per_expert), layer);
+  router_key_ = router_key;
+  router_fn_ = regions::Router(c.top_k, c.score_func, c.route_norm, c.route_scale, tokens_per_expert);
+  router_region_ = own.Make(router_key, router_fn_, layer);
   // Rows per expert change every step: the rows dimension is dynamic, so a dropless MoE
   // compiles each expert once rather than once per token count.
   const auto expert_key = regions::FfnKey("expert_ffn", c.dim, c.expert_hidden, /*tp=*/1);
   expert_region_ = regions.Make(expert_key, regions::Ffn(), layer, /*dynamic=*/{{0, 0}});
   const auto combine_key = regions::CombineKey(c.dim, c.top_k);
-  combine_region_ = regions.Make(combine_key, regions::Combine(), layer);
+  combine_region_ = own.Make(combine_key, regions::Combine(), layer);
   regions.GraphBreak(router_key,
                      "MoE dispatch: per-expert token counts are read on the host (.tolist) to size the expert "
                      "slices (data-dependent shapes)");
@@ -47,9 +49,7 @@ MoEOutput MoEImpl::forward(const torch::Tensor& input) {
 
   // rows sorted by expert, their gates and token ids, tokens per expert.
   const auto routed = router_region_({xs, expert_bias}, {router->gate->weight});
-  Dispatched d = dispatcher_.Dispatch(routed[0], routed[3]);
-  auto expert_out = experts->forward(d.tokens, d.plan.local_counts, expert_region_);
-  auto out = combine_region_({dispatcher_.Combine(expert_out, d.plan), routed[1], routed[2], xs}, {})[0];
+  auto out = combine_region_({RunExperts(routed[0], routed[3]), routed[1], routed[2], xs}, {})[0];
   if (ctx_.tp > 1) {
     // Zero rows for the other TP ranks' slices: the all-reduce below fills them in.
     out = torch::cat({xs.new_zeros({begin, dim}), out, xs.new_zeros({n - end, dim})}, 0);
@@ -57,6 +57,11 @@ MoEOutput MoEImpl::forward(const torch::Tensor& input) {
   if (shared_experts) out = out + shared_experts->Partial(x);
   out = ReduceFromRegion(out, ctx_.tp_group);
   return {out.view(input.sizes()), routed[3]};
+}
+
+torch::Tensor MoEImpl::RunExperts(const torch::Tensor& rows, const torch::Tensor& counts) {
+  Dispatched d = dispatcher_.Dispatch(rows, counts);
+  return dispatcher_.Combine(experts->forward(d.tokens, d.plan.local_counts, expert_region_), d.plan);
 }
 
 void MoEImpl::UpdateExpertBias(const torch::Tensor& counts, double coeff) {

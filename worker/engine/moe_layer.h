@@ -35,11 +35,22 @@ class MoEImpl : public torch::nn::Module {
  public:
   // `plant_side_effect` (test only): the router region also writes its counts into the
   // buffer `tokens_per_expert`, the write the compile layer must reject.
+  // `in_block_regions`: the block's regions (regions = "model") run the router, combine
+  // and shared expert; only the routed experts are this module's own regions.
   explicit MoEImpl(const ModelConfig& config, ParallelContext ctx = {},
-                   RegionFactory& regions = EagerRegionFactory(), int layer = -1, bool plant_side_effect = false);
+                   RegionFactory& regions = EagerRegionFactory(), int layer = -1, bool plant_side_effect = false,
+                   bool in_block_regions = false);
 
   // x: [..., dim], replicated across the TP group.
   MoEOutput forward(const torch::Tensor& x);
+
+  // The stretch between the router and the combine: dispatch (host sync, EP all-to-all),
+  // the local experts, and the reverse all-to-all. rows: the router's sorted rows;
+  // counts: its tokens per expert. Returns the expert outputs in the rows' order.
+  torch::Tensor RunExperts(const torch::Tensor& rows, const torch::Tensor& counts);
+  // The router region's key and function (embedded by regions = "model").
+  const compile::RegionKey& router_key() const { return router_key_; }
+  const compile::RegionFn& router_fn() const { return router_fn_; }
 
   // expert_bias += coeff·sign(mean(c) − c), then re-centred to mean zero.
   // `counts` are this step's global tokens per expert.
@@ -55,6 +66,8 @@ class MoEImpl : public torch::nn::Module {
   ParallelContext ctx_;
   ExpertDispatcher dispatcher_;
   RegionCall router_region_, expert_region_, combine_region_;
+  compile::RegionKey router_key_{"router", {}};
+  compile::RegionFn router_fn_;
 };
 TORCH_MODULE(MoE);
 

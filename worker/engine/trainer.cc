@@ -68,6 +68,7 @@ Trainer::Trainer(const EngineConfig& config, ProcessMesh& mesh, EventWriter& eve
   model_options.regions = regions_.get();
   model_options.activation_checkpoint = config.activation_checkpoint.mode;
   model_options.plant_side_effect = config.compile.test_plant_side_effect;
+  model_options.regions_granularity = config.compile.regions;
   model_ = TransformerModel(config.model, config.training.seq_len, ctx, model_options);
   *watched_ = compile::WatchModule(*model_);
   model_->InitWeights(config.training.seed);

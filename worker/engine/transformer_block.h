@@ -26,7 +26,8 @@ class TransformerBlockImpl : public torch::nn::Module {
   // recomputes the attention in backward instead of keeping its activations.
   TransformerBlockImpl(const ModelConfig& config, bool use_moe, ParallelContext ctx = {},
                        RegionFactory& regions = EagerRegionFactory(), int layer = -1,
-                       bool selective_checkpoint = false, bool plant_side_effect = false);
+                       bool selective_checkpoint = false, bool plant_side_effect = false,
+                       bool block_regions = false);
   BlockOutput forward(const torch::Tensor& x, const RotaryEmbedding& rope);
 
   bool is_moe() const { return !moe.is_empty(); }
@@ -39,6 +40,9 @@ class TransformerBlockImpl : public torch::nn::Module {
 
  private:
   bool selective_checkpoint_;
+  // regions = "model": the block runs as dense_block, or moe_block_entry → experts →
+  // moe_block_exit, instead of its modules' own regions. Null calls otherwise.
+  RegionCall block_region_, exit_region_;
 };
 TORCH_MODULE(TransformerBlock);
 

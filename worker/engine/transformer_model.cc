@@ -31,7 +31,8 @@ TransformerModelImpl::TransformerModelImpl(const ModelConfig& c, int64_t max_seq
   for (int i = 0; i < c.n_layers; ++i) {
     const bool use_moe = i >= c.n_dense_layers;
     blocks_.push_back(TransformerBlock(c, use_moe, ctx, regions, i, selective,
-                                       options.plant_side_effect && i == c.n_dense_layers));
+                                       options.plant_side_effect && i == c.n_dense_layers,
+                                       options.regions_granularity == "model"));
     layers->push_back(blocks_.back());
   }
   norm = register_module("norm", RMSNorm(c.dim, c.norm_eps));  // eager: only for logits

@@ -32,6 +32,7 @@ struct ModelOptions {
   RegionFactory* regions = nullptr;
   std::string activation_checkpoint = "none";  // "none" | "full" | "selective"
   bool plant_side_effect = false;              // test only: see MoEImpl
+  std::string regions_granularity = "per_layer";  // "per_layer" | "model" (tp = 1)
 };
 
 class TransformerModelImpl : public torch::nn::Module {
