@@ -13,12 +13,19 @@ extern "C" void openblas_set_num_threads(int) __attribute__((weak));
 
 namespace trainyard::engine {
 
-double GemmPeakProbe::MeasureFlops(int n, double seconds) {
+double GemmPeakProbe::MeasureFlops(double seconds) {
+  const int shapes[][3] = {{1024, 1024, 1024}, {2048, 256, 1024}, {1024, 2048, 256}};
+  double best = 0;
+  for (const auto& s : shapes) best = std::max(best, MeasureShape(s[0], s[1], s[2], seconds / 3));
+  return best;
+}
+
+double GemmPeakProbe::MeasureShape(int m, int k, int n, double seconds) {
   torch::NoGradGuard no_grad;
   auto gen = at::detail::createCPUGenerator(1);
-  auto a = torch::empty({n, n}).uniform_(-1, 1, gen);
-  auto b = torch::empty({n, n}).uniform_(-1, 1, gen);
-  auto c = torch::empty({n, n});
+  auto a = torch::empty({m, k}).uniform_(-1, 1, gen);
+  auto b = torch::empty({k, n}).uniform_(-1, 1, gen);
+  auto c = torch::empty({m, n});
   torch::mm_out(c, a, b);  // warm-up: thread pool, page faults
   // The fastest single multiply, not the average: a peak is what the hardware can do,
   // and other processes on a shared machine only ever make a multiply slower.
@@ -30,7 +37,7 @@ double GemmPeakProbe::MeasureFlops(int n, double seconds) {
     const auto t0 = Clock::now();
     torch::mm_out(c, a, b);
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
-    best = std::max(best, 2.0 * n * n * static_cast<double>(n) / dt);
+    best = std::max(best, 2.0 * m * k * static_cast<double>(n) / dt);
     ++iters;
   }
   return best;

@@ -1,6 +1,10 @@
-// Measures this process's fp32 GEMM throughput once at start-up (the fastest of
-// repeated square matmuls over a fixed wall time, on the current threads), the
-// denominator of MFU. Also reports which BLAS kernel is in use. Not thread-safe; call from main.
+// Measures this process's fp32 GEMM peak once at start-up, the denominator of MFU: the
+// fastest single multiply over a fixed wall time, on the current threads, across a
+// square shape and the two skinny shapes transformer layers run (K small: projections;
+// K large: weight gradients). A BLAS kernel can run the skinny shapes faster than the
+// square one (OpenBLAS's Prescott kernels here: ~30 GFLOP/s square, more on K=256), and
+// a peak below what the model achieves would report MFU > 1. Also reports which BLAS
+// kernel is in use. Not thread-safe; call from main.
 #pragma once
 
 #include <string>
@@ -9,8 +13,11 @@ namespace trainyard::engine {
 
 class GemmPeakProbe {
  public:
-  // Returns achieved FLOP/s of an n³ matmul, run for about `seconds`.
-  static double MeasureFlops(int n = 1024, double seconds = 0.5);
+  // The fastest FLOP/s of one [m,k]·[k,n] multiply, run for about `seconds`.
+  static double MeasureShape(int m, int k, int n, double seconds);
+  // The peak: the best of MeasureShape over 1024³, 2048×256×1024 and 1024×2048×256,
+  // about `seconds` in all.
+  static double MeasureFlops(double seconds = 0.6);
   // OpenBLAS keeps its own thread pool, sized from the core count, which
   // at::set_num_threads does not touch; ranks sharing a machine must cap it.
   static void SetBlasThreads(int threads);
