@@ -21,7 +21,6 @@ MoEImpl::MoEImpl(const ModelConfig& c, ParallelContext ctx, RegionFactory& regio
   }
   const auto router_key =
       regions::RouterKey(c.dim, c.n_routed_experts, c.top_k, c.score_func, c.route_norm, c.route_scale);
-  router_key_ = router_key;
   router_fn_ = regions::Router(c.top_k, c.score_func, c.route_norm, c.route_scale, tokens_per_expert);
   router_region_ = own.Make(router_key, router_fn_, layer);
   // Rows per expert change every step: the rows dimension is dynamic, so a dropless MoE

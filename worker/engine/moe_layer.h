@@ -48,8 +48,7 @@ class MoEImpl : public torch::nn::Module {
   // the local experts, and the reverse all-to-all. rows: the router's sorted rows;
   // counts: its tokens per expert. Returns the expert outputs in the rows' order.
   torch::Tensor RunExperts(const torch::Tensor& rows, const torch::Tensor& counts);
-  // The router region's key and function (embedded by regions = "model").
-  const compile::RegionKey& router_key() const { return router_key_; }
+  // The router region's function (embedded by regions = "model").
   const compile::RegionFn& router_fn() const { return router_fn_; }
 
   // expert_bias += coeff·sign(mean(c) − c), then re-centred to mean zero.
@@ -66,7 +65,6 @@ class MoEImpl : public torch::nn::Module {
   ParallelContext ctx_;
   ExpertDispatcher dispatcher_;
   RegionCall router_region_, expert_region_, combine_region_;
-  compile::RegionKey router_key_{"router", {}};
   compile::RegionFn router_fn_;
 };
 TORCH_MODULE(MoE);
