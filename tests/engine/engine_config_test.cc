@@ -3,7 +3,10 @@
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <torch/cuda.h>
+#include <torch/version.h>
 
+#include "worker/engine/device_placement.h"
 #include "worker/engine/engine_config.h"
 
 namespace trainyard::engine {
@@ -78,6 +81,58 @@ TEST(EngineConfigTest, RejectsBadValues) {
   spec = nlohmann::json::parse(kSpec);
   spec["training"]["dataset"] = "imagenet";
   EXPECT_NE(ErrorOf(spec).find("training.dataset=\"imagenet\""), std::string::npos);
+}
+
+TEST(EngineConfigTest, DeviceDefaultsToCpuAndReadsResourcesDevice) {
+  auto spec = nlohmann::json::parse(kSpec);
+  EXPECT_EQ(ParseEngineConfig(spec.dump()).resources.device, "cpu");  // no [resources]
+  spec["resources"] = {{"device", "cuda"}, {"ranks_per_worker", 0}};
+  EXPECT_EQ(ParseEngineConfig(spec.dump()).resources.device, "cuda");
+  spec["resources"]["device"] = "cpu";
+  EXPECT_EQ(ParseEngineConfig(spec.dump()).resources.device, "cpu");
+  spec["resources"]["device"] = nullptr;  // proto3 JSON: unset
+  EXPECT_EQ(ParseEngineConfig(spec.dump()).resources.device, "cpu");
+}
+
+TEST(EngineConfigTest, RejectsAnUnknownDevice) {
+  auto spec = nlohmann::json::parse(kSpec);
+  spec["resources"] = {{"device", "tpu"}};
+  EXPECT_EQ(ErrorOf(spec), "config: resources.device=\"tpu\" must be one of \"cpu\", \"cuda\"");
+  spec["resources"]["device"] = 1;
+  EXPECT_EQ(ErrorOf(spec), "config: resources.device: expected a string, got 1");
+}
+
+std::string DeviceError(const std::string& device) {
+  ResourcesConfig resources;
+  resources.device = device;
+  try {
+    DevicePlacement::RequireUsable(resources);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(DevicePlacementTest, CpuIsAlwaysUsable) {
+  EXPECT_EQ(DeviceError("cpu"), "");
+  ResourcesConfig cpu;
+  EXPECT_EQ(DevicePlacement::ForLocalRank(cpu, 3), c10::Device(c10::DeviceType::CPU));
+}
+
+TEST(DevicePlacementTest, CudaIsRefusedWithTheReasonWhereThereIsNone) {
+#if !defined(TRAINYARD_TORCH_CUDA)
+  // This machine's build: Debian's CPU LibTorch.
+  EXPECT_EQ(DeviceError("cuda"), std::string("config: resources.device=cuda: this engine was built against LibTorch ") +
+                                     TORCH_VERSION + " without CUDA");
+  ResourcesConfig cuda;
+  cuda.device = "cuda";
+  EXPECT_THROW(DevicePlacement::ForLocalRank(cuda, 0), std::invalid_argument);
+#else
+  if (torch::cuda::device_count() > 0) GTEST_SKIP() << "a CUDA device is visible";
+  EXPECT_NE(DeviceError("cuda").find("no CUDA device is visible (torch::cuda::device_count()=0"), std::string::npos)
+      << DeviceError("cuda");
+#endif
+  EXPECT_NE(DeviceError("gpu").find("resources.device=\"gpu\""), std::string::npos);
 }
 
 }  // namespace

@@ -156,7 +156,9 @@ TEST(TrainBinaryTest, TwoRanksPrintThreeStepObjects) {
   std::vector<json> steps;
   for (const json& e : JsonLines(o.out)) {
     // Rank 0's events; other ranks contribute only their compile events.
-    if (!e.contains("compile")) EXPECT_EQ(e["rank"], 0) << e.dump();
+    if (!e.contains("compile")) {
+      EXPECT_EQ(e["rank"], 0) << e.dump();
+    }
     if (e.contains("step_metrics")) steps.push_back(e["step_metrics"]);
   }
   ASSERT_EQ(steps.size(), 3u) << o.out;
@@ -179,6 +181,17 @@ TEST(TrainBinaryTest, InvalidConfigExitsNonZeroWithTheMessage) {
   const Outcome mismatch = RunTrain(job + " --set model.top_k=2 --nproc 3", "mismatch");
   EXPECT_NE(mismatch.exit_code, 0);
   EXPECT_NE(mismatch.err.find("--nproc 3 disagrees with parallelism.dp*tp = 1"), std::string::npos) << mismatch.err;
+}
+
+// This machine's build is CPU-only: resources.device=cuda is refused at config time,
+// with the reason, before any rank starts (a CUDA build without a GPU says so too).
+TEST(TrainBinaryTest, CudaDeviceWithoutCudaIsRefusedBeforeAnyRankStarts) {
+  const std::string job = TempFile("cuda.toml", "[model]\npreset = \"tiny\"\n[training]\nsteps = 3\n");
+  const Outcome o = RunTrain(job + " --set resources.device=cuda --json", "cuda");
+  EXPECT_EQ(o.exit_code, 2) << o.err;
+  EXPECT_NE(o.err.find("config: resources.device=cuda: this engine was built against LibTorch "), std::string::npos)
+      << o.err;
+  EXPECT_EQ(o.out, "");  // no rank ran
 }
 
 // A config that passes validation but fails inside the ranks: the launcher must stop

@@ -40,7 +40,12 @@ const std::vector<torch::Tensor>& AttentionImpl::Constants(int64_t t, const Rota
     return constants_;
   }
   constants_ = {rope.CosTable(t).to(opts), rope.SinTable(t).to(opts)};
-  for (auto& m : regions::CausalBlockMasks(t, n_heads_ / n_kv_heads_, kQueryBlock, opts)) constants_.push_back(m);
+  // The masks are built on the host (their index comparisons are host tensors) and
+  // moved once to the activations' device; the cache keeps them there.
+  const auto host = opts.device(torch::kCPU);
+  for (auto& m : regions::CausalBlockMasks(t, n_heads_ / n_kv_heads_, kQueryBlock, host)) {
+    constants_.push_back(m.to(opts.device()));
+  }
   constants_t_ = t;
   return constants_;
 }

@@ -11,6 +11,8 @@
 //                 model_tflops/mfu from its step metrics. With one rank this equals
 //                 the rank's own median mfu.
 //   peak_rss_mb   max over ranks of the process's peak RSS (wait4 rusage)
+//   device        resources.device: "cpu", or "cuda" (rank i on GPU i % device_count,
+//                 NCCL groups; the GEMM peak is then the GPU's fp32 peak, TF32 off)
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +23,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "worker/engine/device_placement.h"
 #include "worker/engine/engine_config.h"
 #include "worker/engine/flops_model.h"
 #include "worker/engine/gemm_peak_probe.h"
@@ -64,6 +67,7 @@ int Bench(const BenchFlags& f) {
     config["parallelism"]["dp"] = f.nproc / tp;
   }
   const EngineConfig engine = ParseEngineConfig(config.dump());
+  DevicePlacement::RequireUsable(engine.resources);
   const int world = ConfigWorldSize(config);
   if (f.nproc != 0 && f.nproc != world) {
     throw std::invalid_argument("--nproc " + std::to_string(f.nproc) + " disagrees with parallelism.dp*tp = " +
@@ -106,7 +110,7 @@ int Bench(const BenchFlags& f) {
   for (const auto& r : result.ranks) rss = std::max(rss, r.peak_rss_mb);
   const char* coretype = std::getenv("OPENBLAS_CORETYPE");
 
-  json out = {{"preset", f.preset}, {"backend", f.backend}, {"nproc", world},
+  json out = {{"preset", f.preset}, {"backend", f.backend}, {"device", engine.resources.device}, {"nproc", world},
               {"dp", engine.parallelism.dp}, {"tp", engine.parallelism.tp}, {"ep", engine.parallelism.ep},
               {"threads", opts.threads}, {"steps", f.steps}, {"warmup", f.warmup},
               {"step_ms", median_ms}, {"tokens_per_s", tokens_per_s},
@@ -128,8 +132,8 @@ int Bench(const BenchFlags& f) {
   if (f.json_output) {
     std::cout << out.dump() << std::endl;
   } else {
-    std::printf("%s, %s, %d rank(s) (dp=%d tp=%d ep=%d), %d threads/rank, BLAS core %s%s\n", f.preset.c_str(),
-                f.backend.c_str(), world, engine.parallelism.dp, engine.parallelism.tp, engine.parallelism.ep,
+    std::printf("%s, %s, %s, %d rank(s) (dp=%d tp=%d ep=%d), %d threads/rank, BLAS core %s%s\n", f.preset.c_str(),
+                f.backend.c_str(), engine.resources.device.c_str(), world, engine.parallelism.dp, engine.parallelism.tp, engine.parallelism.ep,
                 opts.threads, out["blas_core"].get<std::string>().c_str(),
                 coretype ? (std::string(" (OPENBLAS_CORETYPE=") + coretype + ")").c_str() : "");
     std::printf("  %d steps after %d warmup: step %.1f ms (median), %.0f tokens/s\n", f.steps, f.warmup, median_ms,
@@ -145,7 +149,9 @@ int Bench(const BenchFlags& f) {
 
 int main(int argc, char** argv) {
   BenchFlags f;
-  CLI::App app{"trainyard-bench: measure training throughput and MFU on local ranks"};
+  CLI::App app{"trainyard-bench: measure training throughput and MFU on local ranks\n"
+               "  --set resources.device=cuda: measure on CUDA (rank i on GPU i % device_count, NCCL groups;\n"
+               "  MFU against the GPU's measured fp32 GEMM peak, TF32 off)"};
   app.add_option("--preset", f.preset, "model preset (debug, tiny)")->capture_default_str();
   app.add_option("--backend", f.backend, "compile backend: eager, jit (cudagraph needs a CUDA build)")
       ->capture_default_str();

@@ -192,6 +192,7 @@ void Validate(const EngineConfig& c) {
   RequireOneOf("compile.on_side_effect", cc.on_side_effect, {"error", "fallback"});
   RequireRange("compile.summary_every", cc.summary_every, 1, 1e9);
   RequireOneOf("activation_checkpoint.mode", c.activation_checkpoint.mode, {"none", "full", "selective"});
+  RequireOneOf("resources.device", c.resources.device, {"cpu", "cuda"});
   if (cc.regions == "model" && p.tp != 1) {
     Fail("compile.regions=\"model\" needs parallelism.tp=1: the TP all-reduces split every block, so use "
          "compile.regions=\"per_layer\" with tp=" + std::to_string(p.tp));
@@ -262,6 +263,7 @@ EngineConfig ParseEngineConfig(const std::string& json_text) {
   cc.summary_every = OptInt32(root, "compile", "summary_every", cc.summary_every);
   cc.test_plant_side_effect = OptBool(root, "compile", "test_plant_side_effect", cc.test_plant_side_effect);
   c.activation_checkpoint.mode = OptString(root, "activation_checkpoint", "mode", c.activation_checkpoint.mode);
+  c.resources.device = OptString(root, "resources", "device", c.resources.device);
 
   Validate(c);
   return c;

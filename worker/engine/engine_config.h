@@ -73,16 +73,26 @@ struct ActivationCheckpointConfig {
   std::string mode = "none";
 };
 
+// [resources]: where the ranks train. "cpu" (Gloo groups) or "cuda" (local rank r on GPU
+// r % device_count, NCCL groups); see DevicePlacement for whether this process can.
+struct ResourcesConfig {
+  std::string device = "cpu";  // "cpu" | "cuda"
+};
+
 struct EngineConfig {
   ModelConfig model;
   TrainingConfig training;
   ParallelismConfig parallelism;
   CompileConfig compile;  // optional in the JSON: defaults when absent
   ActivationCheckpointConfig activation_checkpoint;
+  ResourcesConfig resources;  // optional in the JSON: defaults when absent
 };
 
 // Parses and validates. Throws std::invalid_argument with a precise message
 // ("config: missing training.steps", "config: model.top_k=9 must be in [1, 8]").
+// resources.device is checked against "cpu" | "cuda" only; whether this build and
+// machine can run "cuda" is DevicePlacement::RequireUsable's question, asked by every
+// program before it starts a rank.
 EngineConfig ParseEngineConfig(const std::string& json_text);
 EngineConfig LoadEngineConfigFile(const std::string& path);
 

@@ -22,9 +22,11 @@ Dispatched ExpertDispatcher::Dispatch(const torch::Tensor& rows, const torch::Te
     d.tokens = rows;
     return d;
   }
-  // recv[i·n_local + e]: rows peer i sends for my local expert e.
+  // recv[i·n_local + e]: rows peer i sends for my local expert e. The counts travel on
+  // the group's device (NCCL takes no host tensors) and come back to the host, which
+  // needs them to size the token exchange.
   const std::vector<int64_t> equal(ep_, n_local_);
-  auto recv = group_->AllToAll(c, equal, equal);
+  auto recv = group_->AllToAll(c.to(group_->device()), equal, equal).to(torch::kCPU).contiguous();
   const int64_t* rp = recv.data_ptr<int64_t>();
   plan.send_splits.assign(ep_, 0);
   plan.recv_splits.assign(ep_, 0);
@@ -54,11 +56,12 @@ Dispatched ExpertDispatcher::Dispatch(const torch::Tensor& rows, const torch::Te
       for (int64_t r = 0; r < rp[k]; ++r) perm.push_back(start[k] + r);
     }
   }
-  plan.to_expert_major = torch::tensor(perm, torch::kInt64);
-  plan.to_peer_major = torch::empty_like(plan.to_expert_major);
-  if (offset > 0) {
-    plan.to_peer_major.index_put_({plan.to_expert_major}, torch::arange(offset, torch::kInt64));
-  }
+  // Built on the host, then moved next to the rows they index.
+  auto to_expert_major = torch::tensor(perm, torch::kInt64);
+  auto to_peer_major = torch::empty_like(to_expert_major);
+  if (offset > 0) to_peer_major.index_put_({to_expert_major}, torch::arange(offset, torch::kInt64));
+  plan.to_expert_major = to_expert_major.to(rows.device());
+  plan.to_peer_major = to_peer_major.to(rows.device());
   d.tokens = received.index_select(0, plan.to_expert_major);
   return d;
 }

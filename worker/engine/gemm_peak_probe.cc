@@ -7,28 +7,44 @@
 
 #include <torch/torch.h>
 
+#include "worker/engine/torch_compat.h"
+
 // Weak, so the engine links whether or not OpenBLAS provides it.
 extern "C" char* openblas_get_corename() __attribute__((weak));
 extern "C" void openblas_set_num_threads(int) __attribute__((weak));
 
 namespace trainyard::engine {
 
-double GemmPeakProbe::MeasureFlops(double seconds) {
-  const int shapes[][3] = {{1024, 1024, 1024}, {2048, 256, 1024}, {1024, 2048, 256}};
+double GemmPeakProbe::MeasureFlops(double seconds, const c10::Device& device) {
+  const int cpu_shapes[][3] = {{1024, 1024, 1024}, {2048, 256, 1024}, {1024, 2048, 256}};
+  // A GPU finishes a 1024³ multiply in tens of microseconds, about a launch and a
+  // synchronize; these take milliseconds at an H100/H200's fp32 rate.
+  const int cuda_shapes[][3] = {{4096, 4096, 4096}, {16384, 1024, 4096}, {4096, 16384, 1024}};
+  const auto& shapes = device.is_cuda() ? cuda_shapes : cpu_shapes;
   double best = 0;
-  for (const auto& s : shapes) best = std::max(best, MeasureShape(s[0], s[1], s[2], seconds / 3));
+  for (const auto& s : shapes) best = std::max(best, MeasureShape(s[0], s[1], s[2], seconds / 3, device));
   return best;
 }
 
-double GemmPeakProbe::MeasureShape(int m, int k, int n, double seconds) {
+double GemmPeakProbe::MeasureShape(int m, int k, int n, double seconds, const c10::Device& device) {
   torch::NoGradGuard no_grad;
   auto gen = at::detail::createCPUGenerator(1);
-  auto a = torch::empty({m, k}).uniform_(-1, 1, gen);
-  auto b = torch::empty({k, n}).uniform_(-1, 1, gen);
-  auto c = torch::empty({m, n});
-  torch::mm_out(c, a, b);  // warm-up: thread pool, page faults
+  // On CUDA the operands are drawn there (the device's default generator): filling
+  // 64M host floats would cost more than the measurement.
+  auto operand = [&](int rows, int cols) {
+    if (!device.is_cuda()) return torch::empty({rows, cols}).uniform_(-1, 1, gen);
+    return torch::empty({rows, cols}, torch::TensorOptions().device(device)).uniform_(-1, 1);
+  };
+  auto a = operand(m, k);
+  auto b = operand(k, n);
+  auto c = torch::empty({m, n}, a.options());
+  // Warm-up: thread pool and page faults on CPU; cuBLAS handle, workspace and kernel
+  // choice on CUDA.
+  for (int i = 0; i < (device.is_cuda() ? 3 : 1); ++i) torch::mm_out(c, a, b);
+  compat::Synchronize(device);
   // The fastest single multiply, not the average: a peak is what the hardware can do,
-  // and other processes on a shared machine only ever make a multiply slower.
+  // and other processes on a shared machine only ever make a multiply slower. On CUDA
+  // the synchronize after the multiply makes the wall time cover the kernel.
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   double best = 0;
@@ -36,6 +52,7 @@ double GemmPeakProbe::MeasureShape(int m, int k, int n, double seconds) {
   while (iters < 5 || std::chrono::duration<double>(Clock::now() - start).count() < seconds) {
     const auto t0 = Clock::now();
     torch::mm_out(c, a, b);
+    compat::Synchronize(device);
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
     best = std::max(best, 2.0 * m * k * static_cast<double>(n) / dt);
     ++iters;

@@ -4,20 +4,28 @@
 // K large: weight gradients). A BLAS kernel can run the skinny shapes faster than the
 // square one (OpenBLAS's Prescott kernels here: ~30 GFLOP/s square, more on K=256), and
 // a peak below what the model achieves would report MFU > 1. Also reports which BLAS
-// kernel is in use. Not thread-safe; call from main.
+// kernel is in use. On a CUDA device the same measurement runs there: fp32 (TF32 off,
+// DevicePlacement), larger shapes so a multiply outlasts its launch, and a device
+// synchronize before and after each timed multiply. Not thread-safe; call from main.
 #pragma once
 
 #include <string>
+
+#include <c10/core/Device.h>
 
 namespace trainyard::engine {
 
 class GemmPeakProbe {
  public:
-  // The fastest FLOP/s of one [m,k]·[k,n] multiply, run for about `seconds`.
-  static double MeasureShape(int m, int k, int n, double seconds);
-  // The peak: the best of MeasureShape over 1024³, 2048×256×1024 and 1024×2048×256,
-  // about `seconds` in all.
-  static double MeasureFlops(double seconds = 0.6);
+  // The fastest FLOP/s of one fp32 [m,k]·[k,n] multiply on `device`, run for about
+  // `seconds`.
+  static double MeasureShape(int m, int k, int n, double seconds,
+                             const c10::Device& device = c10::Device(c10::DeviceType::CPU));
+  // The peak on `device`: the best of MeasureShape over a square and two skinny shapes,
+  // about `seconds` in all. CPU: 1024³, 2048×256×1024 and 1024×2048×256; CUDA: 4096³,
+  // 16384×1024×4096 and 4096×16384×1024.
+  static double MeasureFlops(double seconds = 0.6,
+                             const c10::Device& device = c10::Device(c10::DeviceType::CPU));
   // OpenBLAS keeps its own thread pool, sized from the core count, which
   // at::set_num_threads does not touch; ranks sharing a machine must cap it.
   static void SetBlasThreads(int threads);

@@ -429,6 +429,7 @@ LaunchResult LocalLauncher::Run(const LaunchOptions& options, const LineHandler&
     }
     std::vector<std::string> args = {options.rank_binary, "--config", config_path,
                                      "--rank", std::to_string(i),
+                                     "--local-rank", std::to_string(i),
                                      "--world-size", std::to_string(options.nproc),
                                      "--master-addr", "127.0.0.1",
                                      "--master-port", std::to_string(port),

@@ -73,7 +73,9 @@ class LocalLauncher {
   // arrival order per rank.
   using LineHandler = std::function<void(int rank, const std::string& line)>;
 
-  // Spawns the ranks, forwards their lines, and waits for all of them. When one rank
+  // Spawns the ranks (rank i gets --rank i --local-rank i: one machine, so with
+  // resources.device=cuda rank i trains on GPU i % device_count), forwards their
+  // lines, and waits for all of them. When one rank
   // fails, or on StopFromSignal, the others get SIGTERM (then SIGKILL). Rank stderr is
   // inherited. Throws std::runtime_error only when the gang cannot be started.
   static LaunchResult Run(const LaunchOptions& options, const LineHandler& on_line);

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "worker/engine/compile/compiled_region.h"
+#include "worker/engine/fused_cpu_kernels.h"
 #include "worker/engine/rotary_embedding.h"
 
 namespace trainyard::engine {
@@ -59,10 +60,18 @@ namespace regions {
 
 RegionKey RmsNormKey(int64_t dim, double eps) { return RegionKey("rms_norm", {{"dim", dim}, {"eps", eps}}); }
 
+namespace {
+
+Tensor Normalize(const Tensor& x, const Tensor& weight, double eps) {
+  if (fused::Applies(x)) return fused::RmsNorm(x, weight, eps);
+  return x * torch::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps) * weight;
+}
+
+}  // namespace
+
 RegionFn RmsNorm(double eps) {
   return [eps](const std::vector<Tensor>& in, const std::vector<Tensor>& p) -> std::vector<Tensor> {
-    const Tensor& x = in[0];
-    return {x * torch::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps) * p[0]};
+    return {Normalize(in[0], p[0], eps)};
   };
 }
 
@@ -94,6 +103,13 @@ RegionFn Attention(int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_
     // One GEMM for q, k and v (three torchtitan-named parameters), and one RoPE pass
     // over the q and k heads together.
     auto qkv = F::linear(x, torch::cat({p[0], p[1], p[2]}, 0));
+    const size_t n_blocks = in.size() - 3;
+    TORCH_CHECK(static_cast<int64_t>(n_blocks) == (t + query_block - 1) / query_block, "attention: ", n_blocks,
+                " masks for ", t, " positions in blocks of ", query_block);
+    if (fused::Applies(qkv)) {
+      // The same computation in one kernel (RoPE, masks and softmax included).
+      return {F::linear(fused::CausalAttention(qkv, in[1], in[2], n_heads, n_kv_heads, head_dim, query_block), p[3])};
+    }
     auto qk = RotaryEmbedding::Rotate(
         qkv.narrow(-1, 0, (n_heads + n_kv_heads) * hd).view({b, t, n_heads + n_kv_heads, hd}), in[1], in[2]);
     auto v = qkv.narrow(-1, (n_heads + n_kv_heads) * hd, n_kv_heads * hd).view({b, t, n_kv_heads, hd});
@@ -110,9 +126,6 @@ RegionFn Attention(int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_
     // not narrow: narrow's backward would allocate a zero gradient of q per block.
     const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
     const auto q_blocks = q.split(query_block * rep, 1);
-    const size_t n_blocks = in.size() - 3;
-    TORCH_CHECK(q_blocks.size() == n_blocks, "attention: ", n_blocks, " masks for ", q_blocks.size(),
-                " query blocks");
     std::vector<Tensor> blocks;
     blocks.reserve(n_blocks);
     for (size_t j = 0; j < n_blocks; ++j) {
@@ -135,6 +148,10 @@ RegionKey FfnKey(const char* kind, int64_t dim, int64_t hidden, int tp) {
 RegionFn Ffn() {
   return [](const std::vector<Tensor>& in, const std::vector<Tensor>& p) -> std::vector<Tensor> {
     const Tensor& x = in[0];
+    if (fused::Applies(x)) {
+      // One GEMM for w1 and w3, then the activation in one pass each way.
+      return {F::linear(fused::SwiGlu(F::linear(x, torch::cat({p[0], p[2]}, 0))), p[1])};
+    }
     return {F::linear(torch::silu(F::linear(x, p[0])) * F::linear(x, p[2]), p[1])};
   };
 }
@@ -255,7 +272,7 @@ RegionKey LossKey(int64_t dim, int64_t vocab, double eps) {
 RegionFn Loss(double eps) {
   return [eps](const std::vector<Tensor>& in, const std::vector<Tensor>& p) -> std::vector<Tensor> {
     const Tensor& h = in[0];
-    auto normed = h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps) * p[0];
+    auto normed = Normalize(h, p[0], eps);
     auto logits = F::linear(normed, p[1]);
     return {F::cross_entropy(logits.reshape({-1, logits.size(-1)}), in[1].reshape({-1}))};
   };

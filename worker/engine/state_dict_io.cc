@@ -32,8 +32,8 @@ NamedTensors GatherFullState(TransformerModelImpl& model, ProcessMesh& mesh) {
     const ShardKind kind = ShardKindOf(name);
     auto full = torch::zeros(FullShape(kind, local.sizes(), ctx), local.options().dtype(torch::kFloat32));
     if (OwnsShard(kind, ctx)) TakeShard(full, kind, ctx).copy_(local);
-    mesh.world().AllReduceSum(full);
-    full_state.emplace_back(name, full);
+    mesh.world().AllReduceSum(full);  // on the model's device, which is the mesh's
+    full_state.emplace_back(name, full.to(torch::kCPU));
   }
   return full_state;
 }

@@ -20,13 +20,14 @@ using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 // Collective over the world: every rank must call it, in the same state. Each shard's
 // owner (OwnsShard) writes it into a zero full tensor and one world sum per tensor
 // assembles it; adding zeros is exact, so the result is bit-identical to the shards.
-// Returns the full tensors (fp32, contiguous) on every rank, in named_parameters then
-// named_buffers order.
+// The sums run on the model's device (NCCL on CUDA). Returns the full tensors (fp32,
+// contiguous, on the host, ready for WriteSafetensors) on every rank, in
+// named_parameters then named_buffers order.
 NamedTensors GatherFullState(TransformerModelImpl& model, ProcessMesh& mesh);
 
 // Copies this rank's shard of each full tensor into the model (no collectives).
-// `tensors` must hold exactly the model's names with full shapes; any other dtype is
-// converted. Throws std::invalid_argument naming the tensor on a missing or unknown
+// `tensors` must hold exactly the model's names with full shapes; any other dtype or
+// device is converted. Throws std::invalid_argument naming the tensor on a missing or unknown
 // name or a wrong shape.
 void LoadFullState(TransformerModelImpl& model, const NamedTensors& tensors);
 

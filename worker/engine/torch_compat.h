@@ -1,16 +1,23 @@
-// The one place that knows which LibTorch we build against. Debian ships 1.13 (CPU);
-// the accelerator box has 2.x, where c10d moved some headers and types around (most
-// visibly: ProcessGroupGloo derives from c10d::Backend instead of c10d::ProcessGroup).
-// Everything else in the engine calls these helpers instead of the c10d API directly,
-// and only ever holds a ProcessGroupGloo, whose collective signatures are the same in
-// both versions.
+// The one place that knows which LibTorch we build against and which devices it has.
+// Debian ships 1.13 (CPU); the accelerator box has 2.x with CUDA, where c10d moved some
+// headers and types around (most visibly: ProcessGroupGloo and ProcessGroupNCCL derive
+// from c10d::Backend instead of c10d::ProcessGroup). Everything else in the engine
+// calls these helpers instead of the c10d or CUDA API directly, and holds a group
+// through BackendPtr, whose collective signatures are the same in both versions.
+//
+// CUDA-only code is compiled only when TRAINYARD_TORCH_NCCL is 1 (a CUDA LibTorch with
+// the NCCL headers; the build defines USE_C10D_NCCL then) and reached only after
+// CudaUnavailableReason() came back empty, so a CPU build never needs CUDA.
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/cuda.h>
 #include <torch/torch.h>
 #include <torch/version.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
@@ -24,10 +31,23 @@
 #define TRAINYARD_TORCH2 0
 #endif
 
+#if defined(TRAINYARD_TORCH_CUDA) && defined(USE_C10D_NCCL)
+#define TRAINYARD_TORCH_NCCL 1
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#else
+#define TRAINYARD_TORCH_NCCL 0
+#endif
+
 namespace trainyard::engine::compat {
 
 using StorePtr = c10::intrusive_ptr<c10d::Store>;
-using GlooGroupPtr = c10::intrusive_ptr<c10d::ProcessGroupGloo>;
+// The common base of ProcessGroupGloo and ProcessGroupNCCL.
+#if TRAINYARD_TORCH2
+using CollectiveBackend = c10d::Backend;
+#else
+using CollectiveBackend = c10d::ProcessGroup;
+#endif
+using BackendPtr = c10::intrusive_ptr<CollectiveBackend>;
 
 // Rank 0 hosts the store; the others connect and wait up to `timeout` for it.
 inline StorePtr MakeTcpStore(const std::string& host, int port, bool is_server,
@@ -51,16 +71,74 @@ inline StorePtr MakePrefixStore(const std::string& prefix, const StorePtr& store
 // An in-process store: lets tests run several Gloo ranks as threads of one process.
 inline StorePtr MakeHashStore() { return c10::make_intrusive<c10d::HashStore>(); }
 
-inline GlooGroupPtr MakeGlooGroup(const StorePtr& store, int rank, int world_size,
-                                  const std::string& gloo_host,
-                                  std::chrono::milliseconds timeout) {
+inline BackendPtr MakeGlooGroup(const StorePtr& store, int rank, int world_size,
+                                const std::string& gloo_host,
+                                std::chrono::milliseconds timeout) {
   auto options = c10d::ProcessGroupGloo::Options::create(timeout);
   options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(gloo_host));
   return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world_size, options);
 }
 
-// Blocking in-place sum over the group.
-inline void AllReduceSum(c10d::ProcessGroupGloo& group, at::Tensor& tensor) {
+// "1.13.1" / "2.11.0": the LibTorch this engine was compiled against.
+inline std::string TorchVersion() { return TORCH_VERSION; }
+
+// Empty when this process can put tensors on CUDA, else why not, in words that name
+// the build or the device count ("this engine was built against LibTorch 1.13.1
+// without CUDA").
+inline std::string CudaUnavailableReason() {
+#if TRAINYARD_TORCH_NCCL
+  const std::size_t count = torch::cuda::device_count();
+  if (!torch::cuda::is_available() || count == 0) {
+    return "this engine was built against LibTorch " + TorchVersion() +
+           " with CUDA, but no CUDA device is visible (torch::cuda::device_count()=" + std::to_string(count) +
+           "; check CUDA_VISIBLE_DEVICES and the driver)";
+  }
+  return "";
+#elif defined(TRAINYARD_TORCH_CUDA)
+  return "this engine was built against LibTorch " + TorchVersion() +
+         " with CUDA but without the NCCL headers (USE_C10D_NCCL), so it has no ProcessGroupNCCL";
+#else
+  return "this engine was built against LibTorch " + TorchVersion() + " without CUDA";
+#endif
+}
+
+inline int CudaDeviceCount() { return static_cast<int>(torch::cuda::device_count()); }
+
+// Makes `device` the current CUDA device of this process (the caching allocator's and
+// NCCL's default), through the device-guard registry so no CUDA header is needed.
+inline void SetCurrentDevice(const c10::Device& device) {
+  if (device.is_cuda()) c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->setDevice(device);
+}
+
+// fp32 matmuls in full fp32: TF32 off for cuBLAS and cuDNN, so CUDA losses are
+// comparable with CPU ones and the GEMM peak is the fp32 one. No-op on CPU.
+inline void DisableTf32() {
+  at::globalContext().setAllowTF32CuBLAS(false);
+  at::globalContext().setAllowTF32CuDNN(false);
+}
+
+inline bool Tf32Enabled() { return at::globalContext().allowTF32CuBLAS(); }
+
+// Blocks until every kernel queued on `device` has finished; no-op on CPU.
+inline void Synchronize(const c10::Device& device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+}
+
+#if TRAINYARD_TORCH_NCCL
+// An NCCL group: its communicator is created lazily, on the device of the first
+// collective's tensors, with the unique id exchanged through `store`. NCCL refuses two
+// ranks of one communicator on the same GPU.
+inline BackendPtr MakeNcclGroup(const StorePtr& store, int rank, int world_size,
+                                std::chrono::milliseconds timeout) {
+  auto options = c10d::ProcessGroupNCCL::Options::create();
+  options->timeout = timeout;
+  return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world_size, options);
+}
+#endif
+
+// Blocking in-place sum over the group. Under NCCL the wait makes the current CUDA
+// stream wait for the collective, so later kernels see the sum.
+inline void AllReduceSum(CollectiveBackend& group, at::Tensor& tensor) {
   std::vector<at::Tensor> tensors{tensor};
   group.allreduce(tensors)->wait();
 }
@@ -68,7 +146,7 @@ inline void AllReduceSum(c10d::ProcessGroupGloo& group, at::Tensor& tensor) {
 // Blocking all-to-all along dim 0 with explicit row counts per peer. Both tensors must
 // be contiguous; `output` is preallocated with sum(output_splits) rows. Empty split
 // vectors mean "equal split". 1.13 and 2.x take non-const references.
-inline void AllToAll(c10d::ProcessGroupGloo& group, at::Tensor& output, at::Tensor& input,
+inline void AllToAll(CollectiveBackend& group, at::Tensor& output, at::Tensor& input,
                      std::vector<int64_t> output_splits, std::vector<int64_t> input_splits) {
   group.alltoall_base(output, input, output_splits, input_splits)->wait();
 }

@@ -9,6 +9,9 @@
 // and exits 0 when clean, 3 when a rank reported UNSAFE_SIDE_EFFECT or
 // RECOMPILE_LIMIT, 1 when a rank failed otherwise, 2 on bad input. --shrink scales the
 // widths down (dim, hidden sizes, vocab, sequence, batch) but keeps the structure.
+//
+// --set resources.device=cuda trains on CUDA (rank i on GPU i % device_count, NCCL
+// groups); a build or machine without CUDA refuses it before any rank starts (exit 2).
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
@@ -18,6 +21,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "worker/engine/device_placement.h"
 #include "worker/engine/engine_config.h"
 #include "worker/engine/local_launcher.h"
 
@@ -98,7 +102,10 @@ void PrintHuman(const json& event) {
 int Train(const TrainFlags& f) {
   json config = LoadLocalJobConfig(f.config_path, f.overrides);
   if (f.preflight) PreflightConfig(config, f.shrink);
-  ParseEngineConfig(config.dump());  // the rank's own validation, before spawning anything
+  // The rank's own validation, before spawning anything; a device this build or
+  // machine cannot use is refused here with the reason.
+  const EngineConfig engine = ParseEngineConfig(config.dump());
+  DevicePlacement::RequireUsable(engine.resources);
   if (f.print_config) {
     std::cout << config.dump() << std::endl;
     return 0;
@@ -156,7 +163,9 @@ int Train(const TrainFlags& f) {
 
 int main(int argc, char** argv) {
   TrainFlags f;
-  CLI::App app{"trainyard-train: run a Trainyard job on local trainyard-rank processes"};
+  CLI::App app{"trainyard-train: run a Trainyard job on local trainyard-rank processes\n"
+               "  --set resources.device=cuda: train on CUDA (rank i on GPU i % device_count, NCCL groups;\n"
+               "  NCCL takes one rank per GPU); needs a CUDA build of LibTorch and a visible GPU"};
   app.add_option("config", f.config_path, "job file: TOML, or JobSpec proto3 JSON")->required();
   app.add_option("--set", f.overrides, "override section.key=value (repeatable)")->allow_extra_args(false);
   app.add_option("--nproc", f.nproc, "number of ranks; must equal parallelism.dp*tp (default: that)");

@@ -8,7 +8,9 @@
 #include <stdexcept>
 #include <utility>
 
+#include "worker/engine/fused_cpu_kernels.h"
 #include "worker/engine/parameter_sharding.h"
+#include "worker/engine/torch_compat.h"
 
 namespace trainyard::engine {
 namespace {
@@ -59,6 +61,10 @@ Trainer::Trainer(const EngineConfig& config, ProcessMesh& mesh, EventWriter& eve
   if (ctx.dp != config.parallelism.dp || ctx.tp != config.parallelism.tp || ctx.ep != config.parallelism.ep) {
     throw std::invalid_argument("Trainer: the process mesh was not built from this config's parallelism");
   }
+  if (mesh.world().device() != options.device) {
+    throw std::invalid_argument("Trainer: the process mesh runs collectives on " + mesh.world().device().str() +
+                                " but the trainer was asked for " + options.device.str());
+  }
   dataset_ = MakeDataset(config.training, config.model);
   compile_sink_ = std::make_unique<EventWriterSink>(events);
   compile_ = std::make_unique<compile::CompileContext>(MakeCompileOptions(config.compile), *compile_sink_);
@@ -70,6 +76,7 @@ Trainer::Trainer(const EngineConfig& config, ProcessMesh& mesh, EventWriter& eve
   model_options.plant_side_effect = config.compile.test_plant_side_effect;
   model_options.regions_granularity = config.compile.regions;
   model_ = TransformerModel(config.model, config.training.seq_len, ctx, model_options);
+  model_->to(options.device);
   *watched_ = compile::WatchModule(*model_);
   model_->InitWeights(config.training.seed);
 
@@ -102,10 +109,18 @@ Trainer::Trainer(const EngineConfig& config, ProcessMesh& mesh, EventWriter& eve
 
 double Trainer::ClipGradients(double max_norm) {
   torch::NoGradGuard no_grad;
-  auto sq = torch::zeros({1}, torch::kFloat64);
+  auto sq = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(options_.device));
+  double host_sq = 0;  // fused CPU path: one pass per gradient, accumulated in fp64
   for (size_t i = 0; i < params_.size(); ++i) {
-    if (owned_[i]) sq += params_[i].grad().to(torch::kFloat64).pow(2).sum();
+    if (!owned_[i]) continue;
+    const torch::Tensor& g = params_[i].grad();
+    if (fused::Applies(g)) {
+      host_sq += fused::SumOfSquares(g);
+    } else {
+      sq += g.to(torch::kFloat64).pow(2).sum();
+    }
   }
+  if (host_sq != 0) sq += host_sq;
   mesh_.world().AllReduceSum(sq);
   const double norm = std::sqrt(sq.item<double>());
   if (max_norm > 0) {
@@ -138,7 +153,7 @@ StepMetrics Trainer::Step(int step) {
   const auto start = Clock::now();
 
   const ParallelContext& ctx = mesh_.context();
-  auto batch = LoadBatch(*dataset_, step - 1, ctx.dp_rank, ctx.dp, t.batch_size);
+  auto batch = LoadBatch(*dataset_, step - 1, ctx.dp_rank, ctx.dp, t.batch_size).to(options_.device);
   auto inputs = batch.narrow(1, 0, t.seq_len);
   auto targets = batch.narrow(1, 1, t.seq_len);
   const auto data_done = Clock::now();
@@ -175,6 +190,7 @@ StepMetrics Trainer::Step(int step) {
 
   auto global_counts = stats.narrow(0, 1, stats.numel() - 1).reshape(out.tokens_per_expert.sizes());
   if (mc.n_moe_layers() > 0) model_->UpdateExpertBiases(global_counts, mc.load_balance_coeff);
+  compat::Synchronize(options_.device);  // the step ends when its kernels have
   const auto end = Clock::now();
 
   StepMetrics m;
@@ -192,7 +208,7 @@ StepMetrics Trainer::Step(int step) {
   m.data_ms = Ms(start, data_done);
   m.peak_rss_mb = PeakRssMb();
   if (global_counts.numel() > 0) {
-    auto load = global_counts.sum(0).round().to(torch::kInt64).contiguous();
+    auto load = global_counts.sum(0).round().to(torch::kCPU, torch::kInt64).contiguous();
     m.expert_load.assign(load.data_ptr<int64_t>(), load.data_ptr<int64_t>() + load.numel());
     const double mean = load.to(torch::kFloat64).mean().item<double>();
     const double max = load.max().item<int64_t>();

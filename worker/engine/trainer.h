@@ -2,7 +2,9 @@
 // batch → forward → loss → backward → gradient reduction per gradient class → global
 // clip → AdamW (lr schedule) → expert-bias update, emitting step metrics on rank 0.
 // Every rank runs the same collectives in the same order. TP ranks of one DP rank read
-// the same batch. Not thread-safe; owned by main.
+// the same batch. On CUDA the weights are drawn on the host exactly as on CPU, then
+// moved; step times include a device synchronize so they cover the GPU work.
+// Not thread-safe; owned by main.
 //
 // Optimizer choice: AdamW, betas (0.9, 0.95), eps 1e-8, weight_decay 0.1 on every
 // parameter (as torchtitan does); max_norm <= 0 turns clipping off (norm still reported).
@@ -30,6 +32,9 @@ namespace trainyard::engine {
 struct TrainerOptions {
   int threads = 1;
   double peak_flops = 0;  // FLOP/s of this rank for MFU; 0 = unknown
+  // Where the model, batches and collective buffers live; must be the mesh's device
+  // (DevicePlacement::ForLocalRank).
+  c10::Device device = c10::Device(c10::DeviceType::CPU);
 };
 
 class Trainer {

@@ -67,8 +67,9 @@ ModelOutput TransformerModelImpl::forward(const torch::Tensor& tokens, const tor
   } else {
     result.logits = output(norm(h));
   }
-  result.tokens_per_expert = counts.empty() ? torch::zeros({0, config_.n_routed_experts}, torch::kInt64)
-                                            : torch::stack(counts);
+  result.tokens_per_expert = counts.empty()
+                                 ? torch::zeros({0, config_.n_routed_experts}, tokens.options().dtype(torch::kInt64))
+                                 : torch::stack(counts);
   return result;
 }
 
@@ -86,7 +87,9 @@ void TransformerModelImpl::InitWeights(std::uint64_t seed) {
       continue;
     }
     const ShardKind kind = ShardKindOf(name);
-    auto full = torch::empty(FullShape(kind, p.sizes(), ctx_), p.options());
+    // Drawn on the host from the host generator whatever the parameter's device, so a
+    // CUDA model starts from exactly the CPU model's weights.
+    auto full = torch::empty(FullShape(kind, p.sizes(), ctx_), p.options().device(torch::kCPU));
     if (EndsWith(name, ".wo.weight") || EndsWith(name, ".w2.weight") ||
         EndsWith(name, ".experts.w2") || name == "output.weight") {
       full.normal_(0.0, out_std, gen);

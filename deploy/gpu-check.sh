@@ -1,0 +1,236 @@
+#!/usr/bin/env bash
+# deploy/gpu-check.sh: builds the engine alone (no gRPC) against the machine's own CUDA
+# LibTorch (Python's torch 2.x) and checks it, printing one PASS/FAIL line per check:
+#   a. CPU/Gloo loss parity on LibTorch 2.x: tiny preset, 20 steps, one rank against
+#      tp=2 (2 ranks) and against dp=2 ep=2 (2 ranks; the reference holds the same global
+#      batch), per-step loss within 1e-4 relative;
+#   b. CUDA/NCCL: the same 20 steps on one rank with resources.device=cuda against the
+#      CPU rank, per-step loss within 1e-4 relative (the real gap is printed either way;
+#      TF32 is off), and the initial weights written by both (--save-init) identical;
+#   c. trainyard-bench --preset debug --set resources.device=cuda --steps 20 --warmup 5:
+#      tokens/s, step time, MFU and the GPU's fp32 GEMM peak.
+# NCCL refuses two ranks of one communicator on the same GPU, so on a one-GPU machine
+# multi-rank NCCL cannot run: the script starts a dp=2 CUDA job anyway and reports how
+# NCCL refused it (rendezvous and ProcessGroupNCCL reached), or its parity if it ran.
+#
+# Usage, from the repository root:
+#   OUT=DIR bash deploy/gpu-check.sh            # build into build-gpu/, then check
+#   OUT=DIR bash deploy/gpu-check.sh --bin DIR  # check binaries already built in DIR
+# Logs: $OUT/gpu-check.log (everything), $OUT/build.log, $OUT/runs.tar.gz (each run's
+# JSON lines and stderr). Exit status: 0 when every check passed.
+#
+# Build needs: python3 with a CUDA torch, cmake >= 3.22, ninja, a C++17 compiler, the
+# CUDA toolkit that torch's CMake config looks for, nccl.h and libnccl (the nvidia-nccl
+# wheel beside torch, found below), and the header-only nlohmann-json and CLI11 with
+# their CMake configs: on a machine without them, copy them into .devdeps/ (include/,
+# share/cmake/) from a Debian box, where .devdeps/gloo-debian/gloo/ may also hold
+# libgloo-dev's headers for a torch wheel that ships none (see README, "CUDA").
+set -uo pipefail
+
+OUT=${OUT:-$PWD/gpu-check-out}
+mkdir -p "$OUT"
+exec > >(tee "$OUT/gpu-check.log") 2>&1
+
+BIN=""
+if [[ "${1:-}" == "--bin" ]]; then BIN=$(cd "$2" && pwd); fi
+ROOT=$(pwd)
+RUNS=$(mktemp -d /tmp/gpu-check-runs.XXXXXX)
+RESULTS=()
+FAILED=0
+
+pass() { RESULTS+=("PASS  $*"); echo "PASS  $*"; }
+fail() { RESULTS+=("FAIL  $*"); echo "FAIL  $*"; FAILED=1; }
+info() { RESULTS+=("INFO  $*"); echo "INFO  $*"; }
+finish() {
+  tar -C "$RUNS" -czf "$OUT/runs.tar.gz" . 2>/dev/null
+  echo
+  echo "== summary"
+  printf '%s\n' "${RESULTS[@]}"
+}
+trap finish EXIT
+
+echo "== machine"
+nvidia-smi -L 2>&1 | head -4
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>&1 | head -2
+echo "cores: $(nproc)"
+cmake --version 2>&1 | head -1
+echo "ninja $(ninja --version 2>&1)"
+c++ --version 2>&1 | head -1
+nvcc --version 2>&1 | tail -1
+python3 - <<'PY' 2>&1
+import torch
+print("python torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available(),
+      "devices", torch.cuda.device_count(), "nccl", torch.cuda.nccl.version() if torch.cuda.is_available() else "-")
+PY
+TORCH_DIR=$(python3 -c 'import os, torch; print(os.path.dirname(torch.__file__))' 2>/dev/null)
+TORCH_PREFIX=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)
+SITE=$(dirname "$TORCH_DIR")
+echo "torch dir: $TORCH_DIR"
+echo "torch cmake prefix: $TORCH_PREFIX"
+echo "torch include/: $(ls "$TORCH_DIR/include" 2>/dev/null | tr '\n' ' ')"
+
+if [[ -z "$BIN" ]]; then
+  echo
+  echo "== configure (engine only, against $TORCH_PREFIX)"
+  CMAKE_ARGS=(-S . -B build-gpu -G Ninja -DTRAINYARD_ENGINE_ONLY=ON -DTRAINYARD_BUILD_TESTS=OFF
+              -DCMAKE_BUILD_TYPE=Release "-DCMAKE_PREFIX_PATH=$TORCH_PREFIX;$ROOT/.devdeps")
+  if [[ -f "$TORCH_DIR/include/gloo/algorithm.h" ]]; then
+    echo "gloo: the torch wheel ships its own headers ($TORCH_DIR/include/gloo)"
+  elif [[ -f "$ROOT/.devdeps/gloo-debian/gloo/algorithm.h" ]]; then
+    echo "gloo: the torch wheel ships no gloo headers; using the carried Debian libgloo-dev ones"
+    CMAKE_ARGS+=("-DGLOO_INCLUDE_DIR=$ROOT/.devdeps/gloo-debian")
+  else
+    echo "gloo: no headers in the wheel and none carried in .devdeps/gloo-debian"
+  fi
+  NCCL_H=$(find "$SITE/nvidia" /usr/include /usr/local/cuda/include -name nccl.h 2>/dev/null | head -1)
+  NCCL_SO=$(find "$SITE/nvidia" /usr/lib /usr/local/cuda/lib64 -name 'libnccl.so*' 2>/dev/null | sort | head -1)
+  echo "nccl.h: ${NCCL_H:-none}; libnccl: ${NCCL_SO:-none}"
+  if [[ -n "$NCCL_H" ]]; then CMAKE_ARGS+=("-DNCCL_ROOT=$(dirname "$(dirname "$NCCL_H")")"); fi
+  if [[ -n "$NCCL_SO" ]]; then CMAKE_ARGS+=("-DNCCL_LIBRARY=$NCCL_SO"); fi
+  if command -v nvcc >/dev/null; then CMAKE_ARGS+=("-DCMAKE_CUDA_COMPILER=$(command -v nvcc)"); fi
+  echo "cmake ${CMAKE_ARGS[*]}"
+  if ! cmake "${CMAKE_ARGS[@]}" > "$OUT/build.log" 2>&1; then
+    grep -v "^--" "$OUT/build.log" | head -80
+    fail "configure: cmake failed (build.log)"
+    exit 1
+  fi
+  grep -E "Gloo headers|NCCL|CUDA|Torch|Caffe2|WARNING" "$OUT/build.log" | head -20
+  echo
+  echo "== build (ninja -k 0: every compile error in one run)"
+  START=$(date +%s)
+  cmake --build build-gpu -j "$(nproc)" --target trainyard-rank trainyard-train trainyard-bench -- -k 0 \
+    >> "$OUT/build.log" 2>&1
+  BUILD_RC=$?
+  echo "build: exit $BUILD_RC after $(( $(date +%s) - START )) s"
+  if [[ $BUILD_RC -ne 0 ]]; then
+    echo "-- errors (first 120 lines; all in build.log):"
+    grep -E "error|Error|undefined reference|FAILED" "$OUT/build.log" | head -120
+    fail "build: engine against LibTorch $(python3 -c 'import torch; print(torch.__version__)') failed"
+    exit 1
+  fi
+  grep -c "warning:" "$OUT/build.log" | sed 's/^/compiler warnings: /'
+  pass "build: trainyard-rank, trainyard-train, trainyard-bench against LibTorch $(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null)"
+  BIN=$ROOT/build-gpu/bin
+fi
+
+TRAIN=$BIN/trainyard-train
+BENCH=$BIN/trainyard-bench
+JOB=$RUNS/tiny.json
+echo '{"model": {"preset": "tiny"}, "training": {"steps": 20}}' > "$JOB"
+THREADS=$(( $(nproc) / 2 > 0 ? $(nproc) / 2 : 1 ))
+
+# run NAME [trainyard-train args...]: stdout (JSON lines) and stderr into $RUNS/NAME.*
+run() {
+  local name=$1
+  shift
+  local start=$SECONDS
+  timeout "${RUN_TIMEOUT:-150}" "$TRAIN" "$JOB" --json "$@" > "$RUNS/$name.jsonl" 2> "$RUNS/$name.err"
+  local rc=$?
+  echo "run $name: exit $rc in $(( SECONDS - start )) s ($*)"
+  if [[ $rc -ne 0 ]]; then tail -5 "$RUNS/$name.err" | sed 's/^/    /'; fi
+  grep -h '"engine start' "$RUNS/$name.jsonl" | python3 -c \
+    'import json,sys; [print("    " + json.loads(l)["log"]["message"]) for l in sys.stdin]' 2>/dev/null
+  return $rc
+}
+
+# compare LABEL REF GOT TOL: per-step losses of two runs' JSON lines.
+compare() {
+  python3 - "$@" <<'PY'
+import json, sys
+label, ref_path, got_path, tol = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+def losses(path):
+    out = []
+    for line in open(path):
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        if "step_metrics" in e:
+            out.append(e["step_metrics"]["loss"])
+    return out
+ref, got = losses(ref_path), losses(got_path)
+if len(ref) != 20 or len(got) != 20:
+    print(f"FAIL  {label}: {len(ref)} reference and {len(got)} compared steps, expected 20 each")
+    sys.exit(1)
+rel = [abs(g - r) / abs(r) for r, g in zip(ref, got)]
+worst = max(range(20), key=lambda i: rel[i])
+verdict = "PASS" if rel[worst] <= tol else "FAIL"
+print(f"{verdict}  {label}: max relative loss gap {rel[worst]:.3e} at step {worst + 1} "
+      f"(tolerance {tol:g}); step 1 {ref[0]:.6f} vs {got[0]:.6f}, step 20 {ref[-1]:.6f} vs {got[-1]:.6f}")
+sys.exit(0 if verdict == "PASS" else 1)
+PY
+}
+
+# record: a compare's verdict line into the summary.
+record() {
+  local line
+  line=$(compare "$@")
+  local rc=$?
+  echo "$line"
+  RESULTS+=("$line")
+  [[ $rc -eq 0 ]] || FAILED=1
+}
+
+echo
+echo "== a. CPU/Gloo loss parity on LibTorch $(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null)"
+run cpu_1 --threads "$THREADS" --save-init "$RUNS/init_cpu.safetensors"
+run cpu_tp2 --threads "$(( THREADS / 2 > 0 ? THREADS / 2 : 1 ))" --set parallelism.tp=2
+record "CPU/Gloo tp=2 vs 1 rank (tiny, 20 steps)" "$RUNS/cpu_1.jsonl" "$RUNS/cpu_tp2.jsonl" 1e-4
+run cpu_1_b8 --threads "$THREADS" --set training.batch_size=8
+run cpu_dp2_ep2 --threads "$(( THREADS / 2 > 0 ? THREADS / 2 : 1 ))" --set parallelism.dp=2 --set parallelism.ep=2
+record "CPU/Gloo dp=2 ep=2 vs 1 rank with the same global batch (tiny, 20 steps)" \
+  "$RUNS/cpu_1_b8.jsonl" "$RUNS/cpu_dp2_ep2.jsonl" 1e-4
+
+echo
+echo "== b. CUDA: one rank, resources.device=cuda, against the CPU rank"
+if run cuda_1 --set resources.device=cuda --save-init "$RUNS/init_cuda.safetensors"; then
+  record "CUDA 1 rank vs CPU 1 rank (tiny, 20 steps, fp32, TF32 off)" "$RUNS/cpu_1.jsonl" "$RUNS/cuda_1.jsonl" 1e-4
+  if cmp -s "$RUNS/init_cpu.safetensors" "$RUNS/init_cuda.safetensors"; then
+    pass "initial weights (--save-init, gathered from the GPU) identical to the CPU rank's"
+  else
+    fail "initial weights written by the CUDA rank differ from the CPU rank's"
+  fi
+else
+  fail "CUDA 1 rank did not run (see above)"
+fi
+
+echo
+echo "== NCCL with 2 ranks on this machine's GPUs"
+GPUS=$(python3 -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
+if RUN_TIMEOUT=60 run cuda_dp2 --set resources.device=cuda --set parallelism.dp=2 --set training.batch_size=4 \
+     --set parallelism.collective_timeout_s=30; then
+  record "CUDA/NCCL dp=2 vs CPU 1 rank with the same global batch ($GPUS GPU(s))" \
+    "$RUNS/cpu_1_b8.jsonl" "$RUNS/cuda_dp2.jsonl" 1e-4
+elif [[ "$GPUS" -lt 2 ]] && grep -qiE "duplicate GPU|both on CUDA device|ncclInvalidUsage|invalid usage" \
+       "$RUNS/cuda_dp2.err"; then
+  info "multi-rank NCCL not runnable here: $GPUS GPU, and NCCL refuses two ranks on one GPU (rendezvous and ProcessGroupNCCL reached; its refusal is in runs.tar.gz cuda_dp2.err)"
+else
+  info "dp=2 on CUDA failed with $GPUS GPU(s); the ranks' error is above (NCCL needs one GPU per rank)"
+fi
+
+echo
+echo "== c. trainyard-bench --preset debug --set resources.device=cuda --steps 20 --warmup 5"
+START=$SECONDS
+timeout 200 "$BENCH" --preset debug --set resources.device=cuda --steps 20 --warmup 5 --json \
+  > "$RUNS/bench_cuda.json" 2> "$RUNS/bench_cuda.err"
+BENCH_RC=$?
+echo "bench: exit $BENCH_RC in $(( SECONDS - START )) s"
+if [[ $BENCH_RC -eq 0 ]]; then
+  cat "$RUNS/bench_cuda.json"
+  line=$(python3 - "$RUNS/bench_cuda.json" <<'PY'
+import json, sys
+b = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+print(f"bench debug on {b['device']}: {b['tokens_per_s']:.0f} tokens/s, step {b['step_ms']:.2f} ms (median), "
+      f"{b['model_tflops']:.3f} model TFLOP/s, MFU {100 * b['mfu']:.2f}% of "
+      f"{b['gemm_peak_gflops_per_rank'] / 1000:.1f} TFLOP/s fp32 GEMM peak")
+PY
+)
+  pass "$line"
+else
+  tail -5 "$RUNS/bench_cuda.err"
+  fail "trainyard-bench on CUDA exited $BENCH_RC"
+fi
+exit $FAILED

@@ -1,0 +1,55 @@
+// Fused CPU kernels for the eager training step, each a custom autograd function with a
+// hand-written backward. They compute what the composite regions in model_regions.cc
+// compute (same math, different summation order: results agree to fp32 rounding) in
+// fewer passes over memory:
+//
+//   CausalAttention  RoPE + causal grouped-query attention, from the fused q/k/v
+//                    projection to the heads' output, in query blocks that skip the
+//                    masked upper triangle. LibTorch's CPU bmm without MKL runs one
+//                    multi-threaded BLAS call per batch matrix, one at a time; this
+//                    kernel runs the (batch, KV head) groups in parallel with
+//                    single-threaded BLAS calls that read and write the projection
+//                    layout in place (no permute copies), and fuses mask + softmax.
+//   RmsNorm          one pass forward, one pass backward (per-thread weight gradients).
+//   SumOfSquares     the gradient-norm reduction, in float64, in one pass.
+//   SwiGlu           silu(a)·b over the halves of the fused w1|w3 projection, so the
+//                    FFN runs one GEMM for w1 and w3 and one pass for the activation's
+//                    backward.
+//
+// Used only where they apply (see Applies): float32 CPU tensors, outside a TorchScript
+// trace (the jit backend records the composite ops, which it can run and
+// differentiate), and with a CBLAS sgemm in the process. Everywhere else the regions
+// run their composite form, which stays the reference.
+#pragma once
+
+#include <cstdint>
+
+#include <torch/torch.h>
+
+namespace trainyard::engine::fused {
+
+// True when the fused kernels may run on `x`.
+bool Applies(const torch::Tensor& x);
+
+// qkv: [b, t, (n_heads + 2·n_kv_heads)·head_dim], the q, k, v projections side by side
+// (head h of q at columns h·head_dim, KV head g of k at (n_heads + g)·head_dim, of v at
+// (n_heads + n_kv_heads + g)·head_dim). cos/sin: [t, head_dim] RotaryEmbedding tables.
+// Query head h attends with KV head h / (n_heads / n_kv_heads), to keys at positions
+// up to its own, with scores scaled by 1/sqrt(head_dim). Returns [b, t, n_heads·head_dim]
+// in head order. Differentiable in qkv only.
+torch::Tensor CausalAttention(const torch::Tensor& qkv, const torch::Tensor& cos, const torch::Tensor& sin,
+                              int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t query_block);
+
+// x · rsqrt(mean(x², -1) + eps) · weight, over the last dimension. Differentiable in
+// x and weight.
+torch::Tensor RmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
+
+// h: [..., 2·hidden], the w1 and w3 projections side by side. Returns
+// silu(h[..., :hidden]) · h[..., hidden:], [..., hidden]. Differentiable in h.
+torch::Tensor SwiGlu(const torch::Tensor& h);
+
+// Σ x² over a float32 CPU tensor, accumulated in float64 (the global gradient norm)
+// without the float64 copy that `x.to(kFloat64).pow(2).sum()` makes.
+double SumOfSquares(const torch::Tensor& x);
+
+}  // namespace trainyard::engine::fused
