@@ -3,15 +3,20 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <vector>
 
 #include <ATen/Parallel.h>
+#include <torch/torch.h>
 #include <ATen/record_function.h>
 #include <torch/csrc/jit/frontend/tracer.h>
+
+#ifndef _OPENMP
+#error "fused_cpu_kernels.cc must be compiled with OpenMP: at::parallel_for is serial without it"
+#endif
 
 namespace trainyard::engine::fused {
 namespace {
@@ -44,13 +49,7 @@ const Blas& GetBlas() {
   return blas;
 }
 
-bool EnabledByEnvironment() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("TRAINYARD_FUSED_CPU_KERNELS");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
-  return enabled;
-}
+std::atomic<bool> g_enabled{true};
 
 // Row-major C = alpha·op(A)·op(B) + beta·C.
 void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
@@ -148,27 +147,18 @@ void RopeGroupMajor(const AttentionShape& s, float* qkv, float* qg, float* kg, c
   });
 }
 
-// Between [b, t, n_heads·hd] (head order) and group-major [groups, t·rep, hd]: for one
-// (batch, position, KV head) both hold the rep heads' rows contiguously.
-void HeadsToGroupMajor(const AttentionShape& s, const float* heads, float* gm) {
+// Between [b, t, n_heads·hd] (head order) and group-major [groups, t·rep, hd], in the
+// direction `to_group_major` says: for one (batch, position, KV head) both hold the rep
+// heads' rows contiguously.
+void CopyHeads(const AttentionShape& s, float* heads, float* gm, bool to_group_major) {
   const int64_t span = s.rep() * s.hd;
   at::parallel_for(0, s.b * s.t, 16, [&](int64_t begin, int64_t end) {
     for (int64_t row = begin; row < end; ++row) {
       const int64_t bi = row / s.t, p = row % s.t;
       for (int64_t g = 0; g < s.nkv; ++g) {
-        std::memcpy(gm + ((bi * s.nkv + g) * s.t + p) * span, heads + row * s.d() + g * span, span * sizeof(float));
-      }
-    }
-  });
-}
-
-void GroupMajorToHeads(const AttentionShape& s, const float* gm, float* heads) {
-  const int64_t span = s.rep() * s.hd;
-  at::parallel_for(0, s.b * s.t, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t row = begin; row < end; ++row) {
-      const int64_t bi = row / s.t, p = row % s.t;
-      for (int64_t g = 0; g < s.nkv; ++g) {
-        std::memcpy(heads + row * s.d() + g * span, gm + ((bi * s.nkv + g) * s.t + p) * span, span * sizeof(float));
+        float* h = heads + row * s.d() + g * span;
+        float* m = gm + ((bi * s.nkv + g) * s.t + p) * span;
+        std::memcpy(to_group_major ? m : h, to_group_major ? h : m, span * sizeof(float));
       }
     }
   });
@@ -307,7 +297,8 @@ class CausalAttentionFn : public torch::autograd::Function<CausalAttentionFn> {
       });
     }
     Tensor out = at::empty({s.b, s.t, s.d()}, opts);
-    Phase("trainyard::attention_scatter", [&] { GroupMajorToHeads(s, og.data_ptr<float>(), out.data_ptr<float>()); });
+    Phase("trainyard::attention_scatter",
+          [&] { CopyHeads(s, out.data_ptr<float>(), og.data_ptr<float>(), /*to_group_major=*/false); });
     ctx->save_for_backward({qkv, qg, kg, probs, og, cos, sin});
     ctx->saved_data["shape"] = std::vector<int64_t>{n_heads, n_kv_heads, head_dim, query_block};
     return out;
@@ -322,7 +313,8 @@ class CausalAttentionFn : public torch::autograd::Function<CausalAttentionFn> {
     const auto off = s.Offsets();
     const Tensor dout = grads[0].contiguous();
     Tensor dog = at::empty_like(og);
-    Phase("trainyard::attention_bwd_gather", [&] { HeadsToGroupMajor(s, dout.data_ptr<float>(), dog.data_ptr<float>()); });
+    Phase("trainyard::attention_bwd_gather",
+          [&] { CopyHeads(s, dout.data_ptr<float>(), dog.data_ptr<float>(), /*to_group_major=*/true); });
     Tensor dqkv = at::empty_like(qkv);
     dqkv.narrow(-1, (s.nh + s.nkv) * s.hd, s.nkv * s.hd).zero_();
     Tensor dqg = at::empty_like(qg);
@@ -454,8 +446,10 @@ class SwiGluFn : public torch::autograd::Function<SwiGluFn> {
 
 }  // namespace
 
+void SetEnabled(bool enabled) { g_enabled.store(enabled, std::memory_order_relaxed); }
+
 bool Applies(const torch::Tensor& x) {
-  return EnabledByEnvironment() && x.device().is_cpu() && x.scalar_type() == torch::kFloat32 &&
+  return g_enabled.load(std::memory_order_relaxed) && x.device().is_cpu() && x.scalar_type() == torch::kFloat32 &&
          !torch::jit::tracer::isTracing() && GetBlas().sgemm != nullptr;
 }
 

@@ -8,8 +8,9 @@
 //                    masked upper triangle. LibTorch's CPU bmm without MKL runs one
 //                    multi-threaded BLAS call per batch matrix, one at a time; this
 //                    kernel runs the (batch, KV head) groups in parallel with
-//                    single-threaded BLAS calls that read and write the projection
-//                    layout in place (no permute copies), and fuses mask + softmax.
+//                    single-threaded BLAS calls on group-major q/k/output buffers
+//                    (RoPE writes them; one call covers all of a group's query heads),
+//                    reads v in place, and masks the future while scoring.
 //   RmsNorm          one pass forward, one pass backward (per-thread weight gradients).
 //   SumOfSquares     the gradient-norm reduction, in float64, in one pass.
 //   SwiGlu           silu(a)·b over the halves of the fused w1|w3 projection, so the
@@ -19,7 +20,9 @@
 // Used only where they apply (see Applies): float32 CPU tensors, outside a TorchScript
 // trace (the jit backend records the composite ops, which it can run and
 // differentiate), and with a CBLAS sgemm in the process. Everywhere else the regions
-// run their composite form, which stays the reference.
+// run their composite form, which stays the reference. The parallel loops are
+// at::parallel_for, which is OpenMP only in TUs compiled with -fopenmp (see
+// worker/engine/CMakeLists.txt).
 #pragma once
 
 #include <cstdint>
@@ -30,6 +33,10 @@ namespace trainyard::engine::fused {
 
 // True when the fused kernels may run on `x`.
 bool Applies(const torch::Tensor& x);
+
+// Process-wide switch (on by default); trainyard-rank turns it off when its environment
+// has TRAINYARD_FUSED_CPU_KERNELS=0, for A/B figures.
+void SetEnabled(bool enabled);
 
 // qkv: [b, t, (n_heads + 2·n_kv_heads)·head_dim], the q, k, v projections side by side
 // (head h of q at columns h·head_dim, KV head g of k at (n_heads + g)·head_dim, of v at

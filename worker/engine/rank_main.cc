@@ -2,6 +2,7 @@
 // human-readable diagnostics go to stderr. Exit 0 after the last step, 1 on any error
 // (after a final "error" log event).
 #include <cstdio>
+#include <cstdlib>
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
@@ -16,6 +17,7 @@
 #include "worker/engine/device_placement.h"
 #include "worker/engine/engine_config.h"
 #include "worker/engine/event_writer.h"
+#include "worker/engine/fused_cpu_kernels.h"
 #include "worker/engine/gemm_peak_probe.h"
 #include "worker/engine/process_mesh.h"
 #include "worker/engine/safetensors_file.h"
@@ -60,6 +62,9 @@ void KeepFreedMemoryInHeap() {
 
 void RunRank(const RankFlags& f, EventWriter& events) {
   KeepFreedMemoryInHeap();
+  if (const char* fused = std::getenv("TRAINYARD_FUSED_CPU_KERNELS"); fused != nullptr && std::string(fused) == "0") {
+    fused::SetEnabled(false);
+  }
   const EngineConfig config = LoadEngineConfigFile(f.config_path);
   const c10::Device device =
       DevicePlacement::ForLocalRank(config.resources, f.local_rank >= 0 ? f.local_rank : f.rank);
