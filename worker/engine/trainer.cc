@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "worker/engine/fused_cpu_kernels.h"
+#include "worker/engine/gemm_peak_probe.h"
 #include "worker/engine/parameter_sharding.h"
 #include "worker/engine/torch_compat.h"
 
@@ -150,6 +151,12 @@ void Trainer::Run() {
 StepMetrics Trainer::Step(int step) {
   const TrainingConfig& t = config_.training;
   const ModelConfig& mc = config_.model;
+  if (step == kPeakReprobeStep && options_.peak_flops > 0) {
+    // The start-up probe may have run while the machine was still busy (controller,
+    // worker and ranks loading); a peak measured low reports MFU > 1. Probe again once
+    // the job is running, outside the step's time, and keep the higher figure.
+    options_.peak_flops = std::max(options_.peak_flops, GemmPeakProbe::MeasureFlops(0.6, options_.device));
+  }
   const auto start = Clock::now();
 
   const ParallelContext& ctx = mesh_.context();

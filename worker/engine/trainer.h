@@ -43,6 +43,9 @@ class Trainer {
   static constexpr double kBeta2 = 0.95;
   static constexpr double kWeightDecay = 0.1;
   static constexpr double kEps = 1e-8;
+  // Before this step the GEMM peak (options.peak_flops, when set) is measured again and
+  // the higher of the two kept.
+  static constexpr int kPeakReprobeStep = 3;
 
   // `mesh` must have been built from config.parallelism and outlive the Trainer.
   Trainer(const EngineConfig& config, ProcessMesh& mesh, EventWriter& events,
