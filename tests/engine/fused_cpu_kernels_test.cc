@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "worker/engine/cpu_blas.h"
 #include "worker/engine/fused_cpu_kernels.h"
 #include "worker/engine/rotary_embedding.h"
 
@@ -104,6 +105,141 @@ TEST(FusedSwiGluTest, MatchesFloat64ReferenceForwardAndBackward) {
   EXPECT_LT((y.to(torch::kFloat64) - ref).abs().max().item<double>(), 1e-5 * ref.abs().max().item<double>());
   EXPECT_LT((h.grad().to(torch::kFloat64) - h64.grad()).abs().max().item<double>(),
             1e-5 * h64.grad().abs().max().item<double>());
+}
+
+// Runs the body with `threads` intra-op threads, so the row split really splits.
+class IntraOpThreads {
+ public:
+  explicit IntraOpThreads(int threads) : saved_(at::get_num_threads()) { at::set_num_threads(threads); }
+  ~IntraOpThreads() { at::set_num_threads(saved_); }
+
+ private:
+  int saved_;
+};
+
+TEST(CpuBlasTest, SplitGemmMatchesFloat64ProductForEveryTransposition) {
+  torch::manual_seed(6);
+  IntraOpThreads threads(3);
+  // 203 rows over 3 threads: slabs of 80, 80 and 43 rows.
+  const int64_t m = 203, n = 29, k = 45;
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      const Tensor a = ta ? torch::randn({k, m}) : torch::randn({m, k});
+      const Tensor b = tb ? torch::randn({n, k}) : torch::randn({k, n});
+      const Tensor c0 = torch::randn({m, n});
+      Tensor c = c0.clone();
+      cpu_blas::SplitGemm(ta, tb, m, n, k, 0.5f, a.data_ptr<float>(), a.size(1), b.data_ptr<float>(), b.size(1),
+                          2.0f, c.data_ptr<float>(), n);
+      const Tensor a64 = a.to(torch::kFloat64), b64 = b.to(torch::kFloat64);
+      const Tensor ref = 0.5 * torch::mm(ta ? a64.t() : a64, tb ? b64.t() : b64) + 2.0 * c0.to(torch::kFloat64);
+      EXPECT_LT((c.to(torch::kFloat64) - ref).abs().max().item<double>(), 1e-4) << "ta=" << ta << " tb=" << tb;
+    }
+  }
+}
+
+TEST(FusedLinearTest, MatchesFloat64ConcatenatedProjectionForwardAndBackward) {
+  torch::manual_seed(7);
+  IntraOpThreads threads(2);
+  const Tensor x0 = torch::randn({3, 37, 24});  // 111 rows: slabs of 64 and 47
+  const std::vector<Tensor> w0 = {torch::randn({5, 24}), torch::randn({7, 24}), torch::randn({3, 24})};
+  const Tensor proj = torch::randn({3, 37, 15});
+
+  const Tensor x = x0.clone().requires_grad_(true);
+  std::vector<Tensor> w;
+  for (const auto& t : w0) w.push_back(t.clone().requires_grad_(true));
+  ASSERT_TRUE(fused::Applies(x));
+  const Tensor y = fused::Linear(x, w);
+  ASSERT_EQ(y.sizes(), proj.sizes());
+  (y * proj).sum().backward();
+
+  const Tensor x64 = x0.to(torch::kFloat64).requires_grad_(true);
+  std::vector<Tensor> w64;
+  for (const auto& t : w0) w64.push_back(t.to(torch::kFloat64).requires_grad_(true));
+  const Tensor ref = torch::matmul(x64, torch::cat(w64, 0).t());
+  (ref * proj.to(torch::kFloat64)).sum().backward();
+
+  EXPECT_LT((y.to(torch::kFloat64) - ref).abs().max().item<double>(), 1e-4);
+  EXPECT_LT((x.grad().to(torch::kFloat64) - x64.grad()).abs().max().item<double>(), 1e-4);
+  for (size_t i = 0; i < w.size(); ++i) {
+    EXPECT_LT((w[i].grad().to(torch::kFloat64) - w64[i].grad()).abs().max().item<double>(), 1e-4) << "weight " << i;
+  }
+}
+
+TEST(FusedGroupedExpertsTest, MatchesPerExpertFloat64ReferenceForwardAndBackward) {
+  torch::manual_seed(8);
+  IntraOpThreads threads(2);
+  const int64_t dim = 24, hidden = 10;
+  // Expert 1 gets no rows (its weight gradients must be zero), expert 3 enough rows to
+  // be split across threads, expert 0 fewer than a split's minimum.
+  const std::vector<int64_t> counts = {5, 0, 17, 70};
+  const int64_t rows = 92, n = static_cast<int64_t>(counts.size());
+  const Tensor x0 = torch::randn({rows, dim});
+  const Tensor w10 = torch::randn({n, hidden, dim}) * 0.3, w20 = torch::randn({n, dim, hidden}) * 0.3,
+               w30 = torch::randn({n, hidden, dim}) * 0.3;
+  const Tensor proj = torch::randn({rows, dim});
+
+  const Tensor x = x0.clone().requires_grad_(true), w1 = w10.clone().requires_grad_(true),
+               w2 = w20.clone().requires_grad_(true), w3 = w30.clone().requires_grad_(true);
+  const Tensor y = fused::GroupedExperts(x, counts, w1, w2, w3);
+  (y * proj).sum().backward();
+
+  auto f64 = [](const Tensor& t) { return t.to(torch::kFloat64).requires_grad_(true); };
+  const Tensor x64 = f64(x0), w164 = f64(w10), w264 = f64(w20), w364 = f64(w30);
+  std::vector<Tensor> outs;
+  int64_t o = 0;
+  for (int64_t e = 0; e < n; o += counts[e], ++e) {
+    const Tensor xe = x64.narrow(0, o, counts[e]);
+    const Tensor a = torch::matmul(xe, w164[e].t()), b = torch::matmul(xe, w364[e].t());
+    outs.push_back(torch::matmul(a / (1 + torch::exp(-a)) * b, w264[e].t()));
+  }
+  const Tensor ref = torch::cat(outs, 0);
+  (ref * proj.to(torch::kFloat64)).sum().backward();
+
+  auto gap = [](const Tensor& a, const Tensor& b) { return (a.to(torch::kFloat64) - b).abs().max().item<double>(); };
+  EXPECT_LT(gap(y, ref), 1e-4);
+  EXPECT_LT(gap(x.grad(), x64.grad()), 1e-4);
+  EXPECT_LT(gap(w1.grad(), w164.grad()), 1e-4);
+  EXPECT_LT(gap(w2.grad(), w264.grad()), 1e-4);
+  EXPECT_LT(gap(w3.grad(), w364.grad()), 1e-4);
+  EXPECT_EQ(w1.grad()[1].abs().max().item<float>(), 0.0f);
+  EXPECT_GT(w2.grad()[3].abs().max().item<float>(), 0.0f);
+}
+
+TEST(FusedGroupedExpertsTest, RefusesCountsThatDoNotCoverTheRows) {
+  const Tensor x = torch::zeros({6, 4});
+  const Tensor w1 = torch::zeros({2, 3, 4}), w2 = torch::zeros({2, 4, 3});
+  EXPECT_THROW(fused::GroupedExperts(x, {2, 3}, w1, w2, w1), c10::Error);
+  EXPECT_THROW(fused::GroupedExperts(x, {6}, w1, w2, w1), c10::Error);
+}
+
+TEST(FusedCombineTest, MatchesIndexAddReferenceForwardAndBackward) {
+  torch::manual_seed(9);
+  IntraOpThreads threads(2);
+  // 40 tokens, top-2 rows each except token 7 (no rows) and token 8 (four rows), in a
+  // shuffled order as the expert sort leaves them.
+  std::vector<int64_t> ids;
+  for (int64_t t = 0; t < 40; ++t) {
+    if (t == 7) continue;
+    for (int j = 0; j < (t == 8 ? 4 : 2); ++j) ids.push_back(t);
+  }
+  const Tensor token_ids = torch::tensor(ids).index_select(0, torch::randperm(static_cast<int64_t>(ids.size())));
+  const int64_t rows = token_ids.size(0), dim = 12;
+  const Tensor y0 = torch::randn({rows, dim}), g0 = torch::rand({rows, 1}), proj = torch::randn({40, dim});
+
+  const Tensor y = y0.clone().requires_grad_(true), gates = g0.clone().requires_grad_(true);
+  const Tensor out = fused::Combine(y, gates, token_ids, 40);
+  (out * proj).sum().backward();
+
+  const Tensor y64 = y0.to(torch::kFloat64).requires_grad_(true), g64 = g0.to(torch::kFloat64).requires_grad_(true);
+  const Tensor ref = torch::zeros({40, dim}, torch::kFloat64).index_add(0, token_ids, y64 * g64);
+  (ref * proj.to(torch::kFloat64)).sum().backward();
+
+  auto gap = [](const Tensor& a, const Tensor& b) { return (a.to(torch::kFloat64) - b).abs().max().item<double>(); };
+  EXPECT_LT(gap(out, ref), 1e-5);
+  EXPECT_EQ(out[7].abs().max().item<float>(), 0.0f);
+  EXPECT_LT(gap(y.grad(), y64.grad()), 1e-5);
+  EXPECT_LT(gap(gates.grad(), g64.grad()), 1e-4);
+  EXPECT_THROW(fused::Combine(y0, g0, token_ids, 30), c10::Error);  // ids reach 39
 }
 
 TEST(FusedKernelsTest, ApplyOnlyToFloat32CpuTensors) {

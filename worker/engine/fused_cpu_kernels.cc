@@ -1,7 +1,5 @@
 #include "worker/engine/fused_cpu_kernels.h"
 
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -14,6 +12,8 @@
 #include <ATen/record_function.h>
 #include <torch/csrc/jit/frontend/tracer.h>
 
+#include "worker/engine/cpu_blas.h"
+
 #ifndef _OPENMP
 #error "fused_cpu_kernels.cc must be compiled with OpenMP: at::parallel_for is serial without it"
 #endif
@@ -25,60 +25,10 @@ using torch::Tensor;
 using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
 
-// CBLAS from the process: LibTorch already loads the system BLAS (OpenBLAS on Debian),
-// so the engine takes no link-time BLAS dependency, and a LibTorch with a private BLAS
-// simply runs the composite regions.
-enum : int { kCblasRowMajor = 101, kCblasNoTrans = 111, kCblasTrans = 112 };
-using SgemmFn = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int, float, float*,
-                         int);
-
-struct Blas {
-  SgemmFn sgemm = nullptr;
-  void (*set_threads)(int) = nullptr;  // OpenBLAS only
-  int (*get_threads)() = nullptr;
-};
-
-const Blas& GetBlas() {
-  static const Blas blas = [] {
-    Blas b;
-    b.sgemm = reinterpret_cast<SgemmFn>(dlsym(RTLD_DEFAULT, "cblas_sgemm"));
-    b.set_threads = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
-    b.get_threads = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
-    return b;
-  }();
-  return blas;
-}
-
 std::atomic<bool> g_enabled{true};
 
-// Row-major C = alpha·op(A)·op(B) + beta·C.
-void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-          const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  GetBlas().sgemm(kCblasRowMajor, trans_a ? kCblasTrans : kCblasNoTrans, trans_b ? kCblasTrans : kCblasNoTrans,
-                  static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a, static_cast<int>(lda), b,
-                  static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
-}
-
-// While the attention groups run on every intra-op thread, each BLAS call must stay on
-// its caller's thread: OpenBLAS's own pool would oversubscribe the cores.
-class SerialBlasScope {
- public:
-  SerialBlasScope() {
-    const Blas& blas = GetBlas();
-    if (blas.set_threads != nullptr && blas.get_threads != nullptr) {
-      saved_ = blas.get_threads();
-      if (saved_ > 1) blas.set_threads(1);
-    }
-  }
-  ~SerialBlasScope() {
-    if (saved_ > 1) GetBlas().set_threads(saved_);
-  }
-  SerialBlasScope(const SerialBlasScope&) = delete;
-  SerialBlasScope& operator=(const SerialBlasScope&) = delete;
-
- private:
-  int saved_ = 0;
-};
+using cpu_blas::Gemm;
+using SerialBlasScope = cpu_blas::SerialScope;
 
 // Runs fn as a named range in profiler traces.
 template <typename Fn>
@@ -395,62 +345,14 @@ class RmsNormFn : public torch::autograd::Function<RmsNormFn> {
   }
 };
 
-// ---- SwiGLU ---------------------------------------------------------------------
-class SwiGluFn : public torch::autograd::Function<SwiGluFn> {
- public:
-  static Tensor forward(AutogradContext* ctx, const Tensor& h_in) {
-    RECORD_FUNCTION("trainyard::fused_swiglu_forward", std::vector<c10::IValue>());
-    const Tensor h = h_in.contiguous();
-    const int64_t hidden = h.size(-1) / 2, rows = h.numel() / h.size(-1);
-    auto out_sizes = h.sizes().vec();
-    out_sizes.back() = hidden;
-    // ATen's sigmoid is vectorised (runtime-dispatched AVX2/AVX-512); kept for backward.
-    const Tensor sig = torch::sigmoid(h.narrow(-1, 0, hidden)).contiguous();
-    Tensor out = at::empty(out_sizes, h.options());
-    const float *hp = h.data_ptr<float>(), *sp = sig.data_ptr<float>();
-    float* op = out.data_ptr<float>();
-    at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
-      for (int64_t row = begin; row < end; ++row) {
-        const float *a = hp + row * 2 * hidden, *b = a + hidden, *s = sp + row * hidden;
-        float* o = op + row * hidden;
-        for (int64_t c = 0; c < hidden; ++c) o[c] = a[c] * s[c] * b[c];
-      }
-    });
-    ctx->save_for_backward({h, sig});
-    return out;
-  }
-
-  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
-    const auto saved = ctx->get_saved_variables();
-    const Tensor &h = saved[0], &sig = saved[1];
-    const Tensor g = grads[0].contiguous();
-    const int64_t hidden = h.size(-1) / 2, rows = h.numel() / h.size(-1);
-    Tensor dh = at::empty_like(h);
-    const float *hp = h.data_ptr<float>(), *sp = sig.data_ptr<float>(), *gp = g.data_ptr<float>();
-    float* dp = dh.data_ptr<float>();
-    at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
-      for (int64_t row = begin; row < end; ++row) {
-        const float *a = hp + row * 2 * hidden, *b = a + hidden, *s = sp + row * hidden, *gr = gp + row * hidden;
-        float *da = dp + row * 2 * hidden, *db = da + hidden;
-        for (int64_t c = 0; c < hidden; ++c) {
-          // silu(a) = a·σ(a); silu'(a) = σ(a)·(1 + a·(1 - σ(a))).
-          const float silu = a[c] * s[c];
-          da[c] = gr[c] * b[c] * s[c] * (1.0f + a[c] * (1.0f - s[c]));
-          db[c] = gr[c] * silu;
-        }
-      }
-    });
-    return {dh};
-  }
-};
-
 }  // namespace
 
 void SetEnabled(bool enabled) { g_enabled.store(enabled, std::memory_order_relaxed); }
 
+bool Enabled() { return g_enabled.load(std::memory_order_relaxed) && cpu_blas::Available(); }
+
 bool Applies(const torch::Tensor& x) {
-  return g_enabled.load(std::memory_order_relaxed) && x.device().is_cpu() && x.scalar_type() == torch::kFloat32 &&
-         !torch::jit::tracer::isTracing() && GetBlas().sgemm != nullptr;
+  return Enabled() && x.device().is_cpu() && x.scalar_type() == torch::kFloat32 && !torch::jit::tracer::isTracing();
 }
 
 torch::Tensor CausalAttention(const torch::Tensor& qkv, const torch::Tensor& cos, const torch::Tensor& sin,
@@ -468,11 +370,6 @@ torch::Tensor RmsNorm(const torch::Tensor& x, const torch::Tensor& weight, doubl
   TORCH_CHECK(weight.dim() == 1 && x.size(-1) == weight.size(0), "fused rms_norm: weight ", weight.sizes(),
               " for input ", x.sizes());
   return RmsNormFn::apply(x, weight, eps);
-}
-
-torch::Tensor SwiGlu(const torch::Tensor& h) {
-  TORCH_CHECK(h.dim() >= 1 && h.size(-1) % 2 == 0, "fused swiglu: last dimension must be even, got ", h.sizes());
-  return SwiGluFn::apply(h);
 }
 
 double SumOfSquares(const torch::Tensor& x_in) {

@@ -11,6 +11,14 @@
 //                    single-threaded BLAS calls on group-major q/k/output buffers
 //                    (RoPE writes them; one call covers all of a group's query heads),
 //                    reads v in place, and masks the future while scoring.
+//   Linear           x·Wᵀ for one or more weights side by side (q|k|v, w1|w3) without
+//                    concatenating them, forward and input gradient split over the
+//                    intra-op threads by token rows (see cpu_blas.h for why).
+//   GroupedExperts   a layer's routed experts (SwiGLU FFNs over rows sorted by
+//                    expert) as one op: per-expert GEMMs on row slices of shared
+//                    buffers, weight gradients written into the [E, ...] gradients.
+//   Combine          the MoE combine, Σ gate·expert output per token, in one pass each
+//                    way (parallel over tokens, same summation order as index_add).
 //   RmsNorm          one pass forward, one pass backward (per-thread weight gradients).
 //   SumOfSquares     the gradient-norm reduction, in float64, in one pass.
 //   SwiGlu           silu(a)·b over the halves of the fused w1|w3 projection, so the
@@ -26,6 +34,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -33,6 +42,10 @@ namespace trainyard::engine::fused {
 
 // True when the fused kernels may run on `x`.
 bool Applies(const torch::Tensor& x);
+
+// True when the fused kernels are switched on and the process has a CBLAS sgemm: they
+// then run on every float32 CPU tensor outside a trace.
+bool Enabled();
 
 // Process-wide switch (on by default); trainyard-rank turns it off when its environment
 // has TRAINYARD_FUSED_CPU_KERNELS=0, for A/B figures.
@@ -46,6 +59,22 @@ void SetEnabled(bool enabled);
 // in head order. Differentiable in qkv only.
 torch::Tensor CausalAttention(const torch::Tensor& qkv, const torch::Tensor& cos, const torch::Tensor& sin,
                               int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t query_block);
+
+// x·[weights[0]; weights[1]; ...]ᵀ: [..., Σ n_i] for x [..., k] and weights [n_i, k].
+// Differentiable in x and every weight.
+torch::Tensor Linear(const torch::Tensor& x, at::TensorList weights);
+
+// Routed experts: x [rows, dim], rows sorted by expert with counts[e] rows for expert e;
+// w1, w3: [E, hidden, dim], w2: [E, dim, hidden]. Row block e of the result is
+// (silu(x_e·w1[e]ᵀ) ⊙ x_e·w3[e]ᵀ)·w2[e]ᵀ. Differentiable in x, w1, w2 and w3.
+torch::Tensor GroupedExperts(const torch::Tensor& x, const std::vector<int64_t>& counts, const torch::Tensor& w1,
+                             const torch::Tensor& w2, const torch::Tensor& w3);
+
+// out[t] = Σ gates[r]·y[r] over rows r with token_ids[r] = t (zero for tokens with no
+// rows), in increasing r. y: [rows, dim], gates: [rows, 1], token_ids: [rows] int64.
+// Returns [n_tokens, dim]. Differentiable in y and gates.
+torch::Tensor Combine(const torch::Tensor& y, const torch::Tensor& gates, const torch::Tensor& token_ids,
+                      int64_t n_tokens);
 
 // x · rsqrt(mean(x², -1) + eps) · weight, over the last dimension. Differentiable in
 // x and weight.

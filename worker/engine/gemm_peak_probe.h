@@ -4,7 +4,8 @@
 // K large: weight gradients). A BLAS kernel can run the skinny shapes faster than the
 // square one (OpenBLAS's Prescott kernels here: ~30 GFLOP/s square, more on K=256), and
 // a peak below what the model achieves would report MFU > 1. Also reports which BLAS
-// kernel is in use. On a CUDA device the same measurement runs there: fp32 (TF32 off,
+// kernel is in use. On CPU, half the timed multiplies run as cpu_blas::SplitGemm (the
+// fused kernels' way), so the peak is the faster of the two. On a CUDA device the same measurement runs there: fp32 (TF32 off,
 // DevicePlacement), larger shapes so a multiply outlasts its launch, and a device
 // synchronize before and after each timed multiply. Not thread-safe; call from main.
 #pragma once

@@ -1,5 +1,7 @@
 #include "worker/engine/grouped_experts.h"
 
+#include "worker/engine/fused_cpu_kernels.h"
+
 namespace trainyard::engine {
 
 GroupedExpertsImpl::GroupedExpertsImpl(int64_t dim, int64_t hidden, int64_t n_experts) {
@@ -9,9 +11,10 @@ GroupedExpertsImpl::GroupedExpertsImpl(int64_t dim, int64_t hidden, int64_t n_ex
 }
 
 torch::Tensor GroupedExpertsImpl::forward(const torch::Tensor& x, const std::vector<int64_t>& counts,
-                                          const RegionCall& expert) {
+                                          const RegionCall& expert, bool expert_runs_eager) {
   TORCH_CHECK(static_cast<int64_t>(counts.size()) == w1.size(0), "GroupedExperts: got ",
               counts.size(), " counts for ", w1.size(0), " experts");
+  if (expert_runs_eager && fused::Applies(x)) return fused::GroupedExperts(x, counts, w1, w2, w3);
   std::vector<torch::Tensor> outs;
   outs.reserve(counts.size());
   // One unbind per weight instead of w[i] per expert: select's backward would build a

@@ -17,8 +17,11 @@ class GroupedExpertsImpl : public torch::nn::Module {
 
   // x: [rows, dim] with rows sorted by expert; counts[e] rows belong to expert e.
   // Returns [rows, dim] in the same order. One matmul chain per non-empty expert.
-  // Each expert runs through `expert` (an expert_ffn region: params w1[e], w2[e], w3[e]).
-  torch::Tensor forward(const torch::Tensor& x, const std::vector<int64_t>& counts, const RegionCall& expert);
+  // Each expert runs through `expert` (an expert_ffn region: params w1[e], w2[e], w3[e]),
+  // or, when `expert_runs_eager` and the fused CPU kernels apply, all experts run as one
+  // fused::GroupedExperts op (same math, no per-expert weight views or output cat).
+  torch::Tensor forward(const torch::Tensor& x, const std::vector<int64_t>& counts, const RegionCall& expert,
+                        bool expert_runs_eager);
 
   torch::Tensor w1, w2, w3;
 };

@@ -20,6 +20,7 @@ class Eager final : public RegionFactory {
  public:
   RegionCall Make(const RegionKey&, RegionFn fn, int, DynamicDims) override { return fn; }
   void GraphBreak(const RegionKey&, const std::string&) override {}
+  bool RunsEager() const override { return true; }
 };
 
 class Compiled final : public RegionFactory {
@@ -38,6 +39,8 @@ class Compiled final : public RegionFactory {
   void GraphBreak(const RegionKey& adjacent, const std::string& cause) override {
     ctx_.ReportGraphBreak(adjacent, cause);
   }
+
+  bool RunsEager() const override { return ctx_.options().backend == compile::CompileBackend::kEager; }
 
  private:
   compile::CompileContext& ctx_;
@@ -61,6 +64,13 @@ namespace regions {
 RegionKey RmsNormKey(int64_t dim, double eps) { return RegionKey("rms_norm", {{"dim", dim}, {"eps", eps}}); }
 
 namespace {
+
+// x·[ws...]ᵀ: the fused kernel where it applies (no weight concatenation, GEMMs split
+// by rows), else one linear over the concatenated weights.
+Tensor Project(const Tensor& x, std::initializer_list<Tensor> ws) {
+  if (fused::Applies(x)) return fused::Linear(x, ws);
+  return F::linear(x, ws.size() == 1 ? *ws.begin() : torch::cat(ws, 0));
+}
 
 Tensor Normalize(const Tensor& x, const Tensor& weight, double eps) {
   if (fused::Applies(x)) return fused::RmsNorm(x, weight, eps);
@@ -102,13 +112,13 @@ RegionFn Attention(int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_
     const int64_t rep = n_heads / n_kv_heads;
     // One GEMM for q, k and v (three torchtitan-named parameters), and one RoPE pass
     // over the q and k heads together.
-    auto qkv = F::linear(x, torch::cat({p[0], p[1], p[2]}, 0));
+    auto qkv = Project(x, {p[0], p[1], p[2]});
     const size_t n_blocks = in.size() - 3;
     TORCH_CHECK(static_cast<int64_t>(n_blocks) == (t + query_block - 1) / query_block, "attention: ", n_blocks,
                 " masks for ", t, " positions in blocks of ", query_block);
     if (fused::Applies(qkv)) {
       // The same computation in one kernel (RoPE, masks and softmax included).
-      return {F::linear(fused::CausalAttention(qkv, in[1], in[2], n_heads, n_kv_heads, head_dim, query_block), p[3])};
+      return {Project(fused::CausalAttention(qkv, in[1], in[2], n_heads, n_kv_heads, head_dim, query_block), {p[3]})};
     }
     auto qk = RotaryEmbedding::Rotate(
         qkv.narrow(-1, 0, (n_heads + n_kv_heads) * hd).view({b, t, n_heads + n_kv_heads, hd}), in[1], in[2]);
@@ -150,7 +160,7 @@ RegionFn Ffn() {
     const Tensor& x = in[0];
     if (fused::Applies(x)) {
       // One GEMM for w1 and w3, then the activation in one pass each way.
-      return {F::linear(fused::SwiGlu(F::linear(x, torch::cat({p[0], p[2]}, 0))), p[1])};
+      return {Project(fused::SwiGlu(Project(x, {p[0], p[2]})), {p[1]})};
     }
     return {F::linear(torch::silu(F::linear(x, p[0])) * F::linear(x, p[2]), p[1])};
   };
@@ -167,7 +177,7 @@ RegionFn Router(int64_t top_k, std::string score_func, bool route_norm, double r
   return [=](const std::vector<Tensor>& in, const std::vector<Tensor>& p) -> std::vector<Tensor> {
     const Tensor& x = in[0];
     const Tensor& expert_bias = in[1];
-    auto logits = F::linear(x, p[0]);
+    auto logits = Project(x, {p[0]});
     auto scores = score_func == "softmax" ? torch::softmax(logits, -1) : torch::sigmoid(logits);
     // Selection is discrete: the bias steers it but gets no gradient.
     auto selected = std::get<1>(torch::topk(scores.detach() + expert_bias, top_k, /*dim=*/-1));
@@ -189,6 +199,7 @@ RegionKey CombineKey(int64_t dim, int64_t top_k) { return RegionKey("combine", {
 
 RegionFn Combine() {
   return [](const std::vector<Tensor>& in, const std::vector<Tensor>&) -> std::vector<Tensor> {
+    if (fused::Applies(in[0])) return {fused::Combine(in[0], in[1], in[2], in[3].size(0))};
     return {torch::zeros_like(in[3]).index_add(0, in[2], in[0] * in[1])};
   };
 }
@@ -273,7 +284,7 @@ RegionFn Loss(double eps) {
   return [eps](const std::vector<Tensor>& in, const std::vector<Tensor>& p) -> std::vector<Tensor> {
     const Tensor& h = in[0];
     auto normed = Normalize(h, p[0], eps);
-    auto logits = F::linear(normed, p[1]);
+    auto logits = Project(normed, {p[1]});
     return {F::cross_entropy(logits.reshape({-1, logits.size(-1)}), in[1].reshape({-1}))};
   };
 }

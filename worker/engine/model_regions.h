@@ -50,6 +50,9 @@ class RegionFactory {
   // A declared break between regions (a collective or a host sync) next to the region
   // `adjacent`, reported once per (region, cause).
   virtual void GraphBreak(const compile::RegionKey& adjacent, const std::string& cause) = 0;
+  // True when regions run their functions as plain eager code (no trace, no compile):
+  // a caller may then run the same computation through a fused kernel instead.
+  virtual bool RunsEager() const = 0;
 };
 
 // Calls the functions directly; reports nothing. The default for modules built

@@ -6,7 +6,7 @@ namespace trainyard::engine {
 
 MoEImpl::MoEImpl(const ModelConfig& c, ParallelContext ctx, RegionFactory& regions, int layer,
                  bool plant_side_effect, bool in_block_regions)
-    : ctx_(ctx), dispatcher_(c.n_routed_experts, ctx.ep_group) {
+    : ctx_(ctx), dispatcher_(c.n_routed_experts, ctx.ep_group), experts_run_eager_(regions.RunsEager()) {
   RegionFactory& own = in_block_regions ? EagerRegionFactory() : regions;
   router = register_module("router", TokenChoiceRouter(c.dim, c.n_routed_experts));
   experts = register_module("experts", GroupedExperts(c.dim, c.expert_hidden, dispatcher_.n_local_experts()));
@@ -60,7 +60,8 @@ MoEOutput MoEImpl::forward(const torch::Tensor& input) {
 
 torch::Tensor MoEImpl::RunExperts(const torch::Tensor& rows, const torch::Tensor& counts) {
   Dispatched d = dispatcher_.Dispatch(rows, counts);
-  return dispatcher_.Combine(experts->forward(d.tokens, d.plan.local_counts, expert_region_), d.plan);
+  return dispatcher_.Combine(experts->forward(d.tokens, d.plan.local_counts, expert_region_, experts_run_eager_),
+                             d.plan);
 }
 
 void MoEImpl::UpdateExpertBias(const torch::Tensor& counts, double coeff) {

@@ -64,6 +64,7 @@ class MoEImpl : public torch::nn::Module {
  private:
   ParallelContext ctx_;
   ExpertDispatcher dispatcher_;
+  bool experts_run_eager_;  // the expert region is plain eager code: fused kernels may run
   RegionCall router_region_, expert_region_, combine_region_;
   compile::RegionFn router_fn_;
 };
