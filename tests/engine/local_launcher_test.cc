@@ -119,12 +119,27 @@ TEST(LocalLauncherTest, RankThreadEnvFillsOnlyWhatTheUserDidNotSet) {
   ::unsetenv("OMP_NUM_THREADS");
   ::unsetenv("OPENBLAS_NUM_THREADS");
   ::setenv("OMP_WAIT_POLICY", "ACTIVE", 1);
-  const auto env = LocalLauncher::RankThreadEnv(3);
+  const auto env = LocalLauncher::RankThreadEnv(3, /*openblas_threads_in_step=*/true);
   ::unsetenv("OMP_WAIT_POLICY");
   const std::vector<std::pair<std::string, std::string>> expected = {{"OMP_NUM_THREADS", "3"},
                                                                      {"OPENBLAS_NUM_THREADS", "3"}};
   EXPECT_EQ(env, expected);
+  // Passive waiting only where OpenBLAS's pool runs next to the OpenMP threads.
+  const std::vector<std::pair<std::string, std::string>> passive = {
+      {"OMP_NUM_THREADS", "2"}, {"OPENBLAS_NUM_THREADS", "2"}, {"OMP_WAIT_POLICY", "PASSIVE"}};
+  EXPECT_EQ(LocalLauncher::RankThreadEnv(2, true), passive);
+  const std::vector<std::pair<std::string, std::string>> spinning(passive.begin(), passive.begin() + 2);
+  EXPECT_EQ(LocalLauncher::RankThreadEnv(2, false), spinning);
   EXPECT_GE(LocalLauncher::DefaultThreads(1024), 1);
+}
+
+TEST(LocalLauncherTest, OnlyTheFusedEagerCpuStepRunsWithoutOpenBlasThreads) {
+  ::unsetenv("TRAINYARD_FUSED_CPU_KERNELS");
+  EXPECT_FALSE(LocalLauncher::OpenBlasThreadsInStep(PresetJobConfig("tiny", {})));
+  EXPECT_TRUE(LocalLauncher::OpenBlasThreadsInStep(PresetJobConfig("tiny", {"compile.backend=jit"})));
+  ::setenv("TRAINYARD_FUSED_CPU_KERNELS", "0", 1);
+  EXPECT_TRUE(LocalLauncher::OpenBlasThreadsInStep(PresetJobConfig("tiny", {})));
+  ::unsetenv("TRAINYARD_FUSED_CPU_KERNELS");
 }
 
 struct Outcome {

@@ -78,7 +78,7 @@ int Bench(const BenchFlags& f) {
   opts.config = config;
   opts.nproc = world;
   opts.threads = f.threads > 0 ? f.threads : LocalLauncher::DefaultThreads(world);
-  opts.rank_env = LocalLauncher::RankThreadEnv(opts.threads);
+  opts.rank_env = LocalLauncher::RankThreadEnv(opts.threads, LocalLauncher::OpenBlasThreadsInStep(config));
 
   std::vector<double> step_ms, peak_flops, rank0_mfu;
   LocalLauncher::InstallSignalHandlers();
@@ -158,7 +158,11 @@ int main(int argc, char** argv) {
   app.add_option("--steps", f.steps, "measured steps")->capture_default_str()->check(CLI::Range(1, 1000000));
   app.add_option("--warmup", f.warmup, "steps run before measuring")->capture_default_str()->check(CLI::Range(0, 1000000));
   app.add_option("--nproc", f.nproc, "ranks; must equal parallelism.dp*tp (default: that)");
-  app.add_option("--threads", f.threads, "intra-op threads per rank (default: cores / nproc)")->check(CLI::Range(1, 1024));
+  app.add_option("--threads", f.threads,
+                 "intra-op threads per rank (default: cores / nproc; sets OMP_NUM_THREADS and "
+                 "OPENBLAS_NUM_THREADS for the ranks unless set, and OMP_WAIT_POLICY=PASSIVE unless the "
+                 "step is the fused eager CPU one)")
+      ->check(CLI::Range(1, 1024));
   app.add_option("--set", f.overrides, "override section.key=value (repeatable)")->allow_extra_args(false);
   app.add_flag("--json", f.json_output, "print one JSON object");
   CLI11_PARSE(app, argc, argv);

@@ -374,15 +374,24 @@ int LocalLauncher::DefaultThreads(int nproc) {
   return std::max(1, static_cast<int>(cores) / std::max(1, nproc));
 }
 
-std::vector<std::pair<std::string, std::string>> LocalLauncher::RankThreadEnv(int threads) {
+std::vector<std::pair<std::string, std::string>> LocalLauncher::RankThreadEnv(int threads,
+                                                                            bool openblas_threads_in_step) {
   std::vector<std::pair<std::string, std::string>> env;
   const std::string t = std::to_string(threads);
-  for (const auto& [name, value] : {std::pair<std::string, std::string>{"OMP_NUM_THREADS", t},
-                                    {"OPENBLAS_NUM_THREADS", t},
-                                    {"OMP_WAIT_POLICY", "PASSIVE"}}) {
+  std::vector<std::pair<std::string, std::string>> wanted = {{"OMP_NUM_THREADS", t}, {"OPENBLAS_NUM_THREADS", t}};
+  if (openblas_threads_in_step) wanted.emplace_back("OMP_WAIT_POLICY", "PASSIVE");
+  for (const auto& [name, value] : wanted) {
     if (std::getenv(name.c_str()) == nullptr) env.emplace_back(name, value);
   }
   return env;
+}
+
+bool LocalLauncher::OpenBlasThreadsInStep(const nlohmann::json& config) {
+  const char* fused = std::getenv("TRAINYARD_FUSED_CPU_KERNELS");  // read again by each rank
+  const bool fused_on = fused == nullptr || std::string(fused) != "0";
+  const bool eager_cpu = config.at("compile").value("backend", "eager") == "eager" &&
+                         config.at("resources").value("device", "cpu") == "cpu";
+  return !(fused_on && eager_cpu);
 }
 
 LaunchResult LocalLauncher::Run(const LaunchOptions& options, const LineHandler& on_line) {

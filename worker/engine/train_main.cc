@@ -120,7 +120,7 @@ int Train(const TrainFlags& f) {
   opts.config = config;
   opts.nproc = world;
   opts.threads = f.threads > 0 ? f.threads : LocalLauncher::DefaultThreads(world);
-  opts.rank_env = LocalLauncher::RankThreadEnv(opts.threads);
+  opts.rank_env = LocalLauncher::RankThreadEnv(opts.threads, LocalLauncher::OpenBlasThreadsInStep(config));
   if (!f.save_init.empty()) opts.rank_args.insert(opts.rank_args.end(), {"--save-init", f.save_init});
   if (!f.load.empty()) opts.rank_args.insert(opts.rank_args.end(), {"--load", f.load});
 
@@ -169,7 +169,11 @@ int main(int argc, char** argv) {
   app.add_option("config", f.config_path, "job file: TOML, or JobSpec proto3 JSON")->required();
   app.add_option("--set", f.overrides, "override section.key=value (repeatable)")->allow_extra_args(false);
   app.add_option("--nproc", f.nproc, "number of ranks; must equal parallelism.dp*tp (default: that)");
-  app.add_option("--threads", f.threads, "intra-op threads per rank (default: cores / nproc)")->check(CLI::Range(1, 1024));
+  app.add_option("--threads", f.threads,
+                 "intra-op threads per rank (default: cores / nproc; sets OMP_NUM_THREADS and "
+                 "OPENBLAS_NUM_THREADS for the ranks unless set, and OMP_WAIT_POLICY=PASSIVE unless the "
+                 "step is the fused eager CPU one)")
+      ->check(CLI::Range(1, 1024));
   app.add_option("--save-init", f.save_init, "rank writes the initial weights to this .safetensors");
   app.add_option("--load", f.load, "ranks start from the weights in this .safetensors");
   app.add_flag("--json", f.json_output, "print rank 0's events as JSON lines");

@@ -103,14 +103,10 @@ Trainer::Trainer(const EngineConfig& config, ProcessMesh& mesh, EventWriter& eve
   // Partial over TP and replicated over DP: one sum over the whole world.
   if (!router.empty()) grad_syncs_.push_back(std::make_unique<GradientSynchronizer>(router, mesh.world(), inv_dp));
   if (!expert.empty()) grad_syncs_.push_back(std::make_unique<GradientSynchronizer>(expert, mesh.expert_dp(), inv_dp));
-  optimizer_ = std::make_unique<torch::optim::AdamW>(
-      params_, torch::optim::AdamWOptions(config.training.lr)
-                   .betas({kBeta1, kBeta2})
-                   .eps(kEps)
-                   .weight_decay(kWeightDecay));
+  optimizer_ = std::make_unique<AdamW>(params_, AdamWOptions{kBeta1, kBeta2, kEps, kWeightDecay});
 }
 
-double Trainer::ClipGradients(double max_norm) {
+std::pair<double, double> Trainer::ClipGradients(double max_norm) {
   torch::NoGradGuard no_grad;
   auto sq = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(options_.device));
   double host_sq = 0;  // fused CPU path: one pass per gradient, accumulated in fp64
@@ -126,14 +122,9 @@ double Trainer::ClipGradients(double max_norm) {
   if (host_sq != 0) sq += host_sq;
   mesh_.world().AllReduceSum(sq);
   const double norm = std::sqrt(sq.item<double>());
-  if (max_norm > 0) {
-    // Same rule as torch::nn::utils::clip_grad_norm_.
-    const double coef = max_norm / (norm + 1e-6);
-    if (coef < 1) {
-      for (auto& p : params_) p.mutable_grad().mul_(coef);
-    }
-  }
-  return norm;
+  // Same rule as torch::nn::utils::clip_grad_norm_; the optimizer applies it.
+  const double coef = max_norm > 0 ? max_norm / (norm + 1e-6) : 1.0;
+  return {norm, std::min(coef, 1.0)};
 }
 
 void Trainer::Run() {
@@ -194,13 +185,10 @@ StepMetrics Trainer::Step(int step) {
                            out.tokens_per_expert.to(torch::kFloat64).reshape({-1})});
   mesh_.world().AllReduceSum(stats);
   for (auto& sync : grad_syncs_) sync->Reduce();
-  const double grad_norm = ClipGradients(t.max_norm);
+  const auto [grad_norm, clip_scale] = ClipGradients(t.max_norm);
 
   const double lr = schedule_.At(step);
-  for (auto& group : optimizer_->param_groups()) {
-    static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
-  }
-  optimizer_->step();
+  optimizer_->Step(lr, clip_scale);
 
   auto global_counts = stats.narrow(0, 1, stats.numel() - 1).reshape(out.tokens_per_expert.sizes());
   if (mc.n_moe_layers() > 0) model_->UpdateExpertBiases(global_counts, mc.load_balance_coeff);

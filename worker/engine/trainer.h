@@ -11,10 +11,12 @@
 #pragma once
 
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include <torch/torch.h>
 
+#include "worker/engine/adamw.h"
 #include "worker/engine/compile/compile_context.h"
 #include "worker/engine/compile/side_effect_probe.h"
 #include "worker/engine/dataset.h"
@@ -77,13 +79,14 @@ class Trainer {
   std::unique_ptr<RegionFactory> regions_;
   TransformerModel model_{nullptr};
   std::vector<torch::Tensor> params_;
-  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::unique_ptr<AdamW> optimizer_;
   std::vector<bool> owned_;  // per params_: counted in the grad norm on this rank
   std::vector<std::unique_ptr<GradientSynchronizer>> grad_syncs_;
 
-  // Global L2 norm over every shard (each element once), then clips like
-  // torch::nn::utils::clip_grad_norm_. Returns the pre-clip norm.
-  double ClipGradients(double max_norm);
+  // Global L2 norm over every shard (each element once) and the clip coefficient of
+  // torch::nn::utils::clip_grad_norm_ (at most 1), which the optimizer step applies.
+  // Returns {pre-clip norm, coefficient}.
+  std::pair<double, double> ClipGradients(double max_norm);
 };
 
 }  // namespace trainyard::engine
