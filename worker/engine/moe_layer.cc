@@ -26,7 +26,10 @@ MoEImpl::MoEImpl(const ModelConfig& c, ParallelContext ctx, RegionFactory& regio
   // Rows per expert change every step: the rows dimension is dynamic, so a dropless MoE
   // compiles each expert once rather than once per token count.
   const auto expert_key = regions::FfnKey("expert_ffn", c.dim, c.expert_hidden, /*tp=*/1);
-  expert_region_ = regions.Make(expert_key, regions::Ffn(), layer, /*dynamic=*/{{0, 0}});
+  // Under an eager factory the experts run as one fused op where it applies
+  // (GroupedExperts), so the per-expert form is a plain call, not a reported region.
+  expert_region_ = (experts_run_eager_ ? EagerRegionFactory() : regions)
+                       .Make(expert_key, regions::Ffn(), layer, /*dynamic=*/{{0, 0}});
   const auto combine_key = regions::CombineKey(c.dim, c.top_k);
   combine_region_ = own.Make(combine_key, regions::Combine(), layer);
   regions.GraphBreak(router_key,

@@ -205,6 +205,12 @@ StepMetrics Trainer::Step(int step) {
   m.tokens_per_s = rank_tokens * ctx.dp / step_s;
   // Each rank does 1/world of the global work (TP/EP split the model, not tokens).
   m.model_tflops = flops_.flops_per_token * rank_tokens * ctx.dp / ctx.world / step_s / 1e12;
+  if (options_.peak_flops > 0 && m.model_tflops * 1e12 > options_.peak_flops && step >= next_peak_reprobe_) {
+    // More than the peak proves the peak was measured low (a busy moment of the
+    // machine): measure again, after the step's time, at most every few steps.
+    options_.peak_flops = std::max(options_.peak_flops, GemmPeakProbe::MeasureFlops(0.6, options_.device));
+    next_peak_reprobe_ = step + kPeakReprobeInterval;
+  }
   m.mfu = options_.peak_flops > 0 ? m.model_tflops * 1e12 / options_.peak_flops : 0.0;
   m.step_ms = Ms(start, end);
   m.data_ms = Ms(start, data_done);

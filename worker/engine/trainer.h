@@ -48,6 +48,8 @@ class Trainer {
   // Before this step the GEMM peak (options.peak_flops, when set) is measured again and
   // the higher of the two kept.
   static constexpr int kPeakReprobeStep = 3;
+  // A step faster than the peak allows re-measures it, at most once per this many steps.
+  static constexpr int kPeakReprobeInterval = 5;
 
   // `mesh` must have been built from config.parallelism and outlive the Trainer.
   Trainer(const EngineConfig& config, ProcessMesh& mesh, EventWriter& events,
@@ -69,6 +71,7 @@ class Trainer {
   ProcessMesh& mesh_;
   EventWriter& events_;
   TrainerOptions options_;
+  int next_peak_reprobe_ = 0;  // first step that may re-measure a peak it beat
   FlopsModel flops_;
   LrSchedule schedule_;
   std::unique_ptr<Dataset> dataset_;
