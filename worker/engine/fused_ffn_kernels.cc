@@ -255,7 +255,7 @@ class CombineFn : public torch::autograd::Function<CombineFn> {
                         int64_t n_tokens) {
     const Tensor y = y_in.contiguous(), gates = gates_in.contiguous(), token_ids = token_ids_in.contiguous();
     const int64_t dim = y.size(1);
-    auto g = std::make_shared<RowsOfTokens>(GroupRowsByToken(token_ids, n_tokens));
+    const RowsOfTokens g = GroupRowsByToken(token_ids, n_tokens);
     Tensor out = at::empty({n_tokens, dim}, y.options());
     const float *yp = y.data_ptr<float>(), *gp = gates.data_ptr<float>();
     float* op = out.data_ptr<float>();
@@ -263,8 +263,8 @@ class CombineFn : public torch::autograd::Function<CombineFn> {
       for (int64_t t = begin; t < end; ++t) {
         float* o = op + t * dim;
         std::fill(o, o + dim, 0.0f);
-        for (int64_t j = g->start[t]; j < g->start[t + 1]; ++j) {
-          const int64_t r = g->rows[j];
+        for (int64_t j = g.start[t]; j < g.start[t + 1]; ++j) {
+          const int64_t r = g.rows[j];
           const float gate = gp[r];
           const float* yr = yp + r * dim;
           for (int64_t d = 0; d < dim; ++d) o[d] += yr[d] * gate;

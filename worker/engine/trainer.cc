@@ -194,6 +194,7 @@ StepMetrics Trainer::Step(int step) {
   if (mc.n_moe_layers() > 0) model_->UpdateExpertBiases(global_counts, mc.load_balance_coeff);
   compat::Synchronize(options_.device);  // the step ends when its kernels have
   const auto end = Clock::now();
+  serial_blas.reset();  // a re-probe below times LibTorch's multiply on OpenBLAS's threads
 
   StepMetrics m;
   m.step = step;
