@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "common/posix_process_launcher.h"
+#include "tests/fakes/fake_clock.h"
 #include "common/proto_json.h"
 #include "tests/worker/test_util.h"
 
@@ -205,11 +206,9 @@ TEST_F(RankSupervisorTest, RankIgnoringSigtermIsKilledAfterGrace) {
   EXPECT_EQ(events_.events().back().rank_state().signal(), SIGKILL);
 }
 
-// Time stands still, so every stderr line falls into one rate-limit window.
-class FrozenClock : public Clock {
- public:
-  absl::Time Now() override { return absl::FromUnixSeconds(1700000000); }
-};
+// Time stands still (nothing advances the fake clock), so every stderr line falls
+// into one rate-limit window.
+using FrozenClock = testing::FakeClock;
 
 TEST(RankSupervisorStderrTest, RateLimitsStderrAndKeepsTail) {
   TempDir dir;
