@@ -1,0 +1,63 @@
+#include "common/spec/job_file_reader.h"
+
+#include <fstream>
+
+#include "common/spec/json_io.h"
+#include "common/spec/overrides.h"
+#include "common/spec/toml_reader.h"
+
+namespace trainyard::spec {
+namespace {
+
+bool LooksLikeJson(std::string_view name, std::string_view text) {
+  if (name.size() >= 5 && name.substr(name.size() - 5) == ".json") return true;
+  const std::size_t first = text.find_first_not_of(" \t\r\n");
+  return first != std::string_view::npos && text[first] == '{';
+}
+
+SpecError FileError(SpecError::Kind kind, const std::string& path, const std::string& what) {
+  SpecError e = Invalid("", "file", what);
+  e.kind = kind;
+  e.origin = path;
+  return e;
+}
+
+}  // namespace
+
+Result<std::string> ReadJobFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return FileError(SpecError::Kind::kNotFound, path, "cannot open job file");
+  std::string text(kMaxJobFileBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (in.bad()) return FileError(SpecError::Kind::kInvalid, path, "cannot read job file");
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  if (text.size() > kMaxJobFileBytes) {
+    return FileError(SpecError::Kind::kInvalid, path,
+                     "job file is larger than the limit of " + std::to_string(kMaxJobFileBytes) + " bytes (1 MiB)");
+  }
+  return text;
+}
+
+Result<SpecInput> ParseJobText(std::string_view text, std::string_view source_name,
+                               const std::vector<std::string>& overrides) {
+  if (text.size() > kMaxJobFileBytes) {
+    return FileError(SpecError::Kind::kInvalid, std::string(source_name),
+                     "job file is " + std::to_string(text.size()) + " bytes, over the limit of " +
+                         std::to_string(kMaxJobFileBytes) + " bytes (1 MiB)");
+  }
+  Result<SpecInput> input = LooksLikeJson(source_name, text) ? ParseJson(text, source_name)
+                                                              : ParseToml(text, source_name);
+  if (!input.ok()) return input;
+  for (const std::string& o : overrides) {
+    if (auto e = ApplyOverride(o, input.value())) return *e;
+  }
+  return input;
+}
+
+Result<SpecInput> LoadJobFile(const std::string& path, const std::vector<std::string>& overrides) {
+  Result<std::string> text = ReadJobFile(path);
+  if (!text.ok()) return text.error();
+  return ParseJobText(text.value(), path, overrides);
+}
+
+}  // namespace trainyard::spec

@@ -1,0 +1,186 @@
+// The job schema as plain values: one struct per job-file section, one member per key,
+// named exactly as the TOML keys and the trainyard.v1.JobSpec proto fields. This is
+// the resolved form (every key has a value): presets and defaults are applied by
+// spec::Resolve (presets.h) and the rules are checked by spec::Validate (rules.h).
+//
+// No torch, protobuf, gRPC or absl here: the controller, the CLI, the worker and the
+// engine (which must build on a GPU box that has only LibTorch) all use this header.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace trainyard::spec {
+
+struct JobMeta {
+  std::string name = "job";
+  int priority = 0;
+};
+
+struct ModelSpec {
+  std::string preset;
+  int vocab_size = 0;
+  int dim = 0;
+  int n_layers = 0;
+  int n_dense_layers = 0;
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int ffn_hidden = 0;
+  int n_routed_experts = 0;
+  int top_k = 0;
+  int n_shared_experts = 0;
+  int expert_hidden = 0;
+  std::string score_func = "sigmoid";  // "sigmoid" | "softmax"
+  bool route_norm = true;
+  double route_scale = 1.0;
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-5;
+  double load_balance_coeff = 1e-3;
+
+  int head_dim() const { return n_heads > 0 ? dim / n_heads : 0; }
+  int n_moe_layers() const { return n_layers - n_dense_layers; }
+};
+
+struct TrainingSpec {
+  int steps = 100;
+  int batch_size = 0;  // per DP rank
+  int seq_len = 0;
+  double lr = 8e-4;
+  int warmup_steps = 10;
+  double max_norm = 1.0;
+  std::uint64_t seed = 42;
+  std::string dataset = "synthetic";  // "synthetic" | "text" | "tokens"
+  std::string dataset_path;
+  int log_freq = 1;
+};
+
+struct ParallelismSpec {
+  int dp = 1;
+  int tp = 1;
+  int ep = 1;  // carved from dp·tp: EP adds no ranks
+  double collective_timeout_s = 300.0;
+
+  int world_size() const { return dp * tp; }
+};
+
+struct CompileSpec {
+  std::string backend = "eager";       // "eager" | "jit" | "cudagraph"
+  std::string regions = "per_layer";   // "per_layer" | "model"
+  int recompile_limit = 8;             // entries per region key before the eager fallback
+  std::string on_side_effect = "error";  // "error" | "fallback"
+  bool preflight = false;              // the controller runs a compile preflight first
+  int summary_every = 100;             // steps between per-region SUMMARY events
+  // TEST ONLY: the first MoE layer writes its routing counts into a module buffer
+  // during forward, reproducing the upstream "unsafe side effect" bug.
+  bool test_plant_side_effect = false;
+};
+
+struct ActivationCheckpointSpec {
+  std::string mode = "none";  // "none" | "full" | "selective"
+};
+
+struct ProfilingSpec {
+  bool enable = false;
+  int freq = 100;
+  int warmup = 3;
+  int active = 2;
+};
+
+struct CheckpointSpec {
+  int interval = 0;  // steps; 0 = off
+  int keep = 3;
+  std::string initial_load_path;
+};
+
+struct ResourcesSpec {
+  std::string device = "cpu";  // "cpu" | "cuda"
+  int ranks_per_worker = 0;    // 0 = as many as fit
+};
+
+struct RestartSpec {
+  int max_restarts = 0;
+};
+
+struct JobSpec {
+  JobMeta job;
+  ModelSpec model;
+  TrainingSpec training;
+  ParallelismSpec parallelism;
+  CompileSpec compile;
+  ActivationCheckpointSpec activation_checkpoint;
+  ProfilingSpec profiling;
+  CheckpointSpec checkpoint;
+  ResourcesSpec resources;
+  RestartSpec restart;
+};
+
+// The one list of keys: calls visit(section, key, member) for every field of `spec`,
+// in the order of the job file and the proto. Works on const and non-const specs.
+// Every reader, writer and mapping is written against this list, so a key added here
+// (and to spec.proto, which a test checks) is known everywhere.
+template <class Spec, class Visit>
+void ForEachField(Spec& s, Visit&& visit) {
+  visit("job", "name", s.job.name);
+  visit("job", "priority", s.job.priority);
+
+  visit("model", "preset", s.model.preset);
+  visit("model", "vocab_size", s.model.vocab_size);
+  visit("model", "dim", s.model.dim);
+  visit("model", "n_layers", s.model.n_layers);
+  visit("model", "n_dense_layers", s.model.n_dense_layers);
+  visit("model", "n_heads", s.model.n_heads);
+  visit("model", "n_kv_heads", s.model.n_kv_heads);
+  visit("model", "ffn_hidden", s.model.ffn_hidden);
+  visit("model", "n_routed_experts", s.model.n_routed_experts);
+  visit("model", "top_k", s.model.top_k);
+  visit("model", "n_shared_experts", s.model.n_shared_experts);
+  visit("model", "expert_hidden", s.model.expert_hidden);
+  visit("model", "score_func", s.model.score_func);
+  visit("model", "route_norm", s.model.route_norm);
+  visit("model", "route_scale", s.model.route_scale);
+  visit("model", "rope_theta", s.model.rope_theta);
+  visit("model", "norm_eps", s.model.norm_eps);
+  visit("model", "load_balance_coeff", s.model.load_balance_coeff);
+
+  visit("training", "steps", s.training.steps);
+  visit("training", "batch_size", s.training.batch_size);
+  visit("training", "seq_len", s.training.seq_len);
+  visit("training", "lr", s.training.lr);
+  visit("training", "warmup_steps", s.training.warmup_steps);
+  visit("training", "max_norm", s.training.max_norm);
+  visit("training", "seed", s.training.seed);
+  visit("training", "dataset", s.training.dataset);
+  visit("training", "dataset_path", s.training.dataset_path);
+  visit("training", "log_freq", s.training.log_freq);
+
+  visit("parallelism", "dp", s.parallelism.dp);
+  visit("parallelism", "tp", s.parallelism.tp);
+  visit("parallelism", "ep", s.parallelism.ep);
+  visit("parallelism", "collective_timeout_s", s.parallelism.collective_timeout_s);
+
+  visit("compile", "backend", s.compile.backend);
+  visit("compile", "regions", s.compile.regions);
+  visit("compile", "recompile_limit", s.compile.recompile_limit);
+  visit("compile", "on_side_effect", s.compile.on_side_effect);
+  visit("compile", "preflight", s.compile.preflight);
+  visit("compile", "summary_every", s.compile.summary_every);
+  visit("compile", "test_plant_side_effect", s.compile.test_plant_side_effect);
+
+  visit("activation_checkpoint", "mode", s.activation_checkpoint.mode);
+
+  visit("profiling", "enable", s.profiling.enable);
+  visit("profiling", "freq", s.profiling.freq);
+  visit("profiling", "warmup", s.profiling.warmup);
+  visit("profiling", "active", s.profiling.active);
+
+  visit("checkpoint", "interval", s.checkpoint.interval);
+  visit("checkpoint", "keep", s.checkpoint.keep);
+  visit("checkpoint", "initial_load_path", s.checkpoint.initial_load_path);
+
+  visit("resources", "device", s.resources.device);
+  visit("resources", "ranks_per_worker", s.resources.ranks_per_worker);
+
+  visit("restart", "max_restarts", s.restart.max_restarts);
+}
+
+}  // namespace trainyard::spec

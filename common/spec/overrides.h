@@ -1,0 +1,19 @@
+// --set section.key=value, the command-line override of one job-file key.
+#pragma once
+
+#include <optional>
+#include <string_view>
+
+#include "common/spec/spec_error.h"
+#include "common/spec/spec_input.h"
+
+namespace trainyard::spec {
+
+// Parses "section.key=value" and sets the key in `input` (later overrides win). The
+// value is read as a TOML scalar (20, 1e-3, false, "softmax"; with JSON's literal
+// syntax on a build without toml++); text that is not one scalar is a string, and a
+// string field takes any unquoted value literally (--set job.name=123 means "123").
+// Errors start with "--set section.key: ..." (origin "--set").
+std::optional<SpecError> ApplyOverride(std::string_view text, SpecInput& input);
+
+}  // namespace trainyard::spec

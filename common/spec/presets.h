@@ -1,0 +1,51 @@
+// Presets, defaults and normalisation: from the keys a user gave to a complete JobSpec.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/spec/job_spec.h"
+#include "common/spec/spec_error.h"
+#include "common/spec/spec_input.h"
+
+namespace trainyard::spec {
+
+// The preset used when model.preset is not given.
+inline constexpr const char* kDefaultPreset = "debug";
+// training.warmup_steps when not given: min(10, steps).
+inline constexpr int kDefaultWarmupSteps = 10;
+
+// Known preset names, in order ("debug", "tiny").
+std::vector<std::string> PresetNames();
+
+// A preset fills every model key plus training.seq_len and training.batch_size:
+//   debug: vocab_size 2048, dim 256, n_layers 4, n_dense_layers 1, n_heads 8,
+//          n_kv_heads 4, ffn_hidden 768, n_routed_experts 8, top_k 2,
+//          n_shared_experts 1, expert_hidden 256, score_func sigmoid, route_norm true,
+//          route_scale 1.0, rope_theta 10000, norm_eps 1e-5, load_balance_coeff 1e-3;
+//          seq_len 256, batch_size 8 (the reference configuration of benchmarks).
+//   tiny:  vocab_size 256, dim 64, n_layers 2, n_dense_layers 1, n_heads 4,
+//          n_kv_heads 2, ffn_hidden 128, n_routed_experts 4, top_k 2,
+//          n_shared_experts 1, expert_hidden 32, rest as debug; seq_len 32,
+//          batch_size 4 (same code paths, fast tests).
+// Every other key's default is the member initialiser in job_spec.h.
+//
+// Resolve: start from the defaults, apply the preset named by model.preset (default
+// "debug"), then every given key (given keys always win). warmup_steps, when not
+// given, is min(10, steps). After an OK return model.preset names the preset used.
+// Error: model.preset names no preset. Values are not range-checked here (Validate).
+Result<JobSpec> Resolve(const SpecInput& input);
+
+// Resolve, then Validate (rules.h). An error names the field and, when the field was
+// given, where (file:line, --set).
+Result<JobSpec> ResolveAndValidate(const SpecInput& input);
+
+// The given keys of a resolved spec: every field (what a full JSON spec or a stored
+// proto says), so Resolve(AllKeys(s)) == s.
+SpecInput AllKeys(const JobSpec& spec);
+
+// The resolved, validated spec of `preset` with "section.key=value" overrides, as a
+// test or the benchmark starts from. Errors as ResolveAndValidate.
+Result<JobSpec> FromPreset(const std::string& preset, const std::vector<std::string>& overrides = {});
+
+}  // namespace trainyard::spec

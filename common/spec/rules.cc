@@ -1,0 +1,348 @@
+#include "common/spec/rules.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "common/spec/schema.h"
+
+namespace trainyard::spec {
+namespace {
+
+using Check = std::optional<SpecError>;
+
+std::string Num(double v) { return ToText(FieldValue{v}); }
+
+// "[lo, hi]" with "(" when lo is excluded.
+Check InRange(const std::string& path, double value, double lo, double hi, bool lo_open = false) {
+  const bool ok = (lo_open ? value > lo : value >= lo) && value <= hi;  // NaN fails both
+  if (ok) return std::nullopt;
+  return Invalid(path, "range",
+                 path + " must be in " + (lo_open ? "(" : "[") + Num(lo) + ", " + Num(hi) + "], got " + Num(value));
+}
+
+Check IntRange(const std::string& path, std::int64_t value, std::int64_t lo, std::int64_t hi,
+               const std::string& lo_name = "", const std::string& hi_name = "") {
+  if (value >= lo && value <= hi) return std::nullopt;
+  const std::string lo_text = lo_name.empty() ? std::to_string(lo) : lo_name + "=" + std::to_string(lo);
+  const std::string hi_text = hi_name.empty() ? std::to_string(hi) : hi_name + "=" + std::to_string(hi);
+  return Invalid(path, "range", path + " must be in [" + lo_text + ", " + hi_text + "], got " + std::to_string(value));
+}
+
+Check OneOf(const std::string& path, const std::string& value, const std::vector<std::string>& known) {
+  if (std::find(known.begin(), known.end(), value) != known.end()) return std::nullopt;
+  std::string list;
+  for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
+  return Invalid(path, "one_of", path + ": unknown value \"" + Quote(value) + "\" (known: " + list + ")");
+}
+
+Check MaxLength(const std::string& path, const std::string& value, std::size_t limit) {
+  if (value.size() <= limit) return std::nullopt;
+  return Invalid(path, "length",
+                 path + " is " + std::to_string(value.size()) + " bytes long, over the limit of " +
+                     std::to_string(limit));
+}
+
+Check JobName(const std::string& name) {
+  if (name.empty() || name.size() > kMaxNameLength) {
+    return Invalid("job.name", "length",
+                   "job.name must be 1 to " + std::to_string(kMaxNameLength) + " characters long, got " +
+                       std::to_string(name.size()));
+  }
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                    c == '_' || c == '-';
+    if (!ok) {
+      return Invalid("job.name", "charset",
+                     "job.name \"" + Quote(name) + "\" may contain only letters, digits, '.', '_' and '-'");
+    }
+  }
+  return std::nullopt;
+}
+
+bool IsUtf8(const std::string& s) {
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    int extra = 0;
+    std::uint32_t cp = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xe0) == 0xc0) {
+      extra = 1;
+      cp = c & 0x1f;
+    } else if ((c & 0xf0) == 0xe0) {
+      extra = 2;
+      cp = c & 0x0f;
+    } else if ((c & 0xf8) == 0xf0) {
+      extra = 3;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + extra >= s.size()) return false;  // truncated sequence
+    for (int k = 1; k <= extra; ++k) {
+      const unsigned char cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xc0) != 0x80) return false;
+      cp = (cp << 6) | (cc & 0x3f);
+    }
+    // Overlong forms, surrogates and values past U+10FFFF are not UTF-8.
+    if ((extra == 1 && cp < 0x80) || (extra == 2 && cp < 0x800) || (extra == 3 && cp < 0x10000) ||
+        (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff) {
+      return false;
+    }
+    i += extra + 1;
+  }
+  return true;
+}
+
+// Every text value is UTF-8: proto3 strings, JSON and TOML cannot carry anything else.
+Check Utf8(const JobSpec& s) {
+  Check out;
+  ForEachField(s, [&](const char* section, const char* key, const auto& member) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(member)>, std::string>) {
+      if (!out && !IsUtf8(member)) {
+        const std::string path = std::string(section) + "." + key;
+        out = Invalid(path, "utf8", path + " \"" + Quote(member) + "\" is not valid UTF-8");
+      }
+    }
+  });
+  return out;
+}
+
+#define TY_SPEC_CHECK(expr)          \
+  do {                               \
+    if (Check _c = (expr)) return _c; \
+  } while (0)
+
+Check Job(const JobMeta& j) {
+  TY_SPEC_CHECK(JobName(j.name));
+  TY_SPEC_CHECK(IntRange("job.priority", j.priority, -1000, 1000));
+  return std::nullopt;
+}
+
+Check Model(const ModelSpec& m) {
+  TY_SPEC_CHECK(IntRange("model.vocab_size", m.vocab_size, 2, 1 << 24));
+  TY_SPEC_CHECK(IntRange("model.dim", m.dim, 2, 1 << 16));
+  TY_SPEC_CHECK(IntRange("model.n_layers", m.n_layers, 1, 1024));
+  TY_SPEC_CHECK(IntRange("model.n_dense_layers", m.n_dense_layers, 0, m.n_layers, "", "model.n_layers"));
+  TY_SPEC_CHECK(IntRange("model.n_heads", m.n_heads, 1, m.dim, "", "model.dim"));
+  TY_SPEC_CHECK(IntRange("model.n_kv_heads", m.n_kv_heads, 1, m.n_heads, "", "model.n_heads"));
+  TY_SPEC_CHECK(IntRange("model.ffn_hidden", m.ffn_hidden, 1, 1 << 20));
+  TY_SPEC_CHECK(IntRange("model.n_routed_experts", m.n_routed_experts, 1, 4096));
+  TY_SPEC_CHECK(IntRange("model.top_k", m.top_k, 1, m.n_routed_experts, "", "model.n_routed_experts"));
+  TY_SPEC_CHECK(IntRange("model.n_shared_experts", m.n_shared_experts, 0, 64));
+  TY_SPEC_CHECK(IntRange("model.expert_hidden", m.expert_hidden, 1, 1 << 20));
+  TY_SPEC_CHECK(OneOf("model.score_func", m.score_func, ScoreFuncs()));
+  TY_SPEC_CHECK(InRange("model.route_scale", m.route_scale, 0, 1e6, /*lo_open=*/true));
+  TY_SPEC_CHECK(InRange("model.rope_theta", m.rope_theta, 1, 1e12));
+  TY_SPEC_CHECK(InRange("model.norm_eps", m.norm_eps, 0, 1, /*lo_open=*/true));
+  TY_SPEC_CHECK(InRange("model.load_balance_coeff", m.load_balance_coeff, 0, 1));
+  // Shape.
+  if (m.dim % m.n_heads != 0) {
+    return Invalid("model.dim", "divides",
+                   "model.dim=" + std::to_string(m.dim) + " must be divisible by model.n_heads=" +
+                       std::to_string(m.n_heads));
+  }
+  if (m.n_heads % m.n_kv_heads != 0) {
+    return Invalid("model.n_heads", "divides",
+                   "model.n_heads=" + std::to_string(m.n_heads) + " must be divisible by model.n_kv_heads=" +
+                       std::to_string(m.n_kv_heads) + " (grouped-query attention)");
+  }
+  if (m.head_dim() % 2 != 0) {
+    return Invalid("model.dim", "divides",
+                   "model.dim=" + std::to_string(m.dim) + " / model.n_heads=" + std::to_string(m.n_heads) + " = " +
+                       std::to_string(m.head_dim()) + " (head_dim) must be even: RoPE rotates pairs");
+  }
+  return std::nullopt;
+}
+
+Check Training(const TrainingSpec& t, const ModelSpec& m) {
+  TY_SPEC_CHECK(IntRange("training.steps", t.steps, 1, 1000000000));
+  TY_SPEC_CHECK(IntRange("training.batch_size", t.batch_size, 1, 1 << 20));
+  TY_SPEC_CHECK(IntRange("training.seq_len", t.seq_len, 1, 1 << 20));
+  TY_SPEC_CHECK(InRange("training.lr", t.lr, 0, 10, /*lo_open=*/true));
+  TY_SPEC_CHECK(IntRange("training.warmup_steps", t.warmup_steps, 0, 1000000000));
+  TY_SPEC_CHECK(InRange("training.max_norm", t.max_norm, 0, 1e12, /*lo_open=*/true));
+  TY_SPEC_CHECK(OneOf("training.dataset", t.dataset, Datasets()));
+  TY_SPEC_CHECK(MaxLength("training.dataset_path", t.dataset_path, kMaxPathLength));
+  TY_SPEC_CHECK(IntRange("training.log_freq", t.log_freq, 1, 1000000000));
+  if (t.dataset != "synthetic" && t.dataset_path.empty()) {
+    return Invalid("training.dataset_path", "requires",
+                   "training.dataset_path must be set when training.dataset is \"" + t.dataset + "\"");
+  }
+  if (t.dataset == "tokens") {
+    const std::string& p = t.dataset_path;
+    const bool width = p.size() >= 4 && (p.compare(p.size() - 4, 4, ".u16") == 0 || p.compare(p.size() - 4, 4, ".u32") == 0);
+    if (!width) {
+      return Invalid("training.dataset_path", "requires",
+                     "training.dataset_path \"" + Quote(p) +
+                         "\" must end in .u16 or .u32 (the token width) when training.dataset is \"tokens\"");
+    }
+  }
+  if (t.dataset == "text" && m.vocab_size < 256) {
+    return Invalid("model.vocab_size", "requires",
+                   "model.vocab_size must be at least 256 for training.dataset \"text\" (byte-level), got " +
+                       std::to_string(m.vocab_size));
+  }
+  return std::nullopt;
+}
+
+Check Parallelism(const JobSpec& s) {
+  const ParallelismSpec& p = s.parallelism;
+  const ModelSpec& m = s.model;
+  TY_SPEC_CHECK(IntRange("parallelism.dp", p.dp, 1, kMaxWorldSize));
+  TY_SPEC_CHECK(IntRange("parallelism.tp", p.tp, 1, kMaxWorldSize));
+  TY_SPEC_CHECK(IntRange("parallelism.ep", p.ep, 1, kMaxWorldSize));
+  TY_SPEC_CHECK(InRange("parallelism.collective_timeout_s", p.collective_timeout_s, 0.001, 1e7));
+  const std::int64_t world = std::int64_t{p.dp} * p.tp;
+  if (world > kMaxWorldSize) {
+    return Invalid("parallelism.dp", "range",
+                   "parallelism.dp=" + std::to_string(p.dp) + " times parallelism.tp=" + std::to_string(p.tp) + " = " +
+                       std::to_string(world) + " ranks, over the limit of " + std::to_string(kMaxWorldSize));
+  }
+  const std::string tp = "parallelism.tp=" + std::to_string(p.tp);
+  if (m.n_heads % p.tp != 0 || m.n_kv_heads % p.tp != 0) {
+    return Invalid("parallelism.tp", "divides",
+                   tp + " must divide model.n_heads=" + std::to_string(m.n_heads) + " and model.n_kv_heads=" +
+                       std::to_string(m.n_kv_heads));
+  }
+  if (m.n_dense_layers > 0 && m.ffn_hidden % p.tp != 0) {
+    return Invalid("parallelism.tp", "divides", tp + " must divide model.ffn_hidden=" + std::to_string(m.ffn_hidden));
+  }
+  const std::int64_t shared_hidden = std::int64_t{m.expert_hidden} * m.n_shared_experts;
+  if (m.n_moe_layers() > 0 && shared_hidden % p.tp != 0) {
+    return Invalid("parallelism.tp", "divides",
+                   tp + " must divide the shared-expert hidden size model.expert_hidden*model.n_shared_experts=" +
+                       std::to_string(shared_hidden));
+  }
+  const int ranks_per_worker = s.resources.ranks_per_worker;
+  if (ranks_per_worker > 0 && p.tp > ranks_per_worker) {
+    return Invalid("parallelism.tp", "requires",
+                   tp + " must be at most resources.ranks_per_worker=" + std::to_string(ranks_per_worker) +
+                       " (a tensor-parallel group never spans workers)");
+  }
+  const std::string ep = "parallelism.ep=" + std::to_string(p.ep);
+  if (m.n_routed_experts % p.ep != 0) {
+    return Invalid("parallelism.ep", "divides",
+                   ep + " must divide model.n_routed_experts=" + std::to_string(m.n_routed_experts));
+  }
+  if (world % p.ep != 0) {
+    return Invalid("parallelism.ep", "divides", ep + " must divide dp*tp=" + std::to_string(world));
+  }
+  return std::nullopt;
+}
+
+Check Compile(const JobSpec& s) {
+  const CompileSpec& c = s.compile;
+  TY_SPEC_CHECK(OneOf("compile.backend", c.backend, Backends()));
+  TY_SPEC_CHECK(OneOf("compile.regions", c.regions, RegionModes()));
+  TY_SPEC_CHECK(IntRange("compile.recompile_limit", c.recompile_limit, 1, 1 << 16));
+  TY_SPEC_CHECK(OneOf("compile.on_side_effect", c.on_side_effect, SideEffectPolicies()));
+  TY_SPEC_CHECK(IntRange("compile.summary_every", c.summary_every, 1, 1000000000));
+  TY_SPEC_CHECK(OneOf("activation_checkpoint.mode", s.activation_checkpoint.mode, CheckpointModes()));
+  if (c.regions == "model" && s.parallelism.tp != 1) {
+    return Invalid("compile.regions", "requires",
+                   "compile.regions=\"model\" needs parallelism.tp=1: the TP all-reduces split every block, so use "
+                   "compile.regions=\"per_layer\" with tp=" + std::to_string(s.parallelism.tp));
+  }
+  if (c.regions == "model" && s.activation_checkpoint.mode == "selective") {
+    return Invalid("activation_checkpoint.mode", "requires",
+                   "activation_checkpoint.mode=\"selective\" needs compile.regions=\"per_layer\": under \"model\" "
+                   "the attention is not a region of its own (use mode \"full\")");
+  }
+  if (c.backend == "cudagraph" && s.resources.device != "cuda") {
+    return Invalid("compile.backend", "requires",
+                   "compile.backend=\"cudagraph\" needs resources.device=\"cuda\" (CUDA graphs capture GPU work)");
+  }
+  return std::nullopt;
+}
+
+Check Rest(const JobSpec& s) {
+  const ProfilingSpec& prof = s.profiling;
+  TY_SPEC_CHECK(IntRange("profiling.freq", prof.freq, 1, 1000000000));
+  TY_SPEC_CHECK(IntRange("profiling.warmup", prof.warmup, 0, 1000000000));
+  TY_SPEC_CHECK(IntRange("profiling.active", prof.active, 1, 1000000000));
+  if (std::int64_t{prof.warmup} + prof.active > prof.freq) {
+    return Invalid("profiling.warmup", "range",
+                   "profiling.warmup + profiling.active must be <= profiling.freq, got " + std::to_string(prof.warmup) +
+                       " + " + std::to_string(prof.active) + " > " + std::to_string(prof.freq));
+  }
+  const CheckpointSpec& ck = s.checkpoint;
+  TY_SPEC_CHECK(IntRange("checkpoint.interval", ck.interval, 0, 1000000000));
+  TY_SPEC_CHECK(IntRange("checkpoint.keep", ck.keep, 0, 1000000));
+  TY_SPEC_CHECK(MaxLength("checkpoint.initial_load_path", ck.initial_load_path, kMaxPathLength));
+  TY_SPEC_CHECK(OneOf("resources.device", s.resources.device, Devices()));
+  TY_SPEC_CHECK(IntRange("resources.ranks_per_worker", s.resources.ranks_per_worker, 0, kMaxWorldSize));
+  TY_SPEC_CHECK(IntRange("restart.max_restarts", s.restart.max_restarts, 0, 1000));
+  return std::nullopt;
+}
+
+// Legal settings that no part of this release runs: refused by the controller and by
+// every rank alike, rather than ignored.
+Check NotBuilt(const JobSpec& s) {
+  if (s.profiling.enable) {
+    return Unimplemented("profiling.enable", "profiling.enable=true: the profiler is not built yet (set profiling.enable=false)");
+  }
+  if (s.checkpoint.interval > 0) {
+    return Unimplemented("checkpoint.interval",
+                         "checkpoint.interval=" + std::to_string(s.checkpoint.interval) +
+                             ": checkpointing is not built yet (set checkpoint.interval=0)");
+  }
+  if (!s.checkpoint.initial_load_path.empty()) {
+    return Unimplemented("checkpoint.initial_load_path",
+                         "checkpoint.initial_load_path: loading checkpoints is not built yet (trainyard-train --load "
+                         "W.safetensors loads initial weights)");
+  }
+  return std::nullopt;
+}
+
+#undef TY_SPEC_CHECK
+
+}  // namespace
+
+const std::vector<std::string>& ScoreFuncs() {
+  static const std::vector<std::string> v = {"sigmoid", "softmax"};
+  return v;
+}
+const std::vector<std::string>& Datasets() {
+  static const std::vector<std::string> v = {"synthetic", "text", "tokens"};
+  return v;
+}
+const std::vector<std::string>& Backends() {
+  static const std::vector<std::string> v = {"eager", "jit", "cudagraph"};
+  return v;
+}
+const std::vector<std::string>& RegionModes() {
+  static const std::vector<std::string> v = {"per_layer", "model"};
+  return v;
+}
+const std::vector<std::string>& SideEffectPolicies() {
+  static const std::vector<std::string> v = {"error", "fallback"};
+  return v;
+}
+const std::vector<std::string>& CheckpointModes() {
+  static const std::vector<std::string> v = {"none", "full", "selective"};
+  return v;
+}
+const std::vector<std::string>& Devices() {
+  static const std::vector<std::string> v = {"cpu", "cuda"};
+  return v;
+}
+
+std::optional<SpecError> Validate(const JobSpec& s) {
+  // In order, each only after the ones before it held (later rules divide by sizes
+  // that earlier rules proved positive).
+  if (Check c = Utf8(s)) return c;
+  if (Check c = Job(s.job)) return c;
+  if (Check c = Model(s.model)) return c;
+  if (Check c = Training(s.training, s.model)) return c;
+  if (Check c = Parallelism(s)) return c;
+  if (Check c = Compile(s)) return c;
+  if (Check c = Rest(s)) return c;
+  return NotBuilt(s);
+}
+
+}  // namespace trainyard::spec

@@ -1,0 +1,40 @@
+// Every rule a resolved JobSpec must satisfy before anything runs it: ranges (with
+// NaN/inf refused), enumerations, the model's shape, the parallel layout, datasets, and
+// settings that no part of this release implements. Pure: no I/O, no clock.
+//
+// Rules that depend on the fleet (world size against connected slots, which devices
+// workers have) are the controller's (server/admission_policy); rules that depend on
+// the build (a CUDA LibTorch) are the engine's (DevicePlacement). Everything else is
+// here, once, so the controller never admits a job that every rank refuses.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/spec/job_spec.h"
+#include "common/spec/spec_error.h"
+
+namespace trainyard::spec {
+
+// Allowed values of the enumerated keys.
+const std::vector<std::string>& ScoreFuncs();        // sigmoid, softmax
+const std::vector<std::string>& Datasets();          // synthetic, text, tokens
+const std::vector<std::string>& Backends();          // eager, jit, cudagraph
+const std::vector<std::string>& RegionModes();       // per_layer, model
+const std::vector<std::string>& SideEffectPolicies();  // error, fallback
+const std::vector<std::string>& CheckpointModes();   // none, full, selective
+const std::vector<std::string>& Devices();           // cpu, cuda
+
+// Upper bounds shared with callers (a world larger than this is refused).
+inline constexpr int kMaxWorldSize = 65536;
+inline constexpr std::size_t kMaxNameLength = 128;
+inline constexpr std::size_t kMaxPathLength = 4096;
+
+// The first broken rule, in the order of the sections, or nullopt. Kinds: kInvalid
+// for a broken rule, kUnimplemented for a legal setting nothing in this release runs
+// (profiling.enable, checkpoint.interval > 0, checkpoint.initial_load_path); all
+// kInvalid rules are checked before any kUnimplemented one.
+std::optional<SpecError> Validate(const JobSpec& spec);
+
+}  // namespace trainyard::spec

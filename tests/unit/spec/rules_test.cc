@@ -1,0 +1,259 @@
+// Every rule of spec::Validate, one case each, with the field, the rule and the message
+// written out here (not derived from the code under test).
+#include "common/spec/rules.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "common/spec/presets.h"
+
+namespace trainyard::spec {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Case {
+  const char* name;
+  std::vector<std::string> sets;  // --set overrides on the debug preset
+  const char* field;
+  const char* rule;
+  const char* message;  // exact message, or a substring when it starts with '~'
+  SpecError::Kind kind = SpecError::Kind::kInvalid;
+};
+
+class RuleTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(RuleTest, RefusesNamingFieldAndRule) {
+  const Case& c = GetParam();
+  Result<JobSpec> spec = FromPreset("debug", c.sets);
+  ASSERT_FALSE(spec.ok()) << c.name;
+  EXPECT_EQ(spec.error().field, c.field);
+  EXPECT_EQ(spec.error().rule, c.rule);
+  EXPECT_EQ(spec.error().kind, c.kind);
+  const std::string message = c.message;
+  if (message[0] == '~') {
+    EXPECT_THAT(spec.error().message, HasSubstr(message.substr(1)));
+  } else {
+    EXPECT_EQ(spec.error().message, message);
+  }
+  // The error says which --set it came from.
+  EXPECT_EQ(spec.error().origin.rfind("--set ", 0), 0u) << spec.error().origin;
+}
+
+std::string CaseName(const ::testing::TestParamInfo<Case>& info) { return info.param.name; }
+
+INSTANTIATE_TEST_SUITE_P(
+    Ranges, RuleTest,
+    ::testing::Values(
+        Case{"LrAboveTen", {"training.lr=20"}, "training.lr", "range", "training.lr must be in (0, 10], got 20"},
+        Case{"LrZero", {"training.lr=0"}, "training.lr", "range", "training.lr must be in (0, 10], got 0"},
+        Case{"VocabOne", {"model.vocab_size=1"}, "model.vocab_size", "range",
+             "model.vocab_size must be in [2, 16777216], got 1"},
+        Case{"DimZero", {"model.dim=0"}, "model.dim", "range", "model.dim must be in [2, 65536], got 0"},
+        Case{"LayersZero", {"model.n_layers=0"}, "model.n_layers", "range", "model.n_layers must be in [1, 1024], got 0"},
+        Case{"DenseAboveLayers", {"model.n_dense_layers=5"}, "model.n_dense_layers", "range",
+             "model.n_dense_layers must be in [0, model.n_layers=4], got 5"},
+        Case{"HeadsAboveDim", {"model.n_heads=512"}, "model.n_heads", "range",
+             "model.n_heads must be in [1, model.dim=256], got 512"},
+        Case{"KvAboveHeads", {"model.n_kv_heads=16"}, "model.n_kv_heads", "range",
+             "model.n_kv_heads must be in [1, model.n_heads=8], got 16"},
+        Case{"FfnZero", {"model.ffn_hidden=0"}, "model.ffn_hidden", "range", "model.ffn_hidden must be in [1, 1048576], got 0"},
+        Case{"ExpertsZero", {"model.n_routed_experts=0"}, "model.n_routed_experts", "range",
+             "model.n_routed_experts must be in [1, 4096], got 0"},
+        Case{"TopKAbove", {"model.top_k=9"}, "model.top_k", "range",
+             "model.top_k must be in [1, model.n_routed_experts=8], got 9"},
+        Case{"SharedNegative", {"model.n_shared_experts=-1"}, "model.n_shared_experts", "range",
+             "model.n_shared_experts must be in [0, 64], got -1"},
+        Case{"RouteScaleZero", {"model.route_scale=0"}, "model.route_scale", "range",
+             "model.route_scale must be in (0, 1000000], got 0"},
+        Case{"RopeThetaBelowOne", {"model.rope_theta=0.5"}, "model.rope_theta", "range",
+             "model.rope_theta must be in [1, 1000000000000], got 0.5"},
+        Case{"NormEpsZero", {"model.norm_eps=0"}, "model.norm_eps", "range", "model.norm_eps must be in (0, 1], got 0"},
+        Case{"CoeffNegative", {"model.load_balance_coeff=-0.5"}, "model.load_balance_coeff", "range",
+             "model.load_balance_coeff must be in [0, 1], got -0.5"},
+        Case{"StepsZero", {"training.steps=0"}, "training.steps", "range", "training.steps must be in [1, 1000000000], got 0"},
+        Case{"BatchNegative", {"training.batch_size=-8"}, "training.batch_size", "range",
+             "training.batch_size must be in [1, 1048576], got -8"},
+        Case{"SeqLenHuge", {"training.seq_len=2000000"}, "training.seq_len", "range",
+             "training.seq_len must be in [1, 1048576], got 2000000"},
+        Case{"WarmupNegative", {"training.warmup_steps=-1"}, "training.warmup_steps", "range",
+             "training.warmup_steps must be in [0, 1000000000], got -1"},
+        Case{"MaxNormZero", {"training.max_norm=0"}, "training.max_norm", "range",
+             "training.max_norm must be in (0, 1000000000000], got 0"},
+        Case{"LogFreqZero", {"training.log_freq=0"}, "training.log_freq", "range",
+             "training.log_freq must be in [1, 1000000000], got 0"},
+        Case{"DpZero", {"parallelism.dp=0"}, "parallelism.dp", "range", "parallelism.dp must be in [1, 65536], got 0"},
+        Case{"TpNegative", {"parallelism.tp=-2"}, "parallelism.tp", "range", "parallelism.tp must be in [1, 65536], got -2"},
+        Case{"EpZero", {"parallelism.ep=0"}, "parallelism.ep", "range", "parallelism.ep must be in [1, 65536], got 0"},
+        Case{"WorldTooLarge", {"parallelism.dp=65536", "parallelism.tp=2"}, "parallelism.dp", "range",
+             "parallelism.dp=65536 times parallelism.tp=2 = 131072 ranks, over the limit of 65536"},
+        Case{"TimeoutTiny", {"parallelism.collective_timeout_s=0.0001"}, "parallelism.collective_timeout_s", "range",
+             "parallelism.collective_timeout_s must be in [0.001, 10000000], got 0.0001"},
+        Case{"RecompileZero", {"compile.recompile_limit=0"}, "compile.recompile_limit", "range",
+             "compile.recompile_limit must be in [1, 65536], got 0"},
+        Case{"SummaryZero", {"compile.summary_every=0"}, "compile.summary_every", "range",
+             "compile.summary_every must be in [1, 1000000000], got 0"},
+        Case{"PriorityHigh", {"job.priority=1001"}, "job.priority", "range", "job.priority must be in [-1000, 1000], got 1001"},
+        Case{"ProfilingWindow", {"profiling.freq=4", "profiling.warmup=3", "profiling.active=2"}, "profiling.warmup",
+             "range", "profiling.warmup + profiling.active must be <= profiling.freq, got 3 + 2 > 4"},
+        Case{"KeepNegative", {"checkpoint.keep=-1"}, "checkpoint.keep", "range", "checkpoint.keep must be in [0, 1000000], got -1"},
+        Case{"RestartsHigh", {"restart.max_restarts=1001"}, "restart.max_restarts", "range",
+             "restart.max_restarts must be in [0, 1000], got 1001"},
+        Case{"RanksPerWorkerNegative", {"resources.ranks_per_worker=-1"}, "resources.ranks_per_worker", "range",
+             "resources.ranks_per_worker must be in [0, 65536], got -1"}),
+    CaseName);
+
+INSTANTIATE_TEST_SUITE_P(
+    EnumsAndText, RuleTest,
+    ::testing::Values(
+        Case{"Backend", {"compile.backend=fast"}, "compile.backend", "one_of",
+             "compile.backend: unknown value \"fast\" (known: eager, jit, cudagraph)"},
+        Case{"ScoreFunc", {"model.score_func=relu"}, "model.score_func", "one_of",
+             "model.score_func: unknown value \"relu\" (known: sigmoid, softmax)"},
+        Case{"Dataset", {"training.dataset=web"}, "training.dataset", "one_of",
+             "training.dataset: unknown value \"web\" (known: synthetic, text, tokens)"},
+        Case{"Regions", {"compile.regions=all"}, "compile.regions", "one_of",
+             "compile.regions: unknown value \"all\" (known: per_layer, model)"},
+        Case{"SideEffect", {"compile.on_side_effect=ignore"}, "compile.on_side_effect", "one_of",
+             "compile.on_side_effect: unknown value \"ignore\" (known: error, fallback)"},
+        Case{"AcMode", {"activation_checkpoint.mode=some"}, "activation_checkpoint.mode", "one_of",
+             "activation_checkpoint.mode: unknown value \"some\" (known: none, full, selective)"},
+        Case{"Device", {"resources.device=tpu"}, "resources.device", "one_of",
+             "resources.device: unknown value \"tpu\" (known: cpu, cuda)"},
+        Case{"NameEmpty", {"job.name=\"\""}, "job.name", "length", "job.name must be 1 to 128 characters long, got 0"},
+        Case{"NameSpace", {"job.name=\"a b\""}, "job.name", "charset",
+             "job.name \"a b\" may contain only letters, digits, '.', '_' and '-'"},
+        Case{"PathLong", {"training.dataset_path=\"" + std::string(5000, 'a') + "\""}, "training.dataset_path", "length",
+             "training.dataset_path is 5000 bytes long, over the limit of 4096"}),
+    CaseName);
+
+INSTANTIATE_TEST_SUITE_P(
+    CrossField, RuleTest,
+    ::testing::Values(
+        Case{"DimByHeads", {"model.dim=100", "model.n_heads=8"}, "model.dim", "divides",
+             "model.dim=100 must be divisible by model.n_heads=8"},
+        Case{"HeadsByKv", {"model.n_kv_heads=3"}, "model.n_heads", "divides",
+             "model.n_heads=8 must be divisible by model.n_kv_heads=3 (grouped-query attention)"},
+        Case{"OddHeadDim", {"model.dim=24", "model.n_heads=8", "model.n_kv_heads=4"}, "model.dim", "divides",
+             "model.dim=24 / model.n_heads=8 = 3 (head_dim) must be even: RoPE rotates pairs"},
+        Case{"TpHeads", {"parallelism.tp=3"}, "parallelism.tp", "divides",
+             "parallelism.tp=3 must divide model.n_heads=8 and model.n_kv_heads=4"},
+        Case{"TpFfn", {"model.ffn_hidden=766", "parallelism.tp=4"}, "parallelism.tp", "divides",
+             "parallelism.tp=4 must divide model.ffn_hidden=766"},
+        Case{"TpSharedExpert", {"model.expert_hidden=258", "parallelism.tp=4"}, "parallelism.tp", "divides",
+             "~model.expert_hidden*model.n_shared_experts=258"},
+        Case{"TpRanksPerWorker", {"parallelism.tp=4", "resources.ranks_per_worker=2"}, "parallelism.tp", "requires",
+             "parallelism.tp=4 must be at most resources.ranks_per_worker=2 (a tensor-parallel group never spans workers)"},
+        Case{"EpExperts", {"parallelism.ep=3", "parallelism.dp=3"}, "parallelism.ep", "divides",
+             "parallelism.ep=3 must divide model.n_routed_experts=8"},
+        Case{"EpWorld", {"parallelism.ep=4", "parallelism.dp=2"}, "parallelism.ep", "divides",
+             "parallelism.ep=4 must divide dp*tp=2"},
+        Case{"ModelRegionsNeedTp1", {"compile.regions=model", "parallelism.tp=2", "compile.backend=jit"},
+             "compile.regions", "requires", "~needs parallelism.tp=1"},
+        Case{"SelectiveNeedsPerLayer", {"compile.regions=model", "activation_checkpoint.mode=selective"},
+             "activation_checkpoint.mode", "requires", "~needs compile.regions=\"per_layer\""},
+        Case{"CudagraphNeedsCuda", {"compile.backend=cudagraph"}, "compile.backend", "requires",
+             "~needs resources.device=\"cuda\""},
+        Case{"FileDatasetNeedsPath", {"training.dataset=tokens"}, "training.dataset_path", "requires",
+             "training.dataset_path must be set when training.dataset is \"tokens\""},
+        Case{"TokensNeedWidth", {"training.dataset=tokens", "training.dataset_path=\"/d/x.bin\""},
+             "training.dataset_path", "requires", "~must end in .u16 or .u32"},
+        Case{"TextNeedsByteVocab", {"training.dataset=text", "training.dataset_path=\"/d/a.txt\"", "model.vocab_size=200"},
+             "model.vocab_size", "requires", "~at least 256"}),
+    CaseName);
+
+INSTANTIATE_TEST_SUITE_P(
+    NotBuilt, RuleTest,
+    ::testing::Values(Case{"Profiling", {"profiling.enable=true"}, "profiling.enable", "unimplemented",
+                           "~the profiler is not built yet", SpecError::Kind::kUnimplemented},
+                      Case{"Checkpoints", {"checkpoint.interval=100"}, "checkpoint.interval", "unimplemented",
+                           "~checkpointing is not built yet", SpecError::Kind::kUnimplemented},
+                      Case{"InitialLoad", {"checkpoint.initial_load_path=\"/w.safetensors\""},
+                           "checkpoint.initial_load_path", "unimplemented", "~not built yet",
+                           SpecError::Kind::kUnimplemented}),
+    CaseName);
+
+TEST(RulesTest, PresetsAndBoundaryValuesPass) {
+  for (const std::string& preset : PresetNames()) {
+    EXPECT_TRUE(FromPreset(preset).ok()) << preset;
+  }
+  // Each bound itself is allowed.
+  for (const std::vector<std::string>& sets : std::vector<std::vector<std::string>>{
+           {"training.lr=10"},
+           {"model.vocab_size=2"},
+           {"model.norm_eps=1"},
+           {"model.load_balance_coeff=0"},
+           {"job.priority=-1000"},
+           {"parallelism.collective_timeout_s=0.001"},
+           {"restart.max_restarts=1000"},
+           {"job.name=\"" + std::string(128, 'n') + "\""},
+           {"model.n_dense_layers=4"},       // no MoE layer: experts unused
+           {"model.n_dense_layers=0"},       // no dense layer: ffn_hidden need not divide by tp
+           {"model.ffn_hidden=3", "model.n_dense_layers=0", "parallelism.tp=2"},
+           {"model.n_shared_experts=0", "model.expert_hidden=3", "parallelism.tp=2"},
+           {"compile.backend=cudagraph", "resources.device=cuda"},
+           {"compile.regions=model", "activation_checkpoint.mode=full", "compile.backend=jit"},
+           {"parallelism.dp=2", "parallelism.tp=2", "parallelism.ep=4"},
+           {"training.dataset=tokens", "training.dataset_path=\"/d/x.u16\""},
+       }) {
+    Result<JobSpec> spec = FromPreset("debug", sets);
+    EXPECT_TRUE(spec.ok()) << sets[0] << ": " << (spec.ok() ? "" : spec.error().ToString());
+  }
+}
+
+TEST(RulesTest, NonFiniteValuesNeverReachTheRules) {
+  JobSpec spec = FromPreset("tiny").value();
+  spec.training.lr = std::numeric_limits<double>::quiet_NaN();
+  std::optional<SpecError> e = Validate(spec);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->field, "training.lr");
+  EXPECT_EQ(e->message, "training.lr must be in (0, 10], got nan");
+  spec.training.lr = 1e-3;
+  spec.model.rope_theta = std::numeric_limits<double>::infinity();
+  e = Validate(spec);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->field, "model.rope_theta");
+}
+
+TEST(RulesTest, InvalidRulesComeBeforeNotBuilt) {
+  Result<JobSpec> spec = FromPreset("debug", {"profiling.enable=true", "training.steps=0"});
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.error().field, "training.steps");
+  EXPECT_EQ(spec.error().kind, SpecError::Kind::kInvalid);
+}
+
+TEST(RulesTest, HostileTextIsQuotedShortAndEscaped) {
+  const std::string huge(1 << 20, 'x');
+  Result<JobSpec> spec = FromPreset("debug", {"compile.backend=\"" + huge + "\""});
+  ASSERT_FALSE(spec.ok());
+  EXPECT_LT(spec.error().ToString().size(), 400u);
+  EXPECT_THAT(spec.error().message, HasSubstr("(1048576 bytes)"));
+
+  JobSpec bad = FromPreset("tiny").value();
+  bad.job.name = "caf\xc3\xa9\n";  // UTF-8, but a newline
+  std::optional<SpecError> e = Validate(bad);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->message, "job.name \"caf\\xc3\\xa9\\x0a\" may contain only letters, digits, '.', '_' and '-'");
+}
+
+TEST(RulesTest, EveryTextValueMustBeUtf8) {
+  for (const std::string& bytes : {std::string("caf\xc3"), std::string("\xff"), std::string("\xc0\xaf"),
+                                   std::string("\xed\xa0\x80"), std::string("\xf4\x90\x80\x80")}) {
+    JobSpec bad = FromPreset("tiny").value();
+    bad.training.dataset_path = bytes;  // truncated, stray, overlong, surrogate, past U+10FFFF
+    std::optional<SpecError> e = Validate(bad);
+    ASSERT_TRUE(e.has_value()) << Quote(bytes);
+    EXPECT_EQ(e->field, "training.dataset_path");
+    EXPECT_EQ(e->rule, "utf8");
+  }
+  JobSpec good = FromPreset("tiny").value();
+  good.training.dataset_path = "/d/\xc3\xa9t\xc3\xa9/\xf0\x9f\x9a\x82";  // été, a train
+  EXPECT_FALSE(Validate(good).has_value());
+}
+
+}  // namespace
+}  // namespace trainyard::spec
