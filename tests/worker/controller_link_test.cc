@@ -1,11 +1,11 @@
-#include "worker/controller_link.h"
+#include "worker/daemon/controller_link.h"
 
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 #include "common/posix_process_launcher.h"
 #include "tests/worker/test_util.h"
-#include "worker/rank_supervisor.h"
+#include "worker/daemon/rank_supervisor.h"
 
 namespace trainyard {
 namespace {

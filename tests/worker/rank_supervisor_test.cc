@@ -1,4 +1,4 @@
-#include "worker/rank_supervisor.h"
+#include "worker/daemon/rank_supervisor.h"
 
 #include <errno.h>
 #include <gmock/gmock.h>

@@ -1,4 +1,4 @@
-#include "worker/event_outbox.h"
+#include "worker/daemon/event_outbox.h"
 
 #include <utility>
 

@@ -1,4 +1,4 @@
-#include "worker/controller_link.h"
+#include "worker/daemon/controller_link.h"
 
 #include <spdlog/spdlog.h>
 
@@ -9,8 +9,6 @@
 #include "common/grpc_status.h"
 
 namespace trainyard {
-
-namespace v1 = trainyard::v1;
 
 struct ControllerLink::Stream {
   grpc::ClientContext context;
@@ -64,32 +62,31 @@ int ControllerLink::connects() const {
 }
 
 bool ControllerLink::Drain(absl::Duration timeout) {
-  {
-    absl::MutexLock lock(&mu_);
-    force_flush_ = true;
-  }
-  absl::Time deadline = absl::Now() + timeout;
-  while (!outbox_->Empty()) {
-    if (absl::Now() >= deadline) return false;
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  return true;
+  absl::MutexLock lock(&mu_);
+  force_flush_ = true;
+  return clock_->AwaitWithDeadline(
+      &mu_, absl::Condition(+[](EventOutbox *outbox) { return outbox->Empty(); }, outbox_),
+      clock_->Now() + timeout);
 }
 
 void ControllerLink::Run() {
   std::minstd_rand rng(std::random_device{}());
   absl::Duration backoff = options_.initial_backoff;
   while (true) {
-    absl::Time started = absl::Now();
+    const absl::Time started = clock_->Now();
     ServeStream();
     absl::MutexLock lock(&mu_);
     if (stopping_) return;
     // A stream that stayed up a while was a success: start the backoff afresh.
-    if (absl::Now() - started > options_.max_backoff) backoff = options_.initial_backoff;
-    std::uniform_real_distribution<double> jitter(0.8, 1.2);
-    absl::Duration wait = backoff * jitter(rng);
+    if (clock_->Now() - started > options_.max_backoff) backoff = options_.initial_backoff;
+    absl::Duration wait = backoff;
+    if (options_.backoff_jitter > 0) {
+      std::uniform_real_distribution<double> jitter(1 - options_.backoff_jitter,
+                                                    1 + options_.backoff_jitter);
+      wait = backoff * jitter(rng);
+    }
     spdlog::info("controller stream closed; reconnecting in {}", absl::FormatDuration(wait));
-    mu_.AwaitWithTimeout(absl::Condition(&stopping_), wait);
+    clock_->AwaitWithDeadline(&mu_, absl::Condition(&stopping_), clock_->Now() + wait);
     if (stopping_) return;
     backoff = std::min(backoff * 2, options_.max_backoff);
   }
@@ -138,9 +135,11 @@ void ControllerLink::ServeStream() {
                      msg.cancel().reason());
         runner_->Cancel(msg.cancel());
         break;
-      case v1::ControllerMessage::kEventAck:
+      case v1::ControllerMessage::kEventAck: {
+        absl::MutexLock lock(&mu_);  // so that Drain's condition is re-evaluated
         outbox_->Ack(msg.event_ack().batch_id());
         break;
+      }
       default:
         spdlog::warn("ignoring controller message with no known payload");
         break;
@@ -185,15 +184,22 @@ void ControllerLink::WriteLoop(Stream *stream) {
     if (!stream->rw->Write(m)) return fail("resent EventBatch");
   }
 
-  absl::Time next_heartbeat = absl::Now();
+  absl::Time next_heartbeat = clock_->Now();
+  // Wakes the writer early: the stream ended, or events are pending and either a
+  // full batch is waiting or Drain asked for a flush.
+  auto wake_early = [this, stream]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (stream->done) return true;
+    const absl::Time due = outbox_->NextDeadline();
+    return due == absl::InfinitePast() || (force_flush_ && due != absl::InfiniteFuture());
+  };
   while (true) {
     bool force;
     absl::Duration interval;
     {
       absl::MutexLock lock(&mu_);
-      absl::Time wake =
-          std::min({next_heartbeat, outbox_->NextDeadline(), absl::Now() + absl::Milliseconds(20)});
-      mu_.AwaitWithDeadline(absl::Condition(&stream->done), wake);
+      const absl::Time wake = std::min(
+          {next_heartbeat, outbox_->NextDeadline(), clock_->Now() + options_.outbox_poll});
+      clock_->AwaitWithDeadline(&mu_, absl::Condition(&wake_early), wake);
       if (stream->done) return;
       force = force_flush_;
       interval = stream->heartbeat_interval;
@@ -203,11 +209,11 @@ void ControllerLink::WriteLoop(Stream *stream) {
       *m.mutable_events() = std::move(*batch);
       if (!stream->rw->Write(m)) return fail("EventBatch");
     }
-    if (absl::Now() >= next_heartbeat) {
+    if (clock_->Now() >= next_heartbeat) {
       v1::WorkerMessage m;
       m.mutable_heartbeat()->set_free_slots(runner_->FreeSlots());
       if (!stream->rw->Write(m)) return fail("Heartbeat");
-      next_heartbeat = absl::Now() + interval;
+      next_heartbeat = clock_->Now() + interval;
     }
   }
 }

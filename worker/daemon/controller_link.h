@@ -11,8 +11,8 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "trainyard/v1/worker_service.grpc.pb.h"
-#include "worker/event_outbox.h"
-#include "worker/job_runner.h"
+#include "worker/daemon/event_outbox.h"
+#include "worker/daemon/job_runner.h"
 
 namespace trainyard {
 
@@ -24,9 +24,14 @@ namespace trainyard {
 // the controller asked for. Assign and Cancel go to the JobRunner; EventAck to
 // the outbox.
 //
-// Threads: one long-lived thread connects and reads (so Assign/Cancel run on
-// it); one writer thread per stream does every Write, so no lock is held across
-// an RPC. Public methods are thread-safe.
+// Every time it reads or waits for (reconnect backoff, heartbeat and flush
+// timing, Drain's timeout) comes from the injected Clock.
+//
+// Thread contract: public methods are thread-safe. One long-lived thread connects
+// and reads (so Assign/Cancel run on it); one writer thread per stream does every
+// Write, so no lock is held across an RPC. mu_ guards the link's state and is taken
+// before the outbox's own lock (never the other way round); EventAck is applied to
+// the outbox under mu_ so that Drain's wait sees it.
 class ControllerLink {
  public:
   struct Options {
@@ -35,8 +40,13 @@ class ControllerLink {
     trainyard::v1::Register registration;
     absl::Duration initial_backoff = absl::Milliseconds(200);
     absl::Duration max_backoff = absl::Seconds(10);
+    // Each wait is the backoff times a uniform factor in [1 - jitter, 1 + jitter].
+    double backoff_jitter = 0.2;
     // Used until the controller's RegisterAck says otherwise.
     absl::Duration heartbeat_interval = absl::Seconds(1);
+    // How often the writer looks for events added to the outbox since it last
+    // looked (adding an event does not wake it).
+    absl::Duration outbox_poll = absl::Milliseconds(20);
   };
 
   // Insecure channel with keepalive, so a dead controller breaks the stream.
@@ -50,7 +60,7 @@ class ControllerLink {
 
   void Start();
   // Flushes pending events and waits until the controller acknowledged every
-  // batch or `timeout` passed; true when everything was acknowledged.
+  // batch or `timeout` passed on the clock; true when everything was acknowledged.
   bool Drain(absl::Duration timeout);
   void Stop();
 

@@ -16,22 +16,32 @@
 #include "common/clock.h"
 #include "common/process_launcher.h"
 #include "trainyard/v1/event.pb.h"
-#include "worker/job_runner.h"
+#include "worker/daemon/job_runner.h"
+#include "worker/daemon/launch_spec.h"
 
 namespace trainyard {
 
-// Owns the rank processes of every attempt on this worker: writes the attempt's
-// config, spawns one process per rank, relays their stdout/stderr as Events,
-// reports their RankState (STARTING, RUNNING, then EXITED / FAILED / KILLED)
-// and kills them on Cancel or shutdown.
+// Owns the rank processes of every attempt on this worker: checks each Assign and
+// reserves its slots, has the LaunchSpecBuilder write the attempt's config and build
+// each rank's arguments, spawns one process per rank through the injected
+// ProcessLauncher, relays their stdout/stderr as Events (stderr rate-limited by a
+// StderrLimiter), reports their RankState (STARTING, RUNNING, then EXITED / FAILED /
+// KILLED, built by RankEvents) and kills them on Cancel or shutdown: SIGTERM to the rank's process group,
+// then SIGKILL once `kill_grace` has passed on the injected Clock. Every time it reads
+// or waits for (event times, the stderr window, kill grace, WaitIdle) comes from that
+// Clock.
 //
 // Every event of one (job, attempt, rank) goes to the sink in source_seq order,
 // from one of that rank's threads at a time; the sink must be thread-safe and
 // must not call back into the supervisor. A rank's exit state is emitted after
 // all of its output.
 //
-// Thread-safe. Each rank uses three threads (stdout, stderr, waiter); one more
-// thread enforces kill grace periods and joins finished ranks.
+// Thread contract: public methods are thread-safe. Each rank uses three threads
+// (stdout, stderr, waiter); one more thread (the housekeeper) enforces kill grace
+// periods and joins finished ranks. mu_ guards the rank tables and each rank's
+// process fields; a rank's own mutex orders its events and guards its stderr state.
+// Lock order: mu_ before a rank's mutex; the sink is called with only the rank's
+// mutex held.
 class RankSupervisor : public JobRunner {
  public:
   struct Options {
@@ -60,15 +70,18 @@ class RankSupervisor : public JobRunner {
 
   // Kills every rank as on Cancel and blocks until all are reaped and reported.
   void KillAll(const std::string &reason);
-  // Blocks until no rank is alive or `timeout` passes; true when none is alive.
+  // Blocks until no rank is alive or `timeout` passes on the clock; true when none
+  // is alive.
   bool WaitIdle(absl::Duration timeout);
 
  private:
   struct Rank;
   using Key = std::tuple<std::string, int, int>;  // job, attempt, rank
 
-  absl::StatusOr<std::string> WriteConfig(const trainyard::v1::Assign &assign);
-  void StartRank(Rank *rank, const trainyard::v1::Assign &assign, const std::string &config_path);
+  // Emits FAILED for a rank that never ran and retires it (tracked: it is in alive_).
+  void Fail(Rank *rank, const std::string &message, bool tracked);
+  void StartThreads(Rank *rank, const LaunchedProcess &launched)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void KillLocked(Rank *rank, const std::string &reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Emit(Rank *rank, trainyard::v1::Event event);
   void OnStdout(Rank *rank, std::string line);
@@ -78,6 +91,7 @@ class RankSupervisor : public JobRunner {
   void Housekeep();
 
   const Options options_;
+  const LaunchSpecBuilder builder_;
   ProcessLauncher *const launcher_;
   Clock *const clock_;
   const EventSink sink_;
@@ -88,6 +102,8 @@ class RankSupervisor : public JobRunner {
   // Last source_seq used per key, so a re-assigned (job, attempt, rank) never
   // repeats one.
   std::map<Key, int64_t> last_seq_ ABSL_GUARDED_BY(mu_);
+  // Bumped whenever a kill deadline is set, so the housekeeper rereads them.
+  int64_t kill_deadlines_set_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread housekeeper_;
 };

@@ -1,0 +1,281 @@
+// ControllerLink on a fake clock against an in-process fake controller: reconnect
+// backoff, heartbeat timing, the flush interval and Drain's timeout all run on the
+// injected clock, which the tests move; nothing waits for real time to pass.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <future>
+
+#include "tests/fakes/recording_clock.h"
+#include "worker/daemon/controller_link.h"
+
+namespace trainyard {
+namespace {
+
+using testing::RecordingClock;
+
+// What the fake controller does on stream N.
+struct Plan {
+  bool close_after_register = false;  // end the stream at once, without RegisterAck
+  bool hold_until_released = false;   // keep it open, without RegisterAck, until Release()
+  int heartbeat_interval_ms = 3600 * 1000;
+  bool ack_events = true;
+  bool close_on_first_batch = false;  // end the stream, unacked, on its first EventBatch
+};
+
+class FakeController final : public v1::WorkerService::Service {
+ public:
+  FakeController(Clock *clock, std::function<Plan(int stream)> plan)
+      : clock_(clock), plan_(std::move(plan)) {}
+
+  grpc::Status Connect(
+      grpc::ServerContext *context,
+      grpc::ServerReaderWriter<v1::ControllerMessage, v1::WorkerMessage> *stream) override {
+    v1::WorkerMessage msg;
+    if (!stream->Read(&msg) || !msg.has_register_()) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "expected Register first");
+    }
+    int index;
+    {
+      absl::MutexLock lock(&mu_);
+      index = static_cast<int>(connects_.size());
+      connects_.push_back(clock_->Now());
+      registers_.push_back(msg.register_());
+    }
+    const Plan plan = plan_(index);
+    if (plan.close_after_register) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "bye");
+    if (plan.hold_until_released) {
+      absl::MutexLock lock(&mu_);
+      while (!released_ && !context->IsCancelled()) {
+        mu_.AwaitWithTimeout(absl::Condition(&released_), absl::Milliseconds(10));
+      }
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "released");
+    }
+    v1::ControllerMessage ack;
+    ack.mutable_register_ack()->set_heartbeat_interval_ms(plan.heartbeat_interval_ms);
+    stream->Write(ack);
+    while (stream->Read(&msg)) {
+      if (msg.has_heartbeat()) {
+        absl::MutexLock lock(&mu_);
+        heartbeats_.push_back({clock_->Now(), msg.heartbeat().free_slots()});
+      } else if (msg.has_events()) {
+        {
+          absl::MutexLock lock(&mu_);
+          batches_.push_back({index, msg.events()});
+        }
+        if (plan.close_on_first_batch) return grpc::Status::OK;
+        if (plan.ack_events) {
+          v1::ControllerMessage event_ack;
+          event_ack.mutable_event_ack()->set_batch_id(msg.events().batch_id());
+          stream->Write(event_ack);
+        }
+      }
+    }
+    return grpc::Status::OK;
+  }
+
+  void Release() {
+    absl::MutexLock lock(&mu_);
+    released_ = true;
+  }
+  // Waits until pred() holds under mu_; false after a cutoff that only bounds how
+  // long a failing test hangs.
+  bool WaitFor(std::function<bool()> pred) {
+    absl::MutexLock lock(&mu_);
+    return mu_.AwaitWithTimeout(absl::Condition(&pred), absl::Seconds(20));
+  }
+
+  absl::Mutex mu_;
+  std::vector<absl::Time> connects_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::Register> registers_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<absl::Time, int>> heartbeats_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<int, v1::EventBatch>> batches_ ABSL_GUARDED_BY(mu_);
+
+ private:
+  Clock *const clock_;
+  const std::function<Plan(int)> plan_;
+  bool released_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+class FakeRunner : public JobRunner {
+ public:
+  absl::Status Assign(const v1::Assign &) override { return absl::OkStatus(); }
+  void Cancel(const v1::Cancel &) override {}
+  int FreeSlots() const override { return 3; }
+  std::vector<v1::RunningAttempt> Running() const override {
+    v1::RunningAttempt a;
+    a.set_job_id("j1");
+    a.set_attempt(2);
+    a.add_ranks(0);
+    return {a};
+  }
+};
+
+v1::Event Ev(int64_t source_seq) {
+  v1::Event e;
+  e.set_job_id("j1");
+  e.set_source_seq(source_seq);
+  e.mutable_log()->set_message("m");
+  return e;
+}
+
+class ControllerLinkClockTest : public ::testing::Test {
+ protected:
+  void Start(std::function<Plan(int)> plan) {
+    controller_ = std::make_unique<FakeController>(&clock_, std::move(plan));
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(controller_.get());
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    options_.registration.set_name("w1");
+    options_.initial_backoff = absl::Seconds(1);
+    options_.max_backoff = absl::Seconds(4);
+    options_.backoff_jitter = 0;  // so every wait is exactly the backoff
+    options_.heartbeat_interval = absl::Seconds(1);
+    options_.outbox_poll = absl::Hours(1);  // so only heartbeats and the flush wake the writer
+    link_ = std::make_unique<ControllerLink>(
+        options_, ControllerLink::MakeChannel("127.0.0.1:" + std::to_string(port)), &runner_,
+        &outbox_, &clock_);
+    link_->Start();
+  }
+  void TearDown() override {
+    if (link_) link_->Stop();
+    if (server_) server_->Shutdown(std::chrono::system_clock::now());
+  }
+  bool WaitForConnects(size_t n) {
+    FakeController *c = controller_.get();
+    return c->WaitFor([c, n]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return c->connects_.size() >= n; });
+  }
+  std::vector<absl::Time> Connects() {
+    absl::MutexLock lock(&controller_->mu_);
+    return controller_->connects_;
+  }
+  // Waits for the link to sleep until exactly `deadline`, then moves the clock there.
+  void AdvanceTo(absl::Time deadline) {
+    EXPECT_TRUE(clock_.WaitForDeadline(deadline, absl::Seconds(20)))
+        << "no wait until " << absl::FormatTime(deadline);
+    if (deadline > clock_.Now()) clock_.Advance(deadline - clock_.Now());
+  }
+
+  RecordingClock clock_;
+  const absl::Time t0_ = clock_.Now();
+  ControllerLink::Options options_;
+  FakeRunner runner_;
+  EventOutbox outbox_{{.max_batch_events = 64, .flush_interval = absl::Milliseconds(100)}};
+  std::unique_ptr<FakeController> controller_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<ControllerLink> link_;
+};
+
+TEST_F(ControllerLinkClockTest, ReconnectBackoffDoublesUpToTheMaximumOnTheClock) {
+  Start([](int) { return Plan{.close_after_register = true}; });
+  // Backoffs 1, 2, 4, 4 s: each reconnect happens when the clock reaches it.
+  const absl::Duration backoffs[] = {absl::Seconds(1), absl::Seconds(2), absl::Seconds(4),
+                                     absl::Seconds(4)};
+  absl::Time at = t0_;
+  std::vector<absl::Time> expected = {t0_};
+  for (absl::Duration b : backoffs) {
+    ASSERT_TRUE(WaitForConnects(expected.size()));
+    at += b;
+    AdvanceTo(at);
+    expected.push_back(at);
+  }
+  ASSERT_TRUE(WaitForConnects(expected.size()));
+  EXPECT_EQ(Connects(), expected);
+  EXPECT_EQ(expected.back(), t0_ + absl::Seconds(11));
+  EXPECT_EQ(link_->connects(), 5);
+}
+
+TEST_F(ControllerLinkClockTest, AStreamThatLastedLongerThanMaxBackoffResetsIt) {
+  Start([](int stream) {
+    return stream == 1 ? Plan{.hold_until_released = true} : Plan{.close_after_register = true};
+  });
+  ASSERT_TRUE(WaitForConnects(1));
+  AdvanceTo(t0_ + absl::Seconds(1));  // first backoff
+  ASSERT_TRUE(WaitForConnects(2));
+  clock_.Advance(absl::Seconds(5));  // stream 1 stays up 5 s > max_backoff
+  controller_->Release();
+  AdvanceTo(t0_ + absl::Seconds(7));  // backoff back to 1 s, not 2 s
+  ASSERT_TRUE(WaitForConnects(3));
+  AdvanceTo(t0_ + absl::Seconds(9));  // and doubling again from there
+  ASSERT_TRUE(WaitForConnects(4));
+  EXPECT_EQ(Connects(), (std::vector<absl::Time>{t0_, t0_ + absl::Seconds(1),
+                                                 t0_ + absl::Seconds(7), t0_ + absl::Seconds(9)}));
+}
+
+TEST_F(ControllerLinkClockTest, HeartbeatsFollowTheIntervalTheControllerAskedFor) {
+  Start([](int) { return Plan{.heartbeat_interval_ms = 500}; });
+  FakeController *c = controller_.get();
+  auto heartbeats = [c](size_t n) {
+    return c->WaitFor([c, n]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return c->heartbeats_.size() >= n; });
+  };
+  ASSERT_TRUE(heartbeats(1));
+  AdvanceTo(t0_ + absl::Milliseconds(500));
+  ASSERT_TRUE(heartbeats(2));
+  AdvanceTo(t0_ + absl::Milliseconds(1000));
+  ASSERT_TRUE(heartbeats(3));
+  absl::MutexLock lock(&c->mu_);
+  EXPECT_EQ(c->heartbeats_, (std::vector<std::pair<absl::Time, int>>{
+                                {t0_, 3},
+                                {t0_ + absl::Milliseconds(500), 3},
+                                {t0_ + absl::Milliseconds(1000), 3}}));
+  ASSERT_EQ(c->registers_.size(), 1u);
+  EXPECT_EQ(c->registers_[0].name(), "w1");
+  ASSERT_EQ(c->registers_[0].running_size(), 1);
+  EXPECT_EQ(c->registers_[0].running(0).job_id(), "j1");
+}
+
+TEST_F(ControllerLinkClockTest, EventsWaitForTheFlushIntervalAndAreResentAfterReconnect) {
+  Start([](int stream) {
+    return stream == 0 ? Plan{.close_on_first_batch = true} : Plan{};
+  });
+  outbox_.Add(Ev(1), clock_.Now());
+  AdvanceTo(t0_ + absl::Milliseconds(100));  // the outbox's flush interval
+  FakeController *c = controller_.get();
+  ASSERT_TRUE(c->WaitFor([c]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return c->batches_.size() == 1; }));
+  AdvanceTo(t0_ + absl::Milliseconds(1100));  // the stream closed; 1 s backoff
+  ASSERT_TRUE(c->WaitFor([c]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return c->batches_.size() == 2; }));
+  absl::MutexLock lock(&c->mu_);
+  EXPECT_EQ(c->connects_.size(), 2u);
+  EXPECT_EQ(c->batches_[0].first, 0);
+  EXPECT_EQ(c->batches_[1].first, 1);
+  EXPECT_EQ(c->batches_[1].second.SerializeAsString(), c->batches_[0].second.SerializeAsString());
+  ASSERT_EQ(c->batches_[0].second.events_size(), 1);
+  EXPECT_EQ(c->batches_[0].second.events(0).source_seq(), 1);
+}
+
+TEST_F(ControllerLinkClockTest, DrainFlushesAtOnceAndReturnsWhenAcked) {
+  Start([](int) { return Plan{}; });
+  FakeController *c = controller_.get();
+  ASSERT_TRUE(c->WaitFor([c]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return !c->heartbeats_.empty(); }));
+  outbox_.Add(Ev(7), clock_.Now());
+  auto drained = std::async(std::launch::async, [&] { return link_->Drain(absl::Seconds(30)); });
+  const std::future_status status = drained.wait_for(std::chrono::seconds(20));
+  if (status != std::future_status::ready) clock_.Advance(absl::Seconds(30));  // let it end
+  ASSERT_EQ(status, std::future_status::ready);
+  EXPECT_TRUE(drained.get());
+  EXPECT_EQ(clock_.Now(), t0_);  // no flush interval had to pass
+  EXPECT_TRUE(outbox_.Empty());
+  absl::MutexLock lock(&c->mu_);
+  ASSERT_EQ(c->batches_.size(), 1u);
+  EXPECT_EQ(c->batches_[0].second.events(0).source_seq(), 7);
+}
+
+TEST_F(ControllerLinkClockTest, DrainGivesUpWhenItsTimeoutPassesOnTheClock) {
+  Start([](int) { return Plan{.ack_events = false}; });
+  FakeController *c = controller_.get();
+  ASSERT_TRUE(c->WaitFor([c]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return !c->heartbeats_.empty(); }));
+  outbox_.Add(Ev(1), clock_.Now());
+  auto drained = std::async(std::launch::async, [&] { return link_->Drain(absl::Seconds(2)); });
+  ASSERT_TRUE(c->WaitFor([c]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return c->batches_.size() == 1; }));
+  AdvanceTo(t0_ + absl::Seconds(2));
+  ASSERT_EQ(drained.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  EXPECT_FALSE(drained.get());
+  EXPECT_FALSE(outbox_.Empty());
+}
+
+}  // namespace
+}  // namespace trainyard

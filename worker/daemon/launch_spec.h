@@ -1,0 +1,62 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/process_launcher.h"
+#include "trainyard/v1/worker_service.pb.h"
+
+namespace trainyard {
+
+// How one rank of an attempt is started.
+struct RankLaunch {
+  int rank = 0;
+  LaunchRequest request;  // the rank binary and its arguments
+};
+
+// How an attempt's ranks on this worker are started: the directory that holds the
+// attempt's files, the config file every rank reads (the JobSpec as one line of proto3
+// JSON) and one launch per assigned rank, in the Assign's order.
+struct AttemptLaunch {
+  std::string attempt_dir;  // work_dir/JOB/ATTEMPT
+  std::string config_path;  // attempt_dir/config.json
+  std::string config_text;  // what config_path holds
+  std::vector<RankLaunch> ranks;
+};
+
+// Turns an Assign into an AttemptLaunch and writes the attempt's config file.
+// Build is pure (no I/O); WriteConfig creates attempt_dir and writes config.json
+// atomically (a temporary file, then rename).
+//
+// Thread contract: immutable after construction; every method is thread-safe.
+// Concurrent WriteConfig calls for one (job, attempt) race on the same file, which
+// the supervisor prevents by refusing a duplicate attempt before writing.
+class LaunchSpecBuilder {
+ public:
+  struct Options {
+    std::string rank_binary;
+    std::string work_dir;
+    std::string gloo_host = "127.0.0.1";
+    int threads_per_rank = 1;
+  };
+
+  explicit LaunchSpecBuilder(Options options);
+
+  // INVALID_ARGUMENT when the job id is not a safe directory name (1-200 of
+  // [A-Za-z0-9._-], not "." or ".."), there are no ranks, world_size <= 0, or a rank
+  // is duplicated or outside [0, world_size).
+  static absl::Status Validate(const trainyard::v1::Assign &assign);
+
+  // Validate, then the launch of every assigned rank.
+  absl::StatusOr<AttemptLaunch> Build(const trainyard::v1::Assign &assign) const;
+
+  // Creates launch.attempt_dir and writes launch.config_text to launch.config_path.
+  static absl::Status WriteConfig(const AttemptLaunch &launch);
+
+ private:
+  const Options options_;
+};
+
+}  // namespace trainyard

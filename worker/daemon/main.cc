@@ -1,0 +1,121 @@
+// trainyard-worker: runs the ranks the controller assigns to this machine. Flags →
+// Options → wiring; the only place that builds the real clock and process launcher.
+#include <signal.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "common/clock.h"
+#include "common/posix_process_launcher.h"
+#include "worker/daemon/controller_link.h"
+#include "worker/daemon/event_outbox.h"
+#include "worker/daemon/rank_environment.h"
+#include "worker/daemon/rank_supervisor.h"
+
+namespace {
+
+struct Options {
+  std::string controller, name, rank_binary, work_dir;
+  std::string address = "127.0.0.1";
+  std::string rendezvous_ports = "29500-29999";
+  int port_min = 0, port_max = 0;  // parsed from rendezvous_ports
+  int slots = 1;
+  int threads_per_rank = 0;
+};
+
+// Parses and completes the flags; an exit status when the process should end now.
+std::optional<int> ParseFlags(int argc, char **argv, Options &opt) {
+  CLI::App app{"trainyard-worker: runs Trainyard rank processes assigned by the controller"};
+  app.add_option("--controller", opt.controller, "Controller WorkerService address, HOST:PORT")
+      ->required();
+  app.add_option("--slots", opt.slots, "Rank processes this worker may run at once")
+      ->required()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--name", opt.name, "Unique worker name shown by the controller")->required();
+  app.add_option("--address", opt.address, "Host other workers' ranks use to reach this one")
+      ->capture_default_str();
+  app.add_option("--rendezvous-ports", opt.rendezvous_ports,
+                 "Port range MIN-MAX for rendezvous stores hosted here")
+      ->capture_default_str();
+  app.add_option("--rank-binary", opt.rank_binary,
+                 "Rank executable (default: trainyard-rank next to this binary)");
+  app.add_option("--work-dir", opt.work_dir,
+                 "Directory for per-attempt configs (default: /tmp/trainyard-worker-NAME)");
+  app.add_option("--threads-per-rank", opt.threads_per_rank,
+                 "Compute threads per rank (default: max(1, cores / slots))");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError &e) {
+    return app.exit(e);
+  }
+  char dash = 0;
+  const int n = std::sscanf(opt.rendezvous_ports.c_str(), "%d%c%d", &opt.port_min, &dash,
+                            &opt.port_max);
+  if (n != 3 || dash != '-' || opt.port_min < 1 || opt.port_max > 65535 ||
+      opt.port_min > opt.port_max) {
+    std::fprintf(stderr, "--rendezvous-ports: expected MIN-MAX within 1-65535, got '%s'\n",
+                 opt.rendezvous_ports.c_str());
+    return 2;
+  }
+  if (opt.rank_binary.empty()) opt.rank_binary = trainyard::ExecutableSibling("trainyard-rank");
+  if (opt.work_dir.empty()) opt.work_dir = "/tmp/trainyard-worker-" + opt.name;
+  if (opt.threads_per_rank <= 0) {
+    opt.threads_per_rank = trainyard::RankEnvironment::DefaultThreads(
+        static_cast<int>(std::thread::hardware_concurrency()), opt.slots);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  using namespace trainyard;
+  Options opt;
+  if (std::optional<int> status = ParseFlags(argc, argv, opt)) return *status;
+  // Ranks inherit the worker's environment; set before any thread starts.
+  RankEnvironment::Export(RankEnvironment::ThreadVariables(
+      opt.threads_per_rank, RankEnvironment::ProcessEnvironment()));
+  spdlog::set_default_logger(spdlog::stderr_color_mt("worker"));
+  // Every thread inherits this mask; the main thread takes the signals with sigwait.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  Clock *clock = SystemClock();
+  EventOutbox outbox({});
+  PosixProcessLauncher launcher;
+  RankSupervisor supervisor(
+      {.worker_name = opt.name, .gloo_host = opt.address, .rank_binary = opt.rank_binary,
+       .work_dir = opt.work_dir, .slots = opt.slots, .threads_per_rank = opt.threads_per_rank},
+      &launcher, clock, [&](v1::Event e) { outbox.Add(std::move(e), clock->Now()); });
+
+  ControllerLink::Options link_opt;
+  v1::Register &reg = link_opt.registration;
+  reg.set_name(opt.name);
+  reg.set_slots(opt.slots);
+  reg.set_address(opt.address);
+  reg.set_rendezvous_port_min(opt.port_min);
+  reg.set_rendezvous_port_max(opt.port_max);
+  reg.set_device("cpu");
+  ControllerLink link(link_opt, ControllerLink::MakeChannel(opt.controller), &supervisor, &outbox,
+                      clock);
+  spdlog::info("worker {} starting: controller={} slots={} rank_binary={} work_dir={} threads={}",
+               opt.name, opt.controller, opt.slots, opt.rank_binary, opt.work_dir,
+               opt.threads_per_rank);
+  link.Start();
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  spdlog::info("signal {} received: stopping ranks", sig);
+  supervisor.KillAll("worker shutting down");
+  if (!link.Drain(absl::Seconds(2))) spdlog::warn("exiting with unacknowledged events");
+  link.Stop();
+  return 0;
+}
