@@ -4,7 +4,7 @@
 #include <google/protobuf/util/json_util.h>
 
 #include "trainyard/v1/event.pb.h"
-#include "worker/engine/compile/compile_event.h"
+#include "worker/engine/compile/events/compile_event.h"
 
 namespace trainyard::engine::compile {
 namespace {

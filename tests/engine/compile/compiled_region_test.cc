@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "common/spec/rules.h"
 #include "tests/engine/compile/recording_sink.h"
 #include "tests/engine/compile/region_test_util.h"
 #include "worker/engine/compile/compile_context.h"
@@ -290,6 +291,11 @@ TEST(CompileContextTest, ParsesOptionNames) {
   EXPECT_THROW(ParseCompileBackend("inductor"), std::invalid_argument);
   EXPECT_EQ(ParseSideEffectPolicy("fallback"), SideEffectPolicy::kFallback);
   EXPECT_THROW(ParseSideEffectPolicy("ignore"), std::invalid_argument);
+  // Every value the spec core admits maps to an option, and back to the same name.
+  for (const std::string& name : spec::Backends()) EXPECT_EQ(CompileBackendName(ParseCompileBackend(name)), name);
+  for (const std::string& name : spec::SideEffectPolicies()) {
+    EXPECT_EQ(SideEffectPolicyName(ParseSideEffectPolicy(name)), name);
+  }
   RecordingSink sink;
   CompileOptions o;
   o.recompile_limit = 0;

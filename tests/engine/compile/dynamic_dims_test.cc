@@ -6,7 +6,7 @@
 #include "tests/engine/compile/region_test_util.h"
 #include "worker/engine/compile/compile_context.h"
 #include "worker/engine/compile/compiled_region.h"
-#include "worker/engine/compile/region_guard.h"
+#include "worker/engine/compile/region/region_guard.h"
 
 namespace trainyard::engine::compile {
 namespace {

@@ -3,7 +3,7 @@
 
 #include <vector>
 
-#include "worker/engine/compile/compile_event.h"
+#include "worker/engine/compile/events/compile_event.h"
 
 namespace trainyard::engine::compile {
 

@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "worker/engine/compile/region_guard.h"
+#include "worker/engine/compile/region/region_guard.h"
 
 namespace trainyard::engine::compile {
 namespace {

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "worker/engine/compile/region_key.h"
+#include "worker/engine/compile/region/region_key.h"
 
 namespace trainyard::engine::compile {
 namespace {

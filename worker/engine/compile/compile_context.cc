@@ -3,7 +3,7 @@
 #include <chrono>
 #include <stdexcept>
 
-#include "worker/engine/compile/jit_executable.h"
+#include "worker/engine/compile/backend/jit_executable.h"
 
 namespace trainyard::engine::compile {
 namespace {

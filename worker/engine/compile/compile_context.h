@@ -14,10 +14,10 @@
 #include <utility>
 #include <vector>
 
-#include "worker/engine/compile/compile_event.h"
-#include "worker/engine/compile/compile_options.h"
+#include "worker/engine/compile/backend/compile_options.h"
+#include "worker/engine/compile/events/compile_event.h"
+#include "worker/engine/compile/region/region_key.h"
 #include "worker/engine/compile/region_cache.h"
-#include "worker/engine/compile/region_key.h"
 
 namespace trainyard::engine::compile {
 

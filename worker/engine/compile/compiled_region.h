@@ -36,9 +36,9 @@
 #include <torch/torch.h>
 
 #include "worker/engine/compile/compile_context.h"
-#include "worker/engine/compile/region_fn.h"
-#include "worker/engine/compile/region_key.h"
-#include "worker/engine/compile/side_effect_probe.h"
+#include "worker/engine/compile/region/region_fn.h"
+#include "worker/engine/compile/region/region_key.h"
+#include "worker/engine/compile/region/side_effect_probe.h"
 
 namespace trainyard::engine::compile {
 

@@ -12,9 +12,9 @@
 
 #include <torch/torch.h>
 
-#include "worker/engine/compile/jit_executable.h"
-#include "worker/engine/compile/region_guard.h"
-#include "worker/engine/compile/region_key.h"
+#include "worker/engine/compile/backend/jit_executable.h"
+#include "worker/engine/compile/region/region_guard.h"
+#include "worker/engine/compile/region/region_key.h"
 
 namespace trainyard::engine::compile {
 

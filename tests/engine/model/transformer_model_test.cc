@@ -1,0 +1,100 @@
+#include <set>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "worker/engine/config/engine_config.h"
+#include "worker/engine/model/transformer_model.h"
+#include "worker/engine/train/flops_model.h"
+
+namespace trainyard::engine {
+namespace {
+
+TEST(TransformerModelTest, ParameterNamesFollowTorchtitan) {
+  const ModelConfig c = TinyEngineConfig().model;
+  TransformerModel model(c, 32);
+  std::vector<std::string> names;
+  for (auto& p : model->named_parameters()) names.push_back(p.key());
+  const std::vector<std::string> expected = {
+      "tok_embeddings.weight",
+      "layers.0.attention_norm.weight",
+      "layers.0.attention.wq.weight",
+      "layers.0.attention.wk.weight",
+      "layers.0.attention.wv.weight",
+      "layers.0.attention.wo.weight",
+      "layers.0.ffn_norm.weight",
+      "layers.0.feed_forward.w1.weight",
+      "layers.0.feed_forward.w2.weight",
+      "layers.0.feed_forward.w3.weight",
+      "layers.1.attention_norm.weight",
+      "layers.1.attention.wq.weight",
+      "layers.1.attention.wk.weight",
+      "layers.1.attention.wv.weight",
+      "layers.1.attention.wo.weight",
+      "layers.1.ffn_norm.weight",
+      "layers.1.moe.router.gate.weight",
+      "layers.1.moe.experts.w1",
+      "layers.1.moe.experts.w2",
+      "layers.1.moe.experts.w3",
+      "layers.1.moe.shared_experts.w1.weight",
+      "layers.1.moe.shared_experts.w2.weight",
+      "layers.1.moe.shared_experts.w3.weight",
+      "norm.weight",
+      "output.weight",
+  };
+  EXPECT_EQ(std::set<std::string>(names.begin(), names.end()),
+            std::set<std::string>(expected.begin(), expected.end()));
+  EXPECT_EQ(names.size(), expected.size());
+
+  std::vector<std::string> buffers;
+  for (auto& b : model->named_buffers()) buffers.push_back(b.key());
+  EXPECT_EQ(buffers, std::vector<std::string>{"layers.1.moe.expert_bias"});
+
+  auto params = model->named_parameters();
+  EXPECT_EQ(params["layers.1.moe.experts.w1"].sizes(), (std::vector<int64_t>{4, 32, 64}));
+  EXPECT_EQ(params["layers.1.moe.experts.w2"].sizes(), (std::vector<int64_t>{4, 64, 32}));
+  EXPECT_EQ(params["layers.0.attention.wk.weight"].sizes(), (std::vector<int64_t>{32, 64}));
+  EXPECT_EQ(params["layers.1.moe.shared_experts.w1.weight"].sizes(), (std::vector<int64_t>{32, 64}));
+
+  // The analytic count must agree with the real module.
+  int64_t total = 0;
+  for (auto& p : model->parameters()) total += p.numel();
+  EXPECT_EQ(FlopsModel::FromConfig(c, 32).total_params, total);
+}
+
+TEST(TransformerModelTest, InitDependsOnlyOnSeed) {
+  const ModelConfig c = TinyEngineConfig().model;
+  TransformerModel a(c, 32), b(c, 32), d(c, 32);
+  a->InitWeights(7);
+  torch::manual_seed(12345);  // the global RNG must not matter
+  b->InitWeights(7);
+  d->InitWeights(8);
+  auto pa = a->named_parameters(), pb = b->named_parameters(), pd = d->named_parameters();
+  for (auto& item : pa) {
+    EXPECT_TRUE(torch::equal(item.value(), pb[item.key()])) << item.key();
+  }
+  EXPECT_FALSE(torch::equal(pa["output.weight"], pd["output.weight"]));
+  EXPECT_TRUE(torch::equal(pa["norm.weight"], torch::ones({64})));
+  // Residual projections are scaled down by 1/sqrt(2·n_layers) = 0.5.
+  const double wq_std = pa["layers.0.attention.wq.weight"].std().item<double>();
+  const double wo_std = pa["layers.0.attention.wo.weight"].std().item<double>();
+  EXPECT_NEAR(wq_std, 0.02, 0.003);
+  EXPECT_NEAR(wo_std, 0.01, 0.0015);
+}
+
+TEST(TransformerModelTest, ForwardShapesAndRoutingCounts) {
+  EngineConfig cfg = TinyEngineConfig();
+  TransformerModel model(cfg.model, 32);
+  model->InitWeights(1);
+  auto tokens = torch::randint(0, 256, {3, 16}, torch::kInt64);
+  ModelOutput out = model(tokens);
+  EXPECT_EQ(out.logits.sizes(), (std::vector<int64_t>{3, 16, 256}));
+  EXPECT_EQ(out.tokens_per_expert.sizes(), (std::vector<int64_t>{1, 4}));
+  EXPECT_EQ(out.tokens_per_expert.sum().item<int64_t>(), 3 * 16 * 2);
+  // Forward must not write module state (the bias moves only in UpdateExpertBiases).
+  EXPECT_TRUE(torch::equal(model->named_buffers()["layers.1.moe.expert_bias"], torch::zeros({4})));
+}
+
+}  // namespace
+}  // namespace trainyard::engine

@@ -1,0 +1,36 @@
+// Token datasets and the deterministic batch order shared by every DP layout.
+//
+// A dataset is a list of samples of seq_len+1 tokens (inputs plus shifted targets).
+// Batch k on DP rank r holds samples (k·dp + r)·B … (k·dp + r)·B + B − 1, wrapping
+// modulo the number of samples, so the global batch k is the same samples whatever dp
+// is. Implementations are immutable after construction and safe to read from any
+// thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include <torch/torch.h>
+
+#include "worker/engine/config/engine_config.h"
+
+namespace trainyard::engine {
+
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+  virtual int64_t num_samples() const = 0;
+  virtual int64_t seq_len() const = 0;
+  // Writes seq_len()+1 tokens of sample `index` (0 <= index < num_samples()) to `out`.
+  virtual void Sample(int64_t index, int64_t* out) const = 0;
+};
+
+// Builds the dataset named by training.dataset ("synthetic", "tokens", "text").
+// Throws std::invalid_argument naming the dataset and path on any problem.
+std::unique_ptr<Dataset> MakeDataset(const TrainingConfig& training, const ModelConfig& model);
+
+// [batch_size, seq_len+1] int64 for batch `step_index` (0-based) on `dp_rank`.
+torch::Tensor LoadBatch(const Dataset& dataset, int64_t step_index, int dp_rank, int dp,
+                        int batch_size);
+
+}  // namespace trainyard::engine

@@ -1,0 +1,347 @@
+// The feed-forward side of the fused CPU kernels (declared in fused_cpu_kernels.h):
+// SwiGLU, Linear over weights side by side, and the routed experts as one grouped op.
+#include <algorithm>
+#include <vector>
+
+#include <ATen/Parallel.h>
+#include <ATen/record_function.h>
+#include <torch/torch.h>
+
+#include "worker/engine/kernels/cpu/cpu_blas.h"
+#include "worker/engine/kernels/cpu/fused_cpu_kernels.h"
+
+#ifndef _OPENMP
+#error "fused_ffn_kernels.cc must be compiled with OpenMP: at::parallel_for is serial without it"
+#endif
+
+namespace trainyard::engine::fused {
+namespace {
+
+using torch::Tensor;
+using torch::autograd::AutogradContext;
+using torch::autograd::tensor_list;
+
+// ---- SwiGLU ---------------------------------------------------------------------
+// h: [rows, 2·hidden] contiguous, the w1 and w3 projections side by side. Writes
+// sig = σ(h[:, :hidden]) and out = silu(h[:, :hidden])·h[:, hidden:].
+void SwiGluForward(const Tensor& h, Tensor& sig, Tensor& out) {
+  const int64_t hidden = h.size(-1) / 2, rows = h.numel() / h.size(-1);
+  // ATen's sigmoid is vectorised (runtime-dispatched AVX2/AVX-512); kept for backward.
+  sig = torch::sigmoid(h.narrow(-1, 0, hidden)).contiguous();
+  const float *hp = h.data_ptr<float>(), *sp = sig.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      const float *a = hp + row * 2 * hidden, *b = a + hidden, *s = sp + row * hidden;
+      float* o = op + row * hidden;
+      for (int64_t c = 0; c < hidden; ++c) o[c] = a[c] * s[c] * b[c];
+    }
+  });
+}
+
+// dh (same shape as h) from the output gradient g: [rows, hidden].
+void SwiGluBackward(const Tensor& h, const Tensor& sig, const Tensor& g, Tensor& dh) {
+  const int64_t hidden = h.size(-1) / 2, rows = h.numel() / h.size(-1);
+  const float *hp = h.data_ptr<float>(), *sp = sig.data_ptr<float>(), *gp = g.data_ptr<float>();
+  float* dp = dh.data_ptr<float>();
+  at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      const float *a = hp + row * 2 * hidden, *b = a + hidden, *s = sp + row * hidden, *gr = gp + row * hidden;
+      float *da = dp + row * 2 * hidden, *db = da + hidden;
+      for (int64_t c = 0; c < hidden; ++c) {
+        // silu(a) = a·σ(a); silu'(a) = σ(a)·(1 + a·(1 - σ(a))).
+        const float silu = a[c] * s[c];
+        da[c] = gr[c] * b[c] * s[c] * (1.0f + a[c] * (1.0f - s[c]));
+        db[c] = gr[c] * silu;
+      }
+    }
+  });
+}
+
+class SwiGluFn : public torch::autograd::Function<SwiGluFn> {
+ public:
+  static Tensor forward(AutogradContext* ctx, const Tensor& h_in) {
+    RECORD_FUNCTION("trainyard::fused_swiglu_forward", std::vector<c10::IValue>());
+    const Tensor h = h_in.contiguous();
+    auto out_sizes = h.sizes().vec();
+    out_sizes.back() /= 2;
+    Tensor sig, out = at::empty(out_sizes, h.options());
+    SwiGluForward(h, sig, out);
+    ctx->save_for_backward({h, sig});
+    return out;
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    Tensor dh = at::empty_like(saved[0]);
+    SwiGluBackward(saved[0], saved[1], grads[0].contiguous(), dh);
+    return {dh};
+  }
+};
+
+// ---- Linear ----------------------------------------------------------------------
+// y = x·[w_0; w_1; ...]ᵀ without concatenating the weights: output columns
+// [off_i, off_i + n_i) come from w_i. Forward and the input gradient split their token
+// rows across the intra-op threads, and each weight gradient its rows (all of
+// cpu_blas::SplitGemm). No multiply here wakes OpenBLAS's own thread pool: its threads
+// keep spinning after a call and slowed the whole step (915–989 ms a debug step with
+// the weight gradients on OpenBLAS's threads, 615–691 ms without, measured in
+// alternation).
+class LinearFn : public torch::autograd::Function<LinearFn> {
+ public:
+  static Tensor forward(AutogradContext* ctx, const Tensor& x_in, at::TensorList weights) {
+    RECORD_FUNCTION("trainyard::fused_linear_forward", std::vector<c10::IValue>());
+    const Tensor x = x_in.contiguous();
+    const int64_t k = x.size(-1), rows = x.numel() / k;
+    std::vector<Tensor> saved{x};
+    int64_t n = 0;
+    for (const Tensor& w : weights) {
+      saved.push_back(w.contiguous());
+      n += w.size(0);
+    }
+    auto out_sizes = x.sizes().vec();
+    out_sizes.back() = n;
+    Tensor y = at::empty(out_sizes, x.options());
+    int64_t off = 0;
+    for (size_t i = 1; i < saved.size(); ++i) {
+      const Tensor& w = saved[i];
+      cpu_blas::SplitGemm(false, true, rows, w.size(0), k, 1, x.data_ptr<float>(), k, w.data_ptr<float>(), k, 0,
+                          y.data_ptr<float>() + off, n);
+      off += w.size(0);
+    }
+    ctx->save_for_backward(saved);
+    return y;
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const Tensor& x = saved[0];
+    const Tensor dy = grads[0].contiguous();
+    const int64_t k = x.size(-1), rows = x.numel() / k, n = dy.size(-1);
+    tensor_list out(saved.size());
+    if (ctx->needs_input_grad(0)) {
+      RECORD_FUNCTION("trainyard::linear_input_grad", std::vector<c10::IValue>());
+      out[0] = at::empty_like(x);
+      int64_t off = 0;
+      for (size_t i = 1; i < saved.size(); ++i) {
+        const Tensor& w = saved[i];
+        cpu_blas::SplitGemm(false, false, rows, k, w.size(0), 1, dy.data_ptr<float>() + off, n, w.data_ptr<float>(),
+                            k, i == 1 ? 0 : 1, out[0].data_ptr<float>(), k);
+        off += w.size(0);
+      }
+    }
+    RECORD_FUNCTION("trainyard::linear_weight_grad", std::vector<c10::IValue>());
+    int64_t off = 0;
+    for (size_t i = 1; i < saved.size(); ++i) {
+      const Tensor& w = saved[i];
+      if (ctx->needs_input_grad(i)) {
+        out[i] = at::empty_like(w);
+        cpu_blas::SplitGemm(true, false, w.size(0), k, rows, 1, dy.data_ptr<float>() + off, n,
+                            x.data_ptr<float>(), k, 0, out[i].data_ptr<float>(), k);
+      }
+      off += w.size(0);
+    }
+    return out;
+  }
+};
+
+// ---- Routed experts ----------------------------------------------------------------
+// Expert e owns rows [o_e, o_e + c_e) of x. Per expert, h_e = x_e·[w1_e; w3_e]ᵀ goes
+// into rows of one [rows, 2·hidden] buffer, SwiGLU runs once over all rows, and
+// y_e = a_e·w2_eᵀ. Backward writes each expert's weight gradients straight into the
+// [E, ...] gradients: no per-expert unbind/stack, split/cat or weight concatenation.
+class GroupedExpertsFn : public torch::autograd::Function<GroupedExpertsFn> {
+ public:
+  static Tensor forward(AutogradContext* ctx, const Tensor& x_in, const std::vector<int64_t>& counts,
+                        const Tensor& w1_in, const Tensor& w2_in, const Tensor& w3_in) {
+    RECORD_FUNCTION("trainyard::fused_experts_forward", std::vector<c10::IValue>());
+    const Tensor x = x_in.contiguous(), w1 = w1_in.contiguous(), w2 = w2_in.contiguous(), w3 = w3_in.contiguous();
+    const int64_t rows = x.size(0), dim = x.size(1), hidden = w1.size(1);
+    Tensor h = at::empty({rows, 2 * hidden}, x.options());
+    Tensor act = at::empty({rows, hidden}, x.options());
+    Tensor y = at::empty({rows, dim}, x.options());
+    const float *xp = x.data_ptr<float>(), *w1p = w1.data_ptr<float>(), *w3p = w3.data_ptr<float>();
+    float* hp = h.data_ptr<float>();
+    int64_t o = 0;
+    for (size_t e = 0; e < counts.size(); o += counts[e], ++e) {
+      const int64_t c = counts[e];
+      if (c == 0) continue;
+      const int64_t wo = static_cast<int64_t>(e) * hidden * dim;
+      cpu_blas::SplitGemm(false, true, c, hidden, dim, 1, xp + o * dim, dim, w1p + wo, dim, 0, hp + o * 2 * hidden,
+                          2 * hidden);
+      cpu_blas::SplitGemm(false, true, c, hidden, dim, 1, xp + o * dim, dim, w3p + wo, dim, 0,
+                          hp + o * 2 * hidden + hidden, 2 * hidden);
+    }
+    Tensor sig;
+    SwiGluForward(h, sig, act);
+    const float *ap = act.data_ptr<float>(), *w2p = w2.data_ptr<float>();
+    o = 0;
+    for (size_t e = 0; e < counts.size(); o += counts[e], ++e) {
+      if (counts[e] == 0) continue;
+      cpu_blas::SplitGemm(false, true, counts[e], dim, hidden, 1, ap + o * hidden, hidden,
+                          w2p + static_cast<int64_t>(e) * dim * hidden, hidden, 0, y.data_ptr<float>() + o * dim, dim);
+    }
+    ctx->save_for_backward({x, w1, w2, w3, h, sig, act});
+    ctx->saved_data["counts"] = c10::IValue(counts);
+    return y;
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const Tensor &x = saved[0], &w1 = saved[1], &w2 = saved[2], &w3 = saved[3], &h = saved[4], &sig = saved[5],
+                 &act = saved[6];
+    const std::vector<int64_t> counts = ctx->saved_data["counts"].toIntVector();
+    const Tensor dy = grads[0].contiguous();
+    const int64_t rows = x.size(0), dim = x.size(1), hidden = w1.size(1);
+    Tensor dact = at::empty({rows, hidden}, x.options());
+    Tensor dh = at::empty({rows, 2 * hidden}, x.options());
+    Tensor dx = at::empty_like(x);
+    // Experts with no rows get zero weight gradients, as the per-expert form gives.
+    Tensor dw1 = at::zeros_like(w1), dw2 = at::zeros_like(w2), dw3 = at::zeros_like(w3);
+    const float *xp = x.data_ptr<float>(), *dyp = dy.data_ptr<float>(), *ap = act.data_ptr<float>();
+    const float *w1p = w1.data_ptr<float>(), *w2p = w2.data_ptr<float>(), *w3p = w3.data_ptr<float>();
+    float *dap = dact.data_ptr<float>(), *dhp = dh.data_ptr<float>(), *dxp = dx.data_ptr<float>();
+    int64_t o = 0;
+    for (size_t e = 0; e < counts.size(); o += counts[e], ++e) {
+      const int64_t c = counts[e], we = static_cast<int64_t>(e) * dim * hidden;
+      if (c == 0) continue;
+      cpu_blas::SplitGemm(false, false, c, hidden, dim, 1, dyp + o * dim, dim, w2p + we, hidden, 0, dap + o * hidden,
+                          hidden);
+      cpu_blas::SplitGemm(true, false, dim, hidden, c, 1, dyp + o * dim, dim, ap + o * hidden, hidden, 0,
+                          dw2.data_ptr<float>() + we, hidden);
+    }
+    SwiGluBackward(h, sig, dact, dh);
+    o = 0;
+    for (size_t e = 0; e < counts.size(); o += counts[e], ++e) {
+      const int64_t c = counts[e], we = static_cast<int64_t>(e) * hidden * dim;
+      if (c == 0) continue;
+      const float *dh1 = dhp + o * 2 * hidden, *dh3 = dh1 + hidden;
+      cpu_blas::SplitGemm(false, false, c, dim, hidden, 1, dh1, 2 * hidden, w1p + we, dim, 0, dxp + o * dim, dim);
+      cpu_blas::SplitGemm(false, false, c, dim, hidden, 1, dh3, 2 * hidden, w3p + we, dim, 1, dxp + o * dim, dim);
+      cpu_blas::SplitGemm(true, false, hidden, dim, c, 1, dh1, 2 * hidden, xp + o * dim, dim, 0,
+                          dw1.data_ptr<float>() + we, dim);
+      cpu_blas::SplitGemm(true, false, hidden, dim, c, 1, dh3, 2 * hidden, xp + o * dim, dim, 0,
+                          dw3.data_ptr<float>() + we, dim);
+    }
+    return {dx, Tensor(), dw1, dw2, dw3};
+  }
+};
+
+// ---- Combine ------------------------------------------------------------------------
+// out[t] = Σ gates[r]·y[r] over the rows r with token_ids[r] = t, in increasing r: the
+// order index_add on zeros adds them in. Each
+// token's rows are found with one counting sort; tokens run in parallel.
+struct RowsOfTokens {
+  std::vector<int64_t> start, rows;  // token t's rows: rows[start[t] .. start[t + 1])
+};
+
+RowsOfTokens GroupRowsByToken(const Tensor& token_ids, int64_t n_tokens) {
+  const int64_t* ids = token_ids.data_ptr<int64_t>();
+  const int64_t r = token_ids.numel();
+  RowsOfTokens g{std::vector<int64_t>(n_tokens + 1, 0), std::vector<int64_t>(r)};
+  for (int64_t i = 0; i < r; ++i) {
+    TORCH_CHECK(ids[i] >= 0 && ids[i] < n_tokens, "fused combine: token id ", ids[i], " outside [0, ", n_tokens, ")");
+    ++g.start[ids[i] + 1];
+  }
+  for (int64_t t = 0; t < n_tokens; ++t) g.start[t + 1] += g.start[t];
+  std::vector<int64_t> next(g.start.begin(), g.start.end() - 1);
+  for (int64_t i = 0; i < r; ++i) g.rows[next[ids[i]]++] = i;
+  return g;
+}
+
+class CombineFn : public torch::autograd::Function<CombineFn> {
+ public:
+  static Tensor forward(AutogradContext* ctx, const Tensor& y_in, const Tensor& gates_in, const Tensor& token_ids_in,
+                        int64_t n_tokens) {
+    const Tensor y = y_in.contiguous(), gates = gates_in.contiguous(), token_ids = token_ids_in.contiguous();
+    const int64_t dim = y.size(1);
+    const RowsOfTokens g = GroupRowsByToken(token_ids, n_tokens);
+    Tensor out = at::empty({n_tokens, dim}, y.options());
+    const float *yp = y.data_ptr<float>(), *gp = gates.data_ptr<float>();
+    float* op = out.data_ptr<float>();
+    at::parallel_for(0, n_tokens, 16, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        float* o = op + t * dim;
+        std::fill(o, o + dim, 0.0f);
+        for (int64_t j = g.start[t]; j < g.start[t + 1]; ++j) {
+          const int64_t r = g.rows[j];
+          const float gate = gp[r];
+          const float* yr = yp + r * dim;
+          for (int64_t d = 0; d < dim; ++d) o[d] += yr[d] * gate;
+        }
+      }
+    });
+    ctx->save_for_backward({y, gates, token_ids});
+    return out;
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const Tensor &y = saved[0], &gates = saved[1], &token_ids = saved[2];
+    const Tensor dout = grads[0].contiguous();
+    const int64_t rows = y.size(0), dim = y.size(1);
+    Tensor dy = at::empty_like(y), dgates = at::empty_like(gates);
+    const float *yp = y.data_ptr<float>(), *gp = gates.data_ptr<float>(), *dp = dout.data_ptr<float>();
+    const int64_t* ids = token_ids.data_ptr<int64_t>();
+    float *dyp = dy.data_ptr<float>(), *dgp = dgates.data_ptr<float>();
+    at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const float* d = dp + ids[r] * dim;
+        const float* yr = yp + r * dim;
+        float* dyr = dyp + r * dim;
+        const float gate = gp[r];
+        float dot = 0;
+        for (int64_t c = 0; c < dim; ++c) {
+          dyr[c] = d[c] * gate;
+          dot += d[c] * yr[c];
+        }
+        dgp[r] = dot;
+      }
+    });
+    return {dy, dgates, Tensor(), Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor SwiGlu(const torch::Tensor& h) {
+  TORCH_CHECK(h.dim() >= 1 && h.size(-1) % 2 == 0, "fused swiglu: last dimension must be even, got ", h.sizes());
+  return SwiGluFn::apply(h);
+}
+
+torch::Tensor Linear(const torch::Tensor& x, at::TensorList weights) {
+  TORCH_CHECK(!weights.empty(), "fused linear: no weights");
+  for (const auto& w : weights) {
+    TORCH_CHECK(w.dim() == 2 && w.size(1) == x.size(-1) && w.scalar_type() == x.scalar_type() &&
+                    w.device() == x.device(),
+                "fused linear: weight ", w.sizes(), " for input ", x.sizes());
+  }
+  return LinearFn::apply(x, weights);
+}
+
+torch::Tensor GroupedExperts(const torch::Tensor& x, const std::vector<int64_t>& counts, const torch::Tensor& w1,
+                             const torch::Tensor& w2, const torch::Tensor& w3) {
+  TORCH_CHECK(x.dim() == 2 && w1.dim() == 3 && w1.sizes() == w3.sizes() && w2.dim() == 3 &&
+                  w2.size(0) == w1.size(0) && w2.size(1) == w1.size(2) && w2.size(2) == w1.size(1) &&
+                  x.size(1) == w1.size(2),
+              "fused experts: x ", x.sizes(), " with w1 ", w1.sizes(), ", w2 ", w2.sizes(), ", w3 ", w3.sizes());
+  TORCH_CHECK(static_cast<int64_t>(counts.size()) == w1.size(0), "fused experts: ", counts.size(), " counts for ",
+              w1.size(0), " experts");
+  int64_t rows = 0;
+  for (int64_t c : counts) {
+    TORCH_CHECK(c >= 0, "fused experts: negative count ", c);
+    rows += c;
+  }
+  TORCH_CHECK(rows == x.size(0), "fused experts: counts sum to ", rows, " but x has ", x.size(0), " rows");
+  return GroupedExpertsFn::apply(x, counts, w1, w2, w3);
+}
+
+torch::Tensor Combine(const torch::Tensor& y, const torch::Tensor& gates, const torch::Tensor& token_ids,
+                      int64_t n_tokens) {
+  TORCH_CHECK(y.dim() == 2 && gates.dim() == 2 && gates.size(1) == 1 && gates.size(0) == y.size(0) &&
+                  token_ids.dim() == 1 && token_ids.size(0) == y.size(0) && token_ids.scalar_type() == torch::kInt64,
+              "fused combine: y ", y.sizes(), ", gates ", gates.sizes(), ", token ids ", token_ids.sizes());
+  return CombineFn::apply(y, gates, token_ids, n_tokens);
+}
+
+}  // namespace trainyard::engine::fused

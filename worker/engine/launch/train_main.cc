@@ -1,0 +1,194 @@
+// trainyard-train: runs a job locally on N trainyard-rank processes, as torchrun does.
+// stdout: with --json, rank 0's Event JSON lines and every rank's compile events as
+// they come; otherwise one human line per step and per compile event. Diagnostics and
+// the ranks' stderr go to stderr. Exits 0 when every rank succeeded, else the failing
+// rank's exit code with its error on stderr.
+//
+// --preflight runs 3 steps of the job's exact structure (layers, regions, layout,
+// activation checkpointing, backend; jit in place of cudagraph) on local CPU ranks
+// and exits 0 when clean, 3 when a rank reported UNSAFE_SIDE_EFFECT or
+// RECOMPILE_LIMIT, 1 when a rank failed otherwise, 2 on bad input. --shrink scales the
+// widths down (dim, hidden sizes, vocab, sequence, batch) but keeps the structure.
+//
+// --set resources.device=cuda trains on CUDA (rank i on GPU i % device_count, NCCL
+// groups); a build or machine without CUDA refuses it before any rank starts (exit 2).
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "common/spec/json_io.h"
+#include "worker/engine/config/engine_config.h"
+#include "worker/engine/launch/job_config.h"
+#include "worker/engine/launch/local_launcher.h"
+#include "worker/engine/launch/rank_env.h"
+#include "worker/engine/parallel/mesh/device_placement.h"
+
+namespace {
+
+using namespace trainyard::engine;
+using nlohmann::json;
+
+struct TrainFlags {
+  std::string config_path;
+  std::vector<std::string> overrides;
+  int nproc = 0;  // 0: dp*tp from the config
+  int threads = 0;  // 0: cores / nproc
+  std::string save_init;
+  std::string load;
+  bool json_output = false;
+  bool print_config = false;
+  bool preflight = false;
+  bool shrink = false;
+};
+
+constexpr int kExitFindings = 3;
+
+// Same structure, smaller widths: layers, heads, experts, top-k and the parallel layout
+// are kept; every width stays divisible by what the layout needs.
+void Shrink(EngineConfig& config) {
+  ModelConfig& m = config.model;
+  const int tp = config.parallelism.tp;
+  const int head_dim = 8;
+  m.dim = std::min(m.dim, m.n_heads * head_dim);
+  m.vocab_size = std::min(m.vocab_size, 256);
+  m.ffn_hidden = std::min(m.ffn_hidden, 16 * tp);
+  m.expert_hidden = std::min(m.expert_hidden, 8 * tp);
+  config.training.seq_len = std::min(config.training.seq_len, 32);
+  config.training.batch_size = std::min(config.training.batch_size, 2);
+}
+
+void PreflightConfig(EngineConfig& config, bool shrink) {
+  config.training.steps = 3;
+  config.training.warmup_steps = 1;
+  config.training.log_freq = 1;
+  // The preflight runs on CPU ranks: cudagraph's capture is checked through jit, the
+  // same regions and guards.
+  if (config.compile.backend == "cudagraph") config.compile.backend = "jit";
+  config.compile.summary_every = 3;
+  config.resources.device = "cpu";
+  if (shrink) Shrink(config);
+}
+
+bool IsFinding(const json& event) {
+  if (!event.contains("compile")) return false;
+  const std::string kind = event["compile"].value("kind", "");
+  return kind == "UNSAFE_SIDE_EFFECT" || kind == "RECOMPILE_LIMIT";
+}
+
+void PrintHuman(const json& event) {
+  if (event.contains("step_metrics")) {
+    const json& m = event["step_metrics"];
+    std::printf("step %5lld  loss %.4f  grad_norm %.4f  lr %.3e  tok/s %.0f  step_ms %.1f\n",
+                m.value("step", 0LL), m.value("loss", 0.0), m.value("grad_norm", 0.0),
+                m.value("lr", 0.0), m.value("tokens_per_s", 0.0), m.value("step_ms", 0.0));
+  } else if (event.contains("compile")) {
+    const json& c = event["compile"];
+    std::printf("rank %d  %-18s %s layers=%s%s%s\n", event.value("rank", 0), c.value("kind", "").c_str(),
+                c.value("region", "").c_str(), c.value("layers", json::array()).dump().c_str(),
+                c.value("reason", "").empty() ? "" : "  ", c.value("reason", "").c_str());
+  } else if (event.contains("log")) {
+    std::printf("[%s] %s\n", event["log"].value("level", "").c_str(), event["log"].value("message", "").c_str());
+  } else {
+    std::printf("%s\n", event.dump().c_str());
+  }
+  std::fflush(stdout);
+}
+
+int Train(const TrainFlags& f) {
+  EngineConfig config = LoadLocalJob(f.config_path, f.overrides);
+  if (f.preflight) {
+    PreflightConfig(config, f.shrink);
+    RequireValid(config);
+  }
+  // A device this build or machine cannot use is refused here, before any rank starts.
+  DevicePlacement::RequireUsable(config.resources);
+  const std::string config_json = trainyard::spec::ToJson(config);
+  if (f.print_config) {
+    std::cout << config_json << std::endl;
+    return 0;
+  }
+  const int world = config.parallelism.world_size();
+  if (f.nproc != 0 && f.nproc != world) {
+    throw std::invalid_argument("--nproc " + std::to_string(f.nproc) + " disagrees with parallelism.dp*tp = " +
+                                std::to_string(world));
+  }
+  LaunchOptions opts;
+  opts.rank_binary = LocalLauncher::RankBinaryNextToSelf();
+  opts.config_json = config_json;
+  opts.nproc = world;
+  opts.threads = f.threads > 0 ? f.threads : DefaultThreads(world);
+  opts.rank_env = RankThreadEnv(opts.threads, OpenBlasThreadsInStep(config));
+  if (!f.save_init.empty()) opts.rank_args.insert(opts.rank_args.end(), {"--save-init", f.save_init});
+  if (!f.load.empty()) opts.rank_args.insert(opts.rank_args.end(), {"--load", f.load});
+
+  LocalLauncher::InstallSignalHandlers();
+  int findings = 0;
+  const LaunchResult result = LocalLauncher::Run(opts, [&](int rank, const std::string& line) {
+    const json event = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    // Rank 0's events, and every rank's compile events; other ranks' errors reach
+    // stderr through their own stderr.
+    if (event.is_discarded()) {
+      if (rank == 0) std::cerr << "rank 0: " << line << "\n";
+      return;
+    }
+    if (rank != 0 && !event.contains("compile")) return;
+    if (IsFinding(event)) ++findings;
+    if (f.json_output) {
+      std::cout << line << std::endl;
+    } else {
+      PrintHuman(event);
+    }
+  });
+  if (f.preflight) {
+    if (findings > 0) {
+      std::cerr << "trainyard-train: preflight: " << findings
+                << " finding(s) (UNSAFE_SIDE_EFFECT / RECOMPILE_LIMIT) above" << std::endl;
+      return kExitFindings;
+    }
+    if (result.exit_code != 0) {
+      std::cerr << "trainyard-train: preflight: " << result.error << std::endl;
+      return 1;
+    }
+    std::cerr << "trainyard-train: preflight: clean (3 steps, no unsafe side effect, no recompile limit)" << std::endl;
+    return 0;
+  }
+  if (result.exit_code != 0) std::cerr << "trainyard-train: " << result.error << std::endl;
+  return result.exit_code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  TrainFlags f;
+  CLI::App app{"trainyard-train: run a Trainyard job on local trainyard-rank processes\n"
+               "  --set resources.device=cuda: train on CUDA (rank i on GPU i % device_count, NCCL groups;\n"
+               "  NCCL takes one rank per GPU); needs a CUDA build of LibTorch and a visible GPU"};
+  app.add_option("config", f.config_path, "job file: TOML, or JobSpec proto3 JSON")->required();
+  app.add_option("--set", f.overrides, "override section.key=value (repeatable)")->allow_extra_args(false);
+  app.add_option("--nproc", f.nproc, "number of ranks; must equal parallelism.dp*tp (default: that)");
+  app.add_option("--threads", f.threads,
+                 "intra-op threads per rank (default: cores / nproc; sets OMP_NUM_THREADS and "
+                 "OPENBLAS_NUM_THREADS for the ranks unless set, and OMP_WAIT_POLICY=PASSIVE unless the "
+                 "step is the fused eager CPU one)")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--save-init", f.save_init, "rank writes the initial weights to this .safetensors");
+  app.add_option("--load", f.load, "ranks start from the weights in this .safetensors");
+  app.add_flag("--json", f.json_output, "print rank 0's events as JSON lines");
+  app.add_flag("--print-config", f.print_config, "print the normalised JobSpec JSON and exit");
+  app.add_flag("--preflight", f.preflight,
+               "run 3 steps of the job's structure on local CPU ranks and report compile findings "
+               "(exit 0 clean, 3 findings, 1 rank failure, 2 bad input)");
+  app.add_flag("--shrink", f.shrink, "with --preflight: scale widths down, keep the structure");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return Train(f);
+  } catch (const std::exception& e) {
+    std::cerr << "trainyard-train: error: " << e.what() << std::endl;
+    return 2;
+  }
+}

@@ -1,0 +1,35 @@
+#include "worker/engine/model/layers/rms_norm.h"
+
+#include "worker/engine/kernels/cpu/fused_cpu_kernels.h"
+
+namespace trainyard::engine {
+
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps, RegionFactory& regions, int layer)
+    : eps_(eps), region_(regions.Make(regions::RmsNormKey(dim, eps), regions::RmsNorm(eps), layer)) {
+  weight = register_parameter("weight", torch::ones({dim}));
+}
+
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) { return region_({x}, {weight})[0]; }
+
+namespace regions {
+
+using compile::RegionFn;
+using compile::RegionKey;
+using torch::Tensor;
+
+RegionKey RmsNormKey(int64_t dim, double eps) { return RegionKey("rms_norm", {{"dim", dim}, {"eps", eps}}); }
+
+Tensor Normalize(const Tensor& x, const Tensor& weight, double eps) {
+  if (fused::Applies(x)) return fused::RmsNorm(x, weight, eps);
+  return x * torch::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps) * weight;
+}
+
+RegionFn RmsNorm(double eps) {
+  return [eps](const std::vector<Tensor>& in, const std::vector<Tensor>& p) -> std::vector<Tensor> {
+    return {Normalize(in[0], p[0], eps)};
+  };
+}
+
+}  // namespace regions
+
+}  // namespace trainyard::engine

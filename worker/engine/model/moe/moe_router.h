@@ -1,0 +1,40 @@
+// Token-choice top-k router parameters: a bias-free gate whose sigmoid or softmax
+// scores choose experts (with expert_bias added, aux-loss-free balancing) and weight
+// them (unbiased). The routing itself is the `router` region (below): a pure
+// function, so recompute (activation checkpointing) can never double-count.
+// Not thread-safe (a torch module).
+#pragma once
+
+#include <string>
+
+#include <torch/torch.h>
+
+#include "worker/engine/compile/region/region_fn.h"
+#include "worker/engine/compile/region/region_key.h"
+
+namespace trainyard::engine {
+
+class TokenChoiceRouterImpl : public torch::nn::Module {
+ public:
+  TokenChoiceRouterImpl(int64_t dim, int64_t n_experts);
+
+  torch::nn::Linear gate{nullptr};
+};
+TORCH_MODULE(TokenChoiceRouter);
+
+namespace regions {
+
+// The router region. inputs: x [n, dim], expert_bias [E]; params: gate weight [E, dim].
+// outputs: rows [n·k, dim] sorted by expert (stable, so token order within an expert is
+// kept), gates [n·k, 1] in that order, token ids [n·k] int64, tokens per expert [E]
+// int64. `plant_into`, when defined, is written with the counts during forward: the
+// test-only planted side effect (compile.test_plant_side_effect), which the compile
+// layer must catch.
+compile::RegionKey RouterKey(int64_t dim, int64_t n_experts, int64_t top_k, const std::string& score_func,
+                             bool route_norm, double route_scale);
+compile::RegionFn Router(int64_t top_k, std::string score_func, bool route_norm, double route_scale,
+                         torch::Tensor plant_into = {});
+
+}  // namespace regions
+
+}  // namespace trainyard::engine

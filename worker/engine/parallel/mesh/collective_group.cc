@@ -1,0 +1,125 @@
+#include "worker/engine/parallel/mesh/collective_group.h"
+
+#include <algorithm>
+#include <chrono>
+#include <numeric>
+#include <stdexcept>
+
+namespace trainyard::engine {
+
+std::unique_ptr<CollectiveGroup> CollectiveGroup::Connect(const RendezvousOptions& o) {
+  if (o.world_size < 1 || o.rank < 0 || o.rank >= o.world_size) {
+    throw std::invalid_argument("rendezvous: rank " + std::to_string(o.rank) +
+                                " is outside world size " + std::to_string(o.world_size));
+  }
+  if (o.device.is_cuda()) {
+    const std::string why = compat::CudaUnavailableReason();
+    if (!why.empty()) throw std::invalid_argument("rendezvous: device " + o.device.str() + ": " + why);
+  }
+  if (o.world_size == 1) return std::unique_ptr<CollectiveGroup>(new CollectiveGroup(0, 1, o.device));
+  if (o.master_port <= 0 || o.master_port > 65535) {
+    throw std::invalid_argument("rendezvous: --master-port " + std::to_string(o.master_port) +
+                                " must be in [1, 65535]");
+  }
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
+  const std::string where = o.master_addr + ":" + std::to_string(o.master_port);
+  compat::StorePtr store;
+  try {
+    store = compat::MakeTcpStore(o.master_addr, o.master_port, o.rank == 0, o.world_size, timeout);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("rendezvous: TCPStore at " + where + " (rank " +
+                             std::to_string(o.rank) + "): " + e.what());
+  }
+  const std::string host = o.gloo_host.empty() ? o.master_addr : o.gloo_host;
+  try {
+    return OverStore(store, o.rank, o.world_size, host, timeout, o.device);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string("rendezvous: ") + (o.device.is_cuda() ? "NCCL" : "Gloo") + " group via " +
+                             where + (o.device.is_cuda() ? " on " + o.device.str() : " on host " + host) + ": " +
+                             e.what());
+  }
+}
+
+std::unique_ptr<CollectiveGroup> CollectiveGroup::OverStore(compat::StorePtr store, int rank,
+                                                            int world_size, std::string gloo_host,
+                                                            std::chrono::milliseconds timeout,
+                                                            c10::Device device) {
+  if (device.is_cuda()) {
+    const std::string why = compat::CudaUnavailableReason();
+    if (!why.empty()) throw std::invalid_argument("collective group on " + device.str() + ": " + why);
+  }
+  std::unique_ptr<CollectiveGroup> g(new CollectiveGroup(rank, world_size, device));
+  g->store_ = std::move(store);
+  g->gloo_host_ = std::move(gloo_host);
+  g->timeout_ = timeout;
+  if (world_size > 1) {
+    // The world group keeps its keys apart from the sub-groups' prefixes too.
+    g->group_ = g->MakeBackend(compat::MakePrefixStore("world", g->store_), rank, world_size);
+  }
+  return g;
+}
+
+compat::BackendPtr CollectiveGroup::MakeBackend(const compat::StorePtr& store, int rank, int size) const {
+  if (!device_.is_cuda()) return compat::MakeGlooGroup(store, rank, size, gloo_host_, timeout_);
+#if TRAINYARD_TORCH_NCCL
+  return compat::MakeNcclGroup(store, rank, size, timeout_);
+#else
+  // OverStore refused CUDA already; reaching this is a broken invariant.
+  throw std::logic_error("collective group on " + device_.str() + ": " + compat::CudaUnavailableReason());
+#endif
+}
+
+void CollectiveGroup::CheckDevice(const torch::Tensor& tensor, const char* op) const {
+  TORCH_CHECK(tensor.device() == device_, op, ": tensor ", tensor.sizes(), " ", tensor.scalar_type(), " is on ",
+              tensor.device().str(), ", but this group's collectives run on ", device_.str(), " (",
+              backend_name(), "); move it to ", device_.str(), " first");
+}
+
+std::unique_ptr<CollectiveGroup> CollectiveGroup::NewSubgroup(const std::string& name,
+                                                              const std::vector<int>& ranks) const {
+  auto it = std::find(ranks.begin(), ranks.end(), rank_);
+  if (it == ranks.end()) {
+    throw std::logic_error("group " + name + ": rank " + std::to_string(rank_) + " is not a member");
+  }
+  const int sub_rank = static_cast<int>(it - ranks.begin());
+  const int sub_size = static_cast<int>(ranks.size());
+  std::unique_ptr<CollectiveGroup> g(new CollectiveGroup(sub_rank, sub_size, device_));
+  if (sub_size == 1) return g;
+  g->store_ = compat::MakePrefixStore(name, store_);
+  g->gloo_host_ = gloo_host_;
+  g->timeout_ = timeout_;
+  try {
+    g->group_ = g->MakeBackend(g->store_, sub_rank, sub_size);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string("rendezvous: ") + backend_name() + " sub-group " + name + ": " + e.what());
+  }
+  return g;
+}
+
+void CollectiveGroup::AllReduceSum(torch::Tensor& tensor) {
+  CheckDevice(tensor, "AllReduceSum");
+  if (world_size_ == 1) return;
+  compat::AllReduceSum(*group_, tensor);
+}
+
+torch::Tensor CollectiveGroup::AllToAll(const torch::Tensor& input,
+                                        const std::vector<int64_t>& out_splits,
+                                        const std::vector<int64_t>& in_splits) {
+  TORCH_CHECK(static_cast<int>(out_splits.size()) == world_size_ &&
+                  static_cast<int>(in_splits.size()) == world_size_,
+              "AllToAll: need ", world_size_, " splits, got ", in_splits.size(), "/", out_splits.size());
+  const int64_t in_rows = std::accumulate(in_splits.begin(), in_splits.end(), int64_t{0});
+  TORCH_CHECK(in_rows == input.size(0), "AllToAll: splits sum to ", in_rows, " but input has ",
+              input.size(0), " rows");
+  CheckDevice(input, "AllToAll");
+  if (world_size_ == 1) return input.clone();
+  const int64_t out_rows = std::accumulate(out_splits.begin(), out_splits.end(), int64_t{0});
+  std::vector<int64_t> shape = input.sizes().vec();
+  shape[0] = out_rows;
+  auto in = input.contiguous();
+  auto out = torch::empty(shape, input.options());
+  compat::AllToAll(*group_, out, in, out_splits, in_splits);
+  return out;
+}
+
+}  // namespace trainyard::engine

@@ -1,0 +1,88 @@
+// A c10d process group over some ranks: the world group rendezvouses through a c10d
+// TCPStore hosted by rank 0 at master_addr:master_port; sub-groups (TP, DP, EP, ...)
+// are carved from it with NewSubgroup, each on its own PrefixStore of that TCPStore.
+// A group has one device: on CPU every process group is a ProcessGroupGloo bound to
+// gloo_host; on CUDA it is a ProcessGroupNCCL, and one GPU serves one rank (NCCL
+// refuses two ranks of a communicator on one GPU). Every collective checks that its
+// tensors live on the group's device, even in a group of size 1, so a call site that
+// would hand NCCL a host tensor fails on a single-GPU run too. A group of size 1 has
+// no store and no c10d group, and every collective is the identity, so single-rank
+// runs need no free port.
+// Not thread-safe: one training thread issues collectives, in the same order on every
+// member (c10d requirement).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "worker/engine/base/torch_compat.h"
+
+namespace trainyard::engine {
+
+struct RendezvousOptions {
+  int rank = 0;
+  int world_size = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  std::string gloo_host;  // empty: master_addr
+  double timeout_s = 300;
+  c10::Device device = c10::Device(c10::DeviceType::CPU);  // CPU: Gloo; CUDA: NCCL
+};
+
+class CollectiveGroup {
+ public:
+  // Blocks until every rank has joined or the timeout passes; throws
+  // std::runtime_error naming the address on failure.
+  static std::unique_ptr<CollectiveGroup> Connect(const RendezvousOptions& options);
+
+  // A world group over an existing store (tests use an in-process c10d::HashStore).
+  // Throws std::invalid_argument for a CUDA device when this build or machine has no
+  // CUDA (compat::CudaUnavailableReason).
+  static std::unique_ptr<CollectiveGroup> OverStore(
+      compat::StorePtr store, int rank, int world_size, std::string gloo_host,
+      std::chrono::milliseconds timeout, c10::Device device = c10::Device(c10::DeviceType::CPU));
+
+  // The group of `ranks` (world ranks, ascending), named `name` (unique per world).
+  // Only members may call it; members must create their groups in the same global
+  // order, which makes the blocking Gloo rendezvous deadlock-free.
+  std::unique_ptr<CollectiveGroup> NewSubgroup(const std::string& name,
+                                               const std::vector<int>& ranks) const;
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  // Where every tensor handed to a collective of this group must live.
+  const c10::Device& device() const { return device_; }
+  // "gloo" or "nccl" (what a group of this device uses when it has more than one rank).
+  const char* backend_name() const { return device_.is_cuda() ? "nccl" : "gloo"; }
+
+  // In-place sum across ranks (blocking). `tensor` must be on device().
+  void AllReduceSum(torch::Tensor& tensor);
+
+  // Row all-to-all: rows [sum(in_splits[<j]), +in_splits[j]) of `input` go to member j;
+  // returns the rows received, ordered by source member. Blocking. `input` must be on
+  // device().
+  torch::Tensor AllToAll(const torch::Tensor& input, const std::vector<int64_t>& out_splits,
+                         const std::vector<int64_t>& in_splits);
+
+ private:
+  CollectiveGroup(int rank, int world_size, c10::Device device)
+      : rank_(rank), world_size_(world_size), device_(device) {}
+
+  // The c10d group for this device (Gloo or NCCL) over `store`.
+  compat::BackendPtr MakeBackend(const compat::StorePtr& store, int rank, int size) const;
+  void CheckDevice(const torch::Tensor& tensor, const char* op) const;
+
+  int rank_;
+  int world_size_;
+  c10::Device device_;
+  compat::StorePtr store_;
+  compat::BackendPtr group_;
+  std::string gloo_host_;
+  std::chrono::milliseconds timeout_{0};
+};
+
+}  // namespace trainyard::engine

@@ -1,0 +1,61 @@
+#include "worker/engine/parallel/mesh/process_mesh.h"
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace trainyard::engine {
+namespace {
+
+std::vector<int> Ranks(int first, int count, int stride) {
+  std::vector<int> r;
+  for (int i = 0; i < count; ++i) r.push_back(first + i * stride);
+  return r;
+}
+
+}  // namespace
+
+std::unique_ptr<ProcessMesh> ProcessMesh::Build(std::unique_ptr<CollectiveGroup> world,
+                                                const ParallelismConfig& p) {
+  const int n = world->world_size();
+  if (n != p.dp * p.tp) {
+    throw std::invalid_argument("world size " + std::to_string(n) + " does not match parallelism.dp*tp = " +
+                                std::to_string(p.dp * p.tp));
+  }
+  if (p.ep < 1 || n % p.ep != 0) {
+    throw std::invalid_argument("parallelism.ep=" + std::to_string(p.ep) + " must divide dp*tp=" +
+                                std::to_string(n));
+  }
+  std::unique_ptr<ProcessMesh> m(new ProcessMesh());
+  const int rank = world->rank();
+  ParallelContext& c = m->context_;
+  c.rank = rank;
+  c.world = n;
+  c.dp = p.dp;
+  c.tp = p.tp;
+  c.ep = p.ep;
+  c.dp_rank = rank / p.tp;
+  c.tp_rank = rank % p.tp;
+  c.ep_rank = rank % p.ep;
+  // Every rank walks the same list in the same order and joins the groups it is in.
+  for (int d = 0; d < p.dp; ++d) {
+    if (d == c.dp_rank) m->tp_ = world->NewSubgroup("tp" + std::to_string(d), Ranks(d * p.tp, p.tp, 1));
+  }
+  for (int t = 0; t < p.tp; ++t) {
+    if (t == c.tp_rank) m->dp_ = world->NewSubgroup("dp" + std::to_string(t), Ranks(t, p.dp, p.tp));
+  }
+  for (int g = 0; g < n / p.ep; ++g) {
+    if (g == rank / p.ep) m->ep_ = world->NewSubgroup("ep" + std::to_string(g), Ranks(g * p.ep, p.ep, 1));
+  }
+  for (int i = 0; i < p.ep; ++i) {
+    if (i == c.ep_rank) {
+      m->expert_dp_ = world->NewSubgroup("edp" + std::to_string(i), Ranks(i, n / p.ep, p.ep));
+    }
+  }
+  c.tp_group = p.tp > 1 ? m->tp_.get() : nullptr;
+  c.ep_group = p.ep > 1 ? m->ep_.get() : nullptr;
+  m->world_ = std::move(world);
+  return m;
+}
+
+}  // namespace trainyard::engine

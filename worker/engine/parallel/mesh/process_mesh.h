@@ -1,0 +1,43 @@
+// The dp × tp mesh over world = dp·tp ranks (rank = d·tp + t, so a TP group is tp
+// consecutive ranks) and every c10d group training needs, carved from the world group:
+//   tp group d        = {d·tp + t : t}                 (activations in TP layers)
+//   dp group t        = {d·tp + t : d}                 (gradients of dense parameters)
+//   ep group g        = {g·ep + i : i}  consecutive    (token all-to-all; expert shards)
+//   expert-dp group i = {g·ep + i : g}                 (gradients of expert parameters)
+// EP is carved from dp·tp as torchtitan does with expert-TP 1: an EP group covers the
+// TP ranks of ep/tp DP ranks (or part of one TP group when ep < tp). Each rank of a TP
+// group routes a disjoint 1/tp slice of its DP rank's tokens, so every rank of the
+// world owns distinct MoE tokens and no expert work is repeated.
+// Not thread-safe; owned by main (outlives the Trainer and the model).
+#pragma once
+
+#include <memory>
+
+#include "worker/engine/config/engine_config.h"
+#include "worker/engine/parallel/mesh/collective_group.h"
+#include "worker/engine/parallel/mesh/parallel_context.h"
+
+namespace trainyard::engine {
+
+class ProcessMesh {
+ public:
+  // Blocks until every sub-group has formed. Throws std::invalid_argument when the
+  // world size is not dp·tp or ep does not divide it.
+  static std::unique_ptr<ProcessMesh> Build(std::unique_ptr<CollectiveGroup> world,
+                                            const ParallelismConfig& parallelism);
+
+  CollectiveGroup& world() { return *world_; }
+  CollectiveGroup& tp() { return *tp_; }
+  CollectiveGroup& dp() { return *dp_; }
+  CollectiveGroup& ep() { return *ep_; }
+  CollectiveGroup& expert_dp() { return *expert_dp_; }
+  const ParallelContext& context() const { return context_; }
+
+ private:
+  ProcessMesh() = default;
+
+  std::unique_ptr<CollectiveGroup> world_, tp_, dp_, ep_, expert_dp_;
+  ParallelContext context_;
+};
+
+}  // namespace trainyard::engine

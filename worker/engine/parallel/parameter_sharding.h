@@ -1,0 +1,38 @@
+// How each named parameter (torchtitan names) is laid out over the mesh, derived from
+// its name alone so the model, the gradient reduction, the grad-norm and the full-state
+// import/export all agree:
+//   kReplicated  tok_embeddings, norms, output, expert_bias: whole on every rank.
+//   kTpPartial   moe.router.gate.weight: whole on every rank, but each TP rank routes a
+//                different token slice, so its grad is a partial sum over the TP group.
+//   kColumn      wq/wk/wv/w1/w3 (dense and shared experts): dim 0 split over TP.
+//   kRow         wo/w2 (dense and shared experts): dim 1 split over TP.
+//   kExpert      moe.experts.w1/w2/w3: dim 0 (experts) split over EP.
+// Pure functions of their arguments; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "worker/engine/parallel/mesh/parallel_context.h"
+
+namespace trainyard::engine {
+
+enum class ShardKind { kReplicated, kTpPartial, kColumn, kRow, kExpert };
+
+ShardKind ShardKindOf(const std::string& name);
+
+// The full (unsharded) shape of a tensor whose local shard has `local` sizes.
+std::vector<int64_t> FullShape(ShardKind kind, c10::IntArrayRef local, const ParallelContext& ctx);
+
+// This rank's shard of a full tensor (a view).
+torch::Tensor TakeShard(const torch::Tensor& full, ShardKind kind, const ParallelContext& ctx);
+
+// Exactly one rank of the world holds each element of the full tensor "as owner":
+// the grad norm and the full-state gather count only owners, so replicas are counted
+// once.
+bool OwnsShard(ShardKind kind, const ParallelContext& ctx);
+
+}  // namespace trainyard::engine

@@ -1,0 +1,95 @@
+#include "worker/engine/train/gemm_peak_probe.h"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include <torch/torch.h>
+
+#include "worker/engine/base/torch_compat.h"
+#include "worker/engine/kernels/cpu/cpu_blas.h"
+
+// Weak, so the engine links whether or not OpenBLAS provides it.
+extern "C" char* openblas_get_corename() __attribute__((weak));
+extern "C" void openblas_set_num_threads(int) __attribute__((weak));
+
+namespace trainyard::engine {
+
+double GemmPeakProbe::MeasureFlops(double seconds, const c10::Device& device) {
+  const int cpu_shapes[][3] = {{1024, 1024, 1024}, {2048, 256, 1024}, {1024, 2048, 256}};
+  // A GPU finishes a 1024³ multiply in tens of microseconds, about a launch and a
+  // synchronize; these take milliseconds at an H100/H200's fp32 rate.
+  const int cuda_shapes[][3] = {{4096, 4096, 4096}, {16384, 1024, 4096}, {4096, 16384, 1024}};
+  const auto& shapes = device.is_cuda() ? cuda_shapes : cpu_shapes;
+  double best = 0;
+  for (const auto& s : shapes) best = std::max(best, MeasureShape(s[0], s[1], s[2], seconds / 3, device));
+  return best;
+}
+
+double GemmPeakProbe::MeasureShape(int m, int k, int n, double seconds, const c10::Device& device) {
+  torch::NoGradGuard no_grad;
+  auto gen = at::detail::createCPUGenerator(1);
+  // On CUDA the operands are drawn there (the device's default generator): filling
+  // 64M host floats would cost more than the measurement.
+  auto operand = [&](int rows, int cols) {
+    if (!device.is_cuda()) return torch::empty({rows, cols}).uniform_(-1, 1, gen);
+    return torch::empty({rows, cols}, torch::TensorOptions().device(device)).uniform_(-1, 1);
+  };
+  auto a = operand(m, k);
+  auto b = operand(k, n);
+  auto c = torch::empty({m, n}, a.options());
+  // Warm-up: thread pool and page faults on CPU; cuBLAS handle, workspace and kernel
+  // choice on CUDA.
+  for (int i = 0; i < (device.is_cuda() ? 3 : 1); ++i) torch::mm_out(c, a, b);
+  compat::Synchronize(device);
+  // The fastest single multiply, not the average: a peak is what the hardware can do,
+  // and other processes on a shared machine only ever make a multiply slower. On CUDA
+  // the synchronize after the multiply makes the wall time cover the kernel.
+  using Clock = std::chrono::steady_clock;
+  const double flops = 2.0 * m * k * static_cast<double>(n);
+  auto fastest = [&](double budget, const auto& multiply) {
+    double best = 0;
+    const auto start = Clock::now();
+    for (int iters = 0; iters < 5 || std::chrono::duration<double>(Clock::now() - start).count() < budget;
+         ++iters) {
+      const auto t0 = Clock::now();
+      multiply();
+      compat::Synchronize(device);
+      best = std::max(best, flops / std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+    return best;
+  };
+  auto library = [&] { torch::mm_out(c, a, b); };
+  if (device.is_cuda() || !cpu_blas::Available()) return fastest(seconds, library);
+  // On CPU the second half of the time runs the multiply the way the fused kernels run
+  // theirs (row slabs, one single-threaded BLAS call per intra-op thread; cpu_blas.h),
+  // and the peak is the faster of the two, so the model's GEMMs cannot beat the
+  // denominator. Library first: OpenBLAS's threads spin for a while after a call, which
+  // would slow the split multiplies of the step that follows a re-probe; within the
+  // split half they only delay the first few multiplies.
+  const double best = fastest(seconds / 2, library);
+  return std::max(best, fastest(seconds / 2, [&] {
+    cpu_blas::SplitGemm(false, false, m, n, k, 1, a.data_ptr<float>(), k, b.data_ptr<float>(), n, 0,
+                        c.data_ptr<float>(), n);
+  }));
+}
+
+void GemmPeakProbe::SetBlasThreads(int threads) {
+  using Fn = void (*)(int);
+  Fn fn = &openblas_set_num_threads;
+  if (fn == nullptr) fn = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  if (fn != nullptr) fn(threads);
+}
+
+std::string GemmPeakProbe::BlasCoreName() {
+  using Fn = char* (*)();
+  Fn fn = &openblas_get_corename;
+  // The executable may not see OpenBLAS at link time when torch loads it indirectly.
+  if (fn == nullptr) fn = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
+  if (fn == nullptr) return "unknown";
+  const char* name = fn();
+  return name != nullptr ? std::string(name) : "unknown";
+}
+
+}  // namespace trainyard::engine

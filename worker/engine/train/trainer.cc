@@ -1,0 +1,229 @@
+#include "worker/engine/train/trainer.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <optional>
+#include <stdexcept>
+#include <utility>
+
+#include "worker/engine/base/torch_compat.h"
+#include "worker/engine/kernels/cpu/cpu_blas.h"
+#include "worker/engine/kernels/cpu/fused_cpu_kernels.h"
+#include "worker/engine/parallel/parameter_sharding.h"
+#include "worker/engine/train/gemm_peak_probe.h"
+
+namespace trainyard::engine {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Ms(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+double PeakRssMb() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) / 1024.0;  // Linux reports KiB
+}
+
+// Compile events go out as Event lines like every other event, from every rank.
+class EventWriterSink final : public compile::CompileEventSink {
+ public:
+  explicit EventWriterSink(EventWriter& events) : events_(events) {}
+  void OnCompileEvent(const compile::CompileEventRecord& event) override {
+    events_.Compile(compile::CompileEventJson(event));
+  }
+
+ private:
+  EventWriter& events_;
+};
+
+compile::CompileOptions MakeCompileOptions(const CompileConfig& c) {
+  compile::CompileOptions o;
+  o.backend = compile::ParseCompileBackend(c.backend);
+  o.recompile_limit = c.recompile_limit;
+  o.on_side_effect = compile::ParseSideEffectPolicy(c.on_side_effect);
+  return o;
+}
+
+}  // namespace
+
+Trainer::Trainer(const EngineConfig& config, ProcessMesh& mesh, EventWriter& events,
+                 TrainerOptions options)
+    : config_(config),
+      mesh_(mesh),
+      events_(events),
+      options_(options),
+      flops_(FlopsModel::FromConfig(config.model, config.training.seq_len)),
+      schedule_(config.training.lr, config.training.warmup_steps, config.training.steps) {
+  const ParallelContext& ctx = mesh.context();
+  if (ctx.dp != config.parallelism.dp || ctx.tp != config.parallelism.tp || ctx.ep != config.parallelism.ep) {
+    throw std::invalid_argument("Trainer: the process mesh was not built from this config's parallelism");
+  }
+  if (mesh.world().device() != options.device) {
+    throw std::invalid_argument("Trainer: the process mesh runs collectives on " + mesh.world().device().str() +
+                                " but the trainer was asked for " + options.device.str());
+  }
+  dataset_ = MakeDataset(config.training, config.model);
+  compile_sink_ = std::make_unique<EventWriterSink>(events);
+  compile_ = std::make_unique<compile::CompileContext>(MakeCompileOptions(config.compile), *compile_sink_);
+  watched_ = std::make_shared<compile::WatchedTensors>();
+  regions_ = MakeCompiledRegionFactory(*compile_, watched_);
+  ModelOptions model_options;
+  model_options.regions = regions_.get();
+  model_options.activation_checkpoint = config.activation_checkpoint.mode;
+  model_options.plant_side_effect = config.compile.test_plant_side_effect;
+  model_options.regions_granularity = config.compile.regions;
+  model_ = TransformerModel(config.model, config.training.seq_len, ctx, model_options);
+  model_->to(options.device);
+  *watched_ = compile::WatchModule(*model_);
+  model_->InitWeights(config.training.seed);
+
+  // Gradient classes (parameter_sharding.h): each local loss is the mean over its DP
+  // rank's batch, so every class ends with a factor 1/dp.
+  std::vector<torch::Tensor> dense, router, expert;
+  for (const auto& item : model_->named_parameters(/*recurse=*/true)) {
+    const ShardKind kind = ShardKindOf(item.key());
+    params_.push_back(item.value());
+    owned_.push_back(OwnsShard(kind, ctx));
+    if (kind == ShardKind::kExpert) {
+      expert.push_back(item.value());
+    } else if (kind == ShardKind::kTpPartial) {
+      router.push_back(item.value());
+    } else {
+      dense.push_back(item.value());
+    }
+  }
+  const double inv_dp = 1.0 / ctx.dp;
+  grad_syncs_.push_back(std::make_unique<GradientSynchronizer>(dense, mesh.dp(), inv_dp));
+  // Partial over TP and replicated over DP: one sum over the whole world.
+  if (!router.empty()) grad_syncs_.push_back(std::make_unique<GradientSynchronizer>(router, mesh.world(), inv_dp));
+  if (!expert.empty()) grad_syncs_.push_back(std::make_unique<GradientSynchronizer>(expert, mesh.expert_dp(), inv_dp));
+  optimizer_ = std::make_unique<AdamW>(params_, AdamWOptions{kBeta1, kBeta2, kEps, kWeightDecay});
+}
+
+std::pair<double, double> Trainer::ClipGradients(double max_norm) {
+  torch::NoGradGuard no_grad;
+  auto sq = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(options_.device));
+  double host_sq = 0;  // fused CPU path: one pass per gradient, accumulated in fp64
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!owned_[i]) continue;
+    const torch::Tensor& g = params_[i].grad();
+    if (fused::Applies(g)) {
+      host_sq += fused::SumOfSquares(g);
+    } else {
+      sq += g.to(torch::kFloat64).pow(2).sum();
+    }
+  }
+  if (host_sq != 0) sq += host_sq;
+  mesh_.world().AllReduceSum(sq);
+  const double norm = std::sqrt(sq.item<double>());
+  // Same rule as torch::nn::utils::clip_grad_norm_; the optimizer applies it.
+  const double coef = max_norm > 0 ? max_norm / (norm + 1e-6) : 1.0;
+  return {norm, std::min(coef, 1.0)};
+}
+
+void Trainer::Run() {
+  const TrainingConfig& t = config_.training;
+  for (int step = 1; step <= t.steps; ++step) {
+    StepMetrics m;
+    try {
+      m = Step(step);
+    } catch (const c10::Error& e) {
+      throw std::runtime_error("step " + std::to_string(step) + ": " + e.what_without_backtrace());
+    }
+    if (mesh_.world().rank() == 0 && (step % t.log_freq == 0 || step == t.steps)) events_.Step(m);
+    if (step % config_.compile.summary_every == 0 || step == t.steps) compile_->Summary();
+  }
+}
+
+StepMetrics Trainer::Step(int step) {
+  const TrainingConfig& t = config_.training;
+  const ModelConfig& mc = config_.model;
+  if (step == kPeakReprobeStep && options_.peak_flops > 0) {
+    // The start-up probe may have run while the machine was still busy (controller,
+    // worker and ranks loading); a peak measured low reports MFU > 1. Probe again once
+    // the job is running, outside the step's time, and keep the higher figure.
+    options_.peak_flops = std::max(options_.peak_flops, GemmPeakProbe::MeasureFlops(0.6, options_.device));
+  }
+  const auto start = Clock::now();
+  // An eager CPU step runs every GEMM through the fused kernels, which split the work
+  // over the intra-op threads themselves: keep OpenBLAS at one thread for the whole
+  // step rather than switching it down and back around each of ~150 multiplies.
+  std::optional<cpu_blas::SerialScope> serial_blas;
+  if (regions_->RunsEager() && fused::Enabled() && options_.device.is_cpu()) serial_blas.emplace();
+
+  const ParallelContext& ctx = mesh_.context();
+  auto batch = LoadBatch(*dataset_, step - 1, ctx.dp_rank, ctx.dp, t.batch_size).to(options_.device);
+  auto inputs = batch.narrow(1, 0, t.seq_len);
+  auto targets = batch.narrow(1, 1, t.seq_len);
+  const auto data_done = Clock::now();
+
+  // Drop gradients instead of zero-filling them: backward then writes fresh ones and
+  // skips a fill plus an add per parameter.
+  for (auto& p : params_) p.mutable_grad() = torch::Tensor();
+  ModelOutput out = model_(inputs, targets);
+  const torch::Tensor& loss = out.loss;
+  loss.backward();
+  {
+    // A parameter the graph did not reach keeps a zero gradient, as zero_grad() left it.
+    torch::NoGradGuard no_grad;
+    for (auto& p : params_) {
+      if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+    }
+  }
+
+  // Loss and routing counts travel together in one small all-reduce over the world.
+  // Every TP rank holds its DP rank's loss, so the world sum over-counts by tp; the
+  // counts cover disjoint token slices, so their world sum is the global count. fp64
+  // keeps the counts exact.
+  auto stats = torch::cat({loss.detach().to(torch::kFloat64).reshape({1}),
+                           out.tokens_per_expert.to(torch::kFloat64).reshape({-1})});
+  mesh_.world().AllReduceSum(stats);
+  for (auto& sync : grad_syncs_) sync->Reduce();
+  const auto [grad_norm, clip_scale] = ClipGradients(t.max_norm);
+
+  const double lr = schedule_.At(step);
+  optimizer_->Step(lr, clip_scale);
+
+  auto global_counts = stats.narrow(0, 1, stats.numel() - 1).reshape(out.tokens_per_expert.sizes());
+  if (mc.n_moe_layers() > 0) model_->UpdateExpertBiases(global_counts, mc.load_balance_coeff);
+  compat::Synchronize(options_.device);  // the step ends when its kernels have
+  const auto end = Clock::now();
+  serial_blas.reset();  // a re-probe below times LibTorch's multiply on OpenBLAS's threads
+
+  StepMetrics m;
+  m.step = step;
+  m.loss = stats[0].item<double>() / ctx.world;
+  m.grad_norm = grad_norm;
+  m.lr = lr;
+  const double step_s = std::max(1e-9, Ms(start, end) / 1000.0);
+  const double rank_tokens = static_cast<double>(t.batch_size) * t.seq_len;
+  m.tokens_per_s = rank_tokens * ctx.dp / step_s;
+  // Each rank does 1/world of the global work (TP/EP split the model, not tokens).
+  m.model_tflops = flops_.flops_per_token * rank_tokens * ctx.dp / ctx.world / step_s / 1e12;
+  if (options_.peak_flops > 0 && m.model_tflops * 1e12 > options_.peak_flops && step >= next_peak_reprobe_) {
+    // More than the peak proves the peak was measured low (a busy moment of the
+    // machine): measure again, after the step's time, at most every few steps.
+    options_.peak_flops = std::max(options_.peak_flops, GemmPeakProbe::MeasureFlops(0.6, options_.device));
+    next_peak_reprobe_ = step + kPeakReprobeInterval;
+  }
+  m.mfu = options_.peak_flops > 0 ? m.model_tflops * 1e12 / options_.peak_flops : 0.0;
+  m.step_ms = Ms(start, end);
+  m.data_ms = Ms(start, data_done);
+  m.peak_rss_mb = PeakRssMb();
+  if (global_counts.numel() > 0) {
+    auto load = global_counts.sum(0).round().to(torch::kCPU, torch::kInt64).contiguous();
+    m.expert_load.assign(load.data_ptr<int64_t>(), load.data_ptr<int64_t>() + load.numel());
+    const double mean = load.to(torch::kFloat64).mean().item<double>();
+    const double max = load.max().item<int64_t>();
+    m.imbalance = mean > 0 ? max / mean : 0.0;
+  }
+  return m;
+}
+
+}  // namespace trainyard::engine

@@ -1,0 +1,95 @@
+// Runs the training loop for one rank of the dp × tp mesh (with EP carved from it):
+// batch → forward → loss → backward → gradient reduction per gradient class → global
+// clip → AdamW (lr schedule) → expert-bias update, emitting step metrics on rank 0.
+// Every rank runs the same collectives in the same order. TP ranks of one DP rank read
+// the same batch. On CUDA the weights are drawn on the host exactly as on CPU, then
+// moved; step times include a device synchronize so they cover the GPU work.
+// Not thread-safe; owned by main.
+//
+// Optimizer choice: AdamW, betas (0.9, 0.95), eps 1e-8, weight_decay 0.1 on every
+// parameter (as torchtitan does); max_norm <= 0 turns clipping off (norm still reported).
+#pragma once
+
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "worker/engine/compile/compile_context.h"
+#include "worker/engine/compile/region/side_effect_probe.h"
+#include "worker/engine/config/engine_config.h"
+#include "worker/engine/data/dataset.h"
+#include "worker/engine/model/regions/region_factory.h"
+#include "worker/engine/model/transformer_model.h"
+#include "worker/engine/optim/adamw.h"
+#include "worker/engine/optim/lr_schedule.h"
+#include "worker/engine/parallel/gradient_synchronizer.h"
+#include "worker/engine/parallel/mesh/process_mesh.h"
+#include "worker/engine/train/event_writer.h"
+#include "worker/engine/train/flops_model.h"
+
+namespace trainyard::engine {
+
+struct TrainerOptions {
+  int threads = 1;
+  double peak_flops = 0;  // FLOP/s of this rank for MFU; 0 = unknown
+  // Where the model, batches and collective buffers live; must be the mesh's device
+  // (DevicePlacement::ForLocalRank).
+  c10::Device device = c10::Device(c10::DeviceType::CPU);
+};
+
+class Trainer {
+ public:
+  static constexpr double kBeta1 = 0.9;
+  static constexpr double kBeta2 = 0.95;
+  static constexpr double kWeightDecay = 0.1;
+  static constexpr double kEps = 1e-8;
+  // Before this step the GEMM peak (options.peak_flops, when set) is measured again and
+  // the higher of the two kept.
+  static constexpr int kPeakReprobeStep = 3;
+  // A step faster than the peak allows re-measures it, at most once per this many steps.
+  static constexpr int kPeakReprobeInterval = 5;
+
+  // `mesh` must have been built from config.parallelism and outlive the Trainer.
+  Trainer(const EngineConfig& config, ProcessMesh& mesh, EventWriter& events,
+          TrainerOptions options);
+
+  // Runs training.steps steps. Throws on any failure, with the step in the message.
+  void Run();
+
+  // One optimizer step (1-based). Returns the metrics that rank 0 reports.
+  StepMetrics Step(int step);
+
+  TransformerModel& model() { return model_; }
+  ProcessMesh& mesh() { return mesh_; }
+  const FlopsModel& flops() const { return flops_; }
+  compile::CompileContext& compile_context() { return *compile_; }
+
+ private:
+  EngineConfig config_;
+  ProcessMesh& mesh_;
+  EventWriter& events_;
+  TrainerOptions options_;
+  int next_peak_reprobe_ = 0;  // first step that may re-measure a peak it beat
+  FlopsModel flops_;
+  LrSchedule schedule_;
+  std::unique_ptr<Dataset> dataset_;
+  // The compile layer (declared before the model, which calls into it).
+  std::unique_ptr<compile::CompileEventSink> compile_sink_;
+  std::unique_ptr<compile::CompileContext> compile_;
+  std::shared_ptr<compile::WatchedTensors> watched_;
+  std::unique_ptr<RegionFactory> regions_;
+  TransformerModel model_{nullptr};
+  std::vector<torch::Tensor> params_;
+  std::unique_ptr<AdamW> optimizer_;
+  std::vector<bool> owned_;  // per params_: counted in the grad norm on this rank
+  std::vector<std::unique_ptr<GradientSynchronizer>> grad_syncs_;
+
+  // Global L2 norm over every shard (each element once) and the clip coefficient of
+  // torch::nn::utils::clip_grad_norm_ (at most 1), which the optimizer step applies.
+  // Returns {pre-clip norm, coefficient}.
+  std::pair<double, double> ClipGradients(double max_norm);
+};
+
+}  // namespace trainyard::engine
