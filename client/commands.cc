@@ -279,7 +279,13 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
     const bool preflight_usage = argc > 1 && std::string(argv[1]) == "preflight";
     return preflight_usage ? kPreflightBadInput : kExitError;
   }
-  if (preflight->parsed()) return RunPreflightCommand(preflight_options, *env.out, *env.err);
+  if (preflight->parsed()) {
+    if (env.launcher == nullptr) {
+      *env.err << "trainyard: preflight: no process launcher was wired in" << std::endl;
+      return kPreflightRunnerFailed;
+    }
+    return RunPreflightCommand(preflight_options, env.launcher, env.clock, *env.out, *env.err);
+  }
   for (CLI::App* sub : {submit, list, get, workers, cancel, watch}) {
     if (sub->parsed()) common.timeout_given = sub->get_option("--timeout")->count() > 0;
   }

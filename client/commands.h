@@ -3,6 +3,9 @@
 #include <ostream>
 #include <string>
 
+#include "common/clock.h"
+#include "common/process_launcher.h"
+
 namespace trainyard::cli {
 
 // What the CLI takes from its process: main.cc reads the environment, tests pass
@@ -15,6 +18,10 @@ struct CliEnvironment {
   std::string temp_dir = "/tmp";
   std::ostream* out = nullptr;
   std::ostream* err = nullptr;
+  // `preflight` starts the runner through this launcher and times it on this clock
+  // (main.cc passes the POSIX launcher and the system clock).
+  ProcessLauncher* launcher = nullptr;
+  Clock* clock = SystemClock();
 };
 
 // Parses the command line, runs the chosen subcommand and returns the process exit

@@ -18,5 +18,8 @@ int main(int argc, char** argv) {
   if (!ec) env.temp_dir = tmp.string();
   env.out = &std::cout;
   env.err = &std::cerr;
+  trainyard::PosixProcessLauncher launcher;
+  env.launcher = &launcher;
+  env.clock = trainyard::SystemClock();
   return trainyard::cli::RunCli(argc, argv, env);
 }

@@ -2,30 +2,29 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/cli_format.h"
-#include "common/job_file.h"
-#include "common/posix_process_launcher.h"
+#include "common/spec/job_file_reader.h"
+#include "common/spec/presets.h"
 #include "common/preflight_runner.h"
-#include "common/spec_defaults.h"
-#include "common/spec_validation.h"
+#include "common/spec_proto.h"
 
 namespace trainyard::cli {
 namespace {
 
-// The job exactly as the controller would store it, or why it would be refused.
+// The job exactly as the controller would store it, or why every rank would refuse it:
+// the spec core's rules, with the file:line or --set each value came from (the
+// controller's fleet checks, slots and devices, are not known here).
 absl::StatusOr<v1::JobSpec> ResolveJob(const PreflightCommandOptions& options) {
-  absl::StatusOr<v1::JobSpec> spec = LoadJobFile(options.job_file, options.sets);
-  if (!spec.ok()) return spec.status();
-  absl::Status status = ApplyPresetAndDefaults(&*spec);
-  if (status.ok()) status = ValidateJobSpec(*spec, kSkipSlotCheck);
-  if (status.ok()) status = CheckSupported(*spec);
-  if (!status.ok()) return status;
-  return spec;
+  spec::Result<spec::SpecInput> input = spec::LoadJobFile(options.job_file, options.sets);
+  if (!input.ok()) return SpecErrorToStatus(input.error());
+  spec::Result<spec::JobSpec> resolved = spec::ResolveAndValidate(input.value());
+  if (!resolved.ok()) return SpecErrorToStatus(resolved.error());
+  return ProtoFromSpec(resolved.value());
 }
 
 }  // namespace
 
-int RunPreflightCommand(const PreflightCommandOptions& options, std::ostream& out,
-                        std::ostream& err) {
+int RunPreflightCommand(const PreflightCommandOptions& options, ProcessLauncher* launcher,
+                        Clock* clock, std::ostream& out, std::ostream& err) {
   absl::StatusOr<v1::JobSpec> spec = ResolveJob(options);
   if (!spec.ok()) {
     err << FormatError(spec.status()) << std::endl;
@@ -37,8 +36,7 @@ int RunPreflightCommand(const PreflightCommandOptions& options, std::ostream& ou
   runner_options.shrink = options.shrink;
   runner_options.timeout = absl::Seconds(options.timeout_s);
   runner_options.spec_dir = options.spec_dir;
-  PosixProcessLauncher launcher;
-  const PreflightRunner runner(&launcher, runner_options);
+  const PreflightRunner runner(launcher, runner_options, clock);
   // The callback runs on the runner's reader thread while this one waits in Run.
   absl::StatusOr<PreflightReport> report =
       runner.Run(*spec, [&](const std::string& line, const v1::Event* event) {

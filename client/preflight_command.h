@@ -4,6 +4,9 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
+#include "common/process_launcher.h"
+
 namespace trainyard::cli {
 
 // Exit codes of `trainyard preflight`: the runner's own contract, passed through.
@@ -22,13 +25,14 @@ struct PreflightCommandOptions {
   std::string spec_dir;  // where the resolved JobSpec JSON is written for the runner
 };
 
-// `trainyard preflight`: loads and validates the job file as `submit` and the
-// controller do (slot check skipped), runs `trainyard-train SPEC.json --preflight
+// `trainyard preflight`: loads and validates the job file with the spec core's rules, as
+// `submit` and the controller do (the controller's fleet checks aside), runs `trainyard-train SPEC.json --preflight
 // [--shrink] --json` locally, prints each COMPILE, RECOMPILE, RECOMPILE_LIMIT,
 // GRAPH_BREAK, UNSAFE_SIDE_EFFECT and FALLBACK event as it arrives (one human line, or
 // the raw JSON line with `json`), then a verdict line: on `out` in text mode, on `err`
 // with `json` so that stdout stays JSON Lines of Events. Returns the exit code above.
-int RunPreflightCommand(const PreflightCommandOptions& options, std::ostream& out,
-                        std::ostream& err);
+// The runner is started through `launcher` and timed on `clock`.
+int RunPreflightCommand(const PreflightCommandOptions& options, ProcessLauncher* launcher,
+                        Clock* clock, std::ostream& out, std::ostream& err);
 
 }  // namespace trainyard::cli

@@ -19,7 +19,6 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "common/line_reader.h"
 #include "common/proto_json.h"
 
@@ -203,7 +202,7 @@ std::string DescribePreflightFailure(const PreflightReport& report) {
 absl::StatusOr<PreflightReport> PreflightRunner::Run(const v1::JobSpec& normalised,
                                                      const LineCallback& on_line,
                                                      const CancelCheck& cancel) const {
-  const absl::Time start = absl::Now();
+  const absl::Time start = clock_->Now();
   absl::StatusOr<std::string> spec_path =
       WriteSpecFile(options_.spec_dir, ToJsonLine(normalised) + "\n");
   if (!spec_path.ok()) return spec_path.status();
@@ -245,39 +244,51 @@ absl::StatusOr<PreflightReport> PreflightRunner::Run(const v1::JobSpec& normalis
   std::thread err_reader([&, fd = child->stderr_fd] {
     ReadLines(fd, [&](std::string line) { tail.Append(line); });
   });
-  absl::Notification exited;
+  absl::Mutex exit_mu;
+  bool exited = false;
   ProcessExit exit;
   std::thread waiter([&, pid = child->pid] {
-    exit = launcher_->Wait(pid);  // also kills what the runner left in its group
-    exited.Notify();
+    ProcessExit e = launcher_->Wait(pid);  // also kills what the runner left in its group
+    absl::MutexLock lock(&exit_mu);
+    exit = e;
+    exited = true;
   });
 
   const absl::Time deadline = start + options_.timeout;
   bool timed_out = false;
   bool cancelled = false;
-  while (!exited.HasBeenNotified()) {
+  while (true) {
+    {
+      absl::MutexLock lock(&exit_mu);
+      if (exited) break;
+    }
+    const absl::Time now = clock_->Now();
     if (cancel && cancel()) {
       cancelled = true;
-    } else if (absl::Now() >= deadline) {
+    } else if (now >= deadline) {
       timed_out = true;
     }
     if (timed_out || cancelled) {
       launcher_->SignalGroup(child->pid, SIGKILL);
       break;
     }
-    const absl::Duration wait = cancel ? kCancelPoll : deadline - absl::Now();
-    exited.WaitForNotificationWithTimeout(std::min(wait, deadline - absl::Now()));
+    const absl::Time wake = cancel ? std::min(deadline, now + kCancelPoll) : deadline;
+    absl::MutexLock lock(&exit_mu);
+    clock_->AwaitWithDeadline(&exit_mu, absl::Condition(&exited), wake);
   }
   waiter.join();
   out_reader.join();
   err_reader.join();
 
-  report.exit = exit;
+  {
+    absl::MutexLock lock(&exit_mu);
+    report.exit = exit;
+  }
   report.findings = std::move(findings);
   report.compile_events = compile_events;
   report.error = std::move(error);
   report.output_tail = tail.Take();
-  report.elapsed = absl::Now() - start;
+  report.elapsed = clock_->Now() - start;
   if (cancelled) {
     report.verdict = PreflightVerdict::kCancelled;
   } else if (timed_out) {

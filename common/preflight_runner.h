@@ -6,6 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "common/process_launcher.h"
 #include "trainyard/v1/event.pb.h"
 #include "trainyard/v1/spec.pb.h"
@@ -56,6 +57,9 @@ struct PreflightOptions {
 // status. An exit status of 0 with a finding printed anyway counts as kFindings: the
 // events win over the status. The temporary file is removed before Run returns.
 //
+// Time (the timeout, the cancel polling, `elapsed`) comes from the injected Clock, so a
+// test can drive the timeout with a fake one.
+//
 // Thread-safe: Run may be called from several threads at once; each call blocks until
 // the runner and its process group are gone.
 class PreflightRunner {
@@ -64,10 +68,12 @@ class PreflightRunner {
   // Called on a reader thread owned by Run, one line at a time, in order.
   using LineCallback = std::function<void(const std::string& line, const v1::Event* event)>;
 
-  PreflightRunner(ProcessLauncher* launcher, PreflightOptions options)
-      : launcher_(launcher), options_(std::move(options)) {}
+  PreflightRunner(ProcessLauncher* launcher, PreflightOptions options,
+                  Clock* clock = SystemClock())
+      : launcher_(launcher), options_(std::move(options)), clock_(clock) {}
 
-  // Polled every 50 ms while the runner runs; true kills its process group.
+  // Polled every 50 ms (of the clock) while the runner runs; true kills its process
+  // group.
   using CancelCheck = std::function<bool()>;
 
   // Errors (no verdict): the spec file cannot be written (UNAVAILABLE), or the binary
@@ -83,6 +89,7 @@ class PreflightRunner {
  private:
   ProcessLauncher* const launcher_;
   const PreflightOptions options_;
+  Clock* const clock_;
 };
 
 // UNSAFE_SIDE_EFFECT and RECOMPILE_LIMIT: the kinds that fail a preflight.

@@ -9,7 +9,7 @@
 
 namespace trainyard {
 
-// proto3 JSON with .proto field names preserved (DESIGN.md: machine-readable output).
+// proto3 JSON with .proto field names preserved (README.md: machine-readable output).
 // One line, no trailing newline.
 std::string ToJsonLine(const google::protobuf::Message& message);
 

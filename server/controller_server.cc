@@ -9,6 +9,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/posix_process_launcher.h"  // ExecutableSibling
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 
@@ -20,7 +21,7 @@ bool IsLoopbackAddress(const std::string& host_port) {
 }
 
 absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
-    const ControllerOptions& options) {
+    const ControllerOptions& options, ProcessLauncher* launcher, Clock* clock) {
   if (!IsLoopbackAddress(options.listen) && !options.insecure) {
     return absl::FailedPreconditionError(absl::StrCat(
         "--listen ", options.listen,
@@ -29,13 +30,15 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
   }
   if (options.data_dir.empty()) return absl::InvalidArgumentError("--data-dir is required");
   std::unique_ptr<ControllerServer> s(new ControllerServer());
+  s->clock_ = clock;
+  s->launcher_ = launcher;
   TY_ASSIGN_OR_RETURN(s->store_, JobStore::Open(options.data_dir));
   s->metrics_ = std::make_unique<ControllerMetrics>();
   if (!options.metrics_listen.empty()) {
     TY_RETURN_IF_ERROR(s->metrics_->Listen(options.metrics_listen));
   }
   s->manager_ = std::make_unique<JobManager>(s->store_.get(), &s->hub_, s->metrics_.get(),
-                                             &s->clock_, options.manager);
+                                             s->clock_, options.manager);
   TY_RETURN_IF_ERROR(s->manager_->Recover());
   PreflightGateOptions preflight;
   preflight.binary = options.preflight_binary.empty() ? ExecutableSibling("trainyard-train")
@@ -52,9 +55,8 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
     spdlog::warn("preflight runner {} is missing: jobs with compile.preflight=true will be "
                  "refused (set --preflight-binary)", preflight.binary);
   }
-  s->launcher_ = std::make_unique<PosixProcessLauncher>();
   s->preflight_ =
-      std::make_unique<PreflightGate>(s->launcher_.get(), s->metrics_.get(), preflight);
+      std::make_unique<PreflightGate>(s->launcher_, s->metrics_.get(), preflight, s->clock_);
   s->job_service_ = std::make_unique<JobServiceImpl>(s->manager_.get(), s->store_.get(), &s->hub_,
                                                      s->preflight_.get());
   s->worker_service_ = std::make_unique<WorkerServiceImpl>(s->manager_.get());
@@ -72,17 +74,30 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
   }
   ControllerServer* raw = s.get();
   s->ticker_ = std::thread([raw] {
-    while (!raw->stop_.WaitForNotificationWithTimeout(absl::Seconds(1))) raw->manager_->Tick();
+    while (true) {
+      {
+        absl::MutexLock lock(&raw->stop_mu_);
+        if (raw->clock_->AwaitWithDeadline(&raw->stop_mu_, absl::Condition(&raw->stopping_),
+                                           raw->clock_->Now() + absl::Seconds(1))) {
+          return;
+        }
+      }
+      raw->manager_->Tick();
+    }
   });
   return s;
 }
 
 void ControllerServer::Shutdown() {
-  if (!stop_.HasBeenNotified()) stop_.Notify();
+  {
+    absl::MutexLock lock(&stop_mu_);
+    stopping_ = true;
+  }
   // Finishes every SubmitJob waiting for a preflight, which the server's shutdown
   // would otherwise wait for.
   if (preflight_) preflight_->Stop();
-  if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  // In-flight calls get 2 s (of the injected clock) to finish.
+  if (server_) server_->Shutdown(absl::ToChronoTime(clock_->Now() + absl::Seconds(2)));
 }
 
 ControllerServer::~ControllerServer() {

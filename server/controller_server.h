@@ -7,9 +7,10 @@
 #include <grpcpp/server.h>
 
 #include "absl/status/statusor.h"
-#include "absl/synchronization/notification.h"
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "common/clock.h"
-#include "common/posix_process_launcher.h"
+#include "common/process_launcher.h"
 #include "server/controller_metrics.h"
 #include "server/event_hub.h"
 #include "server/job_manager.h"
@@ -34,9 +35,13 @@ struct ControllerOptions {
 
 // The whole controller wired together: store, manager, gRPC services (with health
 // checking and reflection), /metrics and the tick thread. Owned by main() or a test.
+// The process launcher (preflight runners) and the clock (the manager's time, the
+// preflight timeouts, the tick period) come from the creator and must outlive it.
 class ControllerServer {
  public:
-  static absl::StatusOr<std::unique_ptr<ControllerServer>> Start(const ControllerOptions& options);
+  static absl::StatusOr<std::unique_ptr<ControllerServer>> Start(const ControllerOptions& options,
+                                                                 ProcessLauncher* launcher,
+                                                                 Clock* clock);
   ~ControllerServer();
 
   int port() const { return port_; }
@@ -46,18 +51,19 @@ class ControllerServer {
  private:
   ControllerServer() = default;
 
-  RealClock clock_;
+  Clock* clock_ = nullptr;
+  ProcessLauncher* launcher_ = nullptr;  // outlives the gate's runners
   std::unique_ptr<JobStore> store_;
   EventHub hub_;
   std::unique_ptr<ControllerMetrics> metrics_;
   std::unique_ptr<JobManager> manager_;
-  std::unique_ptr<PosixProcessLauncher> launcher_;  // outlives the gate's runners
   std::unique_ptr<PreflightGate> preflight_;
   std::unique_ptr<JobServiceImpl> job_service_;
   std::unique_ptr<WorkerServiceImpl> worker_service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
-  absl::Notification stop_;
+  absl::Mutex stop_mu_;
+  bool stopping_ ABSL_GUARDED_BY(stop_mu_) = false;
   std::thread ticker_;
 };
 

@@ -64,6 +64,14 @@ GangDecision GangScheduler::Place(const std::string& job_id, const v1::JobSpec& 
   return decision;
 }
 
+void GangScheduler::OrderQueue(std::vector<QueuedJob>* queue) {
+  std::stable_sort(queue->begin(), queue->end(), [](const QueuedJob& a, const QueuedJob& b) {
+    const int pa = a.spec->job().priority(), pb = b.spec->job().priority();
+    if (pa != pb) return pa > pb;
+    return a.order < b.order;
+  });
+}
+
 std::vector<GangDecision> GangScheduler::PlaceQueue(const std::vector<QueuedJob>& queue,
                                                     std::vector<WorkerSnapshot> workers) {
   std::vector<GangDecision> out;

@@ -7,16 +7,18 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "server/admission_policy.h"
 #include "server/controller_metrics.h"
+#include "server/effects.h"
 #include "server/event_hub.h"
-#include "server/gang_scheduler.h"
-#include "server/job_store.h"
+#include "server/job_lifecycle.h"
+#include "server/state_store.h"
 #include "server/worker_channel.h"
+#include "server/worker_registry.h"
 #include "trainyard/v1/job_service.pb.h"
 #include "trainyard/v1/worker_service.pb.h"
 
@@ -29,21 +31,50 @@ struct JobManagerOptions {
   absl::Duration metrics_grace = absl::Minutes(10);
 };
 
-// Owns every job's state machine and the worker registry: validation, gang
-// scheduling, assignment, event ingestion and failure handling. The store is the
-// source of truth; in-memory state is rebuilt from it by Recover(). Thread-safe; one
-// mutex covers jobs and workers. Sends to workers are queued (never blocking) and
-// store writes are local, so no RPC ever runs under the lock.
+// The controller's job and worker service, behind JobService and WorkerService:
+// admission (AdmissionPolicy), the worker registry (WorkerRegistry) and the job state
+// machine (JobLifecycle), with the store as the source of truth after a restart.
+//
+// Thread-safe. Two mutexes, always taken in this order:
+//   commit_mu_  taken by writers only (Submit, Cancel, RegisterWorker, IngestEvents,
+//               Tick, Recover) for their whole call: writers run one at a time.
+//   mu_         the state lock over registry_, lifecycle_ and views_. Held only for
+//               in-memory work; never across a store call or a send.
+// Readers (Get, List, Workers) and the in-memory-only calls (Heartbeat, StreamClosed)
+// take only mu_, so they never wait for an fsync.
+//
+// Ordering and durability. A writer changes state under mu_, recording what must
+// happen outside in an Effects value: store writes, then worker messages, then
+// watcher wake-ups. It releases mu_ and carries them out in that order while still
+// holding commit_mu_ (Run). Because writers are serialised by commit_mu_ from their
+// first state change to their last effect, effects reach the store and the workers in
+// the order the state changed. In particular:
+//   - Per-job seqs are assigned by the store inside the commit (gapless from 1, worker
+//     resends dropped by (job, attempt, rank, source_seq)), in that same order.
+//   - IngestEvents commits the batch first (under commit_mu_ only), then applies the
+//     committed events under mu_; it returns, and the worker is acknowledged, only
+//     after the commit. A failed commit fails the call, so the batch is not acked.
+//   - Submit commits the job row and its PENDING event in one transaction before the
+//     job enters memory; a failed commit fails Submit and leaves no job.
+//   - An Assign (or Cancel) is sent only after the writes recorded before it, such as
+//     the SCHEDULED row and event that name the placement, were committed.
+//   - Watchers read the store and are woken only after the commit; a job is marked
+//     settled only after its final events were committed.
+//   - Readers see committed state: Get/List answer from views_, each job's row and
+//     last seq as last committed, updated by Run after each successful write.
+// A write that fails after the state changed (a follow-up transition) is logged with
+// the job id and returned to the caller that waits on it (Cancel); memory stays ahead
+// of the store until the next write of that job, as before this split.
 class JobManager {
  public:
-  JobManager(JobStore* store, EventHub* hub, ControllerMetrics* metrics, Clock* clock,
+  JobManager(StateStore* store, EventHub* hub, ControllerMetrics* metrics, Clock* clock,
              JobManagerOptions options);
 
   absl::Status Recover();
 
   // JobService.
-  // Normalises `spec` (presets, defaults) and checks it as Submit does, against the
-  // slots connected now, without creating anything: the preflight gate runs between
+  // Normalises `spec` and checks it as Submit does (AdmissionPolicy, against the slots
+  // connected now) without creating anything: the preflight gate runs between
   // Validate and Submit. A failure is counted as a rejected job.
   absl::Status Validate(v1::JobSpec* spec);
   absl::StatusOr<v1::Job> Submit(v1::JobSpec spec, const std::string& owner);
@@ -64,60 +95,32 @@ class JobManager {
   void Tick();
 
  private:
-  enum class RankPhase { kAssigned, kRunning, kEnded };
-  struct JobRuntime {
+  // A job as last committed: what readers see.
+  struct JobView {
     v1::Job job;
     int64_t order = 0;  // FIFO position
-    std::vector<RankPhase> ranks;  // current attempt
-    int running = 0;
-    int exited_ok = 0;
-    int live = 0;  // ranks holding a slot
-    bool tearing_down = false;  // a failure or cancel was sent for this attempt
-  };
-  struct WorkerRuntime {
-    int64_t conn = 0;
-    v1::Register reg;
-    std::shared_ptr<WorkerChannel> channel;
-    bool connected = false;
-    absl::Time last_seen;
-    int next_port = 0;
+    int64_t last_seq = 0;
   };
 
-  static bool IsTerminal(v1::Job::State s);
-  bool IsActive(const JobRuntime& rt) const;
-  int FreeSlotsLocked(const std::string& worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  int TotalSlotsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status ValidateLocked(const v1::JobSpec& normalised) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Reject(absl::Status status);
-  WorkerRuntime* WorkerByConnLocked(int64_t conn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status SetStateLocked(JobRuntime& rt, v1::Job::State state, const std::string& reason)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void EmitLocked(JobRuntime& rt, v1::Event event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void StartAttemptLocked(JobRuntime& rt, const std::vector<std::string>& rank_workers)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  int AllocatePortLocked(WorkerRuntime& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ApplyRankStateLocked(JobRuntime& rt, const v1::Event& event)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RankEndedLocked(JobRuntime& rt, int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void FailAttemptLocked(JobRuntime& rt, const std::string& cause)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void SendCancelLocked(JobRuntime& rt, const std::string& reason)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void WorkerLostLocked(const std::string& name, const std::string& why)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  FleetView FleetLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::Job ViewLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateSlotMetricsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Carries out `fx` in order (see above); returns the first store error.
+  absl::Status Run(Effects fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(commit_mu_)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
-  JobStore* const store_;
+  StateStore* const store_;
   EventHub* const hub_;
   ControllerMetrics* const metrics_;
   Clock* const clock_;
   const JobManagerOptions options_;
 
+  absl::Mutex commit_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   absl::Mutex mu_;
-  std::map<std::string, JobRuntime> jobs_ ABSL_GUARDED_BY(mu_);
-  int64_t next_order_ ABSL_GUARDED_BY(mu_) = 0;
-  std::map<std::string, WorkerRuntime> workers_ ABSL_GUARDED_BY(mu_);  // by name
+  WorkerRegistry registry_ ABSL_GUARDED_BY(mu_);
+  JobLifecycle lifecycle_ ABSL_GUARDED_BY(mu_);  // uses registry_
+  std::map<std::string, JobView> views_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace trainyard

@@ -37,7 +37,7 @@ class PreflightSubmitReactor : public grpc::ServerUnaryReactor {
 // write is in flight at a time; new events only wake it.
 class WatchReactor : public grpc::ServerWriteReactor<v1::Event> {
  public:
-  WatchReactor(JobStore* store, EventHub* hub, std::string job_id, int64_t from_seq)
+  WatchReactor(StateStore* store, EventHub* hub, std::string job_id, int64_t from_seq)
       : store_(store), job_id_(std::move(job_id)), next_seq_(std::max<int64_t>(from_seq, 1)),
         hub_(hub), link_(std::make_shared<Link>()) {
     link_->reactor = this;
@@ -119,7 +119,7 @@ class WatchReactor : public grpc::ServerWriteReactor<v1::Event> {
     Finish(std::move(status));
   }
 
-  JobStore* const store_;
+  StateStore* const store_;
   const std::string job_id_;
   absl::Mutex mu_;
   int64_t next_seq_ ABSL_GUARDED_BY(mu_);

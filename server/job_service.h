@@ -2,19 +2,20 @@
 
 #include "server/event_hub.h"
 #include "server/job_manager.h"
-#include "server/job_store.h"
 #include "server/preflight_gate.h"
+#include "server/state_store.h"
 #include "trainyard/v1/job_service.grpc.pb.h"
 
 namespace trainyard {
 
 // Thin gRPC adapter for JobService: parses, calls JobManager, converts the Status.
-// WatchJob streams from the store, so a slow watcher never stalls ingestion. A
-// SubmitJob whose spec sets compile.preflight is validated, then handed to the
-// PreflightGate; the gate's thread creates the job (or not) and finishes the call.
+// WatchJob streams committed events from the store, so a slow watcher never stalls
+// ingestion. A SubmitJob whose spec sets compile.preflight is validated, then handed
+// to the PreflightGate; the gate's thread creates the job (or not) and finishes the
+// call.
 class JobServiceImpl final : public v1::JobService::CallbackService {
  public:
-  JobServiceImpl(JobManager* manager, JobStore* store, EventHub* hub, PreflightGate* preflight)
+  JobServiceImpl(JobManager* manager, StateStore* store, EventHub* hub, PreflightGate* preflight)
       : manager_(manager), store_(store), hub_(hub), preflight_(preflight) {}
 
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* ctx,
@@ -36,7 +37,7 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
 
  private:
   JobManager* const manager_;
-  JobStore* const store_;
+  StateStore* const store_;
   EventHub* const hub_;
   PreflightGate* const preflight_;
 };

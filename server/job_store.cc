@@ -15,15 +15,20 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& data
     return absl::FailedPreconditionError(
         absl::StrCat("--data-dir ", data_dir, ": ", ec.message()));
   }
-  TY_ASSIGN_OR_RETURN(auto db, SqliteDb::Open(data_dir + "/trainyard.db"));
-  std::unique_ptr<JobStore> store(new JobStore(std::move(db)));
+  const std::string path = data_dir + "/trainyard.db";
+  TY_ASSIGN_OR_RETURN(auto writer, SqliteDb::Open(path));
+  std::unique_ptr<JobStore> store(new JobStore(std::move(writer)));
   TY_RETURN_IF_ERROR(store->InitSchema());
+  // The reader opens once the schema exists.
+  TY_ASSIGN_OR_RETURN(auto reader, SqliteDb::Open(path));
+  absl::MutexLock lock(&store->read_mu_);
+  store->reader_ = std::move(reader);
   return store;
 }
 
 absl::Status JobStore::InitSchema() {
-  absl::MutexLock lock(&mu_);
-  return db_->Exec(R"sql(
+  absl::MutexLock lock(&write_mu_);
+  return writer_->Exec(R"sql(
     CREATE TABLE IF NOT EXISTS jobs (
       num   INTEGER PRIMARY KEY AUTOINCREMENT,
       id    TEXT UNIQUE,
@@ -44,47 +49,57 @@ absl::Status JobStore::InitSchema() {
   )sql");
 }
 
-absl::Status JobStore::CreateJob(v1::Job* job) {
-  absl::MutexLock lock(&mu_);
-  TY_RETURN_IF_ERROR(db_->Exec("BEGIN IMMEDIATE"));
-  auto body = [&]() -> absl::Status {
-    TY_RETURN_IF_ERROR(db_->Exec("INSERT INTO jobs (id) VALUES (NULL)"));
-    int64_t num = sqlite3_last_insert_rowid(db_->raw());
+absl::Status JobStore::CreateJob(v1::Job* job, std::vector<v1::Event>* events) {
+  absl::MutexLock lock(&write_mu_);
+  TY_RETURN_IF_ERROR(writer_->Exec("BEGIN IMMEDIATE"));
+  int64_t last = 0;
+  std::vector<v1::Event> inserted;
+  auto body = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_) -> absl::Status {
+    TY_RETURN_IF_ERROR(writer_->Exec("INSERT INTO jobs (id) VALUES (NULL)"));
+    int64_t num = sqlite3_last_insert_rowid(writer_->raw());
     job->set_id(absl::StrCat("job-", num));
-    TY_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(
+    TY_ASSIGN_OR_RETURN(auto stmt, writer_->Prepare(
         "UPDATE jobs SET id = ?1, state = ?2, data = ?3 WHERE num = ?4"));
     stmt.BindText(1, job->id());
     stmt.BindInt(2, job->state());
     stmt.BindBlob(3, job->SerializeAsString());
     stmt.BindInt(4, num);
-    return stmt.Run();
+    TY_RETURN_IF_ERROR(stmt.Run());
+    if (events == nullptr || events->empty()) return absl::OkStatus();
+    TY_ASSIGN_OR_RETURN(inserted, InsertEventsLocked(job->id(), std::move(*events), &last));
+    return absl::OkStatus();
   };
-  if (auto s = body(); !s.ok()) {
-    db_->Exec("ROLLBACK").IgnoreError();
-    return s;
+  absl::Status status = body();
+  if (status.ok()) status = writer_->Exec("COMMIT");
+  if (!status.ok()) {
+    writer_->Exec("ROLLBACK").IgnoreError();
+    job->clear_id();
+    return status;
   }
-  return db_->Exec("COMMIT");
+  if (events != nullptr) *events = std::move(inserted);
+  SetCommittedSeq(job->id(), last);
+  return absl::OkStatus();
 }
 
 absl::Status JobStore::PutJob(const v1::Job& job) {
-  absl::MutexLock lock(&mu_);
+  absl::MutexLock lock(&write_mu_);
   TY_ASSIGN_OR_RETURN(auto stmt,
-                      db_->Prepare("UPDATE jobs SET state = ?1, data = ?2 WHERE id = ?3"));
+                      writer_->Prepare("UPDATE jobs SET state = ?1, data = ?2 WHERE id = ?3"));
   stmt.BindInt(1, job.state());
   stmt.BindBlob(2, job.SerializeAsString());
   stmt.BindText(3, job.id());
   TY_RETURN_IF_ERROR(stmt.Run());
-  if (db_->Changes() != 1) {
+  if (writer_->Changes() != 1) {
     return absl::NotFoundError(absl::StrCat("job ", job.id(), " has no reserved row"));
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<v1::Job>> JobStore::LoadJobs() {
-  absl::MutexLock lock(&mu_);
+  absl::MutexLock lock(&write_mu_);
   TY_ASSIGN_OR_RETURN(auto stmt,
-                      db_->Prepare("SELECT id, data FROM jobs WHERE data IS NOT NULL "
-                                   "ORDER BY num"));
+                      writer_->Prepare("SELECT id, data FROM jobs WHERE data IS NOT NULL "
+                                       "ORDER BY num"));
   std::vector<v1::Job> jobs;
   while (true) {
     TY_ASSIGN_OR_RETURN(bool row, stmt.Step());
@@ -98,63 +113,78 @@ absl::StatusOr<std::vector<v1::Job>> JobStore::LoadJobs() {
   return jobs;
 }
 
-absl::StatusOr<int64_t> JobStore::LoadLastSeqLocked(const std::string& job_id) {
-  auto it = last_seq_.find(job_id);
-  if (it != last_seq_.end()) return it->second;
-  TY_ASSIGN_OR_RETURN(auto stmt,
-                      db_->Prepare("SELECT COALESCE(MAX(seq), 0) FROM events WHERE job_id = ?1"));
+absl::StatusOr<int64_t> JobStore::LastSeqForWriteLocked(const std::string& job_id) {
+  {
+    absl::MutexLock lock(&seq_mu_);
+    auto it = last_seq_.find(job_id);
+    if (it != last_seq_.end()) return it->second;
+  }
+  TY_ASSIGN_OR_RETURN(auto stmt, writer_->Prepare(
+      "SELECT COALESCE(MAX(seq), 0) FROM events WHERE job_id = ?1"));
   stmt.BindText(1, job_id);
   TY_ASSIGN_OR_RETURN(bool row, stmt.Step());
-  int64_t last = row ? stmt.ColumnInt(0) : 0;
-  last_seq_[job_id] = last;
+  const int64_t last = row ? stmt.ColumnInt(0) : 0;
+  SetCommittedSeq(job_id, last);
   return last;
+}
+
+void JobStore::SetCommittedSeq(const std::string& job_id, int64_t seq) {
+  absl::MutexLock lock(&seq_mu_);
+  last_seq_[job_id] = seq;
+}
+
+absl::StatusOr<std::vector<v1::Event>> JobStore::InsertEventsLocked(
+    const std::string& job_id, std::vector<v1::Event> events, int64_t* last) {
+  TY_ASSIGN_OR_RETURN(auto stmt, writer_->Prepare(
+      "INSERT OR IGNORE INTO events (job_id, seq, attempt, rank, source_seq, data) "
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6)"));
+  std::vector<v1::Event> inserted;
+  int64_t seq = *last;
+  for (auto& event : events) {
+    event.set_job_id(job_id);
+    event.set_seq(seq + 1);
+    stmt.Reset();
+    stmt.BindText(1, job_id);
+    stmt.BindInt(2, seq + 1);
+    stmt.BindInt(3, event.attempt());
+    stmt.BindInt(4, event.rank());
+    if (event.source_seq() > 0) {
+      stmt.BindInt(5, event.source_seq());
+    } else {
+      stmt.BindNull(5);  // controller events: never deduplicated
+    }
+    stmt.BindBlob(6, event.SerializeAsString());
+    TY_RETURN_IF_ERROR(stmt.Run());
+    if (writer_->Changes() == 1) {
+      ++seq;
+      inserted.push_back(std::move(event));
+    }
+  }
+  *last = seq;
+  return inserted;
 }
 
 absl::StatusOr<std::vector<v1::Event>> JobStore::AppendEvents(const std::string& job_id,
                                                               std::vector<v1::Event> events) {
-  absl::MutexLock lock(&mu_);
-  TY_ASSIGN_OR_RETURN(int64_t last, LoadLastSeqLocked(job_id));
-  TY_RETURN_IF_ERROR(db_->Exec("BEGIN IMMEDIATE"));
-  auto fail = [&](absl::Status s) {
-    db_->Exec("ROLLBACK").IgnoreError();
-    return s;
-  };
-  auto stmt = db_->Prepare(
-      "INSERT OR IGNORE INTO events (job_id, seq, attempt, rank, source_seq, data) "
-      "VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
-  if (!stmt.ok()) return fail(stmt.status());
-  std::vector<v1::Event> committed;
-  int64_t seq = last;
-  for (auto& event : events) {
-    event.set_job_id(job_id);
-    event.set_seq(seq + 1);
-    stmt->Reset();
-    stmt->BindText(1, job_id);
-    stmt->BindInt(2, seq + 1);
-    stmt->BindInt(3, event.attempt());
-    stmt->BindInt(4, event.rank());
-    if (event.source_seq() > 0) {
-      stmt->BindInt(5, event.source_seq());
-    } else {
-      stmt->BindNull(5);  // controller events: never deduplicated
-    }
-    stmt->BindBlob(6, event.SerializeAsString());
-    if (auto s = stmt->Run(); !s.ok()) return fail(s);
-    if (db_->Changes() == 1) {
-      ++seq;
-      committed.push_back(std::move(event));
-    }
+  absl::MutexLock lock(&write_mu_);
+  TY_ASSIGN_OR_RETURN(int64_t last, LastSeqForWriteLocked(job_id));
+  TY_RETURN_IF_ERROR(writer_->Exec("BEGIN IMMEDIATE"));
+  auto committed = InsertEventsLocked(job_id, std::move(events), &last);
+  absl::Status status = committed.status();
+  if (status.ok()) status = writer_->Exec("COMMIT");
+  if (!status.ok()) {
+    writer_->Exec("ROLLBACK").IgnoreError();
+    return status;
   }
-  if (auto s = db_->Exec("COMMIT"); !s.ok()) return fail(s);
-  last_seq_[job_id] = seq;
+  SetCommittedSeq(job_id, last);
   return committed;
 }
 
 absl::StatusOr<std::vector<v1::Event>> JobStore::ReadEvents(const std::string& job_id,
                                                             int64_t from_seq, int limit) {
-  absl::MutexLock lock(&mu_);
-  TY_ASSIGN_OR_RETURN(auto stmt, db_->Prepare("SELECT data FROM events WHERE job_id = ?1 "
-                                              "AND seq >= ?2 ORDER BY seq LIMIT ?3"));
+  absl::MutexLock lock(&read_mu_);
+  TY_ASSIGN_OR_RETURN(auto stmt, reader_->Prepare("SELECT data FROM events WHERE job_id = ?1 "
+                                                  "AND seq >= ?2 ORDER BY seq LIMIT ?3"));
   stmt.BindText(1, job_id);
   stmt.BindInt(2, from_seq);
   stmt.BindInt(3, limit);
@@ -172,9 +202,19 @@ absl::StatusOr<std::vector<v1::Event>> JobStore::ReadEvents(const std::string& j
 }
 
 int64_t JobStore::LastSeq(const std::string& job_id) {
-  absl::MutexLock lock(&mu_);
-  auto last = LoadLastSeqLocked(job_id);
-  return last.ok() ? *last : 0;
+  {
+    absl::MutexLock lock(&seq_mu_);
+    auto it = last_seq_.find(job_id);
+    if (it != last_seq_.end()) return it->second;
+  }
+  // Not written since the store opened: ask the reader (not cached here, so the cache
+  // only ever holds values a writer committed).
+  absl::MutexLock lock(&read_mu_);
+  auto stmt = reader_->Prepare("SELECT COALESCE(MAX(seq), 0) FROM events WHERE job_id = ?1");
+  if (!stmt.ok()) return 0;
+  stmt->BindText(1, job_id);
+  auto row = stmt->Step();
+  return row.ok() && *row ? stmt->ColumnInt(0) : 0;
 }
 
 }  // namespace trainyard

@@ -10,45 +10,56 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "server/sqlite_db.h"
+#include "server/state_store.h"
 #include "trainyard/v1/event.pb.h"
 #include "trainyard/v1/job.pb.h"
 
 namespace trainyard {
 
-// Durable state of the controller: jobs and their event logs, in SQLite (WAL).
-// Every method commits before it returns, so an event acknowledged to a worker is on
-// disk. Thread-safe.
-class JobStore {
+// Durable state of the controller: jobs and their event logs, in SQLite (WAL,
+// synchronous=FULL). Every write commits (fsync included) before it returns, so an
+// event acknowledged to a worker is on disk.
+//
+// Thread-safe. Writes run one at a time on a writer connection under `write_mu_`;
+// reads (ReadEvents, LastSeq) use a second connection under `read_mu_` and the
+// committed-seq cache under `seq_mu_`, so a watcher never waits for a writer's fsync:
+// WAL lets a reader see the last committed state while a write is in flight.
+class JobStore final : public StateStore {
  public:
   // Opens (creating if needed) DIR/trainyard.db.
   static absl::StatusOr<std::unique_ptr<JobStore>> Open(const std::string& data_dir);
 
-  // Gives `job` the next id ("job-<n>", unique for the life of the database) and
-  // inserts it, in one transaction.
-  absl::Status CreateJob(v1::Job* job);
-  // Replaces the row of an existing job.
-  absl::Status PutJob(const v1::Job& job);
-  absl::StatusOr<std::vector<v1::Job>> LoadJobs();
-
-  // Commits `events` for one job in one transaction, giving each the next per-job
-  // seq. An event whose (attempt, rank, source_seq) was already committed (a worker's
-  // resend) is dropped. Returns the events committed, with seq set.
+  absl::Status CreateJob(v1::Job* job, std::vector<v1::Event>* events) override;
+  absl::Status CreateJob(v1::Job* job) { return CreateJob(job, nullptr); }
+  absl::Status PutJob(const v1::Job& job) override;
+  absl::StatusOr<std::vector<v1::Job>> LoadJobs() override;
   absl::StatusOr<std::vector<v1::Event>> AppendEvents(const std::string& job_id,
-                                                      std::vector<v1::Event> events);
-  // Events with seq >= from_seq, in order, at most `limit`.
+                                                      std::vector<v1::Event> events) override;
   absl::StatusOr<std::vector<v1::Event>> ReadEvents(const std::string& job_id,
-                                                    int64_t from_seq, int limit);
-  int64_t LastSeq(const std::string& job_id);
+                                                    int64_t from_seq, int limit) override;
+  int64_t LastSeq(const std::string& job_id) override;
 
  private:
-  explicit JobStore(std::unique_ptr<SqliteDb> db) : db_(std::move(db)) {}
+  explicit JobStore(std::unique_ptr<SqliteDb> writer) : writer_(std::move(writer)) {}
   absl::Status InitSchema();
-  absl::StatusOr<int64_t> LoadLastSeqLocked(const std::string& job_id)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job's last committed seq, from the cache or the writer connection.
+  absl::StatusOr<int64_t> LastSeqForWriteLocked(const std::string& job_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  // Inside an open transaction: inserts `events` after seq `last`, skipping resends.
+  // Returns the inserted ones; *last becomes the new last seq.
+  absl::StatusOr<std::vector<v1::Event>> InsertEventsLocked(const std::string& job_id,
+                                                            std::vector<v1::Event> events,
+                                                            int64_t* last)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  void SetCommittedSeq(const std::string& job_id, int64_t seq) ABSL_LOCKS_EXCLUDED(seq_mu_);
 
-  absl::Mutex mu_;
-  std::unique_ptr<SqliteDb> db_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, int64_t> last_seq_ ABSL_GUARDED_BY(mu_);
+  absl::Mutex write_mu_ ABSL_ACQUIRED_BEFORE(seq_mu_);
+  std::unique_ptr<SqliteDb> writer_ ABSL_GUARDED_BY(write_mu_);
+  absl::Mutex read_mu_;
+  std::unique_ptr<SqliteDb> reader_ ABSL_GUARDED_BY(read_mu_);
+  absl::Mutex seq_mu_;
+  // Last committed seq per job; written only after a COMMIT returned.
+  absl::flat_hash_map<std::string, int64_t> last_seq_ ABSL_GUARDED_BY(seq_mu_);
 };
 
 }  // namespace trainyard

@@ -2,10 +2,10 @@
 #include <csignal>
 #include <cstdio>
 #include <fstream>
-#include <thread>
 
 #include <CLI/CLI.hpp>
 
+#include "common/clock.h"
 #include "common/posix_process_launcher.h"
 #include "server/controller_server.h"
 #include "spdlog/spdlog.h"
@@ -57,7 +57,10 @@ int main(int argc, char** argv) {
   options.manager.heartbeat_timeout = absl::Seconds(heartbeat_timeout_s);
   options.preflight_timeout = absl::Seconds(preflight_timeout_s);
 
-  auto server = trainyard::ControllerServer::Start(options);
+  // The only real launcher and clock of the controller; everything else takes them.
+  trainyard::PosixProcessLauncher launcher;
+  trainyard::RealClock clock;
+  auto server = trainyard::ControllerServer::Start(options, &launcher, &clock);
   if (!server.ok()) {
     std::fprintf(stderr, "trainyard-controller: %s\n",
                  std::string(server.status().message()).c_str());
@@ -72,7 +75,7 @@ int main(int argc, char** argv) {
   }
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
-  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  while (!g_stop) clock.SleepFor(absl::Milliseconds(200));
   spdlog::info("trainyard-controller shutting down");
   (*server)->Shutdown();
   return 0;

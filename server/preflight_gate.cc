@@ -16,11 +16,13 @@ constexpr const char* kRefused = "refused";
 }  // namespace
 
 PreflightGate::PreflightGate(ProcessLauncher* launcher, ControllerMetrics* metrics,
-                             PreflightGateOptions options)
+                             PreflightGateOptions options, Clock* clock)
     : metrics_(metrics),
       options_(std::move(options)),
-      runner_(launcher, PreflightOptions{options_.binary, /*shrink=*/false, options_.timeout,
-                                         options_.spec_dir}),
+      runner_(launcher,
+              PreflightOptions{options_.binary, /*shrink=*/false, options_.timeout,
+                               options_.spec_dir},
+              clock),
       thread_([this] { Loop(); }) {}
 
 PreflightGate::~PreflightGate() { Stop(); }

@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "common/preflight_runner.h"
 #include "common/process_launcher.h"
 #include "server/controller_metrics.h"
@@ -36,8 +37,9 @@ class PreflightGate {
   // True once the caller no longer wants the answer (the RPC was cancelled).
   using CancelCheck = std::function<bool()>;
 
+  // `clock` times each preflight (its timeout and duration).
   PreflightGate(ProcessLauncher* launcher, ControllerMetrics* metrics,
-                PreflightGateOptions options);
+                PreflightGateOptions options, Clock* clock);
   ~PreflightGate();
   PreflightGate(const PreflightGate&) = delete;
   PreflightGate& operator=(const PreflightGate&) = delete;

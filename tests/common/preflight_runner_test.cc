@@ -17,7 +17,8 @@
 
 #include "common/posix_process_launcher.h"
 #include "common/proto_json.h"
-#include "common/spec_defaults.h"
+#include "common/spec_proto.h"
+#include "tests/fakes/fake_clock.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/test_process.h"
 
@@ -74,7 +75,9 @@ class PreflightRunnerTest : public ::testing::Test {
     spec_.mutable_job()->set_name("pf-test");
     spec_.mutable_model()->set_preset("tiny");
     spec_.mutable_compile()->set_test_plant_side_effect(true);
-    EXPECT_TRUE(ApplyPresetAndDefaults(&spec_).ok());
+    absl::StatusOr<v1::JobSpec> resolved = ResolveAndValidateProto(spec_);
+    EXPECT_TRUE(resolved.ok()) << resolved.status();
+    if (resolved.ok()) spec_ = *resolved;
     std::filesystem::create_directories(SpecDir());
   }
 
@@ -230,6 +233,32 @@ TEST_F(PreflightRunnerTest, CancelKillsTheRunner) {
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_EQ(report->verdict, PreflightVerdict::kCancelled);
   EXPECT_TRUE(DiesWithin(WaitForPid(pid_file), std::chrono::seconds(5)));
+}
+
+TEST_F(PreflightRunnerTest, TheTimeoutAndElapsedFollowTheInjectedClock) {
+  trainyard::testing::FakeClock clock;
+  PreflightOptions options;
+  options.binary = Script("exec sleep 600\n");
+  options.spec_dir = SpecDir();
+  options.timeout = absl::Minutes(10);
+  PreflightRunner runner(&launcher_, options, &clock);
+  absl::StatusOr<PreflightReport> report;
+  std::thread run([&] { report = runner.Run(spec_); });
+  clock.WaitForSleepers(1);  // the run waits for its runner or its deadline
+  clock.Advance(absl::Minutes(10) + absl::Seconds(1));
+  run.join();
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->verdict, PreflightVerdict::kTimedOut);
+  EXPECT_EQ(report->exit.signal, SIGKILL);
+  EXPECT_EQ(report->elapsed, absl::Minutes(10) + absl::Seconds(1));
+
+  // A runner that ends by itself takes no time on a clock that did not move.
+  options.binary = Script("exit 0\n");
+  PreflightRunner quick(&launcher_, options, &clock);
+  auto clean = quick.Run(spec_);
+  ASSERT_TRUE(clean.ok()) << clean.status();
+  EXPECT_EQ(clean->verdict, PreflightVerdict::kClean);
+  EXPECT_EQ(clean->elapsed, absl::ZeroDuration());
 }
 
 TEST_F(PreflightRunnerTest, MissingBinaryIsAnErrorNamingIt) {

@@ -269,10 +269,15 @@ TEST_F(EndToEndTest, InvalidSpecsAreRejectedWithTheFieldAndLeaveNoJob) {
   const std::vector<Case> cases = {
       {{"parallelism.tp=3"}, "parallelism.tp=3 must divide model.n_heads=8"},
       {{"parallelism.ep=3", "parallelism.dp=1"}, "parallelism.ep=3 must divide model.n_routed_experts=8"},
-      {{"parallelism.ep=4", "parallelism.dp=2"}, "parallelism.ep=4 must divide dp·tp=2"},
+      {{"parallelism.ep=4", "parallelism.dp=2"}, "parallelism.ep=4 must divide dp*tp=2"},
       {{"parallelism.dp=3"}, "world size"},
-      {{"model.dim=0"}, "model.dim must be positive"},
-      {{"training.steps=-1"}, "training.steps must be positive"},
+      {{"model.dim=0"}, "model.dim must be in [2, 65536], got 0"},
+      {{"training.steps=-1"}, "training.steps must be in [1, 1000000000], got -1"},
+      // Admitted before the spec core and refused by every rank: none may take a slot.
+      {{"training.lr=20"}, "training.lr must be in (0, 10], got 20"},
+      {{"model.vocab_size=1"}, "model.vocab_size must be in [2, 16777216], got 1"},
+      {{"compile.regions=model", "parallelism.tp=2", "compile.backend=jit"},
+       "compile.regions=\"model\" needs parallelism.tp=1"},
       {{"model.preset=huge"}, "model.preset"},
       {{"compile.backend=fast"}, "compile.backend"},
   };

@@ -66,3 +66,37 @@ TEST(GangSchedulerTest, QueueIsStrictlyOrderedAndConsumesCapacity) {
 
 }  // namespace
 }  // namespace trainyard
+
+namespace trainyard {
+namespace {
+
+v1::JobSpec WithPriority(int priority) {
+  v1::JobSpec spec;
+  spec.mutable_job()->set_priority(priority);
+  return spec;
+}
+
+TEST(QueueOrderTest, HigherPriorityFirstThenFifo) {
+  v1::JobSpec p0 = WithPriority(0), p5 = WithPriority(5), neg = WithPriority(-3);
+  std::vector<QueuedJob> queue = {
+      {"a", &p0, 4}, {"b", &neg, 1}, {"c", &p5, 9}, {"d", &p0, 2}, {"e", &p5, 3}};
+  GangScheduler::OrderQueue(&queue);
+  std::vector<std::string> ids;
+  for (const auto& q : queue) ids.push_back(q.id);
+  EXPECT_EQ(ids, (std::vector<std::string>{"e", "c", "d", "a", "b"}));
+}
+
+TEST(QueueOrderTest, OrderedQueueBlocksBehindTheHighestPriorityJob) {
+  v1::JobSpec big = Spec(3, 1), small = Spec(1, 1);
+  big.mutable_job()->set_priority(1);
+  std::vector<QueuedJob> queue = {{"small", &small, 0}, {"big", &big, 1}};
+  GangScheduler::OrderQueue(&queue);
+  auto ds = GangScheduler::PlaceQueue(queue, {{"w", 2}});
+  ASSERT_EQ(ds.size(), 2u);
+  EXPECT_EQ(ds[0].job_id, "big");
+  EXPECT_FALSE(ds[0].placed);
+  EXPECT_EQ(ds[1].pending_reason, "queued behind big");
+}
+
+}  // namespace
+}  // namespace trainyard

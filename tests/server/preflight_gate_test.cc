@@ -15,7 +15,7 @@
 
 #include "absl/synchronization/notification.h"
 #include "common/posix_process_launcher.h"
-#include "common/spec_defaults.h"
+#include "common/spec_proto.h"
 #include "tests/support/temp_dir.h"
 
 namespace trainyard {
@@ -64,7 +64,9 @@ class PreflightGateTest : public ::testing::Test {
  protected:
   PreflightGateTest() {
     spec_.mutable_model()->set_preset("tiny");
-    EXPECT_TRUE(ApplyPresetAndDefaults(&spec_).ok());
+    absl::StatusOr<v1::JobSpec> resolved = ResolveAndValidateProto(spec_);
+    EXPECT_TRUE(resolved.ok()) << resolved.status();
+    if (resolved.ok()) spec_ = *resolved;
     std::filesystem::create_directories(dir_.path() + "/specs");
   }
 
@@ -76,7 +78,7 @@ class PreflightGateTest : public ::testing::Test {
     options.timeout = timeout;
     options.spec_dir = dir_.path() + "/specs";
     options.max_queued = max_queued;
-    return std::make_unique<PreflightGate>(&launcher_, &metrics_, options);
+    return std::make_unique<PreflightGate>(&launcher_, &metrics_, options, SystemClock());
   }
 
   double Preflights(const std::string& outcome) {
@@ -154,7 +156,7 @@ TEST_F(PreflightGateTest, MissingBinaryIsRefusedAtOnceNamingIt) {
   PreflightGateOptions options;
   options.binary = dir_.path() + "/bin/trainyard-train";
   options.spec_dir = dir_.path() + "/specs";
-  PreflightGate gate(&launcher_, &metrics_, options);
+  PreflightGate gate(&launcher_, &metrics_, options, SystemClock());
   bool called = false;
   gate.Check(spec_, nullptr, [&](absl::Status s) {
     called = true;  // inline: nothing was queued

@@ -7,8 +7,7 @@
 #include <fstream>
 #include <string>
 
-#include "common/spec_defaults.h"
-#include "common/spec_validation.h"
+#include "common/spec_proto.h"
 
 namespace trainyard {
 namespace {
@@ -407,9 +406,9 @@ TEST(JobFileExamplesTest, ExamplesLoad) {
 
   // Both examples must be runnable by this release, not merely parseable.
   for (v1::JobSpec* spec : {&*debug, &*tiny}) {
-    ASSERT_TRUE(ApplyPresetAndDefaults(spec).ok());
-    EXPECT_TRUE(ValidateJobSpec(*spec, 1).ok()) << ValidateJobSpec(*spec, 1);
-    EXPECT_TRUE(CheckSupported(*spec).ok()) << CheckSupported(*spec);
+    absl::StatusOr<v1::JobSpec> resolved = ResolveAndValidateProto(*spec);
+    ASSERT_TRUE(resolved.ok()) << resolved.status();
+    *spec = *resolved;
   }
   EXPECT_EQ(debug->model().dim(), 256);
   EXPECT_EQ(debug->training().seq_len(), 256);

@@ -1,0 +1,45 @@
+#include "server/admission_policy.h"
+
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+#include "common/spec/spec_error.h"
+#include "common/spec_proto.h"
+#include "common/status_macros.h"
+
+namespace trainyard {
+namespace {
+
+absl::Status CheckFleet(const v1::JobSpec& s, const FleetView& fleet) {
+  const int64_t world = static_cast<int64_t>(s.parallelism().dp()) * s.parallelism().tp();
+  if (world > fleet.connected_slots) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "world size dp·tp=", world, " exceeds the ", fleet.connected_slots,
+        " slots of all connected workers (lower parallelism.dp=", s.parallelism().dp(),
+        " or parallelism.tp=", s.parallelism().tp(), ", or connect more workers)"));
+  }
+  if (s.resources().device() != "cpu") {
+    return absl::UnimplementedError(
+        absl::StrCat("resources.device=", s.resources().device(),
+                     ": the workers of this controller are CPU-only (GPU workers are not built "
+                     "yet; trainyard-train runs CUDA on a GPU machine)"));
+  }
+  if (s.training().dataset() != "synthetic") {
+    return absl::UnimplementedError(
+        absl::StrCat("training.dataset=", s.training().dataset(),
+                     ": workers cannot read files from the controller's machine yet (file "
+                     "staging is not built; trainyard-train reads them locally)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<v1::JobSpec> AdmissionPolicy::Admit(const v1::JobSpec& submitted,
+                                                   const FleetView& fleet) {
+  TY_ASSIGN_OR_RETURN(v1::JobSpec normalised, ResolveAndValidateProto(submitted));
+  TY_RETURN_IF_ERROR(CheckFleet(normalised, fleet));
+  return normalised;
+}
+
+}  // namespace trainyard

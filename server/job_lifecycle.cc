@@ -1,0 +1,350 @@
+#include "server/job_lifecycle.h"
+
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/proto_time.h"
+#include "server/gang_scheduler.h"
+#include "server/restart_policy.h"
+#include "spdlog/spdlog.h"
+
+namespace trainyard {
+namespace {
+
+std::string StateName(v1::Job::State s) { return v1::Job::State_Name(s); }
+
+}  // namespace
+
+JobLifecycle::JobLifecycle(WorkerRegistry* workers, ControllerMetrics* metrics, Clock* clock)
+    : workers_(workers), metrics_(metrics), clock_(clock) {}
+
+v1::Job JobLifecycle::NewJob(v1::JobSpec normalised, const std::string& owner,
+                             absl::Time now, v1::Event* first) {
+  v1::Job job;
+  job.set_owner(owner);
+  job.set_state(v1::Job::PENDING);
+  job.set_pending_reason("waiting for the scheduler");
+  // Admitted specs have dp·tp <= spec::kMaxWorldSize, so the product fits an int32.
+  job.set_world_size(normalised.parallelism().dp() * normalised.parallelism().tp());
+  *job.mutable_spec() = std::move(normalised);
+  *job.mutable_create_time() = ToProtoTime(now);
+  *first = v1::Event();
+  first->mutable_job_state()->set_state(v1::Job::PENDING);
+  first->mutable_job_state()->set_reason(job.pending_reason());
+  first->set_rank(-1);
+  first->set_attempt(0);
+  *first->mutable_time() = ToProtoTime(now);
+  return job;
+}
+
+bool JobLifecycle::IsTerminal(v1::Job::State s) {
+  return s == v1::Job::SUCCEEDED || s == v1::Job::FAILED || s == v1::Job::CANCELLED;
+}
+
+bool JobLifecycle::IsActive(const JobRuntime& rt) {
+  return !IsTerminal(rt.job.state()) && rt.job.state() != v1::Job::PENDING;
+}
+
+int64_t JobLifecycle::Recover(v1::Job job, const std::vector<v1::Event>& events, Effects* fx) {
+  const std::string id = job.id();
+  JobRuntime& rt = jobs_[id];
+  rt.job = std::move(job);
+  rt.order = next_order_++;
+  if (IsTerminal(rt.job.state())) {
+    fx->Settle(id);
+    return rt.order;
+  }
+  spdlog::info("recovered job={} state={} attempt={}", id, StateName(rt.job.state()),
+               rt.job.attempt());
+  if (!IsActive(rt)) return rt.order;
+  // The attempt's ranks may still be running: every rank holds its slot until its
+  // stored RankState events (replayed below) or its worker say otherwise, and the
+  // placement's workers are waited for as after any disconnect.
+  const int world = rt.job.world_size();
+  rt.ranks.assign(world, RankPhase::kAssigned);
+  rt.live = world;
+  rt.tearing_down = rt.job.state() == v1::Job::RESTARTING;
+  const auto& placement = rt.job.placement();
+  for (const auto& r : placement.ranks()) {
+    workers_->ExpectReconnect(r.worker());
+    workers_->Reserve(r.worker());
+  }
+  if (placement.ranks_size() > 0) {
+    workers_->HoldPort(placement.ranks(0).worker(), placement.master_port());
+  }
+  for (const auto& e : events) {
+    if (e.has_rank_state() && e.attempt() == rt.job.attempt()) ApplyRankState(rt, e, fx);
+  }
+  return rt.order;
+}
+
+int64_t JobLifecycle::Add(v1::Job job) {
+  const std::string id = job.id();
+  JobRuntime& rt = jobs_[id];
+  rt.job = std::move(job);
+  rt.order = next_order_++;
+  metrics_->JobSubmitted();
+  metrics_->JobEntered(v1::Job::PENDING);
+  spdlog::info("job={} submitted name={} world_size={} owner={}", id,
+               rt.job.spec().job().name(), rt.job.world_size(), rt.job.owner());
+  return rt.order;
+}
+
+bool JobLifecycle::Contains(const std::string& id) const { return jobs_.count(id) > 0; }
+
+absl::Status JobLifecycle::Cancel(const std::string& id, const std::string& reason,
+                                  Effects* fx) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", id, " not found"));
+  JobRuntime& rt = it->second;
+  if (IsTerminal(rt.job.state())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", id, " already ended ", StateName(rt.job.state())));
+  }
+  std::string why = reason.empty() ? "cancelled by user" : absl::StrCat("cancelled: ", reason);
+  if (IsActive(rt)) {
+    rt.tearing_down = true;
+    SendCancel(rt, why, fx);
+  }
+  SetState(rt, v1::Job::CANCELLED, why, fx);
+  return absl::OkStatus();
+}
+
+void JobLifecycle::ApplyEvents(const std::string& job_id,
+                               const std::vector<v1::Event>& committed, Effects* fx) {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return;
+  JobRuntime& rt = it->second;
+  for (const auto& e : committed) {
+    if (e.has_rank_state() && e.attempt() == rt.job.attempt()) ApplyRankState(rt, e, fx);
+  }
+}
+
+void JobLifecycle::WorkerRegistered(const v1::Register& reg,
+                                    const std::shared_ptr<WorkerChannel>& channel,
+                                    Effects* fx) {
+  // Reconcile what the worker runs with what the controller believes.
+  std::set<std::pair<std::string, int>> reported;
+  for (const auto& ra : reg.running()) {
+    reported.insert({ra.job_id(), ra.attempt()});
+    auto it = jobs_.find(ra.job_id());
+    bool wanted = it != jobs_.end() && it->second.job.attempt() == ra.attempt() &&
+                  IsActive(it->second) && !it->second.tearing_down;
+    if (!wanted) {
+      v1::ControllerMessage cancel;
+      cancel.mutable_cancel()->set_job_id(ra.job_id());
+      cancel.mutable_cancel()->set_attempt(ra.attempt());
+      cancel.mutable_cancel()->set_reason("the controller does not run this attempt");
+      fx->Send(channel, std::move(cancel));
+    }
+  }
+  for (auto& [id, rt] : jobs_) {
+    if (rt.live == 0 || reported.count({id, rt.job.attempt()})) continue;
+    for (const auto& r : rt.job.placement().ranks()) {
+      if (r.worker() != reg.name() || rt.ranks[r.rank()] == RankPhase::kEnded) continue;
+      RankEnded(rt, r.rank(), fx);
+      if (!IsTerminal(rt.job.state()) && !rt.tearing_down) {
+        FailAttempt(rt, absl::StrCat("rank ", r.rank(), " on worker ", reg.name(),
+                                     " is gone (the worker restarted)"),
+                    fx);
+      }
+    }
+  }
+}
+
+void JobLifecycle::WorkerLost(const std::string& name, const std::string& why, Effects* fx) {
+  for (auto& [id, rt] : jobs_) {
+    if (rt.live == 0) continue;
+    for (const auto& r : rt.job.placement().ranks()) {
+      if (r.worker() != name || rt.ranks[r.rank()] == RankPhase::kEnded) continue;
+      RankEnded(rt, r.rank(), fx);
+      if (!IsTerminal(rt.job.state()) && !rt.tearing_down) {
+        FailAttempt(rt, absl::StrCat("worker ", name, " lost (", why, ") running rank ",
+                                     r.rank()),
+                    fx);
+      }
+    }
+  }
+}
+
+void JobLifecycle::Schedule(Effects* fx) {
+  std::vector<QueuedJob> queue;
+  for (auto& [id, rt] : jobs_) {
+    if (rt.job.state() == v1::Job::PENDING) queue.push_back({id, &rt.job.spec(), rt.order});
+  }
+  if (queue.empty()) return;
+  GangScheduler::OrderQueue(&queue);
+  auto decisions = GangScheduler::PlaceQueue(queue, workers_->ConnectedFree());
+  for (size_t i = 0; i < decisions.size(); ++i) {
+    JobRuntime& rt = jobs_.at(queue[i].id);
+    const GangDecision& d = decisions[i];
+    if (d.placed) {
+      StartAttempt(rt, d.rank_workers, fx);
+    } else if (d.pending_reason != rt.job.pending_reason()) {
+      SetState(rt, v1::Job::PENDING, d.pending_reason, fx);
+    }
+  }
+}
+
+// ---- private ----
+
+void JobLifecycle::SetState(JobRuntime& rt, v1::Job::State state, const std::string& reason,
+                            Effects* fx) {
+  const absl::Time now = clock_->Now();
+  v1::Job& job = rt.job;
+  job.set_state(state);
+  job.set_pending_reason(state == v1::Job::PENDING ? reason : "");
+  if (state == v1::Job::RUNNING && !job.has_start_time()) {
+    *job.mutable_start_time() = ToProtoTime(now);
+  }
+  if (state == v1::Job::FAILED || state == v1::Job::CANCELLED) job.set_failure_reason(reason);
+  if (IsTerminal(state)) *job.mutable_end_time() = ToProtoTime(now);
+  fx->PutJob(job);
+  metrics_->JobEntered(state);
+  spdlog::info("job={} attempt={} state={} {}", job.id(), job.attempt(), StateName(state),
+               reason);
+  v1::Event event;
+  event.mutable_job_state()->set_state(state);
+  event.mutable_job_state()->set_reason(reason);
+  event.set_rank(-1);
+  event.set_attempt(job.attempt());
+  *event.mutable_time() = ToProtoTime(now);
+  fx->AppendEvent(job.id(), std::move(event));
+  if (IsTerminal(state)) {
+    metrics_->JobEnded(job.id(), now);
+    if (rt.live == 0) fx->Settle(job.id());
+  }
+}
+
+void JobLifecycle::StartAttempt(JobRuntime& rt, const std::vector<std::string>& rank_workers,
+                                Effects* fx) {
+  v1::Job& job = rt.job;
+  const int world = static_cast<int>(rank_workers.size());
+  job.set_attempt(job.attempt() + 1);
+  job.clear_placement();
+  std::map<std::string, std::vector<int>> by_worker;
+  for (int r = 0; r < world; ++r) {
+    auto* pr = job.mutable_placement()->add_ranks();
+    pr->set_rank(r);
+    pr->set_worker(rank_workers[r]);
+    by_worker[rank_workers[r]].push_back(r);
+    workers_->Reserve(rank_workers[r]);
+  }
+  job.mutable_placement()->set_master_addr(workers_->Address(rank_workers[0]));
+  job.mutable_placement()->set_master_port(workers_->AllocatePort(rank_workers[0]));
+  rt.ranks.assign(world, RankPhase::kAssigned);
+  rt.live = world;
+  rt.running = 0;
+  rt.exited_ok = 0;
+  rt.tearing_down = false;
+
+  std::vector<std::string> parts;
+  for (const auto& [name, ranks] : by_worker) {
+    parts.push_back(absl::StrCat(name, "×", ranks.size()));
+  }
+  SetState(rt, v1::Job::SCHEDULED, absl::StrCat("placed on ", absl::StrJoin(parts, ", ")), fx);
+  // Recorded after the SCHEDULED writes, so they go out once those are committed.
+  for (const auto& [name, ranks] : by_worker) {
+    v1::ControllerMessage msg;
+    auto* assign = msg.mutable_assign();
+    assign->set_job_id(job.id());
+    assign->set_attempt(job.attempt());
+    *assign->mutable_spec() = job.spec();
+    assign->set_world_size(world);
+    for (int r : ranks) assign->add_ranks(r);
+    assign->set_master_addr(job.placement().master_addr());
+    assign->set_master_port(job.placement().master_port());
+    fx->Send(workers_->Channel(name), std::move(msg));
+  }
+}
+
+void JobLifecycle::ApplyRankState(JobRuntime& rt, const v1::Event& event, Effects* fx) {
+  const int r = event.rank();
+  if (r < 0 || r >= static_cast<int>(rt.ranks.size())) return;
+  const auto& rs = event.rank_state();
+  const std::string where = absl::StrCat("rank ", r, " on worker ", rs.worker());
+  switch (rs.state()) {
+    case v1::RankState::RUNNING:
+      if (rt.ranks[r] == RankPhase::kAssigned) {
+        rt.ranks[r] = RankPhase::kRunning;
+        ++rt.running;
+      }
+      if (rt.running == static_cast<int>(rt.ranks.size()) &&
+          rt.job.state() == v1::Job::SCHEDULED && !rt.tearing_down) {
+        SetState(rt, v1::Job::RUNNING, "all ranks running", fx);
+      }
+      break;
+    case v1::RankState::EXITED:
+      if (rt.ranks[r] == RankPhase::kEnded) break;
+      RankEnded(rt, r, fx);
+      ++rt.exited_ok;
+      if (rt.exited_ok == static_cast<int>(rt.ranks.size()) && !IsTerminal(rt.job.state())) {
+        SetState(rt, v1::Job::SUCCEEDED, "all ranks exited 0", fx);
+      }
+      break;
+    case v1::RankState::FAILED:
+    case v1::RankState::KILLED: {
+      if (rt.ranks[r] == RankPhase::kEnded) break;
+      RankEnded(rt, r, fx);
+      if (!IsTerminal(rt.job.state()) && !rt.tearing_down) {
+        const char* what = rs.state() == v1::RankState::FAILED ? " failed: " : " was killed: ";
+        FailAttempt(rt, absl::StrCat(where, what, rs.message()), fx);
+      }
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+void JobLifecycle::RankEnded(JobRuntime& rt, int rank, Effects* fx) {
+  if (rank < 0 || rank >= static_cast<int>(rt.ranks.size())) return;
+  if (rt.ranks[rank] == RankPhase::kEnded) return;
+  rt.ranks[rank] = RankPhase::kEnded;
+  const auto& placement = rt.job.placement();
+  if (rank < placement.ranks_size()) workers_->Release(placement.ranks(rank).worker());
+  if (--rt.live > 0) return;
+  if (placement.ranks_size() > 0) {
+    workers_->ReleasePort(placement.ranks(0).worker(), placement.master_port());
+  }
+  if (IsTerminal(rt.job.state())) {
+    fx->Settle(rt.job.id());
+  } else if (rt.job.state() == v1::Job::RESTARTING) {
+    SetState(rt, v1::Job::PENDING, "restarting: waiting for slots", fx);
+  }
+}
+
+void JobLifecycle::FailAttempt(JobRuntime& rt, const std::string& cause, Effects* fx) {
+  rt.tearing_down = true;
+  SendCancel(rt, cause, fx);
+  const RestartDecision d =
+      RestartPolicy::Decide(rt.job.spec().restart(), rt.job.attempt() - 1, cause);
+  if (d.restart) {
+    SetState(rt, v1::Job::RESTARTING, d.reason, fx);
+    if (rt.live == 0) SetState(rt, v1::Job::PENDING, "restarting: waiting for slots", fx);
+  } else {
+    SetState(rt, v1::Job::FAILED, d.reason, fx);
+  }
+}
+
+void JobLifecycle::SendCancel(JobRuntime& rt, const std::string& reason, Effects* fx) {
+  std::set<std::string> targets;
+  for (const auto& r : rt.job.placement().ranks()) {
+    const int rank = r.rank();
+    if (rank >= 0 && rank < static_cast<int>(rt.ranks.size()) &&
+        rt.ranks[rank] != RankPhase::kEnded) {
+      targets.insert(r.worker());
+    }
+  }
+  for (const auto& name : targets) {
+    v1::ControllerMessage msg;
+    msg.mutable_cancel()->set_job_id(rt.job.id());
+    msg.mutable_cancel()->set_attempt(rt.job.attempt());
+    msg.mutable_cancel()->set_reason(reason);
+    fx->Send(workers_->Channel(name), std::move(msg));
+  }
+}
+
+}  // namespace trainyard

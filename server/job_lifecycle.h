@@ -1,0 +1,97 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/clock.h"
+#include "server/controller_metrics.h"
+#include "server/effects.h"
+#include "server/worker_channel.h"
+#include "server/worker_registry.h"
+#include "trainyard/v1/event.pb.h"
+#include "trainyard/v1/job.pb.h"
+#include "trainyard/v1/worker_service.pb.h"
+
+namespace trainyard {
+
+// The job state machine: PENDING → SCHEDULED → RUNNING → SUCCEEDED | FAILED |
+// CANCELLED, with RESTARTING after a failure while the restart policy allows. It keeps
+// each job's working state (rank phases of the current attempt, slot and port holds in
+// the worker registry), places pending gangs in queue order, turns committed events
+// and worker changes into transitions, and rebuilds itself from stored jobs and events
+// after a controller restart.
+//
+// It does no I/O: every transition is recorded in the caller's Effects (the job row,
+// then a job_state event), and so is every Assign and Cancel for a worker, after the
+// writes that name it. Metrics and logs are written directly.
+//
+// Not thread-safe; owned by JobManager, which uses it (and the registry it shares)
+// only under its state mutex.
+class JobLifecycle {
+ public:
+  JobLifecycle(WorkerRegistry* workers, ControllerMetrics* metrics, Clock* clock);
+
+  // A new job of `owner` for an admitted (normalised) spec, PENDING, created `now`, and
+  // its first event (*first: the PENDING job_state), for the caller to commit together.
+  static v1::Job NewJob(v1::JobSpec normalised, const std::string& owner, absl::Time now,
+                        v1::Event* first);
+
+  // Adopts a job read back from the store at start-up and returns its FIFO position.
+  // For a job that was SCHEDULED, RUNNING or RESTARTING, `events` are its stored events:
+  // the current attempt's RankState events are replayed, so transitions the crash cut
+  // off (every rank exited, a rank failed) happen now, and the placement's workers are
+  // expected to reconnect within the heartbeat timeout.
+  int64_t Recover(v1::Job job, const std::vector<v1::Event>& events, Effects* fx);
+  // Adopts a job whose PENDING row was just committed; returns its FIFO position.
+  int64_t Add(v1::Job job);
+  bool Contains(const std::string& id) const;
+
+  // NOT_FOUND for an unknown job, FAILED_PRECONDITION for one that already ended.
+  absl::Status Cancel(const std::string& id, const std::string& reason, Effects* fx);
+  // Acts on a job's newly committed events (RankState of the current attempt).
+  void ApplyEvents(const std::string& job_id, const std::vector<v1::Event>& committed,
+                   Effects* fx);
+  // A worker (re)registered, reporting the attempts it still runs: cancels attempts the
+  // controller does not run; fails the ranks it placed there that the worker no longer
+  // reports.
+  void WorkerRegistered(const v1::Register& reg, const std::shared_ptr<WorkerChannel>& channel,
+                        Effects* fx);
+  // The registry declared `name` lost: its ranks end, their gangs fail.
+  void WorkerLost(const std::string& name, const std::string& why, Effects* fx);
+  // Places pending jobs in queue order (priority, then FIFO) onto free slots; updates
+  // the pending reason of those that must wait.
+  void Schedule(Effects* fx);
+
+ private:
+  enum class RankPhase { kAssigned, kRunning, kEnded };
+  struct JobRuntime {
+    v1::Job job;
+    int64_t order = 0;  // FIFO position
+    std::vector<RankPhase> ranks;  // current attempt
+    int running = 0;
+    int exited_ok = 0;
+    int live = 0;  // ranks holding a slot
+    bool tearing_down = false;  // a failure or cancel was sent for this attempt
+  };
+
+  static bool IsTerminal(v1::Job::State s);
+  static bool IsActive(const JobRuntime& rt);
+  void SetState(JobRuntime& rt, v1::Job::State state, const std::string& reason, Effects* fx);
+  void StartAttempt(JobRuntime& rt, const std::vector<std::string>& rank_workers, Effects* fx);
+  void ApplyRankState(JobRuntime& rt, const v1::Event& event, Effects* fx);
+  void RankEnded(JobRuntime& rt, int rank, Effects* fx);
+  void FailAttempt(JobRuntime& rt, const std::string& cause, Effects* fx);
+  void SendCancel(JobRuntime& rt, const std::string& reason, Effects* fx);
+
+  WorkerRegistry* const workers_;
+  ControllerMetrics* const metrics_;
+  Clock* const clock_;
+  std::map<std::string, JobRuntime> jobs_;
+  int64_t next_order_ = 0;
+};
+
+}  // namespace trainyard
