@@ -18,6 +18,15 @@ absl::Status CheckFleet(const v1::JobSpec& s, const FleetView& fleet) {
         " slots of all connected workers (lower parallelism.dp=", s.parallelism().dp(),
         " or parallelism.tp=", s.parallelism().tp(), ", or connect more workers)"));
   }
+  if (!fleet.idle_workers.empty()) {
+    const GangDecision idle = GangScheduler::Place("admission", s, fleet.idle_workers);
+    if (!idle.placed) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parallelism.tp=", s.parallelism().tp(), ", parallelism.dp=", s.parallelism().dp(),
+          ": this job cannot be placed even with every connected worker idle (",
+          idle.pending_reason, "), so it would wait forever"));
+    }
+  }
   if (s.resources().device() != "cpu") {
     return absl::UnimplementedError(
         absl::StrCat("resources.device=", s.resources().device(),

@@ -1,6 +1,9 @@
 #pragma once
 
+#include <vector>
+
 #include "absl/status/statusor.h"
+#include "server/gang_scheduler.h"
 #include "trainyard/v1/spec.pb.h"
 
 namespace trainyard {
@@ -8,13 +11,18 @@ namespace trainyard {
 // What admission may know about the fleet: plain values, taken by the caller.
 struct FleetView {
   int connected_slots = 0;  // slots of every connected worker, free or not
+  // Every connected worker with all of its slots (free or not): a job that could not
+  // be placed even on this idle fleet would wait forever and, the queue being strict,
+  // hold back every job behind it. Empty: only the slot total is checked.
+  std::vector<WorkerSnapshot> idle_workers;
 };
 
 // Admission of a submitted job, in two layers:
 //   1. the spec core (common/spec/): preset and defaults, then every rule a rank also
 //      applies when it loads the job (spec_agreement_test checks the two agree on
 //      10,000 random specs), so no job is admitted that every rank would refuse;
-//   2. the fleet: the world size dp·tp must fit in the connected slots; the workers of
+//   2. the fleet: the world size dp·tp must fit in the connected slots, and the gang
+//      must be placeable on the idle fleet (a TP group inside one worker); the workers of
 //      this controller are CPU-only, so resources.device=cuda is refused; they share no
 //      files with the controller, so datasets other than synthetic are refused.
 // Pure: no I/O, no locks, no clock; the only place in server/ that applies spec

@@ -13,6 +13,13 @@
 namespace trainyard {
 namespace {
 
+// A rank index a placement may name: inside the attempt's world (a damaged row that
+// names others must not index past the rank table).
+template <class Runtime>
+bool HasRank(const Runtime& rt, int rank) {
+  return rank >= 0 && rank < static_cast<int>(rt.ranks.size());
+}
+
 std::string StateName(v1::Job::State s) { return v1::Job::State_Name(s); }
 
 }  // namespace
@@ -67,6 +74,10 @@ int64_t JobLifecycle::Recover(v1::Job job, const std::vector<v1::Event>& events,
   rt.live = world;
   rt.tearing_down = rt.job.state() == v1::Job::RESTARTING;
   const auto& placement = rt.job.placement();
+  if (placement.ranks_size() != world) {
+    // Only a damaged row can get here; its out-of-range ranks are skipped everywhere.
+    spdlog::error("job={} recovered with {} placed ranks for world size {}", id, placement.ranks_size(), world);
+  }
   for (const auto& r : placement.ranks()) {
     workers_->ExpectReconnect(r.worker());
     workers_->Reserve(r.worker());
@@ -143,7 +154,9 @@ void JobLifecycle::WorkerRegistered(const v1::Register& reg,
   for (auto& [id, rt] : jobs_) {
     if (rt.live == 0 || reported.count({id, rt.job.attempt()})) continue;
     for (const auto& r : rt.job.placement().ranks()) {
-      if (r.worker() != reg.name() || rt.ranks[r.rank()] == RankPhase::kEnded) continue;
+      if (r.worker() != reg.name() || !HasRank(rt, r.rank()) || rt.ranks[r.rank()] == RankPhase::kEnded) {
+        continue;
+      }
       RankEnded(rt, r.rank(), fx);
       if (!IsTerminal(rt.job.state()) && !rt.tearing_down) {
         FailAttempt(rt, absl::StrCat("rank ", r.rank(), " on worker ", reg.name(),
@@ -158,7 +171,7 @@ void JobLifecycle::WorkerLost(const std::string& name, const std::string& why, E
   for (auto& [id, rt] : jobs_) {
     if (rt.live == 0) continue;
     for (const auto& r : rt.job.placement().ranks()) {
-      if (r.worker() != name || rt.ranks[r.rank()] == RankPhase::kEnded) continue;
+      if (r.worker() != name || !HasRank(rt, r.rank()) || rt.ranks[r.rank()] == RankPhase::kEnded) continue;
       RankEnded(rt, r.rank(), fx);
       if (!IsTerminal(rt.job.state()) && !rt.tearing_down) {
         FailAttempt(rt, absl::StrCat("worker ", name, " lost (", why, ") running rank ",

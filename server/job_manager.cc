@@ -65,6 +65,7 @@ absl::Status JobManager::Reject(absl::Status status) {
 FleetView JobManager::FleetLocked() {
   FleetView fleet;
   fleet.connected_slots = registry_.ConnectedSlots();
+  fleet.idle_workers = registry_.ConnectedTotal();
   return fleet;
 }
 
@@ -291,19 +292,17 @@ absl::Status JobManager::Run(Effects fx) {
         continue;
       }
       spdlog::error("job={} persisting state: {}", w.job_id, std::string(s.message()));
-      if (first_error.ok()) first_error = s;
-    } else {
-      auto events = store_->AppendEvents(w.job_id, std::move(w.events));
-      if (events.ok()) {
-        if (!events->empty()) committed.push_back({w.job_id, std::nullopt, events->back().seq()});
-        if (std::find(notify.begin(), notify.end(), w.job_id) == notify.end()) {
-          notify.push_back(w.job_id);
-        }
-        continue;
-      }
-      spdlog::error("job={} storing event: {}", w.job_id, std::string(events.status().message()));
-      if (first_error.ok()) first_error = events.status();
+      first_error = s;
+      break;
     }
+    auto events = store_->AppendEvents(w.job_id, std::move(w.events));
+    if (!events.ok()) {
+      spdlog::error("job={} storing event: {}", w.job_id, std::string(events.status().message()));
+      first_error = events.status();
+      break;
+    }
+    if (!events->empty()) committed.push_back({w.job_id, std::nullopt, events->back().seq()});
+    if (std::find(notify.begin(), notify.end(), w.job_id) == notify.end()) notify.push_back(w.job_id);
   }
   // 2. Readers see what was committed.
   if (!committed.empty()) {
@@ -318,7 +317,15 @@ absl::Status JobManager::Run(Effects fx) {
       }
     }
   }
-  // 3. Worker messages, 4. watchers.
+  // 3. Worker messages, 4. watchers: only when every write before them was committed.
+  if (!first_error.ok()) {
+    for (const auto& id : notify) hub_->Notify(id);  // what was committed is readable
+    spdlog::critical("a store write failed after a state change; {} worker message(s) and the "
+                     "rest of this update were not carried out: {}",
+                     fx.outbound().size(), std::string(first_error.message()));
+    if (options_.on_lost_write) options_.on_lost_write(first_error);
+    return first_error;
+  }
   for (Effects::Outbound& o : fx.outbound()) {
     if (o.message.has_value()) {
       o.channel->Send(std::move(*o.message));

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -29,6 +30,11 @@ struct JobManagerOptions {
   // A worker silent (or disconnected) this long is lost; its gangs are torn down.
   absl::Duration heartbeat_timeout = absl::Seconds(15);
   absl::Duration metrics_grace = absl::Minutes(10);
+  // Called (outside both locks) when a store write that follows a state change fails:
+  // memory is then ahead of the store. The controller (main.cc) stops the process, so
+  // a supervisor restarts it and Recover rebuilds the state from the store; tests
+  // record the call. Unset: only logged.
+  std::function<void(const absl::Status&)> on_lost_write;
 };
 
 // The controller's job and worker service, behind JobService and WorkerService:
@@ -62,9 +68,12 @@ struct JobManagerOptions {
 //     settled only after its final events were committed.
 //   - Readers see committed state: Get/List answer from views_, each job's row and
 //     last seq as last committed, updated by Run after each successful write.
-// A write that fails after the state changed (a follow-up transition) is logged with
-// the job id and returned to the caller that waits on it (Cancel); memory stays ahead
-// of the store until the next write of that job, as before this split.
+// A write that fails after the state changed (a follow-up transition; Submit's and
+// IngestEvents' own commits fail their call instead) stops the rest of that Run: no
+// later write, no worker message and no settle of that batch happens, so nothing
+// outside ever acts on state the store does not hold. The error goes to the caller
+// that waits (Cancel) and to options.on_lost_write, which in the controller stops the
+// process for a restart from the store (fail-stop, as etcd does on a failed WAL write).
 class JobManager {
  public:
   JobManager(StateStore* store, EventHub* hub, ControllerMetrics* metrics, Clock* clock,

@@ -1,5 +1,6 @@
 // trainyard-controller: accepts jobs, schedules them onto workers, stores events.
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
 
@@ -56,6 +57,12 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   options.manager.heartbeat_timeout = absl::Seconds(heartbeat_timeout_s);
   options.preflight_timeout = absl::Seconds(preflight_timeout_s);
+  // Fail-stop: memory ahead of the store must not act further; a restart recovers.
+  options.manager.on_lost_write = [](const absl::Status& status) {
+    spdlog::critical("stopping: the store lost a write ({}); restart to recover from it",
+                     std::string(status.message()));
+    std::_Exit(70);  // EX_SOFTWARE
+  };
 
   // The only real launcher and clock of the controller; everything else takes them.
   trainyard::PosixProcessLauncher launcher;

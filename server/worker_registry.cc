@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/spec/rules.h"
 #include "spdlog/spdlog.h"
 
 namespace trainyard {
@@ -17,15 +18,21 @@ WorkerRegistry::WorkerRegistry(Clock* clock, absl::Duration heartbeat_interval,
 absl::Status WorkerRegistry::Register(int64_t conn, const v1::Register& reg,
                                       std::shared_ptr<WorkerChannel> channel, Effects* fx) {
   if (reg.name().empty()) return absl::InvalidArgumentError("register: name is empty");
-  if (reg.slots() <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("register: slots must be positive, got ", reg.slots()));
+  if (reg.slots() <= 0 || reg.slots() > spec::kMaxWorldSize) {
+    return absl::InvalidArgumentError(absl::StrCat("register: slots must be in [1, ",
+                                                   spec::kMaxWorldSize, "], got ", reg.slots()));
   }
   if (reg.rendezvous_port_min() <= 0 || reg.rendezvous_port_max() > 65535 ||
       reg.rendezvous_port_min() > reg.rendezvous_port_max()) {
     return absl::InvalidArgumentError(
         absl::StrCat("register: bad rendezvous port range ", reg.rendezvous_port_min(), "-",
                      reg.rendezvous_port_max()));
+  }
+  // Every gang whose rank 0 sits here holds one port, and each holds a slot here.
+  if (reg.rendezvous_port_max() - reg.rendezvous_port_min() + 1 < reg.slots()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "register: rendezvous port range ", reg.rendezvous_port_min(), "-",
+        reg.rendezvous_port_max(), " holds fewer ports than the ", reg.slots(), " slots"));
   }
   Worker& w = workers_[reg.name()];
   if (w.connected && w.conn != conn && w.channel) {
@@ -137,6 +144,14 @@ std::vector<WorkerSnapshot> WorkerRegistry::ConnectedFree() const {
   std::vector<WorkerSnapshot> out;
   for (const auto& [name, w] : workers_) {
     if (w.connected) out.push_back({name, FreeSlots(name)});
+  }
+  return out;
+}
+
+std::vector<WorkerSnapshot> WorkerRegistry::ConnectedTotal() const {
+  std::vector<WorkerSnapshot> out;
+  for (const auto& [name, w] : workers_) {
+    if (w.connected) out.push_back({name, w.reg.slots()});
   }
   return out;
 }

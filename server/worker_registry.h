@@ -64,6 +64,8 @@ class WorkerRegistry {
   int ConnectedSlots() const;  // all slots of the connected workers
   // Free slots of each connected worker, by name: the scheduler's input.
   std::vector<WorkerSnapshot> ConnectedFree() const;
+  // The connected workers as if idle: every slot free.
+  std::vector<WorkerSnapshot> ConnectedTotal() const;
 
   // A rendezvous port of the worker's range not held by a live gang, rotating through
   // the range so a port just released (maybe in TIME_WAIT) is not reused at once. The

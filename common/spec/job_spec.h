@@ -3,8 +3,9 @@
 // the resolved form (every key has a value): presets and defaults are applied by
 // spec::Resolve (presets.h) and the rules are checked by spec::Validate (rules.h).
 //
-// No torch, protobuf, gRPC or absl here: the controller, the CLI, the worker and the
-// engine (which must build on a GPU box that has only LibTorch) all use this header.
+// No torch, protobuf, gRPC or absl here: the controller and the CLI (through the proto
+// mapping in common/spec_proto) and the engine (which must build on a GPU box that has
+// only LibTorch) all use this header.
 #pragma once
 
 #include <cstdint>

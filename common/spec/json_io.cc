@@ -80,8 +80,10 @@ Result<SpecInput> ParseJson(std::string_view text, std::string_view source_name)
   json root;
   try {
     root = json::parse(text.begin(), text.end());
-  } catch (const json::parse_error& e) {
-    SpecError err = Invalid("", "syntax", std::string("not valid JSON: ") + e.what());
+  } catch (const json::exception& e) {
+    // Any parse failure (syntax, or a number such as 1e999 that overflows a double).
+    // The library's text repeats the token it stopped at, so it is quoted and capped.
+    SpecError err = Invalid("", "syntax", "not valid JSON: " + Quote(e.what()));
     err.origin = origin;
     return err;
   }

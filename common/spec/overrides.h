@@ -13,7 +13,8 @@ namespace trainyard::spec {
 // value is read as a TOML scalar (20, 1e-3, false, "softmax"; with JSON's literal
 // syntax on a build without toml++); text that is not one scalar is a string, and a
 // string field takes any unquoted value literally (--set job.name=123 means "123").
-// Errors start with "--set section.key: ..." (origin "--set").
+// Errors carry no origin and start with "--set section.key: ..."; a value that is set
+// gets the origin "--set section.key=value" for errors found after resolving.
 std::optional<SpecError> ApplyOverride(std::string_view text, SpecInput& input);
 
 }  // namespace trainyard::spec

@@ -44,6 +44,18 @@ Check MaxLength(const std::string& path, const std::string& value, std::size_t l
                      std::to_string(limit));
 }
 
+// A file path: no control characters (a NUL would cut the path the engine opens).
+Check Path(const std::string& path, const std::string& value) {
+  if (Check c = MaxLength(path, value, kMaxPathLength)) return c;
+  for (char c : value) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) {
+      return Invalid(path, "charset", path + " \"" + Quote(value) + "\" contains a control character");
+    }
+  }
+  return std::nullopt;
+}
+
 Check JobName(const std::string& name) {
   if (name.empty() || name.size() > kMaxNameLength) {
     return Invalid("job.name", "length",
@@ -167,7 +179,7 @@ Check Training(const TrainingSpec& t, const ModelSpec& m) {
   TY_SPEC_CHECK(IntRange("training.warmup_steps", t.warmup_steps, 0, 1000000000));
   TY_SPEC_CHECK(InRange("training.max_norm", t.max_norm, 0, 1e12, /*lo_open=*/true));
   TY_SPEC_CHECK(OneOf("training.dataset", t.dataset, Datasets()));
-  TY_SPEC_CHECK(MaxLength("training.dataset_path", t.dataset_path, kMaxPathLength));
+  TY_SPEC_CHECK(Path("training.dataset_path", t.dataset_path));
   TY_SPEC_CHECK(IntRange("training.log_freq", t.log_freq, 1, 1000000000));
   if (t.dataset != "synthetic" && t.dataset_path.empty()) {
     return Invalid("training.dataset_path", "requires",
@@ -273,7 +285,7 @@ Check Rest(const JobSpec& s) {
   const CheckpointSpec& ck = s.checkpoint;
   TY_SPEC_CHECK(IntRange("checkpoint.interval", ck.interval, 0, 1000000000));
   TY_SPEC_CHECK(IntRange("checkpoint.keep", ck.keep, 0, 1000000));
-  TY_SPEC_CHECK(MaxLength("checkpoint.initial_load_path", ck.initial_load_path, kMaxPathLength));
+  TY_SPEC_CHECK(Path("checkpoint.initial_load_path", ck.initial_load_path));
   TY_SPEC_CHECK(OneOf("resources.device", s.resources.device, Devices()));
   TY_SPEC_CHECK(IntRange("resources.ranks_per_worker", s.resources.ranks_per_worker, 0, kMaxWorldSize));
   TY_SPEC_CHECK(IntRange("restart.max_restarts", s.restart.max_restarts, 0, 1000));

@@ -117,6 +117,8 @@ std::string Suggestion(std::string_view section, std::string_view name) {
   std::string best;
   std::size_t best_distance = 3;  // only close misses (typos)
   auto consider = [&](const std::string& candidate, const std::string& shown) {
+    const std::size_t longer = std::max(name.size(), candidate.size());
+    if (longer - std::min(name.size(), candidate.size()) >= best_distance) return;  // too far apart
     const std::size_t d = EditDistance(name, candidate);
     if (d < best_distance) {
       best_distance = d;
@@ -146,7 +148,7 @@ std::string ToText(const FieldValue& value) {
   if (const double* d = std::get_if<double>(&value)) {
     char buf[32];
     if (*d == 0) return "0";  // -0 too: JSON readers drop the sign of zero
-    if (*d == static_cast<double>(static_cast<long long>(*d)) && std::abs(*d) < 1e15) {
+    if (std::isfinite(*d) && std::abs(*d) < 1e15 && *d == std::trunc(*d)) {
       std::snprintf(buf, sizeof(buf), "%.0f", *d);  // 20, not 2e+01
       return buf;
     }

@@ -21,7 +21,7 @@ struct SpecError {
   // file size). For a rule across fields, the field the message starts with.
   std::string field;
   // Short rule name: "syntax", "unknown_key", "type", "range", "one_of", "divides",
-  // "requires", "length", "unimplemented", "file".
+  // "requires", "length", "charset", "utf8", "unimplemented", "file".
   std::string rule;
   // Where the value came from: "job.toml:5:9", "--set", or "" (a proto, a default).
   std::string origin;

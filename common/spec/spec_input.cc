@@ -105,9 +105,13 @@ std::optional<SpecError> SpecInput::SetTyped(std::string_view section, std::stri
     raw.value = static_cast<std::int64_t>(*i);
   } else if (const auto* u = std::get_if<std::uint64_t>(&value)) {
     if (field->kind == FieldKind::kUint64) return Store(*field, *u, origin);
-    raw.value = *u > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())
-                    ? std::numeric_limits<std::int64_t>::max()
-                    : static_cast<std::int64_t>(*u);
+    if (*u > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+      SpecError e = Invalid(field->path(), "type",
+                            field->path() + ": " + std::to_string(*u) + " is out of range (must fit in a 32-bit signed integer)");
+      e.origin = origin;
+      return e;
+    }
+    raw.value = static_cast<std::int64_t>(*u);
   } else if (const double* d = std::get_if<double>(&value)) {
     raw.value = *d;
   } else if (const bool* b = std::get_if<bool>(&value)) {

@@ -61,7 +61,8 @@ Result<SpecInput> ParseToml(std::string_view text, std::string_view source_name)
   try {
     root = toml::parse(text, source_name);
   } catch (const toml::parse_error& e) {
-    SpecError err = Invalid("", "syntax", std::string(e.description()));
+    // toml++'s text can repeat a key or value from the file: quoted and capped.
+    SpecError err = Invalid("", "syntax", Quote(e.description()));
     err.origin = Position(source_name, e.source().begin);
     return err;
   }

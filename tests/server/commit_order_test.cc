@@ -145,5 +145,17 @@ TEST_F(CommitOrderTest, CancelReachesTheWorkerAfterTheCancelledStateIsCommitted)
   EXPECT_LT(put, cancel);
 }
 
+TEST_F(CommitOrderTest, AFailedFollowUpWriteStopsTheUpdateBeforeAnyWorkerHearsOfIt) {
+  Conn w1 = Connect("w1", 1);
+  // Submit's own row commits; the SCHEDULED row that follows it fails.
+  store_->FailNext(TestStateStore::Kind::kPut, absl::UnavailableError("disk full"));
+  (void)manager_->Submit(Spec(1), "alice");
+  EXPECT_THAT(w1.channel->Of(v1::ControllerMessage::kAssign), IsEmpty())
+      << "an Assign went out for a placement the store does not hold";
+  EXPECT_GE(IndexOf("lost write: disk full"), 0) << ::testing::PrintToString(Journal());
+  EXPECT_LT(IndexOf("put job-1 SCHEDULED"), 0);
+  EXPECT_EQ(StoredJob("job-1").state(), v1::Job::PENDING);  // what a restart recovers
+}
+
 }  // namespace
 }  // namespace trainyard::testing

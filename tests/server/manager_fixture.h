@@ -43,6 +43,7 @@ class ManagerFixture : public ::testing::Test {
     JobManagerOptions options;
     options.heartbeat_interval = absl::Seconds(2);
     options.heartbeat_timeout = absl::Seconds(15);
+    options.on_lost_write = [this](const absl::Status& s) { Log("lost write: " + std::string(s.message())); };
     return std::make_unique<JobManager>(store_.get(), hub_.get(), &metrics_, &clock_, options);
   }
 

@@ -42,10 +42,32 @@ v1::JobSpec Tiny(int dp, int tp = 1) {
   return spec;
 }
 
+// A fleet known only by its slot total.
+FleetView Slots(int connected) {
+  FleetView fleet;
+  fleet.connected_slots = connected;
+  return fleet;
+}
+
+TEST(AdmissionPolicyTest, AGangThatCannotBePlacedEvenOnAnIdleFleetIsRefused) {
+  // Two workers of 2 slots: 4 slots in all, but a TP group of 4 never fits one worker,
+  // and strict FIFO would let it hold back every job behind it forever.
+  FleetView fleet = Slots(4);
+  fleet.idle_workers = {{"w1", 2}, {"w2", 2}};
+  v1::JobSpec spec = Tiny(1, 4);
+  spec.mutable_model()->set_n_kv_heads(4);  // so that tp=4 divides the heads
+  EXPECT_TRUE(AdmissionPolicy::Admit(spec, Slots(4)).ok()) << "the slot total alone allows it";
+  auto tp4 = AdmissionPolicy::Admit(spec, fleet);
+  EXPECT_EQ(tp4.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(tp4.status().message()),
+              HasSubstr("cannot be placed even with every connected worker idle"));
+  EXPECT_TRUE(AdmissionPolicy::Admit(Tiny(2, 2), fleet).ok()) << "a TP group of 2 per worker fits";
+}
+
 TEST(AdmissionPolicyTest, ReturnsTheNormalisedSpec) {
   v1::JobSpec submitted = Tiny(2);
   submitted.mutable_training()->set_steps(7);
-  auto admitted = AdmissionPolicy::Admit(submitted, FleetView{2});
+  auto admitted = AdmissionPolicy::Admit(submitted, Slots(2));
   ASSERT_TRUE(admitted.ok()) << admitted.status();
   // The tiny preset's sizes and the documented defaults fill what was not given.
   EXPECT_EQ(admitted->model().dim(), 64);
@@ -59,12 +81,12 @@ TEST(AdmissionPolicyTest, ReturnsTheNormalisedSpec) {
 }
 
 TEST(AdmissionPolicyTest, TheWorldMustFitTheConnectedSlots) {
-  auto too_big = AdmissionPolicy::Admit(Tiny(2, 2), FleetView{3});
+  auto too_big = AdmissionPolicy::Admit(Tiny(2, 2), Slots(3));
   EXPECT_EQ(too_big.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(too_big.status().message()), HasSubstr("world size"));
   EXPECT_THAT(std::string(too_big.status().message()), HasSubstr("4"));
-  EXPECT_TRUE(AdmissionPolicy::Admit(Tiny(2, 2), FleetView{4}).ok());
-  EXPECT_EQ(AdmissionPolicy::Admit(Tiny(1), FleetView{0}).status().code(),
+  EXPECT_TRUE(AdmissionPolicy::Admit(Tiny(2, 2), Slots(4)).ok());
+  EXPECT_EQ(AdmissionPolicy::Admit(Tiny(1), Slots(0)).status().code(),
             absl::StatusCode::kInvalidArgument)
       << "no workers connected";
 }
@@ -72,25 +94,25 @@ TEST(AdmissionPolicyTest, TheWorldMustFitTheConnectedSlots) {
 TEST(AdmissionPolicyTest, PassesSpecErrorsThroughUnchanged) {
   v1::JobSpec unknown = Tiny(1);
   unknown.mutable_model()->set_preset("huge");
-  auto preset = AdmissionPolicy::Admit(unknown, FleetView{8});
+  auto preset = AdmissionPolicy::Admit(unknown, Slots(8));
   EXPECT_EQ(preset.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(preset.status().message()), HasSubstr("model.preset"));
 
-  auto tp = AdmissionPolicy::Admit(Tiny(1, 3), FleetView{8});
+  auto tp = AdmissionPolicy::Admit(Tiny(1, 3), Slots(8));
   EXPECT_EQ(tp.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(tp.status().message()), HasSubstr("parallelism.tp=3"));
 
   // A rule of the spec core across two fields.
   v1::JobSpec cudagraph = Tiny(1);
   cudagraph.mutable_compile()->set_backend("cudagraph");
-  auto cross = AdmissionPolicy::Admit(cudagraph, FleetView{8});
+  auto cross = AdmissionPolicy::Admit(cudagraph, Slots(8));
   EXPECT_EQ(cross.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(cross.status().message(),
             "compile.backend=\"cudagraph\" needs resources.device=\"cuda\" (CUDA graphs capture GPU work)");
 
   v1::JobSpec lr = Tiny(1);
   lr.mutable_training()->set_lr(20);
-  EXPECT_EQ(AdmissionPolicy::Admit(lr, FleetView{8}).status().message(),
+  EXPECT_EQ(AdmissionPolicy::Admit(lr, Slots(8)).status().message(),
             "training.lr must be in (0, 10], got 20");
 }
 
@@ -98,14 +120,14 @@ TEST(AdmissionPolicyTest, TheFleetRefusesWhatItsWorkersCannotRun) {
   v1::JobSpec cuda = Tiny(1);
   cuda.mutable_compile()->set_backend("cudagraph");
   cuda.mutable_resources()->set_device("cuda");
-  auto gpu = AdmissionPolicy::Admit(cuda, FleetView{8});
+  auto gpu = AdmissionPolicy::Admit(cuda, Slots(8));
   EXPECT_EQ(gpu.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(std::string(gpu.status().message()), HasSubstr("resources.device=cuda: the workers of this controller are CPU-only"));
 
   v1::JobSpec text = Tiny(1);
   text.mutable_training()->set_dataset("text");
   text.mutable_training()->set_dataset_path("/data/corpus.txt");
-  auto files = AdmissionPolicy::Admit(text, FleetView{8});
+  auto files = AdmissionPolicy::Admit(text, Slots(8));
   EXPECT_EQ(files.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(std::string(files.status().message()), HasSubstr("training.dataset=text"));
 }

@@ -131,7 +131,7 @@ TEST_F(WorkerRegistryTest, SlotsAreReservedPerRankAndReleased) {
 }
 
 TEST_F(WorkerRegistryTest, PortsRotateThroughTheRangeAndSkipHeldOnes) {
-  Register(1, Reg("w1", 4, 100, 102));
+  Register(1, Reg("w1", 3, 100, 102));
   EXPECT_EQ(registry_.AllocatePort("w1"), 100);
   EXPECT_EQ(registry_.AllocatePort("w1"), 101);
   registry_.ReleasePort("w1", 100);
@@ -141,7 +141,7 @@ TEST_F(WorkerRegistryTest, PortsRotateThroughTheRangeAndSkipHeldOnes) {
   registry_.ReleasePort("w1", 101);
   EXPECT_EQ(registry_.AllocatePort("w1"), 101);
   // A port held by a recovered gang is skipped.
-  Register(2, Reg("w2", 4, 200, 202));
+  Register(2, Reg("w2", 3, 200, 202));
   registry_.HoldPort("w2", 200);
   EXPECT_EQ(registry_.AllocatePort("w2"), 201);
 }
@@ -198,7 +198,9 @@ TEST_F(WorkerRegistryTest, BadRegisterValuesAreInvalidArgumentAndChangeNothing) 
   };
   std::vector<Case> cases = {
       {Reg("", 1), "register: name is empty"},
-      {Reg("w1", 0), "register: slots must be positive, got 0"},
+      {Reg("w1", 0), "register: slots must be in [1, 65536], got 0"},
+      {Reg("w1", 70000, 1000, 80000), "register: slots must be in [1, 65536], got 70000"},
+      {Reg("w1", 4, 100, 102), "register: rendezvous port range 100-102 holds fewer ports than the 4 slots"},
       {Reg("w1", 1, 0, 10), "register: bad rendezvous port range 0-10"},
       {Reg("w1", 1, 100, 70000), "register: bad rendezvous port range 100-70000"},
       {Reg("w1", 1, 300, 200), "register: bad rendezvous port range 300-200"},

@@ -123,7 +123,9 @@ TEST(JsonTest, HostileDocumentsGetPreciseErrors) {
                        Bad{R"({"model": {"route_norm": 1}})", "model.route_norm", "model.route_norm: expected boolean, got integer"},
                        Bad{R"({"model": [1]})", "model", "model: expected an object, got array"},
                        Bad{R"([1, 2])", "", "expected a JSON object of sections, got array"},
-                       Bad{R"({"model": )", "", "~not valid JSON"}}) {
+                       Bad{R"({"model": )", "", "~not valid JSON"},
+                       // A float beyond double: the JSON library throws a non-parse error.
+                       Bad{R"({"model": {"rope_theta": 1e999}})", "", "~not valid JSON"}}) {
     Result<SpecInput> in = ParseJson(b.text, "bad.json");
     ASSERT_FALSE(in.ok()) << b.text;
     EXPECT_EQ(in.error().field, b.field) << b.text;
@@ -135,6 +137,16 @@ TEST(JsonTest, HostileDocumentsGetPreciseErrors) {
       EXPECT_EQ(in.error().message, m) << b.text;
     }
   }
+}
+
+TEST(JsonTest, ParserErrorsNeverEchoMuchOfTheInput) {
+  const std::string token(1 << 20, 'x');  // an unquoted megabyte token
+  Result<SpecInput> in = ParseJson("{\"model\": " + token + "}", "big.json");
+  ASSERT_FALSE(in.ok());
+  EXPECT_LT(in.error().ToString().size(), 400u) << in.error().ToString().substr(0, 400);
+  Result<SpecInput> key = ParseJson("{\"" + token + "\": {}}", "big.json");
+  ASSERT_FALSE(key.ok());
+  EXPECT_LT(key.error().ToString().size(), 400u);
 }
 
 TEST(OverrideTest, TypesFollowTheSchema) {

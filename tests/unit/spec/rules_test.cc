@@ -128,7 +128,9 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"NameSpace", {"job.name=\"a b\""}, "job.name", "charset",
              "job.name \"a b\" may contain only letters, digits, '.', '_' and '-'"},
         Case{"PathLong", {"training.dataset_path=\"" + std::string(5000, 'a') + "\""}, "training.dataset_path", "length",
-             "training.dataset_path is 5000 bytes long, over the limit of 4096"}),
+             "training.dataset_path is 5000 bytes long, over the limit of 4096"},
+        Case{"PathWithNul", {"checkpoint.initial_load_path=\"/w\\u0000.bin\""}, "checkpoint.initial_load_path", "charset",
+             "checkpoint.initial_load_path \"/w\\x00.bin\" contains a control character"}),
     CaseName);
 
 INSTANTIATE_TEST_SUITE_P(

@@ -62,8 +62,11 @@ int Bench(const BenchFlags& f) {
   overrides.insert(overrides.end(), f.overrides.begin(), f.overrides.end());
   EngineConfig engine = PresetJob(f.preset, overrides);
   // `--nproc N` alone means N data-parallel ranks (dp = N / tp) unless dp was set.
-  const bool dp_given = std::any_of(f.overrides.begin(), f.overrides.end(),
-                                    [](const std::string& o) { return o.rfind("parallelism.dp=", 0) == 0; });
+  const bool dp_given = std::any_of(f.overrides.begin(), f.overrides.end(), [](const std::string& o) {
+    std::string key = o.substr(0, o.find('='));
+    key.erase(std::remove(key.begin(), key.end(), ' '), key.end());  // --set "parallelism.dp = 2"
+    return key == "parallelism.dp";
+  });
   if (f.nproc > 0 && !dp_given) {
     if (f.nproc % engine.parallelism.tp != 0) throw std::invalid_argument("--nproc must be a multiple of parallelism.tp");
     engine.parallelism.dp = f.nproc / engine.parallelism.tp;

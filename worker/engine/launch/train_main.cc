@@ -55,7 +55,8 @@ void Shrink(EngineConfig& config) {
   const int tp = config.parallelism.tp;
   const int head_dim = 8;
   m.dim = std::min(m.dim, m.n_heads * head_dim);
-  m.vocab_size = std::min(m.vocab_size, 256);
+  // Token files hold ids up to the model's vocabulary: only synthetic data may shrink it.
+  if (config.training.dataset == "synthetic") m.vocab_size = std::min(m.vocab_size, 256);
   m.ffn_hidden = std::min(m.ffn_hidden, 16 * tp);
   m.expert_hidden = std::min(m.expert_hidden, 8 * tp);
   config.training.seq_len = std::min(config.training.seq_len, 32);
