@@ -50,15 +50,22 @@ struct TrainRun {
 
 std::string Quote(const std::string& s) { return "'" + s + "'"; }
 
+// The [model] section and the environment of a run.
+struct Job {
+  std::string model = "preset = \"tiny\"\nn_layers = 4\n";
+  std::string env;  // "NAME=value " prefixes for the command
+};
+
 // trainyard-train on the tiny preset with 4 layers (1 dense, 3 MoE) so "identical
-// layers" exist, plus `sets`.
-TrainRun Train(const std::vector<std::string>& sets, const std::vector<std::string>& flags = {}) {
+// layers" exist (or `job.model`), plus `sets`.
+TrainRun Train(const std::vector<std::string>& sets, const std::vector<std::string>& flags = {},
+               const Job& spec = {}) {
   char dir_template[] = "/tmp/trainyard-compile-test-XXXXXX";
   const std::string dir = mkdtemp(dir_template);
   const std::string job = dir + "/job.toml";
-  std::ofstream(job) << "[job]\nname = \"compile-test\"\n[model]\npreset = \"tiny\"\nn_layers = 4\n"
+  std::ofstream(job) << "[job]\nname = \"compile-test\"\n[model]\n" << spec.model
                      << "[training]\nseed = 7\nlr = 3e-3\nwarmup_steps = 2\n";
-  std::string cmd = std::string(TRAINYARD_TRAIN_BIN) + " " + Quote(job) + " --json --threads 1";
+  std::string cmd = spec.env + std::string(TRAINYARD_TRAIN_BIN) + " " + Quote(job) + " --json --threads 1";
   for (const auto& s : sets) cmd += " --set " + Quote(s);
   for (const auto& f : flags) cmd += " " + f;
   const std::string err = dir + "/stderr.txt";
@@ -175,6 +182,42 @@ TEST(CompileTraining, JitLossesMatchEager) {
   const double diff = MaxRelativeLossDiff(jit, eager);
   std::printf("[compile] jit vs eager max relative loss diff %g\n", diff);
   EXPECT_LE(diff, 1e-4);
+}
+
+// On CPU both backends run the fused operators: a traced region calls the same
+// kernels in the same order as the eager step, so the losses agree to the last bit
+// (1e-6 allows only for a platform where they might not).
+TEST(CompileTraining, DebugPresetJitRunsTheFusedOperatorsWithEagerLosses) {
+  const Job debug{"preset = \"debug\"\n", ""};
+  const TrainRun eager = Train({"compile.backend=eager", "training.steps=20"}, {}, debug);
+  const TrainRun jit = Train({"compile.backend=jit", "training.steps=20"}, {}, debug);
+  ASSERT_EQ(eager.exit_code, 0) << eager.All();
+  ASSERT_EQ(jit.exit_code, 0) << jit.All();
+  EXPECT_FALSE(jit.Compile("COMPILE").empty()) << jit.All();
+  EXPECT_TRUE(jit.Compile("RECOMPILE").empty()) << jit.All();
+  const double diff = MaxRelativeLossDiff(jit, eager);
+  std::printf("[compile] debug preset, fused operators: jit vs eager max relative loss diff %g\n", diff);
+  EXPECT_LE(diff, 1e-6);
+}
+
+// TRAINYARD_FUSED_CPU_KERNELS=0 is the A/B switch for both backends: the regions then
+// run (and trace) their composite forms.
+TEST(CompileTraining, WithTheFusedKernelsOffJitTracesTheCompositeFormAndMatchesEager) {
+  const Job off{Job().model, "TRAINYARD_FUSED_CPU_KERNELS=0 "};
+  const TrainRun eager = Train({"compile.backend=eager", "training.steps=10"}, {}, off);
+  const TrainRun jit = Train({"compile.backend=jit", "training.steps=10"}, {}, off);
+  ASSERT_EQ(eager.exit_code, 0) << eager.All();
+  ASSERT_EQ(jit.exit_code, 0) << jit.All();
+  const double diff = MaxRelativeLossDiff(jit, eager);
+  std::printf("[compile] fused kernels off: jit vs eager max relative loss diff %g\n", diff);
+  EXPECT_LE(diff, 1e-4);
+  // The composite step differs from the fused one in summation order only.
+  const TrainRun fused = Train({"compile.backend=jit", "training.steps=10"});
+  ASSERT_EQ(fused.exit_code, 0) << fused.All();
+  const double vs_fused = MaxRelativeLossDiff(jit, fused);
+  std::printf("[compile] jit composite vs jit fused max relative loss diff %g\n", vs_fused);
+  EXPECT_GT(vs_fused, 0.0) << "the switch changed nothing";
+  EXPECT_LE(vs_fused, 1e-4);
 }
 
 class CheckpointTest : public ::testing::TestWithParam<int> {};

@@ -1,5 +1,8 @@
 // trainyard-bench: runs a preset for warmup+steps steps on local trainyard-rank
 // processes and prints one summary of the non-warmup steps (JSON with --json).
+// `--backend eager,jit --runs 5` runs the backends alternately, 5 runs each (eager, jit,
+// eager, jit, ...: drift in the machine's speed falls on both alike), prints every run
+// and then each backend's medians over its runs and their ratio to the first backend's.
 //
 // Figures:
 //   step_ms       median rank-0 step time over the non-warmup steps
@@ -39,7 +42,8 @@ using nlohmann::json;
 
 struct BenchFlags {
   std::string preset = "debug";
-  std::string backend = "eager";
+  std::string backend = "eager";  // one backend, or several separated by commas
+  int runs = 1;
   int steps = 10;
   int warmup = 3;
   int nproc = 0;
@@ -55,8 +59,9 @@ double Median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-int Bench(const BenchFlags& f) {
-  std::vector<std::string> overrides = {"compile.backend=" + f.backend,
+// One run of `backend`; the summary object, or throws with the launcher's error.
+json Measure(const BenchFlags& f, const std::string& backend) {
+  std::vector<std::string> overrides = {"compile.backend=" + backend,
                                         "training.steps=" + std::to_string(f.steps + f.warmup),
                                         "training.log_freq=1"};
   overrides.insert(overrides.end(), f.overrides.begin(), f.overrides.end());
@@ -98,10 +103,7 @@ int Bench(const BenchFlags& f) {
     rank0_mfu.push_back(mfu);
     if (mfu > 0) peak_flops.push_back(m.value("model_tflops", 0.0) * 1e12 / mfu);
   });
-  if (result.exit_code != 0) {
-    std::cerr << "trainyard-bench: " << result.error << std::endl;
-    return result.exit_code;
-  }
+  if (result.exit_code != 0) throw std::runtime_error(result.error);
   if (step_ms.empty()) throw std::runtime_error("rank 0 reported no step metrics after warmup");
 
   const FlopsModel fm = FlopsModel::FromConfig(engine.model, engine.training.seq_len);
@@ -115,7 +117,7 @@ int Bench(const BenchFlags& f) {
   for (const auto& r : result.ranks) rss = std::max(rss, r.peak_rss_mb);
   const char* coretype = std::getenv("OPENBLAS_CORETYPE");
 
-  json out = {{"preset", f.preset}, {"backend", f.backend}, {"device", engine.resources.device}, {"nproc", world},
+  json out = {{"preset", f.preset}, {"backend", backend}, {"device", engine.resources.device}, {"nproc", world},
               {"dp", engine.parallelism.dp}, {"tp", engine.parallelism.tp}, {"ep", engine.parallelism.ep},
               {"threads", opts.threads}, {"steps", f.steps}, {"warmup", f.warmup},
               {"step_ms", median_ms}, {"tokens_per_s", tokens_per_s},
@@ -134,18 +136,79 @@ int Bench(const BenchFlags& f) {
   }
   for (const auto& [name, value] : opts.rank_env) rank_env[name] = value;
   out["rank_env"] = rank_env;
+  return out;
+}
+
+void PrintRun(const json& r) {
+  const json& coretype = r["openblas_coretype"];
+  std::printf("%s, %s, %s, %d rank(s) (dp=%d tp=%d ep=%d), %d threads/rank, BLAS core %s%s\n",
+              r["preset"].get<std::string>().c_str(), r["backend"].get<std::string>().c_str(),
+              r["device"].get<std::string>().c_str(), r["nproc"].get<int>(), r["dp"].get<int>(), r["tp"].get<int>(),
+              r["ep"].get<int>(), r["threads"].get<int>(), r["blas_core"].get<std::string>().c_str(),
+              coretype.is_null() ? "" : (" (OPENBLAS_CORETYPE=" + coretype.get<std::string>() + ")").c_str());
+  std::printf("  %d steps after %d warmup: step %.1f ms (median), %.0f tokens/s\n", r["steps"].get<int>(),
+              r["warmup"].get<int>(), r["step_ms"].get<double>(), r["tokens_per_s"].get<double>());
+  std::printf("  rank environment: %s\n", r["rank_env"].dump().c_str());
+  std::printf("  model %.3f TFLOP/s, MFU %.1f%% of %.1f GFLOP/s GEMM peak per rank, peak RSS %.0f MB\n",
+              r["model_tflops"].get<double>(), 100 * r["mfu"].get<double>(),
+              r["gemm_peak_gflops_per_rank"].get<double>(), r["peak_rss_mb"].get<double>());
+}
+
+std::vector<std::string> Backends(const std::string& list) {
+  std::vector<std::string> out;
+  std::string::size_type begin = 0;
+  while (begin <= list.size()) {
+    const auto end = std::min(list.find(',', begin), list.size());
+    out.push_back(list.substr(begin, end - begin));
+    if (out.back().empty()) throw std::invalid_argument("--backend: empty name in \"" + list.substr(0, 100) + "\"");
+    begin = end + 1;
+  }
+  return out;
+}
+
+int Bench(const BenchFlags& f) {
+  const std::vector<std::string> backends = Backends(f.backend);
+  std::vector<json> runs;
+  for (int i = 0; i < f.runs; ++i) {
+    for (const auto& b : backends) {
+      runs.push_back(Measure(f, b));
+      if (!f.json_output) {
+        if (f.runs > 1 || backends.size() > 1) std::printf("run %d/%d: ", i + 1, f.runs);
+        PrintRun(runs.back());
+        std::fflush(stdout);
+      }
+    }
+  }
+  if (runs.size() == 1) {
+    if (f.json_output) std::cout << runs[0].dump() << std::endl;
+    return 0;
+  }
+  // Medians per backend over its runs, and tokens/s relative to the first backend.
+  json summary = json::array();
+  double first_tokens = 0;
+  for (const auto& b : backends) {
+    std::vector<double> step_ms, tokens, mfu;
+    for (const auto& r : runs) {
+      if (r["backend"] != b) continue;
+      step_ms.push_back(r["step_ms"].get<double>());
+      tokens.push_back(r["tokens_per_s"].get<double>());
+      mfu.push_back(r["mfu"].get<double>());
+    }
+    if (summary.empty()) first_tokens = Median(tokens);
+    summary.push_back({{"backend", b}, {"runs", tokens.size()}, {"step_ms", Median(step_ms)},
+                       {"tokens_per_s", Median(tokens)}, {"mfu", Median(mfu)},
+                       {"tokens_per_s_vs_first", first_tokens > 0 ? Median(tokens) / first_tokens : 0.0}});
+  }
   if (f.json_output) {
-    std::cout << out.dump() << std::endl;
-  } else {
-    std::printf("%s, %s, %s, %d rank(s) (dp=%d tp=%d ep=%d), %d threads/rank, BLAS core %s%s\n", f.preset.c_str(),
-                f.backend.c_str(), engine.resources.device.c_str(), world, engine.parallelism.dp, engine.parallelism.tp, engine.parallelism.ep,
-                opts.threads, out["blas_core"].get<std::string>().c_str(),
-                coretype ? (std::string(" (OPENBLAS_CORETYPE=") + coretype + ")").c_str() : "");
-    std::printf("  %d steps after %d warmup: step %.1f ms (median), %.0f tokens/s\n", f.steps, f.warmup, median_ms,
-                tokens_per_s);
-    std::printf("  rank environment: %s\n", rank_env.dump().c_str());
-    std::printf("  model %.3f TFLOP/s, MFU %.1f%% of %.1f GFLOP/s GEMM peak per rank, peak RSS %.0f MB\n",
-                model_flops / 1e12, 100 * out["mfu"].get<double>(), peak / 1e9, rss);
+    std::cout << json{{"runs", runs}, {"medians", summary}}.dump() << std::endl;
+    return 0;
+  }
+  std::printf("medians over %d alternating runs each:\n", f.runs);
+  for (const auto& m : summary) {
+    std::printf("  %-8s step %.1f ms, %.0f tokens/s (%.3fx %s), MFU %.1f%%\n",
+                m["backend"].get<std::string>().c_str(), m["step_ms"].get<double>(),
+                m["tokens_per_s"].get<double>(), m["tokens_per_s_vs_first"].get<double>(), backends[0].c_str(),
+                100 * m["mfu"].get<double>());
   }
   return 0;
 }
@@ -158,15 +221,20 @@ int main(int argc, char** argv) {
                "  --set resources.device=cuda: measure on CUDA (rank i on GPU i % device_count, NCCL groups;\n"
                "  MFU against the GPU's measured fp32 GEMM peak, TF32 off)"};
   app.add_option("--preset", f.preset, "model preset (debug, tiny)")->capture_default_str();
-  app.add_option("--backend", f.backend, "compile backend: eager, jit (cudagraph needs a CUDA build)")
+  app.add_option("--backend", f.backend,
+                 "compile backend: eager, jit (cudagraph needs a CUDA build); several separated by commas "
+                 "(eager,jit) run alternately and are compared")
       ->capture_default_str();
+  app.add_option("--runs", f.runs, "runs per backend, alternating between backends; medians are printed")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
   app.add_option("--steps", f.steps, "measured steps")->capture_default_str()->check(CLI::Range(1, 1000000));
   app.add_option("--warmup", f.warmup, "steps run before measuring")->capture_default_str()->check(CLI::Range(0, 1000000));
   app.add_option("--nproc", f.nproc, "ranks; must equal parallelism.dp*tp (default: that)");
   app.add_option("--threads", f.threads,
                  "intra-op threads per rank (default: cores / nproc; sets OMP_NUM_THREADS and "
                  "OPENBLAS_NUM_THREADS for the ranks unless set, and OMP_WAIT_POLICY=PASSIVE unless the "
-                 "step is the fused eager CPU one)")
+                 "step is the fused CPU one)")
       ->check(CLI::Range(1, 1024));
   app.add_option("--set", f.overrides, "override section.key=value (repeatable)")->allow_extra_args(false);
   app.add_flag("--json", f.json_output, "print one JSON object");

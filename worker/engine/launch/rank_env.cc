@@ -26,8 +26,8 @@ std::vector<std::pair<std::string, std::string>> RankThreadEnv(int threads, bool
 bool OpenBlasThreadsInStep(const spec::JobSpec& config) {
   const char* fused = std::getenv("TRAINYARD_FUSED_CPU_KERNELS");  // read again by each rank
   const bool fused_on = fused == nullptr || std::string(fused) != "0";
-  const bool eager_cpu = config.compile.backend == "eager" && config.resources.device == "cpu";
-  return !(fused_on && eager_cpu);
+  // On CPU both backends run the fused operators (a traced region calls them too).
+  return !(fused_on && config.resources.device == "cpu");
 }
 
 }  // namespace trainyard::engine

@@ -29,7 +29,7 @@ int DefaultThreads(int nproc);
 std::vector<std::pair<std::string, std::string>> RankThreadEnv(int threads, bool openblas_threads_in_step);
 
 // Whether a rank of `config` runs GEMMs on OpenBLAS's own thread pool during its steps:
-// all but an eager CPU step with the fused kernels on (fused_cpu_kernels.h), which
+// all but a CPU step (eager or jit) with the fused kernels on (fused_cpu_kernels.h), which
 // keeps OpenBLAS at one thread and splits every GEMM over its OpenMP threads.
 bool OpenBlasThreadsInStep(const spec::JobSpec& config);
 

@@ -175,7 +175,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", f.threads,
                  "intra-op threads per rank (default: cores / nproc; sets OMP_NUM_THREADS and "
                  "OPENBLAS_NUM_THREADS for the ranks unless set, and OMP_WAIT_POLICY=PASSIVE unless the "
-                 "step is the fused eager CPU one)")
+                 "step is the fused CPU one)")
       ->check(CLI::Range(1, 1024));
   app.add_option("--save-init", f.save_init, "rank writes the initial weights to this .safetensors");
   app.add_option("--load", f.load, "ranks start from the weights in this .safetensors");

@@ -151,11 +151,11 @@ StepMetrics Trainer::Step(int step) {
     options_.peak_flops = std::max(options_.peak_flops, GemmPeakProbe::MeasureFlops(0.6, options_.device));
   }
   const auto start = Clock::now();
-  // An eager CPU step runs every GEMM through the fused kernels, which split the work
-  // over the intra-op threads themselves: keep OpenBLAS at one thread for the whole
-  // step rather than switching it down and back around each of ~150 multiplies.
+  // A CPU step (eager or jit) runs every GEMM through the fused operators, which split
+  // the work over the intra-op threads themselves: keep OpenBLAS at one thread for the
+  // whole step rather than switching it down and back around each of ~150 multiplies.
   std::optional<cpu_blas::SerialScope> serial_blas;
-  if (regions_->RunsEager() && fused::Enabled() && options_.device.is_cpu()) serial_blas.emplace();
+  if (fused::Enabled() && options_.device.is_cpu()) serial_blas.emplace();
 
   const ParallelContext& ctx = mesh_.context();
   auto batch = LoadBatch(*dataset_, step - 1, ctx.dp_rank, ctx.dp, t.batch_size).to(options_.device);

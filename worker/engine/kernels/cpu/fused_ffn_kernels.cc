@@ -5,9 +5,12 @@
 
 #include <ATen/Parallel.h>
 #include <ATen/record_function.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
 #include <torch/torch.h>
 
 #include "worker/engine/kernels/cpu/cpu_blas.h"
+#include "worker/engine/kernels/cpu/no_grad_kernel.h"
 #include "worker/engine/kernels/cpu/fused_cpu_kernels.h"
 
 #ifndef _OPENMP
@@ -302,15 +305,14 @@ class CombineFn : public torch::autograd::Function<CombineFn> {
   }
 };
 
-}  // namespace
-
-torch::Tensor SwiGlu(const torch::Tensor& h) {
+Tensor SwiGluKernel(const Tensor& h) {
   TORCH_CHECK(h.dim() >= 1 && h.size(-1) % 2 == 0, "fused swiglu: last dimension must be even, got ", h.sizes());
   return SwiGluFn::apply(h);
 }
 
-torch::Tensor Linear(const torch::Tensor& x, at::TensorList weights) {
+Tensor LinearKernel(const Tensor& x, at::TensorList weights) {
   TORCH_CHECK(!weights.empty(), "fused linear: no weights");
+  TORCH_CHECK(x.dim() >= 1, "fused linear: input must have a dimension");
   for (const auto& w : weights) {
     TORCH_CHECK(w.dim() == 2 && w.size(1) == x.size(-1) && w.scalar_type() == x.scalar_type() &&
                     w.device() == x.device(),
@@ -319,29 +321,107 @@ torch::Tensor Linear(const torch::Tensor& x, at::TensorList weights) {
   return LinearFn::apply(x, weights);
 }
 
-torch::Tensor GroupedExperts(const torch::Tensor& x, const std::vector<int64_t>& counts, const torch::Tensor& w1,
-                             const torch::Tensor& w2, const torch::Tensor& w3) {
+// starts: int64 [E]; expert e's rows begin at starts[e] and end where expert e + 1's
+// begin, the last expert's at the end of x. (Start offsets rather than counts keep
+// the rows dimension free: one more row is one more row of the last expert, so a
+// traced region with dynamic rows stays valid for any row count.)
+Tensor GroupedExpertsKernel(const Tensor& x, const Tensor& starts_in, const Tensor& w1, const Tensor& w2,
+                            const Tensor& w3) {
   TORCH_CHECK(x.dim() == 2 && w1.dim() == 3 && w1.sizes() == w3.sizes() && w2.dim() == 3 &&
                   w2.size(0) == w1.size(0) && w2.size(1) == w1.size(2) && w2.size(2) == w1.size(1) &&
                   x.size(1) == w1.size(2),
               "fused experts: x ", x.sizes(), " with w1 ", w1.sizes(), ", w2 ", w2.sizes(), ", w3 ", w3.sizes());
-  TORCH_CHECK(static_cast<int64_t>(counts.size()) == w1.size(0), "fused experts: ", counts.size(), " counts for ",
-              w1.size(0), " experts");
-  int64_t rows = 0;
-  for (int64_t c : counts) {
-    TORCH_CHECK(c >= 0, "fused experts: negative count ", c);
-    rows += c;
+  TORCH_CHECK(starts_in.dim() == 1 && starts_in.scalar_type() == torch::kInt64 && starts_in.device().is_cpu(),
+              "fused experts: starts must be an int64 CPU vector, got ", starts_in.sizes());
+  TORCH_CHECK(starts_in.size(0) == w1.size(0), "fused experts: ", starts_in.size(0), " starts for ", w1.size(0),
+              " experts");
+  const Tensor starts = starts_in.contiguous();
+  const int64_t* s = starts.data_ptr<int64_t>();
+  const int64_t n = starts.size(0), rows = x.size(0);
+  std::vector<int64_t> counts(n);
+  for (int64_t e = 0; e < n; ++e) {
+    const int64_t end = e + 1 < n ? s[e + 1] : rows;
+    TORCH_CHECK((e > 0 || s[0] == 0) && s[e] <= end && end <= rows, "fused experts: expert ", e, " starts at row ",
+                s[e], " and ends at ", end, " of ", rows, " (starts must begin at 0 and not decrease)");
+    counts[e] = end - s[e];
   }
-  TORCH_CHECK(rows == x.size(0), "fused experts: counts sum to ", rows, " but x has ", x.size(0), " rows");
   return GroupedExpertsFn::apply(x, counts, w1, w2, w3);
+}
+
+Tensor CombineKernel(const Tensor& y, const Tensor& gates, const Tensor& token_ids, int64_t n_tokens) {
+  TORCH_CHECK(y.dim() == 2 && gates.dim() == 2 && gates.size(1) == 1 && gates.size(0) == y.size(0) &&
+                  token_ids.dim() == 1 && token_ids.size(0) == y.size(0) && token_ids.scalar_type() == torch::kInt64,
+              "fused combine: y ", y.sizes(), ", gates ", gates.sizes(), ", token ids ", token_ids.sizes());
+  TORCH_CHECK(n_tokens >= 0, "fused combine: negative token count ", n_tokens);
+  return CombineFn::apply(y, gates, token_ids, n_tokens);
+}
+
+}  // namespace
+
+// Schemas in fused_cpu_kernels.cc.
+TORCH_LIBRARY_IMPL(trainyard, AutogradCPU, m) {
+  m.impl("linear", &LinearKernel);
+  m.impl("swiglu", &SwiGluKernel);
+  m.impl("grouped_experts", &GroupedExpertsKernel);
+  m.impl("combine", &CombineKernel);
+}
+
+TORCH_LIBRARY_IMPL(trainyard, CPU, m) {
+  m.impl("linear", &NoGrad<decltype(LinearKernel), LinearKernel>::Call);
+  m.impl("swiglu", &NoGrad<decltype(SwiGluKernel), SwiGluKernel>::Call);
+  m.impl("grouped_experts", &NoGrad<decltype(GroupedExpertsKernel), GroupedExpertsKernel>::Call);
+  m.impl("combine", &NoGrad<decltype(CombineKernel), CombineKernel>::Call);
+}
+
+torch::Tensor SwiGlu(const torch::Tensor& h) {
+  static const auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("trainyard::swiglu", "").typed<Tensor(const Tensor&)>();
+  return op.call(h);
+}
+
+torch::Tensor Linear(const torch::Tensor& x, at::TensorList weights) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("trainyard::linear", "")
+                             .typed<Tensor(const Tensor&, at::TensorList)>();
+  return op.call(x, weights);
+}
+
+torch::Tensor GroupedExpertsAtStarts(const torch::Tensor& x, const torch::Tensor& starts, const torch::Tensor& w1,
+                                    const torch::Tensor& w2, const torch::Tensor& w3) {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("trainyard::grouped_experts", "")
+          .typed<Tensor(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&)>();
+  return op.call(x, starts, w1, w2, w3);
+}
+
+torch::Tensor ExpertStarts(const std::vector<int64_t>& counts) {
+  Tensor starts = torch::empty({static_cast<int64_t>(counts.size())}, torch::kInt64);
+  int64_t* s = starts.data_ptr<int64_t>();
+  int64_t o = 0;
+  for (size_t e = 0; e < counts.size(); ++e) {
+    TORCH_CHECK(counts[e] >= 0, "fused experts: negative count ", counts[e]);
+    s[e] = o;
+    o += counts[e];
+  }
+  return starts;
+}
+
+torch::Tensor GroupedExperts(const torch::Tensor& x, const std::vector<int64_t>& counts, const torch::Tensor& w1,
+                             const torch::Tensor& w2, const torch::Tensor& w3) {
+  int64_t rows = 0;
+  for (int64_t c : counts) rows += c;
+  TORCH_CHECK(x.dim() == 2 && rows == x.size(0), "fused experts: counts sum to ", rows, " but x has ",
+              x.dim() == 2 ? x.size(0) : -1, " rows");
+  return GroupedExpertsAtStarts(x, ExpertStarts(counts), w1, w2, w3);
 }
 
 torch::Tensor Combine(const torch::Tensor& y, const torch::Tensor& gates, const torch::Tensor& token_ids,
                       int64_t n_tokens) {
-  TORCH_CHECK(y.dim() == 2 && gates.dim() == 2 && gates.size(1) == 1 && gates.size(0) == y.size(0) &&
-                  token_ids.dim() == 1 && token_ids.size(0) == y.size(0) && token_ids.scalar_type() == torch::kInt64,
-              "fused combine: y ", y.sizes(), ", gates ", gates.sizes(), ", token ids ", token_ids.sizes());
-  return CombineFn::apply(y, gates, token_ids, n_tokens);
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("trainyard::combine", "")
+                             .typed<Tensor(const Tensor&, const Tensor&, const Tensor&, int64_t)>();
+  return op.call(y, gates, token_ids, n_tokens);
 }
 
 }  // namespace trainyard::engine::fused

@@ -16,15 +16,25 @@ class GroupedExpertsImpl : public torch::nn::Module {
   GroupedExpertsImpl(int64_t dim, int64_t hidden, int64_t n_experts);
 
   // x: [rows, dim] with rows sorted by expert; counts[e] rows belong to expert e.
-  // Returns [rows, dim] in the same order. One matmul chain per non-empty expert.
-  // Each expert runs through `expert` (an expert_ffn region: params w1[e], w2[e], w3[e]),
-  // or, when `expert_runs_eager` and the fused CPU kernels apply, all experts run as one
-  // fused::GroupedExperts op (same math, no per-expert weight views or output cat).
+  // Returns [rows, dim] in the same order. `expert` is the layer's expert_ffn region:
+  // with `grouped`, one call for all experts (regions::GroupedExpertFfn: the
+  // trainyard::grouped_experts operator, inputs x and the experts' start rows, params
+  // w1, w2, w3); otherwise one call per non-empty expert (regions::Ffn, params w1[e],
+  // w2[e], w3[e]).
   torch::Tensor forward(const torch::Tensor& x, const std::vector<int64_t>& counts, const RegionCall& expert,
-                        bool expert_runs_eager);
+                        bool grouped);
 
   torch::Tensor w1, w2, w3;
 };
 TORCH_MODULE(GroupedExperts);
+
+namespace regions {
+
+// The routed experts as one expert_ffn region where the fused CPU kernels apply.
+// inputs: rows [m, dim] (dimension 0 dynamic), start row of each expert (int64 [E]);
+// params: w1, w2, w3 [E, ...]. output: [m, dim].
+compile::RegionFn GroupedExpertFfn();
+
+}  // namespace regions
 
 }  // namespace trainyard::engine

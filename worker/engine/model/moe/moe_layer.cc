@@ -7,7 +7,12 @@ namespace trainyard::engine {
 
 MoEImpl::MoEImpl(const ModelConfig& c, ParallelContext ctx, RegionFactory& regions, int layer,
                  bool plant_side_effect, bool in_block_regions)
-    : ctx_(ctx), dispatcher_(c.n_routed_experts, ctx.ep_group), experts_run_eager_(regions.RunsEager()) {
+    : ctx_(ctx),
+      dispatcher_(c.n_routed_experts, ctx.ep_group),
+      // Under an eager factory the expert region is a plain call, not a reported region.
+      expert_factory_(regions.RunsEager() ? &EagerRegionFactory() : &regions),
+      expert_key_(regions::FfnKey("expert_ffn", c.dim, c.expert_hidden, /*tp=*/1)),
+      layer_(layer) {
   RegionFactory& own = in_block_regions ? EagerRegionFactory() : regions;
   router = register_module("router", TokenChoiceRouter(c.dim, c.n_routed_experts));
   experts = register_module("experts", GroupedExperts(c.dim, c.expert_hidden, dispatcher_.n_local_experts()));
@@ -25,12 +30,10 @@ MoEImpl::MoEImpl(const ModelConfig& c, ParallelContext ctx, RegionFactory& regio
   router_fn_ = regions::Router(c.top_k, c.score_func, c.route_norm, c.route_scale, tokens_per_expert);
   router_region_ = own.Make(router_key, router_fn_, layer);
   // Rows per expert change every step: the rows dimension is dynamic, so a dropless MoE
-  // compiles each expert once rather than once per token count.
-  const auto expert_key = regions::FfnKey("expert_ffn", c.dim, c.expert_hidden, /*tp=*/1);
-  // Under an eager factory the experts run as one fused op where it applies
-  // (GroupedExperts), so the per-expert form is a plain call, not a reported region.
-  expert_region_ = (experts_run_eager_ ? EagerRegionFactory() : regions)
-                       .Make(expert_key, regions::Ffn(), layer, /*dynamic=*/{{0, 0}});
+  // compiles its experts once rather than once per token count. The expert region is
+  // made at the first forward, when the rows' device and dtype tell whether the fused
+  // CPU kernels apply (one grouped_experts call) or not (one FFN call per expert).
+  const auto& expert_key = expert_key_;
   const auto combine_key = regions::CombineKey(c.dim, c.top_k);
   combine_region_ = own.Make(combine_key, regions::Combine(), layer);
   regions.GraphBreak(router_key,
@@ -64,7 +67,12 @@ MoEOutput MoEImpl::forward(const torch::Tensor& input) {
 
 torch::Tensor MoEImpl::RunExperts(const torch::Tensor& rows, const torch::Tensor& counts) {
   Dispatched d = dispatcher_.Dispatch(rows, counts);
-  return dispatcher_.Combine(experts->forward(d.tokens, d.plan.local_counts, expert_region_, experts_run_eager_),
+  if (!expert_region_) {
+    experts_grouped_ = fused::Applies(d.tokens);
+    expert_region_ = expert_factory_->Make(expert_key_, experts_grouped_ ? regions::GroupedExpertFfn() : regions::Ffn(),
+                                           layer_, /*dynamic=*/{{0, 0}});
+  }
+  return dispatcher_.Combine(experts->forward(d.tokens, d.plan.local_counts, expert_region_, experts_grouped_),
                              d.plan);
 }
 

@@ -66,8 +66,12 @@ class MoEImpl : public torch::nn::Module {
  private:
   ParallelContext ctx_;
   ExpertDispatcher dispatcher_;
-  bool experts_run_eager_;  // the expert region is plain eager code: fused kernels may run
-  RegionCall router_region_, expert_region_, combine_region_;
+  RegionFactory* expert_factory_;  // borrowed: outlives the model
+  compile::RegionKey expert_key_;
+  int layer_;
+  RegionCall router_region_, combine_region_;
+  RegionCall expert_region_;     // made at the first forward (see RunExperts)
+  bool experts_grouped_ = false;  // expert_region_ is GroupedExpertFfn, else Ffn per expert
   compile::RegionFn router_fn_;
 };
 TORCH_MODULE(MoE);
