@@ -5,6 +5,7 @@
 #include <ATen/Parallel.h>
 
 #include "worker/engine/kernels/cpu/fused_cpu_kernels.h"
+#include "worker/engine/optim/adamw_update.h"
 
 namespace trainyard::engine {
 
@@ -39,26 +40,23 @@ void AdamW::Step(double lr, double grad_scale) {
       p.addcdiv_(m, denom, -step_size);
       continue;
     }
-    // The same arithmetic in float, one element at a time.
-    const float scale = static_cast<float>(grad_scale), wd = static_cast<float>(decay);
-    const float b1 = static_cast<float>(options_.beta1), a1 = static_cast<float>(1 - options_.beta1);
-    const float b2 = static_cast<float>(options_.beta2), a2 = static_cast<float>(1 - options_.beta2);
-    const float root_bc2 = static_cast<float>(std::sqrt(bias_correction2)), eps = static_cast<float>(options_.eps);
-    const float neg_step = static_cast<float>(-step_size);
-    const bool scaled = grad_scale != 1.0, decays = options_.weight_decay != 0;
+    // The same arithmetic in float, one element at a time (adamw_update.cc).
+    AdamWScalars s;
+    s.scale = static_cast<float>(grad_scale);
+    s.wd = static_cast<float>(decay);
+    s.b1 = static_cast<float>(options_.beta1);
+    s.a1 = static_cast<float>(1 - options_.beta1);
+    s.b2 = static_cast<float>(options_.beta2);
+    s.a2 = static_cast<float>(1 - options_.beta2);
+    s.root_bc2 = static_cast<float>(std::sqrt(bias_correction2));
+    s.eps = static_cast<float>(options_.eps);
+    s.neg_step = static_cast<float>(-step_size);
+    s.scaled = grad_scale != 1.0;
+    s.decays = options_.weight_decay != 0;
     float *pp = p.data_ptr<float>(), *mp = m.data_ptr<float>(), *vp = v.data_ptr<float>();
     const float* gp = p.grad().data_ptr<float>();
-    at::parallel_for(0, p.numel(), 1 << 14, [&](int64_t begin, int64_t end) {
-      for (int64_t j = begin; j < end; ++j) {
-        const float g = scaled ? gp[j] * scale : gp[j];
-        const float w = decays ? pp[j] * wd : pp[j];
-        const float mj = mp[j] * b1 + a1 * g;
-        const float vj = vp[j] * b2 + a2 * g * g;
-        mp[j] = mj;
-        vp[j] = vj;
-        pp[j] = w + neg_step * mj / (std::sqrt(vj) / root_bc2 + eps);
-      }
-    });
+    at::parallel_for(0, p.numel(), 1 << 14,
+                     [&](int64_t begin, int64_t end) { AdamWUpdate(pp, mp, vp, gp, begin, end, s); });
   }
 }
 

@@ -7,7 +7,10 @@
 #include <cmath>
 #include <optional>
 #include <stdexcept>
+#include <tuple>
 #include <utility>
+
+#include <ATen/record_function.h>
 
 #include "worker/engine/base/torch_compat.h"
 #include "worker/engine/kernels/cpu/cpu_blas.h"
@@ -157,8 +160,13 @@ StepMetrics Trainer::Step(int step) {
   std::optional<cpu_blas::SerialScope> serial_blas;
   if (fused::Enabled() && options_.device.is_cpu()) serial_blas.emplace();
 
+  // Each phase is a named range in profiles (OpProfile, the LibTorch profiler).
   const ParallelContext& ctx = mesh_.context();
-  auto batch = LoadBatch(*dataset_, step - 1, ctx.dp_rank, ctx.dp, t.batch_size).to(options_.device);
+  torch::Tensor batch;
+  {
+    RECORD_USER_SCOPE("trainyard::data");
+    batch = LoadBatch(*dataset_, step - 1, ctx.dp_rank, ctx.dp, t.batch_size).to(options_.device);
+  }
   auto inputs = batch.narrow(1, 0, t.seq_len);
   auto targets = batch.narrow(1, 1, t.seq_len);
   const auto data_done = Clock::now();
@@ -166,9 +174,16 @@ StepMetrics Trainer::Step(int step) {
   // Drop gradients instead of zero-filling them: backward then writes fresh ones and
   // skips a fill plus an add per parameter.
   for (auto& p : params_) p.mutable_grad() = torch::Tensor();
-  ModelOutput out = model_(inputs, targets);
+  ModelOutput out;
+  {
+    RECORD_USER_SCOPE("trainyard::forward");
+    out = model_(inputs, targets);
+  }
   const torch::Tensor& loss = out.loss;
-  loss.backward();
+  {
+    RECORD_USER_SCOPE("trainyard::backward");
+    loss.backward();
+  }
   {
     // A parameter the graph did not reach keeps a zero gradient, as zero_grad() left it.
     torch::NoGradGuard no_grad;
@@ -183,15 +198,28 @@ StepMetrics Trainer::Step(int step) {
   // keeps the counts exact.
   auto stats = torch::cat({loss.detach().to(torch::kFloat64).reshape({1}),
                            out.tokens_per_expert.to(torch::kFloat64).reshape({-1})});
-  mesh_.world().AllReduceSum(stats);
-  for (auto& sync : grad_syncs_) sync->Reduce();
-  const auto [grad_norm, clip_scale] = ClipGradients(t.max_norm);
+  {
+    RECORD_USER_SCOPE("trainyard::gradient_sync");
+    mesh_.world().AllReduceSum(stats);
+    for (auto& sync : grad_syncs_) sync->Reduce();
+  }
+  double grad_norm = 0, clip_scale = 1;
+  {
+    RECORD_USER_SCOPE("trainyard::grad_norm");
+    std::tie(grad_norm, clip_scale) = ClipGradients(t.max_norm);
+  }
 
   const double lr = schedule_.At(step);
-  optimizer_->Step(lr, clip_scale);
+  {
+    RECORD_USER_SCOPE("trainyard::optimizer");
+    optimizer_->Step(lr, clip_scale);
+  }
 
   auto global_counts = stats.narrow(0, 1, stats.numel() - 1).reshape(out.tokens_per_expert.sizes());
-  if (mc.n_moe_layers() > 0) model_->UpdateExpertBiases(global_counts, mc.load_balance_coeff);
+  if (mc.n_moe_layers() > 0) {
+    RECORD_USER_SCOPE("trainyard::expert_bias");
+    model_->UpdateExpertBiases(global_counts, mc.load_balance_coeff);
+  }
   compat::Synchronize(options_.device);  // the step ends when its kernels have
   const auto end = Clock::now();
   serial_blas.reset();  // a re-probe below times LibTorch's multiply on OpenBLAS's threads
