@@ -18,6 +18,7 @@
 #include <CLI/CLI.hpp>
 
 #include "worker/engine/base/torch_compat.h"
+#include "worker/engine/kernels/cpu/cpu_blas.h"
 #include "worker/engine/kernels/cpu/fused_cpu_kernels.h"
 #include "worker/engine/launch/job_config.h"
 #include "worker/engine/parallel/mesh/collective_group.h"
@@ -72,8 +73,8 @@ int Profile(const Flags& f) {
   double ranged = 0;
   for (const auto& o : ops) ranged += o.self_ms;
   const char* coretype = std::getenv("OPENBLAS_CORETYPE");
-  std::printf("%s, %s, 1 rank, %d threads, BLAS core %s%s; %d steps after %d warmup\n", f.preset.c_str(),
-              f.backend.c_str(), f.threads, GemmPeakProbe::BlasCoreName().c_str(),
+  std::printf("%s, %s, 1 rank, %d threads, GEMM %s, BLAS core %s%s; %d steps after %d warmup\n", f.preset.c_str(),
+              f.backend.c_str(), f.threads, cpu_blas::GemmName().c_str(), GemmPeakProbe::BlasCoreName().c_str(),
               coretype ? (std::string(" (OPENBLAS_CORETYPE=") + coretype + ")").c_str() : "", f.steps, f.warmup);
   std::printf("step %.1f ms (wall, mean, profiled); self time per step by range:\n", per_step);
   std::printf("%10s %6s %10s  %s\n", "ms/step", "%", "calls/step", "range");

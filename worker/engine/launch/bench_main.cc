@@ -28,6 +28,7 @@
 
 #include "common/spec/json_io.h"
 #include "worker/engine/config/engine_config.h"
+#include "worker/engine/kernels/cpu/cpu_blas.h"
 #include "worker/engine/launch/job_config.h"
 #include "worker/engine/launch/local_launcher.h"
 #include "worker/engine/launch/rank_env.h"
@@ -127,6 +128,7 @@ json Measure(const BenchFlags& f, const std::string& backend) {
               {"gemm_peak_gflops_per_rank", peak / 1e9},
               {"flops_per_token", fm.flops_per_token},
               {"peak_rss_mb", rss}, {"blas_core", GemmPeakProbe::BlasCoreName()},
+              {"gemm", engine.resources.device == "cpu" ? json(cpu_blas::GemmName()) : json(nullptr)},
               {"openblas_coretype", coretype ? json(coretype) : json(nullptr)}};
   // The thread environment the ranks ran with: inherited, or set by the launcher.
   json rank_env = json::object();
@@ -141,10 +143,12 @@ json Measure(const BenchFlags& f, const std::string& backend) {
 
 void PrintRun(const json& r) {
   const json& coretype = r["openblas_coretype"];
-  std::printf("%s, %s, %s, %d rank(s) (dp=%d tp=%d ep=%d), %d threads/rank, BLAS core %s%s\n",
+  std::printf("%s, %s, %s, %d rank(s) (dp=%d tp=%d ep=%d), %d threads/rank, GEMM %s, BLAS core %s%s\n",
               r["preset"].get<std::string>().c_str(), r["backend"].get<std::string>().c_str(),
               r["device"].get<std::string>().c_str(), r["nproc"].get<int>(), r["dp"].get<int>(), r["tp"].get<int>(),
-              r["ep"].get<int>(), r["threads"].get<int>(), r["blas_core"].get<std::string>().c_str(),
+              r["ep"].get<int>(), r["threads"].get<int>(),
+              r["gemm"].is_null() ? "device" : r["gemm"].get<std::string>().c_str(),
+              r["blas_core"].get<std::string>().c_str(),
               coretype.is_null() ? "" : (" (OPENBLAS_CORETYPE=" + coretype.get<std::string>() + ")").c_str());
   std::printf("  %d steps after %d warmup: step %.1f ms (median), %.0f tokens/s\n", r["steps"].get<int>(),
               r["warmup"].get<int>(), r["step_ms"].get<double>(), r["tokens_per_s"].get<double>());

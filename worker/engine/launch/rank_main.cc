@@ -16,6 +16,7 @@
 #include "worker/engine/config/engine_config.h"
 #include "worker/engine/io/safetensors_file.h"
 #include "worker/engine/io/state_dict_io.h"
+#include "worker/engine/kernels/cpu/cpu_blas.h"
 #include "worker/engine/kernels/cpu/fused_cpu_kernels.h"
 #include "worker/engine/parallel/mesh/collective_group.h"
 #include "worker/engine/parallel/mesh/device_placement.h"
@@ -86,7 +87,7 @@ void RunRank(const RankFlags& f, EventWriter& events) {
        << " flops_per_token=" << fm.flops_per_token << " dp=" << config.parallelism.dp
        << " tp=" << config.parallelism.tp << " ep=" << config.parallelism.ep
        << " device=" << DevicePlacement::Describe(device) << " collectives=" << mesh->world().backend_name()
-       << " threads=" << f.threads << " blas_core=" << GemmPeakProbe::BlasCoreName()
+       << " threads=" << f.threads << " gemm=\"" << cpu_blas::GemmName() << "\" blas_core=" << GemmPeakProbe::BlasCoreName()
        << " gemm_peak_gflops=" << peak / 1e9 << " torch=" << TORCH_VERSION;
     events.Log("info", os.str());
   }
