@@ -72,6 +72,11 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
   if (s->server_ == nullptr || s->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("--listen ", options.listen, ": cannot bind"));
   }
+  // Per-service health, for probes that ask about one service (Kubernetes, grpc_health_probe
+  // -service=...): the default service only answers for "" otherwise (NOT_FOUND).
+  for (const char* service : {v1::JobService::service_full_name(), v1::WorkerService::service_full_name()}) {
+    s->server_->GetHealthCheckService()->SetServingStatus(service, true);
+  }
   ControllerServer* raw = s.get();
   s->ticker_ = std::thread([raw] {
     while (true) {
@@ -96,6 +101,8 @@ void ControllerServer::Shutdown() {
   // Finishes every SubmitJob waiting for a preflight, which the server's shutdown
   // would otherwise wait for.
   if (preflight_) preflight_->Stop();
+  // Probes see NOT_SERVING for every service from here on.
+  if (server_ && server_->GetHealthCheckService() != nullptr) server_->GetHealthCheckService()->Shutdown();
   // In-flight calls get 2 s (of the injected clock) to finish.
   if (server_) server_->Shutdown(absl::ToChronoTime(clock_->Now() + absl::Seconds(2)));
 }

@@ -7,6 +7,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
+#include "server/request_checks.h"
 
 namespace trainyard {
 namespace {
@@ -166,6 +167,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* ctx,
                                                  const v1::GetJobRequest* request,
                                                  v1::Job* response) {
+  if (auto s = request_checks::Check(*request); !s.ok()) return Done(ctx, s);
   auto job = manager_->Get(request->id());
   if (job.ok()) *response = std::move(*job);
   return Done(ctx, job.status());
@@ -174,6 +176,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* ct
 grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* ctx,
                                                    const v1::ListJobsRequest* request,
                                                    v1::ListJobsResponse* response) {
+  if (auto s = request_checks::Check(*request); !s.ok()) return Done(ctx, s);
   std::vector<v1::Job::State> states;
   for (int s : request->states()) states.push_back(static_cast<v1::Job::State>(s));
   for (auto& job : manager_->List(states, request->limit())) {
@@ -185,6 +188,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext* ctx,
                                                     const v1::CancelJobRequest* request,
                                                     v1::Job* response) {
+  if (auto s = request_checks::Check(*request); !s.ok()) return Done(ctx, s);
   auto job = manager_->Cancel(request->id(), request->reason());
   if (job.ok()) *response = std::move(*job);
   return Done(ctx, job.status());
@@ -199,14 +203,13 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListWorkers(grpc::CallbackServerContex
 
 grpc::ServerWriteReactor<v1::Event>* JobServiceImpl::WatchJob(
     grpc::CallbackServerContext* ctx, const v1::WatchJobRequest* request) {
-  if (auto job = manager_->Get(request->id()); !job.ok()) {
-    class Failed : public grpc::ServerWriteReactor<v1::Event> {
-     public:
-      explicit Failed(const absl::Status& s) { Finish(ToGrpcStatus(s)); }
-      void OnDone() override { delete this; }
-    };
-    return new Failed(job.status());
-  }
+  class Failed : public grpc::ServerWriteReactor<v1::Event> {
+   public:
+    explicit Failed(const absl::Status& s) { Finish(ToGrpcStatus(s)); }
+    void OnDone() override { delete this; }
+  };
+  if (auto s = request_checks::Check(*request); !s.ok()) return new Failed(s);
+  if (auto job = manager_->Get(request->id()); !job.ok()) return new Failed(job.status());
   return new WatchReactor(store_, hub_, request->id(), request->from_seq());
 }
 

@@ -1,0 +1,167 @@
+// The controller's JobService against hostile and careless requests, over real gRPC on
+// loopback (ControllerServer in-process, a stub built from the protos): oversized
+// strings, huge ids, negative and unknown values. Each answers INVALID_ARGUMENT naming
+// the field, with a short message, stores nothing, and the service keeps answering
+// every other caller. Health checking answers per service.
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+
+#include "common/clock.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "server/controller_server.h"
+#include "tests/fakes/fake_process_launcher.h"
+#include "tests/support/temp_dir.h"
+#include "trainyard/v1/job_service.grpc.pb.h"
+
+namespace trainyard::testing {
+namespace {
+
+// A default client's limit for status messages is far above this; the point is that
+// nothing of a megabyte input comes back.
+constexpr size_t kMaxMessage = 300;
+
+class JobServiceRequestsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ControllerOptions options;
+    options.listen = "127.0.0.1:0";
+    options.data_dir = dir_.path();
+    auto server = ControllerServer::Start(options, &launcher_, SystemClock());
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    grpc::ChannelArguments args;
+    args.SetMaxSendMessageSize(8 << 20);
+    channel_ = grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(server_->port()),
+                                         grpc::InsecureChannelCredentials(), args);
+    jobs_ = v1::JobService::NewStub(channel_);
+  }
+
+  void TearDown() override {
+    if (server_) server_->Shutdown();
+  }
+
+  // Expects INVALID_ARGUMENT whose message starts with `field` and is short.
+  static void ExpectRefused(const grpc::Status& status, const std::string& field) {
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message().substr(0, 200);
+    EXPECT_EQ(status.error_message().rfind(field, 0), 0u) << status.error_message().substr(0, 200);
+    EXPECT_LE(status.error_message().size(), kMaxMessage);
+  }
+
+  // ListJobs still answers OK with `n` jobs (a stored 5 MiB reason once broke it).
+  void ExpectListStillWorks() {
+    grpc::ClientContext ctx;
+    v1::ListJobsRequest req;
+    v1::ListJobsResponse resp;
+    const grpc::Status s = jobs_->ListJobs(&ctx, req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message().substr(0, 200);
+    EXPECT_EQ(resp.jobs_size(), 0);
+  }
+
+  TempDir dir_;
+  FakeProcessLauncher launcher_{SystemClock()};
+  std::unique_ptr<ControllerServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::JobService::Stub> jobs_;
+};
+
+TEST_F(JobServiceRequestsTest, AFiveMebibyteCancelReasonIsRefusedWithAShortMessage) {
+  grpc::ClientContext ctx;
+  v1::CancelJobRequest req;
+  req.set_id("job-1");
+  req.set_reason(std::string(5 << 20, 'r'));
+  v1::Job resp;
+  ExpectRefused(jobs_->CancelJob(&ctx, req, &resp), "CancelJobRequest.reason");
+  ExpectListStillWorks();
+}
+
+TEST_F(JobServiceRequestsTest, CancelReasonsWithControlCharactersAreRefused) {
+  grpc::ClientContext ctx;
+  v1::CancelJobRequest req;
+  req.set_id("job-1");
+  req.set_reason(std::string("stop\x1b[2Jnow", 11));
+  v1::Job resp;
+  ExpectRefused(jobs_->CancelJob(&ctx, req, &resp), "CancelJobRequest.reason");
+}
+
+TEST_F(JobServiceRequestsTest, AMebibyteJobIdIsNotEchoed) {
+  for (const std::string& id : {std::string(1 << 20, 'x'), std::string(16 << 10, 'y')}) {
+    grpc::ClientContext ctx;
+    v1::GetJobRequest req;
+    req.set_id(id);
+    v1::Job resp;
+    ExpectRefused(jobs_->GetJob(&ctx, req, &resp), "GetJobRequest.id");
+  }
+  // A well-formed id that does not exist is NOT_FOUND, naming it.
+  grpc::ClientContext ctx;
+  v1::GetJobRequest req;
+  req.set_id("job-404");
+  v1::Job resp;
+  const grpc::Status s = jobs_->GetJob(&ctx, req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(s.error_message().find("job-404"), std::string::npos);
+}
+
+TEST_F(JobServiceRequestsTest, EmptyAndNonPrintableIdsAreRefused) {
+  for (const std::string& id : {std::string(), std::string("job 1"), std::string("job-\x01", 5)}) {
+    grpc::ClientContext ctx;
+    v1::CancelJobRequest req;
+    req.set_id(id);
+    v1::Job resp;
+    ExpectRefused(jobs_->CancelJob(&ctx, req, &resp), "CancelJobRequest.id");
+  }
+}
+
+TEST_F(JobServiceRequestsTest, WatchFromANegativeSeqIsRefused) {
+  grpc::ClientContext ctx;
+  v1::WatchJobRequest req;
+  req.set_id("job-1");
+  req.set_from_seq(-5);
+  auto reader = jobs_->WatchJob(&ctx, req);
+  v1::Event e;
+  EXPECT_FALSE(reader->Read(&e));
+  ExpectRefused(reader->Finish(), "WatchJobRequest.from_seq");
+}
+
+TEST_F(JobServiceRequestsTest, ListRefusesUnknownOrRepeatedStatesAndLimitsOutOfRange) {
+  auto list = [&](const std::vector<int>& states, int limit) {
+    grpc::ClientContext ctx;
+    v1::ListJobsRequest req;
+    for (int s : states) req.add_states(static_cast<v1::Job::State>(s));
+    req.set_limit(limit);
+    v1::ListJobsResponse resp;
+    return jobs_->ListJobs(&ctx, req, &resp);
+  };
+  ExpectRefused(list({99}, 0), "ListJobsRequest.states");
+  ExpectRefused(list({v1::Job::STATE_UNSPECIFIED}, 0), "ListJobsRequest.states");
+  ExpectRefused(list({v1::Job::PENDING, v1::Job::PENDING}, 0), "ListJobsRequest.states");
+  ExpectRefused(list({}, -1), "ListJobsRequest.limit");
+  ExpectRefused(list({}, 1001), "ListJobsRequest.limit");
+  EXPECT_TRUE(list({v1::Job::PENDING, v1::Job::RUNNING}, 1000).ok());
+  EXPECT_TRUE(list({}, 0).ok());
+}
+
+TEST_F(JobServiceRequestsTest, HealthAnswersForEachServiceAndForTheServer) {
+  auto health = grpc::health::v1::Health::NewStub(channel_);
+  auto check = [&](const std::string& service) {
+    grpc::ClientContext ctx;
+    grpc::health::v1::HealthCheckRequest req;
+    req.set_service(service);
+    grpc::health::v1::HealthCheckResponse resp;
+    const grpc::Status s = health->Check(&ctx, req, &resp);
+    return std::make_pair(s.error_code(), resp.status());
+  };
+  using Serving = grpc::health::v1::HealthCheckResponse;
+  for (const std::string service : {"", "trainyard.v1.JobService", "trainyard.v1.WorkerService"}) {
+    const auto [code, status] = check(service);
+    EXPECT_EQ(code, grpc::StatusCode::OK) << service;
+    EXPECT_EQ(status, Serving::SERVING) << service;
+  }
+  EXPECT_EQ(check("trainyard.v1.NoSuchService").first, grpc::StatusCode::NOT_FOUND);
+}
+
+}  // namespace
+}  // namespace trainyard::testing
