@@ -15,6 +15,7 @@
 
 #include "worker/engine/kernels/cpu/cpu_blas.h"
 #include "worker/engine/kernels/cpu/no_grad_kernel.h"
+#include "worker/engine/kernels/cpu/row_loops.h"
 
 #ifndef _OPENMP
 #error "fused_cpu_kernels.cc must be compiled with OpenMP: at::parallel_for is serial without it"
@@ -302,15 +303,7 @@ class RmsNormFn : public torch::autograd::Function<RmsNormFn> {
     const float *xp = x.data_ptr<float>(), *wp = w.data_ptr<float>();
     float *yp = y.data_ptr<float>(), *rp = rstd.data_ptr<float>();
     at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
-      for (int64_t row = begin; row < end; ++row) {
-        const float* xr = xp + row * dim;
-        float ss = 0;
-        for (int64_t c = 0; c < dim; ++c) ss += xr[c] * xr[c];
-        const float r = 1.0f / std::sqrt(ss / static_cast<float>(dim) + static_cast<float>(eps));
-        rp[row] = r;
-        float* yr = yp + row * dim;
-        for (int64_t c = 0; c < dim; ++c) yr[c] = xr[c] * r * wp[c];
-      }
+      loops::RmsNormForward(xp, wp, yp, rp, begin, end, dim, static_cast<float>(eps));
     });
     ctx->save_for_backward({x, w, rstd});
     return y;
@@ -328,20 +321,7 @@ class RmsNormFn : public torch::autograd::Function<RmsNormFn> {
                 *gp = gy.data_ptr<float>();
     float *dxp = dx.data_ptr<float>(), *parts = dw_parts.data_ptr<float>();
     at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
-      float* dw = parts + at::get_thread_num() * dim;
-      for (int64_t row = begin; row < end; ++row) {
-        const float *xr = xp + row * dim, *gr = gp + row * dim;
-        const float r = rp[row];
-        float dot = 0;
-        for (int64_t c = 0; c < dim; ++c) dot += gr[c] * wp[c] * xr[c];
-        // d/dx of x·r·w: r·(g·w) - x·r³·mean(g·w·x).
-        const float k = r * r * r * dot / static_cast<float>(dim);
-        float* dr = dxp + row * dim;
-        for (int64_t c = 0; c < dim; ++c) {
-          dr[c] = r * gr[c] * wp[c] - xr[c] * k;
-          dw[c] += gr[c] * xr[c] * r;
-        }
-      }
+      loops::RmsNormBackward(xp, wp, rp, gp, dxp, parts + at::get_thread_num() * dim, begin, end, dim);
     });
     return {dx, dw_parts.sum(0), Tensor()};
   }

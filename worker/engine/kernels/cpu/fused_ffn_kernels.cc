@@ -11,6 +11,7 @@
 
 #include "worker/engine/kernels/cpu/cpu_blas.h"
 #include "worker/engine/kernels/cpu/no_grad_kernel.h"
+#include "worker/engine/kernels/cpu/row_loops.h"
 #include "worker/engine/kernels/cpu/fused_cpu_kernels.h"
 
 #ifndef _OPENMP
@@ -33,13 +34,8 @@ void SwiGluForward(const Tensor& h, Tensor& sig, Tensor& out) {
   sig = torch::sigmoid(h.narrow(-1, 0, hidden)).contiguous();
   const float *hp = h.data_ptr<float>(), *sp = sig.data_ptr<float>();
   float* op = out.data_ptr<float>();
-  at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t row = begin; row < end; ++row) {
-      const float *a = hp + row * 2 * hidden, *b = a + hidden, *s = sp + row * hidden;
-      float* o = op + row * hidden;
-      for (int64_t c = 0; c < hidden; ++c) o[c] = a[c] * s[c] * b[c];
-    }
-  });
+  at::parallel_for(0, rows, 16,
+                   [&](int64_t begin, int64_t end) { loops::SwiGluForward(hp, sp, op, begin, end, hidden); });
 }
 
 // dh (same shape as h) from the output gradient g: [rows, hidden].
@@ -47,18 +43,8 @@ void SwiGluBackward(const Tensor& h, const Tensor& sig, const Tensor& g, Tensor&
   const int64_t hidden = h.size(-1) / 2, rows = h.numel() / h.size(-1);
   const float *hp = h.data_ptr<float>(), *sp = sig.data_ptr<float>(), *gp = g.data_ptr<float>();
   float* dp = dh.data_ptr<float>();
-  at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t row = begin; row < end; ++row) {
-      const float *a = hp + row * 2 * hidden, *b = a + hidden, *s = sp + row * hidden, *gr = gp + row * hidden;
-      float *da = dp + row * 2 * hidden, *db = da + hidden;
-      for (int64_t c = 0; c < hidden; ++c) {
-        // silu(a) = a·σ(a); silu'(a) = σ(a)·(1 + a·(1 - σ(a))).
-        const float silu = a[c] * s[c];
-        da[c] = gr[c] * b[c] * s[c] * (1.0f + a[c] * (1.0f - s[c]));
-        db[c] = gr[c] * silu;
-      }
-    }
-  });
+  at::parallel_for(0, rows, 16,
+                   [&](int64_t begin, int64_t end) { loops::SwiGluBackward(hp, sp, gp, dp, begin, end, hidden); });
 }
 
 class SwiGluFn : public torch::autograd::Function<SwiGluFn> {
@@ -263,16 +249,7 @@ class CombineFn : public torch::autograd::Function<CombineFn> {
     const float *yp = y.data_ptr<float>(), *gp = gates.data_ptr<float>();
     float* op = out.data_ptr<float>();
     at::parallel_for(0, n_tokens, 16, [&](int64_t begin, int64_t end) {
-      for (int64_t t = begin; t < end; ++t) {
-        float* o = op + t * dim;
-        std::fill(o, o + dim, 0.0f);
-        for (int64_t j = g.start[t]; j < g.start[t + 1]; ++j) {
-          const int64_t r = g.rows[j];
-          const float gate = gp[r];
-          const float* yr = yp + r * dim;
-          for (int64_t d = 0; d < dim; ++d) o[d] += yr[d] * gate;
-        }
-      }
+      loops::CombineForward(yp, gp, g.start.data(), g.rows.data(), op, begin, end, dim);
     });
     ctx->save_for_backward({y, gates, token_ids});
     return out;
@@ -288,18 +265,7 @@ class CombineFn : public torch::autograd::Function<CombineFn> {
     const int64_t* ids = token_ids.data_ptr<int64_t>();
     float *dyp = dy.data_ptr<float>(), *dgp = dgates.data_ptr<float>();
     at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        const float* d = dp + ids[r] * dim;
-        const float* yr = yp + r * dim;
-        float* dyr = dyp + r * dim;
-        const float gate = gp[r];
-        float dot = 0;
-        for (int64_t c = 0; c < dim; ++c) {
-          dyr[c] = d[c] * gate;
-          dot += d[c] * yr[c];
-        }
-        dgp[r] = dot;
-      }
+      loops::CombineBackward(yp, gp, ids, dp, dyp, dgp, begin, end, dim);
     });
     return {dy, dgates, Tensor(), Tensor()};
   }
