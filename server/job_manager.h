@@ -27,8 +27,10 @@ namespace trainyard {
 
 struct JobManagerOptions {
   absl::Duration heartbeat_interval = absl::Seconds(2);
-  // A worker silent (or disconnected) this long is lost; its gangs are torn down.
-  absl::Duration heartbeat_timeout = absl::Seconds(15);
+  // A worker silent (or disconnected) this long is lost; its gangs are torn down. Five
+  // heartbeat intervals: long enough for a controller restart (workers reconnect within
+  // ~3 s of it being back), short enough to fail a gang fast (Ray: >= 20 s).
+  absl::Duration heartbeat_timeout = absl::Seconds(10);
   absl::Duration metrics_grace = absl::Minutes(10);
   // Called (outside both locks) when a store write that follows a state change fails:
   // memory is then ahead of the store. The controller (main.cc) stops the process, so

@@ -18,7 +18,7 @@ void OnSignal(int) { g_stop = 1; }
 
 int main(int argc, char** argv) {
   trainyard::ControllerOptions options;
-  double heartbeat_timeout_s = 15;
+  double heartbeat_timeout_s = absl::ToDoubleSeconds(trainyard::JobManagerOptions().heartbeat_timeout);
   double preflight_timeout_s = 300;
   options.preflight_binary = trainyard::ExecutableSibling("trainyard-train");
   std::string port_file;

@@ -1,6 +1,7 @@
 // WorkerRegistry with plain values, a fake clock and fake channels: registration and
 // replacement, disconnects, slot accounting, port rotation, lost-worker detection and
 // refused Register values.
+#include "server/job_manager.h"
 #include "server/worker_registry.h"
 
 #include <gmock/gmock.h>
@@ -144,6 +145,23 @@ TEST_F(WorkerRegistryTest, PortsRotateThroughTheRangeAndSkipHeldOnes) {
   Register(2, Reg("w2", 3, 200, 202));
   registry_.HoldPort("w2", 200);
   EXPECT_EQ(registry_.AllocatePort("w2"), 201);
+}
+
+// The controller's defaults (JobManagerOptions, and so trainyard-controller's
+// --heartbeat-timeout): a worker is lost after 10 s without a heartbeat (5 intervals).
+TEST(WorkerRegistryDefaultsTest, AWorkerIsLostAfterTenSilentSecondsByDefault) {
+  FakeClock clock;
+  const JobManagerOptions defaults;
+  WorkerRegistry registry{&clock, defaults.heartbeat_interval, defaults.heartbeat_timeout};
+  Effects fx;
+  ASSERT_TRUE(registry.Register(1, Reg("w1", 1), std::make_shared<FakeWorkerChannel>(), &fx).ok());
+  clock.Advance(absl::Seconds(10));
+  EXPECT_THAT(registry.Tick(&fx), IsEmpty());
+  clock.Advance(absl::Seconds(1));
+  const auto lost = registry.Tick(&fx);
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0].why, "no heartbeat for 11s");
+  EXPECT_EQ(defaults.heartbeat_interval, absl::Seconds(2));
 }
 
 TEST_F(WorkerRegistryTest, ASilentWorkerIsLostAfterTheTimeoutAndItsStreamClosed) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <map>
 #include <future>
 
 #include "tests/fakes/recording_clock.h"
@@ -122,7 +123,8 @@ v1::Event Ev(int64_t source_seq) {
 
 class ControllerLinkClockTest : public ::testing::Test {
  protected:
-  void Start(std::function<Plan(int)> plan) {
+  // With `default_backoff`, the link keeps Options' reconnect defaults (jittered).
+  void Start(std::function<Plan(int)> plan, bool default_backoff = false) {
     controller_ = std::make_unique<FakeController>(&clock_, std::move(plan));
     grpc::ServerBuilder builder;
     int port = 0;
@@ -131,9 +133,11 @@ class ControllerLinkClockTest : public ::testing::Test {
     server_ = builder.BuildAndStart();
     ASSERT_NE(server_, nullptr);
     options_.registration.set_name("w1");
-    options_.initial_backoff = absl::Seconds(1);
-    options_.max_backoff = absl::Seconds(4);
-    options_.backoff_jitter = 0;  // so every wait is exactly the backoff
+    if (!default_backoff) {
+      options_.initial_backoff = absl::Seconds(1);
+      options_.max_backoff = absl::Seconds(4);
+      options_.backoff_jitter = 0;  // so every wait is exactly the backoff
+    }
     options_.heartbeat_interval = absl::Seconds(1);
     options_.outbox_poll = absl::Hours(1);  // so only heartbeats and the flush wake the writer
     link_ = std::make_unique<ControllerLink>(
@@ -187,6 +191,48 @@ TEST_F(ControllerLinkClockTest, ReconnectBackoffDoublesUpToTheMaximumOnTheClock)
   EXPECT_EQ(Connects(), expected);
   EXPECT_EQ(expected.back(), t0_ + absl::Seconds(11));
   EXPECT_EQ(link_->connects(), 5);
+}
+
+// A controller that comes back after a 25 s outage (a restart on a slow machine) is
+// reached within 3 s of coming back with the default, jittered backoff: the cap keeps
+// every wait short (it was 10 s: up to ~12 s after the controller was back).
+TEST_F(ControllerLinkClockTest, WithDefaultBackoffAControllerBackAfterAnOutageIsReachedWithinThreeSeconds) {
+  const absl::Time back = t0_ + absl::Seconds(25);
+  Start([this, back](int) { return clock_.Now() < back ? Plan{.close_after_register = true} : Plan{}; },
+        /*default_backoff=*/true);
+  ASSERT_TRUE(WaitForConnects(1));
+  for (int attempt = 0; attempt < 200 && Connects().back() < back; ++attempt) {
+    // The link's next backoff sleep: the nearest deadline after now within a minute.
+    const absl::Time now = clock_.Now();
+    absl::Time next = absl::InfiniteFuture();
+    for (int poll = 0; poll < 2000 && next == absl::InfiniteFuture(); ++poll) {
+      for (absl::Time d : clock_.deadlines()) {
+        if (d > now && d <= now + absl::Seconds(60)) next = std::min(next, d);
+      }
+      if (next == absl::InfiniteFuture()) absl::SleepFor(absl::Milliseconds(5));
+    }
+    ASSERT_NE(next, absl::InfiniteFuture()) << "no reconnect wait after " << absl::FormatTime(now);
+    const size_t seen = Connects().size();
+    clock_.Advance(next - now);
+    ASSERT_TRUE(WaitForConnects(seen + 1));
+  }
+  const std::vector<absl::Time> connects = Connects();
+  ASSERT_GE(connects.back(), back);
+  EXPECT_LE(connects.back() - back, absl::Seconds(3)) << "reconnected " << connects.back() - back << " after";
+  EXPECT_GE(connects.size(), 10u) << "the outage should have cost several attempts";
+}
+
+TEST(ControllerLinkChannelTest, GrpcsOwnReconnectBackoffIsBoundedLikeTheLinks) {
+  const grpc::ChannelArguments channel_args = ControllerLink::ChannelArgs();  // owns what args points to
+  const grpc_channel_args args = channel_args.c_channel_args();
+  std::map<std::string, int> ints;
+  for (size_t i = 0; i < args.num_args; ++i) {
+    if (args.args[i].type == GRPC_ARG_INTEGER) ints[args.args[i].key] = args.args[i].value.integer;
+  }
+  EXPECT_EQ(ints[GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS], 200);
+  EXPECT_EQ(ints[GRPC_ARG_MIN_RECONNECT_BACKOFF_MS], 200);
+  EXPECT_EQ(ints[GRPC_ARG_MAX_RECONNECT_BACKOFF_MS], 2000);
+  EXPECT_EQ(absl::Milliseconds(ints[GRPC_ARG_MAX_RECONNECT_BACKOFF_MS]), ControllerLink::Options().max_backoff);
 }
 
 TEST_F(ControllerLinkClockTest, AStreamThatLastedLongerThanMaxBackoffResetsIt) {

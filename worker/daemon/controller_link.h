@@ -34,12 +34,18 @@ namespace trainyard {
 // the outbox under mu_ so that Drain's wait sees it.
 class ControllerLink {
  public:
+  // Reconnect backoff bounds, for the link and for gRPC's own subchannel (ChannelArgs).
+  static constexpr int kReconnectInitialMs = 200;
+  static constexpr int kReconnectMaxMs = 2000;
+
   struct Options {
     // name, slots, address, rendezvous ports, device; `running` is filled per
     // connect.
     trainyard::v1::Register registration;
-    absl::Duration initial_backoff = absl::Milliseconds(200);
-    absl::Duration max_backoff = absl::Seconds(10);
+    absl::Duration initial_backoff = absl::Milliseconds(kReconnectInitialMs);
+    // The cap bounds how long a worker takes to notice that a controller is back (a
+    // restart): at most max_backoff·(1 + jitter) ≈ 2.4 s after it is.
+    absl::Duration max_backoff = absl::Milliseconds(kReconnectMaxMs);
     // Each wait is the backoff times a uniform factor in [1 - jitter, 1 + jitter].
     double backoff_jitter = 0.2;
     // Used until the controller's RegisterAck says otherwise.
@@ -51,6 +57,9 @@ class ControllerLink {
 
   // Insecure channel with keepalive, so a dead controller breaks the stream.
   static std::shared_ptr<grpc::Channel> MakeChannel(const std::string &target);
+  // The arguments MakeChannel uses: keepalive, and gRPC's reconnect backoff bounded
+  // like the link's.
+  static grpc::ChannelArguments ChannelArgs();
 
   ControllerLink(Options options, std::shared_ptr<grpc::Channel> channel, JobRunner *runner,
                  EventOutbox *outbox, Clock *clock);
