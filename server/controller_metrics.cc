@@ -29,6 +29,11 @@ ControllerMetrics::ControllerMetrics()
                   .Help("Events committed to the store")
                   .Register(*registry_)
                   .Add({})),
+      dropped_family_(BuildCounter()
+                          .Name("trainyard_events_dropped_total")
+                          .Help("Events a worker sent that were not appended, by reason (job_ended: the "
+                                "job's stream was closed)")
+                          .Register(*registry_)),
       workers_connected_(BuildGauge()
                              .Name("trainyard_workers_connected")
                              .Help("Workers with a live Connect stream")
@@ -103,6 +108,10 @@ absl::Status ControllerMetrics::Listen(const std::string& address) {
   }
   exposer_->RegisterCollectable(registry_);
   return absl::OkStatus();
+}
+
+void ControllerMetrics::EventsDropped(const std::string& reason, int n) {
+  dropped_family_.Add({{"reason", reason}}).Increment(n);
 }
 
 void ControllerMetrics::JobEntered(v1::Job::State state) {

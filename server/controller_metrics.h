@@ -35,6 +35,8 @@ class ControllerMetrics {
   void JobRejected() { rejected_.Increment(); }
   void JobEntered(v1::Job::State state);
   void EventsIngested(int n) { events_.Increment(n); }
+  // Events not appended: for a job whose stream is closed (reason "job_ended").
+  void EventsDropped(const std::string& reason, int n);
   void SetWorkersConnected(int n) { workers_connected_.Set(n); }
   void SetSlots(int total, int free) { slots_total_.Set(total); slots_free_.Set(free); }
   void StepReported(const std::string& job_id, const v1::StepMetrics& step);
@@ -62,6 +64,7 @@ class ControllerMetrics {
   prometheus::Counter& submitted_;
   prometheus::Counter& rejected_;
   prometheus::Counter& events_;
+  prometheus::Family<prometheus::Counter>& dropped_family_;
   prometheus::Gauge& workers_connected_;
   prometheus::Gauge& slots_total_;
   prometheus::Gauge& slots_free_;

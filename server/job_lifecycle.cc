@@ -105,6 +105,11 @@ int64_t JobLifecycle::Add(v1::Job job) {
 
 bool JobLifecycle::Contains(const std::string& id) const { return jobs_.count(id) > 0; }
 
+bool JobLifecycle::Closed(const std::string& id) const {
+  auto it = jobs_.find(id);
+  return it != jobs_.end() && IsTerminal(it->second.job.state()) && it->second.live == 0;
+}
+
 absl::Status JobLifecycle::Cancel(const std::string& id, const std::string& reason,
                                   Effects* fx) {
   auto it = jobs_.find(id);
@@ -140,6 +145,9 @@ void JobLifecycle::WorkerRegistered(const v1::Register& reg,
   std::set<std::pair<std::string, int>> reported;
   for (const auto& ra : reg.running()) {
     reported.insert({ra.job_id(), ra.attempt()});
+    // Ended while the controller was away: nothing to cancel, and the ranks' final
+    // states follow on this stream (the worker resends what was not acknowledged).
+    if (ra.ended()) continue;
     auto it = jobs_.find(ra.job_id());
     bool wanted = it != jobs_.end() && it->second.job.attempt() == ra.attempt() &&
                   IsActive(it->second) && !it->second.tearing_down;

@@ -49,6 +49,9 @@ class JobLifecycle {
   // Adopts a job whose PENDING row was just committed; returns its FIFO position.
   int64_t Add(v1::Job job);
   bool Contains(const std::string& id) const;
+  // Ended (a terminal state) with every rank of its last attempt ended: its event
+  // stream is closed, and events that still arrive for it are dropped, not appended.
+  bool Closed(const std::string& id) const;
 
   // NOT_FOUND for an unknown job, FAILED_PRECONDITION for one that already ended.
   absl::Status Cancel(const std::string& id, const std::string& reason, Effects* fx);

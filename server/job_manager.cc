@@ -198,6 +198,15 @@ absl::Status JobManager::IngestEvents(int64_t conn, const v1::EventBatch& batch)
     if (!worker) return absl::FailedPreconditionError("events before Register on this stream");
     registry_.Touch(conn);
     for (auto it = by_job.begin(); it != by_job.end();) {
+      if (lifecycle_.Closed(it->first)) {
+        // The job ended and its ranks are gone: its stream is closed. A late event (a
+        // resend, a rank that outlived its cancel) is dropped and counted, not appended.
+        spdlog::info("worker={} sent {} events for job={}, whose stream is closed; dropped", *worker,
+                     it->second.size(), it->first);
+        metrics_->EventsDropped("job_ended", static_cast<int>(it->second.size()));
+        it = by_job.erase(it);
+        continue;
+      }
       if (lifecycle_.Contains(it->first)) {
         ++it;
         continue;

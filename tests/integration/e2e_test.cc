@@ -261,6 +261,47 @@ TEST_F(EndToEndTest, ControllerCrashMidJobLosesNoEvent) {
   for (const auto& [step, n] : step_count) EXPECT_EQ(n, 1) << "step " << step << " duplicated";
 }
 
+// kill -9 of the controller while a job runs, and its rank exits 0 during the outage:
+// the worker re-registers reporting the attempt as ended and resends its held events,
+// so the job ends SUCCEEDED with every step once and nothing after the terminal state
+// (it used to end FAILED "rank 0 ... is gone", with the steps appended after FAILED).
+TEST_F(EndToEndTest, ARankThatExitsWhileTheControllerIsDownEndsSucceededWithEveryStepOnce) {
+  const int steps = 300;
+  std::string id = Submit({"model.preset=tiny", "training.steps=" + std::to_string(steps)});
+  ASSERT_FALSE(id.empty());
+  auto watcher = WatchUntilTraining(id, (dir_ / "before-kill.jsonl").string());
+  ASSERT_FALSE(HasFailure());
+  const std::string listen = address_;
+  controller_->Kill();
+  watcher->Wait();
+  // The rank finishes while no controller runs (the worker logs its exit).
+  const std::string exited = "job=" + id + " attempt=1 rank=0 EXITED";
+  bool seen = false;
+  for (int i = 0; i < 1200 && !seen; ++i) {
+    seen = ReadFile((dir_ / "worker.log").string()).find(exited) != std::string::npos;
+    if (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(seen) << "the rank never exited; see " << dir_ / "worker.log";
+  StartController(listen);
+  ASSERT_EQ(address_, listen) << "could not restart on the same port";
+
+  auto watch = Cli({"watch", id, "--output", "json"});
+  ASSERT_EQ(watch.exit_code, 0) << watch.err << "\n" << ReadFile((dir_ / "controller.log").string());
+  const auto events = JsonLines(watch.out);
+  ASSERT_FALSE(events.empty());
+  std::map<int64_t, int> step_count;
+  int64_t last_seq = 0;
+  for (const auto& e : events) {
+    EXPECT_EQ(AsInt(e.at("seq")), last_seq + 1) << "seq gap";
+    last_seq = AsInt(e.at("seq"));
+    if (e.contains("step_metrics")) ++step_count[AsInt(e.at("step_metrics").at("step"))];
+  }
+  ASSERT_TRUE(events.back().contains("job_state")) << events.back().dump();
+  EXPECT_EQ(events.back().at("job_state").at("state"), "SUCCEEDED") << events.back().dump();
+  EXPECT_EQ(step_count.size(), static_cast<size_t>(steps)) << "steps lost";
+  for (const auto& [step, n] : step_count) EXPECT_EQ(n, 1) << "step " << step << " duplicated";
+}
+
 TEST_F(EndToEndTest, InvalidSpecsAreRejectedWithTheFieldAndLeaveNoJob) {
   struct Case {
     std::vector<std::string> sets;

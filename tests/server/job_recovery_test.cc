@@ -103,6 +103,57 @@ TEST_F(JobRecoveryTest, TransitionsTheCrashCutOffHappenOnRecovery) {
   EXPECT_TRUE(hub_->IsSettled(id));
 }
 
+// The controller was killed while a job ran; its rank exited 0 during the outage. The
+// worker re-registers reporting the attempt as ended (its final state is still in the
+// outbox) and resends what was not acknowledged: the job succeeds from those events
+// with every step stored once, and whatever arrives after that is dropped, not
+// appended (it once went FAILED "is gone", then got 1,200 steps after FAILED).
+TEST_F(JobRecoveryTest, AnAttemptThatEndedWhileTheControllerWasDownSucceedsFromItsResentEvents) {
+  Conn w1 = Connect("w1", 1);
+  const std::string id = Submit(Spec(1));
+  Report(w1, id, 1, {0}, v1::RankState::RUNNING);
+  v1::EventBatch before;
+  *before.add_events() = Step(id, 1, 0, 101);
+  ASSERT_TRUE(manager_->IngestEvents(w1.id, before).ok());
+
+  Restart();
+  v1::RunningAttempt ended;
+  ended.set_job_id(id);
+  ended.set_attempt(1);
+  ended.add_ranks(0);
+  ended.set_ended(true);
+  Conn back = Connect("w1", 1, {ended});
+  EXPECT_THAT(back.channel->Of(Msg::kCancel), ::testing::IsEmpty()) << "nothing runs to cancel";
+  EXPECT_EQ(Job(id).state(), v1::Job::RUNNING) << Job(id).failure_reason();
+
+  // The outbox's resend: the acknowledged step again, the steps and the exit that the
+  // outage held back.
+  v1::EventBatch resent = before;
+  *resent.add_events() = Step(id, 1, 0, 102);
+  *resent.add_events() = Step(id, 1, 0, 103);
+  v1::EventBatch exit_batch = RankStates(back, id, 1, {0}, v1::RankState::EXITED, "");
+  for (const auto& e : exit_batch.events()) *resent.add_events() = e;
+  ASSERT_TRUE(manager_->IngestEvents(back.id, resent).ok());
+  EXPECT_EQ(Job(id).state(), v1::Job::SUCCEEDED);
+  EXPECT_TRUE(hub_->IsSettled(id));
+  const int64_t last = Job(id).last_seq();
+
+  // The same batch once more (a second reconnect), and an event never seen before: the
+  // stream is closed, nothing is appended after the terminal state.
+  ASSERT_TRUE(manager_->IngestEvents(back.id, resent).ok());
+  v1::EventBatch late;
+  *late.add_events() = Step(id, 1, 0, 104);
+  ASSERT_TRUE(manager_->IngestEvents(back.id, late).ok());
+  EXPECT_EQ(Job(id).last_seq(), last);
+  std::vector<int64_t> steps;
+  for (const auto& e : Stored(id)) {
+    if (e.has_step_metrics()) steps.push_back(e.step_metrics().step());
+  }
+  EXPECT_THAT(steps, ElementsAre(101, 102, 103));
+  EXPECT_EQ(Stored(id).back().job_state().state(), v1::Job::SUCCEEDED) << "the terminal state is the last event";
+  EXPECT_EQ(manager_->Workers()[0].free_slots(), 1);
+}
+
 TEST_F(JobRecoveryTest, ARestartingJobIsNotFailedTwiceAndWaitsForSlots) {
   Conn w1 = Connect("w1", 1);
   Conn w2 = Connect("w2", 1);

@@ -15,6 +15,38 @@ v1::Event Ev(int64_t source_seq) {
 
 const absl::Time kT0 = absl::FromUnixSeconds(1000);
 
+v1::Event RankEv(const std::string& job, int attempt, int rank, v1::RankState::State state) {
+  v1::Event e;
+  e.set_job_id(job);
+  e.set_attempt(attempt);
+  e.set_rank(rank);
+  e.mutable_rank_state()->set_state(state);
+  return e;
+}
+
+// What a re-registering worker reports as ended: attempts with a final rank state still
+// held (sealed and unacknowledged, or pending), with those ranks; nothing once acked.
+TEST(EventOutboxTest, EndedAttemptsAreThoseWithHeldFinalRankStates) {
+  EventOutbox outbox({.max_batch_events = 2, .flush_interval = absl::Seconds(10)});
+  outbox.Add(RankEv("a", 1, 0, v1::RankState::RUNNING), kT0);
+  outbox.Add(RankEv("a", 1, 0, v1::RankState::EXITED), kT0);  // sealed below
+  outbox.Add(RankEv("a", 1, 1, v1::RankState::KILLED), kT0);  // pending
+  outbox.Add(RankEv("b", 2, 0, v1::RankState::RUNNING), kT0);
+  auto sealed = outbox.SealReady(kT0);
+  ASSERT_TRUE(sealed.has_value());
+  const auto ended = outbox.EndedAttempts();
+  ASSERT_EQ(ended.size(), 1u);
+  EXPECT_EQ(ended[0].job_id(), "a");
+  EXPECT_EQ(ended[0].attempt(), 1);
+  EXPECT_TRUE(ended[0].ended());
+  EXPECT_EQ(std::vector<int>(ended[0].ranks().begin(), ended[0].ranks().end()), (std::vector<int>{0, 1}));
+  outbox.Ack(sealed->batch_id());
+  auto rest = outbox.SealReady(kT0, /*force=*/true);
+  ASSERT_TRUE(rest.has_value());
+  outbox.Ack(rest->batch_id());
+  EXPECT_TRUE(outbox.EndedAttempts().empty());
+}
+
 TEST(EventOutboxTest, SealsAfterFlushIntervalNotBefore) {
   EventOutbox outbox({.max_batch_events = 64, .flush_interval = absl::Milliseconds(100)});
   outbox.Add(Ev(1), kT0);

@@ -1,5 +1,9 @@
 #include "worker/daemon/controller_link.h"
 
+#include <set>
+#include <string>
+#include <utility>
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -111,6 +115,10 @@ void ControllerLink::ServeStream() {
     current_ = &stream;
     ++connects_;
   }
+  // While the controller is down the call waits for the channel instead of failing at
+  // once: it starts as soon as gRPC's subchannel reconnects (its backoff is bounded by
+  // ChannelArgs), not at the link's next backoff tick after that. Stop cancels it.
+  stream.context.set_wait_for_ready(true);
   stream.rw = stub_->Connect(&stream.context);
   std::thread writer([this, &stream] { WriteLoop(&stream); });
 
@@ -178,7 +186,15 @@ void ControllerLink::WriteLoop(Stream *stream) {
   };
   v1::WorkerMessage reg;
   *reg.mutable_register_() = options_.registration;
-  for (auto &running : runner_->Running()) *reg.mutable_register_()->add_running() = running;
+  std::set<std::pair<std::string, int>> running;
+  for (auto &attempt : runner_->Running()) {
+    running.insert({attempt.job_id(), attempt.attempt()});
+    *reg.mutable_register_()->add_running() = attempt;
+  }
+  // Attempts that ended while the controller was away: their final states follow.
+  for (auto &attempt : outbox_->EndedAttempts()) {
+    if (!running.count({attempt.job_id(), attempt.attempt()})) *reg.mutable_register_()->add_running() = attempt;
+  }
   if (!stream->rw->Write(reg)) return fail("Register");
 
   {

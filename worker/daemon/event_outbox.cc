@@ -1,5 +1,8 @@
 #include "worker/daemon/event_outbox.h"
 
+#include <map>
+#include <set>
+#include <string>
 #include <utility>
 
 namespace trainyard {
@@ -56,6 +59,33 @@ void EventOutbox::Ack(int64_t batch_id) {
 std::vector<trainyard::v1::EventBatch> EventOutbox::Unacked() const {
   absl::MutexLock lock(&mu_);
   return {unacked_.begin(), unacked_.end()};
+}
+
+std::vector<trainyard::v1::RunningAttempt> EventOutbox::EndedAttempts() const {
+  absl::MutexLock lock(&mu_);
+  std::map<std::pair<std::string, int>, std::set<int>> ended;
+  auto note = [&ended](const trainyard::v1::Event& e) {
+    if (!e.has_rank_state()) return;
+    const auto state = e.rank_state().state();
+    if (state == trainyard::v1::RankState::EXITED || state == trainyard::v1::RankState::FAILED ||
+        state == trainyard::v1::RankState::KILLED) {
+      ended[{e.job_id(), e.attempt()}].insert(e.rank());
+    }
+  };
+  for (const auto& batch : unacked_) {
+    for (const auto& e : batch.events()) note(e);
+  }
+  for (const auto& e : pending_) note(e);
+  std::vector<trainyard::v1::RunningAttempt> out;
+  for (const auto& [key, ranks] : ended) {
+    trainyard::v1::RunningAttempt a;
+    a.set_job_id(key.first);
+    a.set_attempt(key.second);
+    for (int r : ranks) a.add_ranks(r);
+    a.set_ended(true);
+    out.push_back(std::move(a));
+  }
+  return out;
 }
 
 bool EventOutbox::Empty() const {

@@ -45,6 +45,12 @@ class EventOutbox {
   // Sealed, unacknowledged batches, oldest first.
   std::vector<trainyard::v1::EventBatch> Unacked() const;
 
+  // Attempts with a final rank state (EXITED, FAILED, KILLED) among the held events,
+  // pending or unacknowledged, with those ranks, as RunningAttempt with ended = true:
+  // what a re-registering worker reports for attempts that ended while the controller
+  // was away.
+  std::vector<trainyard::v1::RunningAttempt> EndedAttempts() const;
+
   // True when nothing is pending or awaiting an ack.
   bool Empty() const;
   int64_t dropped_events() const;
