@@ -122,10 +122,10 @@ void ControllerMetrics::JobEntered(v1::Job::State state) {
 ControllerMetrics::JobSeries& ControllerMetrics::SeriesLocked(const std::string& job_id) {
   auto [it, inserted] = jobs_.try_emplace(job_id);
   if (inserted) {
-    it->second.step = &step_family_.Add({{"job", job_id}});
-    it->second.loss = &loss_family_.Add({{"job", job_id}});
-    it->second.tokens_per_s = &tokens_family_.Add({{"job", job_id}});
-    it->second.mfu = &mfu_family_.Add({{"job", job_id}});
+    it->second.step = &step_family_.Add({{"job_id", job_id}});
+    it->second.loss = &loss_family_.Add({{"job_id", job_id}});
+    it->second.tokens_per_s = &tokens_family_.Add({{"job_id", job_id}});
+    it->second.mfu = &mfu_family_.Add({{"job_id", job_id}});
   }
   return it->second;
 }
@@ -146,7 +146,7 @@ void ControllerMetrics::CompileReported(const std::string& job_id,
   auto& counter = s.compile[compile.kind()];
   if (counter == nullptr) {
     counter = &compile_family_.Add(
-        {{"job", job_id},
+        {{"job_id", job_id},
          {"kind", absl::AsciiStrToLower(v1::CompileEvent::Kind_Name(compile.kind()))}});
   }
   counter->Increment();
