@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/spec/rules.h"
 #include "common/spec/spec_error.h"
 
 namespace trainyard::request_checks {
@@ -66,6 +67,82 @@ absl::Status Check(const v1::ListJobsRequest& request) {
     }
     if (!seen.insert(s).second) {
       return Invalid("ListJobsRequest.states", absl::StrCat("lists ", v1::Job::State_Name(s), " twice"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+absl::Status CheckPrintable(std::string_view field, std::string_view value, std::size_t max_bytes,
+                            bool allow_empty, bool allow_space) {
+  if (value.empty() && !allow_empty) return Invalid(field, "is empty");
+  if (value.size() > max_bytes) {
+    return Invalid(field, absl::StrCat("is ", value.size(), " bytes, more than the ", max_bytes, " allowed: ",
+                                       spec::Quote(value)));
+  }
+  for (unsigned char c : value) {
+    if (c < 0x20 || c > 0x7e || (c == ' ' && !allow_space)) {
+      return Invalid(field, absl::StrCat(c == ' ' ? "holds a space: " : "holds a byte that is not printable ASCII: ",
+                                         spec::Quote(value)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckRank(std::string_view field, int rank) {
+  if (rank < 0 || rank >= spec::kMaxWorldSize) {
+    return Invalid(field, absl::StrCat("must be in [0, ", spec::kMaxWorldSize, "), got ", rank));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Check(const v1::Register& request) {
+  if (auto s = CheckPrintable("Register.name", request.name(), kMaxWorkerNameBytes, false, false); !s.ok()) return s;
+  if (auto s = CheckPrintable("Register.address", request.address(), kMaxAddressBytes, true, false); !s.ok()) {
+    return s;
+  }
+  const std::string& device = request.device();
+  if (!device.empty() && device != "cpu" && device != "cuda") {
+    return Invalid("Register.device", absl::StrCat("must be \"cpu\" or \"cuda\", got ", spec::Quote(device)));
+  }
+  if (request.running_size() > kMaxRunningAttempts) {
+    return Invalid("Register.running", absl::StrCat("lists ", request.running_size(), " attempts, more than the ",
+                                                    kMaxRunningAttempts, " allowed"));
+  }
+  for (const auto& a : request.running()) {
+    if (auto s = CheckJobId("Register.running.job_id", a.job_id()); !s.ok()) return s;
+    if (a.attempt() < 1) return Invalid("Register.running.attempt", absl::StrCat("must be >= 1, got ", a.attempt()));
+    if (a.ranks_size() > spec::kMaxWorldSize) {
+      return Invalid("Register.running.ranks", absl::StrCat("lists ", a.ranks_size(), " ranks"));
+    }
+    for (int r : a.ranks()) {
+      if (auto s = CheckRank("Register.running.ranks", r); !s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Check(const v1::EventBatch& request) {
+  if (request.events_size() > kMaxBatchEvents) {
+    return Invalid("EventBatch.events", absl::StrCat("has ", request.events_size(), " events, more than the ",
+                                                     kMaxBatchEvents, " allowed"));
+  }
+  for (const auto& e : request.events()) {
+    if (auto s = CheckJobId("EventBatch.events.job_id", e.job_id()); !s.ok()) return s;
+    if (e.attempt() < 1) return Invalid("EventBatch.events.attempt", absl::StrCat("must be >= 1, got ", e.attempt()));
+    if (auto s = CheckRank("EventBatch.events.rank", e.rank()); !s.ok()) return s;
+    if (e.payload_case() == v1::Event::kJobState || e.payload_case() == v1::Event::PAYLOAD_NOT_SET) {
+      return Invalid("EventBatch.events", absl::StrCat("event of job ", e.job_id(), " has ",
+                                                       e.has_job_state() ? "a JobStateChange, which only the controller "
+                                                                           "writes"
+                                                                         : "no payload"));
+    }
+    if (const std::size_t bytes = e.ByteSizeLong(); bytes > kMaxEventBytes) {
+      return Invalid("EventBatch.events", absl::StrCat("event of job ", e.job_id(), " is ", bytes,
+                                                       " bytes, more than the ", kMaxEventBytes, " allowed"));
     }
   }
   return absl::OkStatus();

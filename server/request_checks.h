@@ -14,12 +14,18 @@
 
 #include "absl/status/status.h"
 #include "trainyard/v1/job_service.pb.h"
+#include "trainyard/v1/worker_service.pb.h"
 
 namespace trainyard::request_checks {
 
 inline constexpr std::size_t kMaxJobIdBytes = 64;      // ids are "job-<n>"
 inline constexpr std::size_t kMaxCancelReasonBytes = 1024;
 inline constexpr int kMaxListLimit = 1000;
+inline constexpr std::size_t kMaxWorkerNameBytes = 128;
+inline constexpr std::size_t kMaxAddressBytes = 255;        // a DNS name
+inline constexpr int kMaxRunningAttempts = 4096;
+inline constexpr int kMaxBatchEvents = 10000;               // workers send 64
+inline constexpr std::size_t kMaxEventBytes = 1 << 20;      // one serialized Event
 
 // A job id: 1..kMaxJobIdBytes printable ASCII bytes. `field` names it in the error.
 absl::Status CheckJobId(std::string_view field, std::string_view id);
@@ -28,5 +34,15 @@ absl::Status Check(const v1::GetJobRequest& request);
 absl::Status Check(const v1::CancelJobRequest& request);  // reason: ≤ 1 KiB, no control characters but \t and \n
 absl::Status Check(const v1::WatchJobRequest& request);   // from_seq ≥ 0
 absl::Status Check(const v1::ListJobsRequest& request);   // known states, each once; limit in [0, 1000]
+
+// WorkerService. Register: a name of 1-128 printable ASCII bytes without spaces, an
+// address of at most 255 printable bytes, device "", "cpu" or "cuda", at most 4096
+// reported attempts with valid job ids, attempts >= 1 and ranks in [0, 65536). The slot
+// and port ranges are the registry's.
+absl::Status Check(const v1::Register& request);
+// EventBatch: at most 10,000 events, each at most 1 MiB serialized, with a valid job
+// id, attempt >= 1, rank in [0, 65536), and a payload a worker may report (not a
+// JobStateChange, which only the controller writes).
+absl::Status Check(const v1::EventBatch& request);
 
 }  // namespace trainyard::request_checks

@@ -1,5 +1,7 @@
 #include "server/worker_service.h"
 
+#include "server/request_checks.h"
+
 #include <deque>
 #include <memory>
 #include <utility>
@@ -31,14 +33,16 @@ class ConnectReactor : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::Con
     absl::Status status;
     switch (in_.msg_case()) {
       case v1::WorkerMessage::kRegister:
-        status = manager_->RegisterWorker(conn_, in_.register_(), channel_);
+        status = request_checks::Check(in_.register_());
+        if (status.ok()) status = manager_->RegisterWorker(conn_, in_.register_(), channel_);
         registered_ = status.ok();
         break;
       case v1::WorkerMessage::kHeartbeat:
         manager_->Heartbeat(conn_, in_.heartbeat());
         break;
       case v1::WorkerMessage::kEvents:
-        status = manager_->IngestEvents(conn_, in_.events());
+        status = request_checks::Check(in_.events());
+        if (status.ok()) status = manager_->IngestEvents(conn_, in_.events());
         if (status.ok()) {
           v1::ControllerMessage ack;
           ack.mutable_event_ack()->set_batch_id(in_.events().batch_id());

@@ -15,7 +15,9 @@
 #include "server/controller_server.h"
 #include "tests/fakes/fake_process_launcher.h"
 #include "tests/support/temp_dir.h"
+#include "server/request_checks.h"
 #include "trainyard/v1/job_service.grpc.pb.h"
+#include "trainyard/v1/worker_service.grpc.pb.h"
 
 namespace trainyard::testing {
 namespace {
@@ -161,6 +163,99 @@ TEST_F(JobServiceRequestsTest, HealthAnswersForEachServiceAndForTheServer) {
     EXPECT_EQ(status, Serving::SERVING) << service;
   }
   EXPECT_EQ(check("trainyard.v1.NoSuchService").first, grpc::StatusCode::NOT_FOUND);
+}
+
+// A raw worker stream: one message, then the status the controller ends it with.
+grpc::Status SendAsWorker(const std::shared_ptr<grpc::Channel>& channel, const std::vector<v1::WorkerMessage>& msgs) {
+  auto stub = v1::WorkerService::NewStub(channel);
+  grpc::ClientContext ctx;
+  auto stream = stub->Connect(&ctx);
+  for (const auto& m : msgs) stream->Write(m);
+  stream->WritesDone();
+  v1::ControllerMessage in;
+  while (stream->Read(&in)) {
+  }
+  return stream->Finish();
+}
+
+v1::WorkerMessage RegisterMsg(const std::string& name) {
+  v1::WorkerMessage m;
+  auto* r = m.mutable_register_();
+  r->set_name(name);
+  r->set_slots(1);
+  r->set_address("127.0.0.1");
+  r->set_rendezvous_port_min(41000);
+  r->set_rendezvous_port_max(41001);
+  return m;
+}
+
+TEST_F(JobServiceRequestsTest, AWorkerRegisteringWithAMebibyteNameIsRefusedShortly) {
+  ExpectRefused(SendAsWorker(channel_, {RegisterMsg(std::string(1 << 20, 'w'))}), "Register.name");
+  ExpectRefused(SendAsWorker(channel_, {RegisterMsg("w 1")}), "Register.name");
+  v1::WorkerMessage bad_device = RegisterMsg("w1");
+  bad_device.mutable_register_()->set_device("tpu");
+  ExpectRefused(SendAsWorker(channel_, {bad_device}), "Register.device");
+  // Nothing was registered.
+  grpc::ClientContext ctx;
+  v1::ListWorkersResponse workers;
+  ASSERT_TRUE(jobs_->ListWorkers(&ctx, v1::ListWorkersRequest(), &workers).ok());
+  EXPECT_EQ(workers.workers_size(), 0);
+}
+
+TEST_F(JobServiceRequestsTest, AWorkerCannotReportAJobStateOrAnOversizedEvent) {
+  v1::WorkerMessage forged;
+  v1::Event* e = forged.mutable_events()->add_events();
+  e->set_job_id("job-1");
+  e->set_attempt(1);
+  e->set_rank(0);
+  e->mutable_job_state()->set_state(v1::Job::SUCCEEDED);
+  ExpectRefused(SendAsWorker(channel_, {RegisterMsg("w1"), forged}), "EventBatch.events");
+
+  v1::WorkerMessage huge;
+  v1::Event* big = huge.mutable_events()->add_events();
+  big->set_job_id("job-1");
+  big->set_attempt(1);
+  big->set_rank(0);
+  big->mutable_log()->set_message(std::string(2 << 20, 'x'));
+  ExpectRefused(SendAsWorker(channel_, {RegisterMsg("w1"), huge}), "EventBatch.events");
+
+  v1::WorkerMessage negative = forged;
+  negative.mutable_events()->mutable_events(0)->mutable_log()->set_message("hi");
+  negative.mutable_events()->mutable_events(0)->set_rank(-1);
+  ExpectRefused(SendAsWorker(channel_, {RegisterMsg("w1"), negative}), "EventBatch.events.rank");
+  ExpectListStillWorks();
+}
+
+TEST(RequestChecksTest, RegisterAndEventBatchLimits) {
+  v1::Register reg = RegisterMsg("w1").register_();
+  EXPECT_TRUE(request_checks::Check(reg).ok());
+  reg.set_address(std::string(256, 'a'));
+  EXPECT_FALSE(request_checks::Check(reg).ok());
+  reg.set_address("w1.example");
+  for (int i = 0; i < 4097; ++i) {
+    auto* a = reg.add_running();
+    a->set_job_id("job-" + std::to_string(i));
+    a->set_attempt(1);
+  }
+  EXPECT_EQ(request_checks::Check(reg).message().substr(0, 16), "Register.running");
+  reg.clear_running();
+  auto* a = reg.add_running();
+  a->set_job_id("job-1");
+  a->set_attempt(0);
+  EXPECT_EQ(request_checks::Check(reg).message().substr(0, 24), "Register.running.attempt");
+
+  v1::EventBatch batch;
+  for (int i = 0; i < 10001; ++i) {
+    v1::Event* e = batch.add_events();
+    e->set_job_id("job-1");
+    e->set_attempt(1);
+    e->mutable_log()->set_message("m");
+  }
+  EXPECT_EQ(request_checks::Check(batch).message().substr(0, 17), "EventBatch.events");
+  batch.mutable_events()->DeleteSubrange(1, 10000);
+  EXPECT_TRUE(request_checks::Check(batch).ok());
+  batch.mutable_events(0)->clear_log();
+  EXPECT_NE(request_checks::Check(batch).message().find("no payload"), std::string::npos);
 }
 
 }  // namespace
