@@ -44,9 +44,7 @@ struct Flags {
 };
 
 int Profile(const Flags& f) {
-  if (const char* fused = std::getenv("TRAINYARD_FUSED_CPU_KERNELS"); fused != nullptr && std::string(fused) == "0") {
-    fused::SetEnabled(false);
-  }
+  fused::SetEnabledFromEnvironment();
   std::vector<std::string> overrides = {"compile.backend=" + f.backend,
                                         "training.steps=" + std::to_string(f.steps + f.warmup)};
   overrides.insert(overrides.end(), f.overrides.begin(), f.overrides.end());

@@ -63,9 +63,7 @@ void KeepFreedMemoryInHeap() {
 
 void RunRank(const RankFlags& f, EventWriter& events) {
   KeepFreedMemoryInHeap();
-  if (const char* fused = std::getenv("TRAINYARD_FUSED_CPU_KERNELS"); fused != nullptr && std::string(fused) == "0") {
-    fused::SetEnabled(false);
-  }
+  fused::SetEnabledFromEnvironment();
   const EngineConfig config = LoadEngineConfigFile(f.config_path);
   const c10::Device device =
       DevicePlacement::ForLocalRank(config.resources, f.local_rank >= 0 ? f.local_rank : f.rank);

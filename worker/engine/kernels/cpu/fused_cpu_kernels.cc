@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <limits>
 #include <vector>
 
@@ -372,6 +374,11 @@ TORCH_LIBRARY_IMPL(trainyard, CPU, m) {
 }
 
 void SetEnabled(bool enabled) { g_enabled.store(enabled, std::memory_order_relaxed); }
+
+void SetEnabledFromEnvironment() {
+  const char* fused = std::getenv("TRAINYARD_FUSED_CPU_KERNELS");
+  if (fused != nullptr && std::string(fused) == "0") SetEnabled(false);
+}
 
 bool Enabled() { return g_enabled.load(std::memory_order_relaxed) && cpu_blas::Available(); }
 

@@ -58,6 +58,10 @@ bool Enabled();
 // has TRAINYARD_FUSED_CPU_KERNELS=0, for A/B figures.
 void SetEnabled(bool enabled);
 
+// SetEnabled(false) when this process's environment has TRAINYARD_FUSED_CPU_KERNELS=0
+// (trainyard-rank and trainyard-step-profile call it at start-up).
+void SetEnabledFromEnvironment();
+
 // qkv: [b, t, (n_heads + 2·n_kv_heads)·head_dim], the q, k, v projections side by side
 // (head h of q at columns h·head_dim, KV head g of k at (n_heads + g)·head_dim, of v at
 // (n_heads + n_kv_heads + g)·head_dim). cos/sin: [t, head_dim] RotaryEmbedding tables.
