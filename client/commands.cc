@@ -1,5 +1,7 @@
 #include "client/commands.h"
 
+#include <algorithm>
+
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cmath>
@@ -103,7 +105,8 @@ class Runner {
     for (const std::string& name : state_names) {
       absl::StatusOr<v1::Job::State> state = ParseJobState(name);
       if (!state.ok()) return Fail(state.status());
-      states.push_back(*state);
+      // `--state RUNNING,RUNNING` means RUNNING; the controller refuses repeats.
+      if (std::find(states.begin(), states.end(), *state) == states.end()) states.push_back(*state);
     }
     absl::StatusOr<std::vector<v1::Job>> jobs = client_->ListJobs(states, limit);
     if (!jobs.ok()) return Fail(jobs.status());
@@ -212,8 +215,8 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
           "Only jobs in this state (repeatable, or comma-separated): PENDING, RUNNING, ...")
       ->allow_extra_args(false)
       ->delimiter(',');
-  list->add_option("--limit", limit, "At most this many jobs (0: the controller's default)")
-      ->check(CLI::NonNegativeNumber);
+  list->add_option("--limit", limit, "At most this many jobs, 0 to 1000 (0: the controller's default, 100)")
+      ->check(CLI::Range(0, 1000));
   AddCommonOptions(list, &common);
 
   std::string job_id;

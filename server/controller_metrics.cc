@@ -32,7 +32,7 @@ ControllerMetrics::ControllerMetrics()
       dropped_family_(BuildCounter()
                           .Name("trainyard_events_dropped_total")
                           .Help("Events a worker sent that were not appended, by reason (job_ended: the "
-                                "job's stream was closed)")
+                                "job's stream was closed; invalid: an event no worker may send)")
                           .Register(*registry_)),
       workers_connected_(BuildGauge()
                              .Name("trainyard_workers_connected")

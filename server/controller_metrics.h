@@ -35,7 +35,8 @@ class ControllerMetrics {
   void JobRejected() { rejected_.Increment(); }
   void JobEntered(v1::Job::State state);
   void EventsIngested(int n) { events_.Increment(n); }
-  // Events not appended: for a job whose stream is closed (reason "job_ended").
+  // Events not appended: for a job whose stream is closed (reason "job_ended"), or
+  // that no worker may send (reason "invalid", request_checks::InvalidEvent).
   void EventsDropped(const std::string& reason, int n);
   void SetWorkersConnected(int n) { workers_connected_.Set(n); }
   void SetSlots(int total, int free) { slots_total_.Set(total); slots_free_.Set(free); }

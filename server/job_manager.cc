@@ -1,5 +1,8 @@
 #include "server/job_manager.h"
 
+#include "common/spec/spec_error.h"
+#include "server/request_checks.h"
+
 #include <algorithm>
 #include <optional>
 #include <utility>
@@ -187,9 +190,20 @@ void JobManager::Heartbeat(int64_t conn, const v1::Heartbeat& heartbeat) {
 }
 
 absl::Status JobManager::IngestEvents(int64_t conn, const v1::EventBatch& batch) {
-  // Group by job, keeping each job's order.
+  // Group by job, keeping each job's order. An event no worker may send is dropped and
+  // counted; the batch is still acknowledged (see request_checks::InvalidEvent).
   std::map<std::string, std::vector<v1::Event>> by_job;
-  for (const auto& e : batch.events()) by_job[e.job_id()].push_back(e);
+  int invalid = 0;
+  for (const auto& e : batch.events()) {
+    if (std::string why = request_checks::InvalidEvent(e); !why.empty()) {
+      if (invalid++ == 0) {
+        spdlog::warn("worker stream {}: dropped an event of job {}: {}", conn, spec::Quote(e.job_id()), why);
+      }
+      continue;
+    }
+    by_job[e.job_id()].push_back(e);
+  }
+  if (invalid > 0) metrics_->EventsDropped("invalid", invalid);
 
   absl::MutexLock commit(&commit_mu_);
   {

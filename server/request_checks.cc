@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/spec/rules.h"
 #include "common/spec/spec_error.h"
+#include "common/worker_identity.h"
 
 namespace trainyard::request_checks {
 namespace {
@@ -74,22 +75,6 @@ absl::Status Check(const v1::ListJobsRequest& request) {
 
 namespace {
 
-absl::Status CheckPrintable(std::string_view field, std::string_view value, std::size_t max_bytes,
-                            bool allow_empty, bool allow_space) {
-  if (value.empty() && !allow_empty) return Invalid(field, "is empty");
-  if (value.size() > max_bytes) {
-    return Invalid(field, absl::StrCat("is ", value.size(), " bytes, more than the ", max_bytes, " allowed: ",
-                                       spec::Quote(value)));
-  }
-  for (unsigned char c : value) {
-    if (c < 0x20 || c > 0x7e || (c == ' ' && !allow_space)) {
-      return Invalid(field, absl::StrCat(c == ' ' ? "holds a space: " : "holds a byte that is not printable ASCII: ",
-                                         spec::Quote(value)));
-    }
-  }
-  return absl::OkStatus();
-}
-
 absl::Status CheckRank(std::string_view field, int rank) {
   if (rank < 0 || rank >= spec::kMaxWorldSize) {
     return Invalid(field, absl::StrCat("must be in [0, ", spec::kMaxWorldSize, "), got ", rank));
@@ -100,10 +85,8 @@ absl::Status CheckRank(std::string_view field, int rank) {
 }  // namespace
 
 absl::Status Check(const v1::Register& request) {
-  if (auto s = CheckPrintable("Register.name", request.name(), kMaxWorkerNameBytes, false, false); !s.ok()) return s;
-  if (auto s = CheckPrintable("Register.address", request.address(), kMaxAddressBytes, true, false); !s.ok()) {
-    return s;
-  }
+  if (std::string p = WorkerNameProblem(request.name()); !p.empty()) return Invalid("Register.name", p);
+  if (std::string p = WorkerAddressProblem(request.address()); !p.empty()) return Invalid("Register.address", p);
   const std::string& device = request.device();
   if (!device.empty() && device != "cpu" && device != "cuda") {
     return Invalid("Register.device", absl::StrCat("must be \"cpu\" or \"cuda\", got ", spec::Quote(device)));
@@ -130,22 +113,19 @@ absl::Status Check(const v1::EventBatch& request) {
     return Invalid("EventBatch.events", absl::StrCat("has ", request.events_size(), " events, more than the ",
                                                      kMaxBatchEvents, " allowed"));
   }
-  for (const auto& e : request.events()) {
-    if (auto s = CheckJobId("EventBatch.events.job_id", e.job_id()); !s.ok()) return s;
-    if (e.attempt() < 1) return Invalid("EventBatch.events.attempt", absl::StrCat("must be >= 1, got ", e.attempt()));
-    if (auto s = CheckRank("EventBatch.events.rank", e.rank()); !s.ok()) return s;
-    if (e.payload_case() == v1::Event::kJobState || e.payload_case() == v1::Event::PAYLOAD_NOT_SET) {
-      return Invalid("EventBatch.events", absl::StrCat("event of job ", e.job_id(), " has ",
-                                                       e.has_job_state() ? "a JobStateChange, which only the controller "
-                                                                           "writes"
-                                                                         : "no payload"));
-    }
-    if (const std::size_t bytes = e.ByteSizeLong(); bytes > kMaxEventBytes) {
-      return Invalid("EventBatch.events", absl::StrCat("event of job ", e.job_id(), " is ", bytes,
-                                                       " bytes, more than the ", kMaxEventBytes, " allowed"));
-    }
-  }
   return absl::OkStatus();
+}
+
+std::string InvalidEvent(const v1::Event& e) {
+  if (auto s = CheckJobId("job_id", e.job_id()); !s.ok()) return std::string(s.message());
+  if (e.attempt() < 1) return absl::StrCat("attempt must be >= 1, got ", e.attempt());
+  if (auto s = CheckRank("rank", e.rank()); !s.ok()) return std::string(s.message());
+  if (e.payload_case() == v1::Event::PAYLOAD_NOT_SET) return "no payload";
+  if (e.has_job_state()) return "a JobStateChange, which only the controller writes";
+  if (const std::size_t bytes = e.ByteSizeLong(); bytes > kMaxEventBytes) {
+    return absl::StrCat(bytes, " bytes, more than the ", kMaxEventBytes, " allowed");
+  }
+  return "";
 }
 
 }  // namespace trainyard::request_checks

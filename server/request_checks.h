@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <string_view>
 
 #include "absl/status/status.h"
@@ -21,8 +22,6 @@ namespace trainyard::request_checks {
 inline constexpr std::size_t kMaxJobIdBytes = 64;      // ids are "job-<n>"
 inline constexpr std::size_t kMaxCancelReasonBytes = 1024;
 inline constexpr int kMaxListLimit = 1000;
-inline constexpr std::size_t kMaxWorkerNameBytes = 128;
-inline constexpr std::size_t kMaxAddressBytes = 255;        // a DNS name
 inline constexpr int kMaxRunningAttempts = 4096;
 inline constexpr int kMaxBatchEvents = 10000;               // workers send 64
 inline constexpr std::size_t kMaxEventBytes = 1 << 20;      // one serialized Event
@@ -35,14 +34,19 @@ absl::Status Check(const v1::CancelJobRequest& request);  // reason: ≤ 1 KiB, 
 absl::Status Check(const v1::WatchJobRequest& request);   // from_seq ≥ 0
 absl::Status Check(const v1::ListJobsRequest& request);   // known states, each once; limit in [0, 1000]
 
-// WorkerService. Register: a name of 1-128 printable ASCII bytes without spaces, an
-// address of at most 255 printable bytes, device "", "cpu" or "cuda", at most 4096
+// WorkerService. Register: name and address as common/worker_identity.h says, device "", "cpu" or "cuda", at most 4096
 // reported attempts with valid job ids, attempts >= 1 and ranks in [0, 65536). The slot
 // and port ranges are the registry's.
 absl::Status Check(const v1::Register& request);
-// EventBatch: at most 10,000 events, each at most 1 MiB serialized, with a valid job
-// id, attempt >= 1, rank in [0, 65536), and a payload a worker may report (not a
-// JobStateChange, which only the controller writes).
+// EventBatch: at most 10,000 events (a worker sends 64); more ends the stream.
 absl::Status Check(const v1::EventBatch& request);
+
+// Why a worker's event cannot be stored, or "" when it can: a valid job id, attempt
+// >= 1, rank in [0, 65536), at most 1 MiB serialized, and a payload a worker may
+// report (not a JobStateChange, which only the controller writes). The manager drops
+// such an event and counts it (trainyard_events_dropped_total{reason="invalid"}) but
+// still acknowledges its batch: refusing the batch would make the worker resend it
+// forever and hold back every event behind it.
+std::string InvalidEvent(const v1::Event& event);
 
 }  // namespace trainyard::request_checks

@@ -165,8 +165,10 @@ TEST_F(JobServiceRequestsTest, HealthAnswersForEachServiceAndForTheServer) {
   EXPECT_EQ(check("trainyard.v1.NoSuchService").first, grpc::StatusCode::NOT_FOUND);
 }
 
-// A raw worker stream: one message, then the status the controller ends it with.
-grpc::Status SendAsWorker(const std::shared_ptr<grpc::Channel>& channel, const std::vector<v1::WorkerMessage>& msgs) {
+// A raw worker stream: sends `msgs`, half-closes, reads to the end; the status the
+// controller ends it with, and the batch ids it acknowledged.
+grpc::Status SendAsWorker(const std::shared_ptr<grpc::Channel>& channel, const std::vector<v1::WorkerMessage>& msgs,
+                          std::vector<int64_t>* acked = nullptr) {
   auto stub = v1::WorkerService::NewStub(channel);
   grpc::ClientContext ctx;
   auto stream = stub->Connect(&ctx);
@@ -174,6 +176,7 @@ grpc::Status SendAsWorker(const std::shared_ptr<grpc::Channel>& channel, const s
   stream->WritesDone();
   v1::ControllerMessage in;
   while (stream->Read(&in)) {
+    if (in.has_event_ack() && acked != nullptr) acked->push_back(in.event_ack().batch_id());
   }
   return stream->Finish();
 }
@@ -202,28 +205,34 @@ TEST_F(JobServiceRequestsTest, AWorkerRegisteringWithAMebibyteNameIsRefusedShort
   EXPECT_EQ(workers.workers_size(), 0);
 }
 
-TEST_F(JobServiceRequestsTest, AWorkerCannotReportAJobStateOrAnOversizedEvent) {
-  v1::WorkerMessage forged;
-  v1::Event* e = forged.mutable_events()->add_events();
-  e->set_job_id("job-1");
-  e->set_attempt(1);
-  e->set_rank(0);
-  e->mutable_job_state()->set_state(v1::Job::SUCCEEDED);
-  ExpectRefused(SendAsWorker(channel_, {RegisterMsg("w1"), forged}), "EventBatch.events");
-
-  v1::WorkerMessage huge;
-  v1::Event* big = huge.mutable_events()->add_events();
-  big->set_job_id("job-1");
-  big->set_attempt(1);
-  big->set_rank(0);
+// Events no worker may send (a forged JobStateChange, a 2 MiB event, a negative rank)
+// are dropped and counted, and their batch is still acknowledged: refusing the batch
+// would make a real worker resend it forever and hold back everything behind it.
+TEST_F(JobServiceRequestsTest, EventsNoWorkerMaySendAreDroppedAndTheirBatchAcknowledged) {
+  v1::WorkerMessage batch;
+  batch.mutable_events()->set_batch_id(7);
+  v1::Event* forged = batch.mutable_events()->add_events();
+  forged->set_job_id("job-1");
+  forged->set_attempt(1);
+  forged->set_rank(0);
+  forged->mutable_job_state()->set_state(v1::Job::SUCCEEDED);
+  v1::Event* big = batch.mutable_events()->add_events();
+  *big = *forged;
   big->mutable_log()->set_message(std::string(2 << 20, 'x'));
-  ExpectRefused(SendAsWorker(channel_, {RegisterMsg("w1"), huge}), "EventBatch.events");
-
-  v1::WorkerMessage negative = forged;
-  negative.mutable_events()->mutable_events(0)->mutable_log()->set_message("hi");
-  negative.mutable_events()->mutable_events(0)->set_rank(-1);
-  ExpectRefused(SendAsWorker(channel_, {RegisterMsg("w1"), negative}), "EventBatch.events.rank");
+  v1::Event* negative = batch.mutable_events()->add_events();
+  *negative = *forged;
+  negative->mutable_log()->set_message("hi");
+  negative->set_rank(-1);
+  std::vector<int64_t> acked;
+  const grpc::Status s = SendAsWorker(channel_, {RegisterMsg("w1"), batch}, &acked);
+  EXPECT_TRUE(s.ok()) << s.error_message().substr(0, 200);
+  EXPECT_EQ(acked, std::vector<int64_t>{7});
   ExpectListStillWorks();
+
+  // A batch of more events than any worker sends ends the stream.
+  v1::WorkerMessage flood;
+  for (int i = 0; i < request_checks::kMaxBatchEvents + 1; ++i) *flood.mutable_events()->add_events() = *negative;
+  ExpectRefused(SendAsWorker(channel_, {RegisterMsg("w1"), flood}), "EventBatch.events");
 }
 
 TEST(RequestChecksTest, RegisterAndEventBatchLimits) {
@@ -254,8 +263,18 @@ TEST(RequestChecksTest, RegisterAndEventBatchLimits) {
   EXPECT_EQ(request_checks::Check(batch).message().substr(0, 17), "EventBatch.events");
   batch.mutable_events()->DeleteSubrange(1, 10000);
   EXPECT_TRUE(request_checks::Check(batch).ok());
-  batch.mutable_events(0)->clear_log();
-  EXPECT_NE(request_checks::Check(batch).message().find("no payload"), std::string::npos);
+  v1::Event e = batch.events(0);
+  EXPECT_EQ(request_checks::InvalidEvent(e), "");
+  e.set_attempt(0);
+  EXPECT_NE(request_checks::InvalidEvent(e).find("attempt"), std::string::npos);
+  e.set_attempt(1);
+  e.clear_log();
+  EXPECT_EQ(request_checks::InvalidEvent(e), "no payload");
+  e.mutable_log()->set_message(std::string((1 << 20) + 1, 'x'));
+  EXPECT_NE(request_checks::InvalidEvent(e).find("bytes, more than"), std::string::npos);
+  e.mutable_log()->set_message("m");
+  e.set_job_id(std::string(65, 'j'));
+  EXPECT_NE(request_checks::InvalidEvent(e).find("more than the 64"), std::string::npos);
 }
 
 }  // namespace

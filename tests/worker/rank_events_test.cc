@@ -57,5 +57,21 @@ TEST(RankEventsTest, StateAndLogCarryTheirFields) {
   EXPECT_EQ(log.log().message(), "disk full");
 }
 
+// Every event a rank produces stays under the controller's 1 MiB per event: a 1 MiB
+// stdout line and a 1.25 MiB stderr tail are cut to 64 KiB (the tail keeps its end).
+TEST(RankEventsTest, LongMessagesAreCutToStayUnderTheEventCap) {
+  const v1::Event log = RankEvents::Log("info", std::string(1 << 20, 'a'));
+  EXPECT_LT(log.ByteSizeLong(), 70u * 1024);
+  EXPECT_NE(log.log().message().find("more bytes)"), std::string::npos);
+  ProcessExit exit;
+  exit.exit_code = 1;
+  const std::string tail = std::string(20 * 64 * 1024, 'e') + "the last line";
+  const v1::Event failed = RankEvents::Exit("w1", 42, exit, false, "", tail);
+  EXPECT_EQ(failed.rank_state().state(), v1::RankState::FAILED);
+  EXPECT_LT(failed.ByteSizeLong(), 70u * 1024);
+  const std::string& m = failed.rank_state().message();
+  EXPECT_EQ(m.substr(m.size() - 13), "the last line");
+}
+
 }  // namespace
 }  // namespace trainyard

@@ -32,8 +32,9 @@ grpc::ChannelArguments ControllerLink::ChannelArgs() {
   // link's and made workers take 10.6-12.6 s to return after a controller restart: a
   // call on a channel in TRANSIENT_FAILURE fails at once until the subchannel's next
   // attempt. Same bounds as the link's backoff (kept within ~2.4 s).
+  // (GRPC_ARG_MIN_RECONNECT_BACKOFF_MS is gRPC's minimum connect timeout, 20 s, and
+  // stays: a shorter one would abandon slow handshakes.)
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, kReconnectInitialMs);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kReconnectInitialMs);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kReconnectMaxMs);
   return args;
 }

@@ -12,6 +12,7 @@
 
 #include "common/clock.h"
 #include "common/posix_process_launcher.h"
+#include "common/worker_identity.h"
 #include "worker/daemon/controller_link.h"
 #include "worker/daemon/event_outbox.h"
 #include "worker/daemon/rank_environment.h"
@@ -36,7 +37,9 @@ std::optional<int> ParseFlags(int argc, char **argv, Options &opt) {
   app.add_option("--slots", opt.slots, "Rank processes this worker may run at once")
       ->required()
       ->check(CLI::PositiveNumber);
-  app.add_option("--name", opt.name, "Unique worker name shown by the controller")->required();
+  app.add_option("--name", opt.name,
+                 "Unique worker name shown by the controller: 1-128 printable ASCII bytes, no spaces")
+      ->required();
   app.add_option("--address", opt.address, "Host other workers' ranks use to reach this one")
       ->capture_default_str();
   app.add_option("--rendezvous-ports", opt.rendezvous_ports,
@@ -52,6 +55,16 @@ std::optional<int> ParseFlags(int argc, char **argv, Options &opt) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError &e) {
     return app.exit(e);
+  }
+  // The controller refuses these; refusing them here fails at once rather than at every
+  // reconnect.
+  if (std::string p = trainyard::WorkerNameProblem(opt.name); !p.empty()) {
+    std::fprintf(stderr, "--name: %s\n", p.c_str());
+    return 2;
+  }
+  if (std::string p = trainyard::WorkerAddressProblem(opt.address); !p.empty()) {
+    std::fprintf(stderr, "--address: %s\n", p.c_str());
+    return 2;
   }
   char dash = 0;
   const int n = std::sscanf(opt.rendezvous_ports.c_str(), "%d%c%d", &opt.port_min, &dash,

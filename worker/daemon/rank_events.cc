@@ -18,6 +18,11 @@ v1::Event RankEvents::State(v1::RankState::State state, const std::string &worke
 }
 
 v1::Event RankEvents::Log(const std::string &level, std::string message) {
+  if (message.size() > kMaxMessageBytes) {
+    const size_t cut = message.size() - kMaxMessageBytes;
+    message.resize(kMaxMessageBytes);
+    absl::StrAppend(&message, "...(", cut, " more bytes)");
+  }
   v1::Event e;
   e.mutable_log()->set_level(level);
   e.mutable_log()->set_message(std::move(message));
@@ -41,9 +46,11 @@ v1::Event RankEvents::Exit(const std::string &worker, pid_t pid, const ProcessEx
     state->set_message(absl::StrCat(kill_reason, " (", how, ")"));
   } else if (exit.signal != 0 || exit.exit_code != 0) {
     state->set_state(v1::RankState::FAILED);
-    state->set_message(exit.signal == 0 && !stderr_tail.empty()
-                           ? absl::StrCat(how, ": ", stderr_tail)
-                           : how);
+    // The tail's last bytes say most about the failure: keep those.
+    const std::string tail = stderr_tail.size() > kMaxMessageBytes
+                                 ? absl::StrCat("...", stderr_tail.substr(stderr_tail.size() - kMaxMessageBytes))
+                                 : stderr_tail;
+    state->set_message(exit.signal == 0 && !tail.empty() ? absl::StrCat(how, ": ", tail) : how);
   }
   return event;
 }

@@ -16,10 +16,15 @@ namespace trainyard {
 // Thread contract: stateless; every function is thread-safe.
 class RankEvents {
  public:
+  // Log messages and a failed rank's stderr tail are cut to this many bytes, so every
+  // event stays well under the controller's 1 MiB per event.
+  static constexpr size_t kMaxMessageBytes = 64 * 1024;
+
   // A RankState event in `state`, reported by `worker`.
   static trainyard::v1::Event State(trainyard::v1::RankState::State state,
                                     const std::string &worker);
-  // A Log event at `level` ("info" for stdout lines, "warn" for stderr).
+  // A Log event at `level` ("info" for stdout lines, "warn" for stderr); a message over
+  // kMaxMessageBytes keeps its first kMaxMessageBytes and says how much was cut.
   static trainyard::v1::Event Log(const std::string &level, std::string message);
   // The final RankState of a rank that ran as `pid` and ended as `exit`:
   //   KILLED, "REASON (HOW)", when the supervisor killed it;

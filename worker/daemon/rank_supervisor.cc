@@ -186,8 +186,10 @@ void RankSupervisor::StartThreads(Rank *rank, const LaunchedProcess &launched) {
 void RankSupervisor::OnStdout(Rank *rank, std::string line) {
   if (line.empty()) return;
   v1::Event event;
+  // A rank reports what a rank may report: a JobStateChange is the controller's, and a
+  // line that parses as one stays a log line.
   if (line.front() == '{' && FromJson(line, &event).ok() &&
-      event.payload_case() != v1::Event::PAYLOAD_NOT_SET) {
+      event.payload_case() != v1::Event::PAYLOAD_NOT_SET && !event.has_job_state()) {
     spdlog::debug("job={} attempt={} rank={} event {}", rank->job_id, rank->attempt, rank->rank,
                   line);
     Emit(rank, std::move(event));

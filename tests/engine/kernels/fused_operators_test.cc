@@ -143,9 +143,14 @@ TEST(FusedOperatorsTest, TracedGroupedExpertsRunAnyRowCountWithTheEagerKernel) {
 TEST(FusedOperatorsTest, SwitchedOffTheTraceHoldsTheCompositeForm) {
   torch::manual_seed(4);
   const auto params = Params({{24, 16}, {16, 24}, {24, 16}});
-  fused::SetEnabled(false);
-  auto traced = Trace(regions::Ffn(), {torch::randn({5, 16})}, params);
-  fused::SetEnabled(true);
+  struct SwitchedOff {
+    SwitchedOff() { fused::SetEnabled(false); }
+    ~SwitchedOff() { fused::SetEnabled(true); }  // also when Trace throws
+  };
+  auto traced = [&] {
+    SwitchedOff off;
+    return Trace(regions::Ffn(), {torch::randn({5, 16})}, params);
+  }();
   const auto kinds = NodeKinds(traced.executable->graph());
   EXPECT_EQ(kinds.count("aten::silu"), 1u);
   for (const auto& [kind, n] : kinds) EXPECT_EQ(kind.rfind("trainyard::", 0), std::string::npos) << kind;

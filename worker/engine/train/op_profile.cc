@@ -1,6 +1,7 @@
 #include "worker/engine/train/op_profile.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <stdexcept>
@@ -26,7 +27,8 @@ struct State {
   at::CallbackHandle handle = 0;
 };
 
-State* g_state = nullptr;  // set and cleared by the profiling thread only
+// Set and cleared by the profiling thread; read by every thread that runs a range.
+std::atomic<State*> g_state{nullptr};
 
 class Context : public at::ObserverContext {
  public:
@@ -35,22 +37,25 @@ class Context : public at::ObserverContext {
 
 std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction&) {
   auto ctx = std::make_unique<Context>();
-  if (g_state != nullptr && std::this_thread::get_id() == g_state->thread) {
+  State* state = g_state.load(std::memory_order_acquire);
+  if (state != nullptr && std::this_thread::get_id() == state->thread) {
     ctx->tracked = true;
-    g_state->stack.push_back({Clock::now(), 0});
+    state->stack.push_back({Clock::now(), 0});
   }
   return ctx;
 }
 
 void OnEnd(const at::RecordFunction& fn, at::ObserverContext* base) {
   auto* ctx = static_cast<Context*>(base);
-  if (ctx == nullptr || !ctx->tracked || g_state == nullptr || g_state->stack.empty()) return;
-  const Frame frame = g_state->stack.back();
-  g_state->stack.pop_back();
+  State* state = g_state.load(std::memory_order_acquire);
+  // Only the profiling thread tracks ranges, so only it touches the state.
+  if (ctx == nullptr || !ctx->tracked || state == nullptr || state->stack.empty()) return;
+  const Frame frame = state->stack.back();
+  state->stack.pop_back();
   const double total = std::chrono::duration<double, std::milli>(Clock::now() - frame.start).count();
-  if (!g_state->stack.empty()) g_state->stack.back().child_ms += total;
+  if (!state->stack.empty()) state->stack.back().child_ms += total;
   const std::string name = fn.name();
-  OpTime& t = g_state->totals[name];
+  OpTime& t = state->totals[name];
   t.name = name;
   ++t.calls;
   t.self_ms += total - frame.child_ms;
@@ -59,17 +64,19 @@ void OnEnd(const at::RecordFunction& fn, at::ObserverContext* base) {
 }  // namespace
 
 void OpProfile::Start() {
-  if (g_state != nullptr) throw std::logic_error("OpProfile::Start: a profile is already running");
-  g_state = new State();
-  g_state->thread = std::this_thread::get_id();
-  g_state->handle = at::addGlobalCallback(at::RecordFunctionCallback(&OnStart, &OnEnd).needsInputs(false));
+  if (g_state.load() != nullptr) throw std::logic_error("OpProfile::Start: a profile is already running");
+  auto* state = new State();
+  state->thread = std::this_thread::get_id();
+  g_state.store(state, std::memory_order_release);
+  state->handle = at::addGlobalCallback(at::RecordFunctionCallback(&OnStart, &OnEnd).needsInputs(false));
 }
 
 std::vector<OpTime> OpProfile::Stop() {
-  if (g_state == nullptr) return {};
-  at::removeCallback(g_state->handle);
-  std::unique_ptr<State> state(g_state);
-  g_state = nullptr;
+  State* raw = g_state.load();
+  if (raw == nullptr) return {};
+  at::removeCallback(raw->handle);
+  g_state.store(nullptr, std::memory_order_release);
+  std::unique_ptr<State> state(raw);
   std::vector<OpTime> out;
   out.reserve(state->totals.size());
   for (auto& [name, t] : state->totals) out.push_back(std::move(t));

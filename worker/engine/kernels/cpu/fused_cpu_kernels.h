@@ -33,7 +33,8 @@
 // graph executor calls it through the dispatcher with its autograd kernel. So the jit
 // backend's step on CPU is the fused step, with the compile layer's guards, keys and
 // side-effect checks unchanged. The regions use them where they apply (see Applies):
-// float32 CPU tensors, switched on, and a CBLAS sgemm in the process. Everywhere else
+// float32 CPU tensors, switched on, and an sgemm in the process (oneDNN's or CBLAS's,
+// cpu_blas.h). Everywhere else
 // (CUDA, where NNC/nvFuser fuse the composite forms; TRAINYARD_FUSED_CPU_KERNELS=0)
 // the regions run their composite form, which stays the reference. The parallel loops
 // are at::parallel_for, which is OpenMP only in TUs compiled with -fopenmp (see
@@ -50,7 +51,7 @@ namespace trainyard::engine::fused {
 // True when the fused kernels may run on `x`.
 bool Applies(const torch::Tensor& x);
 
-// True when the fused kernels are switched on and the process has a CBLAS sgemm: they
+// True when the fused kernels are switched on and the process has an sgemm: they
 // then run on every float32 CPU tensor, eager or traced.
 bool Enabled();
 

@@ -1,0 +1,29 @@
+#include "common/worker_identity.h"
+
+#include "common/spec/spec_error.h"
+
+namespace trainyard {
+namespace {
+
+std::string PrintableProblem(std::string_view value, std::size_t max_bytes, bool allow_empty) {
+  if (value.empty()) return allow_empty ? "" : "is empty";
+  if (value.size() > max_bytes) {
+    return "is " + std::to_string(value.size()) + " bytes, more than the " + std::to_string(max_bytes) +
+           " allowed: " + spec::Quote(value);
+  }
+  for (unsigned char c : value) {
+    if (c == ' ') return "holds a space: " + spec::Quote(value);
+    if (c < 0x21 || c > 0x7e) return "holds a byte that is not printable ASCII: " + spec::Quote(value);
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string WorkerNameProblem(std::string_view name) { return PrintableProblem(name, kMaxWorkerNameBytes, false); }
+
+std::string WorkerAddressProblem(std::string_view address) {
+  return PrintableProblem(address, kMaxWorkerAddressBytes, true);
+}
+
+}  // namespace trainyard
