@@ -9,6 +9,7 @@ MoEImpl::MoEImpl(const ModelConfig& c, ParallelContext ctx, RegionFactory& regio
                  bool plant_side_effect, bool in_block_regions)
     : ctx_(ctx),
       dispatcher_(c.n_routed_experts, ctx.ep_group),
+      regions_(&regions),
       // Under an eager factory the expert region is a plain call, not a reported region.
       expert_factory_(regions.RunsEager() ? &EagerRegionFactory() : &regions),
       expert_key_(regions::FfnKey("expert_ffn", c.dim, c.expert_hidden, /*tp=*/1)),
@@ -33,14 +34,14 @@ MoEImpl::MoEImpl(const ModelConfig& c, ParallelContext ctx, RegionFactory& regio
   // compiles its experts once rather than once per token count. The expert region is
   // made at the first forward, when the rows' device and dtype tell whether the fused
   // CPU kernels apply (one grouped_experts call) or not (one FFN call per expert).
-  const auto& expert_key = expert_key_;
   const auto combine_key = regions::CombineKey(c.dim, c.top_k);
   combine_region_ = own.Make(combine_key, regions::Combine(), layer);
   regions.GraphBreak(router_key,
                      "MoE dispatch: per-expert token counts are read on the host (.tolist) to size the expert "
                      "slices (data-dependent shapes)");
   if (ctx.ep > 1) {
-    regions.GraphBreak(expert_key, "EP all-to-all of per-expert counts and of token rows (collective)");
+    // (The expert region's own break is reported when that region is made, so the
+    // event names its layers.)
     regions.GraphBreak(combine_key, "EP reverse all-to-all of expert outputs (collective)");
   }
   if (ctx.tp > 1) regions.GraphBreak(combine_key, "TP all-reduce of routed + shared expert output (collective)");
@@ -71,6 +72,9 @@ torch::Tensor MoEImpl::RunExperts(const torch::Tensor& rows, const torch::Tensor
     experts_grouped_ = fused::Applies(d.tokens);
     expert_region_ = expert_factory_->Make(expert_key_, experts_grouped_ ? regions::GroupedExpertFfn() : regions::Ffn(),
                                            layer_, /*dynamic=*/{{0, 0}});
+    if (ctx_.ep > 1) {
+      regions_->GraphBreak(expert_key_, "EP all-to-all of per-expert counts and of token rows (collective)");
+    }
   }
   return dispatcher_.Combine(experts->forward(d.tokens, d.plan.local_counts, expert_region_, experts_grouped_),
                              d.plan);

@@ -66,7 +66,8 @@ class MoEImpl : public torch::nn::Module {
  private:
   ParallelContext ctx_;
   ExpertDispatcher dispatcher_;
-  RegionFactory* expert_factory_;  // borrowed: outlives the model
+  RegionFactory* regions_;         // borrowed: outlives the model
+  RegionFactory* expert_factory_;  // regions_, or the eager factory (plain calls)
   compile::RegionKey expert_key_;
   int layer_;
   RegionCall router_region_, combine_region_;
