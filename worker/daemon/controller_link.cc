@@ -120,6 +120,9 @@ void ControllerLink::ServeStream() {
   // once: it starts as soon as gRPC's subchannel reconnects (its backoff is bounded by
   // ChannelArgs), not at the link's next backoff tick after that. Stop cancels it.
   stream.context.set_wait_for_ready(true);
+  // Once per stream (a waiting call is one stream however long the controller is
+  // away), so a worker pointed at the wrong address says what it waits for.
+  spdlog::info("connecting to the controller; waiting for it while it is unreachable");
   stream.rw = stub_->Connect(&stream.context);
   std::thread writer([this, &stream] { WriteLoop(&stream); });
 
