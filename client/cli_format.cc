@@ -185,4 +185,108 @@ std::string FormatError(const absl::Status& status) {
                       status.message());
 }
 
+int QueuePosition(const v1::Job& job, const std::vector<v1::Job>& pending) {
+  // The controller's order: higher priority first, then the earlier submission (ids
+  // are "job-<n>", n increasing; create_time breaks nothing that n does not).
+  auto key = [](const v1::Job& j) {
+    return std::make_pair(-j.spec().job().priority(),
+                          std::make_pair(j.create_time().seconds(), j.create_time().nanos()));
+  };
+  bool found = false;
+  int ahead = 0;
+  for (const v1::Job& other : pending) {
+    if (other.id() == job.id()) {
+      found = true;
+      continue;
+    }
+    if (key(other) < key(job)) ++ahead;
+  }
+  return found ? ahead + 1 : 0;
+}
+
+namespace {
+
+std::string Ordinal(int n) {
+  const char* suffix = "th";
+  if (n % 100 < 11 || n % 100 > 13) {
+    if (n % 10 == 1) suffix = "st";
+    if (n % 10 == 2) suffix = "nd";
+    if (n % 10 == 3) suffix = "rd";
+  }
+  return absl::StrCat(n, suffix);
+}
+
+// "w1×4, w2×2" in first-rank order.
+std::string CountWorkers(const std::vector<std::string>& rank_workers) {
+  std::vector<std::pair<std::string, int>> counts;
+  for (const auto& w : rank_workers) {
+    auto it = std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == w; });
+    if (it == counts.end()) {
+      counts.push_back({w, 1});
+    } else {
+      ++it->second;
+    }
+  }
+  std::vector<std::string> parts;
+  for (const auto& [w, n] : counts) parts.push_back(absl::StrCat(w, "×", n));
+  return absl::StrJoin(parts, ", ");
+}
+
+std::string FormatIn(absl::Duration d) {
+  if (d <= absl::ZeroDuration()) return "now";
+  const int64_t s = absl::ToInt64Seconds(d);
+  if (s < 60) return absl::StrCat("in ", s, "s");
+  if (s < 3600) return absl::StrCat("in ", s / 60, "m", s % 60, "s");
+  return absl::StrCat("in ", s / 3600, "h", (s % 3600) / 60, "m");
+}
+
+}  // namespace
+
+std::string FormatExplain(const v1::Job& job, const std::vector<v1::Job>& pending,
+                          const std::vector<v1::WorkerInfo>& workers, absl::Time now) {
+  std::string out = absl::StrCat(job.id(), "  ", StateName(job.state()), "  priority ",
+                                 job.spec().job().priority(), "  world ", job.world_size(), " (dp ",
+                                 job.spec().parallelism().dp(), " × tp ",
+                                 job.spec().parallelism().tp(), ")\n");
+  if (job.state() != v1::Job::PENDING) {
+    std::vector<std::string> ranks;
+    for (const auto& r : job.placement().ranks()) ranks.push_back(r.worker());
+    if (IsTerminal(job.state())) {
+      absl::StrAppend(&out, "ended:      ", StateName(job.state()),
+                      job.failure_reason().empty() ? "" : absl::StrCat(": ", job.failure_reason()),
+                      "\n");
+    } else {
+      absl::StrAppend(&out, "placed:     attempt ", job.attempt(), " on ",
+                      ranks.empty() ? "(no ranks)" : CountWorkers(ranks), "\n");
+    }
+    return out;
+  }
+  absl::StrAppend(&out, "why:        ", job.pending_reason(), "\n");
+  if (const int pos = QueuePosition(job, pending); pos > 0) {
+    absl::StrAppend(&out, "queue:      ", Ordinal(pos), " of ", pending.size(),
+                    " pending (higher priority first, then submission order)\n");
+  }
+  if (job.has_estimated_start_time()) {
+    const absl::Time start = absl::FromUnixSeconds(job.estimated_start_time().seconds()) +
+                             absl::Nanoseconds(job.estimated_start_time().nanos());
+    absl::StrAppend(&out, "estimated:  start ", absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", start, absl::UTCTimeZone()),
+                    " (", FormatIn(start - now), "), from the running jobs' measured step times "
+                    "and time limits\n");
+  } else {
+    absl::StrAppend(&out, "estimated:  no estimate yet\n");
+  }
+  if (job.reserved_workers_size() > 0) {
+    absl::StrAppend(&out, "reserved:   ",
+                    CountWorkers({job.reserved_workers().begin(), job.reserved_workers().end()}),
+                    " (held for this job; smaller jobs start first only if they leave it alone or end before)\n");
+  }
+  std::vector<std::string> fleet;
+  for (const auto& w : workers) {
+    if (w.connected()) fleet.push_back(absl::StrCat(w.name(), " ", w.free_slots(), "/", w.slots()));
+  }
+  absl::StrAppend(&out, "fleet free: ", fleet.empty() ? "no workers connected" : absl::StrJoin(fleet, ", "),
+                  "\n");
+  return out;
+}
+
 }  // namespace trainyard::cli

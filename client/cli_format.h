@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "absl/status/statusor.h"
 #include "trainyard/v1/job_service.pb.h"
 
@@ -39,5 +40,14 @@ std::string FormatWorkersTable(const std::vector<v1::WorkerInfo>& workers);
 
 // "trainyard: INVALID_ARGUMENT: <message>" (no newline).
 std::string FormatError(const absl::Status& status);
+
+// `trainyard explain`: why `job` is where it is. For a PENDING job: the scheduler's
+// sentence, its place among the `pending` jobs (scheduling order: priority, then
+// submission), its estimated start relative to `now`, the slots reserved for it and the
+// fleet's free slots. For any other state, a line saying where it runs or how it ended.
+std::string FormatExplain(const v1::Job& job, const std::vector<v1::Job>& pending,
+                          const std::vector<v1::WorkerInfo>& workers, absl::Time now);
+// Its 1-based place in scheduling order among `pending`, or 0 when it is not there.
+int QueuePosition(const v1::Job& job, const std::vector<v1::Job>& pending);
 
 }  // namespace trainyard::cli

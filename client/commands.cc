@@ -135,6 +135,22 @@ class Runner {
     return kExitOk;
   }
 
+  int Explain(const std::string& id) {
+    absl::StatusOr<v1::Job> job = client_->GetJob(id);
+    if (!job.ok()) return Fail(job.status());
+    absl::StatusOr<std::vector<v1::Job>> pending = client_->ListJobs({v1::Job::PENDING}, 1000);
+    if (!pending.ok()) return Fail(pending.status());
+    absl::StatusOr<std::vector<v1::WorkerInfo>> workers = client_->ListWorkers();
+    if (!workers.ok()) return Fail(workers.status());
+    if (options_.Json()) {
+      out_ << ToJsonLine(*job) << '\n';
+    } else {
+      out_ << FormatExplain(*job, *pending, *workers, absl::Now());
+    }
+    out_.flush();
+    return kExitOk;
+  }
+
   int Workers() {
     absl::StatusOr<std::vector<v1::WorkerInfo>> workers = client_->ListWorkers();
     if (!workers.ok()) return Fail(workers.status());
@@ -224,6 +240,12 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
   get->add_option("job", job_id, "Job id")->required();
   AddCommonOptions(get, &common);
 
+  CLI::App* explain = app.add_subcommand(
+      "explain", "Why a job waits: the scheduler's reason, queue position, estimated start, "
+                 "reserved slots and the fleet's free slots");
+  explain->add_option("job", job_id, "Job id")->required();
+  AddCommonOptions(explain, &common);
+
   CLI::App* workers = app.add_subcommand("workers", "List workers and their free slots");
   AddCommonOptions(workers, &common);
 
@@ -289,7 +311,7 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
     }
     return RunPreflightCommand(preflight_options, env.launcher, env.clock, *env.out, *env.err);
   }
-  for (CLI::App* sub : {submit, list, get, workers, cancel, watch}) {
+  for (CLI::App* sub : {submit, list, get, explain, workers, cancel, watch}) {
     if (sub->parsed()) common.timeout_given = sub->get_option("--timeout")->count() > 0;
   }
 
@@ -297,6 +319,7 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
   if (submit->parsed()) return runner.Submit(file, sets, wait);
   if (list->parsed()) return runner.List(states, limit);
   if (get->parsed()) return runner.Get(job_id);
+  if (explain->parsed()) return runner.Explain(job_id);
   if (workers->parsed()) return runner.Workers();
   if (cancel->parsed()) return runner.Cancel(job_id, reason);
   if (watch->parsed()) return runner.Watch(job_id, from_seq);

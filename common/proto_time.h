@@ -13,4 +13,9 @@ inline google::protobuf::Timestamp ToProtoTime(absl::Time t) {
   return google::protobuf::util::TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(t));
 }
 
+// A protobuf Timestamp as an absl::Time.
+inline absl::Time FromProtoTime(const google::protobuf::Timestamp& t) {
+  return absl::FromUnixSeconds(t.seconds()) + absl::Nanoseconds(t.nanos());
+}
+
 }  // namespace trainyard

@@ -1,5 +1,6 @@
 #include "server/controller_metrics.h"
 
+#include <algorithm>
 #include <exception>
 #include <vector>
 
@@ -73,6 +74,59 @@ ControllerMetrics::ControllerMetrics()
                           .Name("trainyard_compile_events_total")
                           .Help("Compile-layer events by kind")
                           .Register(*registry_)),
+      step_seconds_family_(BuildGauge()
+                               .Name("trainyard_job_step_seconds")
+                               .Help("Wall time of the last reported optimizer step")
+                               .Register(*registry_)),
+      tokens_total_family_(BuildCounter()
+                               .Name("trainyard_job_tokens_total")
+                               .Help("Tokens trained (all data-parallel ranks), summed over reported steps")
+                               .Register(*registry_)),
+      restarts_family_(BuildCounter()
+                           .Name("trainyard_job_restarts_total")
+                           .Help("Times a job's attempt failed and the job was restarted")
+                           .Register(*registry_)),
+      stalls_family_(BuildCounter()
+                         .Name("trainyard_job_stalls_total")
+                         .Help("Stall events reported for a job (a rank waited past its timeout)")
+                         .Register(*registry_)),
+      recompiles_family_(BuildCounter()
+                             .Name("trainyard_job_recompiles_total")
+                             .Help("Recompiles of a compiled region, by region")
+                             .Register(*registry_)),
+      jobs_family_(BuildGauge()
+                       .Name("trainyard_jobs")
+                       .Help("Jobs the controller knows, by state")
+                       .Register(*registry_)),
+      queue_depth_(BuildGauge()
+                       .Name("trainyard_queue_depth")
+                       .Help("Jobs waiting to be placed (PENDING)")
+                       .Register(*registry_)
+                       .Add({})),
+      scheduling_seconds_(BuildHistogram()
+                              .Name("trainyard_scheduling_latency_seconds")
+                              .Help("Time from a job entering the queue to its placement")
+                              .Register(*registry_)
+                              .Add({}, prometheus::Histogram::BucketBoundaries{
+                                           0.01, 0.1, 0.5, 1, 5, 30, 60, 300, 1800, 3600, 21600})),
+      ingest_seconds_(BuildHistogram()
+                          .Name("trainyard_event_ingest_batch_seconds")
+                          .Help("Wall time of committing one worker event batch to the store")
+                          .Register(*registry_)
+                          .Add({}, prometheus::Histogram::BucketBoundaries{
+                                       0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1})),
+      grpc_started_family_(BuildCounter()
+                               .Name("trainyard_grpc_server_started_total")
+                               .Help("gRPC calls started on the controller")
+                               .Register(*registry_)),
+      grpc_handled_family_(BuildCounter()
+                               .Name("trainyard_grpc_server_handled_total")
+                               .Help("gRPC calls finished on the controller, by status code")
+                               .Register(*registry_)),
+      grpc_seconds_family_(BuildHistogram()
+                               .Name("trainyard_grpc_server_handling_seconds")
+                               .Help("Wall time of unary gRPC calls on the controller")
+                               .Register(*registry_)),
       preflights_family_(BuildCounter()
                              .Name("trainyard_preflights_total")
                              .Help("Compile preflights run before accepting a job, by outcome")
@@ -86,6 +140,7 @@ ControllerMetrics::ControllerMetrics()
   for (int s = v1::Job::PENDING; s <= v1::Job::RESTARTING; ++s) {
     std::string name = absl::AsciiStrToLower(v1::Job::State_Name(static_cast<v1::Job::State>(s)));
     transitions_[s] = &transitions_family_.Add({{"state", name}});
+    jobs_by_state_[s] = &jobs_family_.Add({{"state", name}});
   }
   for (const char* outcome :
        {"clean", "findings", "bad_config", "failed", "timeout", "cancelled", "refused"}) {
@@ -119,6 +174,71 @@ void ControllerMetrics::JobEntered(v1::Job::State state) {
   if (it != transitions_.end()) it->second->Increment();
 }
 
+void ControllerMetrics::JobMoved(v1::Job::State from, v1::Job::State to) {
+  if (from == to) return;
+  if (auto it = jobs_by_state_.find(from); it != jobs_by_state_.end()) it->second->Decrement();
+  if (auto it = jobs_by_state_.find(to); it != jobs_by_state_.end()) it->second->Increment();
+  if (from == v1::Job::PENDING) queue_depth_.Decrement();
+  if (to == v1::Job::PENDING) queue_depth_.Increment();
+}
+
+void ControllerMetrics::JobPlaced(absl::Duration waited) {
+  scheduling_seconds_.Observe(std::max(0.0, absl::ToDoubleSeconds(waited)));
+}
+
+void ControllerMetrics::JobRestarted(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  SeriesLocked(job_id).restarts->Increment();
+}
+
+void ControllerMetrics::StallReported(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  SeriesLocked(job_id).stalls->Increment();
+}
+
+std::pair<std::string, std::string> ControllerMetrics::GrpcLabels(const std::string& full_method) {
+  // "/trainyard.v1.JobService/SubmitJob"; other services (health, reflection) and
+  // unregistered names share one label value so a client cannot grow the series.
+  static const char* const kServices[] = {"trainyard.v1.JobService", "trainyard.v1.WorkerService",
+                                          "grpc.health.v1.Health"};
+  const std::size_t slash = full_method.find('/', 1);
+  if (full_method.size() > 1 && full_method[0] == '/' && slash != std::string::npos &&
+      full_method.size() - slash <= 64) {
+    const std::string service = full_method.substr(1, slash - 1);
+    for (const char* known : kServices) {
+      if (service == known) return {service, full_method.substr(slash + 1)};
+    }
+  }
+  return {"unknown", "unknown"};
+}
+
+void ControllerMetrics::GrpcStarted(const std::string& full_method) {
+  auto [service, method] = GrpcLabels(full_method);
+  grpc_started_family_.Add({{"grpc_service", service}, {"grpc_method", method}}).Increment();
+}
+
+void ControllerMetrics::GrpcHandled(const std::string& full_method, int code, bool unary,
+                                    absl::Duration elapsed) {
+  static const char* const kCodes[] = {
+      "OK",           "CANCELLED",          "UNKNOWN",           "INVALID_ARGUMENT",
+      "DEADLINE_EXCEEDED", "NOT_FOUND",     "ALREADY_EXISTS",    "PERMISSION_DENIED",
+      "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED",    "OUT_OF_RANGE",
+      "UNIMPLEMENTED", "INTERNAL",          "UNAVAILABLE",       "DATA_LOSS",
+      "UNAUTHENTICATED"};
+  auto [service, method] = GrpcLabels(full_method);
+  const std::string code_name = code >= 0 && code <= 16 ? kCodes[code] : "UNKNOWN";
+  grpc_handled_family_
+      .Add({{"grpc_service", service}, {"grpc_method", method}, {"grpc_code", code_name}})
+      .Increment();
+  if (unary) {
+    grpc_seconds_family_
+        .Add({{"grpc_service", service}, {"grpc_method", method}},
+             prometheus::Histogram::BucketBoundaries{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                                     0.05, 0.1, 0.25, 1, 5, 30, 120})
+        .Observe(absl::ToDoubleSeconds(elapsed));
+  }
+}
+
 ControllerMetrics::JobSeries& ControllerMetrics::SeriesLocked(const std::string& job_id) {
   auto [it, inserted] = jobs_.try_emplace(job_id);
   if (inserted) {
@@ -126,6 +246,10 @@ ControllerMetrics::JobSeries& ControllerMetrics::SeriesLocked(const std::string&
     it->second.loss = &loss_family_.Add({{"job_id", job_id}});
     it->second.tokens_per_s = &tokens_family_.Add({{"job_id", job_id}});
     it->second.mfu = &mfu_family_.Add({{"job_id", job_id}});
+    it->second.step_seconds = &step_seconds_family_.Add({{"job_id", job_id}});
+    it->second.tokens = &tokens_total_family_.Add({{"job_id", job_id}});
+    it->second.restarts = &restarts_family_.Add({{"job_id", job_id}});
+    it->second.stalls = &stalls_family_.Add({{"job_id", job_id}});
   }
   return it->second;
 }
@@ -137,6 +261,10 @@ void ControllerMetrics::StepReported(const std::string& job_id, const v1::StepMe
   s.loss->Set(step.loss());
   s.tokens_per_s->Set(step.tokens_per_s());
   s.mfu->Set(step.mfu());
+  s.step_seconds->Set(step.step_ms() / 1000.0);
+  // A rank reports the tokens trained since its previous report (a finite count; a
+  // negative or NaN one from a broken rank is not added).
+  if (step.tokens() > 0) s.tokens->Increment(static_cast<double>(step.tokens()));
 }
 
 void ControllerMetrics::CompileReported(const std::string& job_id,
@@ -150,6 +278,30 @@ void ControllerMetrics::CompileReported(const std::string& job_id,
          {"kind", absl::AsciiStrToLower(v1::CompileEvent::Kind_Name(compile.kind()))}});
   }
   counter->Increment();
+  if (compile.kind() != v1::CompileEvent::RECOMPILE) return;
+  // Region names come from the engine ("layer3.attention"); a job has a few dozen. Cap
+  // the label's length and the number of series per job so a broken rank cannot grow
+  // the registry without bound.
+  constexpr std::size_t kMaxRegionLabel = 96;
+  constexpr std::size_t kMaxRegionsPerJob = 256;
+  std::size_t cut = std::min(compile.region().size(), kMaxRegionLabel);
+  while (cut < compile.region().size() && cut > 0 &&
+         (static_cast<unsigned char>(compile.region()[cut]) & 0xc0) == 0x80) {
+    --cut;  // never split a UTF-8 sequence
+  }
+  std::string region = compile.region().substr(0, cut);
+  if (region.empty()) region = "unnamed";
+  auto it = s.recompiles.find(region);
+  if (it == s.recompiles.end()) {
+    if (s.recompiles.size() >= kMaxRegionsPerJob) region = "other";
+    it = s.recompiles.find(region);
+    if (it == s.recompiles.end()) {
+      it = s.recompiles
+               .emplace(region, &recompiles_family_.Add({{"job_id", job_id}, {"region", region}}))
+               .first;
+    }
+  }
+  it->second->Increment();
 }
 
 void ControllerMetrics::JobEnded(const std::string& job_id, absl::Time now) {
@@ -167,6 +319,11 @@ void ControllerMetrics::Sweep(absl::Time now, absl::Duration grace) {
     loss_family_.Remove(s.loss);
     tokens_family_.Remove(s.tokens_per_s);
     mfu_family_.Remove(s.mfu);
+    step_seconds_family_.Remove(s.step_seconds);
+    tokens_total_family_.Remove(s.tokens);
+    restarts_family_.Remove(s.restarts);
+    stalls_family_.Remove(s.stalls);
+    for (auto& [region, counter] : s.recompiles) recompiles_family_.Remove(counter);
     for (auto& [kind, counter] : s.compile) compile_family_.Remove(counter);
     drop.push_back(job_id);
   }

@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -34,7 +35,21 @@ class ControllerMetrics {
   void JobSubmitted() { submitted_.Increment(); }
   void JobRejected() { rejected_.Increment(); }
   void JobEntered(v1::Job::State state);
+  // Moves one job between the trainyard_jobs{state} gauges (and trainyard_queue_depth,
+  // the PENDING count). `from` is STATE_UNSPECIFIED for a new or recovered job.
+  void JobMoved(v1::Job::State from, v1::Job::State to);
+  // A job was placed, `waited` after it (re-)entered the queue.
+  void JobPlaced(absl::Duration waited);
+  void JobRestarted(const std::string& job_id);
+  void StallReported(const std::string& job_id);
   void EventsIngested(int n) { events_.Increment(n); }
+  // The wall time of committing one worker batch to the store.
+  void IngestBatch(absl::Duration elapsed) { ingest_seconds_.Observe(absl::ToDoubleSeconds(elapsed)); }
+  // gRPC server calls by service, method and final status code (a registered method of
+  // ours, or "unknown"); `elapsed` is observed for unary calls only (a stream's life is
+  // not a latency).
+  void GrpcStarted(const std::string& full_method);
+  void GrpcHandled(const std::string& full_method, int code, bool unary, absl::Duration elapsed);
   // Events not appended: for a job whose stream is closed (reason "job_ended"), or
   // that no worker may send (reason "invalid", request_checks::InvalidEvent).
   void EventsDropped(const std::string& reason, int n);
@@ -55,10 +70,17 @@ class ControllerMetrics {
     prometheus::Gauge* loss = nullptr;
     prometheus::Gauge* tokens_per_s = nullptr;
     prometheus::Gauge* mfu = nullptr;
+    prometheus::Gauge* step_seconds = nullptr;
+    prometheus::Counter* tokens = nullptr;
+    prometheus::Counter* restarts = nullptr;
+    prometheus::Counter* stalls = nullptr;
     absl::flat_hash_map<int, prometheus::Counter*> compile;
+    absl::flat_hash_map<std::string, prometheus::Counter*> recompiles;  // by region
     absl::Time ended = absl::InfiniteFuture();
   };
   JobSeries& SeriesLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The (service, method) labels of a full gRPC method name, bounded to our services.
+  static std::pair<std::string, std::string> GrpcLabels(const std::string& full_method);
 
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<prometheus::Exposer> exposer_;
@@ -75,6 +97,19 @@ class ControllerMetrics {
   prometheus::Family<prometheus::Gauge>& tokens_family_;
   prometheus::Family<prometheus::Gauge>& mfu_family_;
   prometheus::Family<prometheus::Counter>& compile_family_;
+  prometheus::Family<prometheus::Gauge>& step_seconds_family_;
+  prometheus::Family<prometheus::Counter>& tokens_total_family_;
+  prometheus::Family<prometheus::Counter>& restarts_family_;
+  prometheus::Family<prometheus::Counter>& stalls_family_;
+  prometheus::Family<prometheus::Counter>& recompiles_family_;
+  prometheus::Family<prometheus::Gauge>& jobs_family_;
+  absl::flat_hash_map<int, prometheus::Gauge*> jobs_by_state_;
+  prometheus::Gauge& queue_depth_;
+  prometheus::Histogram& scheduling_seconds_;
+  prometheus::Histogram& ingest_seconds_;
+  prometheus::Family<prometheus::Counter>& grpc_started_family_;
+  prometheus::Family<prometheus::Counter>& grpc_handled_family_;
+  prometheus::Family<prometheus::Histogram>& grpc_seconds_family_;
   absl::flat_hash_map<int, prometheus::Counter*> transitions_;
   prometheus::Family<prometheus::Counter>& preflights_family_;
   absl::flat_hash_map<std::string, prometheus::Counter*> preflights_;  // by outcome

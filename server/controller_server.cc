@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/posix_process_launcher.h"  // ExecutableSibling
 #include "common/status_macros.h"
+#include "server/grpc_metrics.h"
 #include "spdlog/spdlog.h"
 
 namespace trainyard {
@@ -68,6 +69,9 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
   builder.RegisterService(s->job_service_.get());
   builder.RegisterService(s->worker_service_.get());
   builder.SetMaxReceiveMessageSize(8 << 20);
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(std::make_unique<GrpcMetricsInterceptorFactory>(s->metrics_.get()));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || s->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("--listen ", options.listen, ": cannot bind"));

@@ -1,9 +1,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "trainyard/v1/spec.pb.h"
 
 namespace trainyard {
@@ -20,12 +22,29 @@ struct QueuedJob {
   int64_t order = 0;  // FIFO position: lower was submitted first
 };
 
+// A job holding slots now, and how long until it gives them back: estimated from its
+// remaining steps and measured step time, bounded by its job.time_limit_s; nullopt
+// when neither is known yet (then its slots are never counted as coming back).
+struct RunningJob {
+  std::string id;
+  std::vector<std::string> rank_workers;  // the worker of each rank it holds
+  std::optional<absl::Duration> remaining;
+};
+
 // For one job: either the worker of every global rank, or why it must wait.
 struct GangDecision {
   std::string job_id;
   bool placed = false;
+  bool backfilled = false;  // placed ahead of a blocked job without delaying it
   std::vector<std::string> rank_workers;  // index = global rank
   std::string pending_reason;
+  // Unplaced jobs: the estimated time from now until it starts (nullopt: cannot be
+  // estimated, because a job it waits for has no time limit and no measured step time,
+  // or the fleet is too small). Placed jobs: zero.
+  std::optional<absl::Duration> estimated_start;
+  // The queue's head when it cannot start: the slots reserved for it at its estimated
+  // start (the worker of each rank). Backfilled jobs never take them.
+  std::vector<std::string> reserved_workers;
 };
 
 // Pure queue-order and placement policy: no I/O, no locks, no clock. Ranks are
@@ -34,7 +53,8 @@ struct GangDecision {
 // gang starts whole or not at all.
 class GangScheduler {
  public:
-  // Places one job against `workers` (not modified).
+  // Places one job against `workers` (not modified). The pending reason is a sentence
+  // about the fleet: "needs 4 slots with TP=2 inside one worker; free: w1=1, w2=1".
   static GangDecision Place(const std::string& job_id, const v1::JobSpec& spec,
                             const std::vector<WorkerSnapshot>& workers);
 
@@ -42,11 +62,17 @@ class GangScheduler {
   // `order` (FIFO).
   static void OrderQueue(std::vector<QueuedJob>* queue);
 
-  // Walks `queue` in order (already sorted by OrderQueue), placing each job and
-  // consuming capacity. Strict order: once a job cannot start, the ones behind it wait
-  // too, so a large job is never starved by a stream of small ones.
-  static std::vector<GangDecision> PlaceQueue(const std::vector<QueuedJob>& queue,
-                                              std::vector<WorkerSnapshot> workers);
+  // EASY backfill over `queue` (sorted by OrderQueue): jobs start in order while they
+  // fit. The first that does not (the head) gets a reservation: the earliest time the
+  // running jobs' estimated ends free a placement for it, and that placement. A later
+  // job may then start now only if it does not delay the head: it ends (by its
+  // job.time_limit_s) before the reservation, or it takes none of the reserved slots.
+  // When the head's start cannot be estimated nothing passes it, so a large job is
+  // never starved. Every unplaced job gets an estimated start from a simulation of the
+  // queue in order over the estimated ends.
+  static std::vector<GangDecision> PlanQueue(const std::vector<QueuedJob>& queue,
+                                             std::vector<WorkerSnapshot> workers,
+                                             const std::vector<RunningJob>& running = {});
 };
 
 }  // namespace trainyard

@@ -1,5 +1,6 @@
 #include "server/job_lifecycle.h"
 
+#include <cmath>
 #include <set>
 #include <utility>
 
@@ -59,6 +60,8 @@ int64_t JobLifecycle::Recover(v1::Job job, const std::vector<v1::Event>& events,
   JobRuntime& rt = jobs_[id];
   rt.job = std::move(job);
   rt.order = next_order_++;
+  rt.queued_at = FromProtoTime(rt.job.create_time());
+  metrics_->JobMoved(v1::Job::STATE_UNSPECIFIED, rt.job.state());
   if (IsTerminal(rt.job.state())) {
     fx->Settle(id);
     return rt.order;
@@ -85,8 +88,11 @@ int64_t JobLifecycle::Recover(v1::Job job, const std::vector<v1::Event>& events,
   if (placement.ranks_size() > 0) {
     workers_->HoldPort(placement.ranks(0).worker(), placement.master_port());
   }
+  rt.attempt_started = clock_->Now();  // not stored: the limit counts from recovery
   for (const auto& e : events) {
-    if (e.has_rank_state() && e.attempt() == rt.job.attempt()) ApplyRankState(rt, e, fx);
+    if (e.attempt() != rt.job.attempt()) continue;
+    if (e.has_rank_state()) ApplyRankState(rt, e, fx);
+    if (e.has_step_metrics()) NoteStep(rt, e.step_metrics());
   }
   return rt.order;
 }
@@ -96,8 +102,10 @@ int64_t JobLifecycle::Add(v1::Job job) {
   JobRuntime& rt = jobs_[id];
   rt.job = std::move(job);
   rt.order = next_order_++;
+  rt.queued_at = clock_->Now();
   metrics_->JobSubmitted();
   metrics_->JobEntered(v1::Job::PENDING);
+  metrics_->JobMoved(v1::Job::STATE_UNSPECIFIED, v1::Job::PENDING);
   spdlog::info("job={} submitted name={} world_size={} owner={}", id,
                rt.job.spec().job().name(), rt.job.world_size(), rt.job.owner());
   return rt.order;
@@ -134,8 +142,52 @@ void JobLifecycle::ApplyEvents(const std::string& job_id,
   if (it == jobs_.end()) return;
   JobRuntime& rt = it->second;
   for (const auto& e : committed) {
-    if (e.has_rank_state() && e.attempt() == rt.job.attempt()) ApplyRankState(rt, e, fx);
+    if (e.attempt() != rt.job.attempt()) continue;
+    if (e.has_rank_state()) ApplyRankState(rt, e, fx);
+    if (e.has_step_metrics()) NoteStep(rt, e.step_metrics());
   }
+}
+
+void JobLifecycle::NoteStep(JobRuntime& rt, const v1::StepMetrics& step) {
+  rt.last_step = std::max(rt.last_step, step.step());
+  if (std::isfinite(step.step_ms()) && step.step_ms() > 0) rt.step_seconds = step.step_ms() / 1000.0;
+}
+
+std::optional<absl::Duration> JobLifecycle::Remaining(const JobRuntime& rt, absl::Time now) const {
+  if (rt.job.state() == v1::Job::RESTARTING || IsTerminal(rt.job.state())) {
+    return absl::ZeroDuration();  // its ranks are being stopped
+  }
+  std::optional<absl::Duration> out;
+  if (rt.step_seconds > 0) {
+    const int64_t left = std::max<int64_t>(0, rt.job.spec().training().steps() - rt.last_step);
+    out = absl::Seconds(static_cast<double>(left) * rt.step_seconds);
+  }
+  if (const int limit = rt.job.spec().job().time_limit_s(); limit > 0) {
+    const absl::Duration by_limit =
+        std::max(absl::ZeroDuration(), rt.attempt_started + absl::Seconds(limit) - now);
+    out = out ? std::min(*out, by_limit) : by_limit;
+  }
+  return out;
+}
+
+void JobLifecycle::EnforceTimeLimits(Effects* fx) {
+  const absl::Time now = clock_->Now();
+  for (auto& [id, rt] : jobs_) {
+    const int limit = rt.job.spec().job().time_limit_s();
+    if (limit <= 0 || !IsActive(rt) || rt.tearing_down) continue;
+    if (now - rt.attempt_started < absl::Seconds(limit)) continue;
+    const std::string why = absl::StrCat("time limit of ", limit, " s reached (job.time_limit_s)");
+    rt.tearing_down = true;
+    SendCancel(rt, why, fx);
+    SetState(rt, v1::Job::FAILED, why, fx);
+  }
+}
+
+void JobLifecycle::FillEstimate(const std::string& id, v1::Job* job) const {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end() || it->second.job.state() != v1::Job::PENDING) return;
+  if (it->second.estimated_start) *job->mutable_estimated_start_time() = ToProtoTime(*it->second.estimated_start);
+  for (const auto& w : it->second.reserved_workers) job->add_reserved_workers(w);
 }
 
 void JobLifecycle::WorkerRegistered(const v1::Register& reg,
@@ -197,13 +249,32 @@ void JobLifecycle::Schedule(Effects* fx) {
   }
   if (queue.empty()) return;
   GangScheduler::OrderQueue(&queue);
-  auto decisions = GangScheduler::PlaceQueue(queue, workers_->ConnectedFree());
+  const absl::Time now = clock_->Now();
+  std::vector<RunningJob> running;
+  for (const auto& [id, rt] : jobs_) {
+    if (rt.live == 0) continue;
+    RunningJob r{id, {}, Remaining(rt, now)};
+    const auto& placement = rt.job.placement();
+    for (size_t rank = 0; rank < rt.ranks.size() && static_cast<int>(rank) < placement.ranks_size(); ++rank) {
+      if (rt.ranks[rank] != RankPhase::kEnded) r.rank_workers.push_back(placement.ranks(rank).worker());
+    }
+    running.push_back(std::move(r));
+  }
+  auto decisions = GangScheduler::PlanQueue(queue, workers_->ConnectedFree(), running);
   for (size_t i = 0; i < decisions.size(); ++i) {
     JobRuntime& rt = jobs_.at(queue[i].id);
     const GangDecision& d = decisions[i];
     if (d.placed) {
+      if (d.backfilled) spdlog::info("job={} backfilled ahead of the queue's head", rt.job.id());
+      rt.estimated_start.reset();
+      rt.reserved_workers.clear();
       StartAttempt(rt, d.rank_workers, fx);
-    } else if (d.pending_reason != rt.job.pending_reason()) {
+      continue;
+    }
+    rt.estimated_start.reset();
+    if (d.estimated_start) rt.estimated_start = now + *d.estimated_start;
+    rt.reserved_workers = d.reserved_workers;
+    if (d.pending_reason != rt.job.pending_reason()) {
       SetState(rt, v1::Job::PENDING, d.pending_reason, fx);
     }
   }
@@ -215,6 +286,11 @@ void JobLifecycle::SetState(JobRuntime& rt, v1::Job::State state, const std::str
                             Effects* fx) {
   const absl::Time now = clock_->Now();
   v1::Job& job = rt.job;
+  metrics_->JobMoved(job.state(), state);
+  if (state == v1::Job::PENDING && job.state() != v1::Job::PENDING) rt.queued_at = now;
+  if (state == v1::Job::RESTARTING && job.state() != v1::Job::RESTARTING) {
+    metrics_->JobRestarted(job.id());
+  }
   job.set_state(state);
   job.set_pending_reason(state == v1::Job::PENDING ? reason : "");
   if (state == v1::Job::RUNNING && !job.has_start_time()) {
@@ -243,6 +319,10 @@ void JobLifecycle::StartAttempt(JobRuntime& rt, const std::vector<std::string>& 
                                 Effects* fx) {
   v1::Job& job = rt.job;
   const int world = static_cast<int>(rank_workers.size());
+  metrics_->JobPlaced(clock_->Now() - rt.queued_at);
+  rt.attempt_started = clock_->Now();
+  rt.last_step = 0;
+  rt.step_seconds = 0;
   job.set_attempt(job.attempt() + 1);
   job.clear_placement();
   std::map<std::string, std::vector<int>> by_worker;

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,9 +66,15 @@ class JobLifecycle {
                         Effects* fx);
   // The registry declared `name` lost: its ranks end, their gangs fail.
   void WorkerLost(const std::string& name, const std::string& why, Effects* fx);
-  // Places pending jobs in queue order (priority, then FIFO) onto free slots; updates
-  // the pending reason of those that must wait.
+  // Places pending jobs onto free slots: in queue order (priority, then FIFO), with EASY
+  // backfill (GangScheduler::PlanQueue) over the running jobs' estimated ends; updates
+  // the pending reason of those that must wait and their estimated start.
   void Schedule(Effects* fx);
+  // Ends FAILED every active job whose attempt has run past its job.time_limit_s.
+  void EnforceTimeLimits(Effects* fx);
+  // The scheduler's view of a PENDING job: its estimated start and the workers reserved
+  // for its ranks (the queue's head only), written into `job`. No-op for other jobs.
+  void FillEstimate(const std::string& id, v1::Job* job) const;
 
  private:
   enum class RankPhase { kAssigned, kRunning, kEnded };
@@ -79,10 +86,20 @@ class JobLifecycle {
     int exited_ok = 0;
     int live = 0;  // ranks holding a slot
     bool tearing_down = false;  // a failure or cancel was sent for this attempt
+    absl::Time queued_at;  // when the job last entered PENDING (scheduling latency)
+    absl::Time attempt_started;  // when the current attempt was placed
+    int64_t last_step = 0;  // of the current attempt, from its StepMetrics
+    double step_seconds = 0;  // the last reported step's wall time; 0: none yet
+    std::optional<absl::Time> estimated_start;  // PENDING: the scheduler's estimate
+    std::vector<std::string> reserved_workers;  // PENDING head: its reservation
   };
+  // How long until an active job's slots free: remaining steps at the measured step
+  // time, bounded by its time limit; nullopt when neither is known.
+  std::optional<absl::Duration> Remaining(const JobRuntime& rt, absl::Time now) const;
 
   static bool IsTerminal(v1::Job::State s);
   static bool IsActive(const JobRuntime& rt);
+  void NoteStep(JobRuntime& rt, const v1::StepMetrics& step);
   void SetState(JobRuntime& rt, v1::Job::State state, const std::string& reason, Effects* fx);
   void StartAttempt(JobRuntime& rt, const std::vector<std::string>& rank_workers, Effects* fx);
   void ApplyRankState(JobRuntime& rt, const v1::Event& event, Effects* fx);

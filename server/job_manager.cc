@@ -118,6 +118,7 @@ v1::Job JobManager::ViewLocked(const std::string& id) {
   const JobView& view = views_.at(id);
   v1::Job out = view.job;
   out.set_last_seq(view.last_seq);
+  lifecycle_.FillEstimate(id, &out);
   return out;
 }
 
@@ -234,6 +235,7 @@ absl::Status JobManager::IngestEvents(int64_t conn, const v1::EventBatch& batch)
   absl::Status status;
   Effects fx;
   std::map<std::string, std::vector<v1::Event>> committed;
+  const absl::Time started = absl::Now();  // wall time, whatever clock_ is
   for (auto& [job_id, events] : by_job) {
     const absl::Time now = clock_->Now();
     for (auto& e : events) {
@@ -248,10 +250,12 @@ absl::Status JobManager::IngestEvents(int64_t conn, const v1::EventBatch& batch)
     for (const auto& e : *stored) {
       if (e.has_step_metrics()) metrics_->StepReported(job_id, e.step_metrics());
       if (e.has_compile()) metrics_->CompileReported(job_id, e.compile());
+      if (e.has_stall()) metrics_->StallReported(job_id);
     }
     fx.Notify(job_id);
     committed[job_id] = std::move(*stored);
   }
+  if (!by_job.empty()) metrics_->IngestBatch(absl::Now() - started);
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [job_id, events] : committed) {
@@ -281,10 +285,11 @@ void JobManager::Tick() {
       absl::MutexLock lock(&mu_);
       std::vector<LostWorker> lost = registry_.Tick(&fx);
       for (const auto& l : lost) lifecycle_.WorkerLost(l.name, l.why, &fx);
-      if (!lost.empty()) {
-        lifecycle_.Schedule(&fx);
-        UpdateSlotMetricsLocked();
-      }
+      lifecycle_.EnforceTimeLimits(&fx);
+      // Every tick: estimates move with time and measured step times, and a job may
+      // now backfill.
+      lifecycle_.Schedule(&fx);
+      UpdateSlotMetricsLocked();
     }
     Run(std::move(fx)).IgnoreError();  // logged by Run
   }

@@ -8,6 +8,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
 #include "server/request_checks.h"
+#include "server/request_parse.h"
 
 namespace trainyard {
 namespace {
@@ -36,7 +37,7 @@ class PreflightSubmitReactor : public grpc::ServerUnaryReactor {
 // Replays stored events from `from_seq`, then follows new ones as the hub signals
 // them; finishes once the job is settled and everything stored has been sent. One
 // write is in flight at a time; new events only wake it.
-class WatchReactor : public grpc::ServerWriteReactor<v1::Event> {
+class WatchReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   WatchReactor(StateStore* store, EventHub* hub, std::string job_id, int64_t from_seq)
       : store_(store), job_id_(std::move(job_id)), next_seq_(std::max<int64_t>(from_seq, 1)),
@@ -98,9 +99,13 @@ class WatchReactor : public grpc::ServerWriteReactor<v1::Event> {
         for (auto& e : *events) buffer_.push_back(std::move(e));
       }
       if (!buffer_.empty()) {
-        current_ = std::move(buffer_.front());
+        const v1::Event event = std::move(buffer_.front());
         buffer_.pop_front();
-        next_seq_ = current_.seq() + 1;
+        next_seq_ = event.seq() + 1;
+        if (auto s = SerializeResponse(event, &current_); !s.ok()) {
+          FinishLocked(ToGrpcStatus(s));
+          return;
+        }
         writing_ = true;
         StartWrite(&current_);
         return;
@@ -128,36 +133,59 @@ class WatchReactor : public grpc::ServerWriteReactor<v1::Event> {
   std::shared_ptr<Link> link_;
   std::unique_ptr<EventHub::Subscription> subscription_;
   std::deque<v1::Event> buffer_ ABSL_GUARDED_BY(mu_);
-  v1::Event current_ ABSL_GUARDED_BY(mu_);
+  grpc::ByteBuffer current_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// A unary method over raw bytes: parse the request, run `handle(request, &response)`
+// and send the response when it succeeded.
+template <class Request, class Response, class Handle>
+grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+                                grpc::ByteBuffer* out, Handle handle) {
+  Request request;
+  if (auto s = ParseRequest(*in, &request); !s.ok()) return Done(ctx, s);
+  Response response;
+  absl::Status status = handle(request, &response);
+  if (status.ok()) status = SerializeResponse(response, out);
+  return Done(ctx, status);
+}
+
+class FailedWatch : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+ public:
+  explicit FailedWatch(const absl::Status& s) { Finish(ToGrpcStatus(s)); }
+  void OnDone() override { delete this; }
 };
 
 }  // namespace
 
 grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext* ctx,
-                                                    const v1::SubmitJobRequest* request,
-                                                    v1::Job* response) {
-  if (!request->spec().compile().preflight()) {
-    auto job = manager_->Submit(request->spec(), kAnonymousOwner);
-    if (job.ok()) *response = std::move(*job);
-    return Done(ctx, job.status());
+                                                    const grpc::ByteBuffer* in,
+                                                    grpc::ByteBuffer* out) {
+  v1::SubmitJobRequest request;
+  if (auto s = ParseRequest(*in, &request); !s.ok()) return Done(ctx, s);
+  if (!request.spec().compile().preflight()) {
+    auto job = manager_->Submit(request.spec(), kAnonymousOwner);
+    absl::Status status = job.status();
+    if (job.ok()) status = SerializeResponse(*job, out);
+    return Done(ctx, status);
   }
   // Refuse what Submit would refuse before spending a preflight on it.
-  v1::JobSpec spec = request->spec();
+  v1::JobSpec spec = request.spec();
   if (auto s = manager_->Validate(&spec); !s.ok()) return Done(ctx, s);
   auto* reactor = new PreflightSubmitReactor();
   auto cancelled = reactor->cancelled();
+  // `out` lives until the call is done, which is after Finish.
   preflight_->Check(
       spec, [cancelled] { return cancelled->load(); },
-      [this, reactor, cancelled, spec, response](absl::Status status) {
+      [this, reactor, cancelled, spec, out](absl::Status status) {
         if (status.ok() && cancelled->load()) {
           status = absl::CancelledError("the client went away during the preflight");
         }
         if (status.ok()) {
           auto job = manager_->Submit(spec, kAnonymousOwner);
-          if (job.ok()) *response = std::move(*job);
           status = job.status();
+          if (job.ok()) status = SerializeResponse(*job, out);
         }
         reactor->Finish(ToGrpcStatus(status));
       });
@@ -165,52 +193,58 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* ctx,
-                                                 const v1::GetJobRequest* request,
-                                                 v1::Job* response) {
-  if (auto s = request_checks::Check(*request); !s.ok()) return Done(ctx, s);
-  auto job = manager_->Get(request->id());
-  if (job.ok()) *response = std::move(*job);
-  return Done(ctx, job.status());
+                                                 const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
+  return Serve<v1::GetJobRequest, v1::Job>(
+      ctx, in, out, [this](const v1::GetJobRequest& request, v1::Job* response) {
+        if (auto s = request_checks::Check(request); !s.ok()) return s;
+        auto job = manager_->Get(request.id());
+        if (job.ok()) *response = std::move(*job);
+        return job.status();
+      });
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* ctx,
-                                                   const v1::ListJobsRequest* request,
-                                                   v1::ListJobsResponse* response) {
-  if (auto s = request_checks::Check(*request); !s.ok()) return Done(ctx, s);
-  std::vector<v1::Job::State> states;
-  for (int s : request->states()) states.push_back(static_cast<v1::Job::State>(s));
-  for (auto& job : manager_->List(states, request->limit())) {
-    *response->add_jobs() = std::move(job);
-  }
-  return Done(ctx, absl::OkStatus());
+                                                   const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
+  return Serve<v1::ListJobsRequest, v1::ListJobsResponse>(
+      ctx, in, out, [this](const v1::ListJobsRequest& request, v1::ListJobsResponse* response) {
+        if (auto s = request_checks::Check(request); !s.ok()) return s;
+        std::vector<v1::Job::State> states;
+        for (int s : request.states()) states.push_back(static_cast<v1::Job::State>(s));
+        for (auto& job : manager_->List(states, request.limit())) {
+          *response->add_jobs() = std::move(job);
+        }
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext* ctx,
-                                                    const v1::CancelJobRequest* request,
-                                                    v1::Job* response) {
-  if (auto s = request_checks::Check(*request); !s.ok()) return Done(ctx, s);
-  auto job = manager_->Cancel(request->id(), request->reason());
-  if (job.ok()) *response = std::move(*job);
-  return Done(ctx, job.status());
+                                                    const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
+  return Serve<v1::CancelJobRequest, v1::Job>(
+      ctx, in, out, [this](const v1::CancelJobRequest& request, v1::Job* response) {
+        if (auto s = request_checks::Check(request); !s.ok()) return s;
+        auto job = manager_->Cancel(request.id(), request.reason());
+        if (job.ok()) *response = std::move(*job);
+        return job.status();
+      });
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::ListWorkers(grpc::CallbackServerContext* ctx,
-                                                      const v1::ListWorkersRequest* request,
-                                                      v1::ListWorkersResponse* response) {
-  for (auto& w : manager_->Workers()) *response->add_workers() = std::move(w);
-  return Done(ctx, absl::OkStatus());
+                                                      const grpc::ByteBuffer* in,
+                                                      grpc::ByteBuffer* out) {
+  return Serve<v1::ListWorkersRequest, v1::ListWorkersResponse>(
+      ctx, in, out, [this](const v1::ListWorkersRequest&, v1::ListWorkersResponse* response) {
+        for (auto& w : manager_->Workers()) *response->add_workers() = std::move(w);
+        return absl::OkStatus();
+      });
 }
 
-grpc::ServerWriteReactor<v1::Event>* JobServiceImpl::WatchJob(
-    grpc::CallbackServerContext* ctx, const v1::WatchJobRequest* request) {
-  class Failed : public grpc::ServerWriteReactor<v1::Event> {
-   public:
-    explicit Failed(const absl::Status& s) { Finish(ToGrpcStatus(s)); }
-    void OnDone() override { delete this; }
-  };
-  if (auto s = request_checks::Check(*request); !s.ok()) return new Failed(s);
-  if (auto job = manager_->Get(request->id()); !job.ok()) return new Failed(job.status());
-  return new WatchReactor(store_, hub_, request->id(), request->from_seq());
+grpc::ServerWriteReactor<grpc::ByteBuffer>* JobServiceImpl::WatchJob(grpc::CallbackServerContext* ctx,
+                                                                     const grpc::ByteBuffer* in) {
+  v1::WatchJobRequest request;
+  if (auto s = ParseRequest(*in, &request); !s.ok()) return new FailedWatch(s);
+  if (auto s = request_checks::Check(request); !s.ok()) return new FailedWatch(s);
+  if (auto job = manager_->Get(request.id()); !job.ok()) return new FailedWatch(job.status());
+  return new WatchReactor(store_, hub_, request.id(), request.from_seq());
 }
 
 }  // namespace trainyard

@@ -13,27 +13,32 @@ namespace trainyard {
 // ingestion. A SubmitJob whose spec sets compile.preflight is validated, then handed
 // to the PreflightGate; the gate's thread creates the job (or not) and finishes the
 // call.
-class JobServiceImpl final : public v1::JobService::CallbackService {
+// Every method takes its request as raw bytes and parses it with ParseRequest, so a
+// malformed request (invalid UTF-8 in a string field) is an INVALID_ARGUMENT naming the
+// field rather than gRPC's empty UNIMPLEMENTED. The wire format is the typed one.
+using JobServiceBase = v1::JobService::WithRawCallbackMethod_SubmitJob<
+    v1::JobService::WithRawCallbackMethod_GetJob<v1::JobService::WithRawCallbackMethod_ListJobs<
+        v1::JobService::WithRawCallbackMethod_CancelJob<v1::JobService::WithRawCallbackMethod_WatchJob<
+            v1::JobService::WithRawCallbackMethod_ListWorkers<v1::JobService::Service>>>>>>;
+
+class JobServiceImpl final : public JobServiceBase {
  public:
   JobServiceImpl(JobManager* manager, StateStore* store, EventHub* hub, PreflightGate* preflight)
       : manager_(manager), store_(store), hub_(hub), preflight_(preflight) {}
 
-  grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* ctx,
-                                      const v1::SubmitJobRequest* request,
-                                      v1::Job* response) override;
-  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* ctx,
-                                   const v1::GetJobRequest* request, v1::Job* response) override;
-  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* ctx,
-                                     const v1::ListJobsRequest* request,
-                                     v1::ListJobsResponse* response) override;
-  grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* ctx,
-                                      const v1::CancelJobRequest* request,
-                                      v1::Job* response) override;
+  grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                   grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ListWorkers(grpc::CallbackServerContext* ctx,
-                                        const v1::ListWorkersRequest* request,
-                                        v1::ListWorkersResponse* response) override;
-  grpc::ServerWriteReactor<v1::Event>* WatchJob(grpc::CallbackServerContext* ctx,
-                                                const v1::WatchJobRequest* request) override;
+                                        const grpc::ByteBuffer* request,
+                                        grpc::ByteBuffer* response) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* WatchJob(grpc::CallbackServerContext* ctx,
+                                                       const grpc::ByteBuffer* request) override;
 
  private:
   JobManager* const manager_;

@@ -6,7 +6,8 @@
 // status message larger than a client's metadata limit.
 //
 // Invalid UTF-8 in a proto3 string field never reaches these checks: protobuf refuses to
-// parse such a message. The JobSpec itself is checked by the spec core (admission).
+// parse such a message, and server/request_parse names the field in INVALID_ARGUMENT.
+// The JobSpec itself is checked by the spec core (admission).
 #pragma once
 
 #include <cstddef>

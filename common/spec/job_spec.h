@@ -16,6 +16,7 @@ namespace trainyard::spec {
 struct JobMeta {
   std::string name = "job";
   int priority = 0;
+  int time_limit_s = 0;  // 0: none
 };
 
 struct ModelSpec {
@@ -123,6 +124,7 @@ template <class Spec, class Visit>
 void ForEachField(Spec& s, Visit&& visit) {
   visit("job", "name", s.job.name);
   visit("job", "priority", s.job.priority);
+  visit("job", "time_limit_s", s.job.time_limit_s);
 
   visit("model", "preset", s.model.preset);
   visit("model", "vocab_size", s.model.vocab_size);

@@ -10,6 +10,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/spec/job_spec.h"
@@ -30,6 +31,10 @@ const std::vector<std::string>& Devices();           // cpu, cuda
 inline constexpr int kMaxWorldSize = 65536;
 inline constexpr std::size_t kMaxNameLength = 128;
 inline constexpr std::size_t kMaxPathLength = 4096;
+
+// Whether `s` is well-formed UTF-8 (no overlong forms, surrogates or code points past
+// U+10FFFF): what proto3 strings, JSON and TOML can carry.
+bool IsUtf8(std::string_view s);
 
 // The first broken rule, in the order of the sections, or nullopt. Kinds: kInvalid
 // for a broken rule, kUnimplemented for a legal setting nothing in this release runs

@@ -1,15 +1,20 @@
 // End to end: the real controller, worker and CLI binaries on loopback, training the
 // debug MoE model with real Gloo ranks.
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -34,6 +39,61 @@ std::vector<json> JsonLines(const std::string& text) {
   std::string line;
   while (std::getline(in, line)) {
     if (!line.empty() && line[0] == '{') out.push_back(json::parse(line));
+  }
+  return out;
+}
+
+// A loopback TCP port that was free a moment ago.
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    if (fd >= 0) close(fd);
+    return 0;
+  }
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// The body of an HTTP/1.0 GET to 127.0.0.1:`port`, or "" when it failed.
+std::string HttpGet(int port, const std::string& target) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    if (fd >= 0) close(fd);
+    return "";
+  }
+  const std::string request = "GET " + target + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
+    close(fd);
+    return "";
+  }
+  std::string response;
+  char buf[4096];
+  for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) response.append(buf, n);
+  close(fd);
+  const size_t body = response.find("\r\n\r\n");
+  return body == std::string::npos ? "" : response.substr(body + 4);
+}
+
+std::string UrlEncode(const std::string& s) {
+  std::string out;
+  char hex[4];
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '_' || c == '-' || c == '.') {
+      out += static_cast<char>(c);
+    } else {
+      std::snprintf(hex, sizeof(hex), "%%%02X", c);
+      out += hex;
+    }
   }
   return out;
 }
@@ -66,10 +126,12 @@ class EndToEndTest : public ::testing::Test {
   // Starts the controller on `listen` with this test's data dir; sets address_.
   void StartController(const std::string& listen) {
     fs::remove(dir_ / "port");
+    if (metrics_port_ == 0) metrics_port_ = FreePort();
     controller_ = std::make_unique<TestProcess>(
         std::vector<std::string>{TRAINYARD_CONTROLLER, "--listen", listen, "--data-dir",
                                  (dir_ / "data").string(), "--port-file",
-                                 (dir_ / "port").string()},
+                                 (dir_ / "port").string(), "--metrics-listen",
+                                 "127.0.0.1:" + std::to_string(metrics_port_)},
         (dir_ / "controller.log").string());
     std::string port = WaitForFile((dir_ / "port").string(), 20000);
     address_ = port.empty() ? "" : "127.0.0.1:" + std::to_string(std::stoi(port));
@@ -170,6 +232,7 @@ class EndToEndTest : public ::testing::Test {
 
   fs::path dir_;
   std::string address_;
+  int metrics_port_ = 0;  // the controller's /metrics
   std::unique_ptr<TestProcess> controller_;
   std::unique_ptr<TestProcess> worker_;
 };
@@ -185,6 +248,79 @@ TEST_F(EndToEndTest, DebugJobOnTwoRanksDataParallelSucceedsAndLearns) {
 TEST_F(EndToEndTest, TensorAndExpertParallelJobSucceedsAndLearns) {
   RunAndCheckTraining({"parallelism.tp=2", "parallelism.ep=2", "model.preset=tiny"});
 }
+
+#ifdef TRAINYARD_PROMETHEUS
+// A real Prometheus (Debian's) scrapes the controller while a job runs; the job's token
+// counter and step read back through Prometheus's HTTP query API equal what the job's
+// own spec says it trained: steps * batch_size * seq_len * dp. log_freq 2 over 5 steps
+// reports at steps 2, 4 and 5, so the counter must count the unreported steps too.
+TEST_F(EndToEndTest, ARealPrometheusReadsTheJobsTokensAndStepFromTheController) {
+  const int prom_port = FreePort();
+  ASSERT_NE(prom_port, 0);
+  const fs::path config = dir_ / "prometheus.yml";
+  {
+    std::ofstream out(config);
+    out << "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+        << "scrape_configs:\n  - job_name: trainyard\n    static_configs:\n"
+        << "      - targets: ['127.0.0.1:" << metrics_port_ << "']\n";
+  }
+  TestProcess prometheus({TRAINYARD_PROMETHEUS, "--config.file=" + config.string(),
+                          "--storage.tsdb.path=" + (dir_ / "tsdb").string(),
+                          "--web.listen-address=127.0.0.1:" + std::to_string(prom_port)},
+                         (dir_ / "prometheus.log").string());
+  const int steps = 5;
+  std::string id = Submit({"training.steps=" + std::to_string(steps), "training.log_freq=2",
+                           "parallelism.dp=2"});
+  ASSERT_FALSE(id.empty());
+  auto watch = Cli({"watch", id, "--output", "json"});
+  ASSERT_EQ(watch.exit_code, 0) << watch.err;
+  auto get = Cli({"get", id, "--output", "json"});
+  ASSERT_EQ(get.exit_code, 0) << get.err;
+  const json job = JsonLines(get.out).at(0);
+  ASSERT_EQ(job.at("state"), "SUCCEEDED");
+  const json& spec = job.at("spec");
+  const int64_t expected_tokens = steps * AsInt(spec.at("training").at("batch_size")) *
+                                  AsInt(spec.at("training").at("seq_len")) *
+                                  AsInt(spec.at("parallelism").at("dp"));
+
+  // Query until a scrape after the job's last report has landed (scrapes are 1 s apart;
+  // the controller keeps a finished job's series for 10 minutes).
+  auto query = [&](const std::string& expr) -> std::optional<double> {
+    const std::string body = HttpGet(prom_port, "/api/v1/query?query=" + UrlEncode(expr));
+    if (body.empty()) return std::nullopt;
+    const json r = json::parse(body, nullptr, false);
+    if (r.is_discarded() || r.value("status", "") != "success") return std::nullopt;
+    const json& result = r.at("data").at("result");
+    if (result.empty()) return std::nullopt;
+    return std::stod(result.at(0).at("value").at(1).get<std::string>());
+  };
+  const std::string selector = "{job_id=\"" + id + "\",job=\"trainyard\"}";
+  std::optional<double> tokens, step, succeeded;
+  for (int i = 0; i < 600; ++i) {
+    tokens = query("trainyard_job_tokens_total" + selector);
+    step = query("trainyard_job_step" + selector);
+    succeeded = query("trainyard_jobs{state=\"succeeded\"}");
+    if (tokens && step && *step == steps && *tokens == static_cast<double>(expected_tokens) &&
+        succeeded == 1.0) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(tokens.has_value()) << "Prometheus never had the series; see " << dir_ / "prometheus.log";
+  EXPECT_EQ(*tokens, static_cast<double>(expected_tokens));
+  ASSERT_TRUE(step.has_value());
+  EXPECT_EQ(*step, steps);
+  // Prometheus's own view of the target: up, and the controller's gRPC and job-state
+  // series arrived with it.
+  EXPECT_EQ(query("up{job=\"trainyard\"}").value_or(-1), 1);
+  EXPECT_EQ(succeeded.value_or(-1), 1);
+  EXPECT_GE(query("sum(trainyard_grpc_server_handled_total{grpc_method=\"SubmitJob\",grpc_code=\"OK\"})")
+                .value_or(-1),
+            1);
+  std::printf("[figures] Prometheus read trainyard_job_tokens_total=%.0f (expected %lld)\n", *tokens,
+              static_cast<long long>(expected_tokens));
+}
+#endif  // TRAINYARD_PROMETHEUS
 
 TEST_F(EndToEndTest, CancelKillsEveryRankOfARunningJob) {
   std::string id = Submit({"training.steps=100000", "parallelism.dp=2"});

@@ -325,13 +325,82 @@ TEST_F(JobLifecycleTest, AdmissionErrorsAreReturnedAndCountedAndCreateNothing) {
   EXPECT_THAT(manager_->List({}, 0), IsEmpty());
 }
 
+// The scheduler's estimates come from the running job's reports: 100 steps, step 40
+// reported at 500 ms a step, so its slot frees in 30 s. The head waiting for it gets
+// that start and the slot as its reservation; a job with a 10 s time limit that fits
+// the other free slot... there is none, so it waits and its start follows the head's.
+TEST_F(JobLifecycleTest, APendingJobsEstimatedStartFollowsTheRunningJobsStepTime) {
+  Conn w1 = Connect("w1", 2);
+  v1::JobSpec long_job = Spec(1);
+  long_job.mutable_training()->set_steps(100);
+  const std::string running = Submit(long_job);
+  Report(w1, running, 1, {0}, v1::RankState::RUNNING);
+  const std::string head = Submit(Spec(2));
+  EXPECT_FALSE(Job(head).has_estimated_start_time());  // no step time yet
+  v1::EventBatch batch;
+  batch.set_batch_id(1000);
+  v1::Event* e = batch.add_events();
+  e->set_job_id(running);
+  e->set_attempt(1);
+  e->set_rank(0);
+  e->set_source_seq(1000);
+  e->mutable_step_metrics()->set_step(40);
+  e->mutable_step_metrics()->set_step_ms(500);
+  ASSERT_TRUE(manager_->IngestEvents(w1.id, batch).ok());
+
+  const v1::Job waiting = Job(head);
+  EXPECT_EQ(waiting.pending_reason(), "needs 2 slots; 1 free: w1=1; reserved to start when " + running + " ends");
+  ASSERT_TRUE(waiting.has_estimated_start_time());
+  EXPECT_EQ(waiting.estimated_start_time().seconds(), absl::ToUnixSeconds(clock_.Now() + absl::Seconds(30)));
+  EXPECT_EQ(std::vector<std::string>(waiting.reserved_workers().begin(), waiting.reserved_workers().end()),
+            (std::vector<std::string>{"w1", "w1"}));
+
+  // A 1-rank job with a 20 s limit ends before the reservation: it backfills now.
+  v1::JobSpec quick = Spec(1);
+  quick.mutable_job()->set_time_limit_s(20);
+  const std::string backfilled = Submit(quick);
+  EXPECT_EQ(Job(backfilled).state(), v1::Job::SCHEDULED);
+  EXPECT_EQ(Job(head).state(), v1::Job::PENDING);
+  // One with a 60 s limit would still hold the slot at 30 s: it waits, and is
+  // estimated to start when the head... cannot know, the head has no limit.
+  quick.mutable_job()->set_time_limit_s(60);
+  const std::string late = Submit(quick);
+  EXPECT_EQ(Job(late).state(), v1::Job::PENDING);
+  EXPECT_EQ(Job(late).pending_reason(), "queued behind " + head + "; needs 1 slots; 0 free: w1=0");
+  EXPECT_FALSE(Job(late).has_estimated_start_time());
+}
+
+TEST_F(JobLifecycleTest, AJobPastItsTimeLimitEndsFailedAndItsRanksAreCancelled) {
+  Conn w1 = Connect("w1", 1);
+  v1::JobSpec spec = Spec(1);
+  spec.mutable_job()->set_time_limit_s(60);
+  const std::string id = Submit(spec);
+  Report(w1, id, 1, {0}, v1::RankState::RUNNING);
+  for (int s : {8, 8, 8, 8, 8, 8, 8, 3}) {  // 59 s, the worker heartbeating
+    clock_.Advance(absl::Seconds(s));
+    manager_->Heartbeat(w1.id, v1::Heartbeat());
+    manager_->Tick();
+  }
+  EXPECT_EQ(Job(id).state(), v1::Job::RUNNING);
+  clock_.Advance(absl::Seconds(1));
+  manager_->Heartbeat(w1.id, v1::Heartbeat());
+  manager_->Tick();
+  EXPECT_EQ(Job(id).state(), v1::Job::FAILED);
+  EXPECT_EQ(Job(id).failure_reason(), "time limit of 60 s reached (job.time_limit_s)");
+  auto cancels = w1.channel->Of(Msg::kCancel);
+  ASSERT_EQ(cancels.size(), 1u);
+  EXPECT_EQ(cancels[0].cancel().job_id(), id);
+}
+
 TEST_F(JobLifecycleTest, HigherPriorityGoesFirstThenFifoAndTheHeadHoldsTheRestBack) {
   Conn w1 = Connect("w1", 1);
   const std::string first = Submit(Spec(1));
   const std::string low = Submit(Spec(1, 1, 0, /*priority=*/0));
   const std::string high = Submit(Spec(1, 1, 0, /*priority=*/5));
-  EXPECT_EQ(Job(high).pending_reason(), "needs 1 slots; 0 free across 1 workers");
-  EXPECT_EQ(Job(low).pending_reason(), "queued behind " + high);
+  EXPECT_EQ(Job(high).pending_reason(),
+            "needs 1 slots; 0 free: w1=0; no start estimate until the jobs it waits for report a "
+            "step time or declare job.time_limit_s");
+  EXPECT_EQ(Job(low).pending_reason(), "queued behind " + high + ", whose start cannot be estimated");
   Report(w1, first, 1, {0}, v1::RankState::EXITED);
   EXPECT_EQ(Job(high).state(), v1::Job::SCHEDULED);
   EXPECT_EQ(Job(low).state(), v1::Job::PENDING);

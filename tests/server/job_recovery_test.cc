@@ -171,7 +171,7 @@ TEST_F(JobRecoveryTest, ARestartingJobIsNotFailedTwiceAndWaitsForSlots) {
   int restarting = 0;
   for (auto s : StoredStates(id)) restarting += s == v1::Job::RESTARTING;
   EXPECT_EQ(restarting, 1);
-  EXPECT_EQ(Job(id).pending_reason(), "needs 2 slots; 1 free across 1 workers");
+  EXPECT_EQ(Job(id).pending_reason(), "needs 2 slots; 1 free: w2=1; the connected workers are too few for it even when idle");
 }
 
 TEST_F(JobRecoveryTest, AWorkerThatNeverComesBackIsLostAfterTheTimeout) {

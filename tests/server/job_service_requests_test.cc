@@ -16,6 +16,7 @@
 #include "tests/fakes/fake_process_launcher.h"
 #include "tests/support/temp_dir.h"
 #include "server/request_checks.h"
+#include "server/request_parse.h"
 #include "trainyard/v1/job_service.grpc.pb.h"
 #include "trainyard/v1/worker_service.grpc.pb.h"
 
@@ -126,6 +127,65 @@ TEST_F(JobServiceRequestsTest, WatchFromANegativeSeqIsRefused) {
   v1::Event e;
   EXPECT_FALSE(reader->Read(&e));
   ExpectRefused(reader->Finish(), "WatchJobRequest.from_seq");
+}
+
+// gRPC's callback API answers an unparseable request with UNIMPLEMENTED and no message;
+// the controller parses requests itself and names the field that is not UTF-8.
+TEST_F(JobServiceRequestsTest, InvalidUtf8InAStringFieldIsRefusedNamingTheField) {
+  const std::string bad("job-\xc3\x28", 6);  // a lead byte followed by a non-continuation
+  {
+    grpc::ClientContext ctx;
+    v1::CancelJobRequest req;
+    req.set_id("job-1");
+    req.set_reason("over \xff\xfe");
+    v1::Job resp;
+    ExpectRefused(jobs_->CancelJob(&ctx, req, &resp), "CancelJobRequest.reason is not valid UTF-8");
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::GetJobRequest req;
+    req.set_id(bad);
+    v1::Job resp;
+    ExpectRefused(jobs_->GetJob(&ctx, req, &resp), "GetJobRequest.id is not valid UTF-8");
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::SubmitJobRequest req;
+    req.mutable_spec()->mutable_model()->set_preset("debug\xed\xa0\x80");  // a surrogate
+    v1::Job resp;
+    ExpectRefused(jobs_->SubmitJob(&ctx, req, &resp),
+                  "SubmitJobRequest.spec.model.preset is not valid UTF-8");
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::WatchJobRequest req;
+    req.set_id(bad);
+    auto reader = jobs_->WatchJob(&ctx, req);
+    v1::Event e;
+    EXPECT_FALSE(reader->Read(&e));
+    ExpectRefused(reader->Finish(), "WatchJobRequest.id is not valid UTF-8");
+  }
+  ExpectListStillWorks();
+}
+
+TEST(RequestParseTest, FindsTheFirstNonUtf8FieldAndNothingInValidMessages) {
+  v1::SubmitJobRequest ok;
+  ok.mutable_spec()->mutable_model()->set_preset("débug");
+  ok.mutable_spec()->mutable_job()->set_name("ünïcode");
+  EXPECT_EQ(FirstNonUtf8Field(*ok.GetDescriptor(), ok.SerializeAsString()), "");
+
+  v1::SubmitJobRequest bad = ok;
+  bad.mutable_spec()->mutable_training()->set_dataset_path(std::string("/data/\xc0\xaf", 8));  // overlong '/'
+  EXPECT_EQ(FirstNonUtf8Field(*bad.GetDescriptor(), bad.SerializeAsString()),
+            "SubmitJobRequest.spec.training.dataset_path");
+  // Bytes that are not a message at all: no field to name, and the parse error says so.
+  EXPECT_EQ(FirstNonUtf8Field(*bad.GetDescriptor(), std::string("\xff\xff\xff", 3)), "");
+  grpc::Slice slice(std::string("\x0a\xff\xff\xff", 4));
+  grpc::ByteBuffer buffer(&slice, 1);
+  v1::SubmitJobRequest out;
+  const absl::Status s = ParseRequest(buffer, &out);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "the request is not a valid trainyard.v1.SubmitJobRequest message");
 }
 
 TEST_F(JobServiceRequestsTest, ListRefusesUnknownOrRepeatedStatesAndLimitsOutOfRange) {

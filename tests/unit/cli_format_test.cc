@@ -132,3 +132,60 @@ TEST(CliFormatTest, ErrorNamesTheCode) {
 
 }  // namespace
 }  // namespace trainyard::cli
+
+namespace trainyard::cli {
+namespace {
+
+v1::Job PendingJob(const std::string& id, int priority, int64_t created) {
+  v1::Job job;
+  job.set_id(id);
+  job.set_state(v1::Job::PENDING);
+  job.set_world_size(4);
+  job.mutable_spec()->mutable_job()->set_priority(priority);
+  job.mutable_spec()->mutable_parallelism()->set_dp(2);
+  job.mutable_spec()->mutable_parallelism()->set_tp(2);
+  job.mutable_create_time()->set_seconds(created);
+  return job;
+}
+
+TEST(CliFormatTest, ExplainShowsTheReasonQueueEstimateReservationAndFleet) {
+  const absl::Time now = absl::FromUnixSeconds(1'800'000'000);
+  v1::Job job = PendingJob("job-7", 0, 100);
+  job.set_pending_reason("needs 4 slots with TP=2 inside one worker; 2 free: w1=1, w2=1; reserved to start when job-3 ends");
+  job.mutable_estimated_start_time()->set_seconds(1'800'000'000 + 252);
+  for (int i = 0; i < 4; ++i) job.add_reserved_workers("w1");
+  // Ahead of it: a higher priority job submitted later; behind: an earlier low one.
+  const std::vector<v1::Job> pending = {PendingJob("job-9", 5, 300), job, PendingJob("job-2", -1, 50)};
+  v1::WorkerInfo w1, w2, gone;
+  w1.set_name("w1"), w1.set_slots(4), w1.set_free_slots(1), w1.set_connected(true);
+  w2.set_name("w2"), w2.set_slots(2), w2.set_free_slots(1), w2.set_connected(true);
+  gone.set_name("w3"), gone.set_connected(false);
+  EXPECT_EQ(QueuePosition(job, pending), 2);
+  EXPECT_EQ(FormatExplain(job, pending, {w1, w2, gone}, now),
+            "job-7  PENDING  priority 0  world 4 (dp 2 × tp 2)\n"
+            "why:        needs 4 slots with TP=2 inside one worker; 2 free: w1=1, w2=1; reserved to "
+            "start when job-3 ends\n"
+            "queue:      2nd of 3 pending (higher priority first, then submission order)\n"
+            "estimated:  start 2027-01-15T08:04:12Z (in 4m12s), from the running jobs' measured step "
+            "times and time limits\n"
+            "reserved:   w1×4 (held for this job; smaller jobs start first only if they leave it "
+            "alone or end before)\n"
+            "fleet free: w1 1/4, w2 1/2\n");
+}
+
+TEST(CliFormatTest, ExplainOfARunningOrEndedJobSaysWhereItIs) {
+  v1::Job job = PendingJob("job-1", 0, 1);
+  job.set_state(v1::Job::RUNNING);
+  job.set_attempt(2);
+  for (const char* w : {"w1", "w1", "w2", "w2"}) job.mutable_placement()->add_ranks()->set_worker(w);
+  EXPECT_EQ(FormatExplain(job, {}, {}, absl::UnixEpoch()),
+            "job-1  RUNNING  priority 0  world 4 (dp 2 × tp 2)\nplaced:     attempt 2 on w1×2, w2×2\n");
+  job.set_state(v1::Job::FAILED);
+  job.set_failure_reason("time limit of 60 s reached (job.time_limit_s)");
+  EXPECT_EQ(FormatExplain(job, {}, {}, absl::UnixEpoch()),
+            "job-1  FAILED  priority 0  world 4 (dp 2 × tp 2)\n"
+            "ended:      FAILED: time limit of 60 s reached (job.time_limit_s)\n");
+}
+
+}  // namespace
+}  // namespace trainyard::cli

@@ -51,7 +51,8 @@ void EventWriter::Step(const StepMetrics& m) {
                         {"data_ms", Number(m.data_ms)},
                         {"peak_rss_mb", Number(m.peak_rss_mb)},
                         {"expert_load", m.expert_load},
-                        {"imbalance", Number(m.imbalance)}});
+                        {"imbalance", Number(m.imbalance)},
+                        {"tokens", m.tokens}});
 }
 
 void EventWriter::Compile(nlohmann::json payload) { Emit("compile", std::move(payload)); }

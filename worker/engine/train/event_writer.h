@@ -27,6 +27,7 @@ struct StepMetrics {
   double peak_rss_mb = 0;
   std::vector<int64_t> expert_load;
   double imbalance = 0;
+  int64_t tokens = 0;  // all DP ranks, since the previous report
 };
 
 class EventWriter {

@@ -132,6 +132,9 @@ std::pair<double, double> Trainer::ClipGradients(double max_norm) {
 
 void Trainer::Run() {
   const TrainingConfig& t = config_.training;
+  // Every step's tokens count, reported or not: a report carries those since the last.
+  int64_t tokens_since_report = 0;
+  const int64_t step_tokens = static_cast<int64_t>(t.batch_size) * t.seq_len * mesh_.context().dp;
   for (int step = 1; step <= t.steps; ++step) {
     StepMetrics m;
     try {
@@ -139,7 +142,12 @@ void Trainer::Run() {
     } catch (const c10::Error& e) {
       throw std::runtime_error("step " + std::to_string(step) + ": " + e.what_without_backtrace());
     }
-    if (mesh_.world().rank() == 0 && (step % t.log_freq == 0 || step == t.steps)) events_.Step(m);
+    tokens_since_report += step_tokens;
+    if (mesh_.world().rank() == 0 && (step % t.log_freq == 0 || step == t.steps)) {
+      m.tokens = tokens_since_report;
+      tokens_since_report = 0;
+      events_.Step(m);
+    }
     if (step % config_.compile.summary_every == 0 || step == t.steps) compile_->Summary();
   }
 }
