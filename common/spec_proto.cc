@@ -115,12 +115,18 @@ absl::Status SpecErrorToStatus(const spec::SpecError& error) {
   return absl::InvalidArgumentError(error.ToString());
 }
 
-absl::StatusOr<v1::JobSpec> ResolveAndValidateProto(const v1::JobSpec& submitted) {
+absl::StatusOr<spec::JobSpec> ResolveAndValidateCore(const v1::JobSpec& submitted) {
   spec::Result<spec::SpecInput> input = InputFromProto(submitted);
   if (!input.ok()) return SpecErrorToStatus(input.error());
   spec::Result<spec::JobSpec> resolved = spec::ResolveAndValidate(input.value());
   if (!resolved.ok()) return SpecErrorToStatus(resolved.error());
-  return ProtoFromSpec(resolved.value());
+  return resolved.value();
+}
+
+absl::StatusOr<v1::JobSpec> ResolveAndValidateProto(const v1::JobSpec& submitted) {
+  absl::StatusOr<spec::JobSpec> core = ResolveAndValidateCore(submitted);
+  if (!core.ok()) return core.status();
+  return ProtoFromSpec(*core);
 }
 
 }  // namespace trainyard

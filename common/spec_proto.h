@@ -30,5 +30,7 @@ absl::Status SpecErrorToStatus(const spec::SpecError& error);
 // and defaults, then every rule of the core (spec::ResolveAndValidate). Fleet checks
 // (slots, devices) are the controller's, on top (server/admission_policy).
 absl::StatusOr<v1::JobSpec> ResolveAndValidateProto(const v1::JobSpec& submitted);
+// The same, as the core's struct.
+absl::StatusOr<spec::JobSpec> ResolveAndValidateCore(const v1::JobSpec& submitted);
 
 }  // namespace trainyard

@@ -15,6 +15,9 @@ struct FleetView {
   // be placed even on this idle fleet would wait forever and, the queue being strict,
   // hold back every job behind it. Empty: only the slot total is checked.
   std::vector<WorkerSnapshot> idle_workers;
+  // The connected worker with the most memory (Register.memory_bytes); 0: none reported.
+  std::string largest_memory_worker;
+  int64_t largest_memory_bytes = 0;
 };
 
 // Admission of a submitted job, in two layers:
@@ -22,7 +25,8 @@ struct FleetView {
 //      applies when it loads the job (spec_agreement_test checks the two agree on
 //      10,000 random specs), so no job is admitted that every rank would refuse;
 //   2. the fleet: the world size dp·tp must fit in the connected slots, and the gang
-//      must be placeable on the idle fleet (a TP group inside one worker); the workers of
+//      must be placeable on the idle fleet (a TP group inside one worker), one rank's
+//      estimated memory (spec::EstimateRankMemory) must fit the largest worker; the workers of
 //      this controller are CPU-only, so resources.device=cuda is refused; they share no
 //      files with the controller, so datasets other than synthetic are refused.
 // Pure: no I/O, no locks, no clock; the only place in server/ that applies spec

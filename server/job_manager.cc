@@ -69,6 +69,7 @@ FleetView JobManager::FleetLocked() {
   FleetView fleet;
   fleet.connected_slots = registry_.ConnectedSlots();
   fleet.idle_workers = registry_.ConnectedTotal();
+  std::tie(fleet.largest_memory_worker, fleet.largest_memory_bytes) = registry_.LargestMemory();
   return fleet;
 }
 

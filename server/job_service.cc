@@ -107,6 +107,8 @@ class WatchReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
           return;
         }
         writing_ = true;
+        // One write in flight, without WriteOptions::set_buffer_hint: a hinted write's
+        // OnWriteDone waits for the flush that only the next write would cause.
         StartWrite(&current_);
         return;
       }

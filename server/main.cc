@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "absl/synchronization/mutex.h"
 #include "common/clock.h"
 #include "common/posix_process_launcher.h"
 #include "server/controller_server.h"
@@ -17,6 +18,10 @@ void OnSignal(int) { g_stop = 1; }
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Debian's absl keeps Mutex deadlock detection on: a lock-order graph updated on every
+  // acquisition, about 3 % of the controller's CPU under watch fan-out (perf, see the
+  // load benchmark in bench/). The tests, which run the controller in-process, keep it.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   trainyard::ControllerOptions options;
   double heartbeat_timeout_s = absl::ToDoubleSeconds(trainyard::JobManagerOptions().heartbeat_timeout);
   double preflight_timeout_s = 300;

@@ -91,6 +91,9 @@ absl::Status Check(const v1::Register& request) {
   if (!device.empty() && device != "cpu" && device != "cuda") {
     return Invalid("Register.device", absl::StrCat("must be \"cpu\" or \"cuda\", got ", spec::Quote(device)));
   }
+  if (request.memory_bytes() < 0) {
+    return Invalid("Register.memory_bytes", absl::StrCat("must be >= 0, got ", request.memory_bytes()));
+  }
   if (request.running_size() > kMaxRunningAttempts) {
     return Invalid("Register.running", absl::StrCat("lists ", request.running_size(), " attempts, more than the ",
                                                     kMaxRunningAttempts, " allowed"));

@@ -140,6 +140,14 @@ int WorkerRegistry::ConnectedSlots() const {
   return total;
 }
 
+std::pair<std::string, int64_t> WorkerRegistry::LargestMemory() const {
+  std::pair<std::string, int64_t> out{"", 0};
+  for (const auto& [name, w] : workers_) {
+    if (w.connected && w.reg.memory_bytes() > out.second) out = {name, w.reg.memory_bytes()};
+  }
+  return out;
+}
+
 std::vector<WorkerSnapshot> WorkerRegistry::ConnectedFree() const {
   std::vector<WorkerSnapshot> out;
   for (const auto& [name, w] : workers_) {

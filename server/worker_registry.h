@@ -62,6 +62,9 @@ class WorkerRegistry {
   void Release(const std::string& worker);
   int FreeSlots(const std::string& worker) const;  // 0 for an unknown worker
   int ConnectedSlots() const;  // all slots of the connected workers
+  // The connected worker that reported the most memory (Register.memory_bytes) and how
+  // much; {"", 0} when none reported any.
+  std::pair<std::string, int64_t> LargestMemory() const;
   // Free slots of each connected worker, by name: the scheduler's input.
   std::vector<WorkerSnapshot> ConnectedFree() const;
   // The connected workers as if idle: every slot free.

@@ -1,5 +1,6 @@
 // The pure policies with plain values: admission and restart. (Queue order lives with
 // the placement policy: gang_scheduler_test.cc.)
+#include <cstdio>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -62,6 +63,35 @@ TEST(AdmissionPolicyTest, AGangThatCannotBePlacedEvenOnAnIdleFleetIsRefused) {
   EXPECT_THAT(std::string(tp4.status().message()),
               HasSubstr("cannot be placed even with every connected worker idle"));
   EXPECT_TRUE(AdmissionPolicy::Admit(Tiny(2, 2), fleet).ok()) << "a TP group of 2 per worker fits";
+}
+
+// dim = 2^30 is refused by the range rule (at most 65536), but dim = 65536 passes every
+// rule and then fails in every rank (tens of GiB of weights and AdamW state): with
+// workers that report their memory, admission refuses it, naming the estimate and the
+// worker.
+TEST(AdmissionPolicyTest, AJobWhoseRankCannotFitTheLargestWorkersMemoryIsRefused) {
+  FleetView fleet = Slots(4);
+  fleet.largest_memory_worker = "w1";
+  fleet.largest_memory_bytes = int64_t{24} << 30;
+  EXPECT_TRUE(AdmissionPolicy::Admit(Tiny(1), fleet).ok());
+  v1::JobSpec huge = Tiny(1);
+  huge.mutable_model()->set_dim(65536);
+  auto unrefused = AdmissionPolicy::Admit(huge, Slots(4));
+  ASSERT_TRUE(unrefused.ok()) << "no memory reported: not refused; " << unrefused.status();
+  auto refused = AdmissionPolicy::Admit(huge, fleet);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("model: one rank needs an estimated "));
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("more than the largest worker has (w1: 24 GiB)"));
+  EXPECT_LE(refused.status().message().size(), 400u);
+  std::printf("[message] %s\n", std::string(refused.status().message()).c_str());
+  // Activation checkpointing or a smaller batch is what saves a long sequence: tiny at
+  // seq_len 65536 needs its n_heads·seq² attention scores per layer.
+  v1::JobSpec long_seq = Tiny(1);
+  long_seq.mutable_training()->set_seq_len(65536);
+  long_seq.mutable_training()->set_batch_size(8);
+  EXPECT_FALSE(AdmissionPolicy::Admit(long_seq, fleet).ok());
 }
 
 TEST(AdmissionPolicyTest, ReturnsTheNormalisedSpec) {

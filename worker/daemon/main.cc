@@ -1,5 +1,6 @@
 // trainyard-worker: runs the ranks the controller assigns to this machine. Flags →
 // Options → wiring; the only place that builds the real clock and process launcher.
+#include <fstream>
 #include <signal.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -20,12 +21,25 @@
 
 namespace {
 
+// MemTotal of /proc/meminfo in bytes, or 0 when it cannot be read.
+int64_t HostMemoryBytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t kb = 0;
+  std::string unit;
+  while (meminfo >> key >> kb >> unit) {
+    if (key == "MemTotal:") return kb * 1024;
+  }
+  return 0;
+}
+
 struct Options {
   std::string controller, name, rank_binary, work_dir;
   std::string address = "127.0.0.1";
   std::string rendezvous_ports = "29500-29999";
   int port_min = 0, port_max = 0;  // parsed from rendezvous_ports
   int slots = 1;
+  double memory_gib = 0;  // 0: MemTotal of /proc/meminfo
   int threads_per_rank = 0;
 };
 
@@ -37,6 +51,11 @@ std::optional<int> ParseFlags(int argc, char **argv, Options &opt) {
   app.add_option("--slots", opt.slots, "Rank processes this worker may run at once")
       ->required()
       ->check(CLI::PositiveNumber);
+  app.add_option("--memory-gib", opt.memory_gib,
+                 "Memory its ranks may use together, reported to the controller, which refuses "
+                 "a job whose estimated per-rank memory exceeds every worker's (default: "
+                 "MemTotal from /proc/meminfo)")
+      ->check(CLI::Range(0.0, 1e9));
   app.add_option("--name", opt.name,
                  "Unique worker name shown by the controller: 1-128 printable ASCII bytes, no spaces")
       ->required();
@@ -118,6 +137,7 @@ int main(int argc, char **argv) {
   reg.set_rendezvous_port_min(opt.port_min);
   reg.set_rendezvous_port_max(opt.port_max);
   reg.set_device("cpu");
+  reg.set_memory_bytes(opt.memory_gib > 0 ? static_cast<int64_t>(opt.memory_gib * (1ull << 30)) : HostMemoryBytes());
   ControllerLink link(link_opt, ControllerLink::MakeChannel(opt.controller), &supervisor, &outbox,
                       clock);
   spdlog::info("worker {} starting: controller={} slots={} rank_binary={} work_dir={} threads={}",

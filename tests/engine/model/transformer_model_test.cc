@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "common/spec/memory_estimate.h"
 #include "worker/engine/config/engine_config.h"
 #include "worker/engine/model/transformer_model.h"
 #include "worker/engine/train/flops_model.h"
@@ -61,6 +62,24 @@ TEST(TransformerModelTest, ParameterNamesFollowTorchtitan) {
   int64_t total = 0;
   for (auto& p : model->parameters()) total += p.numel();
   EXPECT_EQ(FlopsModel::FromConfig(c, 32).total_params, total);
+  // So must the controller's admission estimate (common/spec, no torch), and on one
+  // rank (tp = ep = 1) the rank holds all of it, at 16 bytes each with AdamW.
+  spec::JobSpec js;
+  js.model.vocab_size = c.vocab_size;
+  js.model.dim = c.dim;
+  js.model.n_layers = c.n_layers;
+  js.model.n_dense_layers = c.n_dense_layers;
+  js.model.n_heads = c.n_heads;
+  js.model.n_kv_heads = c.n_kv_heads;
+  js.model.ffn_hidden = c.ffn_hidden;
+  js.model.n_routed_experts = c.n_routed_experts;
+  js.model.top_k = c.top_k;
+  js.model.n_shared_experts = c.n_shared_experts;
+  js.model.expert_hidden = c.expert_hidden;
+  const spec::MemoryEstimate estimate = spec::EstimateRankMemory(js);
+  EXPECT_EQ(estimate.total_params, static_cast<double>(total));
+  EXPECT_EQ(estimate.rank_params, static_cast<double>(total));
+  EXPECT_EQ(estimate.state_bytes, 16.0 * total);
 }
 
 TEST(TransformerModelTest, InitDependsOnlyOnSeed) {
