@@ -1,6 +1,7 @@
 #include "server/worker_service.h"
 
 #include "server/request_checks.h"
+#include "server/request_parse.h"
 
 #include <deque>
 #include <memory>
@@ -14,12 +15,12 @@
 namespace trainyard {
 namespace {
 
-class ConnectReactor : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::ControllerMessage> {
+class ConnectReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   ConnectReactor(JobManager* manager, int64_t conn)
       : manager_(manager), conn_(conn), channel_(std::make_shared<Channel>()) {
     channel_->reactor = this;
-    StartRead(&in_);
+    StartRead(&in_bytes_);
   }
 
   void OnReadDone(bool ok) override {
@@ -30,8 +31,8 @@ class ConnectReactor : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::Con
       if (!writing_) FinishLocked(grpc::Status::OK);
       return;
     }
-    absl::Status status;
-    switch (in_.msg_case()) {
+    absl::Status status = ParseRequest(in_bytes_, &in_);
+    switch (status.ok() ? in_.msg_case() : v1::WorkerMessage::MSG_NOT_SET) {
       case v1::WorkerMessage::kRegister:
         status = request_checks::Check(in_.register_());
         if (status.ok()) status = manager_->RegisterWorker(conn_, in_.register_(), channel_);
@@ -50,7 +51,7 @@ class ConnectReactor : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::Con
         }
         break;
       default:
-        status = absl::InvalidArgumentError("empty WorkerMessage");
+        if (status.ok()) status = absl::InvalidArgumentError("empty WorkerMessage");
     }
     if (!status.ok()) {
       spdlog::warn("worker stream {}: {}", conn_, std::string(status.message()));
@@ -60,7 +61,7 @@ class ConnectReactor : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::Con
       FinishLocked(ToGrpcStatus(status));
       return;
     }
-    StartRead(&in_);
+    StartRead(&in_bytes_);
   }
 
   void OnWriteDone(bool ok) override {
@@ -100,10 +101,15 @@ class ConnectReactor : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::Con
     }
   };
 
-  void Enqueue(v1::ControllerMessage message) {
+  void Enqueue(const v1::ControllerMessage& message) {
+    grpc::ByteBuffer bytes;
+    if (auto s = SerializeResponse(message, &bytes); !s.ok()) {
+      spdlog::error("worker stream {}: {}", conn_, std::string(s.message()));
+      return;
+    }
     absl::MutexLock lock(&mu_);
     if (finished_) return;
-    out_.push_back(std::move(message));
+    out_.push_back(std::move(bytes));
     WriteNextLocked();
   }
 
@@ -122,10 +128,11 @@ class ConnectReactor : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::Con
   JobManager* const manager_;
   const int64_t conn_;
   std::shared_ptr<Channel> channel_;
-  v1::WorkerMessage in_;  // touched only by the read chain
+  grpc::ByteBuffer in_bytes_;  // touched only by the read chain
+  v1::WorkerMessage in_;  // likewise
   bool registered_ = false;  // likewise
   absl::Mutex mu_;
-  std::deque<v1::ControllerMessage> out_ ABSL_GUARDED_BY(mu_);
+  std::deque<grpc::ByteBuffer> out_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
@@ -133,7 +140,7 @@ class ConnectReactor : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::Con
 
 }  // namespace
 
-grpc::ServerBidiReactor<v1::WorkerMessage, v1::ControllerMessage>* WorkerServiceImpl::Connect(
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* WorkerServiceImpl::Connect(
     grpc::CallbackServerContext* ctx) {
   return new ConnectReactor(manager_, next_conn_++);
 }

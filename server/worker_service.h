@@ -10,12 +10,15 @@ namespace trainyard {
 
 // Thin gRPC adapter for WorkerService.Connect: one bidi stream per worker. Reads go to
 // JobManager; the manager writes back through a WorkerChannel that queues onto the
-// stream. An event batch is acknowledged only after the manager committed it.
-class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
+// stream. An event batch is acknowledged only after the manager committed it. The
+// stream carries raw bytes, parsed by server/request_parse, so a message with invalid
+// UTF-8 ends it with INVALID_ARGUMENT naming the field (the wire format is the typed one).
+class WorkerServiceImpl final
+    : public v1::WorkerService::WithRawCallbackMethod_Connect<v1::WorkerService::Service> {
  public:
   explicit WorkerServiceImpl(JobManager* manager) : manager_(manager) {}
 
-  grpc::ServerBidiReactor<v1::WorkerMessage, v1::ControllerMessage>* Connect(
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Connect(
       grpc::CallbackServerContext* ctx) override;
 
  private:

@@ -258,6 +258,9 @@ TEST_F(JobServiceRequestsTest, AWorkerRegisteringWithAMebibyteNameIsRefusedShort
   v1::WorkerMessage bad_device = RegisterMsg("w1");
   bad_device.mutable_register_()->set_device("tpu");
   ExpectRefused(SendAsWorker(channel_, {bad_device}), "Register.device");
+  // Invalid UTF-8 ends the stream naming the field, not with gRPC's empty error.
+  ExpectRefused(SendAsWorker(channel_, {RegisterMsg("w\xff")}),
+                "WorkerMessage.register.name is not valid UTF-8");
   // Nothing was registered.
   grpc::ClientContext ctx;
   v1::ListWorkersResponse workers;
