@@ -2,6 +2,7 @@
 
 #include <google/protobuf/unknown_field_set.h>
 #include <grpcpp/impl/codegen/proto_utils.h>
+#include <grpcpp/support/proto_buffer_reader.h>
 
 #include <vector>
 
@@ -43,6 +44,12 @@ std::string FirstNonUtf8Field(const pb::Descriptor& descriptor, std::string_view
 }
 
 absl::Status ParseRequest(const grpc::ByteBuffer& bytes, pb::Message* message) {
+  {
+    grpc::ByteBuffer view(bytes);  // shares the slices (reference counts), no copy
+    grpc::ProtoBufferReader reader(&view);
+    if (reader.status().ok() && message->ParseFromZeroCopyStream(&reader)) return absl::OkStatus();
+  }
+  // Only a malformed request pays for a flat copy, to find the field to name.
   std::vector<grpc::Slice> slices;
   if (!bytes.Dump(&slices).ok()) {
     return absl::InvalidArgumentError("the request's bytes could not be read");
@@ -50,7 +57,6 @@ absl::Status ParseRequest(const grpc::ByteBuffer& bytes, pb::Message* message) {
   std::string flat;
   flat.reserve(bytes.Length());
   for (const grpc::Slice& s : slices) flat.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  if (message->ParseFromString(flat)) return absl::OkStatus();
   const std::string field = FirstNonUtf8Field(*message->GetDescriptor(), flat);
   if (!field.empty()) {
     return absl::InvalidArgumentError(field + " is not valid UTF-8 (proto3 strings must be)");

@@ -4,24 +4,38 @@
 
 namespace trainyard::spec {
 
+ParameterCounts CountParameters(const ModelSpec& m) {
+  const int64_t d = m.dim, hd = m.head_dim();
+  ParameterCounts c;
+  c.embedding = int64_t{m.vocab_size} * d;
+  c.output = int64_t{m.vocab_size} * d;
+  c.final_norm = d;
+  c.attention = d * (m.n_heads * hd) * 2 + d * (m.n_kv_heads * hd) * 2;
+  c.layer_norms = 2 * d;
+  c.dense_ffn = 3 * d * m.ffn_hidden;
+  c.expert = 3 * d * m.expert_hidden;
+  c.router = d * m.n_routed_experts;
+  c.shared = c.expert * m.n_shared_experts;
+  c.total = c.embedding + c.output + c.final_norm + int64_t{m.n_dense_layers} * c.dense_layer() +
+            int64_t{m.n_moe_layers()} * c.moe_layer(m.n_routed_experts);
+  return c;
+}
+
 MemoryEstimate EstimateRankMemory(const JobSpec& spec) {
   const ModelSpec& m = spec.model;
-  const double d = m.dim, hd = m.head_dim(), vocab = m.vocab_size;
+  const ParameterCounts c = CountParameters(m);
+  const double d = m.dim, vocab = m.vocab_size;
   const double tp = std::max(1, spec.parallelism.tp), ep = std::max(1, spec.parallelism.ep);
-  const double attn = d * (m.n_heads * hd) * 2 + d * (m.n_kv_heads * hd) * 2;
-  const double norms = 2 * d;
-  const double dense_ffn = 3 * d * m.ffn_hidden;
-  const double expert = 3 * d * m.expert_hidden;
-  const double router = d * m.n_routed_experts;
-  const double shared = expert * m.n_shared_experts;
   const double n_moe = m.n_moe_layers(), n_dense = m.n_dense_layers;
-  const double embed_and_output = 2 * vocab * d + d;  // + the final norm
 
   MemoryEstimate e;
-  e.total_params = embed_and_output + n_dense * (attn + norms + dense_ffn) +
-                   n_moe * (attn + norms + router + shared + expert * m.n_routed_experts);
-  e.rank_params = embed_and_output + n_dense * ((attn + dense_ffn) / tp + norms) +
-                  n_moe * ((attn + shared + router) / tp + norms + expert * m.n_routed_experts / ep);
+  e.total_params = static_cast<double>(c.total);
+  // Embedding, head and norms replicated; attention, dense FFN, shared experts and
+  // router split by TP; n_routed_experts / ep routed experts a rank.
+  e.rank_params = static_cast<double>(c.embedding + c.output + c.final_norm) +
+                  n_dense * (static_cast<double>(c.attention + c.dense_ffn) / tp + c.layer_norms) +
+                  n_moe * (static_cast<double>(c.attention + c.shared + c.router) / tp + c.layer_norms +
+                           static_cast<double>(c.expert) * m.n_routed_experts / ep);
   e.state_bytes = e.rank_params * 16;
 
   const double batch = spec.training.batch_size, seq = spec.training.seq_len;

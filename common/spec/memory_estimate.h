@@ -22,6 +22,26 @@
 
 namespace trainyard::spec {
 
+// The model's parameters by part, as the engine's modules hold them (one count, used by
+// engine::FlopsModel and by the estimate below; the engine's test checks it against the
+// real module).
+struct ParameterCounts {
+  int64_t embedding = 0;    // tok_embeddings
+  int64_t output = 0;       // the output head
+  int64_t final_norm = 0;
+  int64_t attention = 0;    // per layer: wq, wk, wv, wo
+  int64_t layer_norms = 0;  // per layer: attention_norm, ffn_norm
+  int64_t dense_ffn = 0;    // per dense layer: w1, w2, w3
+  int64_t expert = 0;       // one routed expert
+  int64_t router = 0;       // per MoE layer
+  int64_t shared = 0;       // per MoE layer: all shared experts
+  int64_t dense_layer() const { return attention + layer_norms + dense_ffn; }
+  int64_t moe_layer(int64_t experts) const { return attention + layer_norms + router + shared + expert * experts; }
+  int64_t total = 0;
+};
+// Fits int64 for every model the rules admit (at most ~1e18 at the largest sizes).
+ParameterCounts CountParameters(const ModelSpec& model);
+
 struct MemoryEstimate {
   double total_params = 0;      // the whole model, as engine::FlopsModel counts it
   double rank_params = 0;       // held by one rank
