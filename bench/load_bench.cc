@@ -163,6 +163,7 @@ int main(int argc, char** argv) {
 
   std::printf("trainyard-load-bench: %u cores, controller pid %d, %d jobs\n",
               std::thread::hardware_concurrency(), controller.pid(), n_jobs);
+  std::fflush(stdout);  // the pid, now, for perf record -p
 
   // ---- ingest ----
   {
