@@ -9,18 +9,22 @@ torch_re='lib(torch|torch_cpu|torch_cuda|c10|c10_cuda)\.so'
 control="$1"
 shift
 [ "$1" = "--" ] && shift
-if ! ldd "$control" | grep -Eq "$torch_re"; then
+# ldd's output is read whole before grep: with pipefail, `ldd | grep -q` fails whenever grep
+# exits at its first match while ldd is still writing (SIGPIPE), which made this check flaky.
+control_libs=$(ldd "$control")
+if ! grep -Eq "$torch_re" <<<"$control_libs"; then
   echo "FAIL: $control does not show LibTorch in ldd; the check cannot see it" >&2
   exit 1
 fi
 status=0
 for bin in "$@"; do
-  if found=$(ldd "$bin" | grep -E "$torch_re"); then
+  libs=$(ldd "$bin")
+  if found=$(grep -E "$torch_re" <<<"$libs"); then
     echo "FAIL: $(basename "$bin") links LibTorch:" >&2
     echo "$found" >&2
     status=1
   else
-    echo "ok: $(basename "$bin") links no LibTorch ($(ldd "$bin" | wc -l) libraries)"
+    echo "ok: $(basename "$bin") links no LibTorch ($(wc -l <<<"$libs") libraries)"
   fi
 done
 exit $status
