@@ -54,6 +54,7 @@ struct TrainingSpec {
   std::string dataset = "synthetic";  // "synthetic" | "text" | "tokens"
   std::string dataset_path;
   int log_freq = 1;
+  int grad_accum_steps = 1;  // micro-batches per optimizer step
 };
 
 struct ParallelismSpec {
@@ -92,6 +93,7 @@ struct CheckpointSpec {
   int interval = 0;  // steps; 0 = off
   int keep = 3;
   std::string initial_load_path;
+  std::string dir;  // where checkpoints go; required when interval > 0
 };
 
 struct ResourcesSpec {
@@ -101,6 +103,9 @@ struct ResourcesSpec {
 
 struct RestartSpec {
   int max_restarts = 0;
+  double backoff_s = 1.0;  // before the first restart; doubles after each
+  int min_dp = 0;  // 0: no elastic shrink
+  double elastic_wait_s = 30.0;
 };
 
 struct JobSpec {
@@ -155,6 +160,7 @@ void ForEachField(Spec& s, Visit&& visit) {
   visit("training", "dataset", s.training.dataset);
   visit("training", "dataset_path", s.training.dataset_path);
   visit("training", "log_freq", s.training.log_freq);
+  visit("training", "grad_accum_steps", s.training.grad_accum_steps);
 
   visit("parallelism", "dp", s.parallelism.dp);
   visit("parallelism", "tp", s.parallelism.tp);
@@ -179,11 +185,15 @@ void ForEachField(Spec& s, Visit&& visit) {
   visit("checkpoint", "interval", s.checkpoint.interval);
   visit("checkpoint", "keep", s.checkpoint.keep);
   visit("checkpoint", "initial_load_path", s.checkpoint.initial_load_path);
+  visit("checkpoint", "dir", s.checkpoint.dir);
 
   visit("resources", "device", s.resources.device);
   visit("resources", "ranks_per_worker", s.resources.ranks_per_worker);
 
   visit("restart", "max_restarts", s.restart.max_restarts);
+  visit("restart", "backoff_s", s.restart.backoff_s);
+  visit("restart", "min_dp", s.restart.min_dp);
+  visit("restart", "elastic_wait_s", s.restart.elastic_wait_s);
 }
 
 }  // namespace trainyard::spec

@@ -146,6 +146,7 @@ Check Training(const TrainingSpec& t, const ModelSpec& m) {
   TY_SPEC_CHECK(OneOf("training.dataset", t.dataset, Datasets()));
   TY_SPEC_CHECK(Path("training.dataset_path", t.dataset_path));
   TY_SPEC_CHECK(IntRange("training.log_freq", t.log_freq, 1, 1000000000));
+  TY_SPEC_CHECK(IntRange("training.grad_accum_steps", t.grad_accum_steps, 1, 1024));
   if (t.dataset != "synthetic" && t.dataset_path.empty()) {
     return Invalid("training.dataset_path", "requires",
                    "training.dataset_path must be set when training.dataset is \"" + t.dataset + "\"");
@@ -251,9 +252,22 @@ Check Rest(const JobSpec& s) {
   TY_SPEC_CHECK(IntRange("checkpoint.interval", ck.interval, 0, 1000000000));
   TY_SPEC_CHECK(IntRange("checkpoint.keep", ck.keep, 0, 1000000));
   TY_SPEC_CHECK(Path("checkpoint.initial_load_path", ck.initial_load_path));
+  TY_SPEC_CHECK(Path("checkpoint.dir", ck.dir));
+  if (ck.interval > 0 && ck.dir.empty()) {
+    return Invalid("checkpoint.dir", "requires",
+                   "checkpoint.dir must be set when checkpoint.interval=" + std::to_string(ck.interval) +
+                       " (a path every worker of the job can reach)");
+  }
+  if (ck.interval > 0 && ck.keep < 1) {
+    return Invalid("checkpoint.keep", "range", "checkpoint.keep must be >= 1 when checkpoints are on, got " +
+                                                    std::to_string(ck.keep));
+  }
   TY_SPEC_CHECK(OneOf("resources.device", s.resources.device, Devices()));
   TY_SPEC_CHECK(IntRange("resources.ranks_per_worker", s.resources.ranks_per_worker, 0, kMaxWorldSize));
   TY_SPEC_CHECK(IntRange("restart.max_restarts", s.restart.max_restarts, 0, 1000));
+  TY_SPEC_CHECK(InRange("restart.backoff_s", s.restart.backoff_s, 0, 3600, /*lo_open=*/false));
+  TY_SPEC_CHECK(IntRange("restart.min_dp", s.restart.min_dp, 0, s.parallelism.dp));
+  TY_SPEC_CHECK(InRange("restart.elastic_wait_s", s.restart.elastic_wait_s, 0, 86400, /*lo_open=*/false));
   return std::nullopt;
 }
 
