@@ -64,6 +64,22 @@ TEST(LaunchSpecBuilderTest, BuildsOneLaunchPerRankInAssignOrder) {
   }
 }
 
+TEST(LaunchSpecBuilderTest, RanksGetTheCheckpointDirAndTheCheckpointToResumeFrom) {
+  v1::Assign assign = MakeAssign();
+  assign.set_checkpoint_dir("/shared/ck/job-9");
+  assign.set_resume_path("/shared/ck/job-9/step-00000010-attempt-3");
+  assign.set_resume_step(10);
+  absl::StatusOr<AttemptLaunch> launch = LaunchSpecBuilder(MakeOptions("/srv/w")).Build(assign);
+  ASSERT_TRUE(launch.ok()) << launch.status();
+  for (const RankLaunch &r : launch->ranks) {
+    const std::vector<std::string> &args = r.request.args;
+    ASSERT_GE(args.size(), 4u);
+    EXPECT_EQ(std::vector<std::string>(args.end() - 4, args.end()),
+              (std::vector<std::string>{"--checkpoint-dir", "/shared/ck/job-9", "--resume",
+                                        "/shared/ck/job-9/step-00000010-attempt-3"}));
+  }
+}
+
 TEST(LaunchSpecBuilderTest, ConfigTextIsTheSpecAsOneJsonLine) {
   v1::Assign assign = MakeAssign();
   assign.mutable_spec()->mutable_training()->set_steps(77);
@@ -97,6 +113,13 @@ TEST(LaunchSpecBuilderTest, RejectsUnsafeJobIdsAndBadRanks) {
       {"rank = world", [](v1::Assign &a) { a.add_ranks(4); }},
       {"negative rank", [](v1::Assign &a) { a.add_ranks(-1); }},
       {"duplicate rank", [](v1::Assign &a) { a.add_ranks(2); }},
+      {"relative resume path", [](v1::Assign &a) { a.set_resume_path("ck/step-1"), a.set_resume_step(1); }},
+      {"resume path with newline", [](v1::Assign &a) { a.set_resume_path("/ck/a\nb"), a.set_resume_step(1); }},
+      {"resume path over 4096 bytes", [](v1::Assign &a) { a.set_resume_path("/" + std::string(4096, 'p')); }},
+      {"resume without a step", [](v1::Assign &a) { a.set_resume_path("/ck/step-1"); }},
+      {"negative resume step", [](v1::Assign &a) { a.set_resume_path("/ck/s"), a.set_resume_step(-3); }},
+      {"relative checkpoint dir", [](v1::Assign &a) { a.set_checkpoint_dir("ck/job-9"); }},
+      {"checkpoint dir with NUL", [](v1::Assign &a) { a.set_checkpoint_dir(std::string("/ck\0x", 5)); }},
   };
   LaunchSpecBuilder builder(MakeOptions("/w"));
   for (const Case &c : cases) {

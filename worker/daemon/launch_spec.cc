@@ -13,6 +13,27 @@ namespace trainyard {
 
 namespace {
 
+constexpr size_t kMaxPathBytes = 4096;
+
+// A path handed to a rank as one argument: bounded, no control characters (a NUL
+// would cut it), absolute (ranks run in their own working directory).
+absl::Status CheckPath(const char *what, const std::string &path) {
+  if (path.empty()) return absl::OkStatus();
+  if (path.size() > kMaxPathBytes || path.front() != '/') {
+    return absl::InvalidArgumentError(absl::StrCat(what, " '", path.substr(0, 100),
+                                                   "' must be an absolute path of at most ",
+                                                   kMaxPathBytes, " bytes"));
+  }
+  for (char c : path) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " '", path.substr(0, 100), "' contains a control character"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // job_id becomes a directory name, so it must not escape work_dir.
 bool SafePathComponent(const std::string &s) {
   if (s.empty() || s == "." || s == ".." || s.size() > 200) return false;
@@ -35,6 +56,12 @@ absl::Status LaunchSpecBuilder::Validate(const v1::Assign &assign) {
   }
   if (assign.ranks().empty() || assign.world_size() <= 0) {
     return absl::InvalidArgumentError("assign has no ranks or world_size <= 0");
+  }
+  if (absl::Status s = CheckPath("resume_path", assign.resume_path()); !s.ok()) return s;
+  if (absl::Status s = CheckPath("checkpoint_dir", assign.checkpoint_dir()); !s.ok()) return s;
+  if (!assign.resume_path().empty() && assign.resume_step() < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("resume_step must be >= 1 with a resume_path, got ", assign.resume_step()));
   }
   std::set<int> seen;
   for (int r : assign.ranks()) {
@@ -67,6 +94,14 @@ absl::StatusOr<AttemptLaunch> LaunchSpecBuilder::Build(const v1::Assign &assign)
                          "--gloo-host",   options_.gloo_host,
                          "--attempt",     std::to_string(assign.attempt()),
                          "--threads",     std::to_string(options_.threads_per_rank)};
+    // Checkpoints of this job go under checkpoint.dir/JOB; a restart resumes from the
+    // newest one the controller recorded.
+    if (!assign.checkpoint_dir().empty()) {
+      rank.request.args.insert(rank.request.args.end(), {"--checkpoint-dir", assign.checkpoint_dir()});
+    }
+    if (!assign.resume_path().empty()) {
+      rank.request.args.insert(rank.request.args.end(), {"--resume", assign.resume_path()});
+    }
     launch.ranks.push_back(std::move(rank));
   }
   return launch;
