@@ -1,0 +1,217 @@
+#include "tests/support/test_cluster.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+namespace trainyard::testing {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+int64_t JsonInt(const json& v) {
+  return v.is_string() ? std::stoll(v.get<std::string>()) : v.get<int64_t>();
+}
+
+std::vector<json> JsonLines(const std::string& text) {
+  std::vector<json> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] != '{') continue;
+    json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_discarded()) out.push_back(std::move(j));  // a line still being written
+  }
+  return out;
+}
+
+int FreeLoopbackPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    if (fd >= 0) close(fd);
+    return 0;
+  }
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// ---- EventFollower ----
+
+EventFollower::EventFollower(const ClusterBinaries& bins, const std::string& address,
+                             const std::string& id, const std::string& log_path)
+    : log_path_(log_path),
+      process_(std::make_unique<TestProcess>(
+          std::vector<std::string>{bins.cli, "watch", id, "--output", "json", "--controller",
+                                   address},
+          log_path)) {}
+
+std::vector<json> EventFollower::Events() const { return JsonLines(ReadFile(log_path_)); }
+
+std::optional<json> EventFollower::WaitFor(const std::function<bool(const json&)>& pred,
+                                           int timeout_ms) const {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < deadline) {
+    for (const json& e : Events()) {
+      if (pred(e)) return e;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return std::nullopt;
+}
+
+std::vector<json> EventFollower::WaitEnd() {
+  process_->Wait();
+  return Events();
+}
+
+// ---- TestCluster ----
+
+TestCluster::TestCluster(ClusterBinaries bins, const std::string& tag) : bins_(std::move(bins)) {
+  dir_ = fs::temp_directory_path() / ("trainyard_" + tag + "_" + std::to_string(getpid()));
+  fs::remove_all(dir_);
+  fs::create_directories(dir_);
+  // A rendezvous port range per test process, so parallel test processes do not collide.
+  next_port_base_ = 33000 + (getpid() % 1500) * 20;
+}
+
+TestCluster::~TestCluster() {
+  workers_.clear();
+  controller_.reset();
+  if (!keep_ && !::testing::Test::HasFailure()) {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+}
+
+bool TestCluster::StartController(const std::vector<std::string>& extra_args) {
+  fs::remove(dir_ / "port");
+  std::vector<std::string> argv = {bins_.controller, "--listen",    "127.0.0.1:0",
+                                   "--data-dir",     (dir_ / "data").string(),
+                                   "--port-file",    (dir_ / "port").string()};
+  argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+  controller_ = std::make_unique<TestProcess>(argv, (dir_ / "controller.log").string());
+  const std::string port = WaitForFile((dir_ / "port").string(), 20000);
+  address_ = port.empty() ? "" : "127.0.0.1:" + std::to_string(std::stoi(port));
+  return !address_.empty();
+}
+
+void TestCluster::StartWorker(const WorkerOptions& options) {
+  std::vector<std::string> argv;
+  if (!options.env.empty()) {
+    argv.push_back("/usr/bin/env");
+    argv.insert(argv.end(), options.env.begin(), options.env.end());
+  }
+  const int base = next_port_base_;
+  next_port_base_ += 10;
+  const std::vector<std::string> worker = {
+      bins_.worker, "--controller", address_, "--slots", std::to_string(options.slots), "--name",
+      options.name, "--rendezvous-ports", std::to_string(base) + "-" + std::to_string(base + 9),
+      "--work-dir", (dir_ / ("worker-" + options.name)).string()};
+  argv.insert(argv.end(), worker.begin(), worker.end());
+  workers_[options.name] =
+      std::make_unique<TestProcess>(argv, (dir_ / ("worker-" + options.name + ".log")).string());
+}
+
+void TestCluster::KillWorker(const std::string& name) {
+  auto it = workers_.find(name);
+  if (it != workers_.end()) it->second->Kill();
+}
+
+bool TestCluster::WaitConnected(const std::vector<std::string>& names, int timeout_ms) {
+  for (int waited = 0; waited < timeout_ms; waited += 100) {
+    const CommandResult r = Cli({"workers", "--output", "json"});
+    size_t connected = 0;
+    for (const json& w : JsonLines(r.out)) {
+      for (const std::string& n : names) {
+        if (w.value("name", "") == n && w.value("connected", false)) ++connected;
+      }
+    }
+    if (r.exit_code == 0 && connected == names.size()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
+CommandResult TestCluster::Cli(std::vector<std::string> args) const {
+  args.insert(args.begin(), bins_.cli);
+  args.push_back("--controller");
+  args.push_back(address_);
+  return RunCommand(args);
+}
+
+std::string TestCluster::Submit(const std::string& job_file,
+                                const std::vector<std::string>& sets) const {
+  std::vector<std::string> args = {"submit", job_file, "--output", "json"};
+  for (const std::string& s : sets) {
+    args.push_back("--set");
+    args.push_back(s);
+  }
+  const CommandResult r = Cli(args);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<json> lines = JsonLines(r.out);
+  if (r.exit_code != 0 || lines.empty()) return "";
+  return lines[0].value("id", "");
+}
+
+json TestCluster::Get(const std::string& id) const {
+  const CommandResult r = Cli({"get", id, "--output", "json"});
+  const std::vector<json> lines = JsonLines(r.out);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return lines.empty() ? json::object() : lines[0];
+}
+
+std::unique_ptr<EventFollower> TestCluster::Follow(const std::string& id,
+                                                   const std::string& log_name) const {
+  return std::make_unique<EventFollower>(bins_, address_, id, (dir_ / log_name).string());
+}
+
+std::map<int64_t, double> LossesByStep(const std::vector<json>& events, int attempt) {
+  std::map<int64_t, double> out;
+  for (const json& e : events) {
+    if (!e.contains("step_metrics")) continue;
+    if (attempt != 0 && e.value("attempt", 0) != attempt) continue;
+    const json& m = e.at("step_metrics");
+    out[JsonInt(m.at("step"))] = m.value("loss", 0.0);
+  }
+  return out;
+}
+
+std::map<int, pid_t> RankPids(const std::vector<json>& events, int attempt,
+                              const std::string& worker) {
+  std::map<int, pid_t> out;
+  for (const json& e : events) {
+    if (!e.contains("rank_state") || e.value("attempt", 0) != attempt) continue;
+    const json& rs = e.at("rank_state");
+    if (rs.value("state", "") != "RUNNING" || rs.value("pid", 0) <= 0) continue;
+    if (!worker.empty() && rs.value("worker", "") != worker) continue;
+    out[e.value("rank", 0)] = rs.value("pid", 0);
+  }
+  return out;
+}
+
+}  // namespace trainyard::testing

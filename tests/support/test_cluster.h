@@ -1,0 +1,104 @@
+// A controller and named workers on loopback for integration tests: the real binaries,
+// each in its own process group, with logs and data under dir(). Jobs are submitted and
+// followed through the real CLI (`trainyard submit/get/watch --output json`).
+//
+// Not thread-safe: one test thread drives it. Everything it started is SIGKILLed when it
+// dies; dir() is removed unless KeepFiles() was called (a failing test keeps its logs).
+#pragma once
+
+#include <sys/types.h>
+
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/test_process.h"
+
+namespace trainyard::testing {
+
+struct ClusterBinaries {
+  std::string controller;
+  std::string worker;
+  std::string cli;
+};
+
+struct WorkerOptions {
+  std::string name;
+  int slots = 1;
+  // NAME=VALUE pairs added to the worker's environment (its ranks inherit them).
+  std::vector<std::string> env;
+};
+
+// proto3 JSON writes 64-bit integers as strings.
+int64_t JsonInt(const nlohmann::json& v);
+// The JSON objects among the lines of `text` (other lines are skipped).
+std::vector<nlohmann::json> JsonLines(const std::string& text);
+// A loopback TCP port that was free a moment ago (0 when none could be bound).
+int FreeLoopbackPort();
+
+// A running `trainyard watch JOB --output json`, read as it grows.
+class EventFollower {
+ public:
+  EventFollower(const ClusterBinaries& bins, const std::string& address, const std::string& id,
+                const std::string& log_path);
+  // Every event written so far.
+  std::vector<nlohmann::json> Events() const;
+  // Waits up to timeout_ms for an event matching `pred` and returns it.
+  std::optional<nlohmann::json> WaitFor(const std::function<bool(const nlohmann::json&)>& pred,
+                                        int timeout_ms) const;
+  // Waits for the watch to end (the job ended) and returns every event.
+  std::vector<nlohmann::json> WaitEnd();
+
+ private:
+  std::string log_path_;
+  std::unique_ptr<TestProcess> process_;
+};
+
+class TestCluster {
+ public:
+  TestCluster(ClusterBinaries bins, const std::string& tag);
+  ~TestCluster();
+
+  const std::filesystem::path& dir() const { return dir_; }
+  const std::string& address() const { return address_; }
+  void KeepFiles() { keep_ = true; }
+
+  // Starts the controller on a free port; false when it did not write its port.
+  bool StartController(const std::vector<std::string>& extra_args = {});
+  void StartWorker(const WorkerOptions& options);
+  // SIGKILLs the worker daemon (not its ranks, which run in their own groups).
+  void KillWorker(const std::string& name);
+  // Waits until `trainyard workers` lists every name as connected.
+  bool WaitConnected(const std::vector<std::string>& names, int timeout_ms);
+
+  CommandResult Cli(std::vector<std::string> args) const;
+  // `trainyard submit FILE --set ...`; returns the job id ("" and a test failure on error).
+  std::string Submit(const std::string& job_file, const std::vector<std::string>& sets) const;
+  // `trainyard get ID --output json`.
+  nlohmann::json Get(const std::string& id) const;
+  std::unique_ptr<EventFollower> Follow(const std::string& id, const std::string& log_name) const;
+
+ private:
+  ClusterBinaries bins_;
+  std::filesystem::path dir_;
+  std::string address_;
+  bool keep_ = false;
+  std::unique_ptr<TestProcess> controller_;
+  std::map<std::string, std::unique_ptr<TestProcess>> workers_;
+  int next_port_base_ = 0;
+};
+
+// Of `events`, the step losses reported by `attempt` (0: any), by step.
+std::map<int64_t, double> LossesByStep(const std::vector<nlohmann::json>& events, int attempt);
+// The pids of the ranks of `attempt` from their RUNNING rank_state events, by rank;
+// with a worker name, only that worker's ranks.
+std::map<int, pid_t> RankPids(const std::vector<nlohmann::json>& events, int attempt,
+                              const std::string& worker = "");
+
+}  // namespace trainyard::testing
