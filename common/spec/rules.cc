@@ -258,8 +258,18 @@ Check Rest(const JobSpec& s) {
                    "checkpoint.dir must be set when checkpoint.interval=" + std::to_string(ck.interval) +
                        " (a path every worker of the job can reach)");
   }
+  if (!ck.dir.empty() && ck.dir.front() != '/') {
+    return Invalid("checkpoint.dir", "requires",
+                   "checkpoint.dir \"" + Quote(ck.dir) +
+                       "\" must be an absolute path (ranks of one job run in different working directories)");
+  }
+  if (!ck.initial_load_path.empty() && ck.initial_load_path.front() != '/') {
+    return Invalid("checkpoint.initial_load_path", "requires",
+                   "checkpoint.initial_load_path \"" + Quote(ck.initial_load_path) +
+                       "\" must be an absolute path (ranks of one job run in different working directories)");
+  }
   if (ck.interval > 0 && ck.keep < 1) {
-    return Invalid("checkpoint.keep", "range", "checkpoint.keep must be >= 1 when checkpoints are on, got " +
+    return Invalid("checkpoint.keep", "requires", "checkpoint.keep must be >= 1 when checkpoints are on, got " +
                                                     std::to_string(ck.keep));
   }
   TY_SPEC_CHECK(OneOf("resources.device", s.resources.device, Devices()));
