@@ -73,7 +73,7 @@ Simulation Simulate(const std::vector<const QueuedJob*>& jobs, Pool pool, std::v
       continue;
     }
     while (true) {
-      GangDecision d = GangScheduler::Place(jobs[j]->id, *jobs[j]->spec, Snapshot(pool));
+      GangDecision d = GangScheduler::PlaceQueued(*jobs[j], Snapshot(pool));
       if (d.placed) {
         sim.starts.push_back(now);
         Take(&pool, d.rank_workers, +1);
@@ -161,6 +161,36 @@ void GangScheduler::OrderQueue(std::vector<QueuedJob>* queue) {
   });
 }
 
+GangDecision GangScheduler::PlaceQueued(const QueuedJob& job, const std::vector<WorkerSnapshot>& workers) {
+  if (job.avoid.empty()) return Place(job.id, *job.spec, workers);
+  auto avoided = [&](const std::string& name) {
+    return std::find(job.avoid.begin(), job.avoid.end(), name) != job.avoid.end();
+  };
+  std::vector<WorkerSnapshot> others;
+  std::vector<std::string> present;
+  for (const auto& w : workers) {
+    if (!avoided(w.name)) {
+      others.push_back(w);
+    } else if (w.free_slots > 0) {
+      present.push_back(w.name);
+    }
+  }
+  GangDecision d = Place(job.id, *job.spec, others);
+  if (d.placed) {
+    d.kept_off = present;
+    return d;
+  }
+  d = Place(job.id, *job.spec, workers);
+  if (d.placed) {
+    for (const auto& w : present) {
+      if (std::find(d.rank_workers.begin(), d.rank_workers.end(), w) != d.rank_workers.end()) {
+        d.placed_on_avoided.push_back(w);
+      }
+    }
+  }
+  return d;
+}
+
 std::vector<GangDecision> GangScheduler::PlanQueue(const std::vector<QueuedJob>& queue,
                                                    std::vector<WorkerSnapshot> workers,
                                                    const std::vector<RunningJob>& running) {
@@ -182,7 +212,7 @@ std::vector<GangDecision> GangScheduler::PlanQueue(const std::vector<QueuedJob>&
   // 1. In order while jobs fit.
   size_t head = 0;
   for (; head < queue.size(); ++head) {
-    GangDecision d = Place(queue[head].id, *queue[head].spec, Snapshot(pool));
+    GangDecision d = PlaceQueued(queue[head], Snapshot(pool));
     if (!d.placed) {
       out[head] = std::move(d);
       break;
@@ -205,7 +235,7 @@ std::vector<GangDecision> GangScheduler::PlanQueue(const std::vector<QueuedJob>&
                         ? std::string("now")
                         : absl::StrCat("when ", reservation.first_waits_for, " ends"));
   } else if (!workers.empty()) {
-    const bool ever = Place(blocked.id, *blocked.spec, Snapshot(capacity)).placed;
+    const bool ever = PlaceQueued(blocked, Snapshot(capacity)).placed;
     absl::StrAppend(&head_decision.pending_reason,
                     ever ? "; no start estimate until the jobs it waits for report a step time "
                            "or declare job.time_limit_s"
@@ -214,7 +244,7 @@ std::vector<GangDecision> GangScheduler::PlanQueue(const std::vector<QueuedJob>&
 
   // 3. Backfill: a later job starts now only if it cannot delay the head.
   for (size_t i = head + 1; i < queue.size(); ++i) {
-    GangDecision d = Place(queue[i].id, *queue[i].spec, Snapshot(pool));
+    GangDecision d = PlaceQueued(queue[i], Snapshot(pool));
     if (!reserved_at) {
       d.placed = false;
       d.pending_reason = absl::StrCat("queued behind ", blocked.id, ", whose start cannot be estimated");

@@ -20,6 +20,9 @@ struct QueuedJob {
   std::string id;
   const v1::JobSpec* spec = nullptr;  // normalised
   int64_t order = 0;  // FIFO position: lower was submitted first
+  // Workers this job's attempts failed on repeatedly: it is placed without them when
+  // it can be, else on them (GangDecision says which).
+  std::vector<std::string> avoid;
 };
 
 // A job holding slots now, and how long until it gives them back: estimated from its
@@ -45,6 +48,10 @@ struct GangDecision {
   // The queue's head when it cannot start: the slots reserved for it at its estimated
   // start (the worker of each rank). Backfilled jobs never take them.
   std::vector<std::string> reserved_workers;
+  // Placed jobs with QueuedJob::avoid: the avoided workers it was kept off, or (when no
+  // placement without them exists) the avoided workers it was placed on anyway.
+  std::vector<std::string> kept_off;
+  std::vector<std::string> placed_on_avoided;
 };
 
 // Pure queue-order and placement policy: no I/O, no locks, no clock. Ranks are
@@ -61,6 +68,9 @@ class GangScheduler {
   // Sorts `queue` into scheduling order: higher spec.job.priority first, then lower
   // `order` (FIFO).
   static void OrderQueue(std::vector<QueuedJob>* queue);
+
+  // Place for a queued job: first without its avoided workers, then with them.
+  static GangDecision PlaceQueued(const QueuedJob& job, const std::vector<WorkerSnapshot>& workers);
 
   // EASY backfill over `queue` (sorted by OrderQueue): jobs start in order while they
   // fit. The first that does not (the head) gets a reservation: the earliest time the

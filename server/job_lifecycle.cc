@@ -68,6 +68,7 @@ int64_t JobLifecycle::Recover(v1::Job job, const std::vector<v1::Event>& events,
   }
   spdlog::info("recovered job={} state={} attempt={}", id, StateName(rt.job.state()),
                rt.job.attempt());
+  RestoreBackoff(rt, events);
   if (!IsActive(rt)) return rt.order;
   // The attempt's ranks may still be running: every rank holds its slot until its
   // stored RankState events (replayed below) or its worker say otherwise, and the
@@ -92,6 +93,7 @@ int64_t JobLifecycle::Recover(v1::Job job, const std::vector<v1::Event>& events,
   for (const auto& e : events) {
     if (e.attempt() != rt.job.attempt()) continue;
     if (e.has_rank_state()) ApplyRankState(rt, e, fx);
+    if (e.has_stall()) ApplyStall(rt, e, fx);
     if (e.has_step_metrics()) NoteStep(rt, e.step_metrics());
   }
   return rt.order;
@@ -136,6 +138,12 @@ absl::Status JobLifecycle::Cancel(const std::string& id, const std::string& reas
   return absl::OkStatus();
 }
 
+std::vector<EventRefusal> JobLifecycle::Screen(const std::string& worker, const std::string& job_id,
+                                               std::vector<v1::Event>* events) const {
+  auto it = jobs_.find(job_id);
+  return it == jobs_.end() ? std::vector<EventRefusal>() : ScreenEvents(it->second.job, worker, events);
+}
+
 void JobLifecycle::ApplyEvents(const std::string& job_id,
                                const std::vector<v1::Event>& committed, Effects* fx) {
   auto it = jobs_.find(job_id);
@@ -144,8 +152,21 @@ void JobLifecycle::ApplyEvents(const std::string& job_id,
   for (const auto& e : committed) {
     if (e.attempt() != rt.job.attempt()) continue;
     if (e.has_rank_state()) ApplyRankState(rt, e, fx);
+    if (e.has_stall()) ApplyStall(rt, e, fx);
+    if (e.has_checkpoint() && RecordCheckpoint(rt, e)) {
+      fx->PutJob(rt.job);
+      spdlog::info("job={} attempt={} checkpoint step={} path={}", job_id, e.attempt(), e.checkpoint().step(),
+                   e.checkpoint().path());
+    }
     if (e.has_step_metrics()) NoteStep(rt, e.step_metrics());
   }
+}
+
+void JobLifecycle::ApplyStall(JobRuntime& rt, const v1::Event& event, Effects* fx) {
+  if (IsTerminal(rt.job.state()) || rt.tearing_down) return;
+  // Blamed on the lagging rank's worker, else the reporter's.
+  std::string blamed = WorkerOf(rt, event.stall().lagging_rank());
+  FailAttempt(rt, StallCause(event), blamed.empty() ? WorkerOf(rt, event.rank()) : blamed, fx);
 }
 
 void JobLifecycle::NoteStep(JobRuntime& rt, const v1::StepMetrics& step) {
@@ -177,6 +198,7 @@ void JobLifecycle::EnforceTimeLimits(Effects* fx) {
     if (limit <= 0 || !IsActive(rt) || rt.tearing_down) continue;
     if (now - rt.attempt_started < absl::Seconds(limit)) continue;
     const std::string why = absl::StrCat("time limit of ", limit, " s reached (job.time_limit_s)");
+    rt.job.add_failure_causes(why);
     rt.tearing_down = true;
     SendCancel(rt, why, fx);
     SetState(rt, v1::Job::FAILED, why, fx);
@@ -221,7 +243,7 @@ void JobLifecycle::WorkerRegistered(const v1::Register& reg,
       if (!IsTerminal(rt.job.state()) && !rt.tearing_down) {
         FailAttempt(rt, absl::StrCat("rank ", r.rank(), " on worker ", reg.name(),
                                      " is gone (the worker restarted)"),
-                    fx);
+                    reg.name(), fx);
       }
     }
   }
@@ -236,20 +258,42 @@ void JobLifecycle::WorkerLost(const std::string& name, const std::string& why, E
       if (!IsTerminal(rt.job.state()) && !rt.tearing_down) {
         FailAttempt(rt, absl::StrCat("worker ", name, " lost (", why, ") running rank ",
                                      r.rank()),
-                    fx);
+                    name, fx);
       }
     }
   }
 }
 
 void JobLifecycle::Schedule(Effects* fx) {
+  const absl::Time now = clock_->Now();
   std::vector<QueuedJob> queue;
+  std::vector<WorkerSnapshot> free;
+  bool free_read = false;
   for (auto& [id, rt] : jobs_) {
-    if (rt.job.state() == v1::Job::PENDING) queue.push_back({id, &rt.job.spec(), rt.order});
+    if (rt.job.state() != v1::Job::PENDING) continue;
+    rt.layout.reset();
+    if (now < rt.not_before) {  // backing off: not a candidate, and holds nobody back
+      rt.estimated_start.reset();
+      rt.reserved_workers.clear();
+      if (std::string why = RestartPendingReason(rt, now); why != rt.job.pending_reason()) {
+        SetState(rt, v1::Job::PENDING, why, fx);
+      }
+      continue;
+    }
+    QueuedJob q{id, &rt.job.spec(), rt.order, AvoidedWorkers(rt)};
+    if (std::optional<absl::Time> from = ElasticFrom(rt); from && now >= *from) {
+      if (!free_read) free = workers_->ConnectedFree();
+      free_read = true;
+      // The full dp first: a gang grows back once slots return.
+      if (!GangScheduler::PlaceQueued(q, free).placed) {
+        rt.layout = ElasticPolicy::Shrink(id, rt.job.spec(), free);
+        if (rt.layout) q.spec = &rt.layout->spec;
+      }
+    }
+    queue.push_back(std::move(q));
   }
   if (queue.empty()) return;
   GangScheduler::OrderQueue(&queue);
-  const absl::Time now = clock_->Now();
   std::vector<RunningJob> running;
   for (const auto& [id, rt] : jobs_) {
     if (rt.live == 0) continue;
@@ -268,15 +312,18 @@ void JobLifecycle::Schedule(Effects* fx) {
       if (d.backfilled) spdlog::info("job={} backfilled ahead of the queue's head", rt.job.id());
       rt.estimated_start.reset();
       rt.reserved_workers.clear();
-      StartAttempt(rt, d.rank_workers, fx);
+      StartAttempt(rt, d, fx);
       continue;
     }
     rt.estimated_start.reset();
     if (d.estimated_start) rt.estimated_start = now + *d.estimated_start;
     rt.reserved_workers = d.reserved_workers;
-    if (d.pending_reason != rt.job.pending_reason()) {
-      SetState(rt, v1::Job::PENDING, d.pending_reason, fx);
+    std::string why = d.pending_reason;
+    if (std::optional<absl::Time> from = ElasticFrom(rt); from && now < *from) {
+      absl::StrAppend(&why, "; elastic: may restart at dp >= ", rt.job.spec().restart().min_dp(), " from ",
+                      absl::FormatTime("%Y-%m-%dT%H:%M:%E*SZ", *from, absl::UTCTimeZone()));
     }
+    if (why != rt.job.pending_reason()) SetState(rt, v1::Job::PENDING, why, fx);
   }
 }
 
@@ -315,15 +362,17 @@ void JobLifecycle::SetState(JobRuntime& rt, v1::Job::State state, const std::str
   }
 }
 
-void JobLifecycle::StartAttempt(JobRuntime& rt, const std::vector<std::string>& rank_workers,
-                                Effects* fx) {
+void JobLifecycle::StartAttempt(JobRuntime& rt, const GangDecision& decision, Effects* fx) {
   v1::Job& job = rt.job;
+  const std::vector<std::string>& rank_workers = decision.rank_workers;
   const int world = static_cast<int>(rank_workers.size());
+  const std::string note = PlacementNote(rt, decision, clock_->Now());
   metrics_->JobPlaced(clock_->Now() - rt.queued_at);
   rt.attempt_started = clock_->Now();
   rt.last_step = 0;
   rt.step_seconds = 0;
   job.set_attempt(job.attempt() + 1);
+  job.set_world_size(world);  // the spec's dp·tp, or the elastic layout's
   job.clear_placement();
   std::map<std::string, std::vector<int>> by_worker;
   for (int r = 0; r < world; ++r) {
@@ -345,20 +394,9 @@ void JobLifecycle::StartAttempt(JobRuntime& rt, const std::vector<std::string>& 
   for (const auto& [name, ranks] : by_worker) {
     parts.push_back(absl::StrCat(name, "×", ranks.size()));
   }
-  SetState(rt, v1::Job::SCHEDULED, absl::StrCat("placed on ", absl::StrJoin(parts, ", ")), fx);
+  SetState(rt, v1::Job::SCHEDULED, absl::StrCat("placed on ", absl::StrJoin(parts, ", "), note), fx);
   // Recorded after the SCHEDULED writes, so they go out once those are committed.
-  for (const auto& [name, ranks] : by_worker) {
-    v1::ControllerMessage msg;
-    auto* assign = msg.mutable_assign();
-    assign->set_job_id(job.id());
-    assign->set_attempt(job.attempt());
-    *assign->mutable_spec() = job.spec();
-    assign->set_world_size(world);
-    for (int r : ranks) assign->add_ranks(r);
-    assign->set_master_addr(job.placement().master_addr());
-    assign->set_master_port(job.placement().master_port());
-    fx->Send(workers_->Channel(name), std::move(msg));
-  }
+  for (const auto& [name, ranks] : by_worker) fx->Send(workers_->Channel(name), AssignFor(rt, ranks));
 }
 
 void JobLifecycle::ApplyRankState(JobRuntime& rt, const v1::Event& event, Effects* fx) {
@@ -391,7 +429,7 @@ void JobLifecycle::ApplyRankState(JobRuntime& rt, const v1::Event& event, Effect
       RankEnded(rt, r, fx);
       if (!IsTerminal(rt.job.state()) && !rt.tearing_down) {
         const char* what = rs.state() == v1::RankState::FAILED ? " failed: " : " was killed: ";
-        FailAttempt(rt, absl::StrCat(where, what, rs.message()), fx);
+        FailAttempt(rt, absl::StrCat(where, what, rs.message()), WorkerOf(rt, r), fx);
       }
       break;
     }
@@ -413,18 +451,24 @@ void JobLifecycle::RankEnded(JobRuntime& rt, int rank, Effects* fx) {
   if (IsTerminal(rt.job.state())) {
     fx->Settle(rt.job.id());
   } else if (rt.job.state() == v1::Job::RESTARTING) {
-    SetState(rt, v1::Job::PENDING, "restarting: waiting for slots", fx);
+    SetState(rt, v1::Job::PENDING, RestartPendingReason(rt, clock_->Now()), fx);
   }
 }
 
-void JobLifecycle::FailAttempt(JobRuntime& rt, const std::string& cause, Effects* fx) {
+void JobLifecycle::FailAttempt(JobRuntime& rt, const std::string& cause, const std::string& worker,
+                               Effects* fx) {
   rt.tearing_down = true;
   SendCancel(rt, cause, fx);
-  const RestartDecision d =
-      RestartPolicy::Decide(rt.job.spec().restart(), rt.job.attempt() - 1, cause);
+  if (!worker.empty()) ++rt.failures_on[worker];
+  std::vector<std::string> causes(rt.job.failure_causes().begin(), rt.job.failure_causes().end());
+  RestartPolicy::AppendCause(cause, &causes);
+  rt.job.mutable_failure_causes()->Assign(causes.begin(), causes.end());
+  const RestartDecision d = RestartPolicy::Decide(rt.job.spec().restart(), rt.job.attempt() - 1, causes);
   if (d.restart) {
+    const absl::Time now = clock_->Now();
+    rt.not_before = now + d.backoff;
     SetState(rt, v1::Job::RESTARTING, d.reason, fx);
-    if (rt.live == 0) SetState(rt, v1::Job::PENDING, "restarting: waiting for slots", fx);
+    if (rt.live == 0) SetState(rt, v1::Job::PENDING, RestartPendingReason(rt, now), fx);
   } else {
     SetState(rt, v1::Job::FAILED, d.reason, fx);
   }

@@ -11,6 +11,8 @@
 #include "common/clock.h"
 #include "server/controller_metrics.h"
 #include "server/effects.h"
+#include "server/event_screen.h"
+#include "server/job_runtime.h"
 #include "server/worker_channel.h"
 #include "server/worker_registry.h"
 #include "trainyard/v1/event.pb.h"
@@ -25,6 +27,13 @@ namespace trainyard {
 // the worker registry), places pending gangs in queue order, turns committed events
 // and worker changes into transitions, and rebuilds itself from stored jobs and events
 // after a controller restart.
+//
+// Restarts (RestartPolicy): each failed attempt's cause is appended to
+// Job.failure_causes; restart k waits restart.backoff_s·2^(k-1) from the failure
+// before it may be placed; a worker where the job failed twice is avoided when a
+// placement without it exists; after restart.elastic_wait_s without slots for its dp
+// a job with restart.min_dp > 0 restarts smaller (ElasticPolicy). A CheckpointSaved of
+// the current attempt becomes Job.last_checkpoint, which the next attempt resumes from.
 //
 // It does no I/O: every transition is recorded in the caller's Effects (the job row,
 // then a job_state event), and so is every Assign and Cancel for a worker, after the
@@ -56,7 +65,14 @@ class JobLifecycle {
 
   // NOT_FOUND for an unknown job, FAILED_PRECONDITION for one that already ended.
   absl::Status Cancel(const std::string& id, const std::string& reason, Effects* fx);
-  // Acts on a job's newly committed events (RankState of the current attempt).
+  // Before a commit: removes from `events` (one job's, sent by worker `worker`) those
+  // that must not be stored (event_screen: another attempt, a rank not placed on that
+  // worker, a checkpoint that cannot be the newest) and returns why each was refused.
+  // Unknown jobs are the caller's.
+  std::vector<EventRefusal> Screen(const std::string& worker, const std::string& job_id,
+                                   std::vector<v1::Event>* events) const;
+  // Acts on a job's newly committed events of the current attempt: RankState, a Stall
+  // (a failure), a CheckpointSaved (the job's last_checkpoint).
   void ApplyEvents(const std::string& job_id, const std::vector<v1::Event>& committed,
                    Effects* fx);
   // A worker (re)registered, reporting the attempts it still runs: cancels attempts the
@@ -77,22 +93,6 @@ class JobLifecycle {
   void FillEstimate(const std::string& id, v1::Job* job) const;
 
  private:
-  enum class RankPhase { kAssigned, kRunning, kEnded };
-  struct JobRuntime {
-    v1::Job job;
-    int64_t order = 0;  // FIFO position
-    std::vector<RankPhase> ranks;  // current attempt
-    int running = 0;
-    int exited_ok = 0;
-    int live = 0;  // ranks holding a slot
-    bool tearing_down = false;  // a failure or cancel was sent for this attempt
-    absl::Time queued_at;  // when the job last entered PENDING (scheduling latency)
-    absl::Time attempt_started;  // when the current attempt was placed
-    int64_t last_step = 0;  // of the current attempt, from its StepMetrics
-    double step_seconds = 0;  // the last reported step's wall time; 0: none yet
-    std::optional<absl::Time> estimated_start;  // PENDING: the scheduler's estimate
-    std::vector<std::string> reserved_workers;  // PENDING head: its reservation
-  };
   // How long until an active job's slots free: remaining steps at the measured step
   // time, bounded by its time limit; nullopt when neither is known.
   std::optional<absl::Duration> Remaining(const JobRuntime& rt, absl::Time now) const;
@@ -101,10 +101,14 @@ class JobLifecycle {
   static bool IsActive(const JobRuntime& rt);
   void NoteStep(JobRuntime& rt, const v1::StepMetrics& step);
   void SetState(JobRuntime& rt, v1::Job::State state, const std::string& reason, Effects* fx);
-  void StartAttempt(JobRuntime& rt, const std::vector<std::string>& rank_workers, Effects* fx);
+  void StartAttempt(JobRuntime& rt, const GangDecision& decision, Effects* fx);
   void ApplyRankState(JobRuntime& rt, const v1::Event& event, Effects* fx);
+  void ApplyStall(JobRuntime& rt, const v1::Event& event, Effects* fx);
   void RankEnded(JobRuntime& rt, int rank, Effects* fx);
-  void FailAttempt(JobRuntime& rt, const std::string& cause, Effects* fx);
+  // Ends the attempt as failed with `cause`, blamed on `worker` ("": none), and
+  // restarts it or fails the job (RestartPolicy).
+  void FailAttempt(JobRuntime& rt, const std::string& cause, const std::string& worker, Effects* fx);
+
   void SendCancel(JobRuntime& rt, const std::string& reason, Effects* fx);
 
   WorkerRegistry* const workers_;

@@ -15,9 +15,12 @@
 namespace trainyard {
 namespace {
 
-// Jobs whose ranks may still run: their stored events rebuild the rank phases.
-bool MayHaveRanks(v1::Job::State s) {
-  return s == v1::Job::SCHEDULED || s == v1::Job::RUNNING || s == v1::Job::RESTARTING;
+// Jobs whose ranks may still run (their stored events rebuild the rank phases) or
+// that wait to restart (their last RESTARTING event starts the backoff).
+bool NeedsEvents(const v1::Job& job) {
+  const v1::Job::State s = job.state();
+  return s == v1::Job::SCHEDULED || s == v1::Job::RUNNING || s == v1::Job::RESTARTING ||
+         (s == v1::Job::PENDING && job.attempt() > 0);
 }
 
 }  // namespace
@@ -37,7 +40,7 @@ absl::Status JobManager::Recover() {
   std::vector<std::vector<v1::Event>> events(jobs.size());
   std::vector<int64_t> last_seq(jobs.size());
   for (size_t i = 0; i < jobs.size(); ++i) {
-    if (MayHaveRanks(jobs[i].state())) {
+    if (NeedsEvents(jobs[i])) {
       TY_ASSIGN_OR_RETURN(events[i], store_->ReadEvents(jobs[i].id(), 1, 1 << 30));
     }
     last_seq[i] = store_->LastSeq(jobs[i].id());
@@ -224,6 +227,15 @@ absl::Status JobManager::IngestEvents(int64_t conn, const v1::EventBatch& batch)
         continue;
       }
       if (lifecycle_.Contains(it->first)) {
+        // Another attempt's events, a rank not placed on this worker, a checkpoint that
+        // cannot be the job's newest: dropped and counted, the batch still acknowledged.
+        std::map<std::string, int> dropped;  // by label; the first of each is logged
+        for (const EventRefusal& r : lifecycle_.Screen(*worker, it->first, &it->second)) {
+          if (dropped[r.label]++ == 0) {
+            spdlog::warn("worker={} job={}: dropped an event ({}): {}", *worker, it->first, r.label, r.why);
+          }
+        }
+        for (const auto& [label, n] : dropped) metrics_->EventsDropped(label, n);
         ++it;
         continue;
       }

@@ -1,6 +1,8 @@
 #include "server/request_checks.h"
 
+#include <cmath>
 #include <set>
+#include <utility>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -127,6 +129,34 @@ std::string InvalidEvent(const v1::Event& e) {
   if (e.has_job_state()) return "a JobStateChange, which only the controller writes";
   if (const std::size_t bytes = e.ByteSizeLong(); bytes > kMaxEventBytes) {
     return absl::StrCat(bytes, " bytes, more than the ", kMaxEventBytes, " allowed");
+  }
+  if (e.has_checkpoint()) return CheckpointProblem(e.checkpoint());
+  return "";
+}
+
+std::string CheckpointProblem(const v1::CheckpointSaved& ck) {
+  if (ck.step() < 1) return absl::StrCat("checkpoint.step must be >= 1, got ", ck.step());
+  const std::string& path = ck.path();
+  if (path.empty()) return "checkpoint.path is empty";
+  if (path.size() > spec::kMaxPathLength) {
+    return absl::StrCat("checkpoint.path is ", path.size(), " bytes, more than the ", spec::kMaxPathLength,
+                        " allowed: ", spec::Quote(path));
+  }
+  if (!spec::IsUtf8(path)) return absl::StrCat("checkpoint.path is not UTF-8: ", spec::Quote(path));
+  for (unsigned char c : path) {
+    if (c < 0x20 || c == 0x7f) return absl::StrCat("checkpoint.path holds a control character: ", spec::Quote(path));
+  }
+  if (ck.bytes() < 0) return absl::StrCat("checkpoint.bytes must be >= 0, got ", ck.bytes());
+  for (const auto& [name, ms] : {std::pair<const char*, double>{"checkpoint.blocked_ms", ck.blocked_ms()},
+                                 {"checkpoint.write_ms", ck.write_ms()}}) {
+    if (!std::isfinite(ms) || ms < 0) return absl::StrCat(name, " must be a finite number >= 0, got ", ms);
+  }
+  for (const auto& [name, n] : {std::pair<const char*, int>{"checkpoint.dp", ck.dp()},
+                                {"checkpoint.tp", ck.tp()},
+                                {"checkpoint.ep", ck.ep()}}) {
+    if (n < 1 || n > spec::kMaxWorldSize) {
+      return absl::StrCat(name, " must be in [1, ", spec::kMaxWorldSize, "], got ", n);
+    }
   }
   return "";
 }

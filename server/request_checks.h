@@ -48,6 +48,13 @@ absl::Status Check(const v1::EventBatch& request);
 // such an event and counts it (trainyard_events_dropped_total{reason="invalid"}) but
 // still acknowledges its batch: refusing the batch would make the worker resend it
 // forever and hold back every event behind it.
+// A CheckpointSaved must also hold ranges that need no job (CheckpointProblem).
 std::string InvalidEvent(const v1::Event& event);
+
+// Why a CheckpointSaved's fields are out of range, or "": step >= 1; path non-empty,
+// at most spec::kMaxPathLength bytes of UTF-8 without control characters; bytes >= 0;
+// blocked_ms and write_ms finite and >= 0; dp, tp, ep in [1, spec::kMaxWorldSize].
+// Whether it fits its job (steps, directory, newer than the last) is event_screen's.
+std::string CheckpointProblem(const v1::CheckpointSaved& checkpoint);
 
 }  // namespace trainyard::request_checks

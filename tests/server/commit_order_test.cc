@@ -103,7 +103,9 @@ TEST_F(CommitOrderTest, SubmitReturnsAfterItsRowIsCommittedAndReadersNeverWait) 
 
 TEST_F(CommitOrderTest, AssignGoesOutOnlyAfterTheScheduledStateIsCommitted) {
   Conn w1 = Connect("w1", 1);
-  const std::string id = Submit(Spec(1, 1, /*max_restarts=*/1));
+  v1::JobSpec spec = Spec(1, 1, /*max_restarts=*/1);
+  spec.mutable_restart()->set_backoff_s(0);  // placed again at once
+  const std::string id = Submit(spec);
   const int put = IndexOf("put " + id + " SCHEDULED");
   const int event = IndexOf("append " + id + " seq 2..2");  // the SCHEDULED job_state
   const int assign = IndexOf("w1: assign " + id + " attempt 1");

@@ -90,8 +90,14 @@ TEST_F(JobLifecycleTest, FailedRankRestartsWhileAllowedThenFailsWithTheCause) {
   EXPECT_EQ(cancels[0].cancel().attempt(), 1);
   EXPECT_EQ(cancels[0].cancel().reason(), cause);
 
-  // The last rank of attempt 1 ends: back to PENDING, and placed again at once.
+  // The last rank of attempt 1 ends: back to PENDING, backing off restart.backoff_s
+  // (default 1 s) from the failure, then placed again.
   Report(w1, id, 1, {0}, v1::RankState::KILLED);
+  EXPECT_EQ(Job(id).state(), v1::Job::PENDING);
+  EXPECT_EQ(Job(id).pending_reason(), "restarting: backing off until 2023-11-14T22:13:21Z (restart 1 of 1)");
+  clock_.Advance(absl::Seconds(1));
+  manager_->Heartbeat(w1.id, v1::Heartbeat());
+  manager_->Tick();
   v1::Job job = Job(id);
   EXPECT_EQ(job.state(), v1::Job::SCHEDULED);
   EXPECT_EQ(job.attempt(), 2);
@@ -108,8 +114,9 @@ TEST_F(JobLifecycleTest, FailedRankRestartsWhileAllowedThenFailsWithTheCause) {
   }
   EXPECT_EQ(restarting_reason, cause + "; restart 1 of 1");
 
-  // A late event of attempt 1 does not count for attempt 2.
+  // A late event of attempt 1 does not count for attempt 2 (nor is it stored).
   Report(w1, id, 1, {0}, v1::RankState::RUNNING);
+  EXPECT_EQ(Dropped("stale_attempt"), 1);
   Report(w1, id, 2, {1}, v1::RankState::RUNNING);
   EXPECT_EQ(Job(id).state(), v1::Job::SCHEDULED);
   Report(w1, id, 2, {0}, v1::RankState::RUNNING);
@@ -119,7 +126,9 @@ TEST_F(JobLifecycleTest, FailedRankRestartsWhileAllowedThenFailsWithTheCause) {
   Report(w1, id, 2, {0}, v1::RankState::FAILED, "oom");
   job = Job(id);
   EXPECT_EQ(job.state(), v1::Job::FAILED);
-  EXPECT_EQ(job.failure_reason(), "rank 0 on worker w1 failed: oom");
+  EXPECT_EQ(job.failure_reason(),
+            "failed 2 attempts (restart.max_restarts=1): attempt 1: " + cause + " | attempt 2: rank 0 on worker w1 failed: oom");
+  EXPECT_THAT(job.failure_causes(), ElementsAre(cause, "rank 0 on worker w1 failed: oom"));
   cancels = w1.channel->Of(Msg::kCancel);
   ASSERT_EQ(cancels.size(), 2u);
   EXPECT_EQ(cancels[1].cancel().attempt(), 2);
@@ -207,8 +216,13 @@ TEST_F(JobLifecycleTest, LostWorkerRestartsTheGangOnTheWorkersLeft) {
   manager_->Heartbeat(w3.id, v1::Heartbeat());
   manager_->Tick();
   EXPECT_EQ(Job(id).state(), v1::Job::RESTARTING);
-  // Rank 0 on w1 reports its end: the gang starts again on w1 and w3.
+  // Rank 0 on w1 reports its end: after the backoff the gang starts again on w1 and w3.
   Report(w1, id, 1, {0}, v1::RankState::KILLED);
+  EXPECT_EQ(Job(id).state(), v1::Job::PENDING);
+  clock_.Advance(absl::Seconds(1));
+  manager_->Heartbeat(w1.id, v1::Heartbeat());
+  manager_->Heartbeat(w3.id, v1::Heartbeat());
+  manager_->Tick();
   v1::Job job = Job(id);
   EXPECT_EQ(job.state(), v1::Job::SCHEDULED);
   EXPECT_EQ(job.attempt(), 2);

@@ -164,9 +164,13 @@ TEST_F(JobRecoveryTest, ARestartingJobIsNotFailedTwiceAndWaitsForSlots) {
   Restart();
   EXPECT_EQ(Job(id).state(), v1::Job::RESTARTING);
   // w2 comes back running nothing: rank 1 is gone, the attempt is over (and counted
-  // once), and the job waits for slots (w1 has not come back).
+  // once), and the job backs off (from the stored failure) then waits for slots (w1
+  // has not come back).
   Connect("w2", 1);
   EXPECT_EQ(Job(id).state(), v1::Job::PENDING) << "rank 1 is gone from w2";
+  EXPECT_EQ(Job(id).pending_reason(), "restarting: backing off until 2023-11-14T22:13:21Z (restart 1 of 2)");
+  clock_.Advance(absl::Seconds(1));
+  manager_->Tick();
   EXPECT_EQ(Job(id).attempt(), 1);
   int restarting = 0;
   for (auto s : StoredStates(id)) restarting += s == v1::Job::RESTARTING;

@@ -179,6 +179,19 @@ class ManagerFixture : public ::testing::Test {
     return -1;
   }
 
+  // trainyard_events_dropped_total{reason=`reason`}, 0 when absent.
+  double Dropped(const std::string& reason) {
+    for (const auto& f : metrics_.registry()->Collect()) {
+      if (f.name != "trainyard_events_dropped_total") continue;
+      for (const auto& m : f.metric) {
+        for (const auto& l : m.label) {
+          if (l.name == "reason" && l.value == reason) return m.counter.value;
+        }
+      }
+    }
+    return 0;
+  }
+
   TempDir dir_;
   absl::Mutex journal_mu_;
   std::vector<std::string> journal_ ABSL_GUARDED_BY(journal_mu_);

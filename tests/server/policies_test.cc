@@ -19,20 +19,20 @@ v1::RestartSpec Restarts(int max_restarts) {
 }
 
 TEST(RestartPolicyTest, RestartsWhileRestartsRemainNamingTheCount) {
-  RestartDecision first = RestartPolicy::Decide(Restarts(2), 0, "rank 1 on worker w1 failed: x");
+  RestartDecision first = RestartPolicy::Decide(Restarts(2), 0, {"rank 1 on worker w1 failed: x"});
   EXPECT_TRUE(first.restart);
   EXPECT_EQ(first.reason, "rank 1 on worker w1 failed: x; restart 1 of 2");
-  RestartDecision second = RestartPolicy::Decide(Restarts(2), 1, "boom");
+  RestartDecision second = RestartPolicy::Decide(Restarts(2), 1, {"a", "boom"});
   EXPECT_TRUE(second.restart);
   EXPECT_EQ(second.reason, "boom; restart 2 of 2");
 }
 
 TEST(RestartPolicyTest, FailsWithTheCauseOnceRestartsAreUsedUp) {
-  RestartDecision d = RestartPolicy::Decide(Restarts(2), 2, "worker w2 lost (x) running rank 0");
+  RestartDecision d = RestartPolicy::Decide(Restarts(2), 2, {"worker w2 lost (x) running rank 0"});
   EXPECT_FALSE(d.restart);
   EXPECT_EQ(d.reason, "worker w2 lost (x) running rank 0");
-  EXPECT_FALSE(RestartPolicy::Decide(Restarts(0), 0, "c").restart);
-  EXPECT_FALSE(RestartPolicy::Decide(v1::RestartSpec(), 0, "c").restart) << "unset is 0";
+  EXPECT_FALSE(RestartPolicy::Decide(Restarts(0), 0, {"c"}).restart);
+  EXPECT_FALSE(RestartPolicy::Decide(v1::RestartSpec(), 0, {"c"}).restart) << "unset is 0";
 }
 
 v1::JobSpec Tiny(int dp, int tp = 1) {

@@ -1,0 +1,98 @@
+#include "server/event_screen.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "common/spec/spec_error.h"
+
+namespace trainyard {
+
+std::string CheckpointDirOf(const v1::JobSpec& spec, std::string_view job_id) {
+  std::string dir = spec.checkpoint().dir();
+  if (dir.empty()) return "";
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  return dir + (dir == "/" ? "" : "/") + std::string(job_id);
+}
+
+std::string CheckpointJobProblem(const v1::Job& job, const v1::CheckpointSaved& ck, int64_t floor) {
+  const int64_t steps = job.spec().training().steps();
+  if (ck.step() < 1 || ck.step() > steps) {
+    return absl::StrCat("checkpoint.step must be in [1, ", steps, "] (training.steps), got ", ck.step());
+  }
+  if (ck.step() <= floor) {
+    return absl::StrCat("checkpoint.step ", ck.step(), " is not past the last recorded checkpoint (step ", floor,
+                        ")");
+  }
+  const std::string dir = CheckpointDirOf(job.spec(), job.id());
+  if (dir.empty()) return "checkpoint: the job sets no checkpoint.dir, so it has no checkpoints";
+  const std::string prefix = absl::StrCat(dir, "/");
+  absl::string_view rest = ck.path();
+  if (!absl::ConsumePrefix(&rest, prefix) || rest.empty()) {
+    return absl::StrCat("checkpoint.path must be under ", spec::Quote(prefix), ", got ", spec::Quote(ck.path()));
+  }
+  for (absl::string_view part : absl::StrSplit(rest, '/')) {
+    if (part == "." || part == "..") {
+      return absl::StrCat("checkpoint.path must not hold \".\" or \"..\" components, got ", spec::Quote(ck.path()));
+    }
+  }
+  return "";
+}
+
+EventRefusal ScreenEvent(const v1::Job& job, const std::string& worker, const v1::Event& event,
+                         int64_t checkpoint_floor) {
+  if (event.attempt() < job.attempt()) {
+    return {kDropStaleAttempt, absl::StrCat("attempt ", event.attempt(), " ended; the job runs attempt ",
+                                            job.attempt())};
+  }
+  if (event.attempt() > job.attempt()) {
+    return {kDropForged, absl::StrCat("attempt ", event.attempt(), " was never started; the job's latest is ",
+                                      job.attempt())};
+  }
+  const auto& ranks = job.placement().ranks();
+  const int r = event.rank();
+  if (r < 0 || r >= ranks.size()) {
+    return {kDropForged, absl::StrCat("rank ", r, " is outside attempt ", job.attempt(), "'s ", ranks.size(),
+                                      " ranks")};
+  }
+  if (ranks[r].worker() != worker) {
+    return {kDropForged, absl::StrCat("rank ", r, " of attempt ", job.attempt(), " runs on worker ",
+                                      spec::Quote(ranks[r].worker()), ", not on ", spec::Quote(worker))};
+  }
+  if (event.has_checkpoint()) {
+    const v1::CheckpointRef& last = job.last_checkpoint();
+    const v1::CheckpointSaved& ck = event.checkpoint();
+    if (ck.step() == last.step() && ck.path() == last.path() && event.attempt() == last.attempt()) {
+      return {};  // a resend of the recorded one: the store drops the repeat
+    }
+    if (r != 0) return {kDropBadCheckpoint, absl::StrCat("a checkpoint from rank ", r, "; only rank 0 reports them")};
+    if (std::string p = CheckpointJobProblem(job, event.checkpoint(), checkpoint_floor); !p.empty()) {
+      return {kDropBadCheckpoint, p};
+    }
+  }
+  return {};
+}
+
+std::vector<EventRefusal> ScreenEvents(const v1::Job& job, const std::string& worker,
+                                       std::vector<v1::Event>* events) {
+  std::vector<EventRefusal> refused;
+  int64_t floor = job.last_checkpoint().step();
+  std::vector<v1::Event> kept;
+  kept.reserve(events->size());
+  for (auto& e : *events) {
+    EventRefusal r = ScreenEvent(job, worker, e, floor);
+    if (!r.label.empty()) {
+      refused.push_back(std::move(r));
+      continue;
+    }
+    if (e.has_checkpoint()) floor = std::max(floor, e.checkpoint().step());
+    kept.push_back(std::move(e));
+  }
+  *events = std::move(kept);
+  return refused;
+}
+
+}  // namespace trainyard

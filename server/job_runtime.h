@@ -1,0 +1,69 @@
+// One job's working state inside JobLifecycle (the current attempt's rank phases,
+// its restart backoff, the workers it failed on, its shrunk layout) and what is derived
+// from it alone: the Assign for a worker, and the sentences about a restart.
+//
+// Not thread-safe; owned by JobLifecycle, used under JobManager's state mutex.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "server/elastic_policy.h"
+#include "server/gang_scheduler.h"
+#include "trainyard/v1/event.pb.h"
+#include "trainyard/v1/job.pb.h"
+#include "trainyard/v1/worker_service.pb.h"
+
+namespace trainyard {
+
+enum class RankPhase { kAssigned, kRunning, kEnded };
+struct JobRuntime {
+  v1::Job job;
+  int64_t order = 0;  // FIFO position
+  std::vector<RankPhase> ranks;  // current attempt
+  int running = 0;
+  int exited_ok = 0;
+  int live = 0;  // ranks holding a slot
+  bool tearing_down = false;  // a failure or cancel was sent for this attempt
+  absl::Time queued_at;  // when the job last entered PENDING (scheduling latency)
+  absl::Time attempt_started;  // when the current attempt was placed
+  int64_t last_step = 0;  // of the current attempt, from its StepMetrics
+  double step_seconds = 0;  // the last reported step's wall time; 0: none yet
+  std::optional<absl::Time> estimated_start;  // PENDING: the scheduler's estimate
+  std::vector<std::string> reserved_workers;  // PENDING head: its reservation
+  absl::Time not_before = absl::InfinitePast();  // restart backoff: not placed before
+  std::map<std::string, int> failures_on;  // worker -> failed attempts blamed on it
+  std::optional<ElasticLayout> layout;  // the (next) attempt's shrunk layout, if any
+};
+
+// The worker of `rank` in the current placement, or "".
+std::string WorkerOf(const JobRuntime& rt, int rank);
+// Workers the job failed on at least RestartPolicy::kAvoidAfterFailures times.
+std::vector<std::string> AvoidedWorkers(const JobRuntime& rt);
+// A PENDING job after a restart with restart.min_dp > 0: when it may shrink
+// (restart.elastic_wait_s after it became PENDING or its backoff ended); else nullopt.
+std::optional<absl::Time> ElasticFrom(const JobRuntime& rt);
+// A restarting PENDING job's reason: backing off until ..., or waiting for slots.
+std::string RestartPendingReason(const JobRuntime& rt, absl::Time now);
+// The Assign of `ranks` of the attempt just placed: the spec (or the shrunk layout's),
+// checkpoint_dir when checkpoints are on, resume_path/step from Job.last_checkpoint.
+v1::ControllerMessage AssignFor(const JobRuntime& rt, const std::vector<int>& ranks);
+// What the SCHEDULED reason adds to "placed on ...": the elastic layout, avoided
+// workers; "" when neither.
+std::string PlacementNote(const JobRuntime& rt, const GangDecision& decision, absl::Time now);
+// A committed CheckpointSaved of the current attempt becomes Job.last_checkpoint when
+// it comes from rank 0 and is newer; returns whether it did.
+bool RecordCheckpoint(JobRuntime& rt, const v1::Event& event);
+// At recovery: a restart's backoff counts from its failure, the failed attempt's
+// RESTARTING event among `events` (the job's stored ones). Worker avoidance is not
+// stored: a recovered job may be placed on a worker it avoided.
+void RestoreBackoff(JobRuntime& rt, const std::vector<v1::Event>& events);
+// The failure cause a Stall names: "rank 2 stalled in allreduce #42 for 300 s waiting
+// for rank 3: <message>".
+std::string StallCause(const v1::Event& event);
+
+}  // namespace trainyard
