@@ -242,6 +242,22 @@ std::string FormatIn(absl::Duration d) {
 
 }  // namespace
 
+std::string FormatJobDetails(const v1::Job& job) {
+  std::string out;
+  if (job.has_last_checkpoint() && job.last_checkpoint().step() > 0) {
+    const v1::CheckpointRef& ck = job.last_checkpoint();
+    absl::StrAppend(&out, "last checkpoint: step ", ck.step(), " at ", ck.path(), " (attempt ", ck.attempt(), ", ",
+                    ck.bytes(), " bytes)\n");
+  }
+  if (job.failure_causes_size() > 0) {
+    absl::StrAppend(&out, "failure causes (oldest first):\n");
+    for (int i = 0; i < job.failure_causes_size(); ++i) {
+      absl::StrAppend(&out, "  ", i + 1, ". ", job.failure_causes(i), "\n");
+    }
+  }
+  return out;
+}
+
 std::string FormatExplain(const v1::Job& job, const std::vector<v1::Job>& pending,
                           const std::vector<v1::WorkerInfo>& workers, absl::Time now) {
   std::string out = absl::StrCat(job.id(), "  ", StateName(job.state()), "  priority ",
@@ -259,7 +275,7 @@ std::string FormatExplain(const v1::Job& job, const std::vector<v1::Job>& pendin
       absl::StrAppend(&out, "placed:     attempt ", job.attempt(), " on ",
                       ranks.empty() ? "(no ranks)" : CountWorkers(ranks), "\n");
     }
-    return out;
+    return out + FormatJobDetails(job);
   }
   absl::StrAppend(&out, "why:        ", job.pending_reason(), "\n");
   if (const int pos = QueuePosition(job, pending); pos > 0) {
@@ -286,7 +302,7 @@ std::string FormatExplain(const v1::Job& job, const std::vector<v1::Job>& pendin
   }
   absl::StrAppend(&out, "fleet free: ", fleet.empty() ? "no workers connected" : absl::StrJoin(fleet, ", "),
                   "\n");
-  return out;
+  return out + FormatJobDetails(job);
 }
 
 }  // namespace trainyard::cli

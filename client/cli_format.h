@@ -35,6 +35,13 @@ std::string FormatEventText(const v1::Event& event);
 // Aligned columns with a header: ID NAME STATE WORLD OWNER REASON, where REASON is the
 // pending reason while PENDING and the failure reason otherwise. Ends with a newline.
 std::string FormatJobsTable(const std::vector<v1::Job>& jobs);
+// What `trainyard get` and `explain` add below a job: its last checkpoint and the
+// cause of each failed attempt, oldest first, e.g.
+//   last checkpoint: step 150 at /ckpt/job-3/step-150 (attempt 2, 4096 bytes)
+//   failure causes (oldest first):
+//     1. rank 1 on worker w1 failed: exit code 1: ...
+// "" when it has neither. Ends with a newline otherwise.
+std::string FormatJobDetails(const v1::Job& job);
 // NAME SLOTS FREE CONNECTED ADDRESS. Ends with a newline.
 std::string FormatWorkersTable(const std::vector<v1::WorkerInfo>& workers);
 

@@ -123,6 +123,7 @@ class Runner {
     absl::StatusOr<v1::Job> job = client_->GetJob(id);
     if (!job.ok()) return Fail(job.status());
     PrintJob(*job);
+    if (!options_.Json()) out_ << FormatJobDetails(*job);
     out_.flush();
     return kExitOk;
   }

@@ -300,6 +300,19 @@ TEST_F(CliCommandsTest, GetCancelAndWorkers) {
   EXPECT_EQ(job.id(), "j1");
   EXPECT_EQ(job.state(), v1::Job::RUNNING);
 
+  {
+    absl::MutexLock lock(&service_.mu_);
+    v1::Job& stored = service_.jobs_.back();
+    stored.mutable_last_checkpoint()->set_step(40);
+    stored.mutable_last_checkpoint()->set_path("/ckpt/j1/step-40");
+    stored.mutable_last_checkpoint()->set_attempt(1);
+    stored.add_failure_causes("rank 0 on worker w1 failed: exit code 1");
+  }
+  EXPECT_EQ(Run({"get", "j1"}), 0) << err_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("\nlast checkpoint: step 40 at /ckpt/j1/step-40 (attempt 1, 0 bytes)\n"
+                                    "failure causes (oldest first):\n"
+                                    "  1. rank 0 on worker w1 failed: exit code 1\n"));
+
   EXPECT_EQ(Run({"get", "missing"}), 3);
   EXPECT_THAT(err_.str(), HasSubstr("NOT_FOUND"));
 

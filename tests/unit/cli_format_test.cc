@@ -187,5 +187,34 @@ TEST(CliFormatTest, ExplainOfARunningOrEndedJobSaysWhereItIs) {
             "ended:      FAILED: time limit of 60 s reached (job.time_limit_s)\n");
 }
 
+TEST(CliFormatTest, DetailsShowTheLastCheckpointAndEveryFailureCause) {
+  v1::Job job = PendingJob("job-3", 0, 1);
+  EXPECT_EQ(FormatJobDetails(job), "");
+  job.set_state(v1::Job::RUNNING);
+  job.set_attempt(3);
+  job.mutable_placement()->add_ranks()->set_worker("w2");
+  job.mutable_last_checkpoint()->set_step(150);
+  job.mutable_last_checkpoint()->set_path("/ckpt/job-3/step-150");
+  job.mutable_last_checkpoint()->set_attempt(2);
+  job.mutable_last_checkpoint()->set_bytes(4096);
+  job.add_failure_causes("rank 1 on worker w1 failed: exit code 1");
+  job.add_failure_causes("worker w1 lost (no heartbeat for 11s) running rank 0");
+  const std::string details =
+      "last checkpoint: step 150 at /ckpt/job-3/step-150 (attempt 2, 4096 bytes)\n"
+      "failure causes (oldest first):\n"
+      "  1. rank 1 on worker w1 failed: exit code 1\n"
+      "  2. worker w1 lost (no heartbeat for 11s) running rank 0\n";
+  EXPECT_EQ(FormatJobDetails(job), details);
+  EXPECT_EQ(FormatExplain(job, {}, {}, absl::UnixEpoch()),
+            "job-3  RUNNING  priority 0  world 4 (dp 2 × tp 2)\nplaced:     attempt 3 on w2×1\n" + details);
+  job.clear_last_checkpoint();
+  job.set_state(v1::Job::PENDING);
+  job.set_pending_reason("restarting: backing off until 2023-11-14T22:13:22Z (restart 2 of 3)");
+  EXPECT_THAT(FormatExplain(job, {job}, {}, absl::UnixEpoch()),
+              ::testing::EndsWith("fleet free: no workers connected\nfailure causes (oldest first):\n"
+                                  "  1. rank 1 on worker w1 failed: exit code 1\n"
+                                  "  2. worker w1 lost (no heartbeat for 11s) running rank 0\n"));
+}
+
 }  // namespace
 }  // namespace trainyard::cli
