@@ -1,5 +1,6 @@
 #include "server/elastic_policy.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <numeric>
 
@@ -30,7 +31,16 @@ std::optional<ElasticLayout> ElasticPolicy::Shrink(const std::string& job_id, co
                                                    const std::vector<WorkerSnapshot>& workers) {
   const int min_dp = spec.restart().min_dp();
   if (min_dp < 1) return std::nullopt;
-  for (int dp = spec.parallelism().dp() - 1; dp >= min_dp; --dp) {
+  // Start at the most TP groups the free slots hold, so a large dp costs no validation
+  // per impossible candidate.
+  const int tp = std::max(1, spec.parallelism().tp());
+  const int cap = spec.resources().ranks_per_worker();
+  int64_t groups = 0;
+  for (const auto& w : workers) groups += (cap > 0 ? std::min(w.free_slots, cap) : w.free_slots) / tp;
+  const int64_t samples = int64_t{spec.parallelism().dp()} * spec.training().grad_accum_steps();
+  const int64_t top = std::min<int64_t>(spec.parallelism().dp() - 1, groups);
+  for (int dp = static_cast<int>(top); dp >= min_dp; --dp) {
+    if (samples % dp != 0) continue;
     absl::StatusOr<ElasticLayout> layout = Resize(spec, dp);
     if (!layout.ok()) continue;
     if (GangScheduler::Place(job_id, layout->spec, workers).placed) return *std::move(layout);

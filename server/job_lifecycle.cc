@@ -198,7 +198,7 @@ void JobLifecycle::EnforceTimeLimits(Effects* fx) {
     if (limit <= 0 || !IsActive(rt) || rt.tearing_down) continue;
     if (now - rt.attempt_started < absl::Seconds(limit)) continue;
     const std::string why = absl::StrCat("time limit of ", limit, " s reached (job.time_limit_s)");
-    rt.job.add_failure_causes(why);
+    rt.job.add_failure_causes(RestartPolicy::TrimCause(why));
     rt.tearing_down = true;
     SendCancel(rt, why, fx);
     SetState(rt, v1::Job::FAILED, why, fx);
