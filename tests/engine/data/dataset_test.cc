@@ -61,6 +61,19 @@ TEST(LoadBatchTest, FollowsGlobalSampleOrder) {
   EXPECT_TRUE(torch::equal(whole, halves));
 }
 
+TEST(LoadBatchTest, MicroBatchesOfOneRankAreTheChunksOfMoreDpRanks) {
+  SyntheticDataset d(9, 128, 8);
+  // (dp=1, A=2) micro m == (dp=2, A=1) rank m; (dp=2, A=2) rank r micro m == dp=4 rank 2r+m.
+  for (int m = 0; m < 2; ++m) {
+    EXPECT_TRUE(torch::equal(LoadBatch(d, 5, 0, 1, 3, 2, m), LoadBatch(d, 5, m, 2, 3))) << m;
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_TRUE(torch::equal(LoadBatch(d, 2, r, 2, 3, 2, m), LoadBatch(d, 2, 2 * r + m, 4, 3))) << r << m;
+    }
+  }
+  // Different micro-batches are different samples.
+  EXPECT_FALSE(torch::equal(LoadBatch(d, 5, 0, 1, 3, 2, 0), LoadBatch(d, 5, 0, 1, 3, 2, 1)));
+}
+
 std::string WriteFile(const std::string& name, const std::vector<unsigned char>& bytes) {
   std::string path = ::testing::TempDir() + name;
   std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), bytes.size());

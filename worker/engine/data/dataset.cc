@@ -18,11 +18,12 @@ std::unique_ptr<Dataset> MakeDataset(const TrainingConfig& t, const ModelConfig&
 }
 
 torch::Tensor LoadBatch(const Dataset& dataset, int64_t step_index, int dp_rank, int dp,
-                        int batch_size) {
+                        int batch_size, int accum, int micro) {
   const int64_t width = dataset.seq_len() + 1;
   auto batch = torch::empty({batch_size, width}, torch::kInt64);
   int64_t* out = batch.data_ptr<int64_t>();
-  const int64_t first = (step_index * dp + dp_rank) * batch_size;
+  const int64_t chunk = (step_index * dp + dp_rank) * accum + micro;
+  const int64_t first = chunk * batch_size;
   for (int64_t j = 0; j < batch_size; ++j) {
     dataset.Sample((first + j) % dataset.num_samples(), out + j * width);
   }

@@ -134,7 +134,8 @@ void Trainer::Run() {
   const TrainingConfig& t = config_.training;
   // Every step's tokens count, reported or not: a report carries those since the last.
   int64_t tokens_since_report = 0;
-  const int64_t step_tokens = static_cast<int64_t>(t.batch_size) * t.seq_len * mesh_.context().dp;
+  const int64_t step_tokens =
+      static_cast<int64_t>(t.batch_size) * t.seq_len * mesh_.context().dp * t.grad_accum_steps;
   for (int step = 1; step <= t.steps; ++step) {
     StepMetrics m;
     try {
@@ -170,27 +171,42 @@ StepMetrics Trainer::Step(int step) {
 
   // Each phase is a named range in profiles (OpProfile, the LibTorch profiler).
   const ParallelContext& ctx = mesh_.context();
-  torch::Tensor batch;
-  {
-    RECORD_USER_SCOPE("trainyard::data");
-    batch = LoadBatch(*dataset_, step - 1, ctx.dp_rank, ctx.dp, t.batch_size).to(options_.device);
-  }
-  auto inputs = batch.narrow(1, 0, t.seq_len);
-  auto targets = batch.narrow(1, 1, t.seq_len);
-  const auto data_done = Clock::now();
-
-  // Drop gradients instead of zero-filling them: backward then writes fresh ones and
-  // skips a fill plus an add per parameter.
+  const int accum = t.grad_accum_steps;
+  // Drop gradients instead of zero-filling them: the first backward then writes fresh
+  // ones and skips a fill plus an add per parameter; later micro-batches add to them.
   for (auto& p : params_) p.mutable_grad() = torch::Tensor();
-  ModelOutput out;
-  {
-    RECORD_USER_SCOPE("trainyard::forward");
-    out = model_(inputs, targets);
-  }
-  const torch::Tensor& loss = out.loss;
-  {
-    RECORD_USER_SCOPE("trainyard::backward");
-    loss.backward();
+  // Micro-batches of this DP rank's share of the global batch (dataset.h). Each micro
+  // loss is scaled by 1/A so the gradients sum to those of the mean over all of them;
+  // with A = 1 nothing is scaled, so the step is the one without accumulation.
+  torch::Tensor loss_sum, counts_sum;
+  std::vector<int64_t> counts_shape;
+  double data_ms = 0;
+  for (int micro = 0; micro < accum; ++micro) {
+    const auto load_start = Clock::now();
+    torch::Tensor batch;
+    {
+      RECORD_USER_SCOPE("trainyard::data");
+      batch = LoadBatch(*dataset_, step - 1, ctx.dp_rank, ctx.dp, t.batch_size, accum, micro).to(options_.device);
+    }
+    auto inputs = batch.narrow(1, 0, t.seq_len);
+    auto targets = batch.narrow(1, 1, t.seq_len);
+    data_ms += Ms(load_start, Clock::now());
+
+    ModelOutput out;
+    {
+      RECORD_USER_SCOPE("trainyard::forward");
+      out = model_(inputs, targets);
+    }
+    torch::Tensor loss = accum == 1 ? out.loss : out.loss / static_cast<double>(accum);
+    {
+      RECORD_USER_SCOPE("trainyard::backward");
+      loss.backward();
+    }
+    torch::Tensor detached = loss.detach().to(torch::kFloat64).reshape({1});
+    torch::Tensor counts = out.tokens_per_expert.to(torch::kFloat64).reshape({-1});
+    loss_sum = micro == 0 ? detached : loss_sum + detached;
+    counts_sum = micro == 0 ? counts : counts_sum + counts;
+    if (micro == 0) counts_shape = out.tokens_per_expert.sizes().vec();
   }
   {
     // A parameter the graph did not reach keeps a zero gradient, as zero_grad() left it.
@@ -202,10 +218,9 @@ StepMetrics Trainer::Step(int step) {
 
   // Loss and routing counts travel together in one small all-reduce over the world.
   // Every TP rank holds its DP rank's loss, so the world sum over-counts by tp; the
-  // counts cover disjoint token slices, so their world sum is the global count. fp64
-  // keeps the counts exact.
-  auto stats = torch::cat({loss.detach().to(torch::kFloat64).reshape({1}),
-                           out.tokens_per_expert.to(torch::kFloat64).reshape({-1})});
+  // counts cover disjoint token slices, so their world sum is the global count (over
+  // every micro-batch). fp64 keeps the counts exact.
+  auto stats = torch::cat({loss_sum, counts_sum});
   {
     RECORD_USER_SCOPE("trainyard::gradient_sync");
     mesh_.world().AllReduceSum(stats);
@@ -223,7 +238,7 @@ StepMetrics Trainer::Step(int step) {
     optimizer_->Step(lr, clip_scale);
   }
 
-  auto global_counts = stats.narrow(0, 1, stats.numel() - 1).reshape(out.tokens_per_expert.sizes());
+  auto global_counts = stats.narrow(0, 1, stats.numel() - 1).reshape(counts_shape);
   if (mc.n_moe_layers() > 0) {
     RECORD_USER_SCOPE("trainyard::expert_bias");
     model_->UpdateExpertBiases(global_counts, mc.load_balance_coeff);
@@ -238,7 +253,7 @@ StepMetrics Trainer::Step(int step) {
   m.grad_norm = grad_norm;
   m.lr = lr;
   const double step_s = std::max(1e-9, Ms(start, end) / 1000.0);
-  const double rank_tokens = static_cast<double>(t.batch_size) * t.seq_len;
+  const double rank_tokens = static_cast<double>(t.batch_size) * t.seq_len * accum;
   m.tokens_per_s = rank_tokens * ctx.dp / step_s;
   // Each rank does 1/world of the global work (TP/EP split the model, not tokens).
   m.model_tflops = flops_.flops_per_token * rank_tokens * ctx.dp / ctx.world / step_s / 1e12;
@@ -250,7 +265,7 @@ StepMetrics Trainer::Step(int step) {
   }
   m.mfu = options_.peak_flops > 0 ? m.model_tflops * 1e12 / options_.peak_flops : 0.0;
   m.step_ms = Ms(start, end);
-  m.data_ms = Ms(start, data_done);
+  m.data_ms = data_ms;
   m.peak_rss_mb = PeakRssMb();
   if (global_counts.numel() > 0) {
     auto load = global_counts.sum(0).round().to(torch::kCPU, torch::kInt64).contiguous();

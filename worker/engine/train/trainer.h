@@ -1,6 +1,6 @@
 // Runs the training loop for one rank of the dp × tp mesh (with EP carved from it):
-// batch → forward → loss → backward → gradient reduction per gradient class → global
-// clip → AdamW (lr schedule) → expert-bias update, emitting step metrics on rank 0.
+// training.grad_accum_steps micro-batches (each: batch → forward → loss/A → backward,
+// gradients accumulating) → gradient reduction per gradient class → global clip → AdamW (lr schedule) → expert-bias update, emitting step metrics on rank 0.
 // Every rank runs the same collectives in the same order. TP ranks of one DP rank read
 // the same batch. On CUDA the weights are drawn on the host exactly as on CPU, then
 // moved; step times include a device synchronize so they cover the GPU work.
