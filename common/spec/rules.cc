@@ -287,16 +287,6 @@ Check NotBuilt(const JobSpec& s) {
   if (s.profiling.enable) {
     return Unimplemented("profiling.enable", "profiling.enable=true: the profiler is not built yet (set profiling.enable=false)");
   }
-  if (s.checkpoint.interval > 0) {
-    return Unimplemented("checkpoint.interval",
-                         "checkpoint.interval=" + std::to_string(s.checkpoint.interval) +
-                             ": checkpointing is not built yet (set checkpoint.interval=0)");
-  }
-  if (!s.checkpoint.initial_load_path.empty()) {
-    return Unimplemented("checkpoint.initial_load_path",
-                         "checkpoint.initial_load_path: loading checkpoints is not built yet (trainyard-train --load "
-                         "W.safetensors loads initial weights)");
-  }
   return std::nullopt;
 }
 

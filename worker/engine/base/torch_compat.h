@@ -13,9 +13,13 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
@@ -118,6 +122,45 @@ inline void DisableTf32() {
 }
 
 inline bool Tf32Enabled() { return at::globalContext().allowTF32CuBLAS(); }
+
+// The states of this process's default random generators, for checkpoints: "cpu",
+// then "cuda.<i>" for each visible device when CUDA is usable (never touched
+// otherwise, so a CPU build needs no CUDA). Each state is a CPU uint8 tensor.
+inline std::vector<std::pair<std::string, at::Tensor>> RngStates() {
+  std::vector<std::pair<std::string, at::Tensor>> states;
+  states.emplace_back("cpu", at::detail::getDefaultCPUGenerator().get_state());
+#if TRAINYARD_TORCH_NCCL
+  if (CudaUnavailableReason().empty()) {
+    for (int i = 0; i < CudaDeviceCount(); ++i) {
+      const at::Generator& g = at::globalContext().defaultGenerator(c10::Device(c10::DeviceType::CUDA, i));
+      states.emplace_back("cuda." + std::to_string(i), g.get_state());
+    }
+  }
+#endif
+  return states;
+}
+
+// Restores one state RngStates() returned. Returns false when this process has no such
+// generator (a CUDA state on a CPU-only rank), which the caller may ignore.
+inline bool SetRngState(const std::string& name, const at::Tensor& state) {
+  if (name == "cpu") {
+    at::Generator g = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(g.mutex());
+    g.set_state(state);
+    return true;
+  }
+#if TRAINYARD_TORCH_NCCL
+  if (name.rfind("cuda.", 0) == 0 && CudaUnavailableReason().empty()) {
+    const int i = std::stoi(name.substr(5));
+    if (i >= CudaDeviceCount()) return false;
+    at::Generator g = at::globalContext().defaultGenerator(c10::Device(c10::DeviceType::CUDA, i));
+    std::lock_guard<std::mutex> lock(g.mutex());
+    g.set_state(state);
+    return true;
+  }
+#endif
+  return false;
+}
 
 // Blocks until every kernel queued on `device` has finished; no-op on CPU.
 inline void Synchronize(const c10::Device& device) {

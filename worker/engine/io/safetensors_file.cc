@@ -210,6 +210,12 @@ void CheckTiling(std::vector<Entry>& entries, std::uint64_t buffer_bytes, const 
 
 void WriteSafetensors(const std::string& path,
                       const std::vector<std::pair<std::string, torch::Tensor>>& tensors) {
+  WriteSafetensors(path, tensors, SafetensorsWriteOptions{});
+}
+
+void WriteSafetensors(const std::string& path,
+                      const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+                      const SafetensorsWriteOptions& options) {
   // Validate and lay out everything before touching the filesystem.
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   std::vector<torch::Tensor> data;
@@ -233,6 +239,7 @@ void WriteSafetensors(const std::string& path,
     data.push_back(std::move(t));
   }
   header["__metadata__"] = {{"format", "pt"}};
+  for (const auto& [key, value] : options.metadata) header["__metadata__"][key] = value;
   std::string header_text = header.dump();
   // Pad with spaces so the buffer starts 8-byte aligned, as the reference writer does.
   header_text.append((8 - header_text.size() % 8) % 8, ' ');
@@ -246,8 +253,9 @@ void WriteSafetensors(const std::string& path,
   try {
     WriteAll(fd.get(), len_bytes, sizeof(len_bytes), path);
     WriteAll(fd.get(), header_text.data(), header_text.size(), path);
-    for (const auto& t : data) {
-      WriteAll(fd.get(), t.data_ptr(), static_cast<std::size_t>(t.nbytes()), path);
+    for (std::size_t i = 0; i < data.size(); ++i) {
+      WriteAll(fd.get(), data[i].data_ptr(), static_cast<std::size_t>(data[i].nbytes()), path);
+      if (i == 0 && options.after_first_tensor) options.after_first_tensor();
     }
     if (::fsync(fd.get()) != 0) Fail(path, "fsync failed: " + Errno());
     if (::close(fd.release()) != 0) Fail(path, "close failed: " + Errno());
@@ -263,7 +271,14 @@ void WriteSafetensors(const std::string& path,
   if (dir_fd.get() >= 0) ::fsync(dir_fd.get());
 }
 
-std::vector<std::pair<std::string, torch::Tensor>> ReadSafetensors(const std::string& path) {
+const SafetensorsEntry* SafetensorsHeader::Find(const std::string& name) const {
+  for (const auto& e : tensors) {
+    if (e.name == name) return &e;
+  }
+  return nullptr;
+}
+
+SafetensorsHeader ReadSafetensorsHeader(const std::string& path) {
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) Fail(path, "cannot open: " + Errno());
   struct stat st {};
@@ -288,19 +303,38 @@ std::vector<std::pair<std::string, torch::Tensor>> ReadSafetensors(const std::st
   ReadAllAt(fd.get(), header_text.data(), n, 8, path);
   const nlohmann::json header = ParseHeader(header_text, path);
   std::vector<Entry> entries = ParseEntries(header, path);
-  const std::uint64_t buffer_start = 8 + n;
-  CheckTiling(entries, file_size - buffer_start, path);
-
-  std::vector<std::pair<std::string, torch::Tensor>> out;
-  out.reserve(entries.size());
-  for (const Entry& e : entries) {
-    torch::Tensor t = torch::empty(e.shape, torch::TensorOptions().dtype(e.dtype->type));
-    ReadAllAt(fd.get(), t.data_ptr(), static_cast<std::size_t>(e.end - e.begin), buffer_start + e.begin, path);
-    if (e.dtype->type == c10::kBool && t.numel() > 0 && t.view(c10::kByte).gt(1).any().item<bool>()) {
-      Fail(path, "tensor \"" + e.name + "\": BOOL data holds bytes other than 0 and 1");
-    }
-    out.emplace_back(e.name, std::move(t));
+  SafetensorsHeader out;
+  out.path = path;
+  out.file_bytes = file_size;
+  out.buffer_start = 8 + n;
+  CheckTiling(entries, file_size - out.buffer_start, path);
+  for (const Entry& e : entries) out.tensors.push_back({e.name, e.dtype->type, e.shape, e.begin, e.end});
+  auto meta = header.find("__metadata__");
+  if (meta != header.end()) {
+    for (const auto& [key, value] : meta->items()) out.metadata[key] = value.get<std::string>();
   }
+  return out;
+}
+
+torch::Tensor ReadSafetensorsTensor(const SafetensorsHeader& header, const std::string& name) {
+  const SafetensorsEntry* e = header.Find(name);
+  if (e == nullptr) Fail(header.path, "no tensor \"" + name.substr(0, 100) + "\"");
+  Fd fd(::open(header.path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) Fail(header.path, "cannot open: " + Errno());
+  torch::Tensor t = torch::empty(e->shape, torch::TensorOptions().dtype(e->dtype));
+  ReadAllAt(fd.get(), t.data_ptr(), static_cast<std::size_t>(e->end - e->begin), header.buffer_start + e->begin,
+            header.path);
+  if (e->dtype == c10::kBool && t.numel() > 0 && t.view(c10::kByte).gt(1).any().item<bool>()) {
+    Fail(header.path, "tensor \"" + e->name + "\": BOOL data holds bytes other than 0 and 1");
+  }
+  return t;
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> ReadSafetensors(const std::string& path) {
+  const SafetensorsHeader header = ReadSafetensorsHeader(path);
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  out.reserve(header.tensors.size());
+  for (const SafetensorsEntry& e : header.tensors) out.emplace_back(e.name, ReadSafetensorsTensor(header, e.name));
   return out;
 }
 

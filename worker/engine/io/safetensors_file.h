@@ -9,6 +9,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -27,6 +29,39 @@ inline constexpr std::uint64_t kMaxSafetensorsHeaderBytes = 100ull * 1000 * 1000
 // non-CPU tensor, duplicate or empty name, I/O error).
 void WriteSafetensors(const std::string& path,
                       const std::vector<std::pair<std::string, torch::Tensor>>& tensors);
+
+struct SafetensorsWriteOptions {
+  // Added to __metadata__ next to "format": "pt".
+  std::map<std::string, std::string> metadata;
+  // Test hook (fault tests): runs once the header and the first tensor's bytes are in
+  // the temporary file, before the rest; it may block, so a test can kill mid-write.
+  std::function<void()> after_first_tensor;
+};
+void WriteSafetensors(const std::string& path,
+                      const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+                      const SafetensorsWriteOptions& options);
+
+// One tensor's entry in a validated header.
+struct SafetensorsEntry {
+  std::string name;
+  c10::ScalarType dtype;
+  std::vector<int64_t> shape;
+  std::uint64_t begin = 0, end = 0;  // relative to the data buffer
+};
+
+// A validated header (the same checks as ReadSafetensors) without the data.
+struct SafetensorsHeader {
+  std::string path;
+  std::uint64_t file_bytes = 0;
+  std::uint64_t buffer_start = 0;          // 8 + header length
+  std::vector<SafetensorsEntry> tensors;   // in data-offset order
+  std::map<std::string, std::string> metadata;
+  const SafetensorsEntry* Find(const std::string& name) const;
+};
+SafetensorsHeader ReadSafetensorsHeader(const std::string& path);
+
+// Reads one tensor named in `header` (throws naming the path if there is none).
+torch::Tensor ReadSafetensorsTensor(const SafetensorsHeader& header, const std::string& name);
 
 // Reads every tensor, in the order of their data offsets (the order they were written).
 // Validates the whole header first: its length and the 100 MB cap, JSON syntax, dtypes,

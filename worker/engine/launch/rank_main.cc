@@ -1,6 +1,14 @@
 // trainyard-rank: one training rank. stdout carries only trainyard.v1.Event JSON lines;
 // human-readable diagnostics go to stderr. Exit 0 after the last step, 1 on any error
 // (after a final "error" log event).
+//
+// Checkpoints (docs/checkpoints.md): every checkpoint.interval steps each rank writes
+// its shards under --checkpoint-dir (default checkpoint.dir) in
+// step-<8 digits>-attempt-<--attempt>/; --resume DIR continues from one written under
+// any layout. Without --resume, --load or checkpoint.initial_load_path (full
+// torchtitan-named weights) sets the starting weights. Test hook: the environment
+// variable TRAINYARD_TEST_PAUSE_CHECKPOINT_AT_STEP=N stops each rank's checkpoint
+// writer mid-file at step N until the rank is killed.
 #include <cstdio>
 #include <cstdlib>
 #if defined(__GLIBC__)
@@ -40,6 +48,9 @@ struct RankFlags {
   std::string save_init;   // full weights before step 1 (written by rank 0)
   std::string load;        // full weights to start from
   std::string save_final;  // full weights after the last step (written by rank 0)
+  std::string resume;          // a checkpoint directory to continue from
+  std::string checkpoint_dir;  // where checkpoints go (default checkpoint.dir)
+  int64_t pause_checkpoint_at_step = 0;  // test hook, from the environment
 };
 
 using namespace trainyard::engine;
@@ -73,8 +84,17 @@ void RunRank(const RankFlags& f, EventWriter& events) {
   auto world = CollectiveGroup::Connect({f.rank, f.world_size, f.master_addr, f.master_port, f.gloo_host,
                                          config.parallelism.collective_timeout_s, device});
   auto mesh = ProcessMesh::Build(std::move(world), config.parallelism);
-  Trainer trainer(config, *mesh, events, {f.threads, peak, device});
-  if (!f.load.empty()) LoadFullState(*trainer.model(), ReadSafetensors(f.load));
+  TrainerOptions options{f.threads, peak, device};
+  options.checkpoint_dir = f.checkpoint_dir.empty() ? config.checkpoint.dir : f.checkpoint_dir;
+  options.attempt = f.attempt;
+  options.pause_checkpoint_at_step = f.pause_checkpoint_at_step;
+  Trainer trainer(config, *mesh, events, options);
+  const std::string initial = f.load.empty() ? config.checkpoint.initial_load_path : f.load;
+  if (!f.resume.empty()) {
+    trainer.Resume(f.resume);
+  } else if (!initial.empty()) {
+    LoadFullState(*trainer.model(), ReadSafetensors(initial));
+  }
   if (!f.save_init.empty()) SaveFull(trainer, f.save_init);
   if (f.rank == 0) {
     const FlopsModel& fm = trainer.flops();
@@ -107,12 +127,20 @@ int main(int argc, char** argv) {
   app.add_option("--master-addr", f.master_addr, "host of rank 0's TCPStore")->capture_default_str();
   app.add_option("--master-port", f.master_port, "port of rank 0's TCPStore")->capture_default_str();
   app.add_option("--gloo-host", f.gloo_host, "address Gloo binds to (default: --master-addr)");
-  app.add_option("--attempt", f.attempt, "attempt number, echoed into events")->capture_default_str();
+  app.add_option("--attempt", f.attempt, "attempt number, echoed into events and checkpoint directory names")->capture_default_str();
   app.add_option("--threads", f.threads, "intra-op CPU threads")->capture_default_str()->check(CLI::Range(1, 1024));
   app.add_option("--save-init", f.save_init, "write the full initial weights (safetensors) before step 1; give it to every rank");
   app.add_option("--load", f.load, "start from these full weights (safetensors, torchtitan names)");
   app.add_option("--save-final", f.save_final, "write the full weights (safetensors) after the last step; give it to every rank");
+  app.add_option("--resume", f.resume,
+                 "continue from this checkpoint directory (step-S-attempt-A, holding manifest.json), written under "
+                 "any layout; --load and checkpoint.initial_load_path are ignored then");
+  app.add_option("--checkpoint-dir", f.checkpoint_dir,
+                 "write checkpoints (every checkpoint.interval steps) under this directory (default: checkpoint.dir)");
   CLI11_PARSE(app, argc, argv);
+  if (const char* pause = std::getenv("TRAINYARD_TEST_PAUSE_CHECKPOINT_AT_STEP")) {
+    f.pause_checkpoint_at_step = std::atoll(pause);
+  }
 
   EventWriter events(std::cout, f.rank, f.attempt);
   std::string error;

@@ -10,6 +10,10 @@
 // RECOMPILE_LIMIT, 1 when a rank failed otherwise, 2 on bad input. --shrink scales the
 // widths down (dim, hidden sizes, vocab, sequence, batch) but keeps the structure.
 //
+// --resume DIR continues from a checkpoint directory (any layout); the run writes its
+// own checkpoints to checkpoint.dir with the next free attempt number there, so it
+// never writes into a directory of an earlier run.
+//
 // --set resources.device=cuda trains on CUDA (rank i on GPU i % device_count, NCCL
 // groups); a build or machine without CUDA refuses it before any rank starts (exit 2).
 #include <algorithm>
@@ -22,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/spec/json_io.h"
+#include "worker/engine/checkpoint/checkpoint_layout.h"
 #include "worker/engine/config/engine_config.h"
 #include "worker/engine/launch/job_config.h"
 #include "worker/engine/launch/local_launcher.h"
@@ -40,6 +45,7 @@ struct TrainFlags {
   int threads = 0;  // 0: cores / nproc
   std::string save_init;
   std::string load;
+  std::string resume;
   bool json_output = false;
   bool print_config = false;
   bool preflight = false;
@@ -92,6 +98,10 @@ void PrintHuman(const json& event) {
     std::printf("rank %d  %-18s %s layers=%s%s%s\n", event.value("rank", 0), c.value("kind", "").c_str(),
                 c.value("region", "").c_str(), c.value("layers", json::array()).dump().c_str(),
                 c.value("reason", "").empty() ? "" : "  ", c.value("reason", "").c_str());
+  } else if (event.contains("checkpoint")) {
+    const json& c = event["checkpoint"];
+    std::printf("checkpoint step %lld  %s  %lld bytes  blocked_ms %.1f  write_ms %.1f\n", c.value("step", 0LL),
+                c.value("path", "").c_str(), c.value("bytes", 0LL), c.value("blocked_ms", 0.0), c.value("write_ms", 0.0));
   } else if (event.contains("log")) {
     std::printf("[%s] %s\n", event["log"].value("level", "").c_str(), event["log"].value("message", "").c_str());
   } else {
@@ -126,6 +136,11 @@ int Train(const TrainFlags& f) {
   opts.rank_env = RankThreadEnv(opts.threads, OpenBlasThreadsInStep(config));
   if (!f.save_init.empty()) opts.rank_args.insert(opts.rank_args.end(), {"--save-init", f.save_init});
   if (!f.load.empty()) opts.rank_args.insert(opts.rank_args.end(), {"--load", f.load});
+  if (!f.resume.empty()) opts.rank_args.insert(opts.rank_args.end(), {"--resume", f.resume});
+  if (config.checkpoint.interval > 0 && !f.preflight) {
+    opts.rank_args.insert(opts.rank_args.end(),
+                          {"--attempt", std::to_string(NextCheckpointAttempt(config.checkpoint.dir))});
+  }
 
   LocalLauncher::InstallSignalHandlers();
   int findings = 0;
@@ -179,6 +194,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1024));
   app.add_option("--save-init", f.save_init, "rank writes the initial weights to this .safetensors");
   app.add_option("--load", f.load, "ranks start from the weights in this .safetensors");
+  app.add_option("--resume", f.resume, "ranks continue from this checkpoint directory (written under any layout)");
   app.add_flag("--json", f.json_output, "print rank 0's events as JSON lines");
   app.add_flag("--print-config", f.print_config, "print the normalised JobSpec JSON and exit");
   app.add_flag("--preflight", f.preflight,

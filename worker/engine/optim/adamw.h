@@ -28,8 +28,12 @@ class AdamW {
   void Step(double lr, double grad_scale = 1.0);
 
   int64_t steps() const { return step_; }
-  const torch::Tensor& exp_avg(size_t i) const { return exp_avg_[i]; }
-  const torch::Tensor& exp_avg_sq(size_t i) const { return exp_avg_sq_[i]; }
+  // The moments of parameter i (handles sharing storage: a checkpoint load copies into
+  // them) and the step count, which a resume restores with set_steps.
+  torch::Tensor exp_avg(size_t i) const { return exp_avg_[i]; }
+  torch::Tensor exp_avg_sq(size_t i) const { return exp_avg_sq_[i]; }
+  size_t size() const { return params_.size(); }
+  void set_steps(int64_t steps) { step_ = steps; }
 
  private:
   std::vector<torch::Tensor> params_, exp_avg_, exp_avg_sq_;

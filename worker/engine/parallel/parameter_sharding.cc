@@ -44,6 +44,13 @@ std::vector<int64_t> FullShape(ShardKind kind, c10::IntArrayRef local, const Par
   return shape;
 }
 
+std::vector<int64_t> ShardOffsets(ShardKind kind, c10::IntArrayRef local, const ParallelContext& ctx) {
+  std::vector<int64_t> offsets(local.size(), 0);
+  const Split s = SplitOf(kind, ctx);
+  if (s.dim >= 0) offsets[s.dim] = s.index * local[s.dim];
+  return offsets;
+}
+
 torch::Tensor TakeShard(const torch::Tensor& full, ShardKind kind, const ParallelContext& ctx) {
   const Split s = SplitOf(kind, ctx);
   if (s.dim < 0) return full;

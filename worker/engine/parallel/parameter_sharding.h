@@ -27,6 +27,9 @@ ShardKind ShardKindOf(const std::string& name);
 // The full (unsharded) shape of a tensor whose local shard has `local` sizes.
 std::vector<int64_t> FullShape(ShardKind kind, c10::IntArrayRef local, const ParallelContext& ctx);
 
+// Where this rank's shard starts in the full tensor, per dimension (zeros when whole).
+std::vector<int64_t> ShardOffsets(ShardKind kind, c10::IntArrayRef local, const ParallelContext& ctx);
+
 // This rank's shard of a full tensor (a view).
 torch::Tensor TakeShard(const torch::Tensor& full, ShardKind kind, const ParallelContext& ctx);
 

@@ -57,7 +57,10 @@ void EventWriter::Step(const StepMetrics& m) {
 
 void EventWriter::Compile(nlohmann::json payload) { Emit("compile", std::move(payload)); }
 
+void EventWriter::Checkpoint(nlohmann::json payload) { Emit("checkpoint", std::move(payload)); }
+
 void EventWriter::Emit(const char* payload_name, nlohmann::json payload) {
+  std::lock_guard<std::mutex> lock(mu_);
   nlohmann::json event = {{"rank", rank_},
                           {"attempt", attempt_},
                           {"source_seq", ++source_seq_},

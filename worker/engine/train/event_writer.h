@@ -1,11 +1,14 @@
 // Writes trainyard.v1.Event messages as JSON lines (proto3 JSON mapping, proto field
 // names) to one stream, flushing each line: this is the only thing a rank writes to
 // stdout, and the worker daemon parses it line by line. int64 fields are written as
-// JSON numbers, which proto3 JSON parsers accept. Not thread-safe; owned by main.
+// JSON numbers, which proto3 JSON parsers accept. Thread-safe: the checkpoint writer's
+// background thread reports through it while the training loop does; each line is
+// written whole.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -40,12 +43,15 @@ class EventWriter {
   void Step(const StepMetrics& m);
   // A CompileEvent payload (proto JSON field names; see compile/events/compile_event.h).
   void Compile(nlohmann::json payload);
+  // A CheckpointSaved payload {step, path, bytes, blocked_ms, write_ms, dp, tp, ep}.
+  void Checkpoint(nlohmann::json payload);
 
   static std::string NowRfc3339();
 
  private:
   void Emit(const char* payload_name, nlohmann::json payload);
 
+  std::mutex mu_;  // guards out_ and source_seq_
   std::ostream& out_;
   int rank_;
   int attempt_;

@@ -13,6 +13,9 @@
 #include <ATen/record_function.h>
 
 #include "worker/engine/base/torch_compat.h"
+#include "worker/engine/checkpoint/checkpoint_loader.h"
+#include "worker/engine/checkpoint/checkpoint_writer.h"
+#include "worker/engine/checkpoint/train_state.h"
 #include "worker/engine/kernels/cpu/cpu_blas.h"
 #include "worker/engine/kernels/cpu/fused_cpu_kernels.h"
 #include "worker/engine/parallel/parameter_sharding.h"
@@ -130,13 +133,60 @@ std::pair<double, double> Trainer::ClipGradients(double max_norm) {
   return {norm, std::min(coef, 1.0)};
 }
 
+int64_t Trainer::GlobalBatch() const {
+  const TrainingConfig& t = config_.training;
+  return int64_t{t.batch_size} * mesh_.context().dp * t.grad_accum_steps;
+}
+
+int64_t Trainer::Resume(const std::string& checkpoint_dir) {
+  const TrainingConfig& t = config_.training;
+  const CheckpointManifest m = LoadCheckpoint(checkpoint_dir, CollectTrainState(*model_, *optimizer_),
+                                              mesh_.world().rank(), {GlobalBatch(), t.dataset, t.seed});
+  if (m.step >= t.steps) {
+    throw std::invalid_argument("checkpoint " + checkpoint_dir + " holds step " + std::to_string(m.step) +
+                                ", nothing is left of training.steps=" + std::to_string(t.steps));
+  }
+  optimizer_->set_steps(m.optimizer_step);
+  start_step_ = m.step;
+  if (mesh_.world().rank() == 0) {
+    events_.Log("info", "resumed from " + checkpoint_dir + " at step " + std::to_string(m.step) +
+                            " (written under dp=" + std::to_string(m.dp) + " tp=" + std::to_string(m.tp) +
+                            " ep=" + std::to_string(m.ep) + ")");
+  }
+  return m.step;
+}
+
 void Trainer::Run() {
   const TrainingConfig& t = config_.training;
+  const ParallelContext& ctx = mesh_.context();
+  std::unique_ptr<CheckpointWriter> checkpoints;
+  const int interval = config_.checkpoint.interval;
+  if (interval > 0 && !options_.checkpoint_dir.empty()) {
+    CheckpointWriterOptions o;
+    o.root = options_.checkpoint_dir;
+    o.attempt = options_.attempt;
+    o.rank = ctx.rank;
+    o.dp = ctx.dp;
+    o.tp = ctx.tp;
+    o.ep = ctx.ep;
+    o.keep = config_.checkpoint.keep;
+    o.wait_for_ranks_s = config_.parallelism.collective_timeout_s;
+    o.pause_at_step = options_.pause_checkpoint_at_step;
+    o.on_log = [this](const std::string& line) { events_.Log("info", line); };
+    if (ctx.rank == 0) {
+      o.on_saved = [this](const CheckpointSavedInfo& s) {
+        events_.Checkpoint({{"step", s.step}, {"path", s.path}, {"bytes", s.bytes}, {"blocked_ms", s.blocked_ms},
+                            {"write_ms", s.write_ms}, {"dp", s.dp}, {"tp", s.tp}, {"ep", s.ep}});
+      };
+    }
+    checkpoints = std::make_unique<CheckpointWriter>(std::move(o));
+  }
+  const std::vector<StateTensor> state =
+      checkpoints ? CollectTrainState(*model_, *optimizer_) : std::vector<StateTensor>{};
   // Every step's tokens count, reported or not: a report carries those since the last.
   int64_t tokens_since_report = 0;
-  const int64_t step_tokens =
-      static_cast<int64_t>(t.batch_size) * t.seq_len * mesh_.context().dp * t.grad_accum_steps;
-  for (int step = 1; step <= t.steps; ++step) {
+  const int64_t step_tokens = GlobalBatch() * t.seq_len;
+  for (int step = static_cast<int>(start_step_) + 1; step <= t.steps; ++step) {
     StepMetrics m;
     try {
       m = Step(step);
@@ -150,7 +200,14 @@ void Trainer::Run() {
       events_.Step(m);
     }
     if (step % config_.compile.summary_every == 0 || step == t.steps) compile_->Summary();
+    if (checkpoints) {
+      checkpoints->ThrowIfFailed();
+      if (step % interval == 0) {
+        checkpoints->Save({step, optimizer_->steps(), GlobalBatch(), t.dataset, t.seed}, state);
+      }
+    }
   }
+  if (checkpoints) checkpoints->Wait();
 }
 
 StepMetrics Trainer::Step(int step) {

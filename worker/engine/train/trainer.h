@@ -11,6 +11,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -37,6 +38,13 @@ struct TrainerOptions {
   // Where the model, batches and collective buffers live; must be the mesh's device
   // (DevicePlacement::ForLocalRank).
   c10::Device device = c10::Device(c10::DeviceType::CPU);
+  // Checkpoints every checkpoint.interval steps go under this root (trainyard-rank
+  // --checkpoint-dir, default checkpoint.dir); "" writes none.
+  std::string checkpoint_dir;
+  int attempt = 1;  // in checkpoint directory names and metadata
+  // Test hook (TRAINYARD_TEST_PAUSE_CHECKPOINT_AT_STEP): the writer of this step's
+  // checkpoint stops mid-file and sleeps until killed; 0: off.
+  int64_t pause_checkpoint_at_step = 0;
 };
 
 class Trainer {
@@ -55,7 +63,14 @@ class Trainer {
   Trainer(const EngineConfig& config, ProcessMesh& mesh, EventWriter& events,
           TrainerOptions options);
 
-  // Runs training.steps steps. Throws on any failure, with the step in the message.
+  // Restores a checkpoint directory written under any layout (checkpoint_loader.h):
+  // weights, AdamW state, expert biases, RNG; Run then continues at the step after
+  // it. Returns that checkpoint's step. Throws naming the path and the problem.
+  int64_t Resume(const std::string& checkpoint_dir);
+
+  // Runs the steps after the resumed one (or 1) up to training.steps, checkpointing
+  // every checkpoint.interval steps; before returning waits for the last checkpoint
+  // write. Throws on any failure, with the step (or the checkpoint path) in the message.
   void Run();
 
   // One optimizer step (1-based). Returns the metrics that rank 0 reports.
@@ -71,7 +86,8 @@ class Trainer {
   ProcessMesh& mesh_;
   EventWriter& events_;
   TrainerOptions options_;
-  int next_peak_reprobe_ = 0;  // first step that may re-measure a peak it beat
+  int next_peak_reprobe_ = 0;
+  int64_t start_step_ = 0;  // the last step done before Run (a resumed checkpoint's)  // first step that may re-measure a peak it beat
   FlopsModel flops_;
   LrSchedule schedule_;
   std::unique_ptr<Dataset> dataset_;
@@ -90,6 +106,7 @@ class Trainer {
   // torch::nn::utils::clip_grad_norm_ (at most 1), which the optimizer step applies.
   // Returns {pre-clip norm, coefficient}.
   std::pair<double, double> ClipGradients(double max_norm);
+  int64_t GlobalBatch() const;  // samples per optimizer step
 };
 
 }  // namespace trainyard::engine

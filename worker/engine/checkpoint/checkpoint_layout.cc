@@ -1,0 +1,285 @@
+#include "worker/engine/checkpoint/checkpoint_layout.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+namespace trainyard::engine {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// At most ~100 characters of something we were sent.
+std::string Quote(const std::string& s) { return s.size() <= 100 ? s : s.substr(0, 100) + "..."; }
+
+[[noreturn]] void Fail(const std::string& where, const std::string& problem) {
+  throw std::runtime_error("checkpoint " + where + ": " + problem);
+}
+
+int64_t IntField(const json& obj, const char* key, int64_t lo, int64_t hi, const std::string& where) {
+  auto it = obj.find(key);
+  if (it == obj.end()) Fail(where, std::string("field \"") + key + "\" is missing");
+  if (!it->is_number_integer() && !it->is_number_unsigned()) {
+    Fail(where, std::string("field \"") + key + "\" must be an integer, got " + Quote(it->dump()));
+  }
+  if (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(hi)) {
+    Fail(where, std::string("field \"") + key + "\" must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                    "], got " + Quote(it->dump()));
+  }
+  const int64_t v = it->get<int64_t>();
+  if (v < lo || v > hi) {
+    Fail(where, std::string("field \"") + key + "\" must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                    "], got " + std::to_string(v));
+  }
+  return v;
+}
+
+std::string StringField(const json& obj, const char* key, const std::string& where) {
+  auto it = obj.find(key);
+  if (it == obj.end() || !it->is_string()) {
+    Fail(where, std::string("field \"") + key + "\" must be a string" +
+                    (it == obj.end() ? " (missing)" : ", got " + Quote(it->dump())));
+  }
+  return it->get<std::string>();
+}
+
+// Parses "step-<digits>-attempt-<digits>"; false for any other name.
+bool ParseDirName(const std::string& name, int64_t* step, int* attempt) {
+  const std::string p1 = "step-", p2 = "-attempt-";
+  if (name.rfind(p1, 0) != 0) return false;
+  const size_t mid = name.find(p2, p1.size());
+  if (mid == std::string::npos) return false;
+  const std::string s = name.substr(p1.size(), mid - p1.size());
+  const std::string a = name.substr(mid + p2.size());
+  auto digits = [](const std::string& d) {
+    return !d.empty() && d.size() <= 18 && std::all_of(d.begin(), d.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  if (!digits(s) || !digits(a) || a.size() > 9) return false;
+  *step = std::stoll(s);
+  *attempt = std::stoi(a);
+  return true;
+}
+
+void FsyncPath(const std::string& path, bool directory, const std::string& where) {
+  const int fd = ::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
+  if (fd < 0) Fail(where, "cannot open " + path + " to fsync: " + std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) Fail(where, "fsync of " + path + " failed: " + std::strerror(err));
+}
+
+}  // namespace
+
+std::string CheckpointDirName(int64_t step, int attempt) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "step-%08lld-attempt-%d", static_cast<long long>(step), attempt);
+  return buf;
+}
+
+std::string RankFileName(int rank) {
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "rank-%05d.safetensors", rank);
+  return buf;
+}
+
+std::string ManifestToJson(const CheckpointManifest& m) {
+  json files = json::array();
+  for (const auto& f : m.files) files.push_back({{"name", f.name}, {"rank", f.rank}, {"bytes", f.bytes}});
+  json j = {{"format", kCheckpointFormat},
+            {"step", m.step},
+            {"attempt", m.attempt},
+            {"layout", {{"dp", m.dp}, {"tp", m.tp}, {"ep", m.ep}}},
+            {"optimizer_step", m.optimizer_step},
+            {"global_batch", m.global_batch},
+            {"samples_consumed", m.samples_consumed},
+            {"dataset", m.dataset},
+            {"seed", m.seed},
+            {"files", files},
+            {"total_bytes", m.total_bytes}};
+  return j.dump(2) + "\n";
+}
+
+CheckpointManifest ParseManifest(const std::string& text, const std::string& where) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) Fail(where, "manifest is not valid JSON (" + std::to_string(text.size()) + " bytes)");
+  if (!j.is_object()) Fail(where, "manifest must be a JSON object, got " + Quote(j.dump()));
+  const std::string format = StringField(j, "format", where);
+  if (format != kCheckpointFormat) {
+    Fail(where, "format \"" + Quote(format) + "\" is not " + kCheckpointFormat);
+  }
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  CheckpointManifest m;
+  m.step = IntField(j, "step", 1, kMax, where);
+  m.attempt = static_cast<int>(IntField(j, "attempt", 0, 1000000000, where));
+  auto layout = j.find("layout");
+  if (layout == j.end() || !layout->is_object()) Fail(where, "field \"layout\" must be an object {dp, tp, ep}");
+  m.dp = static_cast<int>(IntField(*layout, "dp", 1, 1 << 20, where + " layout"));
+  m.tp = static_cast<int>(IntField(*layout, "tp", 1, 1 << 20, where + " layout"));
+  m.ep = static_cast<int>(IntField(*layout, "ep", 1, 1 << 20, where + " layout"));
+  if (static_cast<int64_t>(m.dp) * m.tp > (1 << 20)) Fail(where, "layout dp*tp is too large");
+  m.optimizer_step = IntField(j, "optimizer_step", 0, kMax, where);
+  m.global_batch = IntField(j, "global_batch", 1, kMax, where);
+  m.samples_consumed = IntField(j, "samples_consumed", 0, kMax, where);
+  int64_t expected = 0;
+  if (__builtin_mul_overflow(m.step, m.global_batch, &expected) || expected != m.samples_consumed) {
+    Fail(where, "samples_consumed " + std::to_string(m.samples_consumed) + " is not step " + std::to_string(m.step) +
+                    " x global_batch " + std::to_string(m.global_batch));
+  }
+  m.dataset = StringField(j, "dataset", where);
+  auto seed = j.find("seed");
+  if (seed == j.end() || !seed->is_number_unsigned()) {
+    Fail(where, "field \"seed\" must be a non-negative integer" +
+                    (seed == j.end() ? std::string(" (missing)") : ", got " + Quote(seed->dump())));
+  }
+  m.seed = seed->get<uint64_t>();
+  auto files = j.find("files");
+  if (files == j.end() || !files->is_array()) Fail(where, "field \"files\" must be an array");
+  if (files->size() != static_cast<size_t>(m.world())) {
+    Fail(where, "files lists " + std::to_string(files->size()) + " entries, the layout dp*tp needs " +
+                    std::to_string(m.world()));
+  }
+  int64_t total = 0;
+  for (size_t i = 0; i < files->size(); ++i) {
+    const json& f = (*files)[i];
+    const std::string fw = where + " files[" + std::to_string(i) + "]";
+    if (!f.is_object()) Fail(fw, "must be an object {name, rank, bytes}");
+    ManifestFile mf;
+    mf.name = StringField(f, "name", fw);
+    mf.rank = static_cast<int>(IntField(f, "rank", 0, m.world() - 1, fw));
+    mf.bytes = IntField(f, "bytes", 8, kMax, fw);
+    if (mf.rank != static_cast<int>(i) || mf.name != RankFileName(mf.rank)) {
+      Fail(fw, "expected rank " + std::to_string(i) + " named " + RankFileName(static_cast<int>(i)) + ", got rank " +
+                   std::to_string(mf.rank) + " named \"" + Quote(mf.name) + "\"");
+    }
+    if (__builtin_add_overflow(total, mf.bytes, &total)) Fail(fw, "bytes overflow the total");
+    m.files.push_back(mf);
+  }
+  m.total_bytes = IntField(j, "total_bytes", 0, kMax, where);
+  if (m.total_bytes != total) {
+    Fail(where, "total_bytes " + std::to_string(m.total_bytes) + " is not the sum of the files' bytes " +
+                    std::to_string(total));
+  }
+  return m;
+}
+
+CheckpointManifest ReadVerifiedManifest(const std::string& dir) {
+  const std::string path = (fs::path(dir) / kManifestName).string();
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) Fail(dir, "is not a directory");
+  if (!fs::exists(path, ec)) {
+    Fail(dir, "incomplete: no manifest.json (a write that never finished; it cannot be loaded)");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) Fail(path, "cannot read");
+  std::ostringstream text;
+  text << in.rdbuf();
+  CheckpointManifest m = ParseManifest(text.str(), path);
+  int64_t step = 0;
+  int attempt = 0;
+  const std::string name = fs::path(dir).lexically_normal().filename().string().empty()
+                               ? fs::path(dir).lexically_normal().parent_path().filename().string()
+                               : fs::path(dir).lexically_normal().filename().string();
+  if (!ParseDirName(name, &step, &attempt) || step != m.step || attempt != m.attempt) {
+    Fail(path, "holds step " + std::to_string(m.step) + " attempt " + std::to_string(m.attempt) +
+                   " but its directory is named \"" + Quote(name) + "\" (expected " +
+                   CheckpointDirName(m.step, m.attempt) + ")");
+  }
+  for (const auto& f : m.files) {
+    const std::string fp = (fs::path(dir) / f.name).string();
+    const auto size = fs::file_size(fp, ec);
+    if (ec) Fail(fp, "listed in the manifest but missing: " + ec.message());
+    if (static_cast<int64_t>(size) != f.bytes) {
+      Fail(fp, "is " + std::to_string(size) + " bytes, the manifest lists " + std::to_string(f.bytes) +
+                   (static_cast<int64_t>(size) < f.bytes ? " (truncated)" : ""));
+    }
+  }
+  return m;
+}
+
+void WriteManifestAtomically(const std::string& dir, const CheckpointManifest& m) {
+  const std::string path = (fs::path(dir) / kManifestName).string();
+  const std::string tmp = path + ".tmp";
+  const std::string text = ManifestToJson(m);
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) Fail(tmp, "write failed");
+  }
+  FsyncPath(tmp, false, path);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) Fail(path, std::string("rename failed: ") + std::strerror(errno));
+  FsyncPath(dir, true, path);
+}
+
+std::vector<CheckpointDirEntry> ListCheckpointDirs(const std::string& root) {
+  std::vector<CheckpointDirEntry> out;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return out;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    CheckpointDirEntry e;
+    if (!entry.is_directory(ec) || !ParseDirName(entry.path().filename().string(), &e.step, &e.attempt)) continue;
+    e.path = entry.path().string();
+    e.complete = fs::exists(entry.path() / kManifestName, ec);
+    out.push_back(e);
+  }
+  std::sort(out.begin(), out.end(), [](const CheckpointDirEntry& a, const CheckpointDirEntry& b) {
+    return a.step != b.step ? a.step < b.step : a.attempt < b.attempt;
+  });
+  return out;
+}
+
+std::string FindLatestCheckpoint(const std::string& root) {
+  const auto dirs = ListCheckpointDirs(root);
+  for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) {
+    if (!it->complete) continue;
+    try {
+      ReadVerifiedManifest(it->path);
+      return it->path;
+    } catch (const std::exception&) {
+      // Damaged: try the next older one.
+    }
+  }
+  return "";
+}
+
+std::vector<std::string> PruneCheckpoints(const std::string& root, int keep) {
+  const auto dirs = ListCheckpointDirs(root);
+  std::vector<std::string> removed;
+  int complete_seen = 0;
+  bool newer_complete = false;
+  for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) {
+    const bool drop = it->complete ? ++complete_seen > keep : newer_complete;
+    if (it->complete) newer_complete = true;
+    if (!drop) continue;
+    std::error_code ec;
+    // The manifest goes first, so a removal cut short never leaves a "complete" dir
+    // with files missing.
+    fs::remove(fs::path(it->path) / kManifestName, ec);
+    fs::remove_all(it->path, ec);
+    if (ec) Fail(it->path, "cannot remove while pruning: " + ec.message());
+    removed.push_back(it->path);
+  }
+  return removed;
+}
+
+int NextCheckpointAttempt(const std::string& root) {
+  int highest = 0;
+  for (const auto& d : ListCheckpointDirs(root)) highest = std::max(highest, d.attempt);
+  return highest + 1;
+}
+
+}  // namespace trainyard::engine

@@ -1,0 +1,35 @@
+#include "worker/engine/checkpoint/train_state.h"
+
+#include <stdexcept>
+
+#include "worker/engine/parallel/parameter_sharding.h"
+
+namespace trainyard::engine {
+
+std::vector<StateTensor> CollectTrainState(TransformerModelImpl& model, const AdamW& optimizer) {
+  const ParallelContext& ctx = model.parallel();
+  const auto params = model.named_parameters(/*recurse=*/true);
+  if (params.size() != optimizer.size()) {
+    throw std::logic_error("CollectTrainState: the optimizer holds " + std::to_string(optimizer.size()) +
+                           " parameters, the model " + std::to_string(params.size()));
+  }
+  auto entry = [&](const std::string& name, const std::string& param_name, const torch::Tensor& local) {
+    const ShardKind kind = ShardKindOf(param_name);
+    return StateTensor{name, local, FullShape(kind, local.sizes(), ctx), ShardOffsets(kind, local.sizes(), ctx),
+                       OwnsShard(kind, ctx)};
+  };
+  std::vector<StateTensor> state;
+  for (const auto& item : params) state.push_back(entry(item.key(), item.key(), item.value()));
+  for (size_t i = 0; i < params.size(); ++i) {
+    state.push_back(entry("optim.m." + params[i].key(), params[i].key(), optimizer.exp_avg(i)));
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    state.push_back(entry("optim.v." + params[i].key(), params[i].key(), optimizer.exp_avg_sq(i)));
+  }
+  for (const auto& item : model.named_buffers(/*recurse=*/true)) {
+    state.push_back(entry(item.key(), item.key(), item.value()));
+  }
+  return state;
+}
+
+}  // namespace trainyard::engine

@@ -1,0 +1,33 @@
+// The tensors a checkpoint holds for one rank, named globally: every parameter under
+// its torchtitan name, AdamW's moments as optim.m.<param> / optim.v.<param>, and every
+// buffer (expert_bias). Each entry is this rank's local shard with the layout facts a
+// layout-independent checkpoint needs: the full shape, where the shard starts in it,
+// and whether this rank is the one that writes it (OwnsShard: each element once over
+// the world). Entries are handles to the live tensors (a load copies into them).
+// Pure functions; not thread-safe with respect to the tensors they point at.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "worker/engine/model/transformer_model.h"
+#include "worker/engine/optim/adamw.h"
+
+namespace trainyard::engine {
+
+struct StateTensor {
+  std::string name;                   // global name
+  torch::Tensor local;                // this rank's shard (live)
+  std::vector<int64_t> global_shape;  // the full tensor
+  std::vector<int64_t> offsets;       // where `local` starts in it
+  bool owned = false;                 // this rank writes it
+};
+
+// `optimizer` must have been built over model.named_parameters() in that order (as the
+// Trainer does). Order: parameters, optim.m.*, optim.v.*, buffers.
+std::vector<StateTensor> CollectTrainState(TransformerModelImpl& model, const AdamW& optimizer);
+
+}  // namespace trainyard::engine
