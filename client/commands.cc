@@ -136,6 +136,14 @@ class Runner {
     return kExitOk;
   }
 
+  int Resize(const std::string& id, int dp) {
+    absl::StatusOr<v1::Job> job = client_->ResizeJob(id, dp);
+    if (!job.ok()) return Fail(job.status());
+    PrintJob(*job);
+    out_.flush();
+    return kExitOk;
+  }
+
   int Explain(const std::string& id) {
     absl::StatusOr<v1::Job> job = client_->GetJob(id);
     if (!job.ok()) return Fail(job.status());
@@ -256,6 +264,24 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
   cancel->add_option("--reason", reason, "Why (stored as the job's failure reason)");
   AddCommonOptions(cancel, &common);
 
+  int resize_dp = 0;
+  CLI::App* resize = app.add_subcommand(
+      "resize", "Restart a running job from its last checkpoint at another data-parallel degree");
+  resize->add_option("job", job_id, "Job id")->required();
+  resize->add_option("--dp", resize_dp, "Data-parallel degree, 1 to the job's parallelism.dp")
+      ->required()
+      ->check(CLI::Range(1, 65536));
+  resize->footer(
+      "grad_accum_steps is scaled so the global batch is unchanged, so --dp must divide "
+      "dp*grad_accum_steps and be >= restart.min_dp. The job needs checkpoints "
+      "(checkpoint.interval > 0): its ranks are cancelled and it restarts from the newest "
+      "checkpoint, without backoff and without using a restart of restart.max_restarts. It "
+      "waits PENDING until --dp slots are free. The size holds for that restart only: a "
+      "later failure restarts at the submitted dp (or shrinks as restart.min_dp allows). "
+      "A job already at --dp is printed unchanged. Prints the job; exit status 0, or 3 on "
+      "an RPC, connection or usage error.");
+  AddCommonOptions(resize, &common);
+
   int64_t from_seq = 0;
   CLI::App* watch =
       app.add_subcommand("watch", "Stream a job's events, one line each, until the job ends");
@@ -312,7 +338,7 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
     }
     return RunPreflightCommand(preflight_options, env.launcher, env.clock, *env.out, *env.err);
   }
-  for (CLI::App* sub : {submit, list, get, explain, workers, cancel, watch}) {
+  for (CLI::App* sub : {submit, list, get, explain, workers, cancel, resize, watch}) {
     if (sub->parsed()) common.timeout_given = sub->get_option("--timeout")->count() > 0;
   }
 
@@ -323,6 +349,7 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
   if (explain->parsed()) return runner.Explain(job_id);
   if (workers->parsed()) return runner.Workers();
   if (cancel->parsed()) return runner.Cancel(job_id, reason);
+  if (resize->parsed()) return runner.Resize(job_id, resize_dp);
   if (watch->parsed()) return runner.Watch(job_id, from_seq);
   return kExitError;  // require_subcommand(1) makes this unreachable
 }

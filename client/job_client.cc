@@ -71,6 +71,18 @@ absl::StatusOr<v1::Job> JobClient::CancelJob(const std::string& id, const std::s
   return job;
 }
 
+absl::StatusOr<v1::Job> JobClient::ResizeJob(const std::string& id, int dp) {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  v1::ResizeJobRequest request;
+  request.set_job_id(id);
+  request.set_dp(dp);
+  v1::ResizeJobResponse response;
+  grpc::Status status = stub_->ResizeJob(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return std::move(*response.mutable_job());
+}
+
 absl::StatusOr<std::vector<v1::WorkerInfo>> JobClient::ListWorkers() {
   grpc::ClientContext context;
   SetDeadline(&context);

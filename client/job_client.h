@@ -46,6 +46,9 @@ class JobClient {
   absl::StatusOr<std::vector<v1::Job>> ListJobs(const std::vector<v1::Job::State>& states,
                                                 int limit = 0);
   absl::StatusOr<v1::Job> CancelJob(const std::string& id, const std::string& reason);
+  // Restarts the job from its last checkpoint at data-parallel degree `dp`; returns
+  // the job after the request (RESTARTING, or unchanged when already at `dp`).
+  absl::StatusOr<v1::Job> ResizeJob(const std::string& id, int dp);
   absl::StatusOr<std::vector<v1::WorkerInfo>> ListWorkers();
 
   // Called for each event in seq order; return false to stop watching.

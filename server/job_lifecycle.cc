@@ -1,13 +1,14 @@
 #include "server/job_lifecycle.h"
 
-#include <cmath>
 #include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/proto_time.h"
+#include "common/status_macros.h"
 #include "server/gang_scheduler.h"
+#include "server/resize_policy.h"
 #include "server/restart_policy.h"
 #include "spdlog/spdlog.h"
 
@@ -120,8 +121,7 @@ bool JobLifecycle::Closed(const std::string& id) const {
   return it != jobs_.end() && IsTerminal(it->second.job.state()) && it->second.live == 0;
 }
 
-absl::Status JobLifecycle::Cancel(const std::string& id, const std::string& reason,
-                                  Effects* fx) {
+absl::Status JobLifecycle::Cancel(const std::string& id, const std::string& reason, Effects* fx) {
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", id, " not found"));
   JobRuntime& rt = it->second;
@@ -135,6 +135,29 @@ absl::Status JobLifecycle::Cancel(const std::string& id, const std::string& reas
     SendCancel(rt, why, fx);
   }
   SetState(rt, v1::Job::CANCELLED, why, fx);
+  return absl::OkStatus();
+}
+
+absl::Status JobLifecycle::Resize(const std::string& id, int dp, Effects* fx) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", id, " not found"));
+  JobRuntime& rt = it->second;
+  const v1::JobSpec& spec = rt.job.spec();
+  const bool live = (rt.job.state() == v1::Job::SCHEDULED || rt.job.state() == v1::Job::RUNNING) && !rt.tearing_down;
+  const int current = live ? rt.job.world_size() / std::max(1, spec.parallelism().tp())
+                           : rt.resize_dp.value_or(spec.parallelism().dp());
+  TY_ASSIGN_OR_RETURN(const ResizePlan plan, ResizePolicy::Plan(rt.job, live, current, dp));
+  if (plan.no_op) return absl::OkStatus();
+  const std::string why = ResizePolicy::Reason(rt.job, live, plan.from_dp, dp);
+  rt.resize_dp = dp;
+  if (live) {  // else only the restart to come changes; its event lets Recover read it back
+    rt.tearing_down = true;
+    ++rt.resizes;
+    rt.not_before = clock_->Now();  // no backoff: nothing failed
+    SendCancel(rt, ResizePolicy::CancelReason(dp), fx);
+  }
+  SetState(rt, live ? v1::Job::RESTARTING : rt.job.state(), why, fx);
+  if (live && rt.live == 0) SetState(rt, v1::Job::PENDING, RestartPendingReason(rt, clock_->Now()), fx);
   return absl::OkStatus();
 }
 
@@ -167,28 +190,6 @@ void JobLifecycle::ApplyStall(JobRuntime& rt, const v1::Event& event, Effects* f
   // Blamed on the lagging rank's worker, else the reporter's.
   std::string blamed = WorkerOf(rt, event.stall().lagging_rank());
   FailAttempt(rt, StallCause(event), blamed.empty() ? WorkerOf(rt, event.rank()) : blamed, fx);
-}
-
-void JobLifecycle::NoteStep(JobRuntime& rt, const v1::StepMetrics& step) {
-  rt.last_step = std::max(rt.last_step, step.step());
-  if (std::isfinite(step.step_ms()) && step.step_ms() > 0) rt.step_seconds = step.step_ms() / 1000.0;
-}
-
-std::optional<absl::Duration> JobLifecycle::Remaining(const JobRuntime& rt, absl::Time now) const {
-  if (rt.job.state() == v1::Job::RESTARTING || IsTerminal(rt.job.state())) {
-    return absl::ZeroDuration();  // its ranks are being stopped
-  }
-  std::optional<absl::Duration> out;
-  if (rt.step_seconds > 0) {
-    const int64_t left = std::max<int64_t>(0, rt.job.spec().training().steps() - rt.last_step);
-    out = absl::Seconds(static_cast<double>(left) * rt.step_seconds);
-  }
-  if (const int limit = rt.job.spec().job().time_limit_s(); limit > 0) {
-    const absl::Duration by_limit =
-        std::max(absl::ZeroDuration(), rt.attempt_started + absl::Seconds(limit) - now);
-    out = out ? std::min(*out, by_limit) : by_limit;
-  }
-  return out;
 }
 
 void JobLifecycle::EnforceTimeLimits(Effects* fx) {
@@ -281,7 +282,9 @@ void JobLifecycle::Schedule(Effects* fx) {
       continue;
     }
     QueuedJob q{id, &rt.job.spec(), rt.order, AvoidedWorkers(rt)};
-    if (std::optional<absl::Time> from = ElasticFrom(rt); from && now >= *from) {
+    if (rt.resize_dp) {
+      if (const v1::JobSpec* resized = ResizedSpec(rt)) q.spec = resized;
+    } else if (std::optional<absl::Time> from = ElasticFrom(rt); from && now >= *from) {
       if (!free_read) free = workers_->ConnectedFree();
       free_read = true;
       // The full dp first: a gang grows back once slots return.
@@ -297,7 +300,7 @@ void JobLifecycle::Schedule(Effects* fx) {
   std::vector<RunningJob> running;
   for (const auto& [id, rt] : jobs_) {
     if (rt.live == 0) continue;
-    RunningJob r{id, {}, Remaining(rt, now)};
+    RunningJob r{id, {}, RemainingTime(rt, now)};
     const auto& placement = rt.job.placement();
     for (size_t rank = 0; rank < rt.ranks.size() && static_cast<int>(rank) < placement.ranks_size(); ++rank) {
       if (rt.ranks[rank] != RankPhase::kEnded) r.rank_workers.push_back(placement.ranks(rank).worker());
@@ -319,7 +322,9 @@ void JobLifecycle::Schedule(Effects* fx) {
     if (d.estimated_start) rt.estimated_start = now + *d.estimated_start;
     rt.reserved_workers = d.reserved_workers;
     std::string why = d.pending_reason;
-    if (std::optional<absl::Time> from = ElasticFrom(rt); from && now < *from) {
+    if (rt.resize_dp) {
+      absl::StrAppend(&why, "; resize to dp=", *rt.resize_dp, " of ", rt.job.spec().parallelism().dp(), " requested");
+    } else if (std::optional<absl::Time> from = ElasticFrom(rt); from && now < *from) {
       absl::StrAppend(&why, "; elastic: may restart at dp >= ", rt.job.spec().restart().min_dp(), " from ",
                       absl::FormatTime("%Y-%m-%dT%H:%M:%E*SZ", *from, absl::UTCTimeZone()));
     }
@@ -335,9 +340,6 @@ void JobLifecycle::SetState(JobRuntime& rt, v1::Job::State state, const std::str
   v1::Job& job = rt.job;
   metrics_->JobMoved(job.state(), state);
   if (state == v1::Job::PENDING && job.state() != v1::Job::PENDING) rt.queued_at = now;
-  if (state == v1::Job::RESTARTING && job.state() != v1::Job::RESTARTING) {
-    metrics_->JobRestarted(job.id());
-  }
   job.set_state(state);
   job.set_pending_reason(state == v1::Job::PENDING ? reason : "");
   if (state == v1::Job::RUNNING && !job.has_start_time()) {
@@ -367,6 +369,7 @@ void JobLifecycle::StartAttempt(JobRuntime& rt, const GangDecision& decision, Ef
   const std::vector<std::string>& rank_workers = decision.rank_workers;
   const int world = static_cast<int>(rank_workers.size());
   const std::string note = PlacementNote(rt, decision, clock_->Now());
+  rt.resize_dp.reset();  // a resize holds for one placement; a failure restart tries the full dp
   metrics_->JobPlaced(clock_->Now() - rt.queued_at);
   rt.attempt_started = clock_->Now();
   rt.last_step = 0;
@@ -463,9 +466,10 @@ void JobLifecycle::FailAttempt(JobRuntime& rt, const std::string& cause, const s
   std::vector<std::string> causes(rt.job.failure_causes().begin(), rt.job.failure_causes().end());
   RestartPolicy::AppendCause(cause, &causes);
   rt.job.mutable_failure_causes()->Assign(causes.begin(), causes.end());
-  const RestartDecision d = RestartPolicy::Decide(rt.job.spec().restart(), rt.job.attempt() - 1, causes);
+  const RestartDecision d = RestartPolicy::Decide(rt.job.spec().restart(), RestartsUsed(rt), causes);
   if (d.restart) {
     const absl::Time now = clock_->Now();
+    metrics_->JobRestarted(rt.job.id());
     rt.not_before = now + d.backoff;
     SetState(rt, v1::Job::RESTARTING, d.reason, fx);
     if (rt.live == 0) SetState(rt, v1::Job::PENDING, RestartPendingReason(rt, now), fx);

@@ -34,6 +34,8 @@ namespace trainyard {
 // placement without it exists; after restart.elastic_wait_s without slots for its dp
 // a job with restart.min_dp > 0 restarts smaller (ElasticPolicy). A CheckpointSaved of
 // the current attempt becomes Job.last_checkpoint, which the next attempt resumes from.
+// A requested resize (ResizePolicy) ends the running attempt like a restart, without
+// backoff and without using a restart, and places the next attempt at exactly its dp.
 //
 // It does no I/O: every transition is recorded in the caller's Effects (the job row,
 // then a job_state event), and so is every Assign and Cancel for a worker, after the
@@ -65,6 +67,11 @@ class JobLifecycle {
 
   // NOT_FOUND for an unknown job, FAILED_PRECONDITION for one that already ended.
   absl::Status Cancel(const std::string& id, const std::string& reason, Effects* fx);
+  // Restarts the job at data-parallel degree `dp` from its last checkpoint
+  // (ResizePolicy::Plan says when it may): a running attempt is cancelled and the job
+  // goes RESTARTING; a restarting or PENDING one only changes the dp its restart
+  // places. NOT_FOUND for an unknown job; OK without a change when already at `dp`.
+  absl::Status Resize(const std::string& id, int dp, Effects* fx);
   // Before a commit: removes from `events` (one job's, sent by worker `worker`) those
   // that must not be stored (event_screen: another attempt, a rank not placed on that
   // worker, a checkpoint that cannot be the newest) and returns why each was refused.
@@ -93,13 +100,8 @@ class JobLifecycle {
   void FillEstimate(const std::string& id, v1::Job* job) const;
 
  private:
-  // How long until an active job's slots free: remaining steps at the measured step
-  // time, bounded by its time limit; nullopt when neither is known.
-  std::optional<absl::Duration> Remaining(const JobRuntime& rt, absl::Time now) const;
-
   static bool IsTerminal(v1::Job::State s);
   static bool IsActive(const JobRuntime& rt);
-  void NoteStep(JobRuntime& rt, const v1::StepMetrics& step);
   void SetState(JobRuntime& rt, v1::Job::State state, const std::string& reason, Effects* fx);
   void StartAttempt(JobRuntime& rt, const GangDecision& decision, Effects* fx);
   void ApplyRankState(JobRuntime& rt, const v1::Event& event, Effects* fx);

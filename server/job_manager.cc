@@ -169,6 +169,20 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& id, const std::str
   return ViewLocked(id);
 }
 
+absl::StatusOr<v1::Job> JobManager::Resize(const std::string& id, int dp) {
+  absl::MutexLock commit(&commit_mu_);
+  Effects fx;
+  {
+    absl::MutexLock lock(&mu_);
+    TY_RETURN_IF_ERROR(lifecycle_.Resize(id, dp, &fx));
+    lifecycle_.Schedule(&fx);
+    UpdateSlotMetricsLocked();
+  }
+  TY_RETURN_IF_ERROR(Run(std::move(fx)));
+  absl::MutexLock lock(&mu_);
+  return ViewLocked(id);
+}
+
 std::vector<v1::WorkerInfo> JobManager::Workers() {
   absl::MutexLock lock(&mu_);
   return registry_.List();

@@ -44,8 +44,9 @@ struct JobManagerOptions {
 // machine (JobLifecycle), with the store as the source of truth after a restart.
 //
 // Thread-safe. Two mutexes, always taken in this order:
-//   commit_mu_  taken by writers only (Submit, Cancel, RegisterWorker, IngestEvents,
-//               Tick, Recover) for their whole call: writers run one at a time.
+//   commit_mu_  taken by writers only (Submit, Cancel, Resize, RegisterWorker,
+//               IngestEvents, Tick, Recover) for their whole call: writers run one at
+//               a time.
 //   mu_         the state lock over registry_, lifecycle_ and views_. Held only for
 //               in-memory work; never across a store call or a send.
 // Readers (Get, List, Workers) and the in-memory-only calls (Heartbeat, StreamClosed)
@@ -92,6 +93,9 @@ class JobManager {
   absl::StatusOr<v1::Job> Get(const std::string& id);
   std::vector<v1::Job> List(const std::vector<v1::Job::State>& states, int limit);
   absl::StatusOr<v1::Job> Cancel(const std::string& id, const std::string& reason);
+  // Restarts a job at data-parallel degree `dp` from its last checkpoint
+  // (JobLifecycle::Resize); returns the job as committed after the request.
+  absl::StatusOr<v1::Job> Resize(const std::string& id, int dp);
   std::vector<v1::WorkerInfo> Workers();
 
   // WorkerService. A connection id names one Connect stream.

@@ -1,13 +1,17 @@
 #include "server/job_runtime.h"
 
 #include <algorithm>
+#include <cmath>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/proto_time.h"
 #include "server/event_screen.h"
+#include "server/resize_policy.h"
 #include "server/restart_policy.h"
+#include "spdlog/spdlog.h"
 
 namespace trainyard {
 
@@ -30,9 +34,54 @@ v1::ControllerMessage AssignFor(const JobRuntime& rt, const std::vector<int>& ra
   return msg;
 }
 
+void NoteStep(JobRuntime& rt, const v1::StepMetrics& step) {
+  rt.last_step = std::max(rt.last_step, step.step());
+  if (std::isfinite(step.step_ms()) && step.step_ms() > 0) rt.step_seconds = step.step_ms() / 1000.0;
+}
+
+std::optional<absl::Duration> RemainingTime(const JobRuntime& rt, absl::Time now) {
+  const v1::Job::State state = rt.job.state();
+  if (state == v1::Job::RESTARTING || state == v1::Job::SUCCEEDED || state == v1::Job::FAILED ||
+      state == v1::Job::CANCELLED) {
+    return absl::ZeroDuration();  // its ranks are being stopped
+  }
+  std::optional<absl::Duration> out;
+  if (rt.step_seconds > 0) {
+    const int64_t left = std::max<int64_t>(0, rt.job.spec().training().steps() - rt.last_step);
+    out = absl::Seconds(static_cast<double>(left) * rt.step_seconds);
+  }
+  if (const int limit = rt.job.spec().job().time_limit_s(); limit > 0) {
+    const absl::Duration by_limit = std::max(absl::ZeroDuration(), rt.attempt_started + absl::Seconds(limit) - now);
+    out = out ? std::min(*out, by_limit) : by_limit;
+  }
+  return out;
+}
+
+const v1::JobSpec* ResizedSpec(JobRuntime& rt) {
+  if (!rt.resize_dp || *rt.resize_dp == rt.job.spec().parallelism().dp()) return nullptr;
+  absl::StatusOr<ElasticLayout> resized = ElasticPolicy::Resize(rt.job.spec(), *rt.resize_dp);
+  if (!resized.ok()) {  // checked when requested; only a damaged stored event gets here
+    spdlog::error("job={} dropped its resize to dp={}: {}", rt.job.id(), *rt.resize_dp,
+                  std::string(resized.status().message()));
+    rt.resize_dp.reset();
+    return nullptr;
+  }
+  rt.layout = *std::move(resized);
+  return &rt.layout->spec;
+}
+
+int RestartsUsed(const JobRuntime& rt) { return std::max(0, rt.job.attempt() - 1 - rt.resizes); }
+
 std::string PlacementNote(const JobRuntime& rt, const GangDecision& decision, absl::Time now) {
   std::vector<std::string> notes;
-  if (rt.layout) {
+  const v1::JobSpec& spec = rt.job.spec();
+  if (rt.resize_dp) {
+    const int ep = rt.layout ? rt.layout->ep : spec.parallelism().ep();
+    notes.push_back(absl::StrCat("resized on request: dp=", *rt.resize_dp, " of ", spec.parallelism().dp(),
+                                 ", grad_accum_steps=",
+                                 rt.layout ? rt.layout->grad_accum_steps : spec.training().grad_accum_steps(),
+                                 ep != spec.parallelism().ep() ? absl::StrCat(", ep=", ep) : std::string()));
+  } else if (rt.layout) {
     const std::optional<absl::Time> from = ElasticFrom(rt);
     const absl::Duration waited = from ? now - *from + absl::Seconds(rt.job.spec().restart().elastic_wait_s())
                                        : absl::ZeroDuration();
@@ -64,16 +113,19 @@ std::string WorkerOf(const JobRuntime& rt, int rank) {
 }
 
 std::string RestartPendingReason(const JobRuntime& rt, absl::Time now) {
+  const std::string resize = rt.resize_dp ? absl::StrCat(" at dp=", *rt.resize_dp, " (resize requested)") : "";
   if (now < rt.not_before) {
-    return RestartPolicy::BackoffReason(rt.not_before, rt.job.attempt(), rt.job.spec().restart().max_restarts());
+    return absl::StrCat(RestartPolicy::BackoffReason(rt.not_before, RestartsUsed(rt) + 1,
+                                                     rt.job.spec().restart().max_restarts()),
+                        rt.resize_dp ? absl::StrCat("; then", resize) : std::string());
   }
-  return "restarting: waiting for slots";
+  return absl::StrCat("restarting", resize, ": waiting for slots");
 }
 
 std::optional<absl::Time> ElasticFrom(const JobRuntime& rt) {
   const v1::RestartSpec& r = rt.job.spec().restart();
   if (r.min_dp() < 1 || r.min_dp() >= rt.job.spec().parallelism().dp() || rt.job.attempt() < 1 ||
-      rt.job.state() != v1::Job::PENDING) {
+      rt.job.state() != v1::Job::PENDING || rt.resize_dp) {  // a resize's dp is exact
     return std::nullopt;
   }
   // The wait counts once the job may be placed: from PENDING or the backoff's end.
@@ -101,12 +153,26 @@ bool RecordCheckpoint(JobRuntime& rt, const v1::Event& event) {
 }
 
 void RestoreBackoff(JobRuntime& rt, const std::vector<v1::Event>& events) {
+  std::set<int> ended;  // attempts whose first RESTARTING event was read
+  rt.resizes = 0;
+  rt.resize_dp.reset();
   for (const auto& e : events) {
-    if (e.has_job_state() && e.job_state().state() == v1::Job::RESTARTING && e.attempt() == rt.job.attempt()) {
-      rt.not_before = FromProtoTime(e.time()) + RestartPolicy::Backoff(rt.job.spec().restart(), rt.job.attempt());
-      if (rt.job.state() == v1::Job::PENDING) rt.queued_at = FromProtoTime(e.time());
+    if (!e.has_job_state()) continue;
+    const v1::JobStateChange& change = e.job_state();
+    const std::optional<int> target = ResizePolicy::TargetOf(change.reason());
+    const bool current = e.attempt() == rt.job.attempt();
+    if (change.state() == v1::Job::RESTARTING && ended.insert(e.attempt()).second) {
+      if (target) ++rt.resizes;  // ended by a resize, not a failure
+      if (current) {
+        const absl::Time at = FromProtoTime(e.time());
+        // A resize restarts without backoff; a failure's restart k waits Backoff(k).
+        rt.not_before = target ? at : at + RestartPolicy::Backoff(rt.job.spec().restart(), RestartsUsed(rt) + 1);
+        if (rt.job.state() == v1::Job::PENDING) rt.queued_at = at;
+      }
     }
+    if (current && target) rt.resize_dp = target;  // the newest resize of this attempt
   }
+  if (rt.job.state() != v1::Job::PENDING && rt.job.state() != v1::Job::RESTARTING) rt.resize_dp.reset();
 }
 
 std::string StallCause(const v1::Event& event) {

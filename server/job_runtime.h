@@ -1,6 +1,6 @@
 // One job's working state inside JobLifecycle (the current attempt's rank phases,
-// its restart backoff, the workers it failed on, its shrunk layout) and what is derived
-// from it alone: the Assign for a worker, and the sentences about a restart.
+// its restart backoff, the workers it failed on, its shrunk or resized layout) and what
+// is derived from it alone: the Assign for a worker, and the sentences about a restart.
 //
 // Not thread-safe; owned by JobLifecycle, used under JobManager's state mutex.
 #pragma once
@@ -37,8 +37,26 @@ struct JobRuntime {
   std::vector<std::string> reserved_workers;  // PENDING head: its reservation
   absl::Time not_before = absl::InfinitePast();  // restart backoff: not placed before
   std::map<std::string, int> failures_on;  // worker -> failed attempts blamed on it
-  std::optional<ElasticLayout> layout;  // the (next) attempt's shrunk layout, if any
+  std::optional<ElasticLayout> layout;  // the (next) attempt's shrunk or resized layout
+  // A requested resize (ResizeJob) not placed yet: the next attempt runs at exactly
+  // this dp. Cleared once an attempt starts, so a failure restart tries the full dp.
+  std::optional<int> resize_dp;
+  int resizes = 0;  // attempts ended by a resize: they use no restart of max_restarts
 };
+
+// Notes a StepMetrics of the current attempt (its step, the step's wall time).
+void NoteStep(JobRuntime& rt, const v1::StepMetrics& step);
+// How long until an active job's slots free: remaining steps at the measured step
+// time, bounded by its time limit; zero while its ranks are being stopped; nullopt
+// when neither is known.
+std::optional<absl::Duration> RemainingTime(const JobRuntime& rt, absl::Time now);
+// A PENDING job with a requested resize below its dp: sets `layout` to the resized
+// spec (ElasticPolicy::Resize) and returns it; nullptr when the resize is to the full
+// dp (the spec as submitted), or when the stored target is no longer valid (then the
+// resize is dropped and logged).
+const v1::JobSpec* ResizedSpec(JobRuntime& rt);
+// Restarts of restart.max_restarts used by the attempts before the current one.
+int RestartsUsed(const JobRuntime& rt);
 
 // The worker of `rank` in the current placement, or "".
 std::string WorkerOf(const JobRuntime& rt, int rank);
@@ -58,9 +76,11 @@ std::string PlacementNote(const JobRuntime& rt, const GangDecision& decision, ab
 // A committed CheckpointSaved of the current attempt becomes Job.last_checkpoint when
 // it comes from rank 0 and is newer; returns whether it did.
 bool RecordCheckpoint(JobRuntime& rt, const v1::Event& event);
-// At recovery: a restart's backoff counts from its failure, the failed attempt's
-// RESTARTING event among `events` (the job's stored ones). Worker avoidance is not
-// stored: a recovered job may be placed on a worker it avoided.
+// At recovery, from `events` (the job's stored ones): a restart's backoff counts from
+// its failure, the failed attempt's first RESTARTING event; attempts whose first
+// RESTARTING event is a resize's (ResizePolicy::TargetOf) are counted in `resizes`, and
+// a resize of the current attempt not placed yet is restored as `resize_dp`. Worker
+// avoidance is not stored: a recovered job may be placed on a worker it avoided.
 void RestoreBackoff(JobRuntime& rt, const std::vector<v1::Event>& events);
 // The failure cause a Stall names: "rank 2 stalled in allreduce #42 for 300 s waiting
 // for rank 3: <message>".

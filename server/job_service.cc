@@ -230,6 +230,17 @@ grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext*
       });
 }
 
+grpc::ServerUnaryReactor* JobServiceImpl::ResizeJob(grpc::CallbackServerContext* ctx,
+                                                    const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
+  return Serve<v1::ResizeJobRequest, v1::ResizeJobResponse>(
+      ctx, in, out, [this](const v1::ResizeJobRequest& request, v1::ResizeJobResponse* response) {
+        if (auto s = request_checks::Check(request); !s.ok()) return s;
+        auto job = manager_->Resize(request.job_id(), request.dp());
+        if (job.ok()) *response->mutable_job() = std::move(*job);
+        return job.status();
+      });
+}
+
 grpc::ServerUnaryReactor* JobServiceImpl::ListWorkers(grpc::CallbackServerContext* ctx,
                                                       const grpc::ByteBuffer* in,
                                                       grpc::ByteBuffer* out) {

@@ -18,8 +18,9 @@ namespace trainyard {
 // field rather than gRPC's empty UNIMPLEMENTED. The wire format is the typed one.
 using JobServiceBase = v1::JobService::WithRawCallbackMethod_SubmitJob<
     v1::JobService::WithRawCallbackMethod_GetJob<v1::JobService::WithRawCallbackMethod_ListJobs<
-        v1::JobService::WithRawCallbackMethod_CancelJob<v1::JobService::WithRawCallbackMethod_WatchJob<
-            v1::JobService::WithRawCallbackMethod_ListWorkers<v1::JobService::Service>>>>>>;
+        v1::JobService::WithRawCallbackMethod_CancelJob<v1::JobService::WithRawCallbackMethod_ResizeJob<
+            v1::JobService::WithRawCallbackMethod_WatchJob<
+                v1::JobService::WithRawCallbackMethod_ListWorkers<v1::JobService::Service>>>>>>>;
 
 class JobServiceImpl final : public JobServiceBase {
  public:
@@ -33,6 +34,8 @@ class JobServiceImpl final : public JobServiceBase {
   grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
                                      grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ResizeJob(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
                                       grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ListWorkers(grpc::CallbackServerContext* ctx,
                                         const grpc::ByteBuffer* request,

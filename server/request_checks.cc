@@ -58,6 +58,15 @@ absl::Status Check(const v1::WatchJobRequest& request) {
   return absl::OkStatus();
 }
 
+absl::Status Check(const v1::ResizeJobRequest& request) {
+  if (auto s = CheckJobId("ResizeJobRequest.job_id", request.job_id()); !s.ok()) return s;
+  if (request.dp() < 1 || request.dp() > spec::kMaxWorldSize) {
+    return Invalid("ResizeJobRequest.dp", absl::StrCat("must be in [1, ", spec::kMaxWorldSize,
+                                                       "] (the data-parallel degree to restart at), got ", request.dp()));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Check(const v1::ListJobsRequest& request) {
   if (request.limit() < 0 || request.limit() > kMaxListLimit) {
     return Invalid("ListJobsRequest.limit",

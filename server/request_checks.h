@@ -33,6 +33,8 @@ absl::Status CheckJobId(std::string_view field, std::string_view id);
 absl::Status Check(const v1::GetJobRequest& request);
 absl::Status Check(const v1::CancelJobRequest& request);  // reason: ≤ 1 KiB, no control characters but \t and \n
 absl::Status Check(const v1::WatchJobRequest& request);   // from_seq ≥ 0
+// dp in [1, spec::kMaxWorldSize]; the job's own bounds are ResizePolicy's.
+absl::Status Check(const v1::ResizeJobRequest& request);
 absl::Status Check(const v1::ListJobsRequest& request);   // known states, each once; limit in [0, 1000]
 
 // WorkerService. Register: name and address as common/worker_identity.h says, device "", "cpu" or "cuda", at most 4096

@@ -129,6 +129,29 @@ TEST_F(JobServiceRequestsTest, WatchFromANegativeSeqIsRefused) {
   ExpectRefused(reader->Finish(), "WatchJobRequest.from_seq");
 }
 
+// ResizeJob: the id and dp are checked before the manager sees them; a valid request
+// for a job that does not exist is NOT_FOUND naming it.
+TEST_F(JobServiceRequestsTest, ResizeRefusesHostileIdsAndDpsAndUnknownJobs) {
+  auto resize = [&](const std::string& id, int dp) {
+    grpc::ClientContext ctx;
+    v1::ResizeJobRequest req;
+    req.set_job_id(id);
+    req.set_dp(dp);
+    v1::ResizeJobResponse resp;
+    return jobs_->ResizeJob(&ctx, req, &resp);
+  };
+  ExpectRefused(resize(std::string(1 << 20, 'x'), 1), "ResizeJobRequest.job_id: is 1048576 bytes");
+  ExpectRefused(resize("", 1), "ResizeJobRequest.job_id: is empty");
+  ExpectRefused(resize("job-\xc3\x28", 1), "ResizeJobRequest.job_id is not valid UTF-8");
+  ExpectRefused(resize("job-1", 0), "ResizeJobRequest.dp: must be in [1, 65536]");
+  ExpectRefused(resize("job-1", -3), "ResizeJobRequest.dp");
+  ExpectRefused(resize("job-1", 1 << 30), "ResizeJobRequest.dp");
+  const grpc::Status unknown = resize("job-404", 1);
+  EXPECT_EQ(unknown.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(unknown.error_message(), "job job-404 not found");
+  ExpectListStillWorks();
+}
+
 // gRPC's callback API answers an unparseable request with UNIMPLEMENTED and no message;
 // the controller parses requests itself and names the field that is not UTF-8.
 TEST_F(JobServiceRequestsTest, InvalidUtf8InAStringFieldIsRefusedNamingTheField) {

@@ -75,6 +75,23 @@ class FakeJobService final : public v1::JobService::Service {
     job->set_failure_reason(request->reason());
     return grpc::Status::OK;
   }
+  grpc::Status ResizeJob(grpc::ServerContext*, const v1::ResizeJobRequest* request,
+                         v1::ResizeJobResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    last_resize_ = *request;
+    if (request->job_id() == "missing") {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, "job missing not found");
+    }
+    if (request->dp() > 2) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "ResizeJobRequest.dp: must be in [1, 2] for job j1, got " + std::to_string(request->dp()));
+    }
+    v1::Job* job = response->mutable_job();
+    job->set_id(request->job_id());
+    job->set_state(v1::Job::RESTARTING);
+    job->set_world_size(4);
+    return grpc::Status::OK;
+  }
   grpc::Status ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,
                            v1::ListWorkersResponse* response) override {
     v1::WorkerInfo* w = response->add_workers();
@@ -154,6 +171,7 @@ class FakeJobService final : public v1::JobService::Service {
   std::vector<v1::JobSpec> submitted_ ABSL_GUARDED_BY(mu_);
   v1::ListJobsRequest last_list_ ABSL_GUARDED_BY(mu_);
   v1::CancelJobRequest last_cancel_ ABSL_GUARDED_BY(mu_);
+  v1::ResizeJobRequest last_resize_ ABSL_GUARDED_BY(mu_);
   v1::WatchJobRequest last_watch_ ABSL_GUARDED_BY(mu_);
   bool hang_after_events_ ABSL_GUARDED_BY(mu_) = false;
 };
@@ -326,6 +344,46 @@ TEST_F(CliCommandsTest, GetCancelAndWorkers) {
   EXPECT_EQ(Run({"workers"}), 0) << err_.str();
   EXPECT_THAT(OutLines(), ::testing::ElementsAre(StartsWith("NAME  SLOTS  FREE"),
                                                  StartsWith("w1    4      2     yes")));
+}
+
+TEST_F(CliCommandsTest, ResizeSendsTheDpAndPrintsTheJob) {
+  EXPECT_EQ(Run({"resize", "j1", "--dp", "1"}), 0) << err_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("RESTARTING"));
+  {
+    absl::MutexLock lock(&service_.mu_);
+    EXPECT_EQ(service_.last_resize_.job_id(), "j1");
+    EXPECT_EQ(service_.last_resize_.dp(), 1);
+  }
+  EXPECT_EQ(Run({"resize", "j1", "--dp", "2", "--output", "json"}), 0) << err_.str();
+  v1::Job job;
+  ASSERT_TRUE(FromJson(OutLines().at(0), &job).ok()) << out_.str();
+  EXPECT_EQ(job.id(), "j1");
+  EXPECT_EQ(job.state(), v1::Job::RESTARTING);
+
+  // The controller's refusals come back with their code and message, exit 3.
+  EXPECT_EQ(Run({"resize", "j1", "--dp", "3"}), 3);
+  EXPECT_THAT(err_.str(), HasSubstr("ResizeJobRequest.dp: must be in [1, 2] for job j1, got 3"));
+  EXPECT_EQ(Run({"resize", "missing", "--dp", "1"}), 3);
+  EXPECT_THAT(err_.str(), HasSubstr("NOT_FOUND"));
+  // Usage errors never reach the controller.
+  {
+    absl::MutexLock lock(&service_.mu_);
+    service_.last_resize_.Clear();
+  }
+  EXPECT_EQ(Run({"resize", "j1"}), 3);  // --dp is required
+  EXPECT_EQ(Run({"resize", "j1", "--dp", "0"}), 3);
+  EXPECT_EQ(Run({"resize", "j1", "--dp", "two"}), 3);
+  EXPECT_EQ(Run({"resize", "--dp", "1"}), 3);  // missing JOB
+  absl::MutexLock lock(&service_.mu_);
+  EXPECT_EQ(service_.last_resize_.job_id(), "");
+}
+
+TEST_F(CliCommandsTest, HelpListsResize) {
+  EXPECT_EQ(Run({"--help"}), 0);
+  EXPECT_THAT(out_.str(), HasSubstr("resize"));
+  EXPECT_EQ(Run({"resize", "--help"}), 0);
+  EXPECT_THAT(out_.str(), HasSubstr("--dp"));
+  EXPECT_THAT(out_.str(), HasSubstr("without using a restart of restart.max_restarts"));
 }
 
 TEST_F(CliCommandsTest, UsageErrorsExitThree) {
