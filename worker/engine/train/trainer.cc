@@ -142,16 +142,13 @@ int64_t Trainer::Resume(const std::string& checkpoint_dir) {
   const TrainingConfig& t = config_.training;
   const CheckpointManifest m = LoadCheckpoint(checkpoint_dir, CollectTrainState(*model_, *optimizer_),
                                               mesh_.world().rank(), {GlobalBatch(), t.dataset, t.seed});
-  if (m.step >= t.steps) {
-    throw std::invalid_argument("checkpoint " + checkpoint_dir + " holds step " + std::to_string(m.step) +
-                                ", nothing is left of training.steps=" + std::to_string(t.steps));
-  }
   optimizer_->set_steps(m.optimizer_step);
   start_step_ = m.step;
   if (mesh_.world().rank() == 0) {
     events_.Log("info", "resumed from " + checkpoint_dir + " at step " + std::to_string(m.step) +
                             " (written under dp=" + std::to_string(m.dp) + " tp=" + std::to_string(m.tp) +
-                            " ep=" + std::to_string(m.ep) + ")");
+                            " ep=" + std::to_string(m.ep) + ")" +
+                            (m.step >= t.steps ? "; training.steps=" + std::to_string(t.steps) + " are done" : ""));
   }
   return m.step;
 }

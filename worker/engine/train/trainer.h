@@ -65,7 +65,9 @@ class Trainer {
 
   // Restores a checkpoint directory written under any layout (checkpoint_loader.h):
   // weights, AdamW state, expert biases, RNG; Run then continues at the step after
-  // it. Returns that checkpoint's step. Throws naming the path and the problem.
+  // it (none when it holds training.steps already: a restart after the last
+  // checkpoint then ends at once). Returns that checkpoint's step. Throws naming the
+  // path and the problem.
   int64_t Resume(const std::string& checkpoint_dir);
 
   // Runs the steps after the resumed one (or 1) up to training.steps, checkpointing
