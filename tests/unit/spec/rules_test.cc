@@ -187,13 +187,18 @@ INSTANTIATE_TEST_SUITE_P(
 INSTANTIATE_TEST_SUITE_P(
     NotBuilt, RuleTest,
     ::testing::Values(Case{"Profiling", {"profiling.enable=true"}, "profiling.enable", "unimplemented",
-                           "~the profiler is not built yet", SpecError::Kind::kUnimplemented},
-                      Case{"Checkpoints", {"checkpoint.interval=100", "checkpoint.dir=\"/ck\""}, "checkpoint.interval", "unimplemented",
-                           "~checkpointing is not built yet", SpecError::Kind::kUnimplemented},
-                      Case{"InitialLoad", {"checkpoint.initial_load_path=\"/w.safetensors\""},
-                           "checkpoint.initial_load_path", "unimplemented", "~not built yet",
-                           SpecError::Kind::kUnimplemented}),
+                           "~the profiler is not built yet", SpecError::Kind::kUnimplemented}),
     CaseName);
+
+TEST(RulesTest, CheckpointsAndElasticRestartsAreAccepted) {
+  Result<JobSpec> spec = FromPreset(
+      "debug", {"parallelism.dp=2", "checkpoint.interval=5", "checkpoint.dir=\"/ck\"", "checkpoint.keep=1",
+                "checkpoint.initial_load_path=\"/w.safetensors\"", "training.grad_accum_steps=1024",
+                "restart.min_dp=2", "restart.backoff_s=0", "restart.elastic_wait_s=86400"});
+  ASSERT_TRUE(spec.ok()) << spec.error().message;
+  EXPECT_EQ(spec.value().checkpoint.dir, "/ck");
+  EXPECT_EQ(spec.value().training.grad_accum_steps, 1024);
+}
 
 TEST(RulesTest, PresetsAndBoundaryValuesPass) {
   for (const std::string& preset : PresetNames()) {

@@ -8,7 +8,8 @@
 // any layout. Without --resume, --load or checkpoint.initial_load_path (full
 // torchtitan-named weights) sets the starting weights. Test hook: the environment
 // variable TRAINYARD_TEST_PAUSE_CHECKPOINT_AT_STEP=N stops each rank's checkpoint
-// writer mid-file at step N until the rank is killed.
+// writer mid-file at step N until the rank is killed, in attempt 1 only (so the restart
+// that follows the kill runs through).
 #include <cstdio>
 #include <cstdlib>
 #if defined(__GLIBC__)
@@ -139,7 +140,7 @@ int main(int argc, char** argv) {
                  "write checkpoints (every checkpoint.interval steps) under this directory (default: checkpoint.dir)");
   CLI11_PARSE(app, argc, argv);
   if (const char* pause = std::getenv("TRAINYARD_TEST_PAUSE_CHECKPOINT_AT_STEP")) {
-    f.pause_checkpoint_at_step = std::atoll(pause);
+    if (f.attempt == 1) f.pause_checkpoint_at_step = std::atoll(pause);
   }
 
   EventWriter events(std::cout, f.rank, f.attempt);
