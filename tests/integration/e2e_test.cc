@@ -20,7 +20,7 @@
 #include <sstream>
 #include <thread>
 
-#include "tests/support/test_process.h"
+#include "tests/support/test_cluster.h"
 
 namespace trainyard::testing {
 namespace {
@@ -28,37 +28,8 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-int64_t AsInt(const json& v) {
-  // proto3 JSON writes 64-bit integers as strings.
-  return v.is_string() ? std::stoll(v.get<std::string>()) : v.get<int64_t>();
-}
-
-std::vector<json> JsonLines(const std::string& text) {
-  std::vector<json> out;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (!line.empty() && line[0] == '{') out.push_back(json::parse(line));
-  }
-  return out;
-}
-
-// A loopback TCP port that was free a moment ago.
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    if (fd >= 0) close(fd);
-    return 0;
-  }
-  close(fd);
-  return ntohs(addr.sin_port);
-}
+int64_t AsInt(const json& v) { return JsonInt(v); }
+int FreePort() { return FreeLoopbackPort(); }
 
 // The body of an HTTP/1.0 GET to 127.0.0.1:`port`, or "" when it failed.
 std::string HttpGet(int port, const std::string& target) {

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -223,6 +224,44 @@ TEST_F(FaultTest, ALostWorkerShrinksTheJobToTheSlotsLeftKeepingTheGlobalBatch) {
   EXPECT_EQ(after.rbegin()->first, kSteps);
   for (const auto& [step, loss] : after) {
     EXPECT_NEAR(loss, want.at(step), 1e-4 * std::abs(want.at(step))) << "step " << step;
+  }
+}
+
+// `trainyard resize JOB --dp 1` restarts a running dp=2 job from its newest checkpoint on
+// one rank with grad_accum_steps=2, without using a restart (max_restarts=0).
+TEST_F(FaultTest, AResizedJobContinuesFromItsCheckpointAtTheNewDp) {
+  StartCluster({{"w1", 2, {}}});
+  std::vector<std::string> sets = FaultJob(cluster_->dir() / "ck");
+  sets.push_back("restart.max_restarts=0");
+  const std::string id = cluster_->Submit(kDebugJob, sets);
+  ASSERT_FALSE(id.empty());
+  auto follow = cluster_->Follow(id, "resize.jsonl");
+  ASSERT_TRUE(follow->WaitFor([](const json& e) { return e.contains("checkpoint"); }, 300000))
+      << "attempt 1 never saved a checkpoint";
+  const CommandResult resized = cluster_->Cli({"resize", id, "--dp", "1"});
+  ASSERT_EQ(resized.exit_code, 0) << resized.err;
+  const std::vector<json> events = follow->WaitEnd();
+
+  const json job = cluster_->Get(id);
+  EXPECT_EQ(job.value("state", ""), "SUCCEEDED") << job.dump();
+  EXPECT_EQ(job.value("attempt", 0), 2);
+  EXPECT_EQ(job.value("world_size", 0), 1);
+  bool placed = false;
+  for (const json& e : OfKind(events, "job_state", 2)) {
+    if (e.at("job_state").value("reason", "").find("dp=1 of 2, grad_accum_steps=2") != std::string::npos) placed = true;
+  }
+  EXPECT_TRUE(placed) << "no event of attempt 2 says it runs at dp=1 with grad_accum_steps=2";
+  std::vector<int64_t> saved;
+  for (const json& e : OfKind(events, "checkpoint", 1)) saved.push_back(JsonInt(e.at("checkpoint").at("step")));
+  ASSERT_FALSE(saved.empty());
+  const int64_t resumed = ResumedFrom(events, 2);
+  EXPECT_TRUE(std::find(saved.begin(), saved.end(), resumed) != saved.end()) << "resumed from step " << resumed;
+  // Steps both attempts ran agree: one rank with two micro-batches trains as two did.
+  const std::map<int64_t, double> first = LossesByStep(events, 1);
+  const std::map<int64_t, double> second = LossesByStep(events, 2);
+  EXPECT_EQ(second.rbegin()->first, kSteps);
+  for (const auto& [step, loss] : second) {
+    if (first.count(step)) EXPECT_NEAR(loss, first.at(step), 1e-4 * std::abs(loss)) << "step " << step;
   }
 }
 

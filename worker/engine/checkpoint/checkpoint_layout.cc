@@ -22,12 +22,8 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-// At most ~100 characters of something we were sent.
-std::string Quote(const std::string& s) { return s.size() <= 100 ? s : s.substr(0, 100) + "..."; }
-
-[[noreturn]] void Fail(const std::string& where, const std::string& problem) {
-  throw std::runtime_error("checkpoint " + where + ": " + problem);
-}
+[[noreturn]] void Fail(const std::string& where, const std::string& problem) { FailCheckpoint(where, problem); }
+std::string Quote(const std::string& s) { return QuoteShort(s); }
 
 int64_t IntField(const json& obj, const char* key, int64_t lo, int64_t hi, const std::string& where) {
   auto it = obj.find(key);
@@ -83,6 +79,12 @@ void FsyncPath(const std::string& path, bool directory, const std::string& where
 }
 
 }  // namespace
+
+void FailCheckpoint(const std::string& where, const std::string& problem) {
+  throw std::runtime_error("checkpoint " + where + ": " + problem);
+}
+
+std::string QuoteShort(const std::string& s) { return s.size() <= 100 ? s : s.substr(0, 100) + "..."; }
 
 std::string CheckpointDirName(int64_t step, int attempt) {
   char buf[64];

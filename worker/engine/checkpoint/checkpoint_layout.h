@@ -16,6 +16,11 @@ namespace trainyard::engine {
 inline constexpr const char* kCheckpointFormat = "trainyard-checkpoint-v1";
 inline constexpr const char* kManifestName = "manifest.json";
 
+// Throws std::runtime_error("checkpoint WHERE: PROBLEM"): every checkpoint error.
+[[noreturn]] void FailCheckpoint(const std::string& where, const std::string& problem);
+// At most ~100 characters of a value read from a file, for error messages.
+std::string QuoteShort(const std::string& s);
+
 std::string CheckpointDirName(int64_t step, int attempt);  // "step-00000010-attempt-1"
 std::string RankFileName(int rank);                         // "rank-00003.safetensors"
 

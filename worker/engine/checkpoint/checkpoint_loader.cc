@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "worker/engine/base/torch_compat.h"
+#include "worker/engine/checkpoint/checkpoint_layout.h"
 #include "worker/engine/io/safetensors_file.h"
 
 namespace trainyard::engine {
@@ -17,11 +18,8 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::string Quote(const std::string& s) { return s.size() <= 100 ? s : s.substr(0, 100) + "..."; }
-
-[[noreturn]] void Fail(const std::string& where, const std::string& problem) {
-  throw std::runtime_error("checkpoint " + where + ": " + problem);
-}
+[[noreturn]] void Fail(const std::string& where, const std::string& problem) { FailCheckpoint(where, problem); }
+std::string Quote(const std::string& s) { return QuoteShort(s); }
 
 std::string Shape(const std::vector<int64_t>& v) {
   std::ostringstream os;
