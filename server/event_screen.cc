@@ -5,7 +5,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "common/spec/spec_error.h"
 
@@ -34,10 +34,12 @@ std::string CheckpointJobProblem(const v1::Job& job, const v1::CheckpointSaved& 
   if (!absl::ConsumePrefix(&rest, prefix) || rest.empty()) {
     return absl::StrCat("checkpoint.path must be under ", spec::Quote(prefix), ", got ", spec::Quote(ck.path()));
   }
-  for (absl::string_view part : absl::StrSplit(rest, '/')) {
-    if (part == "." || part == "..") {
-      return absl::StrCat("checkpoint.path must not hold \".\" or \"..\" components, got ", spec::Quote(ck.path()));
-    }
+  // Exactly the directory the job's rank 0 writes for this step in this attempt, so a
+  // report can name no other step's (or attempt's) files.
+  const std::string want = absl::StrFormat("step-%08d-attempt-%d", ck.step(), job.attempt());
+  if (rest != want) {
+    return absl::StrCat("checkpoint.path must be ", prefix, want, " for step ", ck.step(), " of attempt ",
+                        job.attempt(), ", got ", spec::Quote(ck.path()));
   }
   return "";
 }

@@ -29,8 +29,7 @@ std::string StateName(v1::Job::State s) { return v1::Job::State_Name(s); }
 JobLifecycle::JobLifecycle(WorkerRegistry* workers, ControllerMetrics* metrics, Clock* clock)
     : workers_(workers), metrics_(metrics), clock_(clock) {}
 
-v1::Job JobLifecycle::NewJob(v1::JobSpec normalised, const std::string& owner,
-                             absl::Time now, v1::Event* first) {
+v1::Job JobLifecycle::NewJob(v1::JobSpec normalised, const std::string& owner, absl::Time now, v1::Event* first) {
   v1::Job job;
   job.set_owner(owner);
   job.set_state(v1::Job::PENDING);
@@ -67,9 +66,9 @@ int64_t JobLifecycle::Recover(v1::Job job, const std::vector<v1::Event>& events,
     fx->Settle(id);
     return rt.order;
   }
-  spdlog::info("recovered job={} state={} attempt={}", id, StateName(rt.job.state()),
-               rt.job.attempt());
+  spdlog::info("recovered job={} state={} attempt={}", id, StateName(rt.job.state()), rt.job.attempt());
   RestoreBackoff(rt, events);
+  if (RestoreCheckpoint(rt, events)) fx->PutJob(rt.job);
   if (!IsActive(rt)) return rt.order;
   // The attempt's ranks may still be running: every rank holds its slot until its
   // stored RankState events (replayed below) or its worker say otherwise, and the
@@ -420,11 +419,13 @@ void JobLifecycle::ApplyRankState(JobRuntime& rt, const v1::Event& event, Effect
       break;
     case v1::RankState::EXITED:
       if (rt.ranks[r] == RankPhase::kEnded) break;
-      RankEnded(rt, r, fx);
+      // Judged before the slot is released: ranks that all finished during a teardown (a
+      // resize or stall raced the last step) succeeded, without passing through PENDING.
       ++rt.exited_ok;
       if (rt.exited_ok == static_cast<int>(rt.ranks.size()) && !IsTerminal(rt.job.state())) {
         SetState(rt, v1::Job::SUCCEEDED, "all ranks exited 0", fx);
       }
+      RankEnded(rt, r, fx);
       break;
     case v1::RankState::FAILED:
     case v1::RankState::KILLED: {

@@ -152,6 +152,14 @@ bool RecordCheckpoint(JobRuntime& rt, const v1::Event& event) {
   return true;
 }
 
+bool RestoreCheckpoint(JobRuntime& rt, const std::vector<v1::Event>& events) {
+  bool newer = false;
+  for (const auto& e : events) {
+    if (e.has_checkpoint() && RecordCheckpoint(rt, e)) newer = true;
+  }
+  return newer;
+}
+
 void RestoreBackoff(JobRuntime& rt, const std::vector<v1::Event>& events) {
   std::set<int> ended;  // attempts whose first RESTARTING event was read
   rt.resizes = 0;

@@ -76,6 +76,10 @@ std::string PlacementNote(const JobRuntime& rt, const GangDecision& decision, ab
 // A committed CheckpointSaved of the current attempt becomes Job.last_checkpoint when
 // it comes from rank 0 and is newer; returns whether it did.
 bool RecordCheckpoint(JobRuntime& rt, const v1::Event& event);
+// At recovery: records the newest checkpoint among a job's stored events. A checkpoint
+// event is committed before the job row that records it, so a crash between the two
+// leaves it only in the stream (its batch acked, never resent). True when it was newer.
+bool RestoreCheckpoint(JobRuntime& rt, const std::vector<v1::Event>& events);
 // At recovery, from `events` (the job's stored ones): a restart's backoff counts from
 // its failure, the failed attempt's first RESTARTING event; attempts whose first
 // RESTARTING event is a resize's (ResizePolicy::TargetOf) are counted in `resizes`, and

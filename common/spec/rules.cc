@@ -268,6 +268,23 @@ Check Rest(const JobSpec& s) {
                    "checkpoint.initial_load_path \"" + Quote(ck.initial_load_path) +
                        "\" must be an absolute path (ranks of one job run in different working directories)");
   }
+  if (!ck.dir.empty()) {
+    // The controller names a job's checkpoints dir/<job id>/step-...: a path spelled
+    // two ways ("/a//b", "/a/./b", "/a/x/../b") would not match what the ranks report.
+    std::string_view rest(ck.dir);
+    while (rest.size() > 1 && rest.back() == '/') rest.remove_suffix(1);
+    std::size_t start = 1;
+    while (start <= rest.size() && rest.size() > 1) {
+      const std::size_t end = std::min(rest.find('/', start), rest.size());
+      const std::string_view part = rest.substr(start, end - start);
+      if (part.empty() || part == "." || part == "..") {
+        return Invalid("checkpoint.dir", "requires",
+                       "checkpoint.dir \"" + Quote(ck.dir) +
+                           "\" must be a plain absolute path: no empty, \".\" or \"..\" components");
+      }
+      start = end + 1;
+    }
+  }
   if (ck.interval > 0 && ck.keep < 1) {
     return Invalid("checkpoint.keep", "requires", "checkpoint.keep must be >= 1 when checkpoints are on, got " +
                                                     std::to_string(ck.keep));

@@ -120,14 +120,19 @@ TEST(CheckpointPathTest, TheJobsOwnDirectoryOnly) {
   job.mutable_spec()->mutable_training()->set_steps(100);
   v1::CheckpointSaved ck;
   ck.set_step(10);
-  ck.set_path("/c/job-3/step-10");
+  job.set_attempt(2);
+  ck.set_path("/c/job-3/step-00000010-attempt-2");
   EXPECT_THAT(CheckpointJobProblem(job, ck, 0), HasSubstr("no checkpoint.dir"));
   job.mutable_spec()->mutable_checkpoint()->set_dir("/c//");
   EXPECT_EQ(CheckpointDirOf(job.spec(), job.id()), "/c/job-3");
   EXPECT_EQ(CheckpointJobProblem(job, ck, 0), "");
   EXPECT_THAT(CheckpointJobProblem(job, ck, 10), HasSubstr("not past the last recorded checkpoint (step 10)"));
-  ck.set_path("/c/job-3/./x");
-  EXPECT_THAT(CheckpointJobProblem(job, ck, 0), HasSubstr("\".\" or \"..\""));
+  for (const char* other : {"/c/job-3/./step-00000010-attempt-2", "/c/job-3/step-00000010-attempt-1",
+                            "/c/job-3/step-00000011-attempt-2", "/c/job-3/step-10", "/c/job-3/step-00000010-attempt-2/x"}) {
+    ck.set_path(other);
+    EXPECT_THAT(CheckpointJobProblem(job, ck, 0), HasSubstr("must be /c/job-3/step-00000010-attempt-2 for step 10"))
+        << other;
+  }
   ck.set_path(std::string(300, 'z'));
   const std::string long_path = CheckpointJobProblem(job, ck, 0);
   EXPECT_THAT(long_path, HasSubstr("must be under /c/job-3/, got zzz"));

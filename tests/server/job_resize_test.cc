@@ -3,6 +3,8 @@
 // dp out of range or not dividing the global batch, no checkpoints), then a running
 // dp=2 job shrunk to dp=1 and grown back without using a restart, a resize waiting
 // for slots, and a resize that a controller restart keeps.
+#include <cstdio>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -38,7 +40,9 @@ class JobResizeTest : public ManagerFixture {
     e->set_source_seq(++source_seq_[{job, attempt, 0}]);
     auto* ck = e->mutable_checkpoint();
     ck->set_step(step);
-    ck->set_path("/ckpt/" + job + "/step-" + std::to_string(step));
+    char name[64];
+    std::snprintf(name, sizeof name, "/step-%08lld-attempt-%d", static_cast<long long>(step), static_cast<int>(attempt));
+    ck->set_path("/ckpt/" + job + name);
     ck->set_bytes(4096);
     ck->set_dp(1);
     ck->set_tp(1);
@@ -164,7 +168,7 @@ TEST_F(JobResizeTest, ARunningJobShrinksAndGrowsFromItsCheckpointWithoutUsingARe
   EXPECT_EQ(small.world_size(), 1);
   EXPECT_EQ(small.spec().parallelism().dp(), 1);
   EXPECT_EQ(small.spec().training().grad_accum_steps(), 4);
-  EXPECT_EQ(small.resume_path(), "/ckpt/job-1/step-5");
+  EXPECT_EQ(small.resume_path(), "/ckpt/job-1/step-00000005-attempt-1");
   EXPECT_EQ(small.resume_step(), 5);
   EXPECT_EQ(small.checkpoint_dir(), "/ckpt/job-1");
 

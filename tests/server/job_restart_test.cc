@@ -140,22 +140,24 @@ TEST_F(JobRestartTest, OutOfRangeOrForeignCheckpointsAreRefusedAndTheNewestIsRec
   // directory itself, rank 1.
   Send(w1, {Ckpt(id, 1, 0, 11, "/ckpt/job-1/s11"), Ckpt(id, 1, 0, 3, "/ckpt/job-2/s3"),
             Ckpt(id, 1, 0, 3, "/ckpt/job-1/../job-2/s3"), Ckpt(id, 1, 0, 3, "/ckpt/job-1"),
-            Ckpt(id, 1, 0, 3, "/ckpt/job-10/s3"), Ckpt(id, 1, 1, 3, "/ckpt/job-1/s3")});
-  EXPECT_EQ(Dropped("bad_checkpoint"), 6);
+            Ckpt(id, 1, 0, 3, "/ckpt/job-10/s3"), Ckpt(id, 1, 1, 3, "/ckpt/job-1/step-00000003-attempt-1"),
+            Ckpt(id, 1, 0, 3, "/ckpt/job-1/step-00000004-attempt-1"), Ckpt(id, 1, 0, 3, "/ckpt/job-1/step-00000003-attempt-2"),
+            Ckpt(id, 1, 0, 3, "/ckpt/job-1/step-00000003-attempt-1/x")});
+  EXPECT_EQ(Dropped("bad_checkpoint"), 9);
   EXPECT_FALSE(Job(id).has_last_checkpoint());
   EXPECT_EQ(StoredCount(id, v1::Event::kCheckpoint), 0);
 
   // In one batch, 7 then 6: 6 is not newer. Then 3 is refused; a resend of 7 is a
   // repeat the store drops.
-  v1::Event seven = Ckpt(id, 1, 0, 7, "/ckpt/job-1/step-7");
-  Send(w1, {Ckpt(id, 1, 0, 5, "/ckpt/job-1/step-5"), seven, Ckpt(id, 1, 0, 6, "/ckpt/job-1/step-6")});
-  Send(w1, {Ckpt(id, 1, 0, 3, "/ckpt/job-1/step-3")});
+  v1::Event seven = Ckpt(id, 1, 0, 7, "/ckpt/job-1/step-00000007-attempt-1");
+  Send(w1, {Ckpt(id, 1, 0, 5, "/ckpt/job-1/step-00000005-attempt-1"), seven, Ckpt(id, 1, 0, 6, "/ckpt/job-1/step-00000006-attempt-1")});
+  Send(w1, {Ckpt(id, 1, 0, 3, "/ckpt/job-1/step-00000003-attempt-1")});
   Send(w1, {seven});
-  EXPECT_EQ(Dropped("bad_checkpoint"), 8);
+  EXPECT_EQ(Dropped("bad_checkpoint"), 11);
   EXPECT_EQ(StoredCount(id, v1::Event::kCheckpoint), 2);
   v1::Job job = Job(id);
   EXPECT_EQ(job.last_checkpoint().step(), 7);
-  EXPECT_EQ(job.last_checkpoint().path(), "/ckpt/job-1/step-7");
+  EXPECT_EQ(job.last_checkpoint().path(), "/ckpt/job-1/step-00000007-attempt-1");
   EXPECT_EQ(job.last_checkpoint().attempt(), 1);
   EXPECT_EQ(job.last_checkpoint().bytes(), 4096);
   EXPECT_EQ(StoredJob(id).last_checkpoint().step(), 7) << "stored with the job row";
@@ -167,7 +169,7 @@ TEST_F(JobRestartTest, OutOfRangeOrForeignCheckpointsAreRefusedAndTheNewestIsRec
   ASSERT_EQ(assigns.size(), 2u);
   EXPECT_EQ(assigns[0].assign().resume_path(), "");
   EXPECT_EQ(assigns[1].assign().attempt(), 2);
-  EXPECT_EQ(assigns[1].assign().resume_path(), "/ckpt/job-1/step-7");
+  EXPECT_EQ(assigns[1].assign().resume_path(), "/ckpt/job-1/step-00000007-attempt-1");
   EXPECT_EQ(assigns[1].assign().resume_step(), 7);
   EXPECT_EQ(assigns[1].assign().checkpoint_dir(), "") << "checkpoint.interval is 0";
 
@@ -179,9 +181,27 @@ TEST_F(JobRestartTest, OutOfRangeOrForeignCheckpointsAreRefusedAndTheNewestIsRec
   kept.set_job_id(id);
   kept.set_attempt(2);
   Conn back = Connect("w1", 2, {kept});
-  Send(back, {Ckpt(id, 2, 0, 9, "/ckpt/job-1/step-9")});
+  Send(back, {Ckpt(id, 2, 0, 9, "/ckpt/job-1/step-00000009-attempt-2")});
   EXPECT_EQ(Job(id).last_checkpoint().step(), 9);
   EXPECT_EQ(Job(id).last_checkpoint().attempt(), 2);
+}
+
+// A crash between committing a checkpoint event and writing the job row that records
+// it: recovery finds the checkpoint in the stream (the batch was acked, never resent).
+TEST_F(JobRestartTest, RecoveryRecordsACheckpointTheJobRowMissed) {
+  Conn w1 = Connect("w1", 2);
+  v1::JobSpec spec = Spec(2, 1, /*max_restarts=*/1);
+  spec.mutable_checkpoint()->set_dir("/ckpt");
+  const std::string id = Submit(spec);
+  Send(w1, {Ckpt(id, 1, 0, 7, "/ckpt/job-1/step-00000007-attempt-1")});
+  ASSERT_EQ(StoredJob(id).last_checkpoint().step(), 7);
+  v1::Job row = StoredJob(id);
+  row.clear_last_checkpoint();
+  ASSERT_TRUE(db_->PutJob(row).ok());
+  Restart();
+  EXPECT_EQ(Job(id).last_checkpoint().step(), 7);
+  EXPECT_EQ(Job(id).last_checkpoint().path(), "/ckpt/job-1/step-00000007-attempt-1");
+  EXPECT_EQ(StoredJob(id).last_checkpoint().step(), 7) << "the row is healed";
 }
 
 TEST_F(JobRestartTest, BackoffDoublesPerRestartAndHoldsThePlacementUntilItsDeadline) {

@@ -115,6 +115,12 @@ INSTANTIATE_TEST_SUITE_P(
              "checkpoint.dir must be set when checkpoint.interval=5 (a path every worker of the job can reach)"},
         Case{"CheckpointDirRelative", {"checkpoint.interval=5", "checkpoint.dir=\"ck\""}, "checkpoint.dir", "requires",
              "~must be an absolute path"},
+        Case{"CheckpointDirDoubleSlash", {"checkpoint.dir=\"/data//ck\""}, "checkpoint.dir", "requires",
+             "~must be a plain absolute path"},
+        Case{"CheckpointDirDot", {"checkpoint.dir=\"/data/./ck\""}, "checkpoint.dir", "requires",
+             "~must be a plain absolute path"},
+        Case{"CheckpointDirDotDot", {"checkpoint.dir=\"/data/x/../ck\""}, "checkpoint.dir", "requires",
+             "~must be a plain absolute path"},
         Case{"InitialLoadRelative", {"checkpoint.initial_load_path=\"w.safetensors\""}, "checkpoint.initial_load_path",
              "requires", "~must be an absolute path"},
         Case{"KeepZeroWithCheckpoints", {"checkpoint.interval=5", "checkpoint.dir=\"/ck\"", "checkpoint.keep=0"},
@@ -197,6 +203,9 @@ TEST(RulesTest, CheckpointsAndElasticRestartsAreAccepted) {
                 "restart.min_dp=2", "restart.backoff_s=0", "restart.elastic_wait_s=86400"});
   ASSERT_TRUE(spec.ok()) << spec.error().message;
   EXPECT_EQ(spec.value().checkpoint.dir, "/ck");
+  for (const char* dir : {"/", "/ck/", "/a/b.c/..d/"}) {
+    EXPECT_TRUE(FromPreset("debug", {std::string("checkpoint.dir=\"") + dir + "\""}).ok()) << dir;
+  }
   EXPECT_EQ(spec.value().training.grad_accum_steps, 1024);
 }
 

@@ -80,6 +80,8 @@ void FsyncPath(const std::string& path, bool directory, const std::string& where
 
 }  // namespace
 
+void FsyncDirectory(const std::string& dir, const std::string& where) { FsyncPath(dir, true, where); }
+
 void FailCheckpoint(const std::string& where, const std::string& problem) {
   throw std::runtime_error("checkpoint " + where + ": " + problem);
 }
@@ -258,21 +260,29 @@ std::string FindLatestCheckpoint(const std::string& root) {
   return "";
 }
 
-std::vector<std::string> PruneCheckpoints(const std::string& root, int keep) {
+std::vector<std::string> PruneCheckpoints(const std::string& root, int keep, int attempt, const std::string& kept,
+                                          std::vector<std::string>* failures) {
   const auto dirs = ListCheckpointDirs(root);
+  const fs::path kept_path = fs::path(kept).lexically_normal();
   std::vector<std::string> removed;
   int complete_seen = 0;
   bool newer_complete = false;
   for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) {
-    const bool drop = it->complete ? ++complete_seen > keep : newer_complete;
-    if (it->complete) newer_complete = true;
+    if (it->attempt > attempt) continue;
+    const bool is_kept = fs::path(it->path).lexically_normal() == kept_path;
+    const bool drop = !is_kept && (it->complete ? ++complete_seen > keep : newer_complete);
+    if (is_kept) ++complete_seen;
+    if (it->complete || is_kept) newer_complete = true;
     if (!drop) continue;
     std::error_code ec;
     // The manifest goes first, so a removal cut short never leaves a "complete" dir
     // with files missing.
     fs::remove(fs::path(it->path) / kManifestName, ec);
-    fs::remove_all(it->path, ec);
-    if (ec) Fail(it->path, "cannot remove while pruning: " + ec.message());
+    if (!ec) fs::remove_all(it->path, ec);
+    if (ec) {
+      if (failures != nullptr) failures->push_back(it->path + ": " + ec.message());
+      continue;
+    }
     removed.push_back(it->path);
   }
   return removed;

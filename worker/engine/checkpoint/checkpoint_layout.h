@@ -16,6 +16,9 @@ namespace trainyard::engine {
 inline constexpr const char* kCheckpointFormat = "trainyard-checkpoint-v1";
 inline constexpr const char* kManifestName = "manifest.json";
 
+// fsync of a directory (its entries are then durable); throws naming `where`.
+void FsyncDirectory(const std::string& dir, const std::string& where);
+
 // Throws std::runtime_error("checkpoint WHERE: PROBLEM"): every checkpoint error.
 [[noreturn]] void FailCheckpoint(const std::string& where, const std::string& problem);
 // At most ~100 characters of a value read from a file, for error messages.
@@ -78,9 +81,14 @@ std::vector<CheckpointDirEntry> ListCheckpointDirs(const std::string& root);
 // "" when there is none; incomplete and invalid ones are skipped.
 std::string FindLatestCheckpoint(const std::string& root);
 
-// After a manifest landed: removes the oldest complete checkpoints beyond `keep`, and
-// incomplete directories older than the newest complete one. Returns what it removed.
-std::vector<std::string> PruneCheckpoints(const std::string& root, int keep);
+// After the manifest of `kept` (a directory of attempt `attempt`) landed: among the
+// directories of attempts <= `attempt` (a later attempt's are never touched: they
+// supersede this one), removes the oldest complete checkpoints beyond `keep` and
+// incomplete directories older than the newest complete one; never `kept` itself.
+// Best effort: returns what it removed, and what it could not remove in *failures
+// (a checkpoint that stays behind costs disk, not the run).
+std::vector<std::string> PruneCheckpoints(const std::string& root, int keep, int attempt, const std::string& kept,
+                                          std::vector<std::string>* failures);
 
 // 1 + the highest attempt of any checkpoint directory under `root` (1 when none): a
 // run that resumes into the same root never writes into a directory of an earlier run.

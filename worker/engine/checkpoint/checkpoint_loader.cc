@@ -70,7 +70,8 @@ void IndexRankFile(RankFile& rf, const CheckpointManifest& m, int rank, std::map
   if (meta_it == h.metadata.end()) Fail(where, "no trainyard.checkpoint metadata (not a checkpoint rank file)");
   const json meta = json::parse(meta_it->second, nullptr, /*allow_exceptions=*/false);
   if (meta.is_discarded() || !meta.is_object()) Fail(where, "metadata trainyard.checkpoint is not a JSON object");
-  if (meta.value("format", "") != kCheckpointFormat) Fail(where, std::string("metadata format is not ") + kCheckpointFormat);
+  const auto format = meta.find("format");
+  if (format == meta.end() || !format->is_string() || format->get<std::string>() != kCheckpointFormat) Fail(where, std::string("metadata format is not ") + kCheckpointFormat);
   const int64_t step = Int(meta, "step", where), attempt = Int(meta, "attempt", where);
   const int64_t file_rank = Int(meta, "rank", where);
   if (step != m.step || attempt != m.attempt || file_rank != rank) {

@@ -138,13 +138,24 @@ void CheckpointWriter::Write(const CheckpointStep& step, std::vector<std::pair<s
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   }
+  // The step directory's own entry in root must be durable before the manifest makes
+  // it a checkpoint the controller will resume from.
+  FsyncDirectory(options_.root, dir);
+  const fs::path parent = fs::path(options_.root).lexically_normal().parent_path();
+  if (!parent.empty()) FsyncDirectory(parent.string(), dir);  // root itself may be new
   WriteManifestAtomically(dir, m);
   const double write_ms = MsSince(start);
-  for (const std::string& removed : PruneCheckpoints(options_.root, options_.keep)) {
-    if (options_.on_log) options_.on_log("checkpoint pruned: " + removed);
-  }
+  // Reported before pruning: the controller then knows this checkpoint before any
+  // older one it may have recorded is removed.
   if (options_.on_saved) {
     options_.on_saved({step.step, dir, m.total_bytes, blocked_ms, write_ms, options_.dp, options_.tp, options_.ep});
+  }
+  std::vector<std::string> failures;
+  for (const std::string& removed : PruneCheckpoints(options_.root, options_.keep, options_.attempt, dir, &failures)) {
+    if (options_.on_log) options_.on_log("checkpoint pruned: " + removed);
+  }
+  for (const std::string& failure : failures) {
+    if (options_.on_log) options_.on_log("checkpoint pruning left " + QuoteShort(failure));
   }
 }
 

@@ -15,6 +15,9 @@
 namespace trainyard::engine {
 namespace {
 
+// At most ~100 characters of a value read from a file, for error messages.
+std::string Short(const std::string& s) { return s.size() <= 100 ? s : s.substr(0, 100) + "..."; }
+
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "safetensors is little-endian; this code copies raw bytes");
 
@@ -99,7 +102,7 @@ std::uint64_t NonNegativeInt(const nlohmann::json& v, const std::string& path,
                              const std::string& what) {
   if (v.is_number_unsigned()) return v.get<std::uint64_t>();
   if (v.is_number_integer() && v.get<std::int64_t>() >= 0) return v.get<std::uint64_t>();
-  Fail(path, what + ": expected a non-negative integer, got " + v.dump());
+  Fail(path, what + ": expected a non-negative integer, got " + Short(v.dump()));
 }
 
 struct Entry {
@@ -139,12 +142,12 @@ std::vector<Entry> ParseEntries(const nlohmann::json& header, const std::string&
     if (name == "__metadata__") {
       if (!info.is_object()) Fail(path, "__metadata__ must be an object of strings");
       for (const auto& [key, value] : info.items()) {
-        if (!value.is_string()) Fail(path, "__metadata__." + key + ": expected a string, got " + value.dump());
+        if (!value.is_string()) Fail(path, "__metadata__." + Short(key) + ": expected a string, got " + Short(value.dump()));
       }
       continue;
     }
-    const std::string where = "tensor \"" + name + "\"";
-    if (!info.is_object()) Fail(path, where + ": expected an object, got " + info.dump());
+    const std::string where = "tensor \"" + Short(name) + "\"";
+    if (!info.is_object()) Fail(path, where + ": expected an object, got " + Short(info.dump()));
     Entry e;
     e.name = name;
     auto dtype = info.find("dtype");
@@ -268,7 +271,7 @@ void WriteSafetensors(const std::string& path,
   const std::size_t slash = path.find_last_of('/');
   const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
   Fd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (dir_fd.get() >= 0) ::fsync(dir_fd.get());
+  if (dir_fd.get() < 0 || ::fsync(dir_fd.get()) != 0) Fail(path, "fsync of its directory " + dir + " failed: " + Errno());
 }
 
 const SafetensorsEntry* SafetensorsHeader::Find(const std::string& name) const {
