@@ -22,22 +22,19 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-[[noreturn]] void Fail(const std::string& where, const std::string& problem) { FailCheckpoint(where, problem); }
-std::string Quote(const std::string& s) { return QuoteShort(s); }
-
 int64_t IntField(const json& obj, const char* key, int64_t lo, int64_t hi, const std::string& where) {
   auto it = obj.find(key);
-  if (it == obj.end()) Fail(where, std::string("field \"") + key + "\" is missing");
+  if (it == obj.end()) FailCheckpoint(where, std::string("field \"") + key + "\" is missing");
   if (!it->is_number_integer() && !it->is_number_unsigned()) {
-    Fail(where, std::string("field \"") + key + "\" must be an integer, got " + Quote(it->dump()));
+    FailCheckpoint(where, std::string("field \"") + key + "\" must be an integer, got " + QuoteShort(it->dump()));
   }
   if (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(hi)) {
-    Fail(where, std::string("field \"") + key + "\" must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                    "], got " + Quote(it->dump()));
+    FailCheckpoint(where, std::string("field \"") + key + "\" must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                    "], got " + QuoteShort(it->dump()));
   }
   const int64_t v = it->get<int64_t>();
   if (v < lo || v > hi) {
-    Fail(where, std::string("field \"") + key + "\" must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+    FailCheckpoint(where, std::string("field \"") + key + "\" must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
                     "], got " + std::to_string(v));
   }
   return v;
@@ -46,8 +43,8 @@ int64_t IntField(const json& obj, const char* key, int64_t lo, int64_t hi, const
 std::string StringField(const json& obj, const char* key, const std::string& where) {
   auto it = obj.find(key);
   if (it == obj.end() || !it->is_string()) {
-    Fail(where, std::string("field \"") + key + "\" must be a string" +
-                    (it == obj.end() ? " (missing)" : ", got " + Quote(it->dump())));
+    FailCheckpoint(where, std::string("field \"") + key + "\" must be a string" +
+                    (it == obj.end() ? " (missing)" : ", got " + QuoteShort(it->dump())));
   }
   return it->get<std::string>();
 }
@@ -71,11 +68,11 @@ bool ParseDirName(const std::string& name, int64_t* step, int* attempt) {
 
 void FsyncPath(const std::string& path, bool directory, const std::string& where) {
   const int fd = ::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
-  if (fd < 0) Fail(where, "cannot open " + path + " to fsync: " + std::strerror(errno));
+  if (fd < 0) FailCheckpoint(where, "cannot open " + path + " to fsync: " + std::strerror(errno));
   const int rc = ::fsync(fd);
   const int err = errno;
   ::close(fd);
-  if (rc != 0) Fail(where, "fsync of " + path + " failed: " + std::strerror(err));
+  if (rc != 0) FailCheckpoint(where, "fsync of " + path + " failed: " + std::strerror(err));
 }
 
 }  // namespace
@@ -119,62 +116,62 @@ std::string ManifestToJson(const CheckpointManifest& m) {
 
 CheckpointManifest ParseManifest(const std::string& text, const std::string& where) {
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) Fail(where, "manifest is not valid JSON (" + std::to_string(text.size()) + " bytes)");
-  if (!j.is_object()) Fail(where, "manifest must be a JSON object, got " + Quote(j.dump()));
+  if (j.is_discarded()) FailCheckpoint(where, "manifest is not valid JSON (" + std::to_string(text.size()) + " bytes)");
+  if (!j.is_object()) FailCheckpoint(where, "manifest must be a JSON object, got " + QuoteShort(j.dump()));
   const std::string format = StringField(j, "format", where);
   if (format != kCheckpointFormat) {
-    Fail(where, "format \"" + Quote(format) + "\" is not " + kCheckpointFormat);
+    FailCheckpoint(where, "format \"" + QuoteShort(format) + "\" is not " + kCheckpointFormat);
   }
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
   CheckpointManifest m;
   m.step = IntField(j, "step", 1, kMax, where);
   m.attempt = static_cast<int>(IntField(j, "attempt", 0, 1000000000, where));
   auto layout = j.find("layout");
-  if (layout == j.end() || !layout->is_object()) Fail(where, "field \"layout\" must be an object {dp, tp, ep}");
+  if (layout == j.end() || !layout->is_object()) FailCheckpoint(where, "field \"layout\" must be an object {dp, tp, ep}");
   m.dp = static_cast<int>(IntField(*layout, "dp", 1, 1 << 20, where + " layout"));
   m.tp = static_cast<int>(IntField(*layout, "tp", 1, 1 << 20, where + " layout"));
   m.ep = static_cast<int>(IntField(*layout, "ep", 1, 1 << 20, where + " layout"));
-  if (static_cast<int64_t>(m.dp) * m.tp > (1 << 20)) Fail(where, "layout dp*tp is too large");
+  if (static_cast<int64_t>(m.dp) * m.tp > (1 << 20)) FailCheckpoint(where, "layout dp*tp is too large");
   m.optimizer_step = IntField(j, "optimizer_step", 0, kMax, where);
   m.global_batch = IntField(j, "global_batch", 1, kMax, where);
   m.samples_consumed = IntField(j, "samples_consumed", 0, kMax, where);
   int64_t expected = 0;
   if (__builtin_mul_overflow(m.step, m.global_batch, &expected) || expected != m.samples_consumed) {
-    Fail(where, "samples_consumed " + std::to_string(m.samples_consumed) + " is not step " + std::to_string(m.step) +
+    FailCheckpoint(where, "samples_consumed " + std::to_string(m.samples_consumed) + " is not step " + std::to_string(m.step) +
                     " x global_batch " + std::to_string(m.global_batch));
   }
   m.dataset = StringField(j, "dataset", where);
   auto seed = j.find("seed");
   if (seed == j.end() || !seed->is_number_unsigned()) {
-    Fail(where, "field \"seed\" must be a non-negative integer" +
-                    (seed == j.end() ? std::string(" (missing)") : ", got " + Quote(seed->dump())));
+    FailCheckpoint(where, "field \"seed\" must be a non-negative integer" +
+                    (seed == j.end() ? std::string(" (missing)") : ", got " + QuoteShort(seed->dump())));
   }
   m.seed = seed->get<uint64_t>();
   auto files = j.find("files");
-  if (files == j.end() || !files->is_array()) Fail(where, "field \"files\" must be an array");
+  if (files == j.end() || !files->is_array()) FailCheckpoint(where, "field \"files\" must be an array");
   if (files->size() != static_cast<size_t>(m.world())) {
-    Fail(where, "files lists " + std::to_string(files->size()) + " entries, the layout dp*tp needs " +
+    FailCheckpoint(where, "files lists " + std::to_string(files->size()) + " entries, the layout dp*tp needs " +
                     std::to_string(m.world()));
   }
   int64_t total = 0;
   for (size_t i = 0; i < files->size(); ++i) {
     const json& f = (*files)[i];
     const std::string fw = where + " files[" + std::to_string(i) + "]";
-    if (!f.is_object()) Fail(fw, "must be an object {name, rank, bytes}");
+    if (!f.is_object()) FailCheckpoint(fw, "must be an object {name, rank, bytes}");
     ManifestFile mf;
     mf.name = StringField(f, "name", fw);
     mf.rank = static_cast<int>(IntField(f, "rank", 0, m.world() - 1, fw));
     mf.bytes = IntField(f, "bytes", 8, kMax, fw);
     if (mf.rank != static_cast<int>(i) || mf.name != RankFileName(mf.rank)) {
-      Fail(fw, "expected rank " + std::to_string(i) + " named " + RankFileName(static_cast<int>(i)) + ", got rank " +
-                   std::to_string(mf.rank) + " named \"" + Quote(mf.name) + "\"");
+      FailCheckpoint(fw, "expected rank " + std::to_string(i) + " named " + RankFileName(static_cast<int>(i)) + ", got rank " +
+                   std::to_string(mf.rank) + " named \"" + QuoteShort(mf.name) + "\"");
     }
-    if (__builtin_add_overflow(total, mf.bytes, &total)) Fail(fw, "bytes overflow the total");
+    if (__builtin_add_overflow(total, mf.bytes, &total)) FailCheckpoint(fw, "bytes overflow the total");
     m.files.push_back(mf);
   }
   m.total_bytes = IntField(j, "total_bytes", 0, kMax, where);
   if (m.total_bytes != total) {
-    Fail(where, "total_bytes " + std::to_string(m.total_bytes) + " is not the sum of the files' bytes " +
+    FailCheckpoint(where, "total_bytes " + std::to_string(m.total_bytes) + " is not the sum of the files' bytes " +
                     std::to_string(total));
   }
   return m;
@@ -183,12 +180,12 @@ CheckpointManifest ParseManifest(const std::string& text, const std::string& whe
 CheckpointManifest ReadVerifiedManifest(const std::string& dir) {
   const std::string path = (fs::path(dir) / kManifestName).string();
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) Fail(dir, "is not a directory");
+  if (!fs::is_directory(dir, ec)) FailCheckpoint(dir, "is not a directory");
   if (!fs::exists(path, ec)) {
-    Fail(dir, "incomplete: no manifest.json (a write that never finished; it cannot be loaded)");
+    FailCheckpoint(dir, "incomplete: no manifest.json (a write that never finished; it cannot be loaded)");
   }
   std::ifstream in(path, std::ios::binary);
-  if (!in) Fail(path, "cannot read");
+  if (!in) FailCheckpoint(path, "cannot read");
   std::ostringstream text;
   text << in.rdbuf();
   CheckpointManifest m = ParseManifest(text.str(), path);
@@ -198,16 +195,16 @@ CheckpointManifest ReadVerifiedManifest(const std::string& dir) {
                                ? fs::path(dir).lexically_normal().parent_path().filename().string()
                                : fs::path(dir).lexically_normal().filename().string();
   if (!ParseDirName(name, &step, &attempt) || step != m.step || attempt != m.attempt) {
-    Fail(path, "holds step " + std::to_string(m.step) + " attempt " + std::to_string(m.attempt) +
-                   " but its directory is named \"" + Quote(name) + "\" (expected " +
+    FailCheckpoint(path, "holds step " + std::to_string(m.step) + " attempt " + std::to_string(m.attempt) +
+                   " but its directory is named \"" + QuoteShort(name) + "\" (expected " +
                    CheckpointDirName(m.step, m.attempt) + ")");
   }
   for (const auto& f : m.files) {
     const std::string fp = (fs::path(dir) / f.name).string();
     const auto size = fs::file_size(fp, ec);
-    if (ec) Fail(fp, "listed in the manifest but missing: " + ec.message());
+    if (ec) FailCheckpoint(fp, "listed in the manifest but missing: " + ec.message());
     if (static_cast<int64_t>(size) != f.bytes) {
-      Fail(fp, "is " + std::to_string(size) + " bytes, the manifest lists " + std::to_string(f.bytes) +
+      FailCheckpoint(fp, "is " + std::to_string(size) + " bytes, the manifest lists " + std::to_string(f.bytes) +
                    (static_cast<int64_t>(size) < f.bytes ? " (truncated)" : ""));
     }
   }
@@ -222,10 +219,10 @@ void WriteManifestAtomically(const std::string& dir, const CheckpointManifest& m
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out << text;
     out.flush();
-    if (!out) Fail(tmp, "write failed");
+    if (!out) FailCheckpoint(tmp, "write failed");
   }
   FsyncPath(tmp, false, path);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) Fail(path, std::string("rename failed: ") + std::strerror(errno));
+  if (::rename(tmp.c_str(), path.c_str()) != 0) FailCheckpoint(path, std::string("rename failed: ") + std::strerror(errno));
   FsyncPath(dir, true, path);
 }
 

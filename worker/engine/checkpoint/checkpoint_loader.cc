@@ -18,9 +18,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-[[noreturn]] void Fail(const std::string& where, const std::string& problem) { FailCheckpoint(where, problem); }
-std::string Quote(const std::string& s) { return QuoteShort(s); }
-
 std::string Shape(const std::vector<int64_t>& v) {
   std::ostringstream os;
   os << c10::IntArrayRef(v);
@@ -29,11 +26,11 @@ std::string Shape(const std::vector<int64_t>& v) {
 
 std::vector<int64_t> IntArray(const json& obj, const char* key, const std::string& where) {
   auto it = obj.find(key);
-  if (it == obj.end() || !it->is_array()) Fail(where, std::string("\"") + key + "\" must be an array of integers");
+  if (it == obj.end() || !it->is_array()) FailCheckpoint(where, std::string("\"") + key + "\" must be an array of integers");
   std::vector<int64_t> out;
   for (const auto& v : *it) {
     if (!v.is_number_integer() || v.get<int64_t>() < 0) {
-      Fail(where, std::string("\"") + key + "\" must hold non-negative integers, got " + Quote(it->dump()));
+      FailCheckpoint(where, std::string("\"") + key + "\" must hold non-negative integers, got " + QuoteShort(it->dump()));
     }
     out.push_back(v.get<int64_t>());
   }
@@ -43,8 +40,8 @@ std::vector<int64_t> IntArray(const json& obj, const char* key, const std::strin
 int64_t Int(const json& obj, const char* key, const std::string& where) {
   auto it = obj.find(key);
   if (it == obj.end() || !it->is_number_integer()) {
-    Fail(where, std::string("metadata field \"") + key + "\" must be an integer, got " +
-                    (it == obj.end() ? std::string("nothing") : Quote(it->dump())));
+    FailCheckpoint(where, std::string("metadata field \"") + key + "\" must be an integer, got " +
+                    (it == obj.end() ? std::string("nothing") : QuoteShort(it->dump())));
   }
   return it->get<int64_t>();
 }
@@ -67,35 +64,35 @@ void IndexRankFile(RankFile& rf, const CheckpointManifest& m, int rank, std::map
   const SafetensorsHeader& h = rf.header;
   const std::string& where = h.path;
   auto meta_it = h.metadata.find("trainyard.checkpoint");
-  if (meta_it == h.metadata.end()) Fail(where, "no trainyard.checkpoint metadata (not a checkpoint rank file)");
+  if (meta_it == h.metadata.end()) FailCheckpoint(where, "no trainyard.checkpoint metadata (not a checkpoint rank file)");
   const json meta = json::parse(meta_it->second, nullptr, /*allow_exceptions=*/false);
-  if (meta.is_discarded() || !meta.is_object()) Fail(where, "metadata trainyard.checkpoint is not a JSON object");
+  if (meta.is_discarded() || !meta.is_object()) FailCheckpoint(where, "metadata trainyard.checkpoint is not a JSON object");
   const auto format = meta.find("format");
-  if (format == meta.end() || !format->is_string() || format->get<std::string>() != kCheckpointFormat) Fail(where, std::string("metadata format is not ") + kCheckpointFormat);
+  if (format == meta.end() || !format->is_string() || format->get<std::string>() != kCheckpointFormat) FailCheckpoint(where, std::string("metadata format is not ") + kCheckpointFormat);
   const int64_t step = Int(meta, "step", where), attempt = Int(meta, "attempt", where);
   const int64_t file_rank = Int(meta, "rank", where);
   if (step != m.step || attempt != m.attempt || file_rank != rank) {
-    Fail(where, "metadata says step " + std::to_string(step) + " attempt " + std::to_string(attempt) + " rank " +
+    FailCheckpoint(where, "metadata says step " + std::to_string(step) + " attempt " + std::to_string(attempt) + " rank " +
                     std::to_string(file_rank) + ", the manifest step " + std::to_string(m.step) + " attempt " +
                     std::to_string(m.attempt) + " rank " + std::to_string(rank));
   }
   auto layout = meta.find("layout");
   if (layout == meta.end() || !layout->is_object() || Int(*layout, "dp", where) != m.dp ||
       Int(*layout, "tp", where) != m.tp || Int(*layout, "ep", where) != m.ep) {
-    Fail(where, "metadata layout disagrees with the manifest's dp=" + std::to_string(m.dp) + " tp=" +
+    FailCheckpoint(where, "metadata layout disagrees with the manifest's dp=" + std::to_string(m.dp) + " tp=" +
                     std::to_string(m.tp) + " ep=" + std::to_string(m.ep));
   }
   if (Int(meta, "optimizer_step", where) != m.optimizer_step) {
-    Fail(where, "metadata optimizer_step disagrees with the manifest's " + std::to_string(m.optimizer_step));
+    FailCheckpoint(where, "metadata optimizer_step disagrees with the manifest's " + std::to_string(m.optimizer_step));
   }
   auto slices = meta.find("slices");
-  if (slices == meta.end() || !slices->is_object()) Fail(where, "metadata has no \"slices\" object");
+  if (slices == meta.end() || !slices->is_object()) FailCheckpoint(where, "metadata has no \"slices\" object");
   auto rng = meta.find("rng");
   if (rng != meta.end()) {
-    if (!rng->is_array()) Fail(where, "metadata \"rng\" must be an array of tensor names");
+    if (!rng->is_array()) FailCheckpoint(where, "metadata \"rng\" must be an array of tensor names");
     for (const auto& r : *rng) {
       if (!r.is_string() || h.Find(r.get<std::string>()) == nullptr) {
-        Fail(where, "metadata \"rng\" names " + Quote(r.dump()) + ", which is not a tensor of the file");
+        FailCheckpoint(where, "metadata \"rng\" names " + QuoteShort(r.dump()) + ", which is not a tensor of the file");
       }
       rf.rng.push_back(r.get<std::string>());
     }
@@ -104,20 +101,20 @@ void IndexRankFile(RankFile& rf, const CheckpointManifest& m, int rank, std::map
     auto it = slices->find(e.name);
     if (it == slices->end()) {
       if (std::find(rf.rng.begin(), rf.rng.end(), e.name) != rf.rng.end()) continue;
-      Fail(where, "tensor \"" + Quote(e.name) + "\" has no slice metadata");
+      FailCheckpoint(where, "tensor \"" + QuoteShort(e.name) + "\" has no slice metadata");
     }
-    const std::string tw = where + " tensor \"" + Quote(e.name) + "\"";
+    const std::string tw = where + " tensor \"" + QuoteShort(e.name) + "\"";
     if (!it->is_object() || !it->contains("name") || !(*it)["name"].is_string()) {
-      Fail(tw, "slice metadata must be {name, global_shape, offsets}");
+      FailCheckpoint(tw, "slice metadata must be {name, global_shape, offsets}");
     }
     Slice s{&h, e.name, e.dtype, e.shape, IntArray(*it, "offsets", tw), IntArray(*it, "global_shape", tw)};
     if (s.offsets.size() != s.shape.size() || s.global_shape.size() != s.shape.size()) {
-      Fail(tw, "offsets " + Shape(s.offsets) + " and global_shape " + Shape(s.global_shape) +
+      FailCheckpoint(tw, "offsets " + Shape(s.offsets) + " and global_shape " + Shape(s.global_shape) +
                    " must have one entry per dimension of its shape " + Shape(s.shape));
     }
     for (size_t d = 0; d < s.shape.size(); ++d) {
       if (s.offsets[d] + s.shape[d] > s.global_shape[d]) {
-        Fail(tw, "slice at offsets " + Shape(s.offsets) + " with shape " + Shape(s.shape) +
+        FailCheckpoint(tw, "slice at offsets " + Shape(s.offsets) + " with shape " + Shape(s.shape) +
                      " lies outside global_shape " + Shape(s.global_shape));
       }
     }
@@ -133,11 +130,11 @@ void Assemble(const StateTensor& t, const std::vector<Slice>& slices, const std:
   const auto local_shape = t.local.sizes().vec();
   for (const Slice& s : slices) {
     if (s.global_shape != t.global_shape) {
-      Fail(where, "has global shape " + Shape(s.global_shape) + " in " + s.file->path + ", the model needs " +
+      FailCheckpoint(where, "has global shape " + Shape(s.global_shape) + " in " + s.file->path + ", the model needs " +
                       Shape(t.global_shape));
     }
     if (s.dtype != t.local.scalar_type()) {
-      Fail(where, std::string("has dtype ") + c10::toString(s.dtype) + " in " + s.file->path + ", the model needs " +
+      FailCheckpoint(where, std::string("has dtype ") + c10::toString(s.dtype) + " in " + s.file->path + ", the model needs " +
                       c10::toString(t.local.scalar_type()));
     }
     std::vector<int64_t> lo(local_shape.size()), len(local_shape.size());
@@ -161,7 +158,7 @@ void Assemble(const StateTensor& t, const std::vector<Slice>& slices, const std:
   }
   const int64_t have = mask.sum().item<int64_t>();
   if (have != mask.numel()) {
-    Fail(where, "the checkpoint's slices cover " + std::to_string(have) + " of the " + std::to_string(mask.numel()) +
+    FailCheckpoint(where, "the checkpoint's slices cover " + std::to_string(have) + " of the " + std::to_string(mask.numel()) +
                     " elements of this rank's shard (offsets " + Shape(t.offsets) + ", shape " +
                     Shape(local_shape) + ")");
   }
@@ -173,13 +170,13 @@ CheckpointManifest LoadCheckpoint(const std::string& dir, const std::vector<Stat
                                   const CheckpointExpectations& expect) {
   const CheckpointManifest m = ReadVerifiedManifest(dir);
   if (m.global_batch != expect.global_batch) {
-    Fail(dir, "was written with " + std::to_string(m.global_batch) +
+    FailCheckpoint(dir, "was written with " + std::to_string(m.global_batch) +
                   " samples per step (batch_size x dp x grad_accum_steps) but this run takes " +
                   std::to_string(expect.global_batch) + "; resuming would not continue the same data order");
   }
   if (m.dataset != expect.dataset || m.seed != expect.seed) {
-    Fail(dir, "was written for dataset \"" + Quote(m.dataset) + "\" seed " + std::to_string(m.seed) +
-                  ", this run reads dataset \"" + Quote(expect.dataset) + "\" seed " + std::to_string(expect.seed));
+    FailCheckpoint(dir, "was written for dataset \"" + QuoteShort(m.dataset) + "\" seed " + std::to_string(m.seed) +
+                  ", this run reads dataset \"" + QuoteShort(expect.dataset) + "\" seed " + std::to_string(expect.seed));
   }
   std::vector<std::unique_ptr<RankFile>> files;
   std::map<std::string, std::vector<Slice>> index;
@@ -193,18 +190,18 @@ CheckpointManifest LoadCheckpoint(const std::string& dir, const std::vector<Stat
   for (const StateTensor& t : state) wanted[t.name] = &t;
   for (const auto& [name, slices] : index) {
     if (wanted.count(name) == 0) {
-      Fail(slices.front().file->path, "tensor \"" + Quote(name) + "\" is not in the model (another model shape?)");
+      FailCheckpoint(slices.front().file->path, "tensor \"" + QuoteShort(name) + "\" is not in the model (another model shape?)");
     }
   }
   for (const StateTensor& t : state) {
     auto it = index.find(t.name);
-    if (it == index.end()) Fail(dir, "tensor \"" + t.name + "\" is missing (no rank file holds a slice of it)");
+    if (it == index.end()) FailCheckpoint(dir, "tensor \"" + t.name + "\" is missing (no rank file holds a slice of it)");
     Assemble(t, it->second, dir);
   }
   const RankFile& own = *files[rank < static_cast<int>(files.size()) ? rank : 0];
   for (const std::string& key : own.rng) {
     torch::Tensor s = ReadSafetensorsTensor(own.header, key);
-    if (s.scalar_type() != torch::kByte) Fail(own.header.path, "RNG state \"" + key + "\" must be U8");
+    if (s.scalar_type() != torch::kByte) FailCheckpoint(own.header.path, "RNG state \"" + key + "\" must be U8");
     compat::SetRngState(key.substr(4), s);  // a generator this process lacks is skipped
   }
   return m;
