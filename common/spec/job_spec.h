@@ -55,6 +55,7 @@ struct TrainingSpec {
   std::string dataset_path;
   int log_freq = 1;
   int grad_accum_steps = 1;  // micro-batches per optimizer step
+  double step_timeout_s = 0;  // no step progress outside a collective for this long: Stall; 0 = off
 };
 
 struct ParallelismSpec {
@@ -161,6 +162,7 @@ void ForEachField(Spec& s, Visit&& visit) {
   visit("training", "dataset_path", s.training.dataset_path);
   visit("training", "log_freq", s.training.log_freq);
   visit("training", "grad_accum_steps", s.training.grad_accum_steps);
+  visit("training", "step_timeout_s", s.training.step_timeout_s);
 
   visit("parallelism", "dp", s.parallelism.dp);
   visit("parallelism", "tp", s.parallelism.tp);

@@ -36,10 +36,8 @@ inline constexpr std::size_t kMaxPathLength = 4096;
 // U+10FFFF): what proto3 strings, JSON and TOML can carry.
 bool IsUtf8(std::string_view s);
 
-// The first broken rule, in the order of the sections, or nullopt. Kinds: kInvalid
-// for a broken rule, kUnimplemented for a legal setting nothing in this release runs
-// (profiling.enable, checkpoint.interval > 0, checkpoint.initial_load_path); all
-// kInvalid rules are checked before any kUnimplemented one.
+// The first broken rule, in the order of the sections, or nullopt (kind kInvalid: every
+// legal setting runs in this release, so none is kUnimplemented).
 std::optional<SpecError> Validate(const JobSpec& spec);
 
 }  // namespace trainyard::spec

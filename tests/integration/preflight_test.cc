@@ -316,9 +316,9 @@ TEST_F(PreflightCliTest, BadInputExitsTwoWithoutRunningTheRunner) {
                            "resources.device=\"cuda\""),
             std::string::npos)
       << cross.err;
-  auto unsupported = Preflight({TRAINYARD_EXAMPLES "/tiny.toml", "--set", "profiling.enable=true"});
-  EXPECT_EQ(unsupported.exit_code, 2);
-  EXPECT_NE(unsupported.err.find("the profiler is not built yet"), std::string::npos) << unsupported.err;
+  auto timeout = Preflight({TRAINYARD_EXAMPLES "/tiny.toml", "--set", "training.step_timeout_s=nan"});
+  EXPECT_EQ(timeout.exit_code, 2);
+  EXPECT_NE(timeout.err.find("training.step_timeout_s"), std::string::npos) << timeout.err;
   auto usage = RunCommand({TRAINYARD_CLI, "preflight", "--no-such-flag"});
   EXPECT_EQ(usage.exit_code, 2);
   EXPECT_FALSE(fs::exists(dir_.path() + "/runner-calls"));

@@ -60,7 +60,7 @@ TEST(SpecProtoTest, EveryProtoFieldIsASpecKeyAndBack) {
   std::set<std::string> core_keys;
   for (const spec::FieldInfo& f : spec::Fields()) core_keys.insert(f.path());
   EXPECT_EQ(core_keys, proto_keys);
-  EXPECT_EQ(core_keys.size(), 58u);  // the count in job_spec.h, so a drop is noticed
+  EXPECT_EQ(core_keys.size(), 59u);  // the count in job_spec.h, so a drop is noticed
 }
 
 // Sets a random subset of fields to random values of their kind.
@@ -145,7 +145,7 @@ TEST(SpecProtoTest, ResolveAndValidateProtoMapsErrorKinds) {
 
   v1::JobSpec prof;
   prof.mutable_profiling()->set_enable(true);
-  EXPECT_EQ(ResolveAndValidateProto(prof).status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_TRUE(ResolveAndValidateProto(prof).ok());
 
   absl::StatusOr<v1::JobSpec> ok = ResolveAndValidateProto(v1::JobSpec());
   ASSERT_TRUE(ok.ok()) << ok.status();

@@ -103,6 +103,8 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"KeepNegative", {"checkpoint.keep=-1"}, "checkpoint.keep", "range", "checkpoint.keep must be in [0, 1000000], got -1"},
         Case{"RestartsHigh", {"restart.max_restarts=1001"}, "restart.max_restarts", "range",
              "restart.max_restarts must be in [0, 1000], got 1001"},
+        Case{"StepTimeoutNegative", {"training.step_timeout_s=-1"}, "training.step_timeout_s", "range",
+             "training.step_timeout_s must be in [0, 10000000], got -1"},
         Case{"GradAccumZero", {"training.grad_accum_steps=0"}, "training.grad_accum_steps", "range",
              "training.grad_accum_steps must be in [1, 1024], got 0"},
         Case{"BackoffNegative", {"restart.backoff_s=-1"}, "restart.backoff_s", "range",
@@ -190,12 +192,6 @@ INSTANTIATE_TEST_SUITE_P(
              "model.vocab_size", "requires", "~at least 256"}),
     CaseName);
 
-INSTANTIATE_TEST_SUITE_P(
-    NotBuilt, RuleTest,
-    ::testing::Values(Case{"Profiling", {"profiling.enable=true"}, "profiling.enable", "unimplemented",
-                           "~the profiler is not built yet", SpecError::Kind::kUnimplemented}),
-    CaseName);
-
 TEST(RulesTest, CheckpointsAndElasticRestartsAreAccepted) {
   Result<JobSpec> spec = FromPreset(
       "debug", {"parallelism.dp=2", "checkpoint.interval=5", "checkpoint.dir=\"/ck\"", "checkpoint.keep=1",
@@ -251,11 +247,12 @@ TEST(RulesTest, NonFiniteValuesNeverReachTheRules) {
   EXPECT_EQ(e->field, "model.rope_theta");
 }
 
-TEST(RulesTest, InvalidRulesComeBeforeNotBuilt) {
-  Result<JobSpec> spec = FromPreset("debug", {"profiling.enable=true", "training.steps=0"});
-  ASSERT_FALSE(spec.ok());
-  EXPECT_EQ(spec.error().field, "training.steps");
-  EXPECT_EQ(spec.error().kind, SpecError::Kind::kInvalid);
+TEST(RulesTest, ProfilingAndStepTimeoutAreAccepted) {
+  Result<JobSpec> spec = FromPreset("debug", {"profiling.enable=true", "profiling.freq=5", "profiling.warmup=1",
+                                              "profiling.active=2", "training.step_timeout_s=30"});
+  ASSERT_TRUE(spec.ok()) << spec.error().ToString();
+  EXPECT_TRUE(spec.value().profiling.enable);
+  EXPECT_EQ(spec.value().training.step_timeout_s, 30);
 }
 
 TEST(RulesTest, HostileTextIsQuotedShortAndEscaped) {
