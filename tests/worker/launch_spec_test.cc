@@ -49,6 +49,7 @@ TEST(LaunchSpecBuilderTest, BuildsOneLaunchPerRankInAssignOrder) {
   ASSERT_TRUE(launch.ok()) << launch.status();
   EXPECT_EQ(launch->attempt_dir, "/srv/w/job-9/4");
   EXPECT_EQ(launch->config_path, "/srv/w/job-9/4/config.json");
+  EXPECT_EQ(launch->artifacts_dir, "/srv/w/job-9/4/artifacts");
   ASSERT_EQ(launch->ranks.size(), 2u);
   const int expected_ranks[] = {2, 0};
   for (size_t i = 0; i < 2; ++i) {
@@ -60,7 +61,8 @@ TEST(LaunchSpecBuilderTest, BuildsOneLaunchPerRankInAssignOrder) {
               (std::vector<std::string>{"--config", "/srv/w/job-9/4/config.json", "--rank", rank,
                                         "--world-size", "4", "--master-addr", "10.0.0.1",
                                         "--master-port", "29611", "--gloo-host", "10.0.0.5",
-                                        "--attempt", "4", "--threads", "3"}));
+                                        "--attempt", "4", "--threads", "3", "--run-dir",
+                                        "/srv/w/job-9/4"}));
   }
 }
 
@@ -151,12 +153,15 @@ TEST(LaunchSpecBuilderTest, WriteConfigCreatesTheAttemptDirAndReplacesTheFile) {
   v1::JobSpec spec;
   ASSERT_TRUE(FromJson(ReadFile(launch->config_path), &spec).ok());
   EXPECT_EQ(spec.job().name(), "second");
-  // Only the final file is left: the temporary one was renamed over it.
+  // Only the final file is left (the temporary one was renamed over it), beside the
+  // directory the ranks put artifacts in.
   std::vector<std::string> names;
   for (auto &entry : std::filesystem::directory_iterator(launch->attempt_dir)) {
     names.push_back(entry.path().filename().string());
   }
-  EXPECT_EQ(names, std::vector<std::string>{"config.json"});
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"artifacts", "config.json"}));
+  EXPECT_TRUE(std::filesystem::is_directory(dir.path() + "/work/job-9/4/artifacts"));
 }
 
 TEST(LaunchSpecBuilderTest, WriteConfigReportsADirectoryThatCannotBeCreated) {

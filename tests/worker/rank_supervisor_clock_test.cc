@@ -80,7 +80,8 @@ TEST_F(RankSupervisorClockTest, LaunchesEachRankWithItsSpecThroughTheInjectedLau
               (std::vector<std::string>{"--config", config, "--rank", i == 0 ? "1" : "0",
                                         "--world-size", "2", "--master-addr", "10.1.1.1",
                                         "--master-port", "29555", "--gloo-host", "10.1.1.9",
-                                        "--attempt", "3", "--threads", "4"}));
+                                        "--attempt", "3", "--threads", "4", "--run-dir",
+                                        dir_.path() + "/job1/3"}));
   }
   EXPECT_TRUE(std::filesystem::exists(config));
   launcher.Exit(kPid, {0, 0});

@@ -51,8 +51,10 @@ v1::Assign MakeAssign(std::vector<int> ranks, int world_size) {
 
 class RankSupervisorTest : public ::testing::Test {
  protected:
-  std::unique_ptr<RankSupervisor> Make(const std::string &binary, int slots = 4) {
+  std::unique_ptr<RankSupervisor> Make(const std::string &binary, int slots = 4,
+                                       RankSupervisor::ArtifactSink artifact_sink = {}) {
     RankSupervisor::Options o;
+    o.artifact_sink = std::move(artifact_sink);
     o.worker_name = "w1";
     o.rank_binary = binary;
     o.work_dir = dir_.path() + "/work";
@@ -109,7 +111,8 @@ exit 3
   EXPECT_EQ(out[1].log().level(), "info");
   EXPECT_THAT(out[1].log().message(),
               HasSubstr("--rank 1 --world-size 2 --master-addr 127.0.0.1 --master-port 29501 "
-                        "--gloo-host 127.0.0.1 --attempt 1 --threads 2"));
+                        "--gloo-host 127.0.0.1 --attempt 1 --threads 2 --run-dir " + dir_.path() +
+                        "/work/job1/1"));
   EXPECT_EQ(out[2].compile().kind(), v1::CompileEvent::RECOMPILE);
   EXPECT_EQ(out[2].compile().region(), "attn");
   ASSERT_EQ(err.size(), 2u);
@@ -131,6 +134,90 @@ exit 3
   ASSERT_TRUE(FromJson(text.str(), &spec).ok()) << text.str();
   EXPECT_EQ(spec.job().name(), "demo");
   EXPECT_EQ(sup->FreeSlots(), 4);
+}
+
+// A rank writes files under --run-dir/artifacts and announces them; the supervisor
+// hands the good one to the uploader, warns about the rest, relays none of them, and
+// relays a Stall as it is.
+TEST_F(RankSupervisorTest, HandsCheckedArtifactsToTheUploaderAndRelaysNoArtifactRef) {
+  std::string script = dir_.WriteScript("rank.sh", R"(
+while [ $# -gt 0 ]; do [ "$1" = --run-dir ] && run="$2"; shift; done
+echo '{}' > "$run/artifacts/trace-r0.json"
+echo 'secret' > "$run/outside.txt"
+ln -s "$run/outside.txt" "$run/artifacts/link"
+echo '{"artifact":{"name":"trace-r0.json","kind":"trace","uri":"file://'"$run"'/artifacts/trace-r0.json"}}'
+echo '{"artifact":{"name":"leak","kind":"trace","uri":"file://'"$run"'/outside.txt"}}'
+echo '{"artifact":{"name":"link","kind":"flight_recorder","uri":"file://'"$run"'/artifacts/link"}}'
+echo '{"artifact":{"name":"../x","kind":"trace","uri":"file://'"$run"'/artifacts/trace-r0.json"}}'
+echo '{"artifact":{"name":"core","kind":"core","uri":"file://'"$run"'/artifacts/trace-r0.json"}}'
+echo '{"stall":{"collective":"dp:allreduce","collective_seq":7,"lagging_rank":1,"waiting_ranks":[0],"step":3}}'
+exit 0
+)");
+  absl::Mutex mu;
+  std::vector<std::pair<std::string, v1::ArtifactHeader>> queued;
+  auto sup = Make(script, 4, [&](std::string path, v1::ArtifactHeader header) {
+    absl::MutexLock lock(&mu);
+    queued.emplace_back(std::move(path), std::move(header));
+  });
+  ASSERT_TRUE(sup->Assign(MakeAssign({0}, 1)).ok());
+  ASSERT_TRUE(events_.WaitFor([](auto &ev) { return HasState(ev, 0, v1::RankState::EXITED); }));
+
+  const std::string run_dir = dir_.path() + "/work/job1/1";
+  {
+    absl::MutexLock lock(&mu);
+    ASSERT_EQ(queued.size(), 1u);
+    EXPECT_EQ(queued[0].first,
+              std::filesystem::canonical(run_dir + "/artifacts/trace-r0.json").string());
+    const v1::ArtifactHeader &h = queued[0].second;
+    EXPECT_EQ(h.job_id(), "job1");
+    EXPECT_EQ(h.attempt(), 1);
+    EXPECT_EQ(h.rank(), 0);
+    EXPECT_EQ(h.name(), "trace-r0.json");
+    EXPECT_EQ(h.kind(), "trace");
+    EXPECT_EQ(h.worker(), "w1");
+  }
+  std::vector<std::string> warnings;
+  int stalls = 0;
+  for (const v1::Event &e : events_.events()) {
+    EXPECT_FALSE(e.has_artifact());
+    if (e.has_log() && e.log().level() == "warn") warnings.push_back(e.log().message());
+    if (e.has_stall()) {
+      ++stalls;
+      EXPECT_EQ(e.stall().collective(), "dp:allreduce");
+      EXPECT_EQ(e.stall().collective_seq(), 7);
+      EXPECT_EQ(e.stall().lagging_rank(), 1);
+      EXPECT_THAT(e.stall().waiting_ranks(), ::testing::ElementsAre(0));
+      EXPECT_EQ(e.stall().step(), 3);
+    }
+  }
+  EXPECT_EQ(stalls, 1);
+  ASSERT_EQ(warnings.size(), 4u);
+  EXPECT_THAT(warnings[0], HasSubstr("artifact refused: artifact leak: "));
+  EXPECT_THAT(warnings[0], HasSubstr("is not inside"));
+  EXPECT_THAT(warnings[1], HasSubstr("artifact link: "));
+  EXPECT_THAT(warnings[1], HasSubstr("is not inside"));
+  EXPECT_THAT(warnings[2], HasSubstr("artifact name '../x'"));
+  EXPECT_THAT(warnings[3], HasSubstr("kind 'core'"));
+}
+
+TEST_F(RankSupervisorTest, RefusesArtifactsWithoutAnUploader) {
+  std::string script = dir_.WriteScript("rank.sh", R"(
+while [ $# -gt 0 ]; do [ "$1" = --run-dir ] && run="$2"; shift; done
+echo '{}' > "$run/artifacts/t.json"
+echo '{"artifact":{"name":"t.json","kind":"trace","uri":"file://'"$run"'/artifacts/t.json"}}'
+)");
+  auto sup = Make(script);
+  ASSERT_TRUE(sup->Assign(MakeAssign({0}, 1)).ok());
+  ASSERT_TRUE(events_.WaitFor([](auto &ev) { return HasState(ev, 0, v1::RankState::EXITED); }));
+  int warnings = 0;
+  for (const v1::Event &e : events_.events()) {
+    EXPECT_FALSE(e.has_artifact());
+    if (e.has_log() && e.log().level() == "warn") {
+      ++warnings;
+      EXPECT_THAT(e.log().message(), HasSubstr("does not upload artifacts"));
+    }
+  }
+  EXPECT_EQ(warnings, 1);
 }
 
 TEST_F(RankSupervisorTest, CleanExitIsExited) {

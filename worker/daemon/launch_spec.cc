@@ -80,6 +80,7 @@ absl::StatusOr<AttemptLaunch> LaunchSpecBuilder::Build(const v1::Assign &assign)
   const fs::path dir =
       fs::path(options_.work_dir) / assign.job_id() / std::to_string(assign.attempt());
   launch.attempt_dir = dir.string();
+  launch.artifacts_dir = (dir / "artifacts").string();
   launch.config_path = (dir / "config.json").string();
   launch.config_text = ToJsonLine(assign.spec()) + "\n";
   for (int r : assign.ranks()) {
@@ -93,7 +94,8 @@ absl::StatusOr<AttemptLaunch> LaunchSpecBuilder::Build(const v1::Assign &assign)
                          "--master-port", std::to_string(assign.master_port()),
                          "--gloo-host",   options_.gloo_host,
                          "--attempt",     std::to_string(assign.attempt()),
-                         "--threads",     std::to_string(options_.threads_per_rank)};
+                         "--threads",     std::to_string(options_.threads_per_rank),
+                         "--run-dir",     launch.attempt_dir};
     // Checkpoints of this job go under checkpoint.dir/JOB; a restart resumes from the
     // newest one the controller recorded.
     if (!assign.checkpoint_dir().empty()) {
@@ -114,6 +116,13 @@ absl::Status LaunchSpecBuilder::WriteConfig(const AttemptLaunch &launch) {
   fs::create_directories(dir, ec);
   if (ec) {
     return absl::InternalError(absl::StrCat("cannot create ", dir.string(), ": ", ec.message()));
+  }
+  if (!launch.artifacts_dir.empty()) {
+    fs::create_directories(launch.artifacts_dir, ec);
+    if (ec) {
+      return absl::InternalError(
+          absl::StrCat("cannot create ", launch.artifacts_dir, ": ", ec.message()));
+    }
   }
   const fs::path tmp_path = launch.config_path + ".tmp";
   {

@@ -20,15 +20,17 @@ struct RankLaunch {
 // attempt's files, the config file every rank reads (the JobSpec as one line of proto3
 // JSON) and one launch per assigned rank, in the Assign's order.
 struct AttemptLaunch {
-  std::string attempt_dir;  // work_dir/JOB/ATTEMPT
+  std::string attempt_dir;  // work_dir/JOB/ATTEMPT, the ranks' --run-dir
+  std::string artifacts_dir;  // attempt_dir/artifacts: where ranks put files to upload
   std::string config_path;  // attempt_dir/config.json
   std::string config_text;  // what config_path holds
   std::vector<RankLaunch> ranks;
 };
 
 // Turns an Assign into an AttemptLaunch and writes the attempt's config file.
-// Build is pure (no I/O); WriteConfig creates attempt_dir and writes config.json
-// atomically (a temporary file, then rename).
+// Build is pure (no I/O); WriteConfig creates attempt_dir and attempt_dir/artifacts and
+// writes config.json atomically (a temporary file, then rename). Each rank gets
+// `--run-dir attempt_dir`: it writes RUN_DIR/flight/*.ring and RUN_DIR/artifacts/*.
 //
 // Thread contract: immutable after construction; every method is thread-safe.
 // Concurrent WriteConfig calls for one (job, attempt) race on the same file, which
@@ -52,7 +54,7 @@ class LaunchSpecBuilder {
   // Validate, then the launch of every assigned rank.
   absl::StatusOr<AttemptLaunch> Build(const trainyard::v1::Assign &assign) const;
 
-  // Creates launch.attempt_dir and writes launch.config_text to launch.config_path.
+  // Creates launch.attempt_dir and launch.artifacts_dir and writes launch.config_text to launch.config_path.
   static absl::Status WriteConfig(const AttemptLaunch &launch);
 
  private:

@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "common/line_reader.h"
 #include "common/proto_json.h"
+#include "worker/daemon/artifact_ref_check.h"
 #include "worker/daemon/rank_events.h"
 #include "worker/daemon/stderr_limiter.h"
 
@@ -24,6 +25,8 @@ struct RankSupervisor::Rank {
   const std::string job_id;
   const int attempt;
   const int rank;
+  // attempt_dir/artifacts; set before the rank's threads start, then read-only.
+  std::string artifacts_dir;
 
   // Guarded by the supervisor's mu_.
   pid_t pid = -1;
@@ -124,6 +127,7 @@ absl::Status RankSupervisor::Assign(const v1::Assign &assign) {
         absl::MutexLock rank_lock(&rank->mu);
         rank->next_seq = last_seq_[key] + 1;
       }
+      if (launch.ok()) rank->artifacts_dir = launch->artifacts_dir;
       reserved.push_back(rank.get());
       if (rejected.ok()) {
         alive_[key] = std::move(rank);
@@ -192,10 +196,38 @@ void RankSupervisor::OnStdout(Rank *rank, std::string line) {
       event.payload_case() != v1::Event::PAYLOAD_NOT_SET && !event.has_job_state()) {
     spdlog::debug("job={} attempt={} rank={} event {}", rank->job_id, rank->attempt, rank->rank,
                   line);
+    if (event.has_artifact()) {
+      OnArtifact(rank, event.artifact());
+      return;
+    }
     Emit(rank, std::move(event));
   } else {
     Emit(rank, RankEvents::Log("info", std::move(line)));
   }
+}
+
+void RankSupervisor::OnArtifact(Rank *rank, const v1::ArtifactRef &ref) {
+  absl::StatusOr<std::string> path =
+      options_.artifact_sink ? CheckArtifactRef(ref, rank->artifacts_dir)
+                             : absl::StatusOr<std::string>(absl::FailedPreconditionError(
+                                   "this worker does not upload artifacts"));
+  if (!path.ok()) {
+    std::string message = absl::StrCat("artifact refused: ", path.status().message());
+    spdlog::warn("job={} attempt={} rank={} {}", rank->job_id, rank->attempt, rank->rank,
+                 message);
+    Emit(rank, RankEvents::Log("warn", std::move(message)));
+    return;
+  }
+  v1::ArtifactHeader header;
+  header.set_job_id(rank->job_id);
+  header.set_attempt(rank->attempt);
+  header.set_rank(rank->rank);
+  header.set_name(ref.name());
+  header.set_kind(ref.kind());
+  header.set_worker(options_.worker_name);
+  spdlog::info("job={} attempt={} rank={} artifact {} ({}) queued for upload: {}", rank->job_id,
+               rank->attempt, rank->rank, ref.name(), ref.kind(), *path);
+  options_.artifact_sink(std::move(*path), std::move(header));
 }
 
 void RankSupervisor::OnStderr(Rank *rank, std::string line) {

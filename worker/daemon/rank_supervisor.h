@@ -16,6 +16,7 @@
 #include "common/clock.h"
 #include "common/process_launcher.h"
 #include "trainyard/v1/event.pb.h"
+#include "trainyard/v1/worker_service.pb.h"
 #include "worker/daemon/job_runner.h"
 #include "worker/daemon/launch_spec.h"
 
@@ -31,6 +32,13 @@ namespace trainyard {
 // or waits for (event times, the stderr window, kill grace, WaitIdle) comes from that
 // Clock.
 //
+// An ArtifactRef a rank prints (uri "file://ABS_PATH") is not relayed: when
+// CheckArtifactRef accepts it (a valid name and kind, a regular file inside that
+// attempt's attempt_dir/artifacts after resolving symlinks) the file goes to the
+// artifact sink with a header {job, attempt, rank, name, kind, worker} (the controller
+// announces the stored artifact itself); otherwise the rank gets a warn LogLine saying
+// why. Without an artifact sink every ArtifactRef is refused that way.
+//
 // Every event of one (job, attempt, rank) goes to the sink in source_seq order,
 // from one of that rank's threads at a time; the sink must be thread-safe and
 // must not call back into the supervisor. A rank's exit state is emitted after
@@ -44,6 +52,12 @@ namespace trainyard {
 // mutex held.
 class RankSupervisor : public JobRunner {
  public:
+  using EventSink = std::function<void(trainyard::v1::Event)>;
+  // Takes a checked rank file to upload (the ArtifactUploader's Enqueue); called on a
+  // rank's stdout thread; must be thread-safe and must not call back into the supervisor.
+  using ArtifactSink =
+      std::function<void(std::string path, trainyard::v1::ArtifactHeader header)>;
+
   struct Options {
     std::string worker_name;
     std::string gloo_host = "127.0.0.1";
@@ -54,8 +68,8 @@ class RankSupervisor : public JobRunner {
     absl::Duration kill_grace = absl::Seconds(3);
     int stderr_lines_per_second = 50;
     int stderr_tail_lines = 20;
+    ArtifactSink artifact_sink;  // empty: ArtifactRef events are refused
   };
-  using EventSink = std::function<void(trainyard::v1::Event)>;
 
   RankSupervisor(Options options, ProcessLauncher *launcher, Clock *clock, EventSink sink);
   // Kills every rank and waits for them (KillAll).
@@ -85,6 +99,7 @@ class RankSupervisor : public JobRunner {
   void KillLocked(Rank *rank, const std::string &reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Emit(Rank *rank, trainyard::v1::Event event);
   void OnStdout(Rank *rank, std::string line);
+  void OnArtifact(Rank *rank, const trainyard::v1::ArtifactRef &ref);
   void OnStderr(Rank *rank, std::string line);
   void FlushDroppedStderr(Rank *rank);
   void WaitRank(Rank *rank);

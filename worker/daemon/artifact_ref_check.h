@@ -1,0 +1,29 @@
+// Checks an ArtifactRef event a rank printed before the worker uploads the file it
+// names: the rank is a separate, less trusted process, so its ref must name a regular
+// file inside its own attempt's artifacts directory and carry a valid name and kind.
+//
+// Thread contract: stateless free functions; thread-safe.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "trainyard/v1/event.pb.h"
+
+namespace trainyard {
+
+// True for [A-Za-z0-9][A-Za-z0-9._-]{0,127}: an artifact name, safe as a file name.
+bool IsArtifactName(std::string_view name);
+// True for "trace" and "flight_recorder".
+bool IsArtifactKind(std::string_view kind);
+
+// The resolved path of the file `ref` names, when ref.name is an artifact name,
+// ref.kind an artifact kind, ref.uri "file://" plus an absolute path, and that path,
+// after realpath (symlinks resolved), is a regular file inside realpath(artifacts_dir).
+// INVALID_ARGUMENT otherwise, saying why and quoting at most 100 characters of the
+// offending value.
+absl::StatusOr<std::string> CheckArtifactRef(const trainyard::v1::ArtifactRef &ref,
+                                             const std::string &artifacts_dir);
+
+}  // namespace trainyard
