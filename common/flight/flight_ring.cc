@@ -228,6 +228,36 @@ std::string FlightRing::inflight_op() const {
   return LoadName(slot(id)->op);
 }
 
+namespace {
+void CopyName(const Word* words, char* buf) {
+  for (int i = 0; i < kNameWords; ++i) {
+    const std::uint64_t w = words[i].load(kRelaxed);
+    std::memcpy(buf + i * 8, &w, 8);
+  }
+  buf[kMaxName] = '\0';
+  for (int i = 0; i < kMaxName && buf[i] != '\0'; ++i) {
+    if (buf[i] < 0x20 || buf[i] >= 0x7f || buf[i] == '"' || buf[i] == '\\') buf[i] = '?';
+  }
+}
+}  // namespace
+
+void FlightRing::CopyGroupName(int group, char* buf) const {
+  buf[0] = '\0';
+  if (group < 0 || group >= header()->group_count.load(kAcquire)) return;
+  CopyName(header()->groups[group].name, buf);
+}
+
+void FlightRing::CopyInflightOp(char* buf) const {
+  buf[0] = '\0';
+  const std::uint64_t id = inflight_id();
+  if (id != 0) CopyName(slot(id)->op, buf);
+}
+
+std::int64_t FlightRing::group_size(int group) const {
+  if (group < 0 || group >= header()->group_count.load(kAcquire)) return 0;
+  return header()->groups[group].size.load(kRelaxed);
+}
+
 int RingSnapshot::FindGroup(const std::string& name) const {
   for (std::size_t i = 0; i < groups.size(); ++i) {
     if (groups[i].name == name) return static_cast<int>(i);

@@ -124,6 +124,11 @@ class FlightRing {
   std::string group_name(int group) const;
   std::uint64_t group_entered(int group) const;
   std::string inflight_op() const;  // "" when none
+  // The same two names into `buf` (at least kMaxName + 1 bytes) without allocating,
+  // for a last-resort writer; "" when none.
+  void CopyGroupName(int group, char* buf) const;
+  void CopyInflightOp(char* buf) const;
+  std::int64_t group_size(int group) const;
 
   const std::string& path() const { return path_; }
   const std::string& dir() const { return dir_; }

@@ -4,6 +4,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include <ATen/record_function.h>
 #include <torch/csrc/jit/frontend/tracer.h>
 
 namespace trainyard::engine::compile {
@@ -41,6 +42,12 @@ CompiledRegion::CompiledRegion(CompileContext& ctx, RegionKey key, RegionFn fn, 
 
 std::vector<torch::Tensor> CompiledRegion::operator()(const std::vector<torch::Tensor>& inputs,
                                                       const std::vector<torch::Tensor>& params) {
+  // A profiler range "region:KIND" or "region:KIND#LAYER"; the name is built only while
+  // an observer (the trace profiler) runs.
+  at::RecordFunction range(at::RecordScope::USER_SCOPE);
+  if (range.isActive()) {
+    range.before("region:" + key().kind() + (layer_ >= 0 ? "#" + std::to_string(layer_) : std::string()));
+  }
   RegionStats& stats = cache_.stats();
   if (ctx_.options().backend == CompileBackend::kEager) {
     ++stats.hits;
@@ -86,6 +93,7 @@ std::vector<torch::Tensor> CompiledRegion::RunEagerBackend(const std::vector<tor
 
 std::vector<torch::Tensor> CompiledRegion::Compile(const std::vector<torch::Tensor>& inputs,
                                                    const std::vector<torch::Tensor>& params, bool grad_mode) {
+  RECORD_USER_SCOPE("compile");
   // The failed guard is taken before the new entry exists, which would match.
   const std::optional<std::string> failed = cache_.ClosestFailure(inputs, params, grad_mode);
   DynamicDims dynamic;

@@ -10,6 +10,22 @@
 // variable TRAINYARD_TEST_PAUSE_CHECKPOINT_AT_STEP=N stops each rank's checkpoint
 // writer mid-file at step N until the rank is killed, in attempt 1 only (so the restart
 // that follows the kill runs through).
+//
+// Hang detection and profiling (docs/diagnostics.md): --run-dir DIR is the attempt's
+// folder (the worker passes it). The rank keeps its flight ring in DIR/flight/
+// rank-RRRRR.ring and writes artifacts (flight dumps, profiler traces) to
+// DIR/artifacts/. Without --run-dir it uses $TMPDIR (or /tmp) /trainyard-run-pPORT-aA
+// for a multi-rank job (so the ranks of a local run find each other's rings) and
+// /trainyard-run-pidPID for one rank, and says so in a log event. A watchdog
+// (diagnostics/watchdog.h) reports a collective past parallelism.collective_timeout_s
+// or no step progress for training.step_timeout_s as a Stall event plus the flight
+// dump, and exits with kStallExitCode (86). Gloo's own timeout is
+// collective_timeout_s + kBackstopS, so the Stall comes first.
+// Test hooks (TEST ONLY, honoured in attempt 1 only): TRAINYARD_TEST_STALL_RANK=R with
+// TRAINYARD_TEST_STALL_AT_STEP=S makes rank R sleep forever before step S's data fetch
+// (outside any collective).
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #if defined(__GLIBC__)
@@ -22,7 +38,9 @@
 #include <CLI/CLI.hpp>
 #include <torch/torch.h>
 
+#include "common/flight/flight_ring.h"
 #include "worker/engine/config/engine_config.h"
+#include "worker/engine/diagnostics/watchdog.h"
 #include "worker/engine/io/safetensors_file.h"
 #include "worker/engine/io/state_dict_io.h"
 #include "worker/engine/kernels/cpu/cpu_blas.h"
@@ -52,7 +70,19 @@ struct RankFlags {
   std::string resume;          // a checkpoint directory to continue from
   std::string checkpoint_dir;  // where checkpoints go (default checkpoint.dir)
   int64_t pause_checkpoint_at_step = 0;  // test hook, from the environment
+  std::string run_dir;                   // the attempt's folder: flight/, artifacts/
+  int64_t test_stall_at_step = 0;        // test hook, from the environment
 };
+
+// Gloo's (and NCCL's) own collective timeout is this much past the watchdog's.
+constexpr double kBackstopS = 60;
+
+std::string DefaultRunDir(const RankFlags& f) {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string dir = (tmp != nullptr && *tmp != '\0') ? tmp : "/tmp";
+  if (f.world_size > 1) return dir + "/trainyard-run-p" + std::to_string(f.master_port) + "-a" + std::to_string(f.attempt);
+  return dir + "/trainyard-run-pid" + std::to_string(getpid());
+}
 
 using namespace trainyard::engine;
 
@@ -82,13 +112,39 @@ void RunRank(const RankFlags& f, EventWriter& events) {
   at::set_num_threads(f.threads);
   GemmPeakProbe::SetBlasThreads(f.threads);
   const double peak = GemmPeakProbe::MeasureFlops(0.6, device);
-  auto world = CollectiveGroup::Connect({f.rank, f.world_size, f.master_addr, f.master_port, f.gloo_host,
-                                         config.parallelism.collective_timeout_s, device});
+  const std::string run_dir = f.run_dir.empty() ? DefaultRunDir(f) : f.run_dir;
+  if (f.run_dir.empty()) {
+    events.Log("info", "no --run-dir: flight ring and artifacts under " + run_dir);
+  }
+  std::string ring_error;
+  auto ring = trainyard::flight::FlightRing::Create(run_dir + "/flight", f.rank, f.world_size, &ring_error);
+  if (ring == nullptr) throw std::runtime_error("flight recorder: " + ring_error);
+  RendezvousOptions rendezvous{f.rank, f.world_size, f.master_addr, f.master_port, f.gloo_host,
+                               config.parallelism.collective_timeout_s};
+  rendezvous.collective_timeout_s = config.parallelism.collective_timeout_s + kBackstopS;
+  rendezvous.device = device;
+  auto world = CollectiveGroup::Connect(rendezvous);
+  world->AttachRecorder(ring.get(), "world");
   auto mesh = ProcessMesh::Build(std::move(world), config.parallelism);
-  TrainerOptions options{f.threads, peak, device};
+  WatchdogOptions watch;
+  watch.artifacts_dir = run_dir + "/artifacts";
+  watch.attempt = f.attempt;
+  watch.rank = f.rank;
+  watch.world_size = f.world_size;
+  watch.collective_timeout_s = config.parallelism.collective_timeout_s;
+  watch.step_timeout_s = config.training.step_timeout_s;
+  Watchdog watchdog(*ring, events, watch);
+  watchdog.Start();
+  TrainerOptions options;
+  options.threads = f.threads;
+  options.peak_flops = peak;
+  options.device = device;
   options.checkpoint_dir = f.checkpoint_dir.empty() ? config.checkpoint.dir : f.checkpoint_dir;
   options.attempt = f.attempt;
   options.pause_checkpoint_at_step = f.pause_checkpoint_at_step;
+  options.flight = ring.get();
+  options.artifacts_dir = run_dir + "/artifacts";
+  options.test_stall_at_step = f.test_stall_at_step;
   Trainer trainer(config, *mesh, events, options);
   const std::string initial = f.load.empty() ? config.checkpoint.initial_load_path : f.load;
   if (!f.resume.empty()) {
@@ -111,6 +167,7 @@ void RunRank(const RankFlags& f, EventWriter& events) {
     events.Log("info", os.str());
   }
   trainer.Run();
+  watchdog.DisableStepTimeout();
   if (!f.save_final.empty()) SaveFull(trainer, f.save_final);
 }
 
@@ -138,9 +195,23 @@ int main(int argc, char** argv) {
                  "any layout; --load and checkpoint.initial_load_path are ignored then");
   app.add_option("--checkpoint-dir", f.checkpoint_dir,
                  "write checkpoints (every checkpoint.interval steps) under this directory (default: checkpoint.dir)");
+  app.add_option("--run-dir", f.run_dir,
+                 "this attempt's folder: the flight-recorder ring goes to DIR/flight/rank-RRRRR.ring, flight dumps "
+                 "and profiler traces to DIR/artifacts/ (default: $TMPDIR/trainyard-run-pPORT-aATTEMPT, or "
+                 "-pidPID for one rank)");
+  app.footer("Exit status: 0 done, 1 error, " + std::to_string(kStallExitCode) +
+             " hang detected (a Stall event and a flight-recorder dump were written).\n"
+             "Test-only environment (attempt 1 only): TRAINYARD_TEST_STALL_RANK=R and "
+             "TRAINYARD_TEST_STALL_AT_STEP=S stall rank R before step S's data fetch; "
+             "TRAINYARD_TEST_PAUSE_CHECKPOINT_AT_STEP=N pauses the checkpoint writer at step N.");
   CLI11_PARSE(app, argc, argv);
   if (const char* pause = std::getenv("TRAINYARD_TEST_PAUSE_CHECKPOINT_AT_STEP")) {
     if (f.attempt == 1) f.pause_checkpoint_at_step = std::atoll(pause);
+  }
+  const char* stall_rank = std::getenv("TRAINYARD_TEST_STALL_RANK");
+  const char* stall_step = std::getenv("TRAINYARD_TEST_STALL_AT_STEP");
+  if (stall_rank != nullptr && stall_step != nullptr && f.attempt == 1 && std::atoi(stall_rank) == f.rank) {
+    f.test_stall_at_step = std::atoll(stall_step);
   }
 
   EventWriter events(std::cout, f.rank, f.attempt);

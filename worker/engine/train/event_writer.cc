@@ -59,6 +59,10 @@ void EventWriter::Compile(nlohmann::json payload) { Emit("compile", std::move(pa
 
 void EventWriter::Checkpoint(nlohmann::json payload) { Emit("checkpoint", std::move(payload)); }
 
+void EventWriter::Stall(nlohmann::json payload) { Emit("stall", std::move(payload)); }
+
+void EventWriter::Artifact(nlohmann::json payload) { Emit("artifact", std::move(payload)); }
+
 void EventWriter::Emit(const char* payload_name, nlohmann::json payload) {
   std::lock_guard<std::mutex> lock(mu_);
   nlohmann::json event = {{"rank", rank_},

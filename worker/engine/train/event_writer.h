@@ -3,9 +3,11 @@
 // stdout, and the worker daemon parses it line by line. int64 fields are written as
 // JSON numbers, which proto3 JSON parsers accept. Thread-safe: the checkpoint writer's
 // background thread reports through it while the training loop does; each line is
-// written whole.
+// written whole. ReserveSourceSeq is lock-free, for the watchdog's last-resort line
+// (diagnostics/watchdog.h) when another thread may hold the lock forever.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -45,17 +47,27 @@ class EventWriter {
   void Compile(nlohmann::json payload);
   // A CheckpointSaved payload {step, path, bytes, blocked_ms, write_ms, dp, tp, ep}.
   void Checkpoint(nlohmann::json payload);
+  // A Stall payload {collective, collective_seq, lagging_rank, waited_s, message,
+  // waiting_ranks, step} (event.proto).
+  void Stall(nlohmann::json payload);
+  // An ArtifactRef payload {name, kind, size_bytes, uri, sha256}.
+  void Artifact(nlohmann::json payload);
+
+  // The next source_seq, taken without the lock (for a line written by other means).
+  int64_t ReserveSourceSeq() { return ++source_seq_; }
+  int rank() const { return rank_; }
+  int attempt() const { return attempt_; }
 
   static std::string NowRfc3339();
 
  private:
   void Emit(const char* payload_name, nlohmann::json payload);
 
-  std::mutex mu_;  // guards out_ and source_seq_
+  std::mutex mu_;  // guards out_
   std::ostream& out_;
   int rank_;
   int attempt_;
-  int64_t source_seq_ = 0;
+  std::atomic<int64_t> source_seq_{0};
   std::function<std::string()> now_;
 };
 

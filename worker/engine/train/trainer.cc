@@ -5,13 +5,17 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <optional>
+#include <thread>
 #include <stdexcept>
 #include <tuple>
 #include <utility>
 
 #include <ATen/record_function.h>
 
+#include "common/flight/artifact_file.h"
+#include "common/flight/stall_analysis.h"
 #include "worker/engine/base/torch_compat.h"
 #include "worker/engine/checkpoint/checkpoint_loader.h"
 #include "worker/engine/checkpoint/checkpoint_writer.h"
@@ -20,6 +24,7 @@
 #include "worker/engine/kernels/cpu/fused_cpu_kernels.h"
 #include "worker/engine/parallel/parameter_sharding.h"
 #include "worker/engine/train/gemm_peak_probe.h"
+#include "worker/engine/train/trace_profiler.h"
 
 namespace trainyard::engine {
 namespace {
@@ -69,6 +74,9 @@ Trainer::Trainer(const EngineConfig& config, ProcessMesh& mesh, EventWriter& eve
   const ParallelContext& ctx = mesh.context();
   if (ctx.dp != config.parallelism.dp || ctx.tp != config.parallelism.tp || ctx.ep != config.parallelism.ep) {
     throw std::invalid_argument("Trainer: the process mesh was not built from this config's parallelism");
+  }
+  if (config.profiling.enable && options.artifacts_dir.empty()) {
+    throw std::invalid_argument("Trainer: profiling.enable needs a folder for traces (TrainerOptions::artifacts_dir)");
   }
   if (mesh.world().device() != options.device) {
     throw std::invalid_argument("Trainer: the process mesh runs collectives on " + mesh.world().device().str() +
@@ -185,11 +193,15 @@ void Trainer::Run() {
   const int64_t step_tokens = GlobalBatch() * t.seq_len;
   for (int step = static_cast<int>(start_step_) + 1; step <= t.steps; ++step) {
     StepMetrics m;
+    if (options_.flight != nullptr) options_.flight->SetStep(step);
+    BeginStepProfile(step);
     try {
       m = Step(step);
     } catch (const c10::Error& e) {
       throw std::runtime_error("step " + std::to_string(step) + ": " + e.what_without_backtrace());
     }
+    EndStepProfile(step);
+    if (options_.flight != nullptr) options_.flight->MarkProgress();
     tokens_since_report += step_tokens;
     if (mesh_.world().rank() == 0 && (step % t.log_freq == 0 || step == t.steps)) {
       m.tokens = tokens_since_report;
@@ -205,6 +217,33 @@ void Trainer::Run() {
     }
   }
   if (checkpoints) checkpoints->Wait();
+}
+
+void Trainer::BeginStepProfile(int step) {
+  const spec::ProfilingSpec& p = config_.profiling;
+  if (!p.enable || profile_window_start_ != 0) return;
+  if (!flight::IsProfiledStep(step, p.freq, p.warmup, p.active)) return;
+  TraceProfiler::Start();
+  profile_window_start_ = step;
+}
+
+void Trainer::EndStepProfile(int step) {
+  if (profile_window_start_ == 0) return;
+  const spec::ProfilingSpec& p = config_.profiling;
+  if (step < config_.training.steps && flight::IsProfiledStep(step + 1, p.freq, p.warmup, p.active)) return;
+  const int rank = mesh_.world().rank();
+  const std::string trace = TraceProfiler::Stop(rank);
+  const std::string name = TraceProfiler::TraceName(options_.attempt, rank, profile_window_start_);
+  profile_window_start_ = 0;
+  flight::WrittenArtifact a;
+  std::string error;
+  if (!flight::WriteArtifactFile(options_.artifacts_dir, name, trace, &a, &error)) {
+    // A trace is a diagnostic: losing one must not end the job.
+    events_.Log("warning", "profiler trace " + name + " not written: " + error);
+    return;
+  }
+  events_.Artifact({{"name", name}, {"kind", "trace"}, {"size_bytes", a.size_bytes}, {"uri", "file://" + a.path},
+                    {"sha256", a.sha256}});
 }
 
 StepMetrics Trainer::Step(int step) {
@@ -235,6 +274,11 @@ StepMetrics Trainer::Step(int step) {
   torch::Tensor loss_sum, counts_sum;
   std::vector<int64_t> counts_shape;
   double data_ms = 0;
+  if (options_.test_stall_at_step == step) {
+    std::fprintf(stderr, "trainyard-rank %d: TEST HOOK: stalling forever before step %d's data\n", ctx.rank, step);
+    std::fflush(stderr);
+    for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+  }
   for (int micro = 0; micro < accum; ++micro) {
     const auto load_start = Clock::now();
     torch::Tensor batch;

@@ -17,6 +17,7 @@
 
 #include <torch/torch.h>
 
+#include "common/flight/flight_ring.h"
 #include "worker/engine/compile/compile_context.h"
 #include "worker/engine/compile/region/side_effect_probe.h"
 #include "worker/engine/config/engine_config.h"
@@ -45,6 +46,15 @@ struct TrainerOptions {
   // Test hook (TRAINYARD_TEST_PAUSE_CHECKPOINT_AT_STEP): the writer of this step's
   // checkpoint stops mid-file and sleeps until killed; 0: off.
   int64_t pause_checkpoint_at_step = 0;
+  // This rank's flight ring (trainyard-rank --run-dir); the trainer marks each step and
+  // its progress in it for the watchdog. Null: none.
+  flight::FlightRing* flight = nullptr;
+  // Where profiler traces go (RUN_DIR/artifacts); "" with profiling.enable: the rank
+  // refuses to start (trainyard-rank always sets it).
+  std::string artifacts_dir;
+  // Test hook (TRAINYARD_TEST_STALL_RANK / _AT_STEP, attempt 1 only): this rank sleeps
+  // forever before step N's first data fetch, outside any collective; 0: off.
+  int64_t test_stall_at_step = 0;
 };
 
 class Trainer {
@@ -108,6 +118,12 @@ class Trainer {
   // torch::nn::utils::clip_grad_norm_ (at most 1), which the optimizer step applies.
   // Returns {pre-clip norm, coefficient}.
   std::pair<double, double> ClipGradients(double max_norm);
+  // Profiling windows (profiling.*): starts the trace profiler before a window's first
+  // step; after its last, writes trace-aA-rR-sSSSSSSSS.json under artifacts_dir and
+  // emits an ArtifactRef.
+  void BeginStepProfile(int step);
+  void EndStepProfile(int step);
+  int64_t profile_window_start_ = 0;  // first step of the running window; 0 none
   int64_t GlobalBatch() const;  // samples per optimizer step
 };
 

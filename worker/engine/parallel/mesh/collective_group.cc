@@ -5,7 +5,34 @@
 #include <numeric>
 #include <stdexcept>
 
+#include <ATen/record_function.h>
+
 namespace trainyard::engine {
+
+std::string CollectiveRangeName(const std::string& group, const char* op, uint64_t seq) {
+  return "collective:" + group + ":" + op + "#" + std::to_string(seq);
+}
+
+// One collective of a group of more than one rank: counts its seq, records it in the
+// flight ring and, while a RecordFunction observer runs, is a named profiler range.
+class CollectiveScope {
+ public:
+  CollectiveScope(CollectiveGroup& g, const char* op, int64_t numel) : g_(g), range_(at::RecordScope::USER_SCOPE) {
+    const uint64_t seq = ++g.seq_;
+    if (range_.isActive()) range_.before(CollectiveRangeName(g.name_.empty() ? "group" : g.name_, op, seq));
+    if (g.ring_ != nullptr && g.ring_group_ >= 0) id_ = g.ring_->Enter(g.ring_group_, op, numel);
+  }
+  ~CollectiveScope() {
+    if (id_ != 0) g_.ring_->Exit(g_.ring_group_, id_);
+  }
+  CollectiveScope(const CollectiveScope&) = delete;
+  CollectiveScope& operator=(const CollectiveScope&) = delete;
+
+ private:
+  CollectiveGroup& g_;
+  at::RecordFunction range_;
+  uint64_t id_ = 0;
+};
 
 std::unique_ptr<CollectiveGroup> CollectiveGroup::Connect(const RendezvousOptions& o) {
   if (o.world_size < 1 || o.rank < 0 || o.rank >= o.world_size) {
@@ -32,7 +59,10 @@ std::unique_ptr<CollectiveGroup> CollectiveGroup::Connect(const RendezvousOption
   }
   const std::string host = o.gloo_host.empty() ? o.master_addr : o.gloo_host;
   try {
-    return OverStore(store, o.rank, o.world_size, host, timeout, o.device);
+    const auto group_timeout = o.collective_timeout_s > 0
+                                   ? std::chrono::milliseconds(static_cast<int64_t>(o.collective_timeout_s * 1000))
+                                   : timeout;
+    return OverStore(store, o.rank, o.world_size, host, group_timeout, o.device);
   } catch (const std::exception& e) {
     throw std::runtime_error(std::string("rendezvous: ") + (o.device.is_cuda() ? "NCCL" : "Gloo") + " group via " +
                              where + (o.device.is_cuda() ? " on " + o.device.str() : " on host " + host) + ": " +
@@ -84,6 +114,7 @@ std::unique_ptr<CollectiveGroup> CollectiveGroup::NewSubgroup(const std::string&
   const int sub_rank = static_cast<int>(it - ranks.begin());
   const int sub_size = static_cast<int>(ranks.size());
   std::unique_ptr<CollectiveGroup> g(new CollectiveGroup(sub_rank, sub_size, device_));
+  g->AttachRecorder(ring_, name);
   if (sub_size == 1) return g;
   g->store_ = compat::MakePrefixStore(name, store_);
   g->gloo_host_ = gloo_host_;
@@ -96,9 +127,17 @@ std::unique_ptr<CollectiveGroup> CollectiveGroup::NewSubgroup(const std::string&
   return g;
 }
 
+void CollectiveGroup::AttachRecorder(flight::FlightRing* ring, const std::string& name) {
+  name_ = name;
+  ring_ = ring;
+  // A group of one rank runs no collective: nothing to record or wait for.
+  ring_group_ = ring != nullptr && world_size_ > 1 ? ring->RegisterGroup(name, world_size_) : -1;
+}
+
 void CollectiveGroup::AllReduceSum(torch::Tensor& tensor) {
   CheckDevice(tensor, "AllReduceSum");
   if (world_size_ == 1) return;
+  CollectiveScope scope(*this, "allreduce", tensor.numel());
   compat::AllReduceSum(*group_, tensor);
 }
 
@@ -118,6 +157,7 @@ torch::Tensor CollectiveGroup::AllToAll(const torch::Tensor& input,
   shape[0] = out_rows;
   auto in = input.contiguous();
   auto out = torch::empty(shape, input.options());
+  CollectiveScope scope(*this, "alltoall", in.numel());
   compat::AllToAll(*group_, out, in, out_splits, in_splits);
   return out;
 }

@@ -8,6 +8,12 @@
 // would hand NCCL a host tensor fails on a single-GPU run too. A group of size 1 has
 // no store and no c10d group, and every collective is the identity, so single-rank
 // runs need no free port.
+// Flight recorder (common/flight): once AttachRecorder gave the world group a ring, it
+// and every sub-group created from it afterwards record each collective of a group of
+// more than one rank in that ring (enter: a handful of atomic stores; exit: three), with
+// a 1-based per-group seq and the op ("allreduce", "alltoall"). Without a ring nothing
+// is recorded. While a LibTorch profiler (or any RecordFunction observer) runs, each
+// collective is also a range named CollectiveRangeName(group, op, seq).
 // Not thread-safe: one training thread issues collectives, in the same order on every
 // member (c10d requirement).
 #pragma once
@@ -19,6 +25,7 @@
 
 #include <torch/torch.h>
 
+#include "common/flight/flight_ring.h"
 #include "worker/engine/base/torch_compat.h"
 
 namespace trainyard::engine {
@@ -29,7 +36,10 @@ struct RendezvousOptions {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   std::string gloo_host;  // empty: master_addr
-  double timeout_s = 300;
+  double timeout_s = 300;  // joining the TCPStore and forming the groups
+  // Gloo/NCCL's own timeout for each collective; 0: timeout_s. trainyard-rank sets it
+  // to parallelism.collective_timeout_s + kBackstopS so its watchdog reports first.
+  double collective_timeout_s = 0;
   c10::Device device = c10::Device(c10::DeviceType::CPU);  // CPU: Gloo; CUDA: NCCL
 };
 
@@ -51,6 +61,16 @@ class CollectiveGroup {
   // order, which makes the blocking Gloo rendezvous deadlock-free.
   std::unique_ptr<CollectiveGroup> NewSubgroup(const std::string& name,
                                                const std::vector<int>& ranks) const;
+
+  // Records this group's collectives (registered as `name`) in `ring`, which must
+  // outlive the group and every sub-group made from it later; those register under
+  // their own names. Call before the first collective; `ring` may be null (off).
+  void AttachRecorder(flight::FlightRing* ring, const std::string& name);
+
+  // The group's name in the recorder ("world", "dp0", ...; "" before AttachRecorder).
+  const std::string& name() const { return name_; }
+  // Collectives issued so far on this group (the seq of the last one).
+  uint64_t seq() const { return seq_; }
 
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
@@ -75,6 +95,7 @@ class CollectiveGroup {
   // The c10d group for this device (Gloo or NCCL) over `store`.
   compat::BackendPtr MakeBackend(const compat::StorePtr& store, int rank, int size) const;
   void CheckDevice(const torch::Tensor& tensor, const char* op) const;
+  friend class CollectiveScope;
 
   int rank_;
   int world_size_;
@@ -83,6 +104,13 @@ class CollectiveGroup {
   compat::BackendPtr group_;
   std::string gloo_host_;
   std::chrono::milliseconds timeout_{0};
+  flight::FlightRing* ring_ = nullptr;
+  int ring_group_ = -1;  // index in ring_'s group table; -1: not recorded
+  std::string name_;
+  uint64_t seq_ = 0;
 };
+
+// "collective:dp0:allreduce#12": the profiler range of a collective.
+std::string CollectiveRangeName(const std::string& group, const char* op, uint64_t seq);
 
 }  // namespace trainyard::engine

@@ -1,0 +1,199 @@
+#include "worker/engine/diagnostics/watchdog.h"
+
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <iostream>
+#include <vector>
+
+#include "common/flight/artifact_file.h"
+#include "common/flight/stall_analysis.h"
+
+namespace trainyard::engine {
+namespace {
+
+constexpr std::int64_t kNsPerS = 1000000000;
+
+std::int64_t SecondsToNs(double s) { return static_cast<std::int64_t>(s * 1e9); }
+
+void WriteAllFd(int fd, const char* buf, std::size_t n) {
+  while (n > 0) {
+    const ssize_t w = write(fd, buf, n);
+    if (w <= 0) return;
+    buf += w;
+    n -= static_cast<std::size_t>(w);
+  }
+}
+
+}  // namespace
+
+Watchdog::Watchdog(flight::FlightRing& ring, EventWriter& events, WatchdogOptions options)
+    : ring_(ring), events_(events), options_(std::move(options)) {
+  if (options_.period_ms < 10) options_.period_ms = 10;
+  step_timeout_on_.store(options_.step_timeout_s > 0);
+}
+
+Watchdog::~Watchdog() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (watch_.joinable()) watch_.join();
+  if (monitor_.joinable()) monitor_.join();
+}
+
+void Watchdog::Start() {
+  ring_.Heartbeat();
+  watch_ = std::thread([this] { WatchLoop(); });
+  monitor_ = std::thread([this] { MonitorLoop(); });
+}
+
+std::string Watchdog::DumpName(int attempt, int rank) {
+  return "flight-a" + std::to_string(attempt) + "-r" + std::to_string(rank) + ".json";
+}
+
+std::int64_t Watchdog::Deadline() const {
+  const std::int64_t start = ring_.inflight_start_ns();
+  if (ring_.inflight_id() != 0 && start != 0) return start + SecondsToNs(options_.collective_timeout_s);
+  if (step_timeout_on_.load() && ring_.step() >= 1) {
+    return ring_.progress_mono_ns() + SecondsToNs(options_.step_timeout_s);
+  }
+  return 0;
+}
+
+void Watchdog::WatchLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!cv_.wait_for(lock, std::chrono::milliseconds(options_.period_ms), [this] { return stop_; })) {
+    ring_.Heartbeat();
+    const std::int64_t now = flight::MonotonicNs();
+    const std::int64_t deadline = Deadline();
+    if (deadline == 0 || now < deadline) continue;
+    reporting_since_ns_.store(now);
+    lock.unlock();
+    if (ring_.inflight_id() != 0) ReportCollectiveStall(now);
+    ReportStepStall(now);
+  }
+}
+
+void Watchdog::MonitorLoop() {
+  const std::int64_t stale = 2 * std::int64_t{options_.period_ms} * 1000000;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!cv_.wait_for(lock, std::chrono::milliseconds(options_.period_ms), [this] { return stop_; })) {
+    const std::int64_t now = flight::MonotonicNs();
+    const std::int64_t deadline = Deadline();
+    if (deadline == 0 || now < deadline + stale) continue;
+    if (now - ring_.heartbeat_mono_ns() <= stale) continue;
+    const std::int64_t reporting = reporting_since_ns_.load();
+    if (reporting != 0 && now - reporting < SecondsToNs(kReportGraceS)) continue;
+    EmergencyExit(now);
+  }
+}
+
+void Watchdog::ReportCollectiveStall(std::int64_t now_ns) {
+  const int group = ring_.inflight_group();
+  const std::string name = ring_.group_name(group);
+  const std::string op = ring_.inflight_op();
+  const std::uint64_t seq = ring_.group_entered(group);
+  const double waited = static_cast<double>(now_ns - ring_.inflight_start_ns()) / kNsPerS;
+  std::vector<std::string> bad;
+  std::string error;
+  std::vector<flight::RingSnapshot> rings;
+  for (flight::RingSnapshot& r : flight::ReadRingDir(ring_.dir(), 0, &bad, &error)) {
+    if (r.world_size == options_.world_size && r.rank < options_.world_size) rings.push_back(std::move(r));
+  }
+  const flight::StallVerdict v = flight::AnalyzeCollectiveStall(rings, name, seq, ring_.group_size(group));
+  std::vector<int> waiting = v.waiting_ranks;
+  if (waiting.empty()) waiting.push_back(options_.rank);
+  char waited_s[32];
+  std::snprintf(waited_s, sizeof(waited_s), "%.1f", waited);
+  std::string message = "rank " + std::to_string(options_.rank) + " waited " + waited_s + " s in " + name + ":" +
+                        op + " #" + std::to_string(seq) + " (parallelism.collective_timeout_s=" +
+                        std::to_string(options_.collective_timeout_s) + "); " + v.summary;
+  if (!error.empty()) message += "; " + error;
+  Finish({{"collective", name + ":" + op},
+          {"collective_seq", seq},
+          {"lagging_rank", v.lagging_rank},
+          {"waited_s", waited},
+          {"message", message},
+          {"waiting_ranks", waiting},
+          {"step", ring_.step()}});
+}
+
+void Watchdog::ReportStepStall(std::int64_t now_ns) {
+  const double waited = static_cast<double>(now_ns - ring_.progress_mono_ns()) / kNsPerS;
+  char waited_s[32];
+  std::snprintf(waited_s, sizeof(waited_s), "%.1f", waited);
+  const std::string message = "rank " + std::to_string(options_.rank) + ": no step progress for " + waited_s +
+                              " s at step " + std::to_string(ring_.step()) +
+                              " outside any collective (training.step_timeout_s=" +
+                              std::to_string(options_.step_timeout_s) + ")";
+  Finish({{"collective", ""},
+          {"collective_seq", 0},
+          {"lagging_rank", options_.rank},
+          {"waited_s", waited},
+          {"message", message},
+          {"waiting_ranks", std::vector<int>{}},
+          {"step", ring_.step()}});
+}
+
+void Watchdog::Finish(nlohmann::json stall) {
+  std::string dump, error;
+  flight::WrittenArtifact artifact;
+  const std::string name = DumpName(options_.attempt, options_.rank);
+  bool written = flight::DumpFlightDirJson(ring_.dir(), kDumpEntries, &dump, &error) &&
+                 flight::WriteArtifactFile(options_.artifacts_dir, name, dump, &artifact, &error);
+  if (!written) stall["message"] = stall["message"].get<std::string>() + "; flight dump not written: " + error;
+  events_.Stall(std::move(stall));
+  if (written) {
+    events_.Artifact({{"name", name},
+                      {"kind", "flight_recorder"},
+                      {"size_bytes", artifact.size_bytes},
+                      {"uri", "file://" + artifact.path},
+                      {"sha256", artifact.sha256}});
+  }
+  std::cout.flush();
+  std::fflush(stdout);
+  std::cerr << "trainyard-rank " << options_.rank << ": stall reported, exiting with " << kStallExitCode << std::endl;
+  _exit(kStallExitCode);
+}
+
+void Watchdog::EmergencyExit(std::int64_t now_ns) {
+  char group[flight::kMaxName + 1];
+  char op[flight::kMaxName + 1];
+  const bool inflight = ring_.inflight_id() != 0;
+  const int g = ring_.inflight_group();
+  if (inflight) {
+    ring_.CopyGroupName(g, group);
+    ring_.CopyInflightOp(op);
+  } else {
+    group[0] = op[0] = '\0';
+  }
+  const std::int64_t since = inflight ? ring_.inflight_start_ns() : ring_.progress_mono_ns();
+  const double waited = static_cast<double>(now_ns - since) / kNsPerS;
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  tm utc{};
+  gmtime_r(&ts.tv_sec, &utc);
+  char when[40];
+  const std::size_t n = strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &utc);
+  std::snprintf(when + n, sizeof(when) - n, ".%03dZ", static_cast<int>(ts.tv_nsec / 1000000));
+  char line[1024];
+  const int len = std::snprintf(
+      line, sizeof(line),
+      "{\"rank\":%d,\"attempt\":%d,\"source_seq\":%" PRId64 ",\"time\":\"%s\",\"stall\":{\"collective\":\"%s%s%s\","
+      "\"collective_seq\":%" PRIu64 ",\"lagging_rank\":%d,\"waited_s\":%.3f,\"message\":\"rank %d: %s past its "
+      "timeout and the watchdog thread is unresponsive (no flight dump)\",\"waiting_ranks\":[%d],\"step\":%" PRId64
+      "}}\n",
+      options_.rank, options_.attempt, events_.ReserveSourceSeq(), when, group, inflight ? ":" : "", op,
+      inflight ? ring_.group_entered(g) : std::uint64_t{0}, inflight ? -1 : options_.rank, waited, options_.rank,
+      inflight ? "collective" : "no step progress", options_.rank, ring_.step());
+  if (len > 0) WriteAllFd(1, line, std::min<std::size_t>(static_cast<std::size_t>(len), sizeof(line) - 1));
+  _exit(kStallExitCode);
+}
+
+}  // namespace trainyard::engine
