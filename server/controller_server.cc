@@ -41,6 +41,8 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
   s->manager_ = std::make_unique<JobManager>(s->store_.get(), &s->hub_, s->metrics_.get(),
                                              s->clock_, options.manager);
   TY_RETURN_IF_ERROR(s->manager_->Recover());
+  TY_ASSIGN_OR_RETURN(s->artifacts_,
+                      ArtifactStore::Open(options.data_dir, s->manager_.get(), s->clock_, options.artifacts));
   PreflightGateOptions preflight;
   preflight.binary = options.preflight_binary.empty() ? ExecutableSibling("trainyard-train")
                                                       : options.preflight_binary;
@@ -59,8 +61,8 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
   s->preflight_ =
       std::make_unique<PreflightGate>(s->launcher_, s->metrics_.get(), preflight, s->clock_);
   s->job_service_ = std::make_unique<JobServiceImpl>(s->manager_.get(), s->store_.get(), &s->hub_,
-                                                     s->preflight_.get());
-  s->worker_service_ = std::make_unique<WorkerServiceImpl>(s->manager_.get());
+                                                     s->preflight_.get(), s->artifacts_.get());
+  s->worker_service_ = std::make_unique<WorkerServiceImpl>(s->manager_.get(), s->artifacts_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -11,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/clock.h"
 #include "common/process_launcher.h"
+#include "server/artifact_store.h"
 #include "server/controller_metrics.h"
 #include "server/event_hub.h"
 #include "server/job_manager.h"
@@ -31,6 +32,7 @@ struct ControllerOptions {
   // job is submitted, not at start-up.
   std::string preflight_binary;
   absl::Duration preflight_timeout = absl::Seconds(300);
+  ArtifactStoreOptions artifacts;  // --artifact-bytes-per-job
 };
 
 // The whole controller wired together: store, manager, gRPC services (with health
@@ -57,6 +59,7 @@ class ControllerServer {
   EventHub hub_;
   std::unique_ptr<ControllerMetrics> metrics_;
   std::unique_ptr<JobManager> manager_;
+  std::unique_ptr<ArtifactStore> artifacts_;
   std::unique_ptr<PreflightGate> preflight_;
   std::unique_ptr<JobServiceImpl> job_service_;
   std::unique_ptr<WorkerServiceImpl> worker_service_;

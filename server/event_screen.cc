@@ -46,6 +46,11 @@ std::string CheckpointJobProblem(const v1::Job& job, const v1::CheckpointSaved& 
 
 EventRefusal ScreenEvent(const v1::Job& job, const std::string& worker, const v1::Event& event,
                          int64_t checkpoint_floor) {
+  if (event.has_artifact()) {
+    // Only the controller announces an artifact, once it stored and checked the bytes
+    // (server/artifact_store); a worker's claim would point watchers at nothing.
+    return {kDropForged, "an ArtifactRef, which only the controller writes (after an upload)"};
+  }
   if (event.attempt() < job.attempt()) {
     return {kDropStaleAttempt, absl::StrCat("attempt ", event.attempt(), " ended; the job runs attempt ",
                                             job.attempt())};

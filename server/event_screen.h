@@ -1,8 +1,10 @@
 // Checks of a worker's event against the job it names, run under the manager's state
 // lock before the event is committed: an event of another attempt than the job's
 // current one (older: a rank of an ended attempt; newer: forged), of a rank the
-// current attempt did not place on the sending worker, or a CheckpointSaved that
-// cannot be this job's newest checkpoint is refused, not appended. Field ranges that
+// current attempt did not place on the sending worker, a CheckpointSaved that
+// cannot be this job's newest checkpoint, or an ArtifactRef (only the controller
+// writes those, after an upload) is refused, not appended. Stall events from the
+// job's placed ranks pass. Field ranges that
 // need no job (a negative byte count, NaN) are request_checks::InvalidEvent's.
 //
 // Pure: no I/O, no locks, no clock. Thread-safe (stateless).

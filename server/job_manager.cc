@@ -323,6 +323,36 @@ void JobManager::Tick() {
   metrics_->Sweep(clock_->Now(), options_.metrics_grace);
 }
 
+bool JobManager::WorkerConnected(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  return registry_.IsConnected(name);
+}
+
+absl::StatusOr<bool> JobManager::AppendControllerEvent(const std::string& job_id, v1::Event event) {
+  // Under commit_mu_ no other writer runs, so views_ holds the committed state: a job
+  // seen not terminal here cannot end before this event is committed.
+  absl::MutexLock commit(&commit_mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = views_.find(job_id);
+    if (it == views_.end()) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+    const v1::Job::State s = it->second.job.state();
+    if (s == v1::Job::SUCCEEDED || s == v1::Job::FAILED || s == v1::Job::CANCELLED) return false;
+  }
+  event.set_job_id(job_id);
+  event.set_source_seq(0);
+  if (!event.has_time()) *event.mutable_time() = ToProtoTime(clock_->Now());
+  auto stored = store_->AppendEvents(job_id, {std::move(event)});
+  if (!stored.ok()) return stored.status();
+  if (!stored->empty()) {
+    absl::MutexLock lock(&mu_);
+    JobView& view = views_.at(job_id);
+    view.last_seq = std::max(view.last_seq, stored->back().seq());
+  }
+  hub_->Notify(job_id);
+  return true;
+}
+
 void JobManager::UpdateSlotMetricsLocked() {
   const WorkerRegistry::Totals t = registry_.Count();
   metrics_->SetWorkersConnected(t.connected);

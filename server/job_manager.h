@@ -109,6 +109,15 @@ class JobManager {
   // Periodic work: lost workers, metric series sweeping.
   void Tick();
 
+  // Artifacts (server/artifact_store). Whether a worker of that name is registered and
+  // connected now.
+  bool WorkerConnected(const std::string& name);
+  // Commits `event`, a controller event (an ArtifactRef, a LogLine), to job `job_id` as
+  // a writer does, then wakes its watchers. Returns false, writing nothing, when the
+  // job has reached a terminal state: nothing follows its terminal JobStateChange.
+  // NOT_FOUND for an unknown job; the store's error when the commit fails.
+  absl::StatusOr<bool> AppendControllerEvent(const std::string& job_id, v1::Event event);
+
  private:
   // A job as last committed: what readers see.
   struct JobView {

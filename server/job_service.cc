@@ -1,12 +1,20 @@
 #include "server/job_service.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <deque>
 #include <memory>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
+#include "common/status_macros.h"
 #include "server/request_checks.h"
 #include "server/request_parse.h"
 
@@ -159,6 +167,63 @@ class FailedWatch : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   void OnDone() override { delete this; }
 };
 
+// Streams one stored artifact: its info, then its bytes in chunks of at most 256 KiB.
+// A stored artifact never changes, so the file is read as it is.
+class PullReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+ public:
+  PullReactor(int fd, v1::ArtifactInfo info) : fd_(fd), size_(info.size_bytes()) {
+    v1::ArtifactData first;
+    *first.mutable_info() = std::move(info);
+    Write(first);
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the puller went away"));
+      return;
+    }
+    if (sent_ >= size_) {
+      Finish(grpc::Status::OK);
+      return;
+    }
+    std::string buffer(static_cast<size_t>(std::min<int64_t>(kMaxArtifactChunkBytes, size_ - sent_)), '\0');
+    size_t got = 0;
+    while (got < buffer.size()) {
+      ssize_t n = ::pread(fd_, buffer.data() + got, buffer.size() - got, sent_ + static_cast<int64_t>(got));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        Finish(ToGrpcStatus(absl::DataLossError(absl::StrCat("the stored artifact ends at ", sent_ + got,
+                                                             " of its ", size_, " bytes"))));
+        return;
+      }
+      got += static_cast<size_t>(n);
+    }
+    sent_ += static_cast<int64_t>(got);
+    v1::ArtifactData data;
+    data.set_data(std::move(buffer));
+    Write(data);
+  }
+
+  void OnDone() override {
+    ::close(fd_);
+    delete this;
+  }
+
+ private:
+  void Write(const v1::ArtifactData& message) {
+    if (auto s = SerializeResponse(message, &current_); !s.ok()) {
+      Finish(ToGrpcStatus(s));
+      return;
+    }
+    StartWrite(&current_);
+  }
+
+  const int fd_;
+  const int64_t size_;
+  int64_t sent_ = 0;
+  grpc::ByteBuffer current_;
+};
+
 }  // namespace
 
 grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext* ctx,
@@ -258,6 +323,40 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* JobServiceImpl::WatchJob(grpc::Callb
   if (auto s = request_checks::Check(request); !s.ok()) return new FailedWatch(s);
   if (auto job = manager_->Get(request.id()); !job.ok()) return new FailedWatch(job.status());
   return new WatchReactor(store_, hub_, request.id(), request.from_seq());
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::ListArtifacts(grpc::CallbackServerContext* ctx,
+                                                        const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
+  return Serve<v1::ListArtifactsRequest, v1::ListArtifactsResponse>(
+      ctx, in, out, [this](const v1::ListArtifactsRequest& request, v1::ListArtifactsResponse* response) {
+        TY_RETURN_IF_ERROR(request_checks::CheckJobId("ListArtifactsRequest.job_id", request.job_id()));
+        TY_RETURN_IF_ERROR(manager_->Get(request.job_id()).status());
+        TY_ASSIGN_OR_RETURN(auto artifacts, artifacts_->List(request.job_id()));
+        for (auto& a : artifacts) *response->add_artifacts() = std::move(a);
+        return absl::OkStatus();
+      });
+}
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* JobServiceImpl::PullArtifact(grpc::CallbackServerContext* ctx,
+                                                                         const grpc::ByteBuffer* in) {
+  v1::PullArtifactRequest request;
+  if (auto s = ParseRequest(*in, &request); !s.ok()) return new FailedWatch(s);
+  if (auto s = request_checks::CheckJobId("PullArtifactRequest.job_id", request.job_id()); !s.ok()) {
+    return new FailedWatch(s);
+  }
+  if (std::string p = ArtifactStore::NameProblem(request.name()); !p.empty()) {
+    return new FailedWatch(absl::InvalidArgumentError(absl::StrCat("PullArtifactRequest.name: ", p)));
+  }
+  if (auto job = manager_->Get(request.job_id()); !job.ok()) return new FailedWatch(job.status());
+  auto info = artifacts_->Find(request.job_id(), request.name());
+  if (!info.ok()) return new FailedWatch(info.status());
+  const std::string path = artifacts_->PathOf(request.job_id(), request.name());
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return new FailedWatch(absl::DataLossError(absl::StrCat("artifact ", request.name(), " is indexed but ",
+                                                            path, " cannot be read: ", std::strerror(errno))));
+  }
+  return new PullReactor(fd, std::move(*info));
 }
 
 }  // namespace trainyard

@@ -1,5 +1,6 @@
 #pragma once
 
+#include "server/artifact_store.h"
 #include "server/event_hub.h"
 #include "server/job_manager.h"
 #include "server/preflight_gate.h"
@@ -16,16 +17,21 @@ namespace trainyard {
 // Every method takes its request as raw bytes and parses it with ParseRequest, so a
 // malformed request (invalid UTF-8 in a string field) is an INVALID_ARGUMENT naming the
 // field rather than gRPC's empty UNIMPLEMENTED. The wire format is the typed one.
+// ListArtifacts and PullArtifact read the ArtifactStore: NOT_FOUND for an unknown job or
+// artifact; PullArtifact sends the ArtifactInfo first, then the bytes in messages of at
+// most 256 KiB, one write in flight.
 using JobServiceBase = v1::JobService::WithRawCallbackMethod_SubmitJob<
     v1::JobService::WithRawCallbackMethod_GetJob<v1::JobService::WithRawCallbackMethod_ListJobs<
         v1::JobService::WithRawCallbackMethod_CancelJob<v1::JobService::WithRawCallbackMethod_ResizeJob<
             v1::JobService::WithRawCallbackMethod_WatchJob<
-                v1::JobService::WithRawCallbackMethod_ListWorkers<v1::JobService::Service>>>>>>>;
+                v1::JobService::WithRawCallbackMethod_ListWorkers<v1::JobService::WithRawCallbackMethod_ListArtifacts<
+                    v1::JobService::WithRawCallbackMethod_PullArtifact<v1::JobService::Service>>>>>>>>>;
 
 class JobServiceImpl final : public JobServiceBase {
  public:
-  JobServiceImpl(JobManager* manager, StateStore* store, EventHub* hub, PreflightGate* preflight)
-      : manager_(manager), store_(store), hub_(hub), preflight_(preflight) {}
+  JobServiceImpl(JobManager* manager, StateStore* store, EventHub* hub, PreflightGate* preflight,
+                 ArtifactStore* artifacts)
+      : manager_(manager), store_(store), hub_(hub), preflight_(preflight), artifacts_(artifacts) {}
 
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
                                       grpc::ByteBuffer* response) override;
@@ -42,12 +48,17 @@ class JobServiceImpl final : public JobServiceBase {
                                         grpc::ByteBuffer* response) override;
   grpc::ServerWriteReactor<grpc::ByteBuffer>* WatchJob(grpc::CallbackServerContext* ctx,
                                                        const grpc::ByteBuffer* request) override;
+  grpc::ServerUnaryReactor* ListArtifacts(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* response) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* PullArtifact(grpc::CallbackServerContext* ctx,
+                                                           const grpc::ByteBuffer* request) override;
 
  private:
   JobManager* const manager_;
   StateStore* const store_;
   EventHub* const hub_;
   PreflightGate* const preflight_;
+  ArtifactStore* const artifacts_;
 };
 
 }  // namespace trainyard

@@ -53,6 +53,13 @@ int main(int argc, char** argv) {
                  "submit fails")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.add_option("--artifact-bytes-per-job", options.artifacts.bytes_per_job,
+                 "Bytes of uploaded artifacts (profiler traces, flight-recorder dumps) one job "
+                 "may hold under DATA_DIR/artifacts, complete and partial together; an upload "
+                 "that would pass it is refused (RESOURCE_EXHAUSTED) and the job gets a warn "
+                 "log event naming the artifact")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.footer(
       "Preflight: a SubmitJob whose spec sets compile.preflight=true is validated, then "
       "the controller runs the preflight binary on 3 steps of the job on local CPU ranks "

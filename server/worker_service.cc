@@ -7,8 +7,11 @@
 #include <memory>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
+#include "common/spec/spec_error.h"
+#include "common/status_macros.h"
 #include "server/worker_channel.h"
 #include "spdlog/spdlog.h"
 
@@ -138,7 +141,93 @@ class ConnectReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::By
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
+// The caller of an artifact call, as far as this service can tell (see the header).
+absl::Status CheckUploader(JobManager* manager, const v1::ArtifactHeader& header) {
+  if (header.worker().empty() || !manager->WorkerConnected(header.worker())) {
+    return absl::PermissionDeniedError(absl::StrCat("ArtifactHeader.worker ", spec::Quote(header.worker()),
+                                                    " is not a connected worker"));
+  }
+  return absl::OkStatus();
+}
+
+// One UploadArtifact stream: the first chunk's header takes the upload, every chunk is
+// appended as it arrives, and the stream ends with the status after the last one (or
+// the first error, which ends the upload: the client re-Opens to resume).
+class UploadReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
+ public:
+  UploadReactor(JobManager* manager, ArtifactStore* store, grpc::ByteBuffer* response)
+      : manager_(manager), store_(store), response_(response) {
+    StartRead(&in_bytes_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      if (upload_ == nullptr) {
+        Done(absl::InvalidArgumentError("UploadArtifact: no chunk was sent"));
+        return;
+      }
+      v1::ArtifactStatus status = upload_->Status();
+      upload_.reset();
+      Done(SerializeResponse(status, response_));
+      return;
+    }
+    if (absl::Status s = Take(); !s.ok()) {
+      upload_.reset();
+      Done(s);
+      return;
+    }
+    StartRead(&in_bytes_);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  absl::Status Take() {
+    TY_RETURN_IF_ERROR(ParseRequest(in_bytes_, &in_));
+    if (upload_ == nullptr) {
+      if (!in_.has_header()) return absl::InvalidArgumentError("ArtifactChunk.header: the first chunk must carry it");
+      TY_RETURN_IF_ERROR(store_->CheckHeader(in_.header()));
+      TY_RETURN_IF_ERROR(CheckUploader(manager_, in_.header()));
+      TY_ASSIGN_OR_RETURN(upload_, store_->BeginUpload(in_.header()));
+    } else if (in_.has_header() && !SameArtifactHeader(in_.header(), upload_->header())) {
+      return absl::FailedPreconditionError("ArtifactChunk.header differs from the stream's first one");
+    }
+    return upload_->Append(in_.offset(), in_.data()).status();
+  }
+
+  void Done(const absl::Status& status) { Finish(ToGrpcStatus(status)); }
+
+  JobManager* const manager_;
+  ArtifactStore* const store_;
+  grpc::ByteBuffer* const response_;
+  grpc::ByteBuffer in_bytes_;  // touched only by the read chain
+  v1::ArtifactChunk in_;
+  std::unique_ptr<ArtifactUpload> upload_;
+};
+
 }  // namespace
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::OpenArtifact(grpc::CallbackServerContext* ctx,
+                                                          const grpc::ByteBuffer* request, grpc::ByteBuffer* response) {
+  v1::ArtifactHeader header;
+  absl::Status status = ParseRequest(*request, &header);
+  if (status.ok()) status = artifacts_->CheckHeader(header);
+  if (status.ok()) status = CheckUploader(manager_, header);
+  absl::StatusOr<v1::ArtifactStatus> opened;
+  if (status.ok()) {
+    opened = artifacts_->OpenArtifact(header);
+    status = opened.status();
+  }
+  if (status.ok()) status = SerializeResponse(*opened, response);
+  auto* reactor = ctx->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+grpc::ServerReadReactor<grpc::ByteBuffer>* WorkerServiceImpl::UploadArtifact(grpc::CallbackServerContext* ctx,
+                                                                             grpc::ByteBuffer* response) {
+  return new UploadReactor(manager_, artifacts_, response);
+}
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* WorkerServiceImpl::Connect(
     grpc::CallbackServerContext* ctx) {
