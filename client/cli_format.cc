@@ -180,6 +180,34 @@ std::string FormatWorkersTable(const std::vector<v1::WorkerInfo>& workers) {
   return Columns(rows);
 }
 
+std::string FormatBytes(int64_t bytes) {
+  if (bytes < 1024) return absl::StrCat(bytes, " B");
+  const char* units[] = {"KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes) / 1024;
+  size_t unit = 0;
+  while (value >= 1024 && unit + 1 < sizeof(units) / sizeof(units[0])) {
+    value /= 1024;
+    ++unit;
+  }
+  return absl::StrFormat("%.1f %s", value, units[unit]);
+}
+
+std::string FormatArtifactsTable(const std::vector<v1::ArtifactInfo>& artifacts) {
+  std::vector<std::vector<std::string>> rows;
+  rows.push_back({"NAME", "KIND", "ATTEMPT", "RANK", "SIZE", "SHA256", "TIME"});
+  for (const v1::ArtifactInfo& a : artifacts) {
+    std::string time = "-";
+    if (a.has_create_time()) {
+      const absl::Time t = absl::FromUnixSeconds(a.create_time().seconds());
+      time = absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", t, absl::UTCTimeZone());
+    }
+    rows.push_back({a.name(), a.kind(), absl::StrCat(a.attempt()),
+                    a.rank() < 0 ? "-" : absl::StrCat(a.rank()), FormatBytes(a.size_bytes()),
+                    a.sha256().substr(0, 12), time});
+  }
+  return Columns(rows);
+}
+
 std::string FormatError(const absl::Status& status) {
   return absl::StrCat("trainyard: ", absl::StatusCodeToString(status.code()), ": ",
                       status.message());

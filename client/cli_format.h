@@ -45,6 +45,13 @@ std::string FormatJobDetails(const v1::Job& job);
 // NAME SLOTS FREE CONNECTED ADDRESS. Ends with a newline.
 std::string FormatWorkersTable(const std::vector<v1::WorkerInfo>& workers);
 
+// NAME KIND ATTEMPT RANK SIZE SHA256 TIME: RANK "-" for a worker's own file (rank -1),
+// SIZE in B/KiB/MiB/GiB, the first 12 hex digits of SHA256, TIME in UTC
+// (2026-12-01T04:12:05Z, "-" when unset). Ends with a newline.
+std::string FormatArtifactsTable(const std::vector<v1::ArtifactInfo>& artifacts);
+// 512 -> "512 B", 1536 -> "1.5 KiB", 3 << 20 -> "3.0 MiB".
+std::string FormatBytes(int64_t bytes);
+
 // "trainyard: INVALID_ARGUMENT: <message>" (no newline).
 std::string FormatError(const absl::Status& status);
 

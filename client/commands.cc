@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/artifact_pull.h"
 #include "client/cli_format.h"
 #include "client/job_client.h"
 #include "client/preflight_command.h"
@@ -41,13 +42,18 @@ struct CommonOptions {
   bool Json() const { return json_flag || output == "json"; }
 };
 
-void AddCommonOptions(CLI::App* sub, CommonOptions* options) {
+// --controller and --timeout.
+void AddConnectionOptions(CLI::App* sub, CommonOptions* options) {
   sub->add_option("--controller", options->controller,
                   "Controller address host:port (default from TRAINYARD_CONTROLLER)")
       ->capture_default_str();
   sub->add_option("--timeout", options->timeout_s, "Deadline of each call, in seconds")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+}
+
+void AddCommonOptions(CLI::App* sub, CommonOptions* options) {
+  AddConnectionOptions(sub, options);
   sub->add_option("--output,-o", options->output,
                   "text, or json: JSON Lines with .proto field names")
       ->check(CLI::IsMember({"text", "json"}))
@@ -172,6 +178,51 @@ class Runner {
     return kExitOk;
   }
 
+  int ListArtifacts(const std::string& id) {
+    absl::StatusOr<std::vector<v1::ArtifactInfo>> artifacts = client_->ListArtifacts(id);
+    if (!artifacts.ok()) return Fail(artifacts.status());
+    if (options_.Json()) {
+      for (const v1::ArtifactInfo& a : *artifacts) out_ << ToJsonLine(a) << '\n';
+    } else {
+      out_ << FormatArtifactsTable(*artifacts);
+    }
+    out_.flush();
+    return kExitOk;
+  }
+
+  // One artifact, or every one of the job when `name` is empty; goes on past a failed
+  // one and then exits with an error.
+  int PullArtifacts(const std::string& id, const std::string& name, const std::string& dir) {
+    std::vector<std::string> names;
+    if (!name.empty()) {
+      names.push_back(name);
+    } else {
+      absl::StatusOr<std::vector<v1::ArtifactInfo>> artifacts = client_->ListArtifacts(id);
+      if (!artifacts.ok()) return Fail(artifacts.status());
+      if (artifacts->empty()) {
+        err_ << "trainyard: job " << id << " has no artifacts" << std::endl;
+        return kExitOk;
+      }
+      for (const v1::ArtifactInfo& a : *artifacts) names.push_back(a.name());
+    }
+    int failed = 0;
+    for (const std::string& n : names) {
+      absl::StatusOr<PulledArtifact> pulled = PullArtifactToDir(*client_, id, n, dir);
+      if (!pulled.ok()) {
+        Fail(pulled.status());
+        ++failed;
+        continue;
+      }
+      out_ << "wrote " << pulled->path << " (" << FormatBytes(pulled->info.size_bytes())
+           << ", sha256 " << pulled->info.sha256().substr(0, 12) << ")" << std::endl;
+    }
+    if (failed > 0 && names.size() > 1) {
+      err_ << "trainyard: " << failed << " of " << names.size() << " artifacts not pulled"
+           << std::endl;
+    }
+    return failed > 0 ? kExitError : kExitOk;
+  }
+
   // Prints events as they arrive and exits with the job's end state: from the
   // terminal job_state event, or from GetJob when the stream ends without one.
   int Watch(const std::string& id, int64_t from_seq) {
@@ -291,6 +342,30 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
   watch->footer(kWatchExitCodes);
   AddCommonOptions(watch, &common);
 
+  CLI::App* artifacts = app.add_subcommand(
+      "artifacts", "List or download a job's artifacts (profiler traces, flight-recorder dumps)");
+  artifacts->require_subcommand(1);
+  CLI::App* artifacts_list =
+      artifacts->add_subcommand("list", "List a job's artifacts: NAME KIND ATTEMPT RANK SIZE "
+                                        "SHA256 TIME (RANK - for a worker's own file)");
+  artifacts_list->add_option("job", job_id, "Job id")->required();
+  AddCommonOptions(artifacts_list, &common);
+  std::string artifact_name;
+  std::string artifact_dir = ".";
+  CLI::App* artifacts_pull = artifacts->add_subcommand(
+      "pull", "Download one artifact, or all of the job's when NAME is omitted, to DIR/NAME");
+  artifacts_pull->add_option("job", job_id, "Job id")->required();
+  artifacts_pull->add_option("name", artifact_name, "Artifact name (default: every artifact)");
+  artifacts_pull->add_option("--output-dir,-o", artifact_dir, "Directory to write into")
+      ->capture_default_str();
+  AddConnectionOptions(artifacts_pull, &common);
+  artifacts_pull->footer(
+      "Each file is written to a temporary file in DIR and renamed to DIR/NAME only after its "
+      "size and sha256 match the controller's; an existing DIR/NAME is replaced, DIR is "
+      "created if missing. Prints one 'wrote DIR/NAME (SIZE, sha256 PREFIX)' line per file. "
+      "Exit status: 0, or 3 if any artifact could not be pulled (the others are still "
+      "written) or on an RPC, connection or usage error.");
+
   PreflightCommandOptions preflight_options;
   preflight_options.train_binary = env.default_train_binary;
   preflight_options.spec_dir = env.temp_dir;
@@ -351,6 +426,8 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
   if (cancel->parsed()) return runner.Cancel(job_id, reason);
   if (resize->parsed()) return runner.Resize(job_id, resize_dp);
   if (watch->parsed()) return runner.Watch(job_id, from_seq);
+  if (artifacts_list->parsed()) return runner.ListArtifacts(job_id);
+  if (artifacts_pull->parsed()) return runner.PullArtifacts(job_id, artifact_name, artifact_dir);
   return kExitError;  // require_subcommand(1) makes this unreachable
 }
 

@@ -92,6 +92,41 @@ absl::StatusOr<std::vector<v1::WorkerInfo>> JobClient::ListWorkers() {
   return std::vector<v1::WorkerInfo>(response.workers().begin(), response.workers().end());
 }
 
+absl::StatusOr<std::vector<v1::ArtifactInfo>> JobClient::ListArtifacts(
+    const std::string& job_id) {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  v1::ListArtifactsRequest request;
+  request.set_job_id(job_id);
+  v1::ListArtifactsResponse response;
+  grpc::Status status = stub_->ListArtifacts(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return std::vector<v1::ArtifactInfo>(response.artifacts().begin(), response.artifacts().end());
+}
+
+absl::Status JobClient::PullArtifact(const std::string& job_id, const std::string& name,
+                                     const ArtifactDataCallback& on_data) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + kPullTimeout);
+  v1::PullArtifactRequest request;
+  request.set_job_id(job_id);
+  request.set_name(name);
+  std::unique_ptr<grpc::ClientReaderInterface<v1::ArtifactData>> reader =
+      stub_->PullArtifact(&context, request);
+  v1::ArtifactData data;
+  absl::Status stopped;
+  while (reader->Read(&data)) {
+    stopped = on_data(data);
+    if (!stopped.ok()) {
+      context.TryCancel();
+      break;
+    }
+  }
+  grpc::Status status = reader->Finish();
+  if (!stopped.ok()) return stopped;
+  return FromGrpcStatus(status);
+}
+
 absl::Status JobClient::Watch(const std::string& id, int64_t from_seq,
                               const EventCallback& on_event) {
   grpc::ClientContext context;  // no deadline: the stream lives as long as the job

@@ -51,6 +51,19 @@ class JobClient {
   absl::StatusOr<v1::Job> ResizeJob(const std::string& id, int dp);
   absl::StatusOr<std::vector<v1::WorkerInfo>> ListWorkers();
 
+  // The job's complete artifacts, oldest first.
+  absl::StatusOr<std::vector<v1::ArtifactInfo>> ListArtifacts(const std::string& job_id);
+
+  // Called for each message of a pull in order (the first carries info); a non-OK
+  // return cancels the pull and becomes its result.
+  using ArtifactDataCallback = std::function<absl::Status(const v1::ArtifactData&)>;
+  // Streams one artifact. The call's deadline is kPullTimeout (a large file outlasts
+  // the unary deadline); the stream's own error (NOT_FOUND, UNAVAILABLE...) is returned
+  // as it is. Checking the bytes is the caller's (see client/artifact_pull.h).
+  static constexpr std::chrono::minutes kPullTimeout{30};
+  absl::Status PullArtifact(const std::string& job_id, const std::string& name,
+                            const ArtifactDataCallback& on_data);
+
   // Called for each event in seq order; return false to stop watching.
   using EventCallback = std::function<bool(const v1::Event&)>;
 

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
-#include <cctype>
+#include <string_view>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -31,20 +31,6 @@ std::string RealPath(const std::string &path) {
 }
 
 }  // namespace
-
-bool IsArtifactName(std::string_view name) {
-  if (name.empty() || name.size() > 128) return false;
-  for (size_t i = 0; i < name.size(); ++i) {
-    const unsigned char c = static_cast<unsigned char>(name[i]);
-    const bool alnum = c < 0x80 && std::isalnum(c);
-    if (!alnum && (i == 0 || (c != '.' && c != '_' && c != '-'))) return false;
-  }
-  return true;
-}
-
-bool IsArtifactKind(std::string_view kind) {
-  return kind == "trace" || kind == "flight_recorder";
-}
 
 absl::StatusOr<std::string> CheckArtifactRef(const v1::ArtifactRef &ref,
                                              const std::string &artifacts_dir) {

@@ -6,17 +6,12 @@
 #pragma once
 
 #include <string>
-#include <string_view>
 
 #include "absl/status/statusor.h"
+#include "common/artifact_name.h"
 #include "trainyard/v1/event.pb.h"
 
 namespace trainyard {
-
-// True for [A-Za-z0-9][A-Za-z0-9._-]{0,127}: an artifact name, safe as a file name.
-bool IsArtifactName(std::string_view name);
-// True for "trace" and "flight_recorder".
-bool IsArtifactKind(std::string_view kind);
 
 // The resolved path of the file `ref` names, when ref.name is an artifact name,
 // ref.kind an artifact kind, ref.uri "file://" plus an absolute path, and that path,
