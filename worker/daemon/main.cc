@@ -14,6 +14,7 @@
 #include "common/clock.h"
 #include "common/posix_process_launcher.h"
 #include "common/worker_identity.h"
+#include "worker/daemon/artifact_uploader.h"
 #include "worker/daemon/controller_link.h"
 #include "worker/daemon/event_outbox.h"
 #include "worker/daemon/rank_environment.h"
@@ -124,9 +125,19 @@ int main(int argc, char **argv) {
   Clock *clock = SystemClock();
   EventOutbox outbox({});
   PosixProcessLauncher launcher;
+  // One channel (same target and credentials) for Connect and the artifact uploads.
+  std::shared_ptr<grpc::Channel> channel = ControllerLink::MakeChannel(opt.controller);
+  // Files ranks announce go up in the background; the queue is not persisted, so what
+  // is still queued at shutdown is not uploaded (a partial stays resumable).
+  ArtifactUploader uploader(ArtifactUploader::Options::FromEnvironment(),
+                            MakeGrpcArtifactTransport(channel), clock);
   RankSupervisor supervisor(
       {.worker_name = opt.name, .gloo_host = opt.address, .rank_binary = opt.rank_binary,
-       .work_dir = opt.work_dir, .slots = opt.slots, .threads_per_rank = opt.threads_per_rank},
+       .work_dir = opt.work_dir, .slots = opt.slots, .threads_per_rank = opt.threads_per_rank,
+       .artifact_sink =
+           [&uploader](std::string path, v1::ArtifactHeader header) {
+             uploader.Enqueue(std::move(path), std::move(header));
+           }},
       &launcher, clock, [&](v1::Event e) { outbox.Add(std::move(e), clock->Now()); });
 
   ControllerLink::Options link_opt;
@@ -138,8 +149,7 @@ int main(int argc, char **argv) {
   reg.set_rendezvous_port_max(opt.port_max);
   reg.set_device("cpu");
   reg.set_memory_bytes(opt.memory_gib > 0 ? static_cast<int64_t>(opt.memory_gib * (1ull << 30)) : HostMemoryBytes());
-  ControllerLink link(link_opt, ControllerLink::MakeChannel(opt.controller), &supervisor, &outbox,
-                      clock);
+  ControllerLink link(link_opt, channel, &supervisor, &outbox, clock);
   spdlog::info("worker {} starting: controller={} slots={} rank_binary={} work_dir={} threads={}",
                opt.name, opt.controller, opt.slots, opt.rank_binary, opt.work_dir,
                opt.threads_per_rank);
@@ -150,5 +160,6 @@ int main(int argc, char **argv) {
   supervisor.KillAll("worker shutting down");
   if (!link.Drain(absl::Seconds(2))) spdlog::warn("exiting with unacknowledged events");
   link.Stop();
+  uploader.Stop();
   return 0;
 }
