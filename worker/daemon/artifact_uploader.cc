@@ -174,13 +174,14 @@ void ArtifactUploader::Enqueue(std::string path, v1::ArtifactHeader header) {
 void ArtifactUploader::Stop() {
   {
     absl::MutexLock lock(&mu_);
-    if (stopping_ && !thread_.joinable()) return;
-    stopping_ = true;
-    if (!queue_.empty()) {
-      spdlog::warn("artifact uploader stopping with {} artifact(s) not uploaded", queue_.size());
+    const size_t pending = queue_.size() + (busy_ ? 1 : 0);
+    if (!stopping_ && pending > 0) {
+      spdlog::warn("artifact uploader stopping with {} artifact(s) not uploaded", pending);
     }
+    stopping_ = true;
   }
   transport_->CancelAll();
+  absl::MutexLock join_lock(&join_mu_);
   if (thread_.joinable()) thread_.join();
 }
 

@@ -140,6 +140,7 @@ class ArtifactUploader {
   const std::unique_ptr<ArtifactTransport> transport_;
   Clock *const clock_;
 
+  absl::Mutex join_mu_;  // serialises Stop's join (Stop may race the destructor's)
   mutable absl::Mutex mu_;
   std::deque<Item> queue_ ABSL_GUARDED_BY(mu_);
   bool busy_ ABSL_GUARDED_BY(mu_) = false;

@@ -1,5 +1,6 @@
 // trainyard-worker: runs the ranks the controller assigns to this machine. Flags →
 // Options → wiring; the only place that builds the real clock and process launcher.
+#include <filesystem>
 #include <fstream>
 #include <signal.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -68,7 +69,8 @@ std::optional<int> ParseFlags(int argc, char **argv, Options &opt) {
   app.add_option("--rank-binary", opt.rank_binary,
                  "Rank executable (default: trainyard-rank next to this binary)");
   app.add_option("--work-dir", opt.work_dir,
-                 "Directory for per-attempt configs (default: /tmp/trainyard-worker-NAME)");
+                 "Directory for attempts' files, JOB/ATTEMPT/{config.json,flight,artifacts}; "
+                 "made absolute (default: /tmp/trainyard-worker-NAME)");
   app.add_option("--threads-per-rank", opt.threads_per_rank,
                  "Compute threads per rank (default: max(1, cores / slots))");
   try {
@@ -97,6 +99,13 @@ std::optional<int> ParseFlags(int argc, char **argv, Options &opt) {
   }
   if (opt.rank_binary.empty()) opt.rank_binary = trainyard::ExecutableSibling("trainyard-rank");
   if (opt.work_dir.empty()) opt.work_dir = "/tmp/trainyard-worker-" + opt.name;
+  // Ranks get attempt directories under it and announce artifacts by absolute path.
+  std::error_code ec;
+  opt.work_dir = std::filesystem::absolute(opt.work_dir, ec).lexically_normal().string();
+  if (ec) {
+    std::fprintf(stderr, "--work-dir: %s\n", ec.message().c_str());
+    return 2;
+  }
   if (opt.threads_per_rank <= 0) {
     opt.threads_per_rank = trainyard::RankEnvironment::DefaultThreads(
         static_cast<int>(std::thread::hardware_concurrency()), opt.slots);
