@@ -325,6 +325,10 @@ ArtifactUploader::Outcome ArtifactUploader::Attempt(Item &item, bool &progressed
     return Outcome::kDropped;
   }
 
+  if (offset > 0) {
+    spdlog::info("{}: the controller holds {} of {} bytes; resuming there", Describe(item), offset,
+                 header.size_bytes());
+  }
   std::ifstream in(item.path, std::ios::binary);
   if (!in || !in.seekg(offset)) {
     spdlog::error("{} dropped: cannot read it from offset {}", Describe(item), offset);
