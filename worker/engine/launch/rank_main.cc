@@ -23,7 +23,8 @@
 // collective_timeout_s + kBackstopS, so the Stall comes first.
 // Test hooks (TEST ONLY, honoured in attempt 1 only): TRAINYARD_TEST_STALL_RANK=R with
 // TRAINYARD_TEST_STALL_AT_STEP=S makes rank R sleep forever before step S's data fetch
-// (outside any collective).
+// (outside any collective). A default run folder loses its ring after a clean run and
+// is removed once empty.
 #include <unistd.h>
 
 #include <cstdio>
@@ -32,6 +33,7 @@
 #include <malloc.h>
 #endif
 #include <iostream>
+#include <memory>
 #include <sstream>
 #include <string>
 
@@ -133,8 +135,8 @@ void RunRank(const RankFlags& f, EventWriter& events) {
   watch.world_size = f.world_size;
   watch.collective_timeout_s = config.parallelism.collective_timeout_s;
   watch.step_timeout_s = config.training.step_timeout_s;
-  Watchdog watchdog(*ring, events, watch);
-  watchdog.Start();
+  auto watchdog = std::make_unique<Watchdog>(*ring, events, watch);
+  watchdog->Start();
   TrainerOptions options;
   options.threads = f.threads;
   options.peak_flops = peak;
@@ -167,8 +169,19 @@ void RunRank(const RankFlags& f, EventWriter& events) {
     events.Log("info", os.str());
   }
   trainer.Run();
-  watchdog.DisableStepTimeout();
+  watchdog->DisableStepTimeout();
   if (!f.save_final.empty()) SaveFull(trainer, f.save_final);
+  if (f.run_dir.empty()) {
+    // A default run folder is this run's scratch: drop the ring after a clean run, and
+    // the folders once empty (the last rank out removes them; artifacts stay).
+    const std::string ring_path = ring->path();
+    watchdog.reset();  // before the ring it reads
+    ring.reset();
+    std::remove(ring_path.c_str());
+    rmdir((run_dir + "/flight").c_str());
+    rmdir((run_dir + "/artifacts").c_str());
+    rmdir(run_dir.c_str());
+  }
 }
 
 }  // namespace

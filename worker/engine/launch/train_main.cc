@@ -14,6 +14,9 @@
 // own checkpoints to checkpoint.dir with the next free attempt number there, so it
 // never writes into a directory of an earlier run.
 //
+// Every rank's stall and artifact events are shown (a hung rank is reported by its
+// watchdog and exits 86; docs/diagnostics.md). --run-dir DIR goes to every rank.
+//
 // --set resources.device=cuda trains on CUDA (rank i on GPU i % device_count, NCCL
 // groups); a build or machine without CUDA refuses it before any rank starts (exit 2).
 #include <algorithm>
@@ -46,6 +49,7 @@ struct TrainFlags {
   std::string save_init;
   std::string load;
   std::string resume;
+  std::string run_dir;  // the ranks' --run-dir (flight rings, dumps, profiler traces)
   bool json_output = false;
   bool print_config = false;
   bool preflight = false;
@@ -102,6 +106,16 @@ void PrintHuman(const json& event) {
     const json& c = event["checkpoint"];
     std::printf("checkpoint step %lld  %s  %lld bytes  blocked_ms %.1f  write_ms %.1f\n", c.value("step", 0LL),
                 c.value("path", "").c_str(), c.value("bytes", 0LL), c.value("blocked_ms", 0.0), c.value("write_ms", 0.0));
+  } else if (event.contains("stall")) {
+    const json& st = event["stall"];
+    std::printf("rank %d  STALL %s #%lld lagging_rank=%d waited_s=%.1f: %s\n", event.value("rank", 0),
+                st.value("collective", "").empty() ? "(step timeout)" : st.value("collective", "").c_str(),
+                st.value("collective_seq", 0LL), st.value("lagging_rank", -1), st.value("waited_s", 0.0),
+                st.value("message", "").c_str());
+  } else if (event.contains("artifact")) {
+    const json& a = event["artifact"];
+    std::printf("rank %d  artifact %s (%s, %lld bytes) %s\n", event.value("rank", 0), a.value("name", "").c_str(),
+                a.value("kind", "").c_str(), a.value("size_bytes", 0LL), a.value("uri", "").c_str());
   } else if (event.contains("log")) {
     std::printf("[%s] %s\n", event["log"].value("level", "").c_str(), event["log"].value("message", "").c_str());
   } else {
@@ -137,6 +151,7 @@ int Train(const TrainFlags& f) {
   if (!f.save_init.empty()) opts.rank_args.insert(opts.rank_args.end(), {"--save-init", f.save_init});
   if (!f.load.empty()) opts.rank_args.insert(opts.rank_args.end(), {"--load", f.load});
   if (!f.resume.empty()) opts.rank_args.insert(opts.rank_args.end(), {"--resume", f.resume});
+  if (!f.run_dir.empty()) opts.rank_args.insert(opts.rank_args.end(), {"--run-dir", f.run_dir});
   if (config.checkpoint.interval > 0 && !f.preflight) {
     opts.rank_args.insert(opts.rank_args.end(),
                           {"--attempt", std::to_string(NextCheckpointAttempt(config.checkpoint.dir))});
@@ -152,7 +167,7 @@ int Train(const TrainFlags& f) {
       if (rank == 0) std::cerr << "rank 0: " << line << "\n";
       return;
     }
-    if (rank != 0 && !event.contains("compile")) return;
+    if (rank != 0 && !event.contains("compile") && !event.contains("stall") && !event.contains("artifact")) return;
     if (IsFinding(event)) ++findings;
     if (f.json_output) {
       std::cout << line << std::endl;
@@ -195,6 +210,9 @@ int main(int argc, char** argv) {
   app.add_option("--save-init", f.save_init, "rank writes the initial weights to this .safetensors");
   app.add_option("--load", f.load, "ranks start from the weights in this .safetensors");
   app.add_option("--resume", f.resume, "ranks continue from this checkpoint directory (written under any layout)");
+  app.add_option("--run-dir", f.run_dir,
+                 "ranks keep flight-recorder rings in DIR/flight and write flight dumps and profiler traces "
+                 "to DIR/artifacts (default: each rank's temp folder, see trainyard-rank --help)");
   app.add_flag("--json", f.json_output, "print rank 0's events as JSON lines");
   app.add_flag("--print-config", f.print_config, "print the normalised JobSpec JSON and exit");
   app.add_flag("--preflight", f.preflight,
