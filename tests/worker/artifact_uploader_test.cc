@@ -211,6 +211,19 @@ TEST_F(ArtifactUploaderTest, ResumesFromTheCommittedOffsetAfterABrokenStream) {
   EXPECT_EQ(uploader_->stats().completed, 1);
 }
 
+// A restarted controller refuses a worker that has not re-registered yet, and an old
+// stream may still hold the artifact: both pass.
+TEST_F(ArtifactUploaderTest, RetriesWhileTheWorkerIsNotRegisteredOrAnOldStreamHoldsIt) {
+  server_->FailOpens({absl::PermissionDeniedError("not a connected worker"),
+                      absl::AbortedError("being uploaded by another stream"),
+                      absl::DeadlineExceededError("slow")});
+  uploader_->Enqueue(WriteFile("t.json", 1500), Header("t.json"));
+  ASSERT_TRUE(uploader_->WaitIdle(absl::Seconds(30)));
+  EXPECT_TRUE(server_->Get("t.json").complete);
+  EXPECT_EQ(server_->opens(), 4);
+  EXPECT_EQ(uploader_->stats().completed, 1);
+}
+
 TEST_F(ArtifactUploaderTest, SkipsAnArtifactTheControllerAlreadyHas) {
   uploader_->Enqueue(WriteFile("t.json", 1500), Header("t.json"));
   ASSERT_TRUE(uploader_->WaitIdle(absl::Seconds(30)));

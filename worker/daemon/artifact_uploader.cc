@@ -106,13 +106,14 @@ class GrpcArtifactTransport : public ArtifactTransport {
   std::set<grpc::ClientContext *> contexts_ ABSL_GUARDED_BY(mu_);
 };
 
+// PERMISSION_DENIED is not here: the controller answers it while this worker is not
+// (yet) registered, e.g. just after a controller restart, before the link reconnects.
 bool Permanent(absl::StatusCode code) {
   switch (code) {
     case absl::StatusCode::kResourceExhausted:
     case absl::StatusCode::kAlreadyExists:
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kNotFound:
-    case absl::StatusCode::kPermissionDenied:
     case absl::StatusCode::kUnauthenticated:
     case absl::StatusCode::kUnimplemented:
     case absl::StatusCode::kOutOfRange:

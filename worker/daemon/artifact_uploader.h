@@ -5,15 +5,17 @@
 // For each queued {path, header} it hashes the file (size and sha256 go into the
 // header), asks OpenArtifact how many bytes the controller already holds, and streams
 // the rest in chunks from that offset (the header rides on the first chunk). Errors:
-//   UNAVAILABLE, DEADLINE_EXCEEDED, a broken stream and other transient codes: wait
-//     with capped exponential backoff (reset after progress), re-Open and resume from
-//     the committed offset, until the item is older than max_age (then dropped with an
+//   UNAVAILABLE, DEADLINE_EXCEEDED, a broken stream, PERMISSION_DENIED (the controller
+//     says so until this worker has re-registered after a controller restart), ABORTED
+//     (an old stream still holds the artifact) and other transient codes: wait with
+//     capped exponential backoff (reset after progress), re-Open and resume from the
+//     committed offset, until the item is older than max_age (then dropped with an
 //     error log);
 //   FAILED_PRECONDITION (offset mismatch): re-Open and resume the same way;
 //   DATA_LOSS (sha mismatch, the controller dropped the partial): re-hash and upload
 //     from 0, at most max_data_loss_retries times, then drop;
-//   RESOURCE_EXHAUSTED, ALREADY_EXISTS, INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED,
-//     UNAUTHENTICATED, UNIMPLEMENTED, OUT_OF_RANGE: permanent, dropped with a log line.
+//   RESOURCE_EXHAUSTED, ALREADY_EXISTS, INVALID_ARGUMENT, NOT_FOUND, UNAUTHENTICATED,
+//     UNIMPLEMENTED, OUT_OF_RANGE: permanent, dropped with a log line.
 // The queue lives in memory only: on daemon shutdown pending items are forgotten (a
 // partial upload stays on the controller, resumable by a later Open of the same name,
 // but this daemon does not persist what it had not sent).
