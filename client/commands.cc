@@ -362,7 +362,8 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
   artifacts_pull->footer(
       "Each file is written to a temporary file in DIR and renamed to DIR/NAME only after its "
       "size and sha256 match the controller's; an existing DIR/NAME is replaced, DIR is "
-      "created if missing. Prints one 'wrote DIR/NAME (SIZE, sha256 PREFIX)' line per file. "
+      "created if missing. --timeout bounds the listing; each download may take up to 30 "
+      "minutes. Prints one 'wrote DIR/NAME (SIZE, sha256 PREFIX)' line per file. "
       "Exit status: 0, or 3 if any artifact could not be pulled (the others are still "
       "written) or on an RPC, connection or usage error.");
 
