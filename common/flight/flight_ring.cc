@@ -258,6 +258,16 @@ std::int64_t FlightRing::group_size(int group) const {
   return header()->groups[group].size.load(kRelaxed);
 }
 
+std::vector<GroupSnapshot> FlightRing::Groups() const {
+  std::vector<GroupSnapshot> out;
+  const std::int64_t n = header()->group_count.load(kAcquire);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const GroupSlot& g = header()->groups[i];
+    out.push_back({LoadName(g.name), g.size.load(kRelaxed), g.entered.load(kAcquire), g.completed.load(kAcquire)});
+  }
+  return out;
+}
+
 int RingSnapshot::FindGroup(const std::string& name) const {
   for (std::size_t i = 0; i < groups.size(); ++i) {
     if (groups[i].name == name) return static_cast<int>(i);

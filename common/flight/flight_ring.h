@@ -85,6 +85,8 @@ struct EntrySlot {
   Word reserved;
 };
 
+struct GroupSnapshot;
+
 std::int64_t MonotonicNs();
 std::int64_t RealtimeNs();
 
@@ -129,6 +131,8 @@ class FlightRing {
   void CopyGroupName(int group, char* buf) const;
   void CopyInflightOp(char* buf) const;
   std::int64_t group_size(int group) const;
+  // Every registered group with its seqs (allocates; not for a last-resort path).
+  std::vector<GroupSnapshot> Groups() const;
 
   const std::string& path() const { return path_; }
   const std::string& dir() const { return dir_; }

@@ -146,6 +146,33 @@ TEST(HangDetectionTest, PeerWatchdogNamesTheStalledRankInTheCollective) {
   EXPECT_LT(dump["rings"][1]["groups"][0]["entered"].get<int64_t>(), s["collective_seq"].get<int64_t>());
 }
 
+TEST(HangDetectionTest, LaggardWithoutALocalRingIsFoundThroughTheStore) {
+  // Separate run folders stand for separate hosts: rank 0 cannot read rank 1's ring
+  // and learns its progress from what rank 1 published in rank 0's TCPStore.
+  const std::string dir = MakeDir("hang_store");
+  json spec = Spec(2, 6);
+  spec["parallelism"]["collective_timeout_s"] = 3;
+  const std::string config = WriteSpec(dir, spec);
+  const int port = FreePort();
+  pid_t r0, r1;
+  {
+    TestStallEnv env(1, 3);
+    r0 = SpawnRank(config, 0, 2, port, dir + "/r0.jsonl", {"--run-dir", dir + "/host0"});
+    r1 = SpawnRank(config, 1, 2, port, dir + "/r1.jsonl", {"--run-dir", dir + "/host1"});
+  }
+  EXPECT_EQ(WaitExit(r0), kStallExit);
+  kill(r1, SIGKILL);
+  WaitExit(r1);
+  const auto stalls = Payloads(ReadEvents(dir + "/r0.jsonl"), "stall");
+  ASSERT_EQ(stalls.size(), 1u);
+  EXPECT_EQ(stalls[0]["collective"], "world:allreduce");
+  EXPECT_EQ(stalls[0]["lagging_rank"], 1);
+  EXPECT_THAT(stalls[0]["message"].get<std::string>(), HasSubstr("TCPStore"));
+  // The dump holds only the ring of rank 0's own folder.
+  const json dump = json::parse(ReadAll(dir + "/host0/artifacts/flight-a1-r0.json"));
+  EXPECT_EQ(dump["rings"].size(), 1u);
+}
+
 TEST(HangDetectionTest, StalledRankReportsItsOwnStepTimeout) {
   const std::string dir = MakeDir("hang_step");
   json spec = Spec(2, 6);

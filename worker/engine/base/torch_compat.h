@@ -65,6 +65,18 @@ inline StorePtr MakeTcpStore(const std::string& host, int port, bool is_server,
   return c10::make_intrusive<c10d::TCPStore>(host, opts);
 }
 
+// A further client of the TCPStore at host:port (rank 0's), that neither counts as a
+// worker nor waits for the others: for side traffic such as the watchdog's progress
+// keys. Every call on it gives up after `timeout`.
+inline StorePtr MakeTcpStoreClient(const std::string& host, int port, std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions opts;
+  opts.port = static_cast<std::uint16_t>(port);
+  opts.isServer = false;
+  opts.waitWorkers = false;
+  opts.timeout = timeout;
+  return c10::make_intrusive<c10d::TCPStore>(host, opts);
+}
+
 // A view of `store` whose keys all start with `prefix`, so several groups can
 // rendezvous on one TCPStore without their keys colliding. Both 1.13 and 2.x take
 // (std::string, intrusive_ptr<Store>).

@@ -12,6 +12,7 @@
 
 #include "common/flight/artifact_file.h"
 #include "common/flight/stall_analysis.h"
+#include "worker/engine/diagnostics/peer_progress.h"
 
 namespace trainyard::engine {
 namespace {
@@ -45,12 +46,31 @@ Watchdog::~Watchdog() {
   cv_.notify_all();
   if (watch_.joinable()) watch_.join();
   if (monitor_.joinable()) monitor_.join();
+  if (publisher_.joinable()) publisher_.join();
 }
 
 void Watchdog::Start() {
   ring_.Heartbeat();
   watch_ = std::thread([this] { WatchLoop(); });
   monitor_ = std::thread([this] { MonitorLoop(); });
+  if (options_.master_port > 0 && options_.world_size > 1) publisher_ = std::thread([this] { PublishLoop(); });
+}
+
+void Watchdog::PublishLoop() {
+  PeerProgress peers({options_.master_addr, options_.master_port, options_.world_size, options_.rank,
+                      std::chrono::milliseconds(2000)});
+  bool reported = false;
+  std::unique_lock<std::mutex> lock(mu_);
+  const auto period = std::chrono::milliseconds(static_cast<int64_t>(options_.publish_period_s * 1000));
+  while (!cv_.wait_for(lock, period, [this] { return stop_; })) {
+    lock.unlock();
+    const std::string error = peers.Publish(ring_.Groups());
+    if (!error.empty() && !reported) {
+      std::cerr << "trainyard-rank " << options_.rank << ": watchdog: cannot publish progress: " << error << std::endl;
+      reported = true;
+    }
+    lock.lock();
+  }
 }
 
 std::string Watchdog::DumpName(int attempt, int rank) {
@@ -106,7 +126,27 @@ void Watchdog::ReportCollectiveStall(std::int64_t now_ns) {
   for (flight::RingSnapshot& r : flight::ReadRingDir(ring_.dir(), 0, &bad, &error)) {
     if (r.world_size == options_.world_size && r.rank < options_.world_size) rings.push_back(std::move(r));
   }
-  const flight::StallVerdict v = flight::AnalyzeCollectiveStall(rings, name, seq, ring_.group_size(group));
+  const std::int64_t group_size = ring_.group_size(group);
+  flight::StallVerdict v = flight::AnalyzeCollectiveStall(rings, name, seq, group_size);
+  if (v.lagging_rank < 0 && v.members_seen < group_size && options_.master_port > 0) {
+    // The laggard is on another host: ask the store for the ranks without a ring here.
+    std::vector<int> others;
+    for (int r = 0; r < options_.world_size; ++r) {
+      bool local = false;
+      for (const auto& ring : rings) local = local || ring.rank == r;
+      if (!local) others.push_back(r);
+    }
+    PeerProgress peers({options_.master_addr, options_.master_port, options_.world_size, options_.rank,
+                        std::chrono::milliseconds(2000)});
+    std::string store_error;
+    if (peers.ReadPeers(others, &rings, &store_error)) {
+      v = flight::AnalyzeCollectiveStall(rings, name, seq, group_size);
+      v.summary += " (peers off this host read from the TCPStore)";
+    } else {
+      v.lagging_rank = 0;
+      v.summary += "; the TCPStore is unreachable (" + store_error + "): naming rank 0, its host";
+    }
+  }
   std::vector<int> waiting = v.waiting_ranks;
   if (waiting.empty()) waiting.push_back(options_.rank);
   char waited_s[32];

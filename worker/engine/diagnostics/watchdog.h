@@ -17,8 +17,12 @@
 // started), it writes a minimal Stall line from a stack buffer (no allocation, no
 // lock) straight to fd 1 and _exit(kStallExitCode)s too.
 //
-// Peers on other hosts are not consulted: a laggard whose ring is not in the folder
-// is reported as unknown (-1).
+// Peers on other hosts: with master_port set and more than one rank, a third,
+// publisher thread puts this rank's per-group seqs into rank 0's TCPStore about once
+// a second when they changed (peer_progress.h). When a group's laggard has no ring in
+// the folder, the watchdog reads the other ranks' published seqs from the store
+// (short timeout) and decides over both; when the store cannot be reached it names
+// rank 0, the store's host.
 //
 // Thread contract: construct, Start and destroy from one thread (main); the ring and
 // the event writer must outlive the Watchdog. DisableStepTimeout is thread-safe. The
@@ -48,6 +52,9 @@ struct WatchdogOptions {
   double collective_timeout_s = 300;
   double step_timeout_s = 0;  // 0: off
   int period_ms = 200;
+  std::string master_addr;  // rank 0's TCPStore, for peers on other hosts
+  int master_port = 0;      // 0: no store (single host only)
+  double publish_period_s = 1.0;
 };
 
 class Watchdog {
@@ -70,6 +77,7 @@ class Watchdog {
  private:
   void WatchLoop();
   void MonitorLoop();
+  void PublishLoop();
   // Both never return.
   [[noreturn]] void ReportCollectiveStall(std::int64_t now_ns);
   [[noreturn]] void ReportStepStall(std::int64_t now_ns);
@@ -86,7 +94,7 @@ class Watchdog {
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;  // guarded by mu_
-  std::thread watch_, monitor_;
+  std::thread watch_, monitor_, publisher_;
 };
 
 }  // namespace trainyard::engine

@@ -135,6 +135,8 @@ void RunRank(const RankFlags& f, EventWriter& events) {
   watch.world_size = f.world_size;
   watch.collective_timeout_s = config.parallelism.collective_timeout_s;
   watch.step_timeout_s = config.training.step_timeout_s;
+  watch.master_addr = f.master_addr;
+  watch.master_port = f.world_size > 1 ? f.master_port : 0;
   auto watchdog = std::make_unique<Watchdog>(*ring, events, watch);
   watchdog->Start();
   TrainerOptions options;
