@@ -114,10 +114,27 @@ bool TestCluster::StartController(const std::vector<std::string>& extra_args) {
                                    "--data-dir",     (dir_ / "data").string(),
                                    "--port-file",    (dir_ / "port").string()};
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+  controller_args_ = extra_args;
   controller_ = std::make_unique<TestProcess>(argv, (dir_ / "controller.log").string());
   const std::string port = WaitForFile((dir_ / "port").string(), 20000);
   address_ = port.empty() ? "" : "127.0.0.1:" + std::to_string(std::stoi(port));
   return !address_.empty();
+}
+
+void TestCluster::KillController() {
+  if (controller_) controller_->Kill();
+}
+
+bool TestCluster::RestartController() {
+  if (address_.empty()) return false;
+  fs::remove(dir_ / "port");
+  std::vector<std::string> argv = {bins_.controller, "--listen",    address_,
+                                   "--data-dir",     (dir_ / "data").string(),
+                                   "--port-file",    (dir_ / "port").string()};
+  argv.insert(argv.end(), controller_args_.begin(), controller_args_.end());
+  // The log continues in a second file, so the first run's stays readable.
+  controller_ = std::make_unique<TestProcess>(argv, (dir_ / "controller-2.log").string());
+  return !WaitForFile((dir_ / "port").string(), 20000).empty();
 }
 
 void TestCluster::StartWorker(const WorkerOptions& options) {

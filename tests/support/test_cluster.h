@@ -71,6 +71,11 @@ class TestCluster {
 
   // Starts the controller on a free port; false when it did not write its port.
   bool StartController(const std::vector<std::string>& extra_args = {});
+  // SIGKILLs the controller (a crash: nothing is flushed or closed).
+  void KillController();
+  // Starts the controller again on the same address and data dir, with the arguments
+  // StartController was given; false when it did not come up.
+  bool RestartController();
   void StartWorker(const WorkerOptions& options);
   // SIGKILLs the worker daemon (not its ranks, which run in their own groups).
   void KillWorker(const std::string& name);
@@ -90,6 +95,7 @@ class TestCluster {
   std::string address_;
   bool keep_ = false;
   std::unique_ptr<TestProcess> controller_;
+  std::vector<std::string> controller_args_;
   std::map<std::string, std::unique_ptr<TestProcess>> workers_;
   int next_port_base_ = 0;
 };
