@@ -14,7 +14,8 @@ std::string Join(const std::vector<int>& v) {
 }  // namespace
 
 StallVerdict AnalyzeCollectiveStall(const std::vector<RingSnapshot>& rings, const std::string& group,
-                                    std::uint64_t seq, std::int64_t group_size) {
+                                    std::uint64_t seq, std::int64_t group_size, std::int64_t now_mono_ns,
+                                    std::int64_t stale_ns) {
   StallVerdict v;
   std::uint64_t lowest_entered = seq;
   for (const RingSnapshot& r : rings) {
@@ -38,6 +39,25 @@ StallVerdict AnalyzeCollectiveStall(const std::vector<RingSnapshot>& rings, cons
   v.summary = group + " seq " + std::to_string(seq) + ": " + std::to_string(v.members_seen) + "/" +
               std::to_string(group_size) + " members' rings seen on this host; waiting " + Join(v.waiting_ranks) +
               "; not entered " + Join(v.missing_ranks);
+  if (v.lagging_rank < 0 && stale_ns > 0) {
+    std::int64_t oldest = 0;
+    for (const RingSnapshot& r : rings) {
+      if (r.FindGroup(group) < 0 || r.heartbeat_mono_ns <= 0) continue;
+      if (now_mono_ns - r.heartbeat_mono_ns > stale_ns && (v.lagging_rank < 0 || r.heartbeat_mono_ns < oldest)) {
+        v.lagging_rank = r.rank;
+        oldest = r.heartbeat_mono_ns;
+      }
+    }
+    if (v.lagging_rank >= 0) {
+      // Frozen inside the collective is not waiting in it.
+      v.waiting_ranks.erase(std::remove(v.waiting_ranks.begin(), v.waiting_ranks.end(), v.lagging_rank),
+                            v.waiting_ranks.end());
+      v.summary += "; every member entered it, but rank " + std::to_string(v.lagging_rank) +
+                   " is frozen (no watchdog heartbeat for " + std::to_string((now_mono_ns - oldest) / 1000000) +
+                   " ms): lagging rank " + std::to_string(v.lagging_rank);
+      return v;
+    }
+  }
   if (v.lagging_rank >= 0) {
     v.summary += "; lagging rank " + std::to_string(v.lagging_rank) + " last entered seq " +
                  std::to_string(lowest_entered);

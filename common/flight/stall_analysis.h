@@ -25,8 +25,13 @@ struct StallVerdict {
 // one (a peer that is further behind is the most likely cause). Members with
 // entered == seq (or more) and completed < seq are waiting. When no member seen lags
 // and fewer than group_size rings were seen, the culprit is off this host: -1.
+// When every member seen entered the seq and stale_ns > 0, a member whose watchdog
+// heartbeat (CLOCK_MONOTONIC, same host) is older than now_mono_ns - stale_ns is
+// frozen (SIGSTOPped, or wedged so hard its watchdog stopped): the one with the oldest
+// heartbeat is named lagging.
 StallVerdict AnalyzeCollectiveStall(const std::vector<RingSnapshot>& rings, const std::string& group,
-                                    std::uint64_t seq, std::int64_t group_size);
+                                    std::uint64_t seq, std::int64_t group_size, std::int64_t now_mono_ns = 0,
+                                    std::int64_t stale_ns = 0);
 
 // Step s (1-based) is profiled when (s-1) mod freq is in [warmup, warmup+active).
 bool IsProfiledStep(std::int64_t step, int freq, int warmup, int active);

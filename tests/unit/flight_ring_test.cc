@@ -244,6 +244,23 @@ TEST(StallAnalysisTest, EveryMemberInsideMeansNoLaggard) {
   EXPECT_THAT(v.summary, HasSubstr("stuck inside"));
 }
 
+TEST(StallAnalysisTest, AFrozenMemberInsideTheCollectiveLags) {
+  // Both entered seq 7; rank 1's watchdog stopped beating 5 s ago (SIGSTOP).
+  std::vector<RingSnapshot> rings = {Ring(0, {{"world", 2, 7, 6}}), Ring(1, {{"world", 2, 7, 6}})};
+  const std::int64_t now = 100'000'000'000;
+  rings[0].heartbeat_mono_ns = now - 100'000'000;
+  rings[1].heartbeat_mono_ns = now - 5'000'000'000;
+  const StallVerdict v = AnalyzeCollectiveStall(rings, "world", 7, 2, now, 1'000'000'000);
+  EXPECT_EQ(v.lagging_rank, 1);
+  EXPECT_THAT(v.waiting_ranks, ElementsAre(0));
+  EXPECT_THAT(v.summary, HasSubstr("frozen"));
+  // Without the heartbeat rule nobody lags.
+  EXPECT_EQ(AnalyzeCollectiveStall(rings, "world", 7, 2).lagging_rank, -1);
+  // A member behind in seq wins over a frozen one.
+  rings[0].groups[0].entered = 6;
+  EXPECT_EQ(AnalyzeCollectiveStall(rings, "world", 7, 2, now, 1'000'000'000).lagging_rank, 0);
+}
+
 TEST(ProfileWindowTest, StepsInsideTheWindow) {
   // freq 5, warmup 1, active 2: steps 2,3 then 7,8 ...
   std::vector<int> profiled;

@@ -127,7 +127,10 @@ void Watchdog::ReportCollectiveStall(std::int64_t now_ns) {
     if (r.world_size == options_.world_size && r.rank < options_.world_size) rings.push_back(std::move(r));
   }
   const std::int64_t group_size = ring_.group_size(group);
-  flight::StallVerdict v = flight::AnalyzeCollectiveStall(rings, name, seq, group_size);
+  // A ring whose watchdog has not beaten for 5 periods (at least 2 s) belongs to a
+  // frozen process (SIGSTOP): named when every member seen is inside the collective.
+  const std::int64_t stale = std::max<std::int64_t>(2 * kNsPerS, 5 * std::int64_t{options_.period_ms} * 1000000);
+  flight::StallVerdict v = flight::AnalyzeCollectiveStall(rings, name, seq, group_size, now_ns, stale);
   if (v.lagging_rank < 0 && v.members_seen < group_size && options_.master_port > 0) {
     // The laggard is on another host: ask the store for the ranks without a ring here.
     std::vector<int> others;
