@@ -58,7 +58,9 @@ int Profile(const Flags& f) {
   auto mesh = ProcessMesh::Build(std::move(world), config.parallelism);
   std::ostringstream sink;  // step metrics are not this program's output
   EventWriter events(sink, 0, 0);
-  Trainer trainer(config, *mesh, events, {f.threads, 0.0, c10::Device(c10::DeviceType::CPU)});
+  TrainerOptions options;
+  options.threads = f.threads;
+  Trainer trainer(config, *mesh, events, options);
   for (int s = 1; s <= f.warmup; ++s) trainer.Step(s);
 
   OpProfile::Start();

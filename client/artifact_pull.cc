@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -35,6 +36,12 @@ class PartialFile {
       path_.clear();  // nothing to remove
       return absl::InternalError(absl::StrCat("cannot create a file in the output directory: ", error));
     }
+    // mkstemp makes 0600; a pulled file gets the mode a plain create would (umask).
+    const mode_t mask = umask(0);
+    umask(mask);
+    if (fchmod(fd_, 0666 & ~mask) != 0) {
+      return absl::InternalError(absl::StrCat("cannot set the mode of ", path_, ": ", std::strerror(errno)));
+    }
     return absl::OkStatus();
   }
   absl::Status Write(const std::string& bytes) {
@@ -58,6 +65,15 @@ class PartialFile {
           absl::StrCat("cannot rename ", path_, " to ", final_path, ": ", std::strerror(errno)));
     }
     committed_ = true;
+    // The rename is durable once the directory is.
+    const std::string dir = final_path.substr(0, final_path.find_last_of('/') + 1);
+    const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0 || fsync(dfd) != 0) {
+      const std::string error = std::strerror(errno);
+      if (dfd >= 0) close(dfd);
+      return absl::InternalError(absl::StrCat("cannot sync the directory of ", final_path, ": ", error));
+    }
+    close(dfd);
     return absl::OkStatus();
   }
 

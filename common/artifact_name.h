@@ -1,7 +1,9 @@
 // The artifact name and kind rules shared by the worker (checking what a rank
 // announces) and the CLI (checking what a controller sends before writing DIR/NAME):
 // a name is [A-Za-z0-9][A-Za-z0-9._-]{0,127}, so it is one safe path component (never
-// "." or ".." or hidden); a kind is "trace" or "flight_recorder".
+// "." or ".." or hidden), and never ends in ".part" (the controller's partial uploads
+// are NAME.part beside NAME); a kind is "trace" or "flight_recorder". The controller
+// applies the same rule (server/artifact_store.cc, with a reason per refusal).
 //
 // Thread contract: pure functions; thread-safe.
 #pragma once
@@ -17,7 +19,8 @@ inline bool IsArtifactName(std::string_view name) {
     const bool alnum = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
     if (!alnum && (i == 0 || (c != '.' && c != '_' && c != '-'))) return false;
   }
-  return true;
+  constexpr std::string_view kPart = ".part";
+  return !(name.size() >= kPart.size() && name.substr(name.size() - kPart.size()) == kPart);
 }
 
 inline bool IsArtifactKind(std::string_view kind) {

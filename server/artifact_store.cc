@@ -389,6 +389,13 @@ absl::StatusOr<int64_t> ArtifactStore::JobBytesLocked(const std::string& job_id)
   return row ? stmt.ColumnInt(0) : 0;
 }
 
+absl::StatusOr<int64_t> ArtifactStore::JobFilesLocked(const std::string& job_id) {
+  TY_ASSIGN_OR_RETURN(auto stmt, db_->Prepare("SELECT COUNT(*) FROM artifacts WHERE job_id = ?1"));
+  stmt.BindText(1, job_id);
+  TY_ASSIGN_OR_RETURN(bool row, stmt.Step());
+  return row ? stmt.ColumnInt(0) : 0;
+}
+
 // ---------------------------------------------------------------------------------------
 // Uploads
 
@@ -428,6 +435,11 @@ absl::StatusOr<v1::ArtifactStatus> ArtifactStore::OpenArtifact(const v1::Artifac
       if (*size < h.size_bytes()) return MakeStatus(*size, false);
       uploading_.insert(key);  // every byte is there: finish it below
     } else {
+      TY_ASSIGN_OR_RETURN(int64_t files, JobFilesLocked(h.job_id()));
+      if (files >= options_.files_per_job) {
+        return absl::ResourceExhaustedError(absl::StrCat("job ", h.job_id(), " already holds ", files,
+                                                         " artifacts, the most one job may have"));
+      }
       TY_ASSIGN_OR_RETURN(int64_t used, JobBytesLocked(h.job_id()));
       if (used + h.size_bytes() > options_.bytes_per_job) {
         refused_with = used;

@@ -60,6 +60,9 @@ struct ArtifactStoreOptions {
   int64_t bytes_per_job = kDefaultArtifactBytesPerJob;
   // size_bytes above this is INVALID_ARGUMENT (no event): no file is that large.
   int64_t max_file_bytes = kDefaultMaxArtifactFileBytes;
+  // complete + partial artifacts of one job: beyond, OpenArtifact is RESOURCE_EXHAUSTED
+  // (so empty files cannot grow the index and the event log without bound).
+  int64_t files_per_job = 4096;
 };
 
 class ArtifactStore;
@@ -154,6 +157,7 @@ class ArtifactStore {
   absl::Status DeleteRowLocked(const std::string& job_id, const std::string& name)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<int64_t> JobBytesLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<int64_t> JobFilesLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Called by an upload whose part holds every byte: hash, rename, index, announce.
   // The caller holds the claim on (job, name) and has closed nothing yet.

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "spdlog/spdlog.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 #include "server/request_checks.h"
@@ -353,8 +354,10 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* JobServiceImpl::PullArtifact(grpc::C
   const std::string path = artifacts_->PathOf(request.job_id(), request.name());
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    return new FailedWatch(absl::DataLossError(absl::StrCat("artifact ", request.name(), " is indexed but ",
-                                                            path, " cannot be read: ", std::strerror(errno))));
+    // The controller's path goes to its log, not to the client.
+    spdlog::error("artifact {}/{}: {} cannot be read: {}", request.job_id(), request.name(), path, std::strerror(errno));
+    return new FailedWatch(absl::DataLossError(
+        absl::StrCat("artifact ", request.name(), " is indexed but its file cannot be read at the controller")));
   }
   return new PullReactor(fd, std::move(*info));
 }

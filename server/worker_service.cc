@@ -142,12 +142,26 @@ class ConnectReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::By
 };
 
 // The caller of an artifact call, as far as this service can tell (see the header).
+// For the job's current attempt the worker must also hold the header's rank (any rank
+// of the attempt for a worker's own file, rank -1); files of earlier attempts are
+// accepted from any connected worker, since only the last placement is kept (fencing
+// per attempt is the security issue's).
 absl::Status CheckUploader(JobManager* manager, const v1::ArtifactHeader& header) {
   if (header.worker().empty() || !manager->WorkerConnected(header.worker())) {
     return absl::PermissionDeniedError(absl::StrCat("ArtifactHeader.worker ", spec::Quote(header.worker()),
                                                     " is not a connected worker"));
   }
-  return absl::OkStatus();
+  absl::StatusOr<v1::Job> job = manager->Get(header.job_id());
+  if (!job.ok() || header.attempt() != job->attempt()) return absl::OkStatus();  // the store decides
+  for (const v1::Placement::Rank& r : job->placement().ranks()) {
+    if (r.worker() == header.worker() && (header.rank() < 0 || r.rank() == header.rank())) {
+      return absl::OkStatus();
+    }
+  }
+  return absl::PermissionDeniedError(absl::StrCat(
+      "ArtifactHeader.worker ", spec::Quote(header.worker()), " holds no rank ",
+      header.rank() < 0 ? std::string("of") : absl::StrCat(header.rank(), " in"), " attempt ",
+      header.attempt(), " of job ", spec::Quote(header.job_id())));
 }
 
 // One UploadArtifact stream: the first chunk's header takes the upload, every chunk is

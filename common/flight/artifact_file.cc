@@ -1,5 +1,7 @@
 #include "common/flight/artifact_file.h"
 
+#include "common/artifact_name.h"
+
 #include <fcntl.h>
 #include <openssl/evp.h>
 #include <sys/stat.h>
@@ -29,21 +31,9 @@ bool MakeDirs(const std::string& dir, std::string* error) {
   return true;
 }
 
-bool IsNameChar(char c) {
-  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
-         c == '-';
-}
-
 }  // namespace
 
-bool IsValidArtifactName(std::string_view name) {
-  if (name.empty() || name.size() > 128) return false;
-  if (!IsNameChar(name[0]) || name[0] == '.' || name[0] == '_' || name[0] == '-') return false;
-  for (char c : name) {
-    if (!IsNameChar(c)) return false;
-  }
-  return true;
-}
+bool IsValidArtifactName(std::string_view name) { return IsArtifactName(name); }
 
 std::string Sha256Hex(std::string_view bytes) {
   unsigned char digest[EVP_MAX_MD_SIZE];

@@ -60,11 +60,12 @@ class ArtifactStoreTest : public ManagerFixture {
   }
   void TearDown() override { artifacts_.reset(); }
 
-  void OpenStore(int64_t cap = kDefaultArtifactBytesPerJob, int64_t max_file = 64 << 20) {
+  void OpenStore(int64_t cap = kDefaultArtifactBytesPerJob, int64_t max_file = 64 << 20, int64_t files = 4096) {
     artifacts_.reset();
     ArtifactStoreOptions options;
     options.bytes_per_job = cap;
     options.max_file_bytes = max_file;
+    options.files_per_job = files;
     auto store = ArtifactStore::Open(dir_.path(), manager_.get(), &clock_, options);
     ASSERT_TRUE(store.ok()) << store.status();
     artifacts_ = std::move(*store);
@@ -279,6 +280,21 @@ TEST_F(ArtifactStoreTest, AnEmptyArtifactCompletesOnOpen) {
   EXPECT_EQ(fs::file_size(ArtifactDir() + "/empty.json"), 0u);
 }
 
+TEST_F(ArtifactStoreTest, EmptyFilesCannotPassTheJobsArtifactCount) {
+  OpenStore(kDefaultArtifactBytesPerJob, 64 << 20, /*files=*/3);
+  for (const char* name : {"a.json", "b.json", "c.json"}) {
+    auto s = artifacts_->OpenArtifact(Header(name, ""));
+    ASSERT_TRUE(s.ok()) << s.status();
+  }
+  auto refused = artifacts_->OpenArtifact(Header("d.json", ""));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  EXPECT_EQ(artifacts_->List(job_).value().size(), 3u);
+  // A name already stored still answers complete.
+  auto again = artifacts_->OpenArtifact(Header("a.json", ""));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->complete());
+}
+
 TEST_F(ArtifactStoreTest, AnUploadResumesAfterAControllerRestart) {
   const std::string content = Bytes(700 << 10, 3);
   auto h = Header("fr-w1.json", content, -1);
@@ -488,6 +504,29 @@ TEST_F(ArtifactRpcTest, OpenUploadListAndPullOverGrpc) {
     grpc::ClientContext ctx;
     v1::ArtifactStatus st;
     EXPECT_EQ(workers_->OpenArtifact(&ctx, stranger, &st).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  }
+  {  // A connected worker that holds no rank of the job's current attempt.
+    grpc::ClientContext connect;
+    auto other = workers_->Connect(&connect);
+    v1::WorkerMessage msg;
+    v1::Register* reg = msg.mutable_register_();
+    reg->set_name("w2");
+    reg->set_slots(1);
+    reg->set_address("127.0.0.1");
+    reg->set_rendezvous_port_min(40010);
+    reg->set_rendezvous_port_max(40019);
+    ASSERT_TRUE(other->Write(msg));
+    v1::ControllerMessage ack;
+    ASSERT_TRUE(other->Read(&ack));
+    v1::ArtifactHeader forged = h;
+    forged.set_worker("w2");
+    grpc::ClientContext ctx;
+    v1::ArtifactStatus st;
+    const grpc::Status s = workers_->OpenArtifact(&ctx, forged, &st);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+    EXPECT_NE(s.error_message().find("holds no rank 0"), std::string::npos) << s.error_message();
+    other->WritesDone();
+    connect.TryCancel();
   }
   {
     grpc::ClientContext ctx;

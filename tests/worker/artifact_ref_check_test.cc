@@ -54,6 +54,8 @@ TEST(ArtifactNameTest, FollowsTheProtoPattern) {
   EXPECT_FALSE(IsArtifactName(".."));
   EXPECT_FALSE(IsArtifactName("a/b"));
   EXPECT_FALSE(IsArtifactName("a b"));
+  EXPECT_FALSE(IsArtifactName("trace.json.part"));  // the controller's partial files
+  EXPECT_TRUE(IsArtifactName("trace.part.json"));
   EXPECT_FALSE(IsArtifactName("caf\xc3\xa9"));
   EXPECT_TRUE(IsArtifactKind("trace"));
   EXPECT_TRUE(IsArtifactKind("flight_recorder"));

@@ -95,8 +95,16 @@ void Watchdog::WatchLoop() {
     if (deadline == 0 || now < deadline) continue;
     reporting_since_ns_.store(now);
     lock.unlock();
-    if (ring_.inflight_id() != 0) ReportCollectiveStall(now);
-    ReportStepStall(now);
+    // The collective may have completed since Deadline() read the ring: report a step
+    // stall only when the step timeout is on and itself passed.
+    if (ring_.inflight_id() != 0) {
+      ReportCollectiveStall(now);
+    } else if (step_timeout_on_.load() && ring_.step() >= 1 &&
+               now >= ring_.progress_mono_ns() + SecondsToNs(options_.step_timeout_s)) {
+      ReportStepStall(now);
+    }
+    reporting_since_ns_.store(0);
+    lock.lock();
   }
 }
 
@@ -228,7 +236,7 @@ void Watchdog::EmergencyExit(std::int64_t now_ns) {
   char line[1024];
   const int len = std::snprintf(
       line, sizeof(line),
-      "{\"rank\":%d,\"attempt\":%d,\"source_seq\":%" PRId64 ",\"time\":\"%s\",\"stall\":{\"collective\":\"%s%s%s\","
+      "\n{\"rank\":%d,\"attempt\":%d,\"source_seq\":%" PRId64 ",\"time\":\"%s\",\"stall\":{\"collective\":\"%s%s%s\","
       "\"collective_seq\":%" PRIu64 ",\"lagging_rank\":%d,\"waited_s\":%.3f,\"message\":\"rank %d: %s past its "
       "timeout and the watchdog thread is unresponsive (no flight dump)\",\"waiting_ranks\":[%d],\"step\":%" PRId64
       "}}\n",
