@@ -1,5 +1,6 @@
-// The controller's artifact store; see artifact_store.h for the layout, the states and
-// the thread contract.
+// The controller's artifact store: files, uploads and checks (the SQLite index is
+// artifact_index.cc); see artifact_store.h for the layout, the states and the thread
+// contract.
 #include "server/artifact_store.h"
 
 #include <fcntl.h>
@@ -81,29 +82,12 @@ std::optional<int64_t> FileSize(const std::string& path) {
   return static_cast<int64_t>(st.st_size);
 }
 
-v1::ArtifactInfo InfoOf(const v1::ArtifactHeader& h, int64_t create_time_us) {
-  v1::ArtifactInfo info;
-  info.set_job_id(h.job_id());
-  info.set_name(h.name());
-  info.set_kind(h.kind());
-  info.set_attempt(h.attempt());
-  info.set_rank(h.rank());
-  info.set_worker(h.worker());
-  info.set_size_bytes(h.size_bytes());
-  info.set_sha256(h.sha256());
-  *info.mutable_create_time() = ToProtoTime(absl::FromUnixMicros(create_time_us));
-  return info;
-}
-
 v1::ArtifactStatus MakeStatus(int64_t committed, bool complete) {
   v1::ArtifactStatus s;
   s.set_committed_bytes(committed);
   s.set_complete(complete);
   return s;
 }
-
-constexpr char kSelectColumns[] =
-    "SELECT job_id, name, kind, attempt, rank, worker, size_bytes, sha256, state, create_time FROM artifacts ";
 
 }  // namespace
 
@@ -187,27 +171,6 @@ absl::StatusOr<std::unique_ptr<ArtifactStore>> ArtifactStore::Open(const std::st
   return store;
 }
 
-absl::Status ArtifactStore::InitSchema() {
-  absl::MutexLock lock(&mu_);
-  // In the controller's database, created as JobStore creates its tables (IF NOT
-  // EXISTS: a database from before artifacts gains the table on the next start).
-  return db_->Exec(R"sql(
-    CREATE TABLE IF NOT EXISTS artifacts (
-      job_id      TEXT NOT NULL,
-      name        TEXT NOT NULL,
-      kind        TEXT NOT NULL,
-      attempt     INTEGER NOT NULL,
-      rank        INTEGER NOT NULL,
-      worker      TEXT NOT NULL,
-      size_bytes  INTEGER NOT NULL,
-      sha256      TEXT NOT NULL,
-      state       TEXT NOT NULL CHECK (state IN ('partial', 'complete')),
-      create_time INTEGER NOT NULL,
-      PRIMARY KEY (job_id, name)
-    );
-  )sql");
-}
-
 std::string ArtifactStore::DirOf(const std::string& job_id) const { return root_ + "/" + job_id; }
 std::string ArtifactStore::PathOf(const std::string& job_id, const std::string& name) const {
   return DirOf(job_id) + "/" + name;
@@ -218,16 +181,15 @@ std::string ArtifactStore::PartOf(const std::string& job_id, const std::string& 
 
 absl::Status ArtifactStore::Reconcile() {
   absl::MutexLock lock(&mu_);
-  TY_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(absl::StrCat(kSelectColumns, "ORDER BY job_id, name")));
+  TY_ASSIGN_OR_RETURN(const std::vector<Row> all, AllRowsLocked());
   struct Found {
-    std::string job_id, name, state;
+    std::string job_id, name;
+    bool complete = false;
     int64_t size = 0;
   };
   std::vector<Found> rows;
-  while (true) {
-    TY_ASSIGN_OR_RETURN(bool more, stmt.Step());
-    if (!more) break;
-    rows.push_back({stmt.ColumnText(0), stmt.ColumnText(1), stmt.ColumnText(8), stmt.ColumnInt(6)});
+  for (const Row& row : all) {
+    rows.push_back({row.header.job_id(), row.header.name(), row.complete, row.header.size_bytes()});
   }
   absl::flat_hash_set<std::string> keep;  // files a row accounts for, as "JOB/FILE"
   for (const Found& r : rows) {
@@ -239,7 +201,7 @@ absl::Status ArtifactStore::Reconcile() {
     }
     const std::string final_path = PathOf(r.job_id, r.name);
     const std::string part = PartOf(r.job_id, r.name);
-    if (r.state == "complete") {
+    if (r.complete) {
       if (!FileSize(final_path)) {
         spdlog::warn("artifacts: {}/{} is indexed but its file is gone; dropping the row", r.job_id, r.name);
         TY_RETURN_IF_ERROR(DeleteRowLocked(r.job_id, r.name));
@@ -333,67 +295,6 @@ absl::Status ArtifactStore::CheckAgainstJob(const v1::ArtifactHeader& h) {
     return Invalid("rank", absl::StrCat("is ", h.rank(), "; job ", h.job_id(), " has ", job.world_size(), " ranks"));
   }
   return absl::OkStatus();
-}
-
-// ---------------------------------------------------------------------------------------
-// Rows
-
-absl::StatusOr<std::optional<ArtifactStore::Row>> ArtifactStore::ReadRowLocked(const std::string& job_id,
-                                                                               const std::string& name) {
-  TY_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(absl::StrCat(kSelectColumns, "WHERE job_id = ?1 AND name = ?2")));
-  stmt.BindText(1, job_id);
-  stmt.BindText(2, name);
-  TY_ASSIGN_OR_RETURN(bool found, stmt.Step());
-  if (!found) return std::optional<Row>();
-  Row row;
-  row.header.set_job_id(stmt.ColumnText(0));
-  row.header.set_name(stmt.ColumnText(1));
-  row.header.set_kind(stmt.ColumnText(2));
-  row.header.set_attempt(static_cast<int32_t>(stmt.ColumnInt(3)));
-  row.header.set_rank(static_cast<int32_t>(stmt.ColumnInt(4)));
-  row.header.set_worker(stmt.ColumnText(5));
-  row.header.set_size_bytes(stmt.ColumnInt(6));
-  row.header.set_sha256(stmt.ColumnText(7));
-  row.complete = stmt.ColumnText(8) == "complete";
-  row.create_time_us = stmt.ColumnInt(9);
-  return std::optional<Row>(std::move(row));
-}
-
-absl::Status ArtifactStore::InsertPartialLocked(const v1::ArtifactHeader& h) {
-  TY_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(
-      "INSERT INTO artifacts (job_id, name, kind, attempt, rank, worker, size_bytes, sha256, state, create_time) "
-      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'partial', ?9)"));
-  stmt.BindText(1, h.job_id());
-  stmt.BindText(2, h.name());
-  stmt.BindText(3, h.kind());
-  stmt.BindInt(4, h.attempt());
-  stmt.BindInt(5, h.rank());
-  stmt.BindText(6, h.worker());
-  stmt.BindInt(7, h.size_bytes());
-  stmt.BindText(8, h.sha256());
-  stmt.BindInt(9, absl::ToUnixMicros(clock_->Now()));
-  return stmt.Run();
-}
-
-absl::Status ArtifactStore::DeleteRowLocked(const std::string& job_id, const std::string& name) {
-  TY_ASSIGN_OR_RETURN(auto stmt, db_->Prepare("DELETE FROM artifacts WHERE job_id = ?1 AND name = ?2"));
-  stmt.BindText(1, job_id);
-  stmt.BindText(2, name);
-  return stmt.Run();
-}
-
-absl::StatusOr<int64_t> ArtifactStore::JobBytesLocked(const std::string& job_id) {
-  TY_ASSIGN_OR_RETURN(auto stmt, db_->Prepare("SELECT COALESCE(SUM(size_bytes), 0) FROM artifacts WHERE job_id = ?1"));
-  stmt.BindText(1, job_id);
-  TY_ASSIGN_OR_RETURN(bool row, stmt.Step());
-  return row ? stmt.ColumnInt(0) : 0;
-}
-
-absl::StatusOr<int64_t> ArtifactStore::JobFilesLocked(const std::string& job_id) {
-  TY_ASSIGN_OR_RETURN(auto stmt, db_->Prepare("SELECT COUNT(*) FROM artifacts WHERE job_id = ?1"));
-  stmt.BindText(1, job_id);
-  TY_ASSIGN_OR_RETURN(bool row, stmt.Step());
-  return row ? stmt.ColumnInt(0) : 0;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -578,42 +479,6 @@ void ArtifactStore::WarnRefused(const v1::ArtifactHeader& h, int64_t used) {
     spdlog::warn("artifact {}/{}: the refusal event was not stored: {}", h.job_id(), h.name(),
                  std::string(appended.status().message()));
   }
-}
-
-// ---------------------------------------------------------------------------------------
-// Reading
-
-absl::StatusOr<std::vector<v1::ArtifactInfo>> ArtifactStore::List(const std::string& job_id) {
-  absl::MutexLock lock(&mu_);
-  TY_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(absl::StrCat(
-      kSelectColumns, "WHERE job_id = ?1 AND state = 'complete' ORDER BY create_time, rowid")));
-  stmt.BindText(1, job_id);
-  std::vector<v1::ArtifactInfo> out;
-  while (true) {
-    TY_ASSIGN_OR_RETURN(bool more, stmt.Step());
-    if (!more) break;
-    v1::ArtifactHeader h;
-    h.set_job_id(stmt.ColumnText(0));
-    h.set_name(stmt.ColumnText(1));
-    h.set_kind(stmt.ColumnText(2));
-    h.set_attempt(static_cast<int32_t>(stmt.ColumnInt(3)));
-    h.set_rank(static_cast<int32_t>(stmt.ColumnInt(4)));
-    h.set_worker(stmt.ColumnText(5));
-    h.set_size_bytes(stmt.ColumnInt(6));
-    h.set_sha256(stmt.ColumnText(7));
-    out.push_back(InfoOf(h, stmt.ColumnInt(9)));
-  }
-  return out;
-}
-
-absl::StatusOr<v1::ArtifactInfo> ArtifactStore::Find(const std::string& job_id, const std::string& name) {
-  absl::MutexLock lock(&mu_);
-  TY_ASSIGN_OR_RETURN(std::optional<Row> row, ReadRowLocked(job_id, name));
-  if (!row || !row->complete) {
-    return absl::NotFoundError(
-        absl::StrCat("job ", spec::Quote(job_id), " has no stored artifact ", spec::Quote(name)));
-  }
-  return InfoOf(row->header, row->create_time_us);
 }
 
 }  // namespace trainyard

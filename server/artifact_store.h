@@ -139,6 +139,8 @@ class ArtifactStore {
     bool complete = false;
     int64_t create_time_us = 0;
   };
+  static Row RowAt(SqliteStatement& stmt);  // artifact_index.cc
+  absl::StatusOr<std::vector<Row>> AllRowsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   ArtifactStore(std::string root, std::unique_ptr<SqliteDb> db, JobManager* manager, Clock* clock,
                 ArtifactStoreOptions options)
