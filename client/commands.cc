@@ -18,6 +18,7 @@
 #include "client/preflight_command.h"
 #include "common/job_file.h"
 #include "common/proto_json.h"
+#include "common/tls_files.h"
 
 namespace trainyard::cli {
 namespace {
@@ -38,11 +39,13 @@ struct CommonOptions {
   std::string output = "text";
   bool json_flag = false;
   bool timeout_given = false;  // --timeout was on the command line
+  std::string tls_ca;      // --tls-ca: TLS, verifying the controller against this CA
+  std::string token_file;  // --token-file: the bearer token's file
 
   bool Json() const { return json_flag || output == "json"; }
 };
 
-// --controller and --timeout.
+// --controller, --timeout, --tls-ca and --token-file.
 void AddConnectionOptions(CLI::App* sub, CommonOptions* options) {
   sub->add_option("--controller", options->controller,
                   "Controller address host:port (default from TRAINYARD_CONTROLLER)")
@@ -50,6 +53,33 @@ void AddConnectionOptions(CLI::App* sub, CommonOptions* options) {
   sub->add_option("--timeout", options->timeout_s, "Deadline of each call, in seconds")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  sub->add_option("--tls-ca", options->tls_ca,
+                  "PEM CA of the controller's certificate: connect over TLS (default: plaintext)");
+  sub->add_option("--token-file", options->token_file,
+                  "File whose first line is the bearer token sent with every call (default: "
+                  "the TRAINYARD_TOKEN environment variable, else none)");
+}
+
+// The client of `options`: TLS with --tls-ca, the token of --token-file or `env`.
+absl::StatusOr<std::unique_ptr<JobClient>> MakeClient(const CommonOptions& options,
+                                                      const CliEnvironment& env) {
+  JobClient::Credentials credentials;
+  if (!options.tls_ca.empty()) {
+    absl::StatusOr<std::string> ca = LoadCaPem(options.tls_ca);
+    if (!ca.ok()) return ca.status();
+    credentials.tls_ca_pem = std::move(*ca);
+  }
+  if (!options.token_file.empty()) {
+    absl::StatusOr<std::string> token = JobClient::ReadTokenFile(options.token_file);
+    if (!token.ok()) return token.status();
+    credentials.bearer_token = std::move(*token);
+  } else if (!env.default_token.empty()) {
+    if (absl::Status s = JobClient::CheckBearerToken(env.default_token, "TRAINYARD_TOKEN"); !s.ok()) return s;
+    credentials.bearer_token = env.default_token;
+  }
+  return JobClient::Connect(
+      options.controller,
+      std::chrono::milliseconds(static_cast<int64_t>(std::ceil(options.timeout_s * 1000))), credentials);
 }
 
 void AddCommonOptions(CLI::App* sub, CommonOptions* options) {
@@ -64,20 +94,17 @@ void AddCommonOptions(CLI::App* sub, CommonOptions* options) {
 // Runs one subcommand against one controller; owns the client and the streams.
 class Runner {
  public:
-  Runner(const CommonOptions& options, const CliEnvironment& env)
-      : options_(options),
-        out_(*env.out),
-        err_(*env.err),
-        client_(JobClient::Connect(
-            options.controller,
-            std::chrono::milliseconds(static_cast<int64_t>(std::ceil(options.timeout_s * 1000))))) {
-  }
+  Runner(const CommonOptions& options, const CliEnvironment& env, std::unique_ptr<JobClient> client)
+      : options_(options), out_(*env.out), err_(*env.err), client_(std::move(client)) {}
 
   int Fail(const absl::Status& status) {
     std::string message = FormatError(status);
     if (status.code() == absl::StatusCode::kUnavailable ||
         status.code() == absl::StatusCode::kDeadlineExceeded) {
-      absl::StrAppend(&message, " (controller at ", options_.controller, ")");
+      absl::StrAppend(&message, " (controller at ", options_.controller,
+                      options_.tls_ca.empty()
+                          ? "; plaintext: a controller that serves TLS needs --tls-ca)"
+                          : "; TLS with --tls-ca)");
     }
     err_ << message << std::endl;
     return kExitError;
@@ -262,7 +289,9 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
   app.footer(
       "Exit status: 0 on success, 3 on an RPC, connection, input or usage error; "
       "watch and submit --wait exit 1 if the job FAILED and 2 if it was CANCELLED; "
-      "preflight exits 0 clean, 3 findings, 2 bad input, 1 runner failure.");
+      "preflight exits 0 clean, 3 findings, 2 bad input, 1 runner failure. Commands that call "
+      "the controller take --tls-ca CA.pem (TLS) and --token-file FILE (else TRAINYARD_TOKEN) "
+      "for a secured controller; the token is never printed.");
 
   CommonOptions common;
   common.controller = env.default_controller;
@@ -418,7 +447,12 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
     if (sub->parsed()) common.timeout_given = sub->get_option("--timeout")->count() > 0;
   }
 
-  Runner runner(common, env);
+  absl::StatusOr<std::unique_ptr<JobClient>> client = MakeClient(common, env);
+  if (!client.ok()) {
+    *env.err << FormatError(client.status()) << std::endl;
+    return kExitError;
+  }
+  Runner runner(common, env, std::move(*client));
   if (submit->parsed()) return runner.Submit(file, sets, wait);
   if (list->parsed()) return runner.List(states, limit);
   if (get->parsed()) return runner.Get(job_id);

@@ -12,6 +12,8 @@ namespace trainyard::cli {
 // their own values and streams.
 struct CliEnvironment {
   std::string default_controller = "127.0.0.1:7070";  // TRAINYARD_CONTROLLER overrides
+  // TRAINYARD_TOKEN: the bearer token when no --token-file is given ("" for none).
+  std::string default_token;
   // `preflight`: trainyard-train next to this executable, and a directory for the
   // runner's JobSpec file (the system's temporary directory).
   std::string default_train_binary = "trainyard-train";

@@ -3,30 +3,84 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "common/spec/spec_error.h"
+#include "common/tls_files.h"
 
 namespace trainyard {
 
+namespace {
+// A token file's first line may be at most this long (a token is a few dozen bytes).
+constexpr std::size_t kMaxTokenBytes = 4096;
+}  // namespace
+
 std::unique_ptr<JobClient> JobClient::Connect(const std::string& address,
-                                              std::chrono::milliseconds timeout) {
-  return std::make_unique<JobClient>(
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()), timeout);
+                                              std::chrono::milliseconds timeout,
+                                              const Credentials& credentials) {
+  std::shared_ptr<grpc::ChannelCredentials> channel_credentials =
+      credentials.tls_ca_pem.empty() ? grpc::InsecureChannelCredentials()
+                                     : MakeChannelCredentials(credentials.tls_ca_pem);
+  return std::make_unique<JobClient>(grpc::CreateChannel(address, channel_credentials), timeout,
+                                     credentials.bearer_token);
 }
 
 JobClient::JobClient(std::shared_ptr<grpc::ChannelInterface> channel,
-                     std::chrono::milliseconds timeout)
-    : stub_(v1::JobService::NewStub(std::move(channel))), timeout_(timeout) {}
+                     std::chrono::milliseconds timeout, std::string bearer_token)
+    : stub_(v1::JobService::NewStub(std::move(channel))),
+      timeout_(timeout),
+      bearer_token_(std::move(bearer_token)) {}
+
+absl::Status JobClient::CheckBearerToken(const std::string& token, const std::string& source) {
+  if (token.empty()) return absl::InvalidArgumentError(absl::StrCat(source, ": the token is empty"));
+  if (token.size() > kMaxTokenBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": the token is ", token.size(), " bytes, more than the ", kMaxTokenBytes, " allowed"));
+  }
+  for (std::size_t i = 0; i < token.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(token[i]);
+    if (c < 0x21 || c > 0x7e) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          source, ": the token has a space or a byte that is not printable ASCII at offset ", i,
+          " (it is sent as an HTTP/2 header value)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> JobClient::ReadTokenFile(const std::string& path) {
+  const std::string source = absl::StrCat("--token-file '", spec::Quote(path), "'");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(source, ": cannot open: ", std::strerror(errno)));
+  std::string line;
+  char c;
+  while (line.size() <= kMaxTokenBytes && in.get(c) && c != '\n') line.push_back(c);
+  if (in.bad()) return absl::DataLossError(absl::StrCat(source, ": cannot read: ", std::strerror(errno)));
+  while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
+  if (absl::Status s = CheckBearerToken(line, source); !s.ok()) return s;
+  return line;
+}
+
+void JobClient::Authorize(grpc::ClientContext* context) const {
+  if (!bearer_token_.empty()) context->AddMetadata("authorization", "Bearer " + bearer_token_);
+}
 
 void JobClient::SetDeadline(grpc::ClientContext* context) const {
   context->set_deadline(std::chrono::system_clock::now() + timeout_);
+  Authorize(context);
 }
 
 absl::StatusOr<v1::Job> JobClient::SubmitJob(const v1::JobSpec& spec,
                                              std::optional<std::chrono::milliseconds> timeout) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + timeout.value_or(timeout_));
+  Authorize(&context);
   v1::SubmitJobRequest request;
   *request.mutable_spec() = spec;
   v1::Job job;
@@ -108,6 +162,7 @@ absl::Status JobClient::PullArtifact(const std::string& job_id, const std::strin
                                      const ArtifactDataCallback& on_data) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + kPullTimeout);
+  Authorize(&context);
   v1::PullArtifactRequest request;
   request.set_job_id(job_id);
   request.set_name(name);
@@ -130,6 +185,7 @@ absl::Status JobClient::PullArtifact(const std::string& job_id, const std::strin
 absl::Status JobClient::Watch(const std::string& id, int64_t from_seq,
                               const EventCallback& on_event) {
   grpc::ClientContext context;  // no deadline: the stream lives as long as the job
+  Authorize(&context);
   {
     absl::MutexLock lock(&mu_);
     if (cancelled_) return absl::OkStatus();

@@ -22,7 +22,9 @@ namespace trainyard {
 
 // Client library for the controller's JobService. Every unary call carries a deadline
 // of `timeout`; Watch streams have none (a job may run for days) but can be cancelled.
-// Errors come back as absl::Status with the gRPC code preserved.
+// Errors come back as absl::Status with the gRPC code preserved. With a bearer token every
+// call carries `authorization: Bearer TOKEN` metadata (added to each call's context:
+// gRPC refuses call credentials on an insecure channel, and loopback may be plaintext).
 //
 // Thread-safe: calls may run concurrently, and CancelWatches() may be called from any
 // thread to end the Watch calls in flight.
@@ -30,12 +32,25 @@ class JobClient {
  public:
   static constexpr std::chrono::milliseconds kDefaultTimeout{10'000};
 
-  // Connects (lazily) to `address` ("host:port") over an insecure channel.
-  // TODO(tls): take channel credentials once the controller serves TLS.
-  static std::unique_ptr<JobClient> Connect(const std::string& address,
-                                            std::chrono::milliseconds timeout = kDefaultTimeout);
+  struct Credentials {
+    std::string tls_ca_pem;    // non-empty: TLS, the controller verified against this CA
+    std::string bearer_token;  // non-empty: sent with every call (see CheckBearerToken)
+  };
 
-  JobClient(std::shared_ptr<grpc::ChannelInterface> channel, std::chrono::milliseconds timeout);
+  // Connects (lazily) to `address` ("host:port"), plaintext unless `credentials` has a CA.
+  static std::unique_ptr<JobClient> Connect(const std::string& address,
+                                            std::chrono::milliseconds timeout = kDefaultTimeout,
+                                            const Credentials& credentials = {});
+
+  JobClient(std::shared_ptr<grpc::ChannelInterface> channel, std::chrono::milliseconds timeout,
+            std::string bearer_token = "");
+
+  // Why `token` cannot be sent (empty, or a byte outside printable ASCII, or a space: it
+  // travels as an HTTP/2 header value); `source` names where it came from. The message
+  // never holds the token.
+  static absl::Status CheckBearerToken(const std::string& token, const std::string& source);
+  // The token in the first line of `path` with trailing whitespace removed, checked.
+  static absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
 
   // `timeout` overrides the client's deadline for this call (a submit with
   // compile.preflight=true waits for the controller's preflight run).
@@ -77,10 +92,12 @@ class JobClient {
   void CancelWatches();
 
  private:
-  void SetDeadline(grpc::ClientContext* context) const;
+  void SetDeadline(grpc::ClientContext* context) const;  // and Authorize
+  void Authorize(grpc::ClientContext* context) const;
 
   std::unique_ptr<v1::JobService::StubInterface> stub_;
   const std::chrono::milliseconds timeout_;
+  const std::string bearer_token_;
 
   absl::Mutex mu_;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;

@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
       controller != nullptr && *controller != '\0') {
     env.default_controller = controller;
   }
+  if (const char* token = std::getenv("TRAINYARD_TOKEN"); token != nullptr) env.default_token = token;
   env.default_train_binary = trainyard::ExecutableSibling("trainyard-train");
   std::error_code ec;
   const std::filesystem::path tmp = std::filesystem::temp_directory_path(ec);  // TMPDIR

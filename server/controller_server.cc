@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/posix_process_launcher.h"  // ExecutableSibling
+#include "common/spec/spec_error.h"
 #include "common/status_macros.h"
 #include "server/grpc_metrics.h"
 #include "spdlog/spdlog.h"
@@ -17,17 +18,67 @@
 namespace trainyard {
 
 bool IsLoopbackAddress(const std::string& host_port) {
-  return absl::StartsWith(host_port, "127.") || absl::StartsWith(host_port, "localhost:") ||
-         absl::StartsWith(host_port, "[::1]:");
+  if (absl::StartsWith(host_port, "localhost:") || absl::StartsWith(host_port, "[::1]:")) return true;
+  // 127.A.B.C:PORT with decimal octets only: "127.example.com:80" is a DNS name.
+  const std::size_t colon = host_port.rfind(':');
+  if (colon == std::string::npos || !absl::StartsWith(host_port, "127.")) return false;
+  int dots = 0;
+  for (std::size_t i = 0; i < colon; ++i) {
+    const char c = host_port[i];
+    if (c == '.') {
+      ++dots;
+    } else if (c < '0' || c > '9') {
+      return false;
+    }
+  }
+  return dots == 3;
+}
+
+absl::Status CheckListenerSecurity(const ControllerOptions& options, std::vector<std::string>* warnings) {
+  const bool tls = !options.tls.cert.empty() && !options.tls.key.empty() && !options.tls.ca.empty();
+  const bool tokens = !options.token_file.empty();
+  std::vector<std::string> exposed;
+  if (!IsLoopbackAddress(options.listen) && !(tls && tokens)) {
+    const std::string missing = !tls && !tokens ? "TLS and --token-file" : !tls ? "TLS" : "--token-file";
+    if (!options.insecure) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--listen '", spec::Quote(options.listen),
+          "' is not a loopback address: serving beyond this machine needs TLS (--tls-cert, "
+          "--tls-key, --tls-ca) and --token-file, and ", missing, !tls && !tokens ? " are" : " is",
+          " missing; --insecure allows it anyway"));
+    }
+    exposed.push_back(absl::StrCat(
+        "--listen ", spec::Quote(options.listen), " is reachable beyond this machine without ", missing,
+        ": ", tls ? "" : "any process can register as a worker and read job specs",
+        tls || tokens ? "" : ", and ", tokens ? "" : "any client can submit, cancel and read every job"));
+  }
+  if (!options.metrics_listen.empty() && !IsLoopbackAddress(options.metrics_listen)) {
+    if (!options.insecure) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--metrics-listen '", spec::Quote(options.metrics_listen),
+          "' is not a loopback address: /metrics is plain HTTP without authentication (job ids, "
+          "worker names), so serving it beyond this machine needs --insecure"));
+    }
+    exposed.push_back(absl::StrCat("--metrics-listen ", spec::Quote(options.metrics_listen),
+                                   " serves /metrics beyond this machine over plain HTTP without authentication"));
+  }
+  if (options.insecure && warnings != nullptr) {
+    if (exposed.empty()) exposed.push_back("no listener needs it (all loopback or TLS with tokens)");
+    for (const std::string& e : exposed) warnings->push_back(absl::StrCat("--insecure: ", e));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
     const ControllerOptions& options, ProcessLauncher* launcher, Clock* clock) {
-  if (!IsLoopbackAddress(options.listen) && !options.insecure) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--listen ", options.listen,
-        " is not a loopback address: TLS is not built yet, so serving beyond this machine "
-        "needs an explicit --insecure"));
+  TY_RETURN_IF_ERROR(CheckTlsFlags(options.tls));
+  std::vector<std::string> warnings;
+  TY_RETURN_IF_ERROR(CheckListenerSecurity(options, &warnings));
+  for (const std::string& w : warnings) spdlog::warn("{}", w);
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+  if (options.tls.any()) {
+    TY_ASSIGN_OR_RETURN(TlsMaterial material, LoadTlsMaterial(options.tls));
+    credentials = MakeServerCredentials(material);
   }
   if (options.data_dir.empty()) return absl::InvalidArgumentError("--data-dir is required");
   std::unique_ptr<ControllerServer> s(new ControllerServer());
@@ -62,12 +113,13 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
       std::make_unique<PreflightGate>(s->launcher_, s->metrics_.get(), preflight, s->clock_);
   s->job_service_ = std::make_unique<JobServiceImpl>(s->manager_.get(), s->store_.get(), &s->hub_,
                                                      s->preflight_.get(), s->artifacts_.get());
-  s->worker_service_ = std::make_unique<WorkerServiceImpl>(s->manager_.get(), s->artifacts_.get());
+  s->worker_service_ = std::make_unique<WorkerServiceImpl>(s->manager_.get(), s->artifacts_.get(),
+                                                           /*require_worker_certificate=*/options.tls.any());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &s->port_);
+  builder.AddListeningPort(options.listen, credentials, &s->port_);
   builder.RegisterService(s->job_service_.get());
   builder.RegisterService(s->worker_service_.get());
   builder.SetMaxReceiveMessageSize(8 << 20);

@@ -3,6 +3,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <grpcpp/server.h>
 
@@ -11,6 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/clock.h"
 #include "common/process_launcher.h"
+#include "common/tls_files.h"
 #include "server/artifact_store.h"
 #include "server/controller_metrics.h"
 #include "server/event_hub.h"
@@ -26,7 +28,14 @@ struct ControllerOptions {
   std::string listen = "127.0.0.1:7070";
   std::string metrics_listen;  // empty: no /metrics endpoint
   std::string data_dir;
-  bool insecure = false;  // allow a non-loopback --listen without TLS
+  // --tls-cert/--tls-key/--tls-ca, all or none: the one gRPC port serves TLS, workers
+  // present a certificate of the CA (their name comes from it), clients may present none.
+  TlsFilePaths tls;
+  // --token-file: the bearer tokens and roles of JobService clients.
+  std::string token_file;
+  // Allow listeners beyond loopback without TLS and a token file (and /metrics at all);
+  // every start with it logs a warning.
+  bool insecure = false;
   JobManagerOptions manager;
   // The runner of compile.preflight=true jobs (trainyard-train); checked when such a
   // job is submitted, not at start-up.
@@ -70,7 +79,13 @@ class ControllerServer {
   std::thread ticker_;
 };
 
-// True for "127.x.x.x:P", "localhost:P" and "[::1]:P".
+// True for "127.x.x.x:P" (an IPv4 literal), "localhost:P" and "[::1]:P".
 bool IsLoopbackAddress(const std::string& host_port);
+
+// Secure by default: a --listen beyond loopback needs TLS and --token-file, and a
+// --metrics-listen beyond loopback (plain HTTP, no authentication) is refused, unless
+// --insecure; FAILED_PRECONDITION naming the flag and what is missing. With --insecure,
+// `warnings` gets one line per exposure it allows (or says it allows none).
+absl::Status CheckListenerSecurity(const ControllerOptions& options, std::vector<std::string>* warnings);
 
 }  // namespace trainyard

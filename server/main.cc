@@ -29,14 +29,25 @@ int main(int argc, char** argv) {
   std::string port_file;
   CLI::App app{"trainyard-controller: the Trainyard job controller (gRPC JobService and "
                "WorkerService, SQLite state, Prometheus /metrics)"};
-  app.add_option("--listen", options.listen, "gRPC address host:port (port 0 picks one)")
+  app.add_option("--listen", options.listen,
+                 "gRPC address host:port (port 0 picks one); beyond loopback it needs TLS and "
+                 "--token-file, or --insecure")
       ->capture_default_str();
   app.add_option("--data-dir", options.data_dir, "Directory for trainyard.db (SQLite, WAL)")
       ->required();
   app.add_option("--metrics-listen", options.metrics_listen,
-                 "Prometheus /metrics address host:port (empty: off)");
+                 "Prometheus /metrics address host:port (empty: off). Plain HTTP without "
+                 "authentication (it names jobs and workers): beyond loopback only with --insecure");
+  app.add_option("--tls-cert", options.tls.cert, "PEM certificate the gRPC port serves (with --tls-key, --tls-ca)");
+  app.add_option("--tls-key", options.tls.key, "PEM private key of --tls-cert");
+  app.add_option("--tls-ca", options.tls.ca,
+                 "PEM CA: a worker must present a certificate it signed with OU=trainyard-worker "
+                 "(its name is the CN); a client may present one it signed, or none");
+  app.add_option("--token-file", options.token_file,
+                 "Bearer tokens of JobService clients, one line each: sha256(token) role owner");
   app.add_flag("--insecure", options.insecure,
-               "Allow a non-loopback --listen without TLS (TLS is not built yet)");
+               "Allow a --listen beyond loopback without TLS or --token-file, and a "
+               "--metrics-listen beyond loopback; logs a warning at every start");
   app.add_option("--heartbeat-timeout", heartbeat_timeout_s,
                  "Seconds without a heartbeat (or connection) before a worker is lost and "
                  "its gangs are torn down")
@@ -85,8 +96,8 @@ int main(int argc, char** argv) {
                  std::string(server.status().message()).c_str());
     return 2;
   }
-  spdlog::info("trainyard-controller listening on port {} (data {})", (*server)->port(),
-               options.data_dir);
+  spdlog::info("trainyard-controller listening on port {} ({}, data {})", (*server)->port(),
+               options.tls.any() ? "TLS" : "plaintext", options.data_dir);
   if (!port_file.empty()) {
     std::string tmp = port_file + ".tmp";
     std::ofstream(tmp) << (*server)->port() << "\n";

@@ -1,5 +1,6 @@
 #include "server/worker_service.h"
 
+#include "server/peer_identity.h"
 #include "server/request_checks.h"
 #include "server/request_parse.h"
 
@@ -20,9 +21,17 @@ namespace {
 
 class ConnectReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  ConnectReactor(JobManager* manager, int64_t conn)
+  // `caller`: the name in the worker's certificate ("" when none is required), or why
+  // the call is refused before anything is read.
+  ConnectReactor(JobManager* manager, int64_t conn, absl::StatusOr<std::string> caller)
       : manager_(manager), conn_(conn), channel_(std::make_shared<Channel>()) {
     channel_->reactor = this;
+    if (!caller.ok()) {
+      absl::MutexLock lock(&mu_);
+      FinishLocked(ToGrpcStatus(caller.status()));
+      return;
+    }
+    certified_ = std::move(*caller);
     StartRead(&in_bytes_);
   }
 
@@ -38,6 +47,9 @@ class ConnectReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::By
     switch (status.ok() ? in_.msg_case() : v1::WorkerMessage::MSG_NOT_SET) {
       case v1::WorkerMessage::kRegister:
         status = request_checks::Check(in_.register_());
+        if (status.ok() && !certified_.empty()) {
+          status = CheckClaimedWorkerName("Register.name", in_.register_().name(), certified_);
+        }
         if (status.ok()) status = manager_->RegisterWorker(conn_, in_.register_(), channel_);
         registered_ = status.ok();
         break;
@@ -131,6 +143,7 @@ class ConnectReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::By
   JobManager* const manager_;
   const int64_t conn_;
   std::shared_ptr<Channel> channel_;
+  std::string certified_;  // set before the first read
   grpc::ByteBuffer in_bytes_;  // touched only by the read chain
   v1::WorkerMessage in_;  // likewise
   bool registered_ = false;  // likewise
@@ -145,8 +158,16 @@ class ConnectReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::By
 // For the job's current attempt the worker must also hold the header's rank (any rank
 // of the attempt for a worker's own file, rank -1); files of earlier attempts are
 // accepted from any connected worker, since only the last placement is kept (fencing
-// per attempt is the security issue's).
-absl::Status CheckUploader(JobManager* manager, const v1::ArtifactHeader& header) {
+// per attempt is the security issue's). `certified`: the caller's certificate name, or ""
+// when certificates are not required.
+absl::Status CheckUploader(JobManager* manager, const v1::ArtifactHeader& header,
+                           const std::string& certified) {
+  if (!certified.empty()) {
+    if (absl::Status s = CheckClaimedWorkerName("ArtifactHeader.worker", header.worker(), certified);
+        !s.ok()) {
+      return s;
+    }
+  }
   if (header.worker().empty() || !manager->WorkerConnected(header.worker())) {
     return absl::PermissionDeniedError(absl::StrCat("ArtifactHeader.worker ", spec::Quote(header.worker()),
                                                     " is not a connected worker"));
@@ -169,8 +190,14 @@ absl::Status CheckUploader(JobManager* manager, const v1::ArtifactHeader& header
 // the first error, which ends the upload: the client re-Opens to resume).
 class UploadReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
-  UploadReactor(JobManager* manager, ArtifactStore* store, grpc::ByteBuffer* response)
+  UploadReactor(JobManager* manager, ArtifactStore* store, grpc::ByteBuffer* response,
+                absl::StatusOr<std::string> caller)
       : manager_(manager), store_(store), response_(response) {
+    if (!caller.ok()) {
+      Done(caller.status());
+      return;
+    }
+    certified_ = std::move(*caller);
     StartRead(&in_bytes_);
   }
 
@@ -201,7 +228,7 @@ class UploadReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     if (upload_ == nullptr) {
       if (!in_.has_header()) return absl::InvalidArgumentError("ArtifactChunk.header: the first chunk must carry it");
       TY_RETURN_IF_ERROR(store_->CheckHeader(in_.header()));
-      TY_RETURN_IF_ERROR(CheckUploader(manager_, in_.header()));
+      TY_RETURN_IF_ERROR(CheckUploader(manager_, in_.header(), certified_));
       TY_ASSIGN_OR_RETURN(upload_, store_->BeginUpload(in_.header()));
     } else if (in_.has_header() && !SameArtifactHeader(in_.header(), upload_->header())) {
       return absl::FailedPreconditionError("ArtifactChunk.header differs from the stream's first one");
@@ -214,6 +241,7 @@ class UploadReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   JobManager* const manager_;
   ArtifactStore* const store_;
   grpc::ByteBuffer* const response_;
+  std::string certified_;  // set before the first read
   grpc::ByteBuffer in_bytes_;  // touched only by the read chain
   v1::ArtifactChunk in_;
   std::unique_ptr<ArtifactUpload> upload_;
@@ -221,12 +249,24 @@ class UploadReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
 
 }  // namespace
 
+absl::StatusOr<std::string> WorkerServiceImpl::CallerName(const grpc::CallbackServerContext* ctx) const {
+  if (!require_worker_certificate_) return std::string();
+  std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context();
+  absl::StatusOr<std::string> name =
+      auth ? WorkerNameFromCertificate(PeerCertificateOf(*auth))
+           : absl::UnauthenticatedError("WorkerService needs a worker certificate: the call has no TLS context");
+  if (!name.ok()) spdlog::warn("WorkerService call from {} refused: {}", ctx->peer(), std::string(name.status().message()));
+  return name;
+}
+
 grpc::ServerUnaryReactor* WorkerServiceImpl::OpenArtifact(grpc::CallbackServerContext* ctx,
                                                           const grpc::ByteBuffer* request, grpc::ByteBuffer* response) {
+  absl::StatusOr<std::string> caller = CallerName(ctx);
   v1::ArtifactHeader header;
-  absl::Status status = ParseRequest(*request, &header);
+  absl::Status status = caller.status();
+  if (status.ok()) status = ParseRequest(*request, &header);
   if (status.ok()) status = artifacts_->CheckHeader(header);
-  if (status.ok()) status = CheckUploader(manager_, header);
+  if (status.ok()) status = CheckUploader(manager_, header, *caller);
   absl::StatusOr<v1::ArtifactStatus> opened;
   if (status.ok()) {
     opened = artifacts_->OpenArtifact(header);
@@ -240,12 +280,12 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::OpenArtifact(grpc::CallbackServerCo
 
 grpc::ServerReadReactor<grpc::ByteBuffer>* WorkerServiceImpl::UploadArtifact(grpc::CallbackServerContext* ctx,
                                                                              grpc::ByteBuffer* response) {
-  return new UploadReactor(manager_, artifacts_, response);
+  return new UploadReactor(manager_, artifacts_, response, CallerName(ctx));
 }
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* WorkerServiceImpl::Connect(
     grpc::CallbackServerContext* ctx) {
-  return new ConnectReactor(manager_, next_conn_++);
+  return new ConnectReactor(manager_, next_conn_++, CallerName(ctx));
 }
 
 }  // namespace trainyard

@@ -74,7 +74,9 @@ class ArtifactTransport {
   virtual void CancelAll() = 0;
 };
 
-// ArtifactTransport over a WorkerService channel (the one the controller link uses).
+// ArtifactTransport over a WorkerService channel (the one the controller link uses, so
+// under TLS each upload presents the worker's certificate, whose CN the controller
+// requires ArtifactHeader.worker to equal).
 std::unique_ptr<ArtifactTransport> MakeGrpcArtifactTransport(
     std::shared_ptr<grpc::ChannelInterface> channel);
 

@@ -40,7 +40,12 @@ grpc::ChannelArguments ControllerLink::ChannelArgs() {
 }
 
 std::shared_ptr<grpc::Channel> ControllerLink::MakeChannel(const std::string &target) {
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), ChannelArgs());
+  return MakeChannel(target, grpc::InsecureChannelCredentials());
+}
+
+std::shared_ptr<grpc::Channel> ControllerLink::MakeChannel(
+    const std::string &target, std::shared_ptr<grpc::ChannelCredentials> credentials) {
+  return grpc::CreateCustomChannel(target, std::move(credentials), ChannelArgs());
 }
 
 ControllerLink::ControllerLink(Options options, std::shared_ptr<grpc::Channel> channel,

@@ -57,6 +57,9 @@ class ControllerLink {
 
   // Insecure channel with keepalive, so a dead controller breaks the stream.
   static std::shared_ptr<grpc::Channel> MakeChannel(const std::string &target);
+  // The same with `credentials` (the worker's mutual TLS, common/tls_files.h).
+  static std::shared_ptr<grpc::Channel> MakeChannel(
+      const std::string &target, std::shared_ptr<grpc::ChannelCredentials> credentials);
   // The arguments MakeChannel uses: keepalive, and gRPC's reconnect backoff bounded
   // like the link's.
   static grpc::ChannelArguments ChannelArgs();

@@ -14,6 +14,7 @@
 
 #include "common/clock.h"
 #include "common/posix_process_launcher.h"
+#include "common/tls_files.h"
 #include "common/worker_identity.h"
 #include "worker/daemon/artifact_uploader.h"
 #include "worker/daemon/controller_link.h"
@@ -43,6 +44,8 @@ struct Options {
   int slots = 1;
   double memory_gib = 0;  // 0: MemTotal of /proc/meminfo
   int threads_per_rank = 0;
+  trainyard::TlsFilePaths tls;
+  std::optional<trainyard::TlsMaterial> tls_material;  // loaded when tls.any()
 };
 
 // Parses and completes the flags; an exit status when the process should end now.
@@ -59,8 +62,14 @@ std::optional<int> ParseFlags(int argc, char **argv, Options &opt) {
                  "MemTotal from /proc/meminfo)")
       ->check(CLI::Range(0.0, 1e9));
   app.add_option("--name", opt.name,
-                 "Unique worker name shown by the controller: 1-128 printable ASCII bytes, no spaces")
-      ->required();
+                 "Unique worker name shown by the controller: 1-128 printable ASCII bytes, no "
+                 "spaces. Required without TLS; with TLS it defaults to the certificate's CN, "
+                 "and the controller refuses any other");
+  app.add_option("--tls-cert", opt.tls.cert,
+                 "PEM worker certificate (OU=trainyard-worker, CN=the name) presented to the "
+                 "controller; with --tls-key and --tls-ca the link is mutual TLS");
+  app.add_option("--tls-key", opt.tls.key, "PEM private key of --tls-cert");
+  app.add_option("--tls-ca", opt.tls.ca, "PEM CA the controller's certificate must chain to");
   app.add_option("--address", opt.address, "Host other workers' ranks use to reach this one")
       ->capture_default_str();
   app.add_option("--rendezvous-ports", opt.rendezvous_ports,
@@ -77,6 +86,26 @@ std::optional<int> ParseFlags(int argc, char **argv, Options &opt) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError &e) {
     return app.exit(e);
+  }
+  if (opt.tls.any()) {
+    absl::StatusOr<trainyard::TlsMaterial> material = trainyard::LoadTlsMaterial(opt.tls);
+    if (!material.ok()) {
+      std::fprintf(stderr, "trainyard-worker: %s\n", std::string(material.status().message()).c_str());
+      return 2;
+    }
+    opt.tls_material = std::move(*material);
+    if (opt.name.empty()) {
+      absl::StatusOr<std::string> cn = trainyard::CertificateCommonName(opt.tls_material->cert_pem);
+      if (!cn.ok()) {
+        std::fprintf(stderr, "trainyard-worker: --name not given and --tls-cert: %s\n",
+                     std::string(cn.status().message()).c_str());
+        return 2;
+      }
+      opt.name = *cn;
+    }
+  } else if (opt.name.empty()) {
+    std::fprintf(stderr, "trainyard-worker: --name is required (without TLS there is no certificate to take it from)\n");
+    return 2;
   }
   // The controller refuses these; refusing them here fails at once rather than at every
   // reconnect.
@@ -135,7 +164,9 @@ int main(int argc, char **argv) {
   EventOutbox outbox({});
   PosixProcessLauncher launcher;
   // One channel (same target and credentials) for Connect and the artifact uploads.
-  std::shared_ptr<grpc::Channel> channel = ControllerLink::MakeChannel(opt.controller);
+  std::shared_ptr<grpc::Channel> channel =
+      opt.tls_material ? ControllerLink::MakeChannel(opt.controller, MakeChannelCredentials(*opt.tls_material))
+                       : ControllerLink::MakeChannel(opt.controller);
   // Files ranks announce go up in the background; the queue is not persisted, so what
   // is still queued at shutdown is not uploaded (a partial stays resumable).
   ArtifactUploader uploader(ArtifactUploader::Options::FromEnvironment(),
@@ -159,9 +190,9 @@ int main(int argc, char **argv) {
   reg.set_device("cpu");
   reg.set_memory_bytes(opt.memory_gib > 0 ? static_cast<int64_t>(opt.memory_gib * (1ull << 30)) : HostMemoryBytes());
   ControllerLink link(link_opt, channel, &supervisor, &outbox, clock);
-  spdlog::info("worker {} starting: controller={} slots={} rank_binary={} work_dir={} threads={}",
-               opt.name, opt.controller, opt.slots, opt.rank_binary, opt.work_dir,
-               opt.threads_per_rank);
+  spdlog::info("worker {} starting: controller={} ({}) slots={} rank_binary={} work_dir={} threads={}",
+               opt.name, opt.controller, opt.tls_material ? "mutual TLS" : "plaintext", opt.slots,
+               opt.rank_binary, opt.work_dir, opt.threads_per_rank);
   link.Start();
   int sig = 0;
   sigwait(&stop_signals, &sig);
