@@ -20,7 +20,16 @@ std::string PrintableProblem(std::string_view value, std::size_t max_bytes, bool
 
 }  // namespace
 
-std::string WorkerNameProblem(std::string_view name) { return PrintableProblem(name, kMaxWorkerNameBytes, false); }
+std::string WorkerNameProblem(std::string_view name) {
+  if (std::string p = PrintableProblem(name, kMaxWorkerNameBytes, false); !p.empty()) return p;
+  // Names reach file names (run folders, logs, artifact names a worker uploads): one
+  // plain path component, never a way out of a folder.
+  if (name.find('/') != std::string_view::npos || name.find('\\') != std::string_view::npos) {
+    return "holds a path separator: " + spec::Quote(name);
+  }
+  if (name == "." || name == "..") return "is a path component of its own: " + spec::Quote(name);
+  return "";
+}
 
 std::string WorkerAddressProblem(std::string_view address) {
   return PrintableProblem(address, kMaxWorkerAddressBytes, true);

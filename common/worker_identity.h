@@ -12,7 +12,8 @@ namespace trainyard {
 inline constexpr std::size_t kMaxWorkerNameBytes = 128;
 inline constexpr std::size_t kMaxWorkerAddressBytes = 255;  // a DNS name
 
-// Why `name` is not a worker name (1-128 printable ASCII bytes, no spaces), or "".
+// Why `name` is not a worker name (1-128 printable ASCII bytes, no spaces, no '/' or
+// '\\', not "." or ".."), or "".
 std::string WorkerNameProblem(std::string_view name);
 // Why `address` is not a worker address (at most 255 printable ASCII bytes, no
 // spaces; empty is allowed), or "".

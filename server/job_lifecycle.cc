@@ -26,8 +26,9 @@ std::string StateName(v1::Job::State s) { return v1::Job::State_Name(s); }
 
 }  // namespace
 
-JobLifecycle::JobLifecycle(WorkerRegistry* workers, ControllerMetrics* metrics, Clock* clock)
-    : workers_(workers), metrics_(metrics), clock_(clock) {}
+JobLifecycle::JobLifecycle(WorkerRegistry* workers, ControllerMetrics* metrics, Clock* clock,
+                           double max_job_events_per_s)
+    : workers_(workers), metrics_(metrics), clock_(clock), rate_(max_job_events_per_s, 2.0) {}
 
 v1::Job JobLifecycle::NewJob(v1::JobSpec normalised, const std::string& owner, absl::Time now, v1::Event* first) {
   v1::Job job;
@@ -161,9 +162,16 @@ absl::Status JobLifecycle::Resize(const std::string& id, int dp, Effects* fx) {
 }
 
 std::vector<EventRefusal> JobLifecycle::Screen(const std::string& worker, const std::string& job_id,
-                                               std::vector<v1::Event>* events) const {
+                                               std::vector<v1::Event>* events) {
   auto it = jobs_.find(job_id);
-  return it == jobs_.end() ? std::vector<EventRefusal>() : ScreenEvents(it->second.job, worker, events);
+  if (it == jobs_.end()) return {};
+  std::vector<EventRefusal> refused = ScreenEvents(it->second.job, worker, events);
+  if (int n = rate_.Admit(job_id, clock_->Now(), events); n > 0) {
+    const std::string why = absl::StrCat("over the job's cap of ", rate_.per_second(),
+                                         " step, compile and log events a second");
+    refused.insert(refused.end(), n, EventRefusal{kDropRateLimited, why});
+  }
+  return refused;
 }
 
 void JobLifecycle::ApplyEvents(const std::string& job_id,

@@ -11,6 +11,7 @@
 #include "common/clock.h"
 #include "server/controller_metrics.h"
 #include "server/effects.h"
+#include "server/event_rate_limit.h"
 #include "server/event_screen.h"
 #include "server/job_runtime.h"
 #include "server/worker_channel.h"
@@ -45,7 +46,10 @@ namespace trainyard {
 // only under its state mutex.
 class JobLifecycle {
  public:
-  JobLifecycle(WorkerRegistry* workers, ControllerMetrics* metrics, Clock* clock);
+  // max_job_events_per_s: EventRateLimiter's rate for each job (<= 0: no limit), with
+  // two seconds' worth of burst.
+  JobLifecycle(WorkerRegistry* workers, ControllerMetrics* metrics, Clock* clock,
+               double max_job_events_per_s = 0);
 
   // A new job of `owner` for an admitted (normalised) spec, PENDING, created `now`, and
   // its first event (*first: the PENDING job_state), for the caller to commit together.
@@ -74,10 +78,11 @@ class JobLifecycle {
   absl::Status Resize(const std::string& id, int dp, Effects* fx);
   // Before a commit: removes from `events` (one job's, sent by worker `worker`) those
   // that must not be stored (event_screen: another attempt, a rank not placed on that
-  // worker, a checkpoint that cannot be the newest) and returns why each was refused.
-  // Unknown jobs are the caller's.
+  // worker, a checkpoint that cannot be the newest, and step metrics, compile events
+  // and log lines past the job's rate: EventRateLimiter) and returns why each was
+  // refused. Unknown jobs are the caller's.
   std::vector<EventRefusal> Screen(const std::string& worker, const std::string& job_id,
-                                   std::vector<v1::Event>* events) const;
+                                   std::vector<v1::Event>* events);
   // Acts on a job's newly committed events of the current attempt: RankState, a Stall
   // (a failure), a CheckpointSaved (the job's last_checkpoint).
   void ApplyEvents(const std::string& job_id, const std::vector<v1::Event>& committed,
@@ -116,6 +121,7 @@ class JobLifecycle {
   WorkerRegistry* const workers_;
   ControllerMetrics* const metrics_;
   Clock* const clock_;
+  EventRateLimiter rate_;
   std::map<std::string, JobRuntime> jobs_;
   int64_t next_order_ = 0;
 };

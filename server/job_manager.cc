@@ -33,7 +33,7 @@ JobManager::JobManager(StateStore* store, EventHub* hub, ControllerMetrics* metr
       clock_(clock),
       options_(options),
       registry_(clock, options.heartbeat_interval, options.heartbeat_timeout),
-      lifecycle_(&registry_, metrics, clock) {}
+      lifecycle_(&registry_, metrics, clock, options.max_job_events_per_s) {}
 
 absl::Status JobManager::Recover() {
   TY_ASSIGN_OR_RETURN(auto jobs, store_->LoadJobs());
@@ -132,10 +132,12 @@ absl::StatusOr<v1::Job> JobManager::Get(const std::string& id) {
   return ViewLocked(id);
 }
 
-std::vector<v1::Job> JobManager::List(const std::vector<v1::Job::State>& states, int limit) {
+std::vector<v1::Job> JobManager::List(const std::vector<v1::Job::State>& states, int limit,
+                                      const std::string& owner) {
   absl::MutexLock lock(&mu_);
   std::vector<const JobView*> rows;
   for (const auto& [id, view] : views_) {
+    if (!owner.empty() && view.job.owner() != owner) continue;
     if (!states.empty() &&
         std::find(states.begin(), states.end(), view.job.state()) == states.end()) {
       continue;

@@ -32,6 +32,9 @@ struct JobManagerOptions {
   // ~3 s of it being back), short enough to fail a gang fast (Ray: >= 20 s).
   absl::Duration heartbeat_timeout = absl::Seconds(10);
   absl::Duration metrics_grace = absl::Minutes(10);
+  // Step, compile and log events a second one job may store (EventRateLimiter; the
+  // excess is dropped and counted, the stream stays up). <= 0: no cap.
+  double max_job_events_per_s = 0;
   // Called (outside both locks) when a store write that follows a state change fails:
   // memory is then ahead of the store. The controller (main.cc) stops the process, so
   // a supervisor restarts it and Recover rebuilds the state from the store; tests
@@ -91,7 +94,9 @@ class JobManager {
   absl::Status Validate(v1::JobSpec* spec);
   absl::StatusOr<v1::Job> Submit(v1::JobSpec spec, const std::string& owner);
   absl::StatusOr<v1::Job> Get(const std::string& id);
-  std::vector<v1::Job> List(const std::vector<v1::Job::State>& states, int limit);
+  // Newest first, at most `limit` (0: 100); only jobs of `owner` unless it is empty.
+  std::vector<v1::Job> List(const std::vector<v1::Job::State>& states, int limit,
+                            const std::string& owner = "");
   absl::StatusOr<v1::Job> Cancel(const std::string& id, const std::string& reason);
   // Restarts a job at data-parallel degree `dp` from its last checkpoint
   // (JobLifecycle::Resize); returns the job as committed after the request.

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/spec/rules.h"
+#include "common/spec/spec_error.h"
 #include "spdlog/spdlog.h"
 
 namespace trainyard {
@@ -34,9 +35,23 @@ absl::Status WorkerRegistry::Register(int64_t conn, const v1::Register& reg,
         "register: rendezvous port range ", reg.rendezvous_port_min(), "-",
         reg.rendezvous_port_max(), " holds fewer ports than the ", reg.slots(), " slots"));
   }
+  // Two streams claiming one name: the older one keeps it while its heartbeats arrive.
+  // A newcomer (a forger, or the same daemon restarted behind a half-open connection)
+  // is refused and changes nothing; it may take the name once the old heartbeat lapsed.
+  auto existing = workers_.find(reg.name());
+  if (existing != workers_.end() && existing->second.connected && existing->second.conn != conn) {
+    const absl::Duration silent = clock_->Now() - existing->second.last_seen;
+    if (silent <= heartbeat_timeout_) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "register: worker \"", spec::Quote(reg.name()),
+          "\" is connected on another stream (last heard from ", absl::ToInt64Seconds(silent),
+          "s ago); a new connection may take the name once that stream has been silent for ",
+          absl::ToInt64Seconds(heartbeat_timeout_), "s"));
+    }
+  }
   Worker& w = workers_[reg.name()];
   if (w.connected && w.conn != conn && w.channel) {
-    fx->Close(w.channel, "replaced by a newer connection of the same worker");
+    fx->Close(w.channel, "replaced by a newer connection of the same worker (the old one fell silent)");
   }
   w.conn = conn;
   w.reg = reg;

@@ -56,6 +56,33 @@ Check Path(const std::string& path, const std::string& value) {
   return std::nullopt;
 }
 
+// A path the ranks open or write on their workers: absolute (ranks of one job run in
+// different working directories) and plain, with no empty, "." or ".." component, so
+// it names one place spelled one way and cannot climb out of the folder it names (the
+// controller names a job's checkpoints dir/<job id>/step-..., and matches what the
+// ranks report against it). Empty means unset and passes.
+Check PlainAbsolutePath(const std::string& path, const std::string& value) {
+  if (value.empty()) return std::nullopt;
+  if (value.front() != '/') {
+    return Invalid(path, "requires",
+                   path + " \"" + Quote(value) +
+                       "\" must be an absolute path (ranks of one job run in different working directories)");
+  }
+  std::string_view rest(value);
+  while (rest.size() > 1 && rest.back() == '/') rest.remove_suffix(1);
+  std::size_t start = 1;
+  while (start <= rest.size() && rest.size() > 1) {
+    const std::size_t end = std::min(rest.find('/', start), rest.size());
+    const std::string_view part = rest.substr(start, end - start);
+    if (part.empty() || part == "." || part == "..") {
+      return Invalid(path, "requires",
+                     path + " \"" + Quote(value) + "\" must be a plain absolute path: no empty, \".\" or \"..\" components");
+    }
+    start = end + 1;
+  }
+  return std::nullopt;
+}
+
 Check JobName(const std::string& name) {
   if (name.empty() || name.size() > kMaxNameLength) {
     return Invalid("job.name", "length",
@@ -145,6 +172,7 @@ Check Training(const TrainingSpec& t, const ModelSpec& m) {
   TY_SPEC_CHECK(InRange("training.max_norm", t.max_norm, 0, 1e12, /*lo_open=*/true));
   TY_SPEC_CHECK(OneOf("training.dataset", t.dataset, Datasets()));
   TY_SPEC_CHECK(Path("training.dataset_path", t.dataset_path));
+  TY_SPEC_CHECK(PlainAbsolutePath("training.dataset_path", t.dataset_path));
   TY_SPEC_CHECK(IntRange("training.log_freq", t.log_freq, 1, 1000000000));
   TY_SPEC_CHECK(IntRange("training.grad_accum_steps", t.grad_accum_steps, 1, 1024));
   TY_SPEC_CHECK(InRange("training.step_timeout_s", t.step_timeout_s, 0, 1e7));
@@ -259,33 +287,8 @@ Check Rest(const JobSpec& s) {
                    "checkpoint.dir must be set when checkpoint.interval=" + std::to_string(ck.interval) +
                        " (a path every worker of the job can reach)");
   }
-  if (!ck.dir.empty() && ck.dir.front() != '/') {
-    return Invalid("checkpoint.dir", "requires",
-                   "checkpoint.dir \"" + Quote(ck.dir) +
-                       "\" must be an absolute path (ranks of one job run in different working directories)");
-  }
-  if (!ck.initial_load_path.empty() && ck.initial_load_path.front() != '/') {
-    return Invalid("checkpoint.initial_load_path", "requires",
-                   "checkpoint.initial_load_path \"" + Quote(ck.initial_load_path) +
-                       "\" must be an absolute path (ranks of one job run in different working directories)");
-  }
-  if (!ck.dir.empty()) {
-    // The controller names a job's checkpoints dir/<job id>/step-...: a path spelled
-    // two ways ("/a//b", "/a/./b", "/a/x/../b") would not match what the ranks report.
-    std::string_view rest(ck.dir);
-    while (rest.size() > 1 && rest.back() == '/') rest.remove_suffix(1);
-    std::size_t start = 1;
-    while (start <= rest.size() && rest.size() > 1) {
-      const std::size_t end = std::min(rest.find('/', start), rest.size());
-      const std::string_view part = rest.substr(start, end - start);
-      if (part.empty() || part == "." || part == "..") {
-        return Invalid("checkpoint.dir", "requires",
-                       "checkpoint.dir \"" + Quote(ck.dir) +
-                           "\" must be a plain absolute path: no empty, \".\" or \"..\" components");
-      }
-      start = end + 1;
-    }
-  }
+  TY_SPEC_CHECK(PlainAbsolutePath("checkpoint.dir", ck.dir));
+  TY_SPEC_CHECK(PlainAbsolutePath("checkpoint.initial_load_path", ck.initial_load_path));
   if (ck.interval > 0 && ck.keep < 1) {
     return Invalid("checkpoint.keep", "requires", "checkpoint.keep must be >= 1 when checkpoints are on, got " +
                                                     std::to_string(ck.keep));

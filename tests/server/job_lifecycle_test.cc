@@ -243,13 +243,15 @@ TEST_F(JobLifecycleTest, AWorkerThatRestartedWithoutItsRanksFailsThem) {
   Conn w1 = Connect("w1", 1);
   const std::string id = Submit(Spec(1));
   Report(w1, id, 1, {0}, v1::RankState::RUNNING);
-  // The same worker on a new stream, running nothing, plus an attempt nobody runs.
+  // The same worker on a new stream once the old one fell silent (a restarted daemon
+  // behind a half-open connection), running nothing, plus an attempt nobody runs.
+  clock_.Advance(absl::Seconds(16));
   v1::RunningAttempt stray;
   stray.set_job_id("job-77");
   stray.set_attempt(3);
   Conn again = Connect("w1", 1, {stray});
   EXPECT_THAT(w1.channel->closes(),
-              ElementsAre("replaced by a newer connection of the same worker"));
+              ElementsAre("replaced by a newer connection of the same worker (the old one fell silent)"));
   v1::Job job = Job(id);
   EXPECT_EQ(job.state(), v1::Job::FAILED);
   EXPECT_EQ(job.failure_reason(), "rank 0 on worker w1 is gone (the worker restarted)");

@@ -43,6 +43,7 @@ class ManagerFixture : public ::testing::Test {
     JobManagerOptions options;
     options.heartbeat_interval = absl::Seconds(2);
     options.heartbeat_timeout = absl::Seconds(15);
+    options.max_job_events_per_s = max_job_events_per_s_;
     options.on_lost_write = [this](const absl::Status& s) { Log("lost write: " + std::string(s.message())); };
     return std::make_unique<JobManager>(store_.get(), hub_.get(), &metrics_, &clock_, options);
   }
@@ -196,6 +197,7 @@ class ManagerFixture : public ::testing::Test {
   absl::Mutex journal_mu_;
   std::vector<std::string> journal_ ABSL_GUARDED_BY(journal_mu_);
   FakeClock clock_;
+  double max_job_events_per_s_ = 0;  // set before NewManager() for a capped manager
   std::unique_ptr<EventHub> hub_ = std::make_unique<EventHub>();
   ControllerMetrics metrics_;
   std::unique_ptr<JobStore> db_;

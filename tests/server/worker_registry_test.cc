@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "common/worker_identity.h"
 #include "tests/fakes/fake_clock.h"
 #include "tests/fakes/fake_worker_channel.h"
 
@@ -71,12 +72,49 @@ TEST_F(WorkerRegistryTest, RegisterAcksWithTheHeartbeatIntervalAndListsTheWorker
   EXPECT_EQ(registry_.ConnectedSlots(), 3);
 }
 
-TEST_F(WorkerRegistryTest, ANewStreamOfTheSameWorkerReplacesAndClosesTheOld) {
+TEST_F(WorkerRegistryTest, ASecondStreamClaimingALiveWorkersNameIsRefusedAndChangesNothing) {
+  auto real = Register(1, Reg("w1", 2, 100, 102));
+  registry_.Reserve("w1");
+  clock_.Advance(absl::Seconds(10));
+  ASSERT_TRUE(registry_.Touch(1));  // a heartbeat
+  clock_.Advance(absl::Seconds(14));  // 24 s after registering, 14 s after the heartbeat
+  auto forger = std::make_shared<FakeWorkerChannel>();
+  Effects fx;
+  absl::Status s = registry_.Register(2, Reg("w1", 8, 300, 310), forger, &fx);
+  EXPECT_EQ(s.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(s.message(),
+            "register: worker \"w1\" is connected on another stream (last heard from 14s ago); a new "
+            "connection may take the name once that stream has been silent for 15s");
+  EXPECT_TRUE(fx.outbound().empty()) << "neither stream gets a message";
+  EXPECT_THAT(real->closes(), IsEmpty());
+  EXPECT_EQ(registry_.NameOf(1), "w1");
+  EXPECT_EQ(registry_.NameOf(2), std::nullopt);
+  EXPECT_EQ(registry_.Channel("w1"), real);
+  EXPECT_EQ(registry_.FreeSlots("w1"), 1) << "the real worker's slots, not the forger's";
+  EXPECT_EQ(registry_.Address("w1"), "w1.local");
+  // Once the old stream has been silent past the timeout, the newcomer takes the name.
+  clock_.Advance(absl::Seconds(2));
+  auto next = Register(2, Reg("w1", 2));
+  EXPECT_THAT(real->closes(),
+              ElementsAre("replaced by a newer connection of the same worker (the old one fell silent)"));
+  EXPECT_EQ(registry_.Channel("w1"), next);
+}
+
+TEST_F(WorkerRegistryTest, AStreamOfADisconnectedWorkerTakesTheNameAtOnce) {
+  Register(1, Reg("w1", 2));
+  ASSERT_TRUE(registry_.Disconnect(1));
+  auto again = Register(2, Reg("w1", 2));
+  EXPECT_EQ(registry_.NameOf(2), "w1");
+  EXPECT_EQ(registry_.Channel("w1"), again);
+}
+
+TEST_F(WorkerRegistryTest, ANewStreamOfTheSameWorkerReplacesAndClosesTheOldOnceItFellSilent) {
   auto old_channel = Register(1, Reg("w1", 2));
   registry_.Reserve("w1");
+  clock_.Advance(absl::Seconds(16));
   auto new_channel = Register(2, Reg("w1", 2));
   EXPECT_THAT(old_channel->closes(),
-              ElementsAre("replaced by a newer connection of the same worker"));
+              ElementsAre("replaced by a newer connection of the same worker (the old one fell silent)"));
   EXPECT_THAT(new_channel->closes(), IsEmpty());
   EXPECT_EQ(registry_.NameOf(1), std::nullopt);
   EXPECT_EQ(registry_.NameOf(2), "w1");
@@ -237,3 +275,22 @@ TEST_F(WorkerRegistryTest, BadRegisterValuesAreInvalidArgumentAndChangeNothing) 
 
 }  // namespace
 }  // namespace trainyard::testing
+
+namespace trainyard {
+namespace {
+
+// A worker's name becomes a path component (run folders, log names): a name that would
+// climb out of its folder or be absolute is refused at Register.
+TEST(WorkerNameTest, NamesThatWouldBePathsAreRefused) {
+  for (const std::string& bad : std::vector<std::string>{"../x", "/etc", "a/b", "..", ".", "a\\b", std::string("w\0x", 3)}) {
+    EXPECT_FALSE(WorkerNameProblem(bad).empty()) << bad;
+  }
+  EXPECT_EQ(WorkerNameProblem("../x"), "holds a path separator: ../x");
+  EXPECT_EQ(WorkerNameProblem(".."), "is a path component of its own: ..");
+  for (const std::string good : std::vector<std::string>{"w1", "gpu-node-17.example.com", "rack3_w2", "..w", "a.b"}) {
+    EXPECT_EQ(WorkerNameProblem(good), "") << good;
+  }
+}
+
+}  // namespace
+}  // namespace trainyard

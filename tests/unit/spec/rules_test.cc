@@ -125,6 +125,16 @@ INSTANTIATE_TEST_SUITE_P(
              "~must be a plain absolute path"},
         Case{"InitialLoadRelative", {"checkpoint.initial_load_path=\"w.safetensors\""}, "checkpoint.initial_load_path",
              "requires", "~must be an absolute path"},
+        Case{"InitialLoadDotDot", {"checkpoint.initial_load_path=\"/ck/../../etc/w.safetensors\""},
+             "checkpoint.initial_load_path", "requires",
+             "checkpoint.initial_load_path \"/ck/../../etc/w.safetensors\" must be a plain absolute path: no empty, "
+             "\".\" or \"..\" components"},
+        Case{"DatasetRelative", {"training.dataset=\"text\"", "training.dataset_path=\"../corpus.txt\""},
+             "training.dataset_path", "requires",
+             "training.dataset_path \"../corpus.txt\" must be an absolute path (ranks of one job run in different "
+             "working directories)"},
+        Case{"DatasetDotDot", {"training.dataset=\"text\"", "training.dataset_path=\"/data/../etc/passwd\""},
+             "training.dataset_path", "requires", "~must be a plain absolute path"},
         Case{"KeepZeroWithCheckpoints", {"checkpoint.interval=5", "checkpoint.dir=\"/ck\"", "checkpoint.keep=0"},
              "checkpoint.keep", "requires", "checkpoint.keep must be >= 1 when checkpoints are on, got 0"},
         Case{"RanksPerWorkerNegative", {"resources.ranks_per_worker=-1"}, "resources.ranks_per_worker", "range",

@@ -1,0 +1,44 @@
+#include "server/event_rate_limit.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace trainyard {
+
+bool IsRateLimitedKind(const v1::Event& event) {
+  return event.has_step_metrics() || event.has_compile() || event.has_log();
+}
+
+EventRateLimiter::EventRateLimiter(double per_second, double burst_seconds)
+    : per_second_(per_second), capacity_(std::max(1.0, per_second * burst_seconds)) {}
+
+int EventRateLimiter::Admit(const std::string& job_id, absl::Time now,
+                            std::vector<v1::Event>* events) {
+  if (per_second_ <= 0) return 0;
+  auto [it, inserted] = buckets_.try_emplace(job_id);
+  Bucket& b = it->second;
+  if (inserted) {
+    b.tokens = capacity_;
+    b.refilled = now;
+  } else if (now > b.refilled) {
+    b.tokens = std::min(capacity_, b.tokens + absl::ToDoubleSeconds(now - b.refilled) * per_second_);
+    b.refilled = now;
+  }
+  int dropped = 0;
+  std::vector<v1::Event> kept;
+  kept.reserve(events->size());
+  for (auto& e : *events) {
+    if (IsRateLimitedKind(e)) {
+      if (b.tokens < 1) {
+        ++dropped;
+        continue;
+      }
+      b.tokens -= 1;
+    }
+    kept.push_back(std::move(e));
+  }
+  *events = std::move(kept);
+  return dropped;
+}
+
+}  // namespace trainyard

@@ -1,0 +1,49 @@
+// A per-job cap on the chatty events a job's workers may store: step metrics, compile
+// events and log lines. Each job has a token bucket of `per_second` tokens a second
+// holding at most `burst_seconds` worth; each such event takes one token and the excess
+// is dropped (counted by the caller as trainyard_events_dropped_total{reason=
+// "rate_limited"}), while the worker's stream stays open and its batch is acknowledged.
+// Events that carry state (rank states, checkpoints, stalls; artifact refs are refused
+// anyway) are never limited: dropping one would lose a transition.
+//
+// Why per job: one runaway job (a rank printing in a loop, a forged flood) must not
+// fill the store or starve the ingest of every other job.
+//
+// Not thread-safe; owned by JobLifecycle, used under JobManager's state lock.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "trainyard/v1/event.pb.h"
+
+namespace trainyard {
+
+inline constexpr char kDropRateLimited[] = "rate_limited";
+
+// Step metrics, compile events and log lines.
+bool IsRateLimitedKind(const v1::Event& event);
+
+class EventRateLimiter {
+ public:
+  // per_second <= 0: no limit.
+  EventRateLimiter(double per_second, double burst_seconds);
+
+  // Removes from `events` (one job's, in order) the limited kinds past the job's budget
+  // at `now`, keeping the order of the rest; returns how many were removed.
+  int Admit(const std::string& job_id, absl::Time now, std::vector<v1::Event>* events);
+  double per_second() const { return per_second_; }
+
+ private:
+  struct Bucket {
+    double tokens = 0;
+    absl::Time refilled;
+  };
+  const double per_second_;
+  const double capacity_;
+  std::map<std::string, Bucket> buckets_;
+};
+
+}  // namespace trainyard
