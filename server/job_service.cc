@@ -22,8 +22,11 @@
 namespace trainyard {
 namespace {
 
-// Until bearer tokens land, every caller is the same principal.
-constexpr char kAnonymousOwner[] = "anonymous";
+// What a caller of `role` is refused with when the role does not allow `what`.
+absl::Status Denied(const Caller& caller, const char* what, const char* needs) {
+  return absl::PermissionDeniedError(absl::StrCat(caller.owner, " has the ", RoleName(caller.role),
+                                                  " role, which cannot ", what, "; that needs ", needs));
+}
 
 grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx, const absl::Status& status) {
   auto* reactor = ctx->DefaultReactor();
@@ -48,9 +51,11 @@ class PreflightSubmitReactor : public grpc::ServerUnaryReactor {
 // write is in flight at a time; new events only wake it.
 class WatchReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
-  WatchReactor(StateStore* store, EventHub* hub, std::string job_id, int64_t from_seq)
+  // `lease` holds the caller's watcher slot until the stream is done.
+  WatchReactor(StateStore* store, EventHub* hub, std::string job_id, int64_t from_seq,
+               std::unique_ptr<WatcherCap::Lease> lease)
       : store_(store), job_id_(std::move(job_id)), next_seq_(std::max<int64_t>(from_seq, 1)),
-        hub_(hub), link_(std::make_shared<Link>()) {
+        hub_(hub), link_(std::make_shared<Link>()), lease_(std::move(lease)) {
     link_->reactor = this;
     subscription_ = hub->Subscribe(job_id_, [link = link_] { link->Wake(); });
     Pump();
@@ -143,21 +148,24 @@ class WatchReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   EventHub* const hub_;
   std::shared_ptr<Link> link_;
   std::unique_ptr<EventHub::Subscription> subscription_;
+  const std::unique_ptr<WatcherCap::Lease> lease_;  // released with the reactor, in OnDone
   std::deque<v1::Event> buffer_ ABSL_GUARDED_BY(mu_);
   grpc::ByteBuffer current_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-// A unary method over raw bytes: parse the request, run `handle(request, &response)`
-// and send the response when it succeeded.
+// A unary method over raw bytes: authenticate the caller, parse the request, run
+// `handle(caller, request, &response)` and send the response when it succeeded.
 template <class Request, class Response, class Handle>
-grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
-                                grpc::ByteBuffer* out, Handle handle) {
+grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* ctx, const Authorizer& authorizer,
+                                const grpc::ByteBuffer* in, grpc::ByteBuffer* out, Handle handle) {
+  auto caller = authorizer.Authenticate(*ctx);
+  if (!caller.ok()) return Done(ctx, caller.status());
   Request request;
   if (auto s = ParseRequest(*in, &request); !s.ok()) return Done(ctx, s);
   Response response;
-  absl::Status status = handle(request, &response);
+  absl::Status status = handle(*caller, request, &response);
   if (status.ok()) status = SerializeResponse(response, out);
   return Done(ctx, status);
 }
@@ -227,13 +235,33 @@ class PullReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
 }  // namespace
 
+JobServiceImpl::JobServiceImpl(JobManager* manager, StateStore* store, EventHub* hub, PreflightGate* preflight,
+                               ArtifactStore* artifacts, JobServiceOptions options)
+    : manager_(manager), store_(store), hub_(hub), preflight_(preflight), artifacts_(artifacts),
+      disabled_(options.authorizer == nullptr ? Authorizer::Disabled() : nullptr),
+      authorizer_(options.authorizer != nullptr ? options.authorizer : disabled_.get()),
+      watchers_(options.max_watchers_per_owner) {}
+
+absl::StatusOr<v1::Job> JobServiceImpl::VisibleJob(const Caller& caller, const std::string& id) {
+  auto job = manager_->Get(id);
+  if (job.ok() && !Authorizer::CanSee(caller, job->owner())) {
+    // Word for word what JobManager::Get says of a job that does not exist.
+    return absl::NotFoundError(absl::StrCat("job ", id, " not found"));
+  }
+  return job;
+}
+
 grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext* ctx,
                                                     const grpc::ByteBuffer* in,
                                                     grpc::ByteBuffer* out) {
+  auto authenticated = authorizer_->Authenticate(*ctx);
+  if (!authenticated.ok()) return Done(ctx, authenticated.status());
+  const Caller caller = std::move(*authenticated);
+  if (!Authorizer::CanSubmit(caller)) return Done(ctx, Denied(caller, "submit jobs", "submitter or admin"));
   v1::SubmitJobRequest request;
   if (auto s = ParseRequest(*in, &request); !s.ok()) return Done(ctx, s);
   if (!request.spec().compile().preflight()) {
-    auto job = manager_->Submit(request.spec(), kAnonymousOwner);
+    auto job = manager_->Submit(request.spec(), caller.owner);
     absl::Status status = job.status();
     if (job.ok()) status = SerializeResponse(*job, out);
     return Done(ctx, status);
@@ -246,12 +274,12 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
   // `out` lives until the call is done, which is after Finish.
   preflight_->Check(
       spec, [cancelled] { return cancelled->load(); },
-      [this, reactor, cancelled, spec, out](absl::Status status) {
+      [this, reactor, cancelled, spec, out, owner = caller.owner](absl::Status status) {
         if (status.ok() && cancelled->load()) {
           status = absl::CancelledError("the client went away during the preflight");
         }
         if (status.ok()) {
-          auto job = manager_->Submit(spec, kAnonymousOwner);
+          auto job = manager_->Submit(spec, owner);
           status = job.status();
           if (job.ok()) status = SerializeResponse(*job, out);
         }
@@ -263,9 +291,9 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* ctx,
                                                  const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
   return Serve<v1::GetJobRequest, v1::Job>(
-      ctx, in, out, [this](const v1::GetJobRequest& request, v1::Job* response) {
+      ctx, *authorizer_, in, out, [this](const Caller& caller, const v1::GetJobRequest& request, v1::Job* response) {
         if (auto s = request_checks::Check(request); !s.ok()) return s;
-        auto job = manager_->Get(request.id());
+        auto job = VisibleJob(caller, request.id());
         if (job.ok()) *response = std::move(*job);
         return job.status();
       });
@@ -274,11 +302,14 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* ct
 grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* ctx,
                                                    const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
   return Serve<v1::ListJobsRequest, v1::ListJobsResponse>(
-      ctx, in, out, [this](const v1::ListJobsRequest& request, v1::ListJobsResponse* response) {
+      ctx, *authorizer_, in, out,
+      [this](const Caller& caller, const v1::ListJobsRequest& request, v1::ListJobsResponse* response) {
         if (auto s = request_checks::Check(request); !s.ok()) return s;
         std::vector<v1::Job::State> states;
         for (int s : request.states()) states.push_back(static_cast<v1::Job::State>(s));
-        for (auto& job : manager_->List(states, request.limit())) {
+        // A submitter lists only its own jobs; the filter comes before the limit.
+        const std::string owner = caller.role == Role::kSubmitter ? caller.owner : "";
+        for (auto& job : manager_->List(states, request.limit(), owner)) {
           *response->add_jobs() = std::move(job);
         }
         return absl::OkStatus();
@@ -288,8 +319,13 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext* ctx,
                                                     const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
   return Serve<v1::CancelJobRequest, v1::Job>(
-      ctx, in, out, [this](const v1::CancelJobRequest& request, v1::Job* response) {
+      ctx, *authorizer_, in, out, [this](const Caller& caller, const v1::CancelJobRequest& request, v1::Job* response) {
         if (auto s = request_checks::Check(request); !s.ok()) return s;
+        if (caller.role == Role::kViewer) return Denied(caller, "cancel jobs", "submitter or admin");
+        TY_ASSIGN_OR_RETURN(const v1::Job visible, VisibleJob(caller, request.id()));
+        if (!Authorizer::CanCancel(caller, visible.owner())) {
+          return Denied(caller, "cancel this job", "its owner or admin");
+        }
         auto job = manager_->Cancel(request.id(), request.reason());
         if (job.ok()) *response = std::move(*job);
         return job.status();
@@ -299,8 +335,14 @@ grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* JobServiceImpl::ResizeJob(grpc::CallbackServerContext* ctx,
                                                     const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
   return Serve<v1::ResizeJobRequest, v1::ResizeJobResponse>(
-      ctx, in, out, [this](const v1::ResizeJobRequest& request, v1::ResizeJobResponse* response) {
+      ctx, *authorizer_, in, out,
+      [this](const Caller& caller, const v1::ResizeJobRequest& request, v1::ResizeJobResponse* response) {
         if (auto s = request_checks::Check(request); !s.ok()) return s;
+        if (caller.role == Role::kViewer) return Denied(caller, "resize jobs", "submitter or admin");
+        TY_ASSIGN_OR_RETURN(const v1::Job visible, VisibleJob(caller, request.job_id()));
+        if (!Authorizer::CanCancel(caller, visible.owner())) {
+          return Denied(caller, "resize this job", "its owner or admin");
+        }
         auto job = manager_->Resize(request.job_id(), request.dp());
         if (job.ok()) *response->mutable_job() = std::move(*job);
         return job.status();
@@ -311,7 +353,9 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListWorkers(grpc::CallbackServerContex
                                                       const grpc::ByteBuffer* in,
                                                       grpc::ByteBuffer* out) {
   return Serve<v1::ListWorkersRequest, v1::ListWorkersResponse>(
-      ctx, in, out, [this](const v1::ListWorkersRequest&, v1::ListWorkersResponse* response) {
+      ctx, *authorizer_, in, out,
+      [this](const Caller& caller, const v1::ListWorkersRequest&, v1::ListWorkersResponse* response) {
+        if (!Authorizer::CanSeeFleet(caller)) return Denied(caller, "list workers", "any role");
         for (auto& w : manager_->Workers()) *response->add_workers() = std::move(w);
         return absl::OkStatus();
       });
@@ -319,19 +363,24 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListWorkers(grpc::CallbackServerContex
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* JobServiceImpl::WatchJob(grpc::CallbackServerContext* ctx,
                                                                      const grpc::ByteBuffer* in) {
+  auto caller = authorizer_->Authenticate(*ctx);
+  if (!caller.ok()) return new FailedWatch(caller.status());
   v1::WatchJobRequest request;
   if (auto s = ParseRequest(*in, &request); !s.ok()) return new FailedWatch(s);
   if (auto s = request_checks::Check(request); !s.ok()) return new FailedWatch(s);
-  if (auto job = manager_->Get(request.id()); !job.ok()) return new FailedWatch(job.status());
-  return new WatchReactor(store_, hub_, request.id(), request.from_seq());
+  if (auto job = VisibleJob(*caller, request.id()); !job.ok()) return new FailedWatch(job.status());
+  auto lease = watchers_.Acquire(caller->owner);
+  if (!lease.ok()) return new FailedWatch(lease.status());
+  return new WatchReactor(store_, hub_, request.id(), request.from_seq(), std::move(*lease));
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::ListArtifacts(grpc::CallbackServerContext* ctx,
                                                         const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
   return Serve<v1::ListArtifactsRequest, v1::ListArtifactsResponse>(
-      ctx, in, out, [this](const v1::ListArtifactsRequest& request, v1::ListArtifactsResponse* response) {
+      ctx, *authorizer_, in, out,
+      [this](const Caller& caller, const v1::ListArtifactsRequest& request, v1::ListArtifactsResponse* response) {
         TY_RETURN_IF_ERROR(request_checks::CheckJobId("ListArtifactsRequest.job_id", request.job_id()));
-        TY_RETURN_IF_ERROR(manager_->Get(request.job_id()).status());
+        TY_RETURN_IF_ERROR(VisibleJob(caller, request.job_id()).status());
         TY_ASSIGN_OR_RETURN(auto artifacts, artifacts_->List(request.job_id()));
         for (auto& a : artifacts) *response->add_artifacts() = std::move(a);
         return absl::OkStatus();
@@ -340,6 +389,8 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListArtifacts(grpc::CallbackServerCont
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* JobServiceImpl::PullArtifact(grpc::CallbackServerContext* ctx,
                                                                          const grpc::ByteBuffer* in) {
+  auto caller = authorizer_->Authenticate(*ctx);
+  if (!caller.ok()) return new FailedWatch(caller.status());
   v1::PullArtifactRequest request;
   if (auto s = ParseRequest(*in, &request); !s.ok()) return new FailedWatch(s);
   if (auto s = request_checks::CheckJobId("PullArtifactRequest.job_id", request.job_id()); !s.ok()) {
@@ -348,7 +399,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* JobServiceImpl::PullArtifact(grpc::C
   if (std::string p = ArtifactStore::NameProblem(request.name()); !p.empty()) {
     return new FailedWatch(absl::InvalidArgumentError(absl::StrCat("PullArtifactRequest.name: ", p)));
   }
-  if (auto job = manager_->Get(request.job_id()); !job.ok()) return new FailedWatch(job.status());
+  if (auto job = VisibleJob(*caller, request.job_id()); !job.ok()) return new FailedWatch(job.status());
   auto info = artifacts_->Find(request.job_id(), request.name());
   if (!info.ok()) return new FailedWatch(info.status());
   const std::string path = artifacts_->PathOf(request.job_id(), request.name());
