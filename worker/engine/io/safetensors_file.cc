@@ -15,31 +15,21 @@
 namespace trainyard::engine {
 namespace {
 
-// At most ~100 characters of a value read from a file, for error messages.
-std::string Short(const std::string& s) { return s.size() <= 100 ? s : s.substr(0, 100) + "..."; }
-
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "safetensors is little-endian; this code copies raw bytes");
 
 struct DtypeInfo {
-  const char* name;
+  SafetensorsDtype dtype;
   c10::ScalarType type;
-  std::size_t itemsize;
 };
 
 constexpr DtypeInfo kDtypes[] = {
-    {"F64", c10::kDouble, 8}, {"F32", c10::kFloat, 4},  {"F16", c10::kHalf, 2},
-    {"BF16", c10::kBFloat16, 2}, {"I64", c10::kLong, 8}, {"I32", c10::kInt, 4},
-    {"I16", c10::kShort, 2},  {"I8", c10::kChar, 1},    {"U8", c10::kByte, 1},
-    {"BOOL", c10::kBool, 1},
+    {SafetensorsDtype::kF64, c10::kDouble},    {SafetensorsDtype::kF32, c10::kFloat},
+    {SafetensorsDtype::kF16, c10::kHalf},      {SafetensorsDtype::kBF16, c10::kBFloat16},
+    {SafetensorsDtype::kI64, c10::kLong},      {SafetensorsDtype::kI32, c10::kInt},
+    {SafetensorsDtype::kI16, c10::kShort},     {SafetensorsDtype::kI8, c10::kChar},
+    {SafetensorsDtype::kU8, c10::kByte},       {SafetensorsDtype::kBool, c10::kBool},
 };
-
-const DtypeInfo* DtypeByName(const std::string& name) {
-  for (const auto& d : kDtypes) {
-    if (name == d.name) return &d;
-  }
-  return nullptr;
-}
 
 const DtypeInfo* DtypeByType(c10::ScalarType type) {
   for (const auto& d : kDtypes) {
@@ -48,9 +38,14 @@ const DtypeInfo* DtypeByType(c10::ScalarType type) {
   return nullptr;
 }
 
-[[noreturn]] void Fail(const std::string& path, const std::string& problem) {
-  throw std::runtime_error("safetensors " + path + ": " + problem);
+c10::ScalarType TorchType(SafetensorsDtype dtype) {
+  for (const auto& d : kDtypes) {
+    if (dtype == d.dtype) return d.type;
+  }
+  throw std::logic_error("safetensors: no torch type for " + std::string(SafetensorsDtypeName(dtype)));
 }
+
+[[noreturn]] void Fail(const std::string& path, const std::string& problem) { FailSafetensors(path, problem); }
 
 std::string Errno() { return std::strerror(errno); }
 
@@ -98,117 +93,6 @@ void ReadAllAt(int fd, void* data, std::size_t n, std::uint64_t offset, const st
   }
 }
 
-std::uint64_t NonNegativeInt(const nlohmann::json& v, const std::string& path,
-                             const std::string& what) {
-  if (v.is_number_unsigned()) return v.get<std::uint64_t>();
-  if (v.is_number_integer() && v.get<std::int64_t>() >= 0) return v.get<std::uint64_t>();
-  Fail(path, what + ": expected a non-negative integer, got " + Short(v.dump()));
-}
-
-struct Entry {
-  std::string name;
-  const DtypeInfo* dtype;
-  std::vector<int64_t> shape;
-  std::uint64_t begin;
-  std::uint64_t end;
-};
-
-// Parses the header JSON; duplicate top-level names are an error (nlohmann would
-// silently keep the last one).
-nlohmann::json ParseHeader(const std::string& text, const std::string& path) {
-  std::set<std::string> names;
-  std::string duplicate;
-  auto callback = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-    if (event == nlohmann::json::parse_event_t::key && depth == 1) {
-      const std::string name = parsed.get<std::string>();
-      if (!names.insert(name).second && duplicate.empty()) duplicate = name;
-    }
-    return true;
-  };
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(text, callback);
-  } catch (const nlohmann::json::exception& e) {
-    Fail(path, std::string("header is not valid JSON: ") + e.what());
-  }
-  if (!duplicate.empty()) Fail(path, "duplicate tensor name \"" + duplicate + "\" in header");
-  if (!header.is_object()) Fail(path, "header must be a JSON object, got " + std::string(header.type_name()));
-  return header;
-}
-
-std::vector<Entry> ParseEntries(const nlohmann::json& header, const std::string& path) {
-  std::vector<Entry> entries;
-  for (const auto& [name, info] : header.items()) {
-    if (name == "__metadata__") {
-      if (!info.is_object()) Fail(path, "__metadata__ must be an object of strings");
-      for (const auto& [key, value] : info.items()) {
-        if (!value.is_string()) Fail(path, "__metadata__." + Short(key) + ": expected a string, got " + Short(value.dump()));
-      }
-      continue;
-    }
-    const std::string where = "tensor \"" + Short(name) + "\"";
-    if (!info.is_object()) Fail(path, where + ": expected an object, got " + Short(info.dump()));
-    Entry e;
-    e.name = name;
-    auto dtype = info.find("dtype");
-    if (dtype == info.end() || !dtype->is_string()) Fail(path, where + ": missing dtype");
-    e.dtype = DtypeByName(dtype->get<std::string>());
-    if (e.dtype == nullptr) {
-      Fail(path, where + ": unsupported dtype \"" + dtype->get<std::string>() +
-                     "\" (supported: F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL)");
-    }
-    auto shape = info.find("shape");
-    if (shape == info.end() || !shape->is_array()) Fail(path, where + ": missing shape");
-    std::uint64_t bytes = e.dtype->itemsize;
-    for (const auto& d : *shape) {
-      const std::uint64_t dim = NonNegativeInt(d, path, where + " shape");
-      if (dim > static_cast<std::uint64_t>(INT64_MAX) || __builtin_mul_overflow(bytes, dim, &bytes)) {
-        Fail(path, where + ": shape " + shape->dump() + " is too large");
-      }
-      e.shape.push_back(static_cast<int64_t>(dim));
-    }
-    auto offsets = info.find("data_offsets");
-    if (offsets == info.end() || !offsets->is_array() || offsets->size() != 2) {
-      Fail(path, where + ": data_offsets must be [begin, end]");
-    }
-    e.begin = NonNegativeInt((*offsets)[0], path, where + " data_offsets");
-    e.end = NonNegativeInt((*offsets)[1], path, where + " data_offsets");
-    if (e.end < e.begin) Fail(path, where + ": data_offsets " + offsets->dump() + " end before begin");
-    if (e.end - e.begin != bytes) {
-      Fail(path, where + ": data_offsets " + offsets->dump() + " span " + std::to_string(e.end - e.begin) +
-                     " bytes but shape " + shape->dump() + " x " + e.dtype->name + " needs " +
-                     std::to_string(bytes));
-    }
-    entries.push_back(std::move(e));
-  }
-  return entries;
-}
-
-// The offsets must tile [0, buffer_bytes) exactly: no gaps, overlaps or trailing bytes.
-void CheckTiling(std::vector<Entry>& entries, std::uint64_t buffer_bytes, const std::string& path) {
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
-    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-  });
-  std::uint64_t expected = 0;
-  for (const Entry& e : entries) {
-    if (e.end > buffer_bytes) {
-      Fail(path, "tensor \"" + e.name + "\": data_offsets [" + std::to_string(e.begin) + "," +
-                     std::to_string(e.end) + "] out of range: data buffer is " +
-                     std::to_string(buffer_bytes) + " bytes");
-    }
-    if (e.begin != expected) {
-      Fail(path, "tensor \"" + e.name + "\": data_offsets not contiguous: begins at " +
-                     std::to_string(e.begin) + ", expected " + std::to_string(expected) +
-                     (e.begin < expected ? " (overlaps the previous tensor)" : " (gap)"));
-    }
-    expected = e.end;
-  }
-  if (expected != buffer_bytes) {
-    Fail(path, "data buffer is " + std::to_string(buffer_bytes) + " bytes but the tensors cover " +
-                   std::to_string(expected) + " (trailing bytes)");
-  }
-}
-
 }  // namespace
 
 void WriteSafetensors(const std::string& path,
@@ -234,8 +118,8 @@ void WriteSafetensors(const std::string& path,
       Fail(path, "tensor \"" + name + "\": unsupported dtype " + std::string(c10::toString(tensor.scalar_type())));
     }
     torch::Tensor t = tensor.detach().contiguous();
-    const std::uint64_t bytes = static_cast<std::uint64_t>(t.numel()) * dtype->itemsize;
-    header[name] = {{"dtype", dtype->name},
+    const std::uint64_t bytes = static_cast<std::uint64_t>(t.numel()) * SafetensorsDtypeSize(dtype->dtype);
+    header[name] = {{"dtype", SafetensorsDtypeName(dtype->dtype)},
                     {"shape", t.sizes().vec()},
                     {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
@@ -287,35 +171,20 @@ SafetensorsHeader ReadSafetensorsHeader(const std::string& path) {
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) Fail(path, "cannot stat: " + Errno());
   const std::uint64_t file_size = static_cast<std::uint64_t>(st.st_size);
-  if (file_size < 8) {
-    Fail(path, "truncated: file is " + std::to_string(file_size) + " bytes, shorter than the 8-byte header length");
-  }
-  unsigned char len_bytes[8];
-  ReadAllAt(fd.get(), len_bytes, 8, 0, path);
-  std::uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | len_bytes[i];
-  if (n > kMaxSafetensorsHeaderBytes) {
-    Fail(path, "header length " + std::to_string(n) + " exceeds the cap of " +
-                   std::to_string(kMaxSafetensorsHeaderBytes) + " bytes");
-  }
-  if (n > file_size - 8) {
-    Fail(path, "truncated header: header length " + std::to_string(n) + " but only " +
-                   std::to_string(file_size - 8) + " bytes follow");
-  }
+  unsigned char len_bytes[8] = {};
+  if (file_size >= 8) ReadAllAt(fd.get(), len_bytes, 8, 0, path);
+  const std::uint64_t n = SafetensorsHeaderLength(len_bytes, file_size, path);
   std::string header_text(n, '\0');
   ReadAllAt(fd.get(), header_text.data(), n, 8, path);
-  const nlohmann::json header = ParseHeader(header_text, path);
-  std::vector<Entry> entries = ParseEntries(header, path);
   SafetensorsHeader out;
   out.path = path;
   out.file_bytes = file_size;
   out.buffer_start = 8 + n;
-  CheckTiling(entries, file_size - out.buffer_start, path);
-  for (const Entry& e : entries) out.tensors.push_back({e.name, e.dtype->type, e.shape, e.begin, e.end});
-  auto meta = header.find("__metadata__");
-  if (meta != header.end()) {
-    for (const auto& [key, value] : meta->items()) out.metadata[key] = value.get<std::string>();
+  ParsedSafetensorsHeader parsed = ParseSafetensorsHeader(header_text, file_size - out.buffer_start, path);
+  for (auto& e : parsed.tensors) {
+    out.tensors.push_back({std::move(e.name), TorchType(e.dtype), std::move(e.shape), e.begin, e.end});
   }
+  out.metadata = std::move(parsed.metadata);
   return out;
 }
 

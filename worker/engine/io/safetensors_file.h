@@ -4,8 +4,9 @@
 //    "__metadata__": {"key": "value", ...}}   (metadata optional, string -> string)
 //   then the byte buffer; offsets are relative to the buffer's start.
 // Tensors are stored whole (unsharded), row-major, little-endian. Dtypes: F64 F32 F16
-// BF16 I64 I32 I16 I8 U8 BOOL. Free functions with no shared state; thread-safe as long
-// as two calls do not write the same path.
+// BF16 I64 I32 I16 I8 U8 BOOL. The header is parsed and validated by the torch-free
+// safetensors_header.h. Free functions with no shared state; thread-safe as long as two
+// calls do not write the same path.
 #pragma once
 
 #include <cstdint>
@@ -17,10 +18,9 @@
 
 #include <torch/torch.h>
 
-namespace trainyard::engine {
+#include "worker/engine/io/safetensors_header.h"
 
-// The header is parsed before anything else is trusted; a bigger one is rejected.
-inline constexpr std::uint64_t kMaxSafetensorsHeaderBytes = 100ull * 1000 * 1000;
+namespace trainyard::engine {
 
 // Writes `tensors` (any supported dtype, CPU; made contiguous) to `path` in the given
 // order, atomically: the bytes go to `path`.tmp, are fsynced, then renamed over
