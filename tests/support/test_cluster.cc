@@ -62,13 +62,19 @@ int FreeLoopbackPort() {
 
 // ---- EventFollower ----
 
-EventFollower::EventFollower(const ClusterBinaries& bins, const std::string& address,
+namespace {
+std::vector<std::string> WatchArgv(const ClusterBinaries& bins, const std::vector<std::string>& connection_args,
+                                   const std::string& id) {
+  std::vector<std::string> argv = {bins.cli, "watch", id, "--output", "json"};
+  argv.insert(argv.end(), connection_args.begin(), connection_args.end());
+  return argv;
+}
+}  // namespace
+
+EventFollower::EventFollower(const ClusterBinaries& bins, const std::vector<std::string>& connection_args,
                              const std::string& id, const std::string& log_path)
     : log_path_(log_path),
-      process_(std::make_unique<TestProcess>(
-          std::vector<std::string>{bins.cli, "watch", id, "--output", "json", "--controller",
-                                   address},
-          log_path)) {}
+      process_(std::make_unique<TestProcess>(WatchArgv(bins, connection_args, id), log_path)) {}
 
 std::vector<json> EventFollower::Events() const { return JsonLines(ReadFile(log_path_)); }
 
@@ -108,11 +114,46 @@ TestCluster::~TestCluster() {
   }
 }
 
+bool TestCluster::MakeCerts(const fs::path& out, const std::vector<std::string>& workers,
+                            const std::vector<std::string>& clients) const {
+  auto join = [](const std::vector<std::string>& names) {
+    std::string s;
+    for (const std::string& n : names) s += (s.empty() ? "" : ",") + n;
+    return s;
+  };
+  std::vector<std::string> argv = {"/bin/bash", bins_.make_certs, out.string()};
+  if (!workers.empty()) argv.insert(argv.end(), {"--workers", join(workers)});
+  if (!clients.empty()) argv.insert(argv.end(), {"--clients", join(clients)});
+  const CommandResult r = RunCommand(argv);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  return r.exit_code == 0;
+}
+
+bool TestCluster::EnableTls(const std::vector<std::string>& workers, const std::vector<std::string>& clients) {
+  tls_ = MakeCerts(certs_dir(), workers, clients);
+  return tls_;
+}
+
+std::vector<std::string> TestCluster::ControllerTlsArgs() const {
+  if (!tls_) return {};
+  return {"--tls-cert", (certs_dir() / "controller.pem").string(), "--tls-key",
+          (certs_dir() / "controller.key").string(), "--tls-ca", (certs_dir() / "ca.pem").string()};
+}
+
+std::vector<std::string> TestCluster::ConnectionArgs() const {
+  std::vector<std::string> args = {"--controller", address_};
+  if (tls_) args.insert(args.end(), {"--tls-ca", (certs_dir() / "ca.pem").string()});
+  if (!cli_token_file_.empty()) args.insert(args.end(), {"--token-file", cli_token_file_});
+  return args;
+}
+
 bool TestCluster::StartController(const std::vector<std::string>& extra_args) {
   fs::remove(dir_ / "port");
   std::vector<std::string> argv = {bins_.controller, "--listen",    "127.0.0.1:0",
                                    "--data-dir",     (dir_ / "data").string(),
                                    "--port-file",    (dir_ / "port").string()};
+  const std::vector<std::string> tls = ControllerTlsArgs();
+  argv.insert(argv.end(), tls.begin(), tls.end());
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
   controller_args_ = extra_args;
   controller_ = std::make_unique<TestProcess>(argv, (dir_ / "controller.log").string());
@@ -131,6 +172,8 @@ bool TestCluster::RestartController() {
   std::vector<std::string> argv = {bins_.controller, "--listen",    address_,
                                    "--data-dir",     (dir_ / "data").string(),
                                    "--port-file",    (dir_ / "port").string()};
+  const std::vector<std::string> tls = ControllerTlsArgs();
+  argv.insert(argv.end(), tls.begin(), tls.end());
   argv.insert(argv.end(), controller_args_.begin(), controller_args_.end());
   // The log continues in a second file, so the first run's stays readable.
   controller_ = std::make_unique<TestProcess>(argv, (dir_ / "controller-2.log").string());
@@ -146,10 +189,18 @@ void TestCluster::StartWorker(const WorkerOptions& options) {
   const int base = next_port_base_;
   next_port_base_ += 10;
   const std::vector<std::string> worker = {
-      bins_.worker, "--controller", address_, "--slots", std::to_string(options.slots), "--name",
-      options.name, "--rendezvous-ports", std::to_string(base) + "-" + std::to_string(base + 9),
+      bins_.worker, "--controller", address_, "--slots", std::to_string(options.slots),
+      "--rendezvous-ports", std::to_string(base) + "-" + std::to_string(base + 9),
       "--work-dir", (dir_ / ("worker-" + options.name)).string()};
   argv.insert(argv.end(), worker.begin(), worker.end());
+  if (!options.name_from_certificate) argv.insert(argv.end(), {"--name", options.name});
+  if (tls_) {
+    const fs::path cert_dir = options.tls_cert_dir.empty() ? certs_dir() : fs::path(options.tls_cert_dir);
+    const std::string base_name = options.tls_cert_base.empty() ? "worker-" + options.name : options.tls_cert_base;
+    argv.insert(argv.end(), {"--tls-cert", (cert_dir / (base_name + ".pem")).string(), "--tls-key",
+                             (cert_dir / (base_name + ".key")).string(), "--tls-ca",
+                             (certs_dir() / "ca.pem").string()});
+  }
   workers_[options.name] =
       std::make_unique<TestProcess>(argv, (dir_ / ("worker-" + options.name + ".log")).string());
 }
@@ -176,8 +227,8 @@ bool TestCluster::WaitConnected(const std::vector<std::string>& names, int timeo
 
 CommandResult TestCluster::Cli(std::vector<std::string> args) const {
   args.insert(args.begin(), bins_.cli);
-  args.push_back("--controller");
-  args.push_back(address_);
+  const std::vector<std::string> connection = ConnectionArgs();
+  args.insert(args.end(), connection.begin(), connection.end());
   return RunCommand(args);
 }
 
@@ -204,7 +255,7 @@ json TestCluster::Get(const std::string& id) const {
 
 std::unique_ptr<EventFollower> TestCluster::Follow(const std::string& id,
                                                    const std::string& log_name) const {
-  return std::make_unique<EventFollower>(bins_, address_, id, (dir_ / log_name).string());
+  return std::make_unique<EventFollower>(bins_, ConnectionArgs(), id, (dir_ / log_name).string());
 }
 
 std::map<int64_t, double> LossesByStep(const std::vector<json>& events, int attempt) {

@@ -2,6 +2,10 @@
 // each in its own process group, with logs and data under dir(). Jobs are submitted and
 // followed through the real CLI (`trainyard submit/get/watch --output json`).
 //
+// By default everything speaks plaintext on loopback; after EnableTls() the controller
+// serves TLS, workers present certificates (mutual TLS) and the CLI verifies the
+// controller, with certificates made by deploy/make-certs.sh under dir()/certs.
+//
 // Not thread-safe: one test thread drives it. Everything it started is SIGKILLed when it
 // dies; dir() is removed unless KeepFiles() was called (a failing test keeps its logs).
 #pragma once
@@ -26,6 +30,7 @@ struct ClusterBinaries {
   std::string controller;
   std::string worker;
   std::string cli;
+  std::string make_certs;  // deploy/make-certs.sh; needed only for EnableTls
 };
 
 struct WorkerOptions {
@@ -33,6 +38,13 @@ struct WorkerOptions {
   int slots = 1;
   // NAME=VALUE pairs added to the worker's environment (its ranks inherit them).
   std::vector<std::string> env;
+  // With TLS: the worker presents BASE.pem/BASE.key of tls_cert_dir (defaults: the
+  // cluster's certs_dir() and "worker-NAME") and verifies the controller against the
+  // cluster's CA.
+  std::string tls_cert_dir;
+  std::string tls_cert_base;
+  // Leave out --name, so the worker takes it from its certificate (TLS only).
+  bool name_from_certificate = false;
 };
 
 // proto3 JSON writes 64-bit integers as strings.
@@ -45,8 +57,9 @@ int FreeLoopbackPort();
 // A running `trainyard watch JOB --output json`, read as it grows.
 class EventFollower {
  public:
-  EventFollower(const ClusterBinaries& bins, const std::string& address, const std::string& id,
-                const std::string& log_path);
+  // `connection_args`: --controller and the TLS/token flags (TestCluster::ConnectionArgs).
+  EventFollower(const ClusterBinaries& bins, const std::vector<std::string>& connection_args,
+                const std::string& id, const std::string& log_path);
   // Every event written so far.
   std::vector<nlohmann::json> Events() const;
   // Waits up to timeout_ms for an event matching `pred` and returns it.
@@ -68,6 +81,20 @@ class TestCluster {
   const std::filesystem::path& dir() const { return dir_; }
   const std::string& address() const { return address_; }
   void KeepFiles() { keep_ = true; }
+
+  // Makes a CA, the controller's certificate and one per worker and client name under
+  // certs_dir() with bins.make_certs; every later start (and the CLI) uses TLS. False
+  // (and a test failure) when the script failed.
+  bool EnableTls(const std::vector<std::string>& workers, const std::vector<std::string>& clients = {});
+  // Runs bins.make_certs into `out` (e.g. a second CA); false when it failed.
+  bool MakeCerts(const std::filesystem::path& out, const std::vector<std::string>& workers,
+                 const std::vector<std::string>& clients) const;
+  bool tls() const { return tls_; }
+  std::filesystem::path certs_dir() const { return dir_ / "certs"; }
+  // Every later CLI call (and EventFollower) passes --token-file `path` ("" for none).
+  void SetCliTokenFile(const std::string& path) { cli_token_file_ = path; }
+  // --controller ADDRESS, plus --tls-ca and --token-file when set.
+  std::vector<std::string> ConnectionArgs() const;
 
   // Starts the controller on a free port; false when it did not write its port.
   bool StartController(const std::vector<std::string>& extra_args = {});
@@ -98,6 +125,11 @@ class TestCluster {
   std::vector<std::string> controller_args_;
   std::map<std::string, std::unique_ptr<TestProcess>> workers_;
   int next_port_base_ = 0;
+  bool tls_ = false;
+  std::string cli_token_file_;
+
+  // The controller's --tls-* flags (none without TLS).
+  std::vector<std::string> ControllerTlsArgs() const;
 };
 
 // Of `events`, the step losses reported by `attempt` (0: any), by step.
