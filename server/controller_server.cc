@@ -111,8 +111,12 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
   }
   s->preflight_ =
       std::make_unique<PreflightGate>(s->launcher_, s->metrics_.get(), preflight, s->clock_);
+  TY_ASSIGN_OR_RETURN(s->authorizer_, Authorizer::FromFile(options.token_file));
+  JobServiceOptions job_options;
+  job_options.authorizer = s->authorizer_.get();
+  job_options.max_watchers_per_owner = options.max_watchers_per_owner;
   s->job_service_ = std::make_unique<JobServiceImpl>(s->manager_.get(), s->store_.get(), &s->hub_,
-                                                     s->preflight_.get(), s->artifacts_.get());
+                                                     s->preflight_.get(), s->artifacts_.get(), job_options);
   s->worker_service_ = std::make_unique<WorkerServiceImpl>(s->manager_.get(), s->artifacts_.get(),
                                                            /*require_worker_certificate=*/options.tls.any());
 
@@ -150,6 +154,8 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
   });
   return s;
 }
+
+absl::Status ControllerServer::ReloadTokens() { return authorizer_->Reload(); }
 
 void ControllerServer::Shutdown() {
   {

@@ -31,8 +31,11 @@ struct ControllerOptions {
   // --tls-cert/--tls-key/--tls-ca, all or none: the one gRPC port serves TLS, workers
   // present a certificate of the CA (their name comes from it), clients may present none.
   TlsFilePaths tls;
-  // --token-file: the bearer tokens and roles of JobService clients.
+  // --token-file: the bearer tokens and roles of JobService clients (server/auth/);
+  // empty: authorization off, every caller an admin named "local" (loopback only).
   std::string token_file;
+  // --max-watchers-per-owner: concurrent WatchJob streams one identity may hold.
+  int max_watchers_per_owner = WatcherCap::kDefaultPerOwner;
   // Allow listeners beyond loopback without TLS and a token file (and /metrics at all);
   // every start with it logs a warning.
   bool insecure = false;
@@ -58,6 +61,9 @@ class ControllerServer {
   int port() const { return port_; }
   void Wait() { server_->Wait(); }
   void Shutdown();
+  // Re-reads --token-file (SIGHUP); a bad file keeps the tokens in force and is the
+  // error. OK without a change when authorization is off.
+  absl::Status ReloadTokens();
 
  private:
   ControllerServer() = default;
@@ -70,6 +76,7 @@ class ControllerServer {
   std::unique_ptr<JobManager> manager_;
   std::unique_ptr<ArtifactStore> artifacts_;
   std::unique_ptr<PreflightGate> preflight_;
+  std::unique_ptr<Authorizer> authorizer_;  // outlives job_service_, which points at it
   std::unique_ptr<JobServiceImpl> job_service_;
   std::unique_ptr<WorkerServiceImpl> worker_service_;
   std::unique_ptr<grpc::Server> server_;

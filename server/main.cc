@@ -14,7 +14,9 @@
 
 namespace {
 volatile std::sig_atomic_t g_stop = 0;
+volatile std::sig_atomic_t g_reload = 0;
 void OnSignal(int) { g_stop = 1; }
+void OnHangup(int) { g_reload = 1; }
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -44,7 +46,23 @@ int main(int argc, char** argv) {
                  "PEM CA: a worker must present a certificate it signed with OU=trainyard-worker "
                  "(its name is the CN); a client may present one it signed, or none");
   app.add_option("--token-file", options.token_file,
-                 "Bearer tokens of JobService clients, one line each: sha256(token) role owner");
+                 "Bearer tokens of JobService clients, one line each: `SHA256HEX ROLE OWNER` "
+                 "(sha256 of the token in lowercase hex; ROLE viewer|submitter|admin). Re-read on "
+                 "SIGHUP (a bad file keeps the tokens in force). Without it every caller is an "
+                 "admin named 'local'");
+  app.add_option("--max-watchers-per-owner", options.max_watchers_per_owner,
+                 "Concurrent `watch` streams one identity (token owner) may hold; beyond it a "
+                 "watch is refused with RESOURCE_EXHAUSTED")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  options.manager.max_job_events_per_s = 1000;
+  app.add_option("--max-job-events-per-s", options.manager.max_job_events_per_s,
+                 "Step-metric, compile and log events a second one job may store (a burst of "
+                 "twice that); the excess is dropped and counted in "
+                 "trainyard_events_dropped_total{reason=\"rate_limited\"}, rank states, "
+                 "checkpoints and stalls always pass. 0: no cap")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e7));
   app.add_flag("--insecure", options.insecure,
                "Allow a --listen beyond loopback without TLS or --token-file, and a "
                "--metrics-listen beyond loopback; logs a warning at every start");
@@ -87,6 +105,10 @@ int main(int argc, char** argv) {
     std::_Exit(70);  // EX_SOFTWARE
   };
 
+  // Before any thread starts: SIGHUP (re-read --token-file) must never kill the process.
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGHUP, OnHangup);
   // The only real launcher and clock of the controller; everything else takes them.
   trainyard::PosixProcessLauncher launcher;
   trainyard::RealClock clock;
@@ -103,9 +125,13 @@ int main(int argc, char** argv) {
     std::ofstream(tmp) << (*server)->port() << "\n";
     std::rename(tmp.c_str(), port_file.c_str());
   }
-  std::signal(SIGINT, OnSignal);
-  std::signal(SIGTERM, OnSignal);
-  while (!g_stop) clock.SleepFor(absl::Milliseconds(200));
+  while (!g_stop) {
+    clock.SleepFor(absl::Milliseconds(200));
+    if (g_reload) {
+      g_reload = 0;
+      (*server)->ReloadTokens().IgnoreError();  // logged by the authorizer, either way
+    }
+  }
   spdlog::info("trainyard-controller shutting down");
   (*server)->Shutdown();
   return 0;
