@@ -132,8 +132,10 @@ int main(int argc, char** argv) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("trainyard_load_bench_" + std::to_string(getpid()));
   fs::create_directories(dir);
+  // No per-job event cap: the ingest phase measures what the controller can commit.
   TestProcess controller({bin_dir + "/trainyard-controller", "--listen", "127.0.0.1:0", "--data-dir",
-                          (dir / "data").string(), "--port-file", (dir / "port").string()},
+                          (dir / "data").string(), "--port-file", (dir / "port").string(),
+                          "--max-job-events-per-s", "0"},
                          (dir / "controller.log").string());
   const std::string port = trainyard::testing::WaitForFile((dir / "port").string(), 20000);
   if (port.empty()) {

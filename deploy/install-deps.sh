@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Installs every Debian 12 package that building, testing and running the demo need.
+# Installs every Debian 12 package that building, testing and running the demo need
+# (openssl: deploy/make-certs.sh; clang, compiler-rt and llvm's symbolizer: the
+# sanitizer and fuzzing build of .ci/sanitizers.sh).
 # Idempotent: packages already present are skipped by apt; safe to run repeatedly.
 set -euo pipefail
 
@@ -11,6 +13,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libssl-dev
   prometheus
+  openssl
+  clang libclang-rt-14-dev llvm
 )
 
 missing=()
