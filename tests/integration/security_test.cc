@@ -17,7 +17,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+
 #include "tests/support/test_cluster.h"
+#include "trainyard/v1/worker_service.grpc.pb.h"
 
 namespace trainyard::testing {
 namespace {
@@ -149,11 +153,193 @@ TEST_F(SecurityTest, JobSucceedsOnTlsFleetAndItsTraceIsUploaded) {
   EXPECT_TRUE(uploaded) << "no trace artifact arrived; see " << cluster_->dir();
 }
 
-// ---- Tokens and roles ----
-// The acceptance tests of bearer tokens (no token -> UNAUTHENTICATED, a viewer's cancel
-// -> PERMISSION_DENIED, a submitter sees only its own jobs) go here once the controller
-// checks --token-file: start the controller with {"--token-file", PATH} and give each CLI
-// call its token with cluster_->SetCliTokenFile(FILE) (TestCluster passes --token-file).
+// ---- Tokens and roles, on the same TLS listener ----
+
+// The token file line of `token`: sha256 hex, role, owner.
+std::string TokenLine(const std::string& token, const std::string& role, const std::string& owner) {
+  const CommandResult r = RunCommand({"/bin/sh", "-c", "printf '%s' \"$0\" | /usr/bin/sha256sum", token});
+  return r.out.substr(0, 64) + " " + role + " " + owner + "\n";
+}
+
+class SecurityTokensTest : public SecurityTest {
+ protected:
+  void SetUp() override {
+    cluster_ = std::make_unique<TestCluster>(kBins, "security-tokens");
+    ASSERT_TRUE(cluster_->EnableTls({"w1", "w2"}, {}));
+    tokens_ = cluster_->dir() / "tokens";
+    {
+      std::ofstream out(tokens_);
+      out << "# test fleet\n"
+          << TokenLine("alice-secret-1", "submitter", "alice") << TokenLine("bob-secret-2", "submitter", "bob")
+          << TokenLine("vic-secret-3", "viewer", "vic");
+    }
+    fs::permissions(tokens_, fs::perms::owner_read | fs::perms::owner_write);
+    for (const auto& [who, token] : {std::pair<std::string, std::string>{"alice", "alice-secret-1"},
+                                     {"bob", "bob-secret-2"}, {"vic", "vic-secret-3"}, {"root", "root-secret-4"}}) {
+      std::ofstream(cluster_->dir() / (who + ".token")) << token << "\n";
+    }
+    ASSERT_TRUE(cluster_->StartController({"--token-file", tokens_.string()}))
+        << "see " << cluster_->dir() / "controller.log";
+  }
+  // Runs the CLI as `who` ("" for no token).
+  CommandResult As(const std::string& who, std::vector<std::string> args) {
+    cluster_->SetCliTokenFile(who.empty() ? "" : (cluster_->dir() / (who + ".token")).string());
+    return cluster_->Cli(std::move(args));
+  }
+  fs::path tokens_;
+};
+
+// No token: UNAUTHENTICATED; a viewer's cancel: PERMISSION_DENIED; a submitter cannot
+// see another owner's job in list, get or watch; a token added to the file works after
+// SIGHUP; no token is ever echoed.
+TEST_F(SecurityTokensTest, RolesDecideWhoSeesAndChangesWhat) {
+  const CommandResult none = As("", {"list"});
+  EXPECT_NE(none.exit_code, 0);
+  EXPECT_NE(none.err.find("UNAUTHENTICATED: no bearer token"), std::string::npos) << none.err;
+  const CommandResult wrong = As("root", {"list"});  // not in the file yet
+  EXPECT_NE(wrong.err.find("UNAUTHENTICATED: unknown token"), std::string::npos) << wrong.err;
+  EXPECT_EQ(wrong.err.find("root-secret-4"), std::string::npos) << "a token is never echoed";
+
+  cluster_->SetCliTokenFile((cluster_->dir() / "alice.token").string());  // TestCluster's own CLI calls
+  cluster_->StartWorker({.name = "w1", .slots = 1, .name_from_certificate = true});
+  ASSERT_TRUE(cluster_->WaitConnected({"w1"}, 20000));
+  const std::string id = cluster_->Submit(kDebugJob, {"parallelism.dp=1", "training.steps=400"});
+  ASSERT_FALSE(id.empty());
+  EXPECT_EQ(cluster_->Get(id).value("owner", ""), "alice");
+
+  // bob (another submitter) sees nothing of alice's job.
+  const CommandResult bob_list = As("bob", {"list", "--output", "json"});
+  EXPECT_EQ(bob_list.exit_code, 0) << bob_list.err;
+  EXPECT_EQ(bob_list.out.find(id), std::string::npos) << bob_list.out;
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"get", id}, {"watch", id, "--output", "json"}, {"cancel", id}}) {
+    const CommandResult r = As("bob", args);
+    EXPECT_NE(r.exit_code, 0) << args[0];
+    EXPECT_NE(r.err.find("NOT_FOUND: job " + id + " not found"), std::string::npos) << args[0] << ": " << r.err;
+  }
+  // vic (viewer) sees it and cannot cancel it.
+  const CommandResult vic_list = As("vic", {"list", "--output", "json"});
+  EXPECT_NE(vic_list.out.find(id), std::string::npos) << vic_list.out;
+  const CommandResult vic_cancel = As("vic", {"cancel", id});
+  EXPECT_NE(vic_cancel.exit_code, 0);
+  EXPECT_NE(vic_cancel.err.find("PERMISSION_DENIED"), std::string::npos) << vic_cancel.err;
+  const CommandResult vic_submit = As("vic", {"submit", kDebugJob});
+  EXPECT_NE(vic_submit.err.find("PERMISSION_DENIED"), std::string::npos) << vic_submit.err;
+
+  // An admin added to the file is accepted after SIGHUP, and may cancel alice's job.
+  { std::ofstream(tokens_, std::ios::app) << TokenLine("root-secret-4", "admin", "root"); }
+  cluster_->SignalController(SIGHUP);
+  CommandResult root_list;
+  for (int waited = 0; waited < 20000; waited += 200) {
+    root_list = As("root", {"list", "--output", "json"});
+    if (root_list.exit_code == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  ASSERT_EQ(root_list.exit_code, 0) << root_list.err;
+  EXPECT_NE(root_list.out.find(id), std::string::npos);
+  const CommandResult root_cancel = As("root", {"cancel", id});
+  EXPECT_EQ(root_cancel.exit_code, 0) << root_cancel.err;
+  cluster_->SetCliTokenFile((cluster_->dir() / "alice.token").string());
+  cluster_->Follow(id, "events.jsonl")->WaitEnd();
+  EXPECT_EQ(cluster_->Get(id).value("state", ""), "CANCELLED");
+  EXPECT_EQ(ReadAll(ControllerLog()).find("secret"), std::string::npos) << "no token in the log";
+}
+
+// ---- A hostile worker with a valid certificate ----
+
+std::shared_ptr<grpc::Channel> WorkerChannel(const TestCluster& cluster, const std::string& name) {
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = ReadAll(cluster.certs_dir() / "ca.pem");
+  ssl.pem_cert_chain = ReadAll(cluster.certs_dir() / ("worker-" + name + ".pem"));
+  ssl.pem_private_key = ReadAll(cluster.certs_dir() / ("worker-" + name + ".key"));
+  grpc::ChannelArguments args;
+  args.SetMaxSendMessageSize(64 << 20);
+  return grpc::CreateCustomChannel(cluster.address(), grpc::SslCredentials(ssl), args);
+}
+
+// Writes `msgs` on one Connect stream and returns how it ended.
+grpc::Status Stream(const std::shared_ptr<grpc::Channel>& channel, const std::vector<v1::WorkerMessage>& msgs) {
+  auto stub = v1::WorkerService::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  auto stream = stub->Connect(&ctx);
+  for (const auto& m : msgs) {
+    if (!stream->Write(m)) break;
+  }
+  stream->WritesDone();
+  v1::ControllerMessage in;
+  while (stream->Read(&in)) {
+  }
+  return stream->Finish();
+}
+
+v1::WorkerMessage Register(const std::string& name) {
+  v1::WorkerMessage m;
+  m.mutable_register_()->set_name(name);
+  m.mutable_register_()->set_slots(1);
+  m.mutable_register_()->set_address("127.0.0.1");
+  m.mutable_register_()->set_rendezvous_port_min(42000);
+  m.mutable_register_()->set_rendezvous_port_max(42001);
+  return m;
+}
+
+// A worker with a CA-signed certificate sends an oversized batch, a batch of more events
+// than any worker sends, and forged events for the rank another worker runs: the first
+// two end its stream with a precise status, the forgeries are dropped, and the job on
+// the real worker trains on to SUCCEEDED while list keeps working.
+TEST_F(SecurityTest, MalformedOrOversizedBatchesFromAWorkerLeaveEveryOtherJobServed) {
+  cluster_->StartWorker({.name = "w1", .slots = 1, .name_from_certificate = true});
+  ASSERT_TRUE(cluster_->WaitConnected({"w1"}, 20000));
+  const std::string id = cluster_->Submit(kDebugJob, {"parallelism.dp=1", "training.steps=30"});
+  ASSERT_FALSE(id.empty());
+  auto follower = cluster_->Follow(id, "events.jsonl");
+  ASSERT_TRUE(follower->WaitFor([](const json& e) { return e.contains("step_metrics"); }, 120000));
+
+  auto channel = WorkerChannel(*cluster_, "w2");
+  v1::WorkerMessage huge;
+  huge.mutable_events()->set_batch_id(1);
+  v1::Event* big = huge.mutable_events()->add_events();
+  big->set_job_id(id);
+  big->set_attempt(1);
+  big->mutable_log()->set_message(std::string(9 << 20, 'x'));  // past the 8 MiB request cap
+  const grpc::Status s1 = Stream(channel, {Register("w2"), huge});
+  EXPECT_EQ(s1.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s1.error_message().substr(0, 200);
+  EXPECT_LT(s1.error_message().size(), 300u);
+
+  v1::WorkerMessage flood;
+  flood.mutable_events()->set_batch_id(2);
+  for (int i = 0; i < 10001; ++i) {
+    v1::Event* e = flood.mutable_events()->add_events();
+    e->set_job_id(id);
+    e->set_attempt(1);
+    e->set_rank(0);
+    e->set_source_seq(i + 1);
+    e->mutable_log()->set_message("x");
+  }
+  const grpc::Status s2 = Stream(channel, {Register("w2"), flood});
+  EXPECT_EQ(s2.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s2.error_message().substr(0, 200);
+  EXPECT_NE(s2.error_message().find("EventBatch.events"), std::string::npos) << s2.error_message().substr(0, 200);
+
+  v1::WorkerMessage forged;
+  forged.mutable_events()->set_batch_id(3);
+  v1::Event* exited = forged.mutable_events()->add_events();
+  exited->set_job_id(id);
+  exited->set_attempt(1);
+  exited->set_rank(0);
+  exited->set_source_seq(1000000);
+  exited->mutable_rank_state()->set_state(v1::RankState::EXITED);
+  EXPECT_TRUE(Stream(channel, {Register("w2"), forged}).ok());
+
+  const CommandResult list = cluster_->Cli({"list"});
+  EXPECT_EQ(list.exit_code, 0) << list.err;
+  const std::vector<json> events = follower->WaitEnd();
+  EXPECT_EQ(cluster_->Get(id).value("state", ""), "SUCCEEDED");
+  int64_t last_step = 0;
+  for (const json& e : events) {
+    if (e.contains("step_metrics")) last_step = std::max(last_step, JsonInt(e["step_metrics"]["step"]));
+  }
+  EXPECT_EQ(last_step, 30) << "the job trained to its end, not cut short by a forged EXITED";
+}
 
 }  // namespace
 }  // namespace trainyard::testing

@@ -166,6 +166,10 @@ void TestCluster::KillController() {
   if (controller_) controller_->Kill();
 }
 
+void TestCluster::SignalController(int signal) {
+  if (controller_ && controller_->pid() > 0) ::kill(controller_->pid(), signal);
+}
+
 bool TestCluster::RestartController() {
   if (address_.empty()) return false;
   fs::remove(dir_ / "port");

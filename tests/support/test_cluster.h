@@ -100,6 +100,8 @@ class TestCluster {
   bool StartController(const std::vector<std::string>& extra_args = {});
   // SIGKILLs the controller (a crash: nothing is flushed or closed).
   void KillController();
+  // Sends `signal` to the controller (SIGHUP: re-read --token-file).
+  void SignalController(int signal);
   // Starts the controller again on the same address and data dir, with the arguments
   // StartController was given; false when it did not come up.
   bool RestartController();
