@@ -135,7 +135,7 @@ int main(int argc, char** argv) {
   // No per-job event cap: the ingest phase measures what the controller can commit.
   TestProcess controller({bin_dir + "/trainyard-controller", "--listen", "127.0.0.1:0", "--data-dir",
                           (dir / "data").string(), "--port-file", (dir / "port").string(),
-                          "--max-job-events-per-s", "0"},
+                          "--max-events-per-s-per-rank", "0"},
                          (dir / "controller.log").string());
   const std::string port = trainyard::testing::WaitForFile((dir / "port").string(), 20000);
   if (port.empty()) {

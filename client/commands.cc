@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/spec/spec_error.h"
 #include "client/artifact_pull.h"
 #include "client/cli_format.h"
 #include "client/job_client.h"
@@ -76,6 +77,13 @@ absl::StatusOr<std::unique_ptr<JobClient>> MakeClient(const CommonOptions& optio
   } else if (!env.default_token.empty()) {
     if (absl::Status s = JobClient::CheckBearerToken(env.default_token, "TRAINYARD_TOKEN"); !s.ok()) return s;
     credentials.bearer_token = env.default_token;
+  }
+  if (!credentials.bearer_token.empty() && credentials.tls_ca_pem.empty() &&
+      !IsLoopbackAddress(options.controller)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "refusing to send the bearer token (", options.token_file.empty() ? "TRAINYARD_TOKEN" : "--token-file",
+        ") in plaintext to ", spec::Quote(options.controller),
+        ", which is not a loopback address: give --tls-ca to connect over TLS"));
   }
   return JobClient::Connect(
       options.controller,

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/spec/spec_error.h"
@@ -164,6 +165,23 @@ std::shared_ptr<grpc::ChannelCredentials> MakeChannelCredentials(const std::stri
   grpc::SslCredentialsOptions options;
   options.pem_root_certs = ca_pem;
   return grpc::SslCredentials(options);
+}
+
+bool IsLoopbackAddress(const std::string& host_port) {
+  if (absl::StartsWith(host_port, "localhost:") || absl::StartsWith(host_port, "[::1]:")) return true;
+  // 127.A.B.C:PORT with decimal octets only: "127.example.com:80" is a DNS name.
+  const std::size_t colon = host_port.rfind(':');
+  if (colon == std::string::npos || !absl::StartsWith(host_port, "127.")) return false;
+  int dots = 0;
+  for (std::size_t i = 0; i < colon; ++i) {
+    const char c = host_port[i];
+    if (c == '.') {
+      ++dots;
+    } else if (c < '0' || c > '9') {
+      return false;
+    }
+  }
+  return dots == 3;
 }
 
 }  // namespace trainyard

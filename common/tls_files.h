@@ -32,6 +32,10 @@ struct TlsFilePaths {
 // OK when all three or none are given; else INVALID_ARGUMENT naming the missing flags.
 absl::Status CheckTlsFlags(const TlsFilePaths& paths);
 
+// True for "127.x.x.x:P" (an IPv4 literal), "localhost:P" and "[::1]:P": the addresses
+// where plaintext (and a bearer token in it) never leaves the machine.
+bool IsLoopbackAddress(const std::string& host_port);
+
 // The checked PEM text of the three files.
 struct TlsMaterial {
   std::string cert_pem;  // this process's certificate (chain), leaf first

@@ -51,8 +51,9 @@ check_name() {
     die "$2 name '${1:0:100}' must match [A-Za-z0-9][A-Za-z0-9._-]{0,63}"
 }
 split_names() {  # $1: comma-separated list; prints one name a line
-  local IFS=,
-  for n in $1; do [[ -n $n ]] && echo "$n"; done
+  local names n
+  IFS=, read -r -a names <<<"$1"  # no word splitting on spaces, no globbing of '*'
+  for n in "${names[@]}"; do [[ -n $n ]] && printf '%s\n' "$n"; done
   return 0
 }
 

@@ -17,23 +17,6 @@
 
 namespace trainyard {
 
-bool IsLoopbackAddress(const std::string& host_port) {
-  if (absl::StartsWith(host_port, "localhost:") || absl::StartsWith(host_port, "[::1]:")) return true;
-  // 127.A.B.C:PORT with decimal octets only: "127.example.com:80" is a DNS name.
-  const std::size_t colon = host_port.rfind(':');
-  if (colon == std::string::npos || !absl::StartsWith(host_port, "127.")) return false;
-  int dots = 0;
-  for (std::size_t i = 0; i < colon; ++i) {
-    const char c = host_port[i];
-    if (c == '.') {
-      ++dots;
-    } else if (c < '0' || c > '9') {
-      return false;
-    }
-  }
-  return dots == 3;
-}
-
 absl::Status CheckListenerSecurity(const ControllerOptions& options, std::vector<std::string>* warnings) {
   const bool tls = !options.tls.cert.empty() && !options.tls.key.empty() && !options.tls.ca.empty();
   const bool tokens = !options.token_file.empty();

@@ -86,9 +86,6 @@ class ControllerServer {
   std::thread ticker_;
 };
 
-// True for "127.x.x.x:P" (an IPv4 literal), "localhost:P" and "[::1]:P".
-bool IsLoopbackAddress(const std::string& host_port);
-
 // Secure by default: a --listen beyond loopback needs TLS and --token-file, and a
 // --metrics-listen beyond loopback (plain HTTP, no authentication) is refused, unless
 // --insecure; FAILED_PRECONDITION naming the flag and what is missing. With --insecure,

@@ -1,6 +1,8 @@
 // A per-job cap on the chatty events a job's workers may store: step metrics, compile
-// events and log lines. Each job has a token bucket of `per_second` tokens a second
-// holding at most `burst_seconds` worth; each such event takes one token and the excess
+// events and log lines. Each job has a token bucket of `per_second` × its world size
+// tokens a second (a budget per rank, so a 1,024-rank job is not starved by a cap sized
+// for a debug job) holding at most `burst_seconds` worth; each such event takes one
+// token and the excess
 // is dropped (counted by the caller as trainyard_events_dropped_total{reason=
 // "rate_limited"}), while the worker's stream stays open and its batch is acknowledged.
 // Events that carry state (rank states, checkpoints, stalls; artifact refs are refused
@@ -28,12 +30,13 @@ bool IsRateLimitedKind(const v1::Event& event);
 
 class EventRateLimiter {
  public:
-  // per_second <= 0: no limit.
+  // per_second: per rank; <= 0: no limit.
   EventRateLimiter(double per_second, double burst_seconds);
 
-  // Removes from `events` (one job's, in order) the limited kinds past the job's budget
-  // at `now`, keeping the order of the rest; returns how many were removed.
-  int Admit(const std::string& job_id, absl::Time now, std::vector<v1::Event>* events);
+  // Removes from `events` (one job's of `world` ranks, in order) the limited kinds past
+  // the job's budget at `now`, keeping the order of the rest; returns how many were
+  // removed.
+  int Admit(const std::string& job_id, int world, absl::Time now, std::vector<v1::Event>* events);
   double per_second() const { return per_second_; }
 
  private:
@@ -42,7 +45,7 @@ class EventRateLimiter {
     absl::Time refilled;
   };
   const double per_second_;
-  const double capacity_;
+  const double burst_seconds_;
   std::map<std::string, Bucket> buckets_;
 };
 

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/proto_time.h"
+#include "common/spec/rules.h"
 #include "common/status_macros.h"
 #include "server/gang_scheduler.h"
 #include "server/resize_policy.h"
@@ -27,8 +28,8 @@ std::string StateName(v1::Job::State s) { return v1::Job::State_Name(s); }
 }  // namespace
 
 JobLifecycle::JobLifecycle(WorkerRegistry* workers, ControllerMetrics* metrics, Clock* clock,
-                           double max_job_events_per_s)
-    : workers_(workers), metrics_(metrics), clock_(clock), rate_(max_job_events_per_s, 2.0) {}
+                           double max_events_per_s_per_rank)
+    : workers_(workers), metrics_(metrics), clock_(clock), rate_(max_events_per_s_per_rank, 2.0) {}
 
 v1::Job JobLifecycle::NewJob(v1::JobSpec normalised, const std::string& owner, absl::Time now, v1::Event* first) {
   v1::Job job;
@@ -70,6 +71,16 @@ int64_t JobLifecycle::Recover(v1::Job job, const std::vector<v1::Event>& events,
   spdlog::info("recovered job={} state={} attempt={}", id, StateName(rt.job.state()), rt.job.attempt());
   RestoreBackoff(rt, events);
   if (RestoreCheckpoint(rt, events)) fx->PutJob(rt.job);
+  for (const auto& e : events) {
+    if (e.attempt() <= 0 || e.attempt() >= rt.job.attempt() || !e.has_rank_state() || e.rank() < 0 ||
+        e.rank() >= spec::kMaxWorldSize || e.rank_state().worker().empty()) {
+      continue;
+    }
+    std::vector<std::string>& past = rt.past_placements[e.attempt()];
+    if (static_cast<int>(past.size()) <= e.rank()) past.resize(e.rank() + 1);
+    past[e.rank()] = e.rank_state().worker();
+  }
+  while (rt.past_placements.size() > kMaxPastPlacements) rt.past_placements.erase(rt.past_placements.begin());
   if (!IsActive(rt)) return rt.order;
   // The attempt's ranks may still be running: every rank holds its slot until its
   // stored RankState events (replayed below) or its worker say otherwise, and the
@@ -161,14 +172,29 @@ absl::Status JobLifecycle::Resize(const std::string& id, int dp, Effects* fx) {
   return absl::OkStatus();
 }
 
+std::optional<std::vector<std::string>> JobLifecycle::AttemptWorkers(const std::string& id, int attempt) const {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end() || attempt <= 0 || attempt > it->second.job.attempt()) return std::nullopt;
+  const JobRuntime& rt = it->second;
+  if (attempt == rt.job.attempt()) {
+    std::vector<std::string> out;
+    for (const auto& r : rt.job.placement().ranks()) out.push_back(r.worker());
+    return out;
+  }
+  auto past = rt.past_placements.find(attempt);
+  if (past == rt.past_placements.end()) return std::nullopt;
+  return past->second;
+}
+
 std::vector<EventRefusal> JobLifecycle::Screen(const std::string& worker, const std::string& job_id,
                                                std::vector<v1::Event>* events) {
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return {};
   std::vector<EventRefusal> refused = ScreenEvents(it->second.job, worker, events);
-  if (int n = rate_.Admit(job_id, clock_->Now(), events); n > 0) {
+  const int world = std::max(1, it->second.job.world_size());
+  if (int n = rate_.Admit(job_id, world, clock_->Now(), events); n > 0) {
     const std::string why = absl::StrCat("over the job's cap of ", rate_.per_second(),
-                                         " step, compile and log events a second");
+                                         " step, compile and log events a second per rank (", world, " ranks)");
     refused.insert(refused.end(), n, EventRefusal{kDropRateLimited, why});
   }
   return refused;
@@ -381,6 +407,11 @@ void JobLifecycle::StartAttempt(JobRuntime& rt, const GangDecision& decision, Ef
   rt.attempt_started = clock_->Now();
   rt.last_step = 0;
   rt.step_seconds = 0;
+  if (job.attempt() > 0) {
+    std::vector<std::string>& past = rt.past_placements[job.attempt()];
+    for (const auto& r : job.placement().ranks()) past.push_back(r.worker());  // rank i at index i
+    while (rt.past_placements.size() > kMaxPastPlacements) rt.past_placements.erase(rt.past_placements.begin());
+  }
   job.set_attempt(job.attempt() + 1);
   job.set_world_size(world);  // the spec's dp·tp, or the elastic layout's
   job.clear_placement();

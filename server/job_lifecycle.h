@@ -46,10 +46,10 @@ namespace trainyard {
 // only under its state mutex.
 class JobLifecycle {
  public:
-  // max_job_events_per_s: EventRateLimiter's rate for each job (<= 0: no limit), with
-  // two seconds' worth of burst.
+  // max_events_per_s_per_rank: EventRateLimiter's rate for each rank of a job (<= 0:
+  // no limit), with two seconds' worth of burst.
   JobLifecycle(WorkerRegistry* workers, ControllerMetrics* metrics, Clock* clock,
-               double max_job_events_per_s = 0);
+               double max_events_per_s_per_rank = 0);
 
   // A new job of `owner` for an admitted (normalised) spec, PENDING, created `now`, and
   // its first event (*first: the PENDING job_state), for the caller to commit together.
@@ -76,6 +76,12 @@ class JobLifecycle {
   // goes RESTARTING; a restarting or PENDING one only changes the dp its restart
   // places. NOT_FOUND for an unknown job; OK without a change when already at `dp`.
   absl::Status Resize(const std::string& id, int dp, Effects* fx);
+  // The worker of each rank (index = rank; "" where unknown) of attempt `attempt` of
+  // job `id`: the current attempt's placement, or an earlier one's as recorded (see
+  // JobRuntime::past_placements); nullopt when this controller does not know it (an
+  // unknown job, a future attempt, one placed before a restart of a job that had
+  // already ended, or older than the last kMaxPastPlacements).
+  std::optional<std::vector<std::string>> AttemptWorkers(const std::string& id, int attempt) const;
   // Before a commit: removes from `events` (one job's, sent by worker `worker`) those
   // that must not be stored (event_screen: another attempt, a rank not placed on that
   // worker, a checkpoint that cannot be the newest, and step metrics, compile events

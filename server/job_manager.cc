@@ -33,7 +33,7 @@ JobManager::JobManager(StateStore* store, EventHub* hub, ControllerMetrics* metr
       clock_(clock),
       options_(options),
       registry_(clock, options.heartbeat_interval, options.heartbeat_timeout),
-      lifecycle_(&registry_, metrics, clock, options.max_job_events_per_s) {}
+      lifecycle_(&registry_, metrics, clock, options.max_events_per_s_per_rank) {}
 
 absl::Status JobManager::Recover() {
   TY_ASSIGN_OR_RETURN(auto jobs, store_->LoadJobs());
@@ -328,6 +328,11 @@ void JobManager::Tick() {
 bool JobManager::WorkerConnected(const std::string& name) {
   absl::MutexLock lock(&mu_);
   return registry_.IsConnected(name);
+}
+
+std::optional<std::vector<std::string>> JobManager::AttemptWorkers(const std::string& job_id, int attempt) {
+  absl::MutexLock lock(&mu_);
+  return lifecycle_.AttemptWorkers(job_id, attempt);
 }
 
 absl::StatusOr<bool> JobManager::AppendControllerEvent(const std::string& job_id, v1::Event event) {

@@ -32,9 +32,9 @@ struct JobManagerOptions {
   // ~3 s of it being back), short enough to fail a gang fast (Ray: >= 20 s).
   absl::Duration heartbeat_timeout = absl::Seconds(10);
   absl::Duration metrics_grace = absl::Minutes(10);
-  // Step, compile and log events a second one job may store (EventRateLimiter; the
-  // excess is dropped and counted, the stream stays up). <= 0: no cap.
-  double max_job_events_per_s = 0;
+  // Step, compile and log events a second one job may store per rank (EventRateLimiter;
+  // the excess is dropped and counted, the stream stays up). <= 0: no cap.
+  double max_events_per_s_per_rank = 0;
   // Called (outside both locks) when a store write that follows a state change fails:
   // memory is then ahead of the store. The controller (main.cc) stops the process, so
   // a supervisor restarts it and Recover rebuilds the state from the store; tests
@@ -117,6 +117,8 @@ class JobManager {
   // Artifacts (server/artifact_store). Whether a worker of that name is registered and
   // connected now.
   bool WorkerConnected(const std::string& name);
+  // JobLifecycle::AttemptWorkers, under the state lock.
+  std::optional<std::vector<std::string>> AttemptWorkers(const std::string& job_id, int attempt);
   // Commits `event`, a controller event (an ArtifactRef, a LogLine), to job `job_id` as
   // a writer does, then wakes its watchers. Returns false, writing nothing, when the
   // job has reached a terminal state: nothing follows its terminal JobStateChange.

@@ -42,7 +42,14 @@ struct JobRuntime {
   // this dp. Cleared once an attempt starts, so a failure restart tries the full dp.
   std::optional<int> resize_dp;
   int resizes = 0;  // attempts ended by a resize: they use no restart of max_restarts
+  // Earlier attempts' worker of each rank ("" where unknown), for fencing their late
+  // artifact uploads: recorded when the next attempt is placed, and after a controller
+  // restart rebuilt from the stored RankState events (which the event screen let in
+  // only from the rank's worker). The last kMaxPastPlacements attempts are kept.
+  std::map<int, std::vector<std::string>> past_placements;
 };
+
+inline constexpr int kMaxPastPlacements = 64;
 
 // Notes a StepMetrics of the current attempt (its step, the step's wall time).
 void NoteStep(JobRuntime& rt, const v1::StepMetrics& step);

@@ -369,9 +369,15 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* JobServiceImpl::WatchJob(grpc::Callb
   if (auto s = ParseRequest(*in, &request); !s.ok()) return new FailedWatch(s);
   if (auto s = request_checks::Check(request); !s.ok()) return new FailedWatch(s);
   if (auto job = VisibleJob(*caller, request.id()); !job.ok()) return new FailedWatch(job.status());
-  auto lease = watchers_.Acquire(caller->owner);
-  if (!lease.ok()) return new FailedWatch(lease.status());
-  return new WatchReactor(store_, hub_, request.id(), request.from_seq(), std::move(*lease));
+  // Per identity: with authorization off there is none (every caller is "local"), and
+  // one cap for the whole controller would refuse a dashboard's 65th watcher.
+  std::unique_ptr<WatcherCap::Lease> lease;
+  if (authorizer_->enabled()) {
+    auto acquired = watchers_.Acquire(caller->owner);
+    if (!acquired.ok()) return new FailedWatch(acquired.status());
+    lease = std::move(*acquired);
+  }
+  return new WatchReactor(store_, hub_, request.id(), request.from_seq(), std::move(lease));
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::ListArtifacts(grpc::CallbackServerContext* ctx,

@@ -36,17 +36,20 @@ absl::Status WorkerRegistry::Register(int64_t conn, const v1::Register& reg,
         reg.rendezvous_port_max(), " holds fewer ports than the ", reg.slots(), " slots"));
   }
   // Two streams claiming one name: the older one keeps it while its heartbeats arrive.
-  // A newcomer (a forger, or the same daemon restarted behind a half-open connection)
-  // is refused and changes nothing; it may take the name once the old heartbeat lapsed.
+  // A newcomer (a forger, or the same daemon reconnecting behind a half-open connection)
+  // is refused and changes nothing; it takes the name once the old stream missed three
+  // heartbeats, well before the timeout that would declare the worker lost and fail its
+  // gangs, so a reconnecting worker keeps its running jobs.
   auto existing = workers_.find(reg.name());
   if (existing != workers_.end() && existing->second.connected && existing->second.conn != conn) {
     const absl::Duration silent = clock_->Now() - existing->second.last_seen;
-    if (silent <= heartbeat_timeout_) {
+    const absl::Duration lapse = std::min(heartbeat_timeout_, 3 * heartbeat_interval_);
+    if (silent <= lapse) {
       return absl::AlreadyExistsError(absl::StrCat(
           "register: worker \"", spec::Quote(reg.name()),
           "\" is connected on another stream (last heard from ", absl::ToInt64Seconds(silent),
           "s ago); a new connection may take the name once that stream has been silent for ",
-          absl::ToInt64Seconds(heartbeat_timeout_), "s"));
+          absl::FormatDuration(lapse)));
     }
   }
   Worker& w = workers_[reg.name()];

@@ -38,9 +38,9 @@ class WorkerRegistry {
 
   // Records worker `reg.name()` as connected on `conn` and queues its RegisterAck. A
   // known worker keeps its slot usage and port rotation. While another stream holds the
-  // name and was heard from within the heartbeat timeout, ALREADY_EXISTS and nothing
-  // changes (running jobs are untouched); an older stream silent for longer is closed
-  // and replaced. INVALID_ARGUMENT for an empty name, slots <= 0 or a bad rendezvous
+  // name and was heard from within three heartbeat intervals (at most the timeout),
+  // ALREADY_EXISTS and nothing changes (running jobs are untouched); an older stream
+  // silent for longer is closed and replaced, keeping the worker's jobs. INVALID_ARGUMENT for an empty name, slots <= 0 or a bad rendezvous
   // port range (nothing changes then).
   absl::Status Register(int64_t conn, const v1::Register& reg,
                         std::shared_ptr<WorkerChannel> channel, Effects* fx);

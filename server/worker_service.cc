@@ -51,7 +51,7 @@ class ConnectReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::By
           status = CheckClaimedWorkerName("Register.name", in_.register_().name(), certified_);
         }
         if (status.ok()) status = manager_->RegisterWorker(conn_, in_.register_(), channel_);
-        registered_ = status.ok();
+        registered_ = registered_ || status.ok();  // a refused second Register still ends a live stream
         break;
       case v1::WorkerMessage::kHeartbeat:
         manager_->Heartbeat(conn_, in_.heartbeat());
@@ -154,12 +154,12 @@ class ConnectReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::By
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-// The caller of an artifact call, as far as this service can tell (see the header).
-// For the job's current attempt the worker must also hold the header's rank (any rank
-// of the attempt for a worker's own file, rank -1); files of earlier attempts are
-// accepted from any connected worker, since only the last placement is kept (fencing
-// per attempt is the security issue's). `certified`: the caller's certificate name, or ""
-// when certificates are not required.
+// The caller of an artifact call, as far as this service can tell (see the header): a
+// connected worker that held the header's rank in the header's attempt (any rank of
+// the attempt for a worker's own file, rank -1), the current attempt or an earlier one
+// (JobManager::AttemptWorkers). An attempt whose placement this controller does not
+// know is refused. `certified`: the caller's certificate name, or "" when certificates
+// are not required.
 absl::Status CheckUploader(JobManager* manager, const v1::ArtifactHeader& header,
                            const std::string& certified) {
   if (!certified.empty()) {
@@ -172,10 +172,15 @@ absl::Status CheckUploader(JobManager* manager, const v1::ArtifactHeader& header
     return absl::PermissionDeniedError(absl::StrCat("ArtifactHeader.worker ", spec::Quote(header.worker()),
                                                     " is not a connected worker"));
   }
-  absl::StatusOr<v1::Job> job = manager->Get(header.job_id());
-  if (!job.ok() || header.attempt() != job->attempt()) return absl::OkStatus();  // the store decides
-  for (const v1::Placement::Rank& r : job->placement().ranks()) {
-    if (r.worker() == header.worker() && (header.rank() < 0 || r.rank() == header.rank())) {
+  if (!manager->Get(header.job_id()).ok()) return absl::OkStatus();  // the store says NOT_FOUND
+  std::optional<std::vector<std::string>> placed = manager->AttemptWorkers(header.job_id(), header.attempt());
+  if (!placed) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "attempt ", header.attempt(), " of job ", spec::Quote(header.job_id()),
+        " has no placement this controller knows (never started, or before a restart after the job ended)"));
+  }
+  for (std::size_t r = 0; r < placed->size(); ++r) {
+    if ((*placed)[r] == header.worker() && (header.rank() < 0 || static_cast<int>(r) == header.rank())) {
       return absl::OkStatus();
     }
   }

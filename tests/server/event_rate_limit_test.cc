@@ -31,32 +31,47 @@ TEST(EventRateLimiterTest, ABurstOfTwoSecondsThenTheRateAndStateEventsAlwaysPass
   std::vector<v1::Event> events;
   for (int i = 0; i < 25; ++i) events.push_back(Log("a", i));
   events.insert(events.begin() + 22, RankRunning("a"));  // past the budget: still kept
-  EXPECT_EQ(limiter.Admit("a", t0, &events), 5);
+  EXPECT_EQ(limiter.Admit("a", 1, t0, &events), 5);
   ASSERT_EQ(events.size(), 21u);
   EXPECT_EQ(events[19].log().message(), "line 19");
   EXPECT_TRUE(events[20].has_rank_state());
 
   // Another job has its own bucket.
   std::vector<v1::Event> other{Log("b", 0)};
-  EXPECT_EQ(limiter.Admit("b", t0, &other), 0);
+  EXPECT_EQ(limiter.Admit("b", 1, t0, &other), 0);
 
   // 0.5 s later: 5 tokens back.
   events.clear();
   for (int i = 0; i < 8; ++i) events.push_back(Log("a", i));
-  EXPECT_EQ(limiter.Admit("a", t0 + absl::Milliseconds(500), &events), 3);
+  EXPECT_EQ(limiter.Admit("a", 1, t0 + absl::Milliseconds(500), &events), 3);
   EXPECT_EQ(events.size(), 5u);
 
   // An hour later the bucket holds its capacity, no more.
   events.clear();
   for (int i = 0; i < 30; ++i) events.push_back(Log("a", i));
-  EXPECT_EQ(limiter.Admit("a", t0 + absl::Hours(1), &events), 10);
+  EXPECT_EQ(limiter.Admit("a", 1, t0 + absl::Hours(1), &events), 10);
+}
+
+TEST(EventRateLimiterTest, TheBudgetIsPerRankOfTheJob) {
+  EventRateLimiter limiter(10, 2.0);  // 8 ranks: 160 tokens, 80 a second
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  std::vector<v1::Event> events;
+  for (int i = 0; i < 200; ++i) events.push_back(Log("a", i));
+  EXPECT_EQ(limiter.Admit("a", 8, t0, &events), 40);
+  events.clear();
+  for (int i = 0; i < 100; ++i) events.push_back(Log("a", i));
+  EXPECT_EQ(limiter.Admit("a", 8, t0 + absl::Seconds(1), &events), 20);
+  // A smaller next attempt (2 ranks): the bucket shrinks to its capacity, 40.
+  events.clear();
+  for (int i = 0; i < 100; ++i) events.push_back(Log("a", i));
+  EXPECT_EQ(limiter.Admit("a", 2, t0 + absl::Seconds(10), &events), 60);
 }
 
 TEST(EventRateLimiterTest, ZeroMeansNoCap) {
   EventRateLimiter limiter(0, 2.0);
   std::vector<v1::Event> events;
   for (int i = 0; i < 100000; ++i) events.push_back(Log("a", i));
-  EXPECT_EQ(limiter.Admit("a", absl::FromUnixSeconds(1), &events), 0);
+  EXPECT_EQ(limiter.Admit("a", 1, absl::FromUnixSeconds(1), &events), 0);
   EXPECT_EQ(events.size(), 100000u);
 }
 
@@ -82,7 +97,7 @@ class EventCapManagerTest : public ManagerFixture {};
 // rate_limited, the batch is acknowledged (IngestEvents OK), and the job's state
 // transitions still happen.
 TEST_F(EventCapManagerTest, AFloodingJobIsCappedAndCountedWhileItsStateEventsPass) {
-  max_job_events_per_s_ = 50;  // 100 in the first burst
+  max_events_per_s_per_rank_ = 50;  // one rank: 100 in the first burst
   manager_ = NewManager();
   Conn w1 = Connect("w1", 1);
   const std::string id = Submit(Spec(1));

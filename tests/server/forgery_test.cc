@@ -24,13 +24,6 @@ class ForgeryTest : public ManagerFixture {
     e.set_source_seq(source_seq);
     return e;
   }
-  void Send(const Conn& c, std::vector<v1::Event> events) {
-    v1::EventBatch batch;
-    batch.set_batch_id(next_batch_++);
-    for (auto& e : events) *batch.add_events() = std::move(e);
-    absl::Status s = manager_->IngestEvents(c.id, batch);
-    EXPECT_TRUE(s.ok()) << s;  // acknowledged: refusing would stall a real worker
-  }
   int StoredSteps(const std::string& id) {
     int n = 0;
     for (const auto& e : Stored(id)) n += e.has_step_metrics();
@@ -108,6 +101,33 @@ TEST_F(ForgeryTest, RegisteringUnderALiveWorkersNameIsRefusedAndItsJobsRunOn) {
   // The real worker keeps reporting on its stream.
   Report(real, id, 1, {0}, v1::RankState::EXITED);
   EXPECT_EQ(Job(id).state(), v1::Job::SUCCEEDED);
+}
+
+// Artifact uploads are fenced per attempt (worker_service's CheckUploader): the
+// manager knows which worker ran each rank of the current and earlier attempts, also
+// after a controller restart (rebuilt from the stored RankState events).
+TEST_F(ForgeryTest, EachAttemptsPlacementIsKnownAlsoAfterARestart) {
+  Conn w1 = Connect("w1", 1);
+  v1::JobSpec spec = Spec(1, 1, /*max_restarts=*/1);
+  spec.mutable_restart()->set_backoff_s(0);
+  const std::string id = Submit(spec);
+  Conn w2 = Connect("w2", 1);
+  ASSERT_EQ(Job(id).placement().ranks(0).worker(), "w1");
+  Report(w1, id, 1, {0}, v1::RankState::RUNNING);
+  Report(w1, id, 1, {0}, v1::RankState::FAILED, "exit code 1");
+  manager_->Tick();
+  ASSERT_EQ(Job(id).attempt(), 2);
+  const std::string second = Job(id).placement().ranks(0).worker();
+  Report(second == "w1" ? w1 : w2, id, 2, {0}, v1::RankState::RUNNING);
+  using Workers = std::vector<std::string>;
+  EXPECT_EQ(manager_->AttemptWorkers(id, 1), Workers{"w1"});
+  EXPECT_EQ(manager_->AttemptWorkers(id, 2), Workers{second});
+  EXPECT_EQ(manager_->AttemptWorkers(id, 3), std::nullopt) << "never started";
+  EXPECT_EQ(manager_->AttemptWorkers(id, 0), std::nullopt);
+  EXPECT_EQ(manager_->AttemptWorkers("job-404", 1), std::nullopt);
+  Restart();
+  EXPECT_EQ(manager_->AttemptWorkers(id, 1), Workers{"w1"});
+  EXPECT_EQ(manager_->AttemptWorkers(id, 2), Workers{second});
 }
 
 }  // namespace

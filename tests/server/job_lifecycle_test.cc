@@ -245,7 +245,7 @@ TEST_F(JobLifecycleTest, AWorkerThatRestartedWithoutItsRanksFailsThem) {
   Report(w1, id, 1, {0}, v1::RankState::RUNNING);
   // The same worker on a new stream once the old one fell silent (a restarted daemon
   // behind a half-open connection), running nothing, plus an attempt nobody runs.
-  clock_.Advance(absl::Seconds(16));
+  clock_.Advance(absl::Seconds(7));  // three heartbeat intervals missed
   v1::RunningAttempt stray;
   stray.set_job_id("job-77");
   stray.set_attempt(3);

@@ -47,13 +47,6 @@ class JobRestartTest : public ManagerFixture {
     e.mutable_step_metrics()->set_step(step);
     return e;
   }
-  void Send(const Conn& c, std::vector<v1::Event> events) {
-    v1::EventBatch batch;
-    batch.set_batch_id(next_batch_++);
-    for (auto& e : events) *batch.add_events() = std::move(e);
-    absl::Status s = manager_->IngestEvents(c.id, batch);
-    EXPECT_TRUE(s.ok()) << s << " (the batch must be acknowledged)";
-  }
   // Moves the fake clock, keeping `alive` heartbeating, and runs the controller tick.
   void Pass(absl::Duration d, const std::vector<Conn>& alive) {
     clock_.Advance(d);

@@ -43,7 +43,7 @@ class ManagerFixture : public ::testing::Test {
     JobManagerOptions options;
     options.heartbeat_interval = absl::Seconds(2);
     options.heartbeat_timeout = absl::Seconds(15);
-    options.max_job_events_per_s = max_job_events_per_s_;
+    options.max_events_per_s_per_rank = max_events_per_s_per_rank_;
     options.on_lost_write = [this](const absl::Status& s) { Log("lost write: " + std::string(s.message())); };
     return std::make_unique<JobManager>(store_.get(), hub_.get(), &metrics_, &clock_, options);
   }
@@ -135,6 +135,15 @@ class ManagerFixture : public ::testing::Test {
     }
     return batch;
   }
+  // `events` as one batch from the worker on `c`; the batch must be acknowledged (even
+  // with events dropped: refusing it would make a real worker resend it forever).
+  void Send(const Conn& c, std::vector<v1::Event> events) {
+    v1::EventBatch batch;
+    batch.set_batch_id(next_batch_++);
+    for (auto& e : events) *batch.add_events() = std::move(e);
+    absl::Status s = manager_->IngestEvents(c.id, batch);
+    EXPECT_TRUE(s.ok()) << s << " (the batch must be acknowledged)";
+  }
   void Report(const Conn& c, const std::string& job, int attempt, const std::vector<int>& ranks,
               v1::RankState::State state, const std::string& message = "") {
     absl::Status s =
@@ -197,7 +206,7 @@ class ManagerFixture : public ::testing::Test {
   absl::Mutex journal_mu_;
   std::vector<std::string> journal_ ABSL_GUARDED_BY(journal_mu_);
   FakeClock clock_;
-  double max_job_events_per_s_ = 0;  // set before NewManager() for a capped manager
+  double max_events_per_s_per_rank_ = 0;  // set before NewManager() for a capped manager
   std::unique_ptr<EventHub> hub_ = std::make_unique<EventHub>();
   ControllerMetrics metrics_;
   std::unique_ptr<JobStore> db_;

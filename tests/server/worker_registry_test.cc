@@ -77,14 +77,14 @@ TEST_F(WorkerRegistryTest, ASecondStreamClaimingALiveWorkersNameIsRefusedAndChan
   registry_.Reserve("w1");
   clock_.Advance(absl::Seconds(10));
   ASSERT_TRUE(registry_.Touch(1));  // a heartbeat
-  clock_.Advance(absl::Seconds(14));  // 24 s after registering, 14 s after the heartbeat
+  clock_.Advance(absl::Seconds(6));  // 16 s after registering, 6 s (three intervals) after the heartbeat
   auto forger = std::make_shared<FakeWorkerChannel>();
   Effects fx;
   absl::Status s = registry_.Register(2, Reg("w1", 8, 300, 310), forger, &fx);
   EXPECT_EQ(s.code(), absl::StatusCode::kAlreadyExists);
   EXPECT_EQ(s.message(),
-            "register: worker \"w1\" is connected on another stream (last heard from 14s ago); a new "
-            "connection may take the name once that stream has been silent for 15s");
+            "register: worker \"w1\" is connected on another stream (last heard from 6s ago); a new "
+            "connection may take the name once that stream has been silent for 6s");
   EXPECT_TRUE(fx.outbound().empty()) << "neither stream gets a message";
   EXPECT_THAT(real->closes(), IsEmpty());
   EXPECT_EQ(registry_.NameOf(1), "w1");
@@ -92,9 +92,11 @@ TEST_F(WorkerRegistryTest, ASecondStreamClaimingALiveWorkersNameIsRefusedAndChan
   EXPECT_EQ(registry_.Channel("w1"), real);
   EXPECT_EQ(registry_.FreeSlots("w1"), 1) << "the real worker's slots, not the forger's";
   EXPECT_EQ(registry_.Address("w1"), "w1.local");
-  // Once the old stream has been silent past the timeout, the newcomer takes the name.
-  clock_.Advance(absl::Seconds(2));
+  // Once the old stream missed three heartbeats, the newcomer takes the name, before
+  // the timeout (15 s) would declare the worker lost: its slots stay reserved.
+  clock_.Advance(absl::Seconds(1));
   auto next = Register(2, Reg("w1", 2));
+  EXPECT_EQ(registry_.FreeSlots("w1"), 1) << "the reserved slot survives the takeover";
   EXPECT_THAT(real->closes(),
               ElementsAre("replaced by a newer connection of the same worker (the old one fell silent)"));
   EXPECT_EQ(registry_.Channel("w1"), next);
@@ -111,7 +113,7 @@ TEST_F(WorkerRegistryTest, AStreamOfADisconnectedWorkerTakesTheNameAtOnce) {
 TEST_F(WorkerRegistryTest, ANewStreamOfTheSameWorkerReplacesAndClosesTheOldOnceItFellSilent) {
   auto old_channel = Register(1, Reg("w1", 2));
   registry_.Reserve("w1");
-  clock_.Advance(absl::Seconds(16));
+  clock_.Advance(absl::Seconds(7));
   auto new_channel = Register(2, Reg("w1", 2));
   EXPECT_THAT(old_channel->closes(),
               ElementsAre("replaced by a newer connection of the same worker (the old one fell silent)"));

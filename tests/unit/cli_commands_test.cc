@@ -403,6 +403,25 @@ TEST_F(CliCommandsTest, UnreachableControllerIsUnavailable) {
   EXPECT_THAT(err_.str(), StartsWith("trainyard: UNAVAILABLE: "));
 }
 
+// A bearer token never travels in plaintext beyond this machine: without --tls-ca the
+// CLI refuses before connecting (10.255.255.1 would only time out), and never quotes it.
+TEST_F(CliCommandsTest, ABearerTokenIsNotSentInPlaintextBeyondLoopback) {
+  std::vector<const char*> argv = {"trainyard", "list", "--controller", "10.255.255.1:7070", "--timeout", "60"};
+  cli::CliEnvironment env;
+  env.out = &out_;
+  env.err = &err_;
+  env.default_token = "tok-do-not-print";
+  EXPECT_EQ(cli::RunCli(static_cast<int>(argv.size()), argv.data(), env), 3);
+  EXPECT_EQ(err_.str(),
+            "trainyard: FAILED_PRECONDITION: refusing to send the bearer token (TRAINYARD_TOKEN) in plaintext "
+            "to 10.255.255.1:7070, which is not a loopback address: give --tls-ca to connect over TLS\n");
+  // On loopback it is sent (the fake controller ignores it).
+  env.default_token = "tok-local";
+  err_.str("");
+  std::vector<const char*> local = {"trainyard", "list", "--controller", address_.c_str()};
+  EXPECT_EQ(cli::RunCli(static_cast<int>(local.size()), local.data(), env), 0) << err_.str();
+}
+
 TEST_F(CliCommandsTest, UnaryCallsHaveADeadline) {
   JobClient client(grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()),
                    std::chrono::milliseconds(200));
