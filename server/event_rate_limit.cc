@@ -6,7 +6,7 @@
 namespace trainyard {
 
 bool IsRateLimitedKind(const v1::Event& event) {
-  return event.has_step_metrics() || event.has_compile() || event.has_log();
+  return event.has_compile() || event.has_log();
 }
 
 EventRateLimiter::EventRateLimiter(double per_second, double burst_seconds)

@@ -1,12 +1,13 @@
-// A per-job cap on the chatty events a job's workers may store: step metrics, compile
-// events and log lines. Each job has a token bucket of `per_second` × its world size
-// tokens a second (a budget per rank, so a 1,024-rank job is not starved by a cap sized
-// for a debug job) holding at most `burst_seconds` worth; each such event takes one
-// token and the excess
-// is dropped (counted by the caller as trainyard_events_dropped_total{reason=
-// "rate_limited"}), while the worker's stream stays open and its batch is acknowledged.
-// Events that carry state (rank states, checkpoints, stalls; artifact refs are refused
-// anyway) are never limited: dropping one would lose a transition.
+// A per-job cap on the chatty events a job's workers may store: log lines and compile
+// events. Each job has a token bucket of `per_second` × its world size tokens a second
+// (a budget per rank, so a 1,024-rank job is not starved by a cap sized for a debug
+// job) holding at most `burst_seconds` worth (enough for a worker's replay after a
+// controller outage); each such event takes one token and the excess is dropped
+// (counted by the caller as trainyard_events_dropped_total{reason="rate_limited"}),
+// while the worker's stream stays open and its batch is acknowledged.
+// Never limited: events that carry state (rank states, checkpoints, stalls; artifact
+// refs are refused anyway), where a drop would lose a transition, and step metrics,
+// the job's record (every step once), which are bounded by its steps.
 //
 // Why per job: one runaway job (a rank printing in a loop, a forged flood) must not
 // fill the store or starve the ingest of every other job.
@@ -25,7 +26,7 @@ namespace trainyard {
 
 inline constexpr char kDropRateLimited[] = "rate_limited";
 
-// Step metrics, compile events and log lines.
+// Log lines and compile events.
 bool IsRateLimitedKind(const v1::Event& event);
 
 class EventRateLimiter {

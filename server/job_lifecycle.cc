@@ -29,7 +29,7 @@ std::string StateName(v1::Job::State s) { return v1::Job::State_Name(s); }
 
 JobLifecycle::JobLifecycle(WorkerRegistry* workers, ControllerMetrics* metrics, Clock* clock,
                            double max_events_per_s_per_rank)
-    : workers_(workers), metrics_(metrics), clock_(clock), rate_(max_events_per_s_per_rank, 2.0) {}
+    : workers_(workers), metrics_(metrics), clock_(clock), rate_(max_events_per_s_per_rank, 10.0) {}
 
 v1::Job JobLifecycle::NewJob(v1::JobSpec normalised, const std::string& owner, absl::Time now, v1::Event* first) {
   v1::Job job;
@@ -194,7 +194,7 @@ std::vector<EventRefusal> JobLifecycle::Screen(const std::string& worker, const 
   const int world = std::max(1, it->second.job.world_size());
   if (int n = rate_.Admit(job_id, world, clock_->Now(), events); n > 0) {
     const std::string why = absl::StrCat("over the job's cap of ", rate_.per_second(),
-                                         " step, compile and log events a second per rank (", world, " ranks)");
+                                         " log and compile events a second per rank (", world, " ranks)");
     refused.insert(refused.end(), n, EventRefusal{kDropRateLimited, why});
   }
   return refused;

@@ -47,7 +47,7 @@ namespace trainyard {
 class JobLifecycle {
  public:
   // max_events_per_s_per_rank: EventRateLimiter's rate for each rank of a job (<= 0:
-  // no limit), with two seconds' worth of burst.
+  // no limit), with ten seconds' worth of burst.
   JobLifecycle(WorkerRegistry* workers, ControllerMetrics* metrics, Clock* clock,
                double max_events_per_s_per_rank = 0);
 

@@ -57,10 +57,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 100000));
   options.manager.max_events_per_s_per_rank = 100;
   app.add_option("--max-events-per-s-per-rank", options.manager.max_events_per_s_per_rank,
-                 "Step-metric, compile and log events a second one job may store per rank (a "
-                 "job of N ranks: N times that, with a burst of twice that); the excess is dropped and counted in "
-                 "trainyard_events_dropped_total{reason=\"rate_limited\"}, rank states, "
-                 "checkpoints and stalls always pass. 0: no cap")
+                 "Log lines and compile events a second one job may store per rank (a job of N "
+                 "ranks: N times that, with a burst of ten seconds' worth); the excess is dropped and counted in "
+                 "trainyard_events_dropped_total{reason=\"rate_limited\"}; step metrics, rank "
+                 "states, checkpoints and stalls always pass. 0: no cap")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1e7));
   app.add_flag("--insecure", options.insecure,

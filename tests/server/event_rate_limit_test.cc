@@ -1,5 +1,5 @@
-// The per-job event cap: a token bucket over step metrics, compile events and log lines;
-// state-bearing events always pass; the excess is dropped and counted, and the stream
+// The per-job event cap: a token bucket over log lines and compile events; step metrics
+// and state-bearing events always pass; the excess is dropped and counted, and the stream
 // (its batch acknowledged) and every other job are unaffected.
 #include "server/event_rate_limit.h"
 
@@ -75,10 +75,10 @@ TEST(EventRateLimiterTest, ZeroMeansNoCap) {
   EXPECT_EQ(events.size(), 100000u);
 }
 
-TEST(EventRateLimiterTest, OnlyStepComputeAndLogEventsAreLimited) {
+TEST(EventRateLimiterTest, OnlyLogAndCompileEventsAreLimited) {
   v1::Event e;
   e.mutable_step_metrics()->set_step(1);
-  EXPECT_TRUE(IsRateLimitedKind(e));
+  EXPECT_FALSE(IsRateLimitedKind(e)) << "the job's record: every step once";
   e.mutable_compile();
   EXPECT_TRUE(IsRateLimitedKind(e));
   e.mutable_log();
@@ -94,10 +94,10 @@ TEST(EventRateLimiterTest, OnlyStepComputeAndLogEventsAreLimited) {
 class EventCapManagerTest : public ManagerFixture {};
 
 // A rank flooding logs: the job keeps its budget's worth, the rest is counted under
-// rate_limited, the batch is acknowledged (IngestEvents OK), and the job's state
-// transitions still happen.
+// rate_limited, the batch is acknowledged (IngestEvents OK), every step metric in the
+// same batch is stored, and the job's state transitions still happen.
 TEST_F(EventCapManagerTest, AFloodingJobIsCappedAndCountedWhileItsStateEventsPass) {
-  max_events_per_s_per_rank_ = 50;  // one rank: 100 in the first burst
+  max_events_per_s_per_rank_ = 10;  // one rank: 100 in the first burst (10 s worth)
   manager_ = NewManager();
   Conn w1 = Connect("w1", 1);
   const std::string id = Submit(Spec(1));
@@ -110,12 +110,25 @@ TEST_F(EventCapManagerTest, AFloodingJobIsCappedAndCountedWhileItsStateEventsPas
     e->set_attempt(1);
     e->set_rank(0);
     e->set_source_seq(1000 + i);
-    e->mutable_log()->set_message("spam " + std::to_string(i));
+    if (i % 2 == 0) {
+      e->mutable_log()->set_message("spam " + std::to_string(i));
+    } else {
+      e->mutable_step_metrics()->set_step(1 + i / 2);  // 150 steps, as a replay after an outage sends them
+    }
+  }
+  for (int i = 0; i < 150; ++i) {
+    v1::Event* e = flood.add_events();
+    *e = flood.events(2 * i);
+    e->set_source_seq(2000 + i);
   }
   ASSERT_TRUE(manager_->IngestEvents(w1.id, flood).ok());
-  int logs = 0;
-  for (const auto& e : Stored(id)) logs += e.has_log();
+  int logs = 0, steps = 0;
+  for (const auto& e : Stored(id)) {
+    logs += e.has_log();
+    steps += e.has_step_metrics();
+  }
   EXPECT_EQ(logs, 100);
+  EXPECT_EQ(steps, 150);
   EXPECT_EQ(Dropped(kDropRateLimited), 200);
   // The rank's exit still lands: the job ends.
   Report(w1, id, 1, {0}, v1::RankState::EXITED);
