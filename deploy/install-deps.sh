@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs every Debian 12 package that building, testing and running the demo need
 # (openssl: deploy/make-certs.sh; clang, compiler-rt and llvm's symbolizer: the
-# sanitizer and fuzzing build of .ci/sanitizers.sh).
+# sanitizer and fuzzing build of .ci/sanitizers.sh; kubernetes-client, yamllint and
+# prometheus's promtool: the deploy/ checks; tmux: the CLI's terminal test; chromium:
+# the web UI test; python3-grpcio: the Python client).
 # Idempotent: packages already present are skipped by apt; safe to run repeatedly.
 set -euo pipefail
 
@@ -15,7 +17,14 @@ PACKAGES=(
   prometheus
   openssl
   clang libclang-rt-14-dev llvm
+  yamllint tmux chromium
+  python3 python3-grpcio python3-protobuf
 )
+
+# kubectl renders deploy/k8s (kubectl kustomize). Debian's is kubernetes-client; a machine
+# that already has a kubectl from elsewhere (Google's cloud SDK, say) keeps it, since the
+# two packages both own /usr/bin/kubectl.
+if ! command -v kubectl >/dev/null 2>&1; then PACKAGES+=(kubernetes-client); fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
