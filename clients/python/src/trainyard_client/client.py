@@ -1,0 +1,262 @@
+"""Client of the controller's JobService: submit, get, list, watch, cancel, artifacts."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+from typing import Any, Iterable, Iterator, List, Mapping, Optional, Union
+
+import grpc
+from google.protobuf import json_format
+
+from ._stubs import job_pb2, job_service_pb2, job_service_pb2_grpc, spec_pb2
+from .errors import DataLoss, from_rpc_error
+from .results import ArtifactInfo, Event, Job, JobState, WorkerInfo
+
+DEFAULT_CONTROLLER = "127.0.0.1:7070"
+# A token travels as an HTTP/2 header value: printable ASCII without spaces. The CLI
+# allows the same (client/job_client.cc).
+_MAX_TOKEN_BYTES = 4096
+# What the controller accepts as an artifact name; checked before anything is written,
+# so a name never reaches outside the destination directory.
+_ARTIFACT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+# A ListJobs answer of 1000 jobs with their specs outgrows gRPC's 4 MiB default.
+_MAX_RECEIVE_BYTES = 64 * 1024 * 1024
+
+Spec = Union[Mapping[str, Any], "spec_pb2.JobSpec"]
+
+
+class SpecError(ValueError):
+    """A spec that cannot be a JobSpec (an unknown section or key, a wrong type); found
+    before anything is sent. Rules on values are the controller's: InvalidArgument."""
+
+
+def _quote(text: str, limit: int = 100) -> str:
+    return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
+def check_token(token: str, source: str) -> str:
+    """token, or ValueError saying why it cannot be sent (never quoting it)."""
+    if not token:
+        raise ValueError(f"{source}: the token is empty")
+    if len(token) > _MAX_TOKEN_BYTES:
+        raise ValueError(f"{source}: the token is {len(token)} bytes, more than the "
+                         f"{_MAX_TOKEN_BYTES} allowed")
+    for i, c in enumerate(token):
+        if not 0x21 <= ord(c) <= 0x7E:
+            raise ValueError(f"{source}: the token has a space or a byte that is not printable "
+                             f"ASCII at offset {i} (it is sent as an HTTP/2 header value)")
+    return token
+
+
+def read_token_file(path: str) -> str:
+    """The token in the first line of `path`, trailing whitespace removed, checked."""
+    source = f"token_file {_quote(str(path))}"
+    with open(path, "rb") as f:
+        line = f.readline(_MAX_TOKEN_BYTES + 2)
+    try:
+        text = line.decode("ascii")
+    except UnicodeDecodeError:
+        raise ValueError(f"{source}: the token is not printable ASCII") from None
+    return check_token(text.rstrip(), source)
+
+
+def is_loopback(address: str) -> bool:
+    """localhost:P, [::1]:P or 127.A.B.C:P (decimal octets), as the CLI decides."""
+    if address.startswith("localhost:") or address.startswith("[::1]:"):
+        return True
+    host, sep, _ = address.rpartition(":")
+    parts = host.split(".")
+    return bool(sep) and len(parts) == 4 and parts[0] == "127" and all(p.isdigit() for p in parts)
+
+
+def spec_from_dict(spec: Mapping[str, Any]) -> "spec_pb2.JobSpec":
+    """A JobSpec from a dict in the job file's shape ({"model": {"preset": "tiny"}, ...})."""
+    try:
+        return json_format.ParseDict(dict(spec), spec_pb2.JobSpec())
+    except json_format.ParseError as e:
+        raise SpecError(str(e).splitlines()[0][:300]) from None
+
+
+def load_job_file(path: str, overrides: Optional[Mapping[str, Any]] = None) -> dict:
+    """A TOML job file (examples/debug.toml documents every key) as a dict for submit(),
+    with `overrides` {"training.steps": 5} applied like the CLI's --set."""
+    import tomllib  # Python 3.11
+
+    with open(path, "rb") as f:
+        try:
+            spec = tomllib.load(f)
+        except tomllib.TOMLDecodeError as e:
+            raise SpecError(f"{path}: {e}") from None
+    for key, value in (overrides or {}).items():
+        section, dot, name = key.partition(".")
+        if not dot or not section or not name or "." in name:
+            raise SpecError(f"override {_quote(key)} is not SECTION.KEY")
+        spec.setdefault(section, {})[name] = value
+    return spec
+
+
+class Client:
+    """A connection to one controller. Every unary call has a deadline of `timeout`
+    seconds; watch() has none unless given. Failed calls raise a TrainyardError
+    subclass (NotFound, InvalidArgument, Unauthenticated, ...) with the gRPC code.
+
+    TLS: `tls_ca` (a PEM file) verifies the controller. A bearer token (`token`, or the
+    first line of `token_file`) goes with every call as `authorization: Bearer TOKEN`;
+    like the CLI, the client refuses to send it in plaintext beyond loopback.
+    """
+
+    def __init__(self, address: str = DEFAULT_CONTROLLER, *, tls_ca: Optional[str] = None,
+                 token: Optional[str] = None, token_file: Optional[str] = None,
+                 timeout: float = 10.0):
+        if token is not None and token_file is not None:
+            raise ValueError("give token or token_file, not both")
+        if token_file is not None:
+            token = read_token_file(token_file)
+        elif token is not None:
+            token = check_token(token, "token")
+        if token and tls_ca is None and not is_loopback(address):
+            raise ValueError(f"refusing to send the bearer token in plaintext to {_quote(address)}, "
+                             "which is not a loopback address: give tls_ca to connect over TLS")
+        options = [("grpc.max_receive_message_length", _MAX_RECEIVE_BYTES)]
+        if tls_ca is not None:
+            with open(tls_ca, "rb") as f:
+                credentials = grpc.ssl_channel_credentials(root_certificates=f.read())
+            self._channel = grpc.secure_channel(address, credentials, options=options)
+        else:
+            self._channel = grpc.insecure_channel(address, options=options)
+        self._stub = job_service_pb2_grpc.JobServiceStub(self._channel)
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self.address = address
+        self.timeout = timeout
+
+    @classmethod
+    def from_env(cls, **kwargs) -> "Client":
+        """A client for TRAINYARD_CONTROLLER (default 127.0.0.1:7070) with the token in
+        TRAINYARD_TOKEN, if any, as the CLI does; kwargs as for Client()."""
+        address = kwargs.pop("address", os.environ.get("TRAINYARD_CONTROLLER", DEFAULT_CONTROLLER))
+        if "token" not in kwargs and "token_file" not in kwargs and os.environ.get("TRAINYARD_TOKEN"):
+            kwargs["token"] = check_token(os.environ["TRAINYARD_TOKEN"], "TRAINYARD_TOKEN")
+        return cls(address, **kwargs)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _call(self, name: str, request, timeout: Optional[float] = None):
+        try:
+            return getattr(self._stub, name)(request, metadata=self._metadata,
+                                             timeout=self.timeout if timeout is None else timeout)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e, name) from None
+
+    # ---- Jobs ----
+
+    def submit(self, spec: Spec, *, timeout: Optional[float] = None) -> Job:
+        """Submits a job; `spec` is a JobSpec or a dict in the job file's shape. A job
+        with compile.preflight waits for the controller's preflight: give it a timeout of
+        a few minutes."""
+        message = spec if isinstance(spec, spec_pb2.JobSpec) else spec_from_dict(spec)
+        request = job_service_pb2.SubmitJobRequest(spec=message)
+        return Job.from_proto(self._call("SubmitJob", request, timeout))
+
+    def get(self, job_id: str) -> Job:
+        return Job.from_proto(self._call("GetJob", job_service_pb2.GetJobRequest(id=job_id)))
+
+    def list(self, states: Optional[Iterable[Union[JobState, int, str]]] = None,
+             limit: int = 0) -> List[Job]:
+        """Jobs newest first, those in `states` only (None: all); at most `limit` (0: the
+        controller's default 100; at most 1000). A submitter sees its own jobs."""
+        request = job_service_pb2.ListJobsRequest(
+            states=[int(JobState.parse(s)) for s in states or ()], limit=limit)
+        return [Job.from_proto(j) for j in self._call("ListJobs", request).jobs]
+
+    def cancel(self, job_id: str, reason: str = "") -> Job:
+        """Cancels a job; its failure_reason becomes "cancelled: REASON". A job that
+        already ended raises FailedPrecondition."""
+        request = job_service_pb2.CancelJobRequest(id=job_id, reason=reason)
+        return Job.from_proto(self._call("CancelJob", request))
+
+    def resize(self, job_id: str, dp: int) -> Job:
+        """Restarts a running job from its last checkpoint at data-parallel degree dp."""
+        request = job_service_pb2.ResizeJobRequest(job_id=job_id, dp=dp)
+        return Job.from_proto(self._call("ResizeJob", request).job)
+
+    def watch(self, job_id: str, from_seq: int = 0, *,
+              timeout: Optional[float] = None) -> Iterator[Event]:
+        """The job's events in seq order: the stored ones from `from_seq` (0 or 1: from the
+        start), then live ones; the iterator ends after the job's terminal job_state event.
+        To resume a broken watch, call again with the last seq + 1. Closing the iterator
+        (or breaking out of a for loop over it) cancels the stream."""
+        request = job_service_pb2.WatchJobRequest(id=job_id, from_seq=from_seq)
+        stream = self._stub.WatchJob(request, metadata=self._metadata, timeout=timeout)
+        try:
+            for message in stream:
+                yield Event.from_proto(message)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e, "WatchJob") from None
+        finally:
+            stream.cancel()
+
+    def wait(self, job_id: str, *, timeout: Optional[float] = None) -> Job:
+        """Follows the job until it ends and returns its final record."""
+        for _ in self.watch(job_id, timeout=timeout):
+            pass
+        return self.get(job_id)
+
+    def workers(self) -> List[WorkerInfo]:
+        response = self._call("ListWorkers", job_service_pb2.ListWorkersRequest())
+        return [WorkerInfo.from_proto(w) for w in response.workers]
+
+    # ---- Artifacts ----
+
+    def artifacts(self, job_id: str) -> List[ArtifactInfo]:
+        """The job's stored artifacts (profiler traces, flight-recorder dumps), oldest first."""
+        response = self._call("ListArtifacts", job_service_pb2.ListArtifactsRequest(job_id=job_id))
+        return [ArtifactInfo.from_proto(a) for a in response.artifacts]
+
+    def pull_artifact(self, job_id: str, name: str, dest_dir: str = ".", *,
+                      timeout: float = 1800.0) -> str:
+        """Downloads one artifact to dest_dir/name and returns that path. The bytes go to a
+        temporary file in dest_dir that is renamed only once their size and sha256 match
+        the controller's; otherwise nothing is left and DataLoss is raised."""
+        if not _ARTIFACT_NAME.fullmatch(name):
+            raise ValueError(f"{_quote(name)} is not an artifact name "
+                             "([A-Za-z0-9][A-Za-z0-9._-]{0,127})")
+        os.makedirs(dest_dir, exist_ok=True)
+        request = job_service_pb2.PullArtifactRequest(job_id=job_id, name=name)
+        stream = self._stub.PullArtifact(request, metadata=self._metadata, timeout=timeout)
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".part", dir=dest_dir)
+        try:
+            info = None
+            digest = hashlib.sha256()
+            size = 0
+            with os.fdopen(fd, "wb") as out:
+                try:
+                    for chunk in stream:
+                        if info is None:
+                            info = chunk.info
+                        digest.update(chunk.data)
+                        size += len(chunk.data)
+                        out.write(chunk.data)
+                except grpc.RpcError as e:
+                    raise from_rpc_error(e, "PullArtifact") from None
+            if info is None or size != info.size_bytes or digest.hexdigest() != info.sha256:
+                want = "no info" if info is None else f"{info.size_bytes} bytes, sha256 {info.sha256}"
+                raise DataLoss(f"artifact {name}: got {size} bytes, sha256 {digest.hexdigest()}; "
+                               f"the controller has {want}", rpc="PullArtifact")
+            path = os.path.join(dest_dir, name)
+            os.replace(tmp, path)
+            tmp = None
+            return path
+        finally:
+            stream.cancel()
+            if tmp is not None and os.path.exists(tmp):
+                os.unlink(tmp)
