@@ -45,6 +45,20 @@ absl::Status CheckListenerSecurity(const ControllerOptions& options, std::vector
     exposed.push_back(absl::StrCat("--metrics-listen ", spec::Quote(options.metrics_listen),
                                    " serves /metrics beyond this machine over plain HTTP without authentication"));
   }
+  if (!options.web_listen.empty() && !IsLoopbackAddress(options.web_listen)) {
+    // The web UI serves plain HTTP only (terminate TLS in a reverse proxy in front of a
+    // loopback --web-listen): beyond this machine the page's bearer token and the job
+    // data it reads travel in clear.
+    if (!options.insecure) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--web-listen '", spec::Quote(options.web_listen),
+          "' is not a loopback address: the web UI is plain HTTP, so bearer tokens and job data would "
+          "cross the network in clear; serve it on loopback behind a TLS reverse proxy, or pass --insecure"));
+    }
+    exposed.push_back(absl::StrCat("--web-listen ", spec::Quote(options.web_listen),
+                                   " serves the web UI beyond this machine over plain HTTP",
+                                   tokens ? " (bearer tokens in clear)" : " without authentication"));
+  }
   if (options.insecure && warnings != nullptr) {
     if (exposed.empty()) exposed.push_back("no listener needs it (all loopback or TLS with tokens)");
     for (const std::string& e : exposed) warnings->push_back(absl::StrCat("--insecure: ", e));
@@ -122,6 +136,13 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
   for (const char* service : {v1::JobService::service_full_name(), v1::WorkerService::service_full_name()}) {
     s->server_->GetHealthCheckService()->SetServingStatus(service, true);
   }
+  if (!options.web_listen.empty()) {
+    s->web_api_ = std::make_unique<web::WebApi>(s->manager_.get(), s->store_.get(), s->artifacts_.get(),
+                                                s->authorizer_.get());
+    TY_ASSIGN_OR_RETURN(s->web_server_, web::WebServer::Start(options.web_listen, s->web_api_.get()));
+    spdlog::info("web UI on http://{}:{}/ ({})", options.web_listen.substr(0, options.web_listen.rfind(':')),
+                 s->web_server_->port(), s->authorizer_->enabled() ? "bearer tokens required" : "no authorization");
+  }
   ControllerServer* raw = s.get();
   s->ticker_ = std::thread([raw] {
     while (true) {
@@ -145,6 +166,8 @@ void ControllerServer::Shutdown() {
     absl::MutexLock lock(&stop_mu_);
     stopping_ = true;
   }
+  // No new web requests; those in flight finish (they only read).
+  if (web_server_) web_server_->Stop();
   // Finishes every SubmitJob waiting for a preflight, which the server's shutdown
   // would otherwise wait for.
   if (preflight_) preflight_->Stop();

@@ -20,6 +20,8 @@
 #include "server/job_service.h"
 #include "server/job_store.h"
 #include "server/preflight_gate.h"
+#include "server/web/web_api.h"
+#include "server/web/web_server.h"
 #include "server/worker_service.h"
 
 namespace trainyard {
@@ -27,6 +29,8 @@ namespace trainyard {
 struct ControllerOptions {
   std::string listen = "127.0.0.1:7070";
   std::string metrics_listen;  // empty: no /metrics endpoint
+  // --web-listen: the read-only web UI (server/web/), plain HTTP; empty: off.
+  std::string web_listen;
   std::string data_dir;
   // --tls-cert/--tls-key/--tls-ca, all or none: the one gRPC port serves TLS, workers
   // present a certificate of the CA (their name comes from it), clients may present none.
@@ -59,6 +63,8 @@ class ControllerServer {
   ~ControllerServer();
 
   int port() const { return port_; }
+  // The web UI's bound port; 0 when --web-listen is off.
+  int web_port() const { return web_server_ ? web_server_->port() : 0; }
   void Wait() { server_->Wait(); }
   void Shutdown();
   // Re-reads --token-file (SIGHUP); a bad file keeps the tokens in force and is the
@@ -80,6 +86,9 @@ class ControllerServer {
   std::unique_ptr<JobServiceImpl> job_service_;
   std::unique_ptr<WorkerServiceImpl> worker_service_;
   std::unique_ptr<grpc::Server> server_;
+  // Declared after everything they read, so they are destroyed first.
+  std::unique_ptr<web::WebApi> web_api_;
+  std::unique_ptr<web::WebServer> web_server_;  // stopped before web_api_ goes
   int port_ = 0;
   absl::Mutex stop_mu_;
   bool stopping_ ABSL_GUARDED_BY(stop_mu_) = false;
@@ -87,9 +96,10 @@ class ControllerServer {
 };
 
 // Secure by default: a --listen beyond loopback needs TLS and --token-file, and a
-// --metrics-listen beyond loopback (plain HTTP, no authentication) is refused, unless
-// --insecure; FAILED_PRECONDITION naming the flag and what is missing. With --insecure,
-// `warnings` gets one line per exposure it allows (or says it allows none).
+// --metrics-listen beyond loopback (plain HTTP, no authentication) and a --web-listen
+// beyond loopback (plain HTTP: bearer tokens in clear) are refused, unless --insecure;
+// FAILED_PRECONDITION naming the flag and what is missing. With --insecure, `warnings`
+// gets one line per exposure it allows (or says it allows none).
 absl::Status CheckListenerSecurity(const ControllerOptions& options, std::vector<std::string>* warnings);
 
 }  // namespace trainyard

@@ -40,6 +40,10 @@ int main(int argc, char** argv) {
   app.add_option("--metrics-listen", options.metrics_listen,
                  "Prometheus /metrics address host:port (empty: off). Plain HTTP without "
                  "authentication (it names jobs and workers): beyond loopback only with --insecure");
+  app.add_option("--web-listen", options.web_listen,
+                 "Read-only web UI address host:port (empty: off; port 0 picks one): jobs, live "
+                 "charts, compile tables, artifacts, the fleet (docs/web.md). Plain HTTP; the same "
+                 "--token-file and roles as the gRPC API. Beyond loopback only with --insecure");
   app.add_option("--tls-cert", options.tls.cert, "PEM certificate the gRPC port serves (with --tls-key, --tls-ca)");
   app.add_option("--tls-key", options.tls.key, "PEM private key of --tls-cert");
   app.add_option("--tls-ca", options.tls.ca,
@@ -65,7 +69,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1e7));
   app.add_flag("--insecure", options.insecure,
                "Allow a --listen beyond loopback without TLS or --token-file, and a "
-               "--metrics-listen beyond loopback; logs a warning at every start");
+               "--metrics-listen or --web-listen beyond loopback; logs a warning at every start");
   app.add_option("--heartbeat-timeout", heartbeat_timeout_s,
                  "Seconds without a heartbeat (or connection) before a worker is lost and "
                  "its gangs are torn down")
