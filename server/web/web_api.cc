@@ -254,7 +254,10 @@ absl::Status ParseCount(const std::string& name, const std::string& value, int64
 absl::StatusOr<std::map<std::string, std::string>> QueryParams(const Query& query,
                                                                std::initializer_list<const char*> allowed) {
   std::map<std::string, std::string> out;
-  for (const auto& [name, value] : query) {
+  for (const auto& param : query) {
+    // Not a structured binding: clang 14 cannot capture one in the lambda below.
+    const std::string& name = param.first;
+    const std::string& value = param.second;
     if (std::find_if(allowed.begin(), allowed.end(), [&](const char* a) { return name == a; }) == allowed.end()) {
       std::string names;
       for (const char* a : allowed) absl::StrAppend(&names, names.empty() ? "" : ", ", a);

@@ -131,9 +131,10 @@ await waitFor('worker w1 to connect', () => {
   return r.status === 0 && r.stdout.split('\n').some((l) => { try { const w = JSON.parse(l); return w.name === 'w1' && w.connected; } catch { return false; } });
 }, 20_000);
 
-// A job long enough to watch grow: the tiny preset, one step reported at a time, and
-// compile summaries often enough to fill the table's hit counts.
-const submit = cli(['submit', jobFile, '--set', 'model.preset=tiny', '--set', 'training.steps=2000',
+// A job that outlasts the test however fast the machine (it is cancelled at the end):
+// the tiny preset, every step reported, and compile summaries often enough to fill the
+// table's hit counts.
+const submit = cli(['submit', jobFile, '--set', 'model.preset=tiny', '--set', 'training.steps=50000',
                     '--set', 'training.log_freq=1', '--set', 'compile.summary_every=5', '--output', 'json']);
 if (submit.status !== 0) fail(`trainyard submit failed: ${submit.stderr}`);
 const jobId = JSON.parse(submit.stdout.split('\n').find((l) => l.startsWith('{'))).id;
