@@ -71,10 +71,14 @@ void Print(const v1::Event& e) {
       std::printf("rank %d %s on %s\n", e.rank(), v1::RankState::State_Name(e.rank_state().state()).c_str(),
                   e.rank_state().worker().c_str());
       break;
+    case v1::Event::kCompile:
+      std::printf("rank %d compile %s %s\n", e.rank(),
+                  v1::CompileEvent::Kind_Name(e.compile().kind()).c_str(), e.compile().region().c_str());
+      break;
     case v1::Event::kLog:
       std::printf("rank %d [%s] %s\n", e.rank(), e.log().level().c_str(), e.log().message().c_str());
       break;
-    default:  // compile, artifact, stall, checkpoint: see event.proto
+    default:  // artifact, stall, checkpoint: see event.proto
       std::printf("rank %d %s\n", e.rank(),
                   v1::Event::descriptor()->FindFieldByNumber(e.payload_case())->name().c_str());
   }
@@ -157,8 +161,9 @@ int main(int argc, char** argv) {
   std::printf("submitted %s (%s)\n", job.id().c_str(), v1::Job::State_Name(job.state()).c_str());
 
   // WatchJob replays the stored events from from_seq, then follows the live ones, and
-  // ends after the job's terminal state. A stream that breaks (the controller restarts)
-  // is resumed from the last seq + 1, so no event is missed or repeated.
+  // ends once the job has ended and all its events were sent (a cancelled job's ranks
+  // report KILLED after its CANCELLED state). A stream that breaks (the controller
+  // restarts) is resumed from the last seq + 1, so no event is missed or repeated.
   int64_t next_seq = 1;
   bool ended = false;
   for (int retries = 0; !ended;) {

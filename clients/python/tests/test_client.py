@@ -159,10 +159,13 @@ class CancelTest(unittest.TestCase):
             self.assertEqual(cancelled.id, job.id)
             self.assertEqual(cancelled.state, ty.JobState.CANCELLED)
             self.assertEqual(cancelled.failure_reason, "cancelled: api test")
-            final = c.wait(job.id, timeout=WATCH_TIMEOUT_S)
+            events = list(c.watch(job.id, timeout=WATCH_TIMEOUT_S))
+            final = c.get(job.id)
             self.assertEqual(final.state, ty.JobState.CANCELLED)
-            last = list(c.watch(job.id, from_seq=final.last_seq, timeout=WATCH_TIMEOUT_S))
-            self.assertEqual([e.payload.state for e in last], [ty.JobState.CANCELLED])
+            self.assertEqual(events[-1].seq, final.last_seq)  # the watch ended with the last event
+            states = [e.payload for e in events if e.kind == "job_state"]
+            self.assertEqual(states[-1].state, ty.JobState.CANCELLED)
+            self.assertEqual(states[-1].reason, "cancelled: api test")
             with self.assertRaises(ty.FailedPrecondition) as again:
                 c.cancel(job.id)
             self.assertIn("already ended", again.exception.message)

@@ -192,7 +192,9 @@ class Client:
     def watch(self, job_id: str, from_seq: int = 0, *,
               timeout: Optional[float] = None) -> Iterator[Event]:
         """The job's events in seq order: the stored ones from `from_seq` (0 or 1: from the
-        start), then live ones; the iterator ends after the job's terminal job_state event.
+        start), then live ones; the iterator ends once the job has ended and every event
+        of it was sent (the terminal job_state, and for a cancelled job its ranks' KILLED
+        states, which come after it).
         To resume a broken watch, call again with the last seq + 1. Closing the iterator
         (or breaking out of a for loop over it) cancels the stream."""
         request = job_service_pb2.WatchJobRequest(id=job_id, from_seq=from_seq)
