@@ -2,11 +2,12 @@
 // against a real trainyard-controller (--web-listen on loopback, a token file) and a
 // real worker training a job.
 //
-//   1. Without a token the job page shows the token prompt (the API said 401).
+//   1. Without a token the job page shows the token prompt (the API said 401); an
+//      unknown token brings it back, saying it was refused.
 //   2. With a viewer token the loss chart gets points, then more points (it grows while
 //      the job trains), the tokens/s chart has points, the compile table has rows, and
 //      the canvas really has something drawn on it.
-//   3. The fleet page lists the worker.
+//   3. The fleet page lists the worker, the jobs list the job (the token kept).
 //   4. A screenshot of the job page is saved (--screenshot), kept by CI as an artifact.
 //
 // Run by ctest (tests/web/CMakeLists.txt, label `web`):
@@ -161,6 +162,14 @@ try {
   if (!/requires a token/.test(message)) fail(`the token prompt says ${JSON.stringify(message)}`);
   log('without a token the page shows the token prompt');
 
+  // A token the controller does not know: asked again, saying why.
+  await page.fill('#token-input', 'not-a-known-token');
+  await page.click('#token-form button[type=submit]');
+  await waitFor('the prompt to say the token was refused', async () =>
+    /refused \(unknown token\)/.test(await page.locator('#token-message').textContent()) &&
+    page.locator('#token-prompt').isVisible(), 10_000);
+  log('an unknown token is refused and the prompt asks again');
+
   // 2. The viewer token; the charts grow as the job trains.
   await page.fill('#token-input', viewerToken);
   await page.click('#token-form button[type=submit]');
@@ -202,6 +211,9 @@ try {
   await page.locator('#workers-table tbody tr', {hasText: 'w1'}).waitFor({timeout: 10_000});
   if (await page.locator('#token-prompt').isVisible()) fail('the token was not kept for the tab');
   log('fleet page lists w1');
+  await page.goto(`${base}/#/jobs`);
+  await page.locator('#jobs-table tbody tr a', {hasText: jobId}).waitFor({timeout: 10_000});
+  log(`jobs list shows ${jobId}`);
   if (consoleErrors.length) fail(`errors in the page: ${consoleErrors.join(' | ')}`);
 } catch (e) {
   fail(e.stack || String(e));
