@@ -41,8 +41,9 @@ RUN apt-get update \
 USER ${TRAINYARD_UID}:${TRAINYARD_UID}
 # The SQLite store, uploaded artifacts and preflight specs.
 VOLUME /var/lib/trainyard
-# gRPC (JobService and WorkerService); Prometheus /metrics when --metrics-listen serves it.
-EXPOSE 7070 9464
+# gRPC (JobService and WorkerService); Prometheus /metrics and the web UI when
+# --metrics-listen and --web-listen serve them.
+EXPOSE 7070 9464 8080
 # The gRPC port accepts connections (a TCP connect: it works with TLS and tokens on).
 # A CMD that listens elsewhere sets TRAINYARD_HEALTH_PORT.
 ENV TRAINYARD_HEALTH_PORT=7070
@@ -51,9 +52,9 @@ HEALTHCHECK --interval=30s --timeout=5s --start-period=15s --retries=3 \
 ENTRYPOINT ["trainyard-controller", "--data-dir", "/var/lib/trainyard"]
 # Beyond loopback the controller requires TLS and a token file (or --insecure), so the
 # default expects them mounted at /etc/trainyard (deploy/make-certs.sh makes the
-# certificates; the files must be readable by uid 10001). /metrics stays off: it is
-# plain HTTP and beyond loopback needs --insecure. docs/install.md shows a local trial
-# with --insecure.
+# certificates; the files must be readable by uid 10001). /metrics and the web UI stay
+# off: they are plain HTTP and beyond loopback need --insecure. docs/install.md shows a
+# local trial with --insecure.
 CMD ["--listen", "0.0.0.0:7070", \
      "--tls-cert", "/etc/trainyard/tls/controller.pem", "--tls-key", "/etc/trainyard/tls/controller.key", \
      "--tls-ca", "/etc/trainyard/tls/ca.pem", "--token-file", "/etc/trainyard/tokens"]
