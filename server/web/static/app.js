@@ -371,7 +371,7 @@ class JobPage extends Page {
         let r = this.regions.get(d.region);
         if (!r) {
           r = {region: d.region, layers: d.layers, ranks: new Set(), compiles: 0, recompiles: 0, ms: 0,
-               entries: 0, hits: new Map(), lastReason: '', flags: new Set()};
+               entries: 0, hits: new Map(), lastReason: '', flags: new Map()};
           this.regions.set(d.region, r);
         }
         r.ranks.add(e.rank);
@@ -384,8 +384,9 @@ class JobPage extends Page {
           const m = /hits=(\d+)/.exec(d.reason);
           if (m) r.hits.set(e.rank, Number(m[1]));
         } else {
-          r.flags.add(d.kind);
-          if (d.reason && d.kind !== 'GRAPH_BREAK') r.lastReason = r.lastReason || d.reason;
+          // RECOMPILE_LIMIT, GRAPH_BREAK, UNSAFE_SIDE_EFFECT, FALLBACK: a flag whose
+          // tooltip is the latest reason given for it.
+          r.flags.set(d.kind, d.reason || '');
         }
         break;
       }
@@ -465,7 +466,7 @@ class JobPage extends Page {
       h('td', {class: `num ${r.recompiles ? 'warn' : ''}`}, r.recompiles),
       h('td', {class: 'num'}, r.entries),
       h('td', {class: 'num'}, fmtNum(r.ms, 1)),
-      h('td', {}, [...r.flags].map((f) => h('span', {class: 'flag'}, f))),
+      h('td', {}, [...r.flags].map(([f, why]) => h('span', {class: 'flag', title: why || null}, f))),
       h('td', {class: 'reason'}, r.lastReason || '–')));
     this.compile.replaceChildren(table(
       ['region', 'layers', 'compiles', 'hits', 'recompiles', 'entries', 'compile ms', 'flags', 'last recompile reason'],
