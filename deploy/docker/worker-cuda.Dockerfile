@@ -12,7 +12,7 @@
 # (nvcc and the libraries TorchConfig.cmake looks for) and LibTorch from the PyTorch
 # wheel (torch 2.x with its nvidia-* wheels: CUDA runtime, cuBLAS, cuDNN, NCCL), and
 # configures the engine with CMAKE_PREFIX_PATH=torch.utils.cmake_prefix_path and
-# NCCL_ROOT at the nvidia-nccl wheel, as deploy/gpu-check.sh does. The runtime stage
+# NCCL_ROOT at the nvidia-nccl wheel's nccl.h, as deploy/gpu-check.sh does. The runtime stage
 # needs no toolkit: the wheels' libraries are copied in and the GPU driver comes from
 # the host (NVIDIA Container Toolkit, --gpus).
 #
@@ -44,11 +44,14 @@ RUN dpkg -i /tmp/cuda-keyring_1.1-1_all.deb \
 RUN python3 -m venv /opt/torch \
  && /opt/torch/bin/pip install --no-cache-dir "torch==${TORCH_VERSION}" \
       --index-url "https://download.pytorch.org/whl/${TORCH_CUDA}" \
- && test -d "${TORCH_SITE}/torch/lib" && test -d "${TORCH_SITE}/nvidia/nccl/lib" \
+ && test -d "${TORCH_SITE}/torch/lib" \
+ && find "${TORCH_SITE}/nvidia" -name nccl.h | grep -q . \
  && /opt/torch/bin/python -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
 # The wheels' libraries for the loader (and for dpkg-shlibdeps in cpack below): torch/lib
-# and every nvidia/*/lib, as the runtime stage lists them.
-RUN { echo "${TORCH_SITE}/torch/lib"; ls -d "${TORCH_SITE}"/nvidia/*/lib; } > /etc/ld.so.conf.d/trainyard-torch.conf \
+# and every folder of the nvidia-* wheels that holds a shared library (their layout
+# differs between CUDA 12 and 13 wheels, so it is searched, as gpu-check.sh does).
+RUN { echo "${TORCH_SITE}/torch/lib"; find "${TORCH_SITE}/nvidia" -name 'lib*.so*' -printf '%h\n' | sort -u; } \
+      > /etc/ld.so.conf.d/trainyard-torch.conf \
  && ldconfig
 COPY . .
 # -DGLOO_LIBRARY= : link no system libgloo; the wheel's LibTorch carries its own Gloo
@@ -61,9 +64,10 @@ COPY . .
 RUN --mount=type=cache,target=/root/.cache/ccache \
     export PATH=/usr/local/cuda/bin:$PATH TORCH_CUDA_ARCH_LIST="8.0;9.0" \
  && TORCH_PREFIX=$(/opt/torch/bin/python -c 'import torch; print(torch.utils.cmake_prefix_path)') \
- && NCCL_SO=$(ls "${TORCH_SITE}"/nvidia/nccl/lib/libnccl.so* | sort | head -1) \
+ && NCCL_H=$(find "${TORCH_SITE}/nvidia" -name nccl.h | head -1) \
+ && NCCL_SO=$(find "${TORCH_SITE}/nvidia" -name 'libnccl.so*' | sort | head -1) \
  && cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRAINYARD_BUILD_TESTS=OFF \
-      "-DCMAKE_PREFIX_PATH=${TORCH_PREFIX}" "-DNCCL_ROOT=${TORCH_SITE}/nvidia/nccl" \
+      "-DCMAKE_PREFIX_PATH=${TORCH_PREFIX}" "-DNCCL_ROOT=$(dirname "$(dirname "${NCCL_H}")")" \
       "-DNCCL_LIBRARY=${NCCL_SO}" -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc -DGLOO_LIBRARY= \
  && grep -q "USE_C10D_NCCL" /build/build.ninja \
  && cmake --build /build --target trainyard-worker trainyard-rank trainyard-train trainyard-bench \
