@@ -25,6 +25,10 @@ PACKAGES=(
 # that already has a kubectl from elsewhere (Google's cloud SDK, say) keeps it, since the
 # two packages both own /usr/bin/kubectl.
 if ! command -v kubectl >/dev/null 2>&1; then PACKAGES+=(kubernetes-client); fi
+# node and npm run the web UI's browser test (playwright-core from npm, driving Debian's
+# chromium). A machine with another Node.js (nodesource's, which bundles its own npm)
+# keeps it: Debian's npm would conflict with it.
+if ! command -v npm >/dev/null 2>&1; then PACKAGES+=(nodejs npm); fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
