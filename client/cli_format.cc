@@ -82,12 +82,46 @@ int WatchExitCode(v1::Job::State state) {
     case v1::Job::SUCCEEDED:
       return kExitOk;
     case v1::Job::FAILED:
-      return kExitJobFailed;
     case v1::Job::CANCELLED:
-      return kExitJobCancelled;
+      return kExitJobFailed;
     default:
       return kExitError;
   }
+}
+
+int ExitCodeForStatus(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kOk:
+      return kExitOk;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+      return kExitUsage;
+    case absl::StatusCode::kNotFound:
+      return kExitNotFound;
+    case absl::StatusCode::kUnauthenticated:
+    case absl::StatusCode::kPermissionDenied:
+      return kExitDenied;
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+      return kExitUnavailable;
+    default:
+      return kExitError;
+  }
+}
+
+std::string ExitCodeTable() {
+  return absl::StrCat(
+      "  ", kExitOk, "  success; watch, submit --wait, logs --follow: the job SUCCEEDED\n",
+      "  ", kExitJobFailed,
+      "  the job ended FAILED or CANCELLED (watch, submit --wait, logs --follow); preflight: findings\n",
+      "  ", kExitUsage, "  usage error: bad flag, argument, job file or value (INVALID_ARGUMENT)\n",
+      "  ", kExitNotFound, "  not found: no such job, artifact or file (NOT_FOUND)\n",
+      "  ", kExitDenied, "  not allowed: UNAUTHENTICATED or PERMISSION_DENIED\n",
+      "  ", kExitUnavailable,
+      "  controller unreachable: UNAVAILABLE or DEADLINE_EXCEEDED (watch: after --reconnect-for)\n",
+      "  ", kExitError,
+      "  any other error: the controller refused the request (FAILED_PRECONDITION, ...), an "
+      "internal error, preflight's runner failed\n");
 }
 
 absl::StatusOr<v1::Job::State> ParseJobState(std::string_view name) {
@@ -151,6 +185,12 @@ std::string FormatEventText(const v1::Event& event) {
         absl::StrAppend(&line, ": ", event.job_state().reason());
       }
       break;
+    case v1::Event::kCheckpoint: {
+      const v1::CheckpointSaved& c = event.checkpoint();
+      absl::StrAppend(&line, "checkpoint step ", c.step(), " at ", c.path(), " (", FormatBytes(c.bytes()),
+                      absl::StrFormat(", write %.0f ms)", c.write_ms()));
+      break;
+    }
     case v1::Event::PAYLOAD_NOT_SET:
       line += "(no payload)";
       break;

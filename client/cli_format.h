@@ -11,15 +11,24 @@
 
 namespace trainyard::cli {
 
-// Exit codes of the `trainyard` CLI. `watch` (and `submit --wait`) exit with the job's
-// end state; every other failure, including usage errors, is kExitError.
-inline constexpr int kExitOk = 0;  // also: the watched job SUCCEEDED
-inline constexpr int kExitJobFailed = 1;
-inline constexpr int kExitJobCancelled = 2;
-inline constexpr int kExitError = 3;  // RPC, connection, input or usage error
+// Exit codes of the `trainyard` CLI: one table for every command (printed by
+// `trainyard --help`, see ExitCodeTable). Scripts can tell "the job did not succeed"
+// from "the CLI could not find out".
+inline constexpr int kExitOk = 0;         // done; watch/wait: the job SUCCEEDED
+inline constexpr int kExitJobFailed = 1;  // watch/wait: FAILED or CANCELLED; preflight: findings
+inline constexpr int kExitUsage = 2;      // bad flags, arguments, job file or value (INVALID_ARGUMENT)
+inline constexpr int kExitNotFound = 3;   // no such job, artifact or file (NOT_FOUND)
+inline constexpr int kExitDenied = 4;     // UNAUTHENTICATED or PERMISSION_DENIED
+inline constexpr int kExitUnavailable = 5;  // controller unreachable, UNAVAILABLE, deadline passed
+inline constexpr int kExitError = 6;      // anything else: refused (FAILED_PRECONDITION...), internal
+
+// The exit code of a failed call or local step, by its status code (see above).
+int ExitCodeForStatus(const absl::Status& status);
+// The table above as `--help` prints it, one "  N  meaning" line each, newline-ended.
+std::string ExitCodeTable();
 
 bool IsTerminal(v1::Job::State state);
-// kExitOk / kExitJobFailed / kExitJobCancelled for a terminal state, else kExitError.
+// kExitOk for SUCCEEDED, kExitJobFailed for FAILED or CANCELLED, else kExitError.
 int WatchExitCode(v1::Job::State state);
 
 // "running", "RUNNING" -> Job::RUNNING. INVALID_ARGUMENT listing the known states.

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -16,7 +17,9 @@
 #include "client/artifact_pull.h"
 #include "client/cli_format.h"
 #include "client/job_client.h"
+#include "client/job_view.h"
 #include "client/preflight_command.h"
+#include "client/watch_display.h"
 #include "common/job_file.h"
 #include "common/proto_json.h"
 #include "common/tls_files.h"
@@ -29,11 +32,16 @@ namespace {
 // --timeout is given its deadline is this instead of the per-call default.
 constexpr std::chrono::minutes kPreflightSubmitTimeout{15};
 
-constexpr const char* kWatchExitCodes =
-    "Exit status: 0 if the job SUCCEEDED, 1 if it FAILED, 2 if it was CANCELLED, "
-    "3 on an RPC, connection or usage error.";
+static_assert(kPreflightClean == kExitOk && kPreflightFindings == kExitJobFailed &&
+                  kPreflightBadInput == kExitUsage && kPreflightRunnerFailed == kExitError,
+              "preflight's exit codes are rows of the CLI's one table");
 
-// Flags every subcommand takes.
+// `watch` and `logs --follow` reconnect after a broken stream, waiting this long first
+// and doubling up to the cap.
+constexpr absl::Duration kFirstBackoff = absl::Milliseconds(250);
+constexpr absl::Duration kMaxBackoff = absl::Seconds(5);
+
+// Flags every subcommand takes, given before or after it (global flags).
 struct CommonOptions {
   std::string controller;
   double timeout_s = 10.0;
@@ -46,19 +54,25 @@ struct CommonOptions {
   bool Json() const { return json_flag || output == "json"; }
 };
 
-// --controller, --timeout, --tls-ca and --token-file.
-void AddConnectionOptions(CLI::App* sub, CommonOptions* options) {
-  sub->add_option("--controller", options->controller,
+// The global flags, on the top-level app: with fallthrough a subcommand passes the
+// ones it does not know up to it, so `trainyard --controller X list` and
+// `trainyard list --controller X` mean the same.
+void AddGlobalOptions(CLI::App* app, CommonOptions* options) {
+  app->add_option("--controller", options->controller,
                   "Controller address host:port (default from TRAINYARD_CONTROLLER)")
       ->capture_default_str();
-  sub->add_option("--timeout", options->timeout_s, "Deadline of each call, in seconds")
+  app->add_option("--timeout", options->timeout_s, "Deadline of each call, in seconds")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  sub->add_option("--tls-ca", options->tls_ca,
+  app->add_option("--tls-ca", options->tls_ca,
                   "PEM CA of the controller's certificate: connect over TLS (default: plaintext)");
-  sub->add_option("--token-file", options->token_file,
+  app->add_option("--token-file", options->token_file,
                   "File whose first line is the bearer token sent with every call (default: "
                   "the TRAINYARD_TOKEN environment variable, else none)");
+  app->add_option("--output,-o", options->output, "text, or json: JSON Lines with .proto field names")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  app->add_flag("--json", options->json_flag, "Same as --output json");
 }
 
 // The client of `options`: TLS with --tls-ca, the token of --token-file or `env`.
@@ -90,20 +104,32 @@ absl::StatusOr<std::unique_ptr<JobClient>> MakeClient(const CommonOptions& optio
       std::chrono::milliseconds(static_cast<int64_t>(std::ceil(options.timeout_s * 1000))), credentials);
 }
 
-void AddCommonOptions(CLI::App* sub, CommonOptions* options) {
-  AddConnectionOptions(sub, options);
-  sub->add_option("--output,-o", options->output,
-                  "text, or json: JSON Lines with .proto field names")
-      ->check(CLI::IsMember({"text", "json"}))
-      ->capture_default_str();
-  sub->add_flag("--json", options->json_flag, "Same as --output json");
+// A stream that broke (the controller restarted, the network dropped) rather than a
+// refusal: worth reconnecting.
+bool Reconnectable(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kAborted:
+    case absl::StatusCode::kInternal:
+    case absl::StatusCode::kUnknown:
+      return true;
+    default:
+      return false;
+  }
 }
+
+struct WatchOptions {
+  int64_t from_seq = 0;
+  double reconnect_for_s = 300;  // 0: exit at the first broken stream
+  bool plain = false;            // plain lines even on a terminal
+};
 
 // Runs one subcommand against one controller; owns the client and the streams.
 class Runner {
  public:
   Runner(const CommonOptions& options, const CliEnvironment& env, std::unique_ptr<JobClient> client)
-      : options_(options), out_(*env.out), err_(*env.err), client_(std::move(client)) {}
+      : options_(options), env_(env), out_(*env.out), err_(*env.err), client_(std::move(client)) {}
 
   int Fail(const absl::Status& status) {
     std::string message = FormatError(status);
@@ -115,7 +141,7 @@ class Runner {
                           : "; TLS with --tls-ca)");
     }
     err_ << message << std::endl;
-    return kExitError;
+    return ExitCodeForStatus(status);
   }
 
   void PrintJob(const v1::Job& job) {
@@ -138,7 +164,7 @@ class Runner {
     } else {
       out_ << job->id() << std::endl;
     }
-    return wait ? Watch(job->id(), 0) : kExitOk;
+    return wait ? Watch(job->id(), WatchOptions{}) : kExitOk;
   }
 
   int List(const std::vector<std::string>& state_names, int limit) {
@@ -160,11 +186,22 @@ class Runner {
     return kExitOk;
   }
 
+  // The job, then (text) its description from its stored events and artifacts.
   int Get(const std::string& id) {
     absl::StatusOr<v1::Job> job = client_->GetJob(id);
     if (!job.ok()) return Fail(job.status());
-    PrintJob(*job);
-    if (!options_.Json()) out_ << FormatJobDetails(*job);
+    if (options_.Json()) {
+      PrintJob(*job);
+      out_.flush();
+      return kExitOk;
+    }
+    absl::StatusOr<JobHistory> history = History(*job);
+    if (!history.ok()) return Fail(history.status());
+    // The description stands without the artifacts (a controller without them, or a
+    // role that may not list them).
+    absl::StatusOr<std::vector<v1::ArtifactInfo>> artifacts = client_->ListArtifacts(id);
+    out_ << FormatJobDescription(*job, *history, artifacts.ok() ? *artifacts : std::vector<v1::ArtifactInfo>{},
+                                 artifacts.ok() ? "" : FormatError(artifacts.status()));
     out_.flush();
     return kExitOk;
   }
@@ -195,7 +232,10 @@ class Runner {
     if (options_.Json()) {
       out_ << ToJsonLine(*job) << '\n';
     } else {
-      out_ << FormatExplain(*job, *pending, *workers, absl::Now());
+      absl::StatusOr<JobHistory> history = History(*job);
+      if (!history.ok()) return Fail(history.status());
+      out_ << FormatExplain(*job, *pending, *workers, env_.clock->Now())
+           << FormatExplainHistory(*job, *history);
     }
     out_.flush();
     return kExitOk;
@@ -241,10 +281,11 @@ class Runner {
       for (const v1::ArtifactInfo& a : *artifacts) names.push_back(a.name());
     }
     int failed = 0;
+    int last_error = kExitError;
     for (const std::string& n : names) {
       absl::StatusOr<PulledArtifact> pulled = PullArtifactToDir(*client_, id, n, dir);
       if (!pulled.ok()) {
-        Fail(pulled.status());
+        last_error = Fail(pulled.status());
         ++failed;
         continue;
       }
@@ -255,35 +296,142 @@ class Runner {
       err_ << "trainyard: " << failed << " of " << names.size() << " artifacts not pulled"
            << std::endl;
     }
-    return failed > 0 ? kExitError : kExitOk;
+    return failed > 0 ? last_error : kExitOk;
   }
 
-  // Prints events as they arrive and exits with the job's end state: from the
-  // terminal job_state event, or from GetJob when the stream ends without one.
-  int Watch(const std::string& id, int64_t from_seq) {
-    std::optional<v1::Job::State> end_state;
-    absl::Status status = client_->Watch(id, from_seq, [&](const v1::Event& event) {
-      out_ << (options_.Json() ? ToJsonLine(event) : FormatEventText(event)) << std::endl;
-      if (event.has_job_state() && IsTerminal(event.job_state().state())) {
-        end_state = event.job_state().state();
-      }
-      return true;
-    });
-    if (!status.ok()) return Fail(status);
-    if (!end_state.has_value()) {
+  // Shows events as they arrive (a live status line on a terminal, plain lines when
+  // piped, JSON Lines with --output json) and exits with the job's end state.
+  int Watch(const std::string& id, const WatchOptions& watch) {
+    WatchDisplay::Mode mode = WatchDisplay::Mode::kPlain;
+    if (options_.Json()) {
+      mode = WatchDisplay::Mode::kJson;
+    } else if (env_.out_is_terminal && !watch.plain) {
+      mode = WatchDisplay::Mode::kTerminal;
+    }
+    int64_t total_steps = 0;
+    if (mode == WatchDisplay::Mode::kTerminal) {
+      // The step total for "step 12/20" and the ETA; the events do not carry it.
       absl::StatusOr<v1::Job> job = client_->GetJob(id);
       if (!job.ok()) return Fail(job.status());
-      if (!IsTerminal(job->state())) {
-        return Fail(absl::UnavailableError(absl::StrCat(
-            "event stream of job ", id, " ended while the job is ", StateName(job->state()))));
-      }
-      end_state = job->state();
+      total_steps = job->spec().training().steps();
     }
-    return WatchExitCode(*end_state);
+    WatchDisplay display(mode, out_, err_, id, total_steps, env_.terminal_columns);
+    StreamResult result = Stream(id, watch.from_seq, watch.reconnect_for_s,
+                                 [&](const v1::Event& e) { display.OnEvent(e); },
+                                 [&](const std::string& line) { display.Warn(line); });
+    display.Finish();
+    if (!result.status.ok()) return Fail(result.status);
+    return WatchExitCode(*result.end_state);
+  }
+
+  // A job's log lines (rank output the worker forwards, and the controller's own):
+  // those stored so far, or with `follow` until the job ends.
+  int Logs(const std::string& id, std::optional<int> rank, bool follow, double reconnect_for_s) {
+    auto print = [&](const v1::Event& e) {
+      if (!e.has_log()) return;
+      if (rank.has_value() && e.rank() != *rank) return;
+      if (options_.Json()) {
+        out_ << ToJsonLine(e) << '\n';
+      } else {
+        out_ << absl::FormatTime("%H:%M:%S", ToTime(e.time()), absl::UTCTimeZone()) << ' '
+             << (e.rank() < 0 ? std::string("job") : absl::StrCat("rank ", e.rank()));
+        if (e.attempt() > 1) out_ << " attempt " << e.attempt();
+        out_ << " [" << (e.log().level().empty() ? "info" : e.log().level()) << "] " << e.log().message()
+             << '\n';
+      }
+      if (follow) out_.flush();
+    };
+    if (follow) {
+      StreamResult result = Stream(id, 0, reconnect_for_s, print,
+                                   [&](const std::string& line) { err_ << line << std::endl; });
+      out_.flush();
+      if (!result.status.ok()) return Fail(result.status);
+      return WatchExitCode(*result.end_state);
+    }
+    absl::StatusOr<v1::Job> job = client_->GetJob(id);
+    if (!job.ok()) return Fail(job.status());
+    absl::Status status = Replay(*job, print);
+    out_.flush();
+    return status.ok() ? kExitOk : Fail(status);
   }
 
  private:
+  struct StreamResult {
+    absl::Status status;                      // OK: end_state is set
+    std::optional<v1::Job::State> end_state;  // the job's terminal state
+  };
+
+  // Streams the job's events from `from_seq` until its terminal state, reconnecting a
+  // broken stream (with backoff, for at most `reconnect_for_s` seconds of outage) from
+  // the seq after the last one seen, so no event is passed on twice. Only a stream that
+  // delivered something is resumed: a first call that fails is an error at once.
+  StreamResult Stream(const std::string& id, int64_t from_seq, double reconnect_for_s,
+                      const std::function<void(const v1::Event&)>& on_event,
+                      const std::function<void(const std::string&)>& warn) {
+    int64_t last_seq = from_seq > 0 ? from_seq - 1 : 0;
+    bool connected = false;
+    std::optional<absl::Time> outage_since;
+    absl::Duration backoff = kFirstBackoff;
+    while (true) {
+      std::optional<v1::Job::State> end_state;
+      absl::Status status = client_->Watch(id, last_seq + 1, [&](const v1::Event& event) {
+        connected = true;
+        outage_since.reset();
+        backoff = kFirstBackoff;
+        if (event.seq() <= last_seq) return true;  // replayed across a reconnect
+        last_seq = event.seq();
+        on_event(event);
+        if (event.has_job_state() && IsTerminal(event.job_state().state())) {
+          end_state = event.job_state().state();
+        }
+        return true;
+      });
+      if (end_state.has_value()) return {absl::OkStatus(), end_state};
+      if (status.ok()) {
+        // The stream ended without the terminal event: ask for the state.
+        absl::StatusOr<v1::Job> job = client_->GetJob(id);
+        if (job.ok() && IsTerminal(job->state())) return {absl::OkStatus(), job->state()};
+        status = job.ok() ? absl::UnavailableError(absl::StrCat("the event stream of job ", id,
+                                                                " ended while the job is ",
+                                                                StateName(job->state())))
+                          : job.status();
+      }
+      if (!connected || !Reconnectable(status) || reconnect_for_s <= 0) return {status, std::nullopt};
+      const absl::Time now = env_.clock->Now();
+      if (!outage_since.has_value()) outage_since = now;
+      if (now - *outage_since >= absl::Seconds(reconnect_for_s)) {
+        return {absl::Status(status.code(),
+                             absl::StrCat(status.message(), " (gave up reconnecting after ",
+                                          HumanDuration(now - *outage_since), ", --reconnect-for)")),
+                std::nullopt};
+      }
+      warn(absl::StrCat("trainyard: connection to the controller lost (",
+                        absl::StatusCodeToString(status.code()), ": ", status.message().substr(0, 160),
+                        "); reconnecting in ", absl::FormatDuration(backoff), " from seq ", last_seq + 1));
+      env_.clock->SleepFor(backoff);
+      backoff = std::min(backoff * 2, kMaxBackoff);
+    }
+  }
+
+  // Passes the job's stored events (seq 1 to job.last_seq) to `on_event`: the stream
+  // replays them and is then cut rather than followed.
+  absl::Status Replay(const v1::Job& job, const std::function<void(const v1::Event&)>& on_event) {
+    if (job.last_seq() <= 0) return absl::OkStatus();
+    return client_->Watch(job.id(), 1, [&](const v1::Event& event) {
+      on_event(event);
+      return event.seq() < job.last_seq();
+    });
+  }
+
+  absl::StatusOr<JobHistory> History(const v1::Job& job) {
+    JobHistory history;
+    absl::Status status = Replay(job, [&](const v1::Event& e) { history.Add(e); });
+    if (!status.ok()) return status;
+    return history;
+  }
+
   const CommonOptions& options_;
+  const CliEnvironment& env_;
   std::ostream& out_;
   std::ostream& err_;
   std::unique_ptr<JobClient> client_;
@@ -292,17 +440,32 @@ class Runner {
 }  // namespace
 
 int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
-  CLI::App app{"trainyard: submit and watch Mixture-of-Experts training jobs", "trainyard"};
+  CLI::App app{"trainyard: submit, watch and explain Mixture-of-Experts training jobs", "trainyard"};
   app.require_subcommand(1);
-  app.footer(
-      "Exit status: 0 on success, 3 on an RPC, connection, input or usage error; "
-      "watch and submit --wait exit 1 if the job FAILED and 2 if it was CANCELLED; "
-      "preflight exits 0 clean, 3 findings, 2 bad input, 1 runner failure. Commands that call "
-      "the controller take --tls-ca CA.pem (TLS) and --token-file FILE (else TRAINYARD_TOKEN) "
-      "for a secured controller; the token is never printed.");
+  // Before any add_subcommand: subcommands inherit it, and pass the global flags they do
+  // not know up to `app`.
+  app.fallthrough();
+  app.set_version_flag("--version", std::string("trainyard ") + TRAINYARD_VERSION);
+  app.footer(absl::StrCat(
+      "Global flags (--controller, --timeout, --tls-ca, --token-file, --output/-o, --json) go "
+      "before or after the subcommand. A secured controller needs --tls-ca CA.pem (TLS) and "
+      "--token-file FILE (else TRAINYARD_TOKEN); the token is never printed.\n\n"
+      "Examples:\n"
+      "  trainyard submit examples/debug.toml --set training.steps=50 --wait\n"
+      "  trainyard --controller 10.0.0.5:7070 list --state running\n"
+      "  trainyard watch job-3\n"
+      "  trainyard explain job-3\n\n"
+      "Exit status (every command):\n",
+      ExitCodeTable()));
 
   CommonOptions common;
   common.controller = env.default_controller;
+  AddGlobalOptions(&app, &common);
+
+  // Each subcommand's help ends with an example and points at the global flags.
+  auto example = [](CLI::App* sub, const std::string& text) {
+    sub->footer(absl::StrCat(text, "\nGlobal flags and exit status: trainyard --help"));
+  };
 
   std::string file;
   std::vector<std::string> sets;
@@ -314,11 +477,10 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
                    "Override a key: section.key=value, value in TOML syntax (repeatable)")
       ->allow_extra_args(false);
   submit->add_flag("--wait", wait, "Then watch the job and exit like `watch`");
-  submit->footer(absl::StrCat(
-      kWatchExitCodes,
-      " With compile.preflight=true the controller runs the compile preflight before "
-      "creating the job; the call then waits up to 15 minutes unless --timeout is given."));
-  AddCommonOptions(submit, &common);
+  example(submit,
+          "With compile.preflight=true the controller runs the compile preflight before creating the "
+          "job; the call then waits up to 15 minutes unless --timeout is given.\n"
+          "Example: trainyard submit examples/debug.toml --set training.steps=50 --wait");
 
   std::vector<std::string> states;
   int limit = 0;
@@ -330,27 +492,30 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
       ->delimiter(',');
   list->add_option("--limit", limit, "At most this many jobs, 0 to 1000 (0: the controller's default, 100)")
       ->check(CLI::Range(0, 1000));
-  AddCommonOptions(list, &common);
+  example(list, "Example: trainyard list --state pending,running");
 
   std::string job_id;
-  CLI::App* get = app.add_subcommand("get", "Show one job");
+  CLI::App* get = app.add_subcommand(
+      "get", "Describe one job: spec, state history, attempts and their causes, workers, last "
+             "metrics, checkpoints, artifacts (--output json: the Job message)");
   get->add_option("job", job_id, "Job id")->required();
-  AddCommonOptions(get, &common);
+  example(get, "Example: trainyard get job-3");
 
   CLI::App* explain = app.add_subcommand(
-      "explain", "Why a job waits: the scheduler's reason, queue position, estimated start, "
-                 "reserved slots and the fleet's free slots");
+      "explain", "Why a job is where it is: the scheduler's reason, queue position, estimated "
+                 "start and reserved slots while PENDING; its compile summary per region with "
+                 "hints, restarts and stalls");
   explain->add_option("job", job_id, "Job id")->required();
-  AddCommonOptions(explain, &common);
+  example(explain, "Example: trainyard explain job-3");
 
   CLI::App* workers = app.add_subcommand("workers", "List workers and their free slots");
-  AddCommonOptions(workers, &common);
+  example(workers, "Example: trainyard workers");
 
   std::string reason;
   CLI::App* cancel = app.add_subcommand("cancel", "Cancel a job");
   cancel->add_option("job", job_id, "Job id")->required();
   cancel->add_option("--reason", reason, "Why (stored as the job's failure reason)");
-  AddCommonOptions(cancel, &common);
+  example(cancel, "Example: trainyard cancel job-3 --reason 'wrong lr'");
 
   int resize_dp = 0;
   CLI::App* resize = app.add_subcommand(
@@ -359,34 +524,58 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
   resize->add_option("--dp", resize_dp, "Data-parallel degree, 1 to the job's parallelism.dp")
       ->required()
       ->check(CLI::Range(1, 65536));
-  resize->footer(
-      "grad_accum_steps is scaled so the global batch is unchanged, so --dp must divide "
-      "dp*grad_accum_steps and be >= restart.min_dp. The job needs checkpoints "
-      "(checkpoint.interval > 0): its ranks are cancelled and it restarts from the newest "
-      "checkpoint, without backoff and without using a restart of restart.max_restarts. It "
-      "waits PENDING until --dp slots are free. The size holds for that restart only: a "
-      "later failure restarts at the submitted dp (or shrinks as restart.min_dp allows). "
-      "A job already at --dp is printed unchanged. Prints the job; exit status 0, or 3 on "
-      "an RPC, connection or usage error.");
-  AddCommonOptions(resize, &common);
+  example(resize,
+          "grad_accum_steps is scaled so the global batch is unchanged, so --dp must divide "
+          "dp*grad_accum_steps and be >= restart.min_dp. The job needs checkpoints "
+          "(checkpoint.interval > 0): its ranks are cancelled and it restarts from the newest "
+          "checkpoint, without backoff and without using a restart of restart.max_restarts. It "
+          "waits PENDING until --dp slots are free. The size holds for that restart only: a "
+          "later failure restarts at the submitted dp (or shrinks as restart.min_dp allows). "
+          "A job already at --dp is printed unchanged. Prints the job.\n"
+          "Example: trainyard resize job-3 --dp 2");
 
-  int64_t from_seq = 0;
-  CLI::App* watch =
-      app.add_subcommand("watch", "Stream a job's events, one line each, until the job ends");
+  WatchOptions watch_options;
+  CLI::App* watch = app.add_subcommand(
+      "watch", "Follow a job until it ends: a live status line on a terminal (step, loss "
+               "sparkline, tokens/s, MFU, ETA, recompiles), one line per event when piped");
   watch->add_option("job", job_id, "Job id")->required();
-  watch->add_option("--from-seq", from_seq, "First event seq to show (default: from the start)")
+  watch->add_option("--from-seq", watch_options.from_seq, "First event seq to show (default: from the start)")
       ->check(CLI::NonNegativeNumber);
-  watch->footer(kWatchExitCodes);
-  AddCommonOptions(watch, &common);
+  watch
+      ->add_option("--reconnect-for", watch_options.reconnect_for_s,
+                   "Seconds to keep reconnecting after the stream breaks (0: give up at once)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  watch->add_flag("--plain", watch_options.plain, "One line per event even on a terminal");
+  example(watch,
+          "Exits 0 if the job SUCCEEDED, 1 if it FAILED or was CANCELLED. A broken stream (the "
+          "controller restarted) is resumed from the next seq with a warning; no event is shown "
+          "twice. --output json: one Event JSON object per line.\n"
+          "Example: trainyard watch job-3");
+
+  int logs_rank = -1;
+  bool logs_follow = false;
+  double logs_reconnect_for = 300;
+  CLI::App* logs = app.add_subcommand("logs", "Print a job's log lines (rank output and the controller's)");
+  logs->add_option("job", job_id, "Job id")->required();
+  logs->add_option("--rank", logs_rank, "Only this rank's lines (default: every rank and the controller's)")
+      ->check(CLI::Range(0, 65535));
+  logs->add_flag("--follow,-f", logs_follow, "Keep printing new lines until the job ends (exits like watch)");
+  logs->add_option("--reconnect-for", logs_reconnect_for,
+                   "With --follow: seconds to keep reconnecting after the stream breaks")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  example(logs, "Example: trainyard logs job-3 --rank 0 --follow");
 
   CLI::App* artifacts = app.add_subcommand(
       "artifacts", "List or download a job's artifacts (profiler traces, flight-recorder dumps)");
   artifacts->require_subcommand(1);
+  example(artifacts, "Example: trainyard artifacts list job-3");
   CLI::App* artifacts_list =
       artifacts->add_subcommand("list", "List a job's artifacts: NAME KIND ATTEMPT RANK SIZE "
                                         "SHA256 TIME (RANK - for a worker's own file)");
   artifacts_list->add_option("job", job_id, "Job id")->required();
-  AddCommonOptions(artifacts_list, &common);
+  example(artifacts_list, "Example: trainyard artifacts list job-3");
   std::string artifact_name;
   std::string artifact_dir = ".";
   CLI::App* artifacts_pull = artifacts->add_subcommand(
@@ -395,14 +584,13 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
   artifacts_pull->add_option("name", artifact_name, "Artifact name (default: every artifact)");
   artifacts_pull->add_option("--output-dir,-o", artifact_dir, "Directory to write into")
       ->capture_default_str();
-  AddConnectionOptions(artifacts_pull, &common);
-  artifacts_pull->footer(
-      "Each file is written to a temporary file in DIR and renamed to DIR/NAME only after its "
-      "size and sha256 match the controller's; an existing DIR/NAME is replaced, DIR is "
-      "created if missing. --timeout bounds the listing; each download may take up to 30 "
-      "minutes. Prints one 'wrote DIR/NAME (SIZE, sha256 PREFIX)' line per file. "
-      "Exit status: 0, or 3 if any artifact could not be pulled (the others are still "
-      "written) or on an RPC, connection or usage error.");
+  example(artifacts_pull,
+          "Each file is written to a temporary file in DIR and renamed to DIR/NAME only after its "
+          "size and sha256 match the controller's; an existing DIR/NAME is replaced, DIR is "
+          "created if missing. --timeout bounds the listing; each download may take up to 30 "
+          "minutes. Prints one 'wrote DIR/NAME (SIZE, sha256 PREFIX)' line per file; goes on past "
+          "an artifact that fails and then exits with its error's code.\n"
+          "Example: trainyard artifacts pull job-3 -o traces/");
 
   PreflightCommandOptions preflight_options;
   preflight_options.train_binary = env.default_train_binary;
@@ -429,20 +617,20 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
                    "Seconds before the runner's process group is killed")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  preflight->footer(
-      "Prints COMPILE, RECOMPILE, RECOMPILE_LIMIT, GRAPH_BREAK, UNSAFE_SIDE_EFFECT and "
-      "FALLBACK events, one line each, then a verdict. The job file is checked as `submit` "
-      "and the controller check it (slots aside). Exit status: 0 clean, 3 findings (an "
-      "UNSAFE_SIDE_EFFECT or RECOMPILE_LIMIT event), 2 bad job file, validation or usage "
-      "error, 1 the runner failed (a rank failed, it timed out or could not start).");
+  example(preflight,
+          "Prints COMPILE, RECOMPILE, RECOMPILE_LIMIT, GRAPH_BREAK, UNSAFE_SIDE_EFFECT and "
+          "FALLBACK events, one line each, then a verdict. The job file is checked as `submit` "
+          "and the controller check it (slots aside). Needs no controller. Exit status: 0 clean, "
+          "1 findings (an UNSAFE_SIDE_EFFECT or RECOMPILE_LIMIT event), 2 bad job file, "
+          "validation or usage error, 6 the runner failed (a rank failed, it timed out or could "
+          "not start).\n"
+          "Example: trainyard preflight examples/debug.toml --shrink");
 
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e, *env.out, *env.err);
-    if (code == 0) return kExitOk;
-    const bool preflight_usage = argc > 1 && std::string(argv[1]) == "preflight";
-    return preflight_usage ? kPreflightBadInput : kExitError;
+    // --help and --version are "errors" with exit code 0; every other is a usage error.
+    return app.exit(e, *env.out, *env.err) == 0 ? kExitOk : kExitUsage;
   }
   if (preflight->parsed()) {
     if (env.launcher == nullptr) {
@@ -451,14 +639,12 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
     }
     return RunPreflightCommand(preflight_options, env.launcher, env.clock, *env.out, *env.err);
   }
-  for (CLI::App* sub : {submit, list, get, explain, workers, cancel, resize, watch}) {
-    if (sub->parsed()) common.timeout_given = sub->get_option("--timeout")->count() > 0;
-  }
+  common.timeout_given = app.get_option("--timeout")->count() > 0;
 
   absl::StatusOr<std::unique_ptr<JobClient>> client = MakeClient(common, env);
   if (!client.ok()) {
     *env.err << FormatError(client.status()) << std::endl;
-    return kExitError;
+    return ExitCodeForStatus(client.status());
   }
   Runner runner(common, env, std::move(*client));
   if (submit->parsed()) return runner.Submit(file, sets, wait);
@@ -468,10 +654,11 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
   if (workers->parsed()) return runner.Workers();
   if (cancel->parsed()) return runner.Cancel(job_id, reason);
   if (resize->parsed()) return runner.Resize(job_id, resize_dp);
-  if (watch->parsed()) return runner.Watch(job_id, from_seq);
+  if (watch->parsed()) return runner.Watch(job_id, watch_options);
+  if (logs->parsed()) return runner.Logs(job_id, logs_rank >= 0 ? std::optional<int>(logs_rank) : std::nullopt, logs_follow, logs_reconnect_for);
   if (artifacts_list->parsed()) return runner.ListArtifacts(job_id);
   if (artifacts_pull->parsed()) return runner.PullArtifacts(job_id, artifact_name, artifact_dir);
-  return kExitError;  // require_subcommand(1) makes this unreachable
+  return kExitUsage;  // require_subcommand(1) makes this unreachable
 }
 
 }  // namespace trainyard::cli

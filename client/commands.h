@@ -24,12 +24,16 @@ struct CliEnvironment {
   // (main.cc passes the POSIX launcher and the system clock).
   ProcessLauncher* launcher = nullptr;
   Clock* clock = SystemClock();
+  // `watch` draws a live status line when `out` is a terminal (main.cc: isatty(1) and
+  // TERM is not "dumb"), `terminal_columns` wide (0: unknown).
+  bool out_is_terminal = false;
+  int terminal_columns = 0;
 };
 
-// Parses the command line, runs the chosen subcommand and returns the process exit
-// code (see cli_format.h: 0, 1/2 for watched jobs that FAILED/were CANCELLED, 3 for
-// errors; `preflight` has its own, see preflight_command.h). Not thread-safe with
-// respect to the streams in `env`.
+// Parses the command line (global flags before or after the subcommand), runs the
+// chosen subcommand and returns the process exit code, one table for every command
+// (cli_format.h: kExitOk ... kExitError). Not thread-safe with respect to the streams in
+// `env`.
 int RunCli(int argc, const char* const* argv, const CliEnvironment& env);
 
 }  // namespace trainyard::cli

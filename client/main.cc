@@ -1,5 +1,9 @@
 // trainyard: the command-line client of the Trainyard controller (see commands.h).
+#include <sys/ioctl.h>
+#include <unistd.h>
+
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 
@@ -17,6 +21,12 @@ int main(int argc, char** argv) {
   std::error_code ec;
   const std::filesystem::path tmp = std::filesystem::temp_directory_path(ec);  // TMPDIR
   if (!ec) env.temp_dir = tmp.string();
+  // A live status line needs a terminal that understands carriage return and "erase line".
+  const char* term = std::getenv("TERM");
+  env.out_is_terminal = isatty(STDOUT_FILENO) == 1 && (term == nullptr || std::strcmp(term, "dumb") != 0);
+  if (winsize ws{}; env.out_is_terminal && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0) {
+    env.terminal_columns = ws.ws_col;
+  }
   env.out = &std::cout;
   env.err = &std::cerr;
   trainyard::PosixProcessLauncher launcher;

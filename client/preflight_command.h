@@ -9,11 +9,13 @@
 
 namespace trainyard::cli {
 
-// Exit codes of `trainyard preflight`: the runner's own contract, passed through.
-inline constexpr int kPreflightClean = 0;
-inline constexpr int kPreflightRunnerFailed = 1;  // a rank failed, timeout, cannot start
-inline constexpr int kPreflightBadInput = 2;  // job file, validation or usage error
-inline constexpr int kPreflightFindings = 3;  // UNSAFE_SIDE_EFFECT or RECOMPILE_LIMIT seen
+// Exit codes of `trainyard preflight`, from the CLI's one table (cli_format.h): the
+// runner's own verdicts (its exit 0 clean, 3 findings, 2 bad config, 1 failure) mapped
+// onto it.
+inline constexpr int kPreflightClean = 0;          // kExitOk
+inline constexpr int kPreflightFindings = 1;       // kExitJobFailed: UNSAFE_SIDE_EFFECT or RECOMPILE_LIMIT seen
+inline constexpr int kPreflightBadInput = 2;       // kExitUsage: job file, validation or usage error
+inline constexpr int kPreflightRunnerFailed = 6;   // kExitError: a rank failed, timeout, cannot start
 
 struct PreflightCommandOptions {
   std::string job_file;

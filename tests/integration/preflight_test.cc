@@ -152,7 +152,7 @@ class PreflightIntegrationTest : public ::testing::Test {
 TEST_F(PreflightIntegrationTest, FindingsRejectTheSubmitAndCreateNoJob) {
   const size_t before = JobCount();
   auto r = SubmitWithPreflight("pf-findings", {"--set", "compile.test_plant_side_effect=true"});
-  EXPECT_EQ(r.exit_code, 3) << r.out;
+  EXPECT_EQ(r.exit_code, 6) << r.out;  // FAILED_PRECONDITION
   EXPECT_NE(r.err.find("FAILED_PRECONDITION"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("UNSAFE_SIDE_EFFECT region=moe_router"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find(kTensor), std::string::npos) << r.err;
@@ -191,7 +191,7 @@ TEST_F(PreflightIntegrationTest, JobsWithoutPreflightNeverRunTheRunner) {
 
 TEST_F(PreflightIntegrationTest, InvalidSpecIsRefusedBeforeAnyPreflight) {
   auto r = SubmitWithPreflight("pf-clean", {"--set", "parallelism.tp=3"});
-  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_EQ(r.exit_code, 2);  // INVALID_ARGUMENT
   EXPECT_NE(r.err.find("INVALID_ARGUMENT"), std::string::npos) << r.err;
   EXPECT_EQ(RunnerCalls(), 0);
 }
@@ -199,7 +199,7 @@ TEST_F(PreflightIntegrationTest, InvalidSpecIsRefusedBeforeAnyPreflight) {
 TEST_F(PreflightIntegrationTest, RunnerFailureRejectsWithItsStderr) {
   const size_t before = JobCount();
   auto r = SubmitWithPreflight("pf-crash");
-  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_EQ(r.exit_code, 6);  // FAILED_PRECONDITION
   EXPECT_NE(r.err.find("FAILED_PRECONDITION: preflight failed: runner exited with code 1: "
                        "rank 0: step 2: boom in moe_router"),
             std::string::npos)
@@ -210,7 +210,7 @@ TEST_F(PreflightIntegrationTest, RunnerFailureRejectsWithItsStderr) {
 TEST_F(PreflightIntegrationTest, TimeoutKillsTheRunnerAndRejects) {
   const size_t before = JobCount();
   auto r = SubmitWithPreflight("pf-hang");  // --preflight-timeout 3
-  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_EQ(r.exit_code, 6);  // FAILED_PRECONDITION
   EXPECT_NE(r.err.find("preflight failed: timed out after"), std::string::npos) << r.err;
   EXPECT_EQ(JobCount(), before);
   const std::string pid = ReadFile(dir_.path() + "/hang-child.pid");
@@ -228,7 +228,7 @@ class PreflightMissingBinaryTest : public PreflightIntegrationTest {
 
 TEST_F(PreflightMissingBinaryTest, SubmitFailsNamingTheBinaryAndOtherJobsStillRun) {
   auto r = SubmitWithPreflight("pf-clean");
-  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_EQ(r.exit_code, 6);  // FAILED_PRECONDITION
   EXPECT_NE(r.err.find("FAILED_PRECONDITION"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("/nonexistent/bin/trainyard-train"), std::string::npos) << r.err;
   EXPECT_EQ(JobCount(), 0u);
@@ -249,10 +249,10 @@ class PreflightCliTest : public ::testing::Test {
   const std::string runner_ = dir_.WriteScript("trainyard-train", FakeRunnerScript(dir_.path()));
 };
 
-TEST_F(PreflightCliTest, FindingsArePrintedAndExitThree) {
+TEST_F(PreflightCliTest, FindingsArePrintedAndExitOne) {
   auto r = Preflight({TRAINYARD_EXAMPLES "/tiny.toml", "--set", "job.name=pf-findings", "--set",
                       "compile.test_plant_side_effect=true", "--shrink"});
-  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_EQ(r.exit_code, 1) << r.err;  // findings
   EXPECT_NE(r.out.find("rank 0  COMPILE  region=moe_router layers=[1] compile_ms=3.5\n"),
             std::string::npos)
       << r.out;
@@ -267,7 +267,7 @@ TEST_F(PreflightCliTest, FindingsArePrintedAndExitThree) {
 
 TEST_F(PreflightCliTest, JsonPrintsTheRunnersEventLinesOnly) {
   auto r = Preflight({TRAINYARD_EXAMPLES "/tiny.toml", "--set", "job.name=pf-findings", "--json"});
-  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_EQ(r.exit_code, 1);  // findings
   auto lines = JsonLines(r.out);
   ASSERT_EQ(lines.size(), 2u) << r.out;
   EXPECT_EQ(lines[1]["compile"]["kind"], "UNSAFE_SIDE_EFFECT");
@@ -284,19 +284,19 @@ TEST_F(PreflightCliTest, CleanRunShowsCompileEventsAndExitsZero) {
   EXPECT_NE(r.out.find("preflight: clean (2 compile events"), std::string::npos) << r.out;
 }
 
-TEST_F(PreflightCliTest, RunnerFailureExitsOneAndSaysWhy) {
+TEST_F(PreflightCliTest, RunnerFailureExitsSixAndSaysWhy) {
   auto r = Preflight({TRAINYARD_EXAMPLES "/tiny.toml", "--set", "job.name=pf-crash"});
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, 6);  // the runner failed
   EXPECT_NE(r.out.find("preflight: runner failure: runner exited with code 1: rank 0: step 2: "
                        "boom in moe_router"),
             std::string::npos)
       << r.out;
 }
 
-TEST_F(PreflightCliTest, TimeoutExitsOne) {
+TEST_F(PreflightCliTest, TimeoutExitsSix) {
   auto r = Preflight({TRAINYARD_EXAMPLES "/tiny.toml", "--set", "job.name=pf-hang", "--timeout",
                       "0.5"});
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, 6);
   EXPECT_NE(r.out.find("preflight: runner failure: timed out after"), std::string::npos) << r.out;
 }
 
@@ -327,7 +327,7 @@ TEST_F(PreflightCliTest, BadInputExitsTwoWithoutRunningTheRunner) {
 TEST_F(PreflightCliTest, MissingRunnerIsARunnerFailure) {
   auto r = RunCommand({TRAINYARD_CLI, "preflight", TRAINYARD_EXAMPLES "/tiny.toml",
                        "--train-binary", dir_.path() + "/nope"});
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, 6);
   EXPECT_NE(r.out.find("cannot execute " + dir_.path() + "/nope"), std::string::npos) << r.out;
 }
 
@@ -346,7 +346,7 @@ TEST_F(PreflightRealRunnerTest, PlantedSideEffectIsRejectedBeforeScheduling) {
   const size_t before = JobCount();
   auto r = SubmitWithPreflight("pf-real-planted", {"--set", "compile.backend=jit", "--set",
                                                    "compile.test_plant_side_effect=true"});
-  EXPECT_EQ(r.exit_code, 3) << r.out;
+  EXPECT_EQ(r.exit_code, 6) << r.out;  // FAILED_PRECONDITION
   EXPECT_NE(r.err.find("FAILED_PRECONDITION"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("UNSAFE_SIDE_EFFECT"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find(kTensor), std::string::npos) << r.err;
@@ -358,11 +358,11 @@ TEST_F(PreflightRealRunnerTest, PlantedSideEffectIsRejectedBeforeScheduling) {
   EXPECT_EQ(JobCount(), before + 1);
 }
 
-TEST(PreflightRealCliTest, ShrunkPreflightNamesThePlantedTensorAndExitsThree) {
+TEST(PreflightRealCliTest, ShrunkPreflightNamesThePlantedTensorAndExitsOne) {
   auto r = RunCommand({TRAINYARD_CLI, "preflight", TRAINYARD_EXAMPLES "/debug.toml", "--shrink", "--set",
                        "compile.backend=jit", "--set", "compile.test_plant_side_effect=true",
                        "--train-binary", TRAINYARD_TRAIN});
-  EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;  // findings
   EXPECT_NE((r.out + r.err).find(kTensor), std::string::npos) << r.out << r.err;
   auto clean = RunCommand({TRAINYARD_CLI, "preflight", TRAINYARD_EXAMPLES "/debug.toml", "--shrink",
                            "--set", "compile.backend=jit", "--train-binary", TRAINYARD_TRAIN});

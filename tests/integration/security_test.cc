@@ -92,7 +92,7 @@ TEST_F(SecurityTest, WorkerWithCertificateOfAnotherCaCannotConnect) {
 TEST_F(SecurityTest, PlaintextClientAgainstTlsPortFailsCleanly) {
   const CommandResult r =
       RunCommand({kBins.cli, "workers", "--controller", cluster_->address(), "--timeout", "60"});
-  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_EQ(r.exit_code, 5);  // UNAVAILABLE
   EXPECT_NE(r.err.find("UNAVAILABLE"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("a controller that serves TLS needs --tls-ca"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("DEADLINE_EXCEEDED"), std::string::npos) << r.err;
@@ -107,7 +107,7 @@ TEST_F(SecurityTest, ClientWithAnotherCaRefusesTheController) {
   ASSERT_TRUE(cluster_->MakeCerts(other, {}, {}));
   const CommandResult r = RunCommand({kBins.cli, "workers", "--controller", cluster_->address(), "--tls-ca",
                                       (other / "ca.pem").string(), "--timeout", "60"});
-  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_EQ(r.exit_code, 5);  // UNAVAILABLE
   EXPECT_NE(r.err.find("UNAVAILABLE"), std::string::npos) << r.err;
 }
 

@@ -199,7 +199,7 @@ TEST_F(CliArtifactsTest, ListPrintsATableOrJsonLines) {
 }
 
 TEST_F(CliArtifactsTest, ListOfAnUnknownJobExitsThree) {
-  EXPECT_EQ(Run({"artifacts", "list", "nope"}), 3);
+  EXPECT_EQ(Run({"artifacts", "list", "nope"}), 3);  // not found
   EXPECT_THAT(err_.str(), StartsWith("trainyard: NOT_FOUND: job not found"));
 }
 
@@ -230,13 +230,13 @@ TEST_F(CliArtifactsTest, ABadChecksumOrShortStreamWritesNothing) {
   service_.Add("short.json", big_, Pull::kTruncated);
   service_.Add("good.json", "{}");
   std::ofstream(dir_.path() + "/bad.json") << "kept";
-  EXPECT_EQ(Run({"artifacts", "pull", "j1", "bad.json", "-o", dir_.path()}), 3);
+  EXPECT_EQ(Run({"artifacts", "pull", "j1", "bad.json", "-o", dir_.path()}), 6);  // DATA_LOSS
   EXPECT_THAT(err_.str(), HasSubstr("DATA_LOSS: artifact bad.json: sha256 "));
   EXPECT_EQ(ReadFile(dir_.path() + "/bad.json"), "kept");  // the old file is untouched
   EXPECT_EQ(DirEntries(dir_.path()), std::vector<std::string>{"bad.json"});
 
-  // Pulling all goes on past the failures and then exits 3.
-  EXPECT_EQ(Run({"artifacts", "pull", "j1", "-o", dir_.path()}), 3);
+  // Pulling all goes on past the failures and then exits with the last one's code.
+  EXPECT_EQ(Run({"artifacts", "pull", "j1", "-o", dir_.path()}), 6);
   EXPECT_THAT(err_.str(), HasSubstr("artifact short.json: received 502 of 1004 bytes"));
   EXPECT_THAT(err_.str(), HasSubstr("2 of 3 artifacts not pulled"));
   EXPECT_EQ(DirEntries(dir_.path()), (std::vector<std::string>{"bad.json", "good.json"}));
@@ -246,11 +246,11 @@ TEST_F(CliArtifactsTest, AHostileControllerCannotWriteOutsideTheDirectory) {
   service_.Add("x.json", "{}", Pull::kOtherName);  // answers with name ".."
   service_.Add("noinfo.json", "{}", Pull::kNoInfo);
   const std::string out = dir_.path() + "/out";
-  EXPECT_EQ(Run({"artifacts", "pull", "j1", "x.json", "-o", out}), 3);
+  EXPECT_EQ(Run({"artifacts", "pull", "j1", "x.json", "-o", out}), 6);
   EXPECT_THAT(err_.str(), HasSubstr("with artifact '..'"));
-  EXPECT_EQ(Run({"artifacts", "pull", "j1", "noinfo.json", "-o", out}), 3);
+  EXPECT_EQ(Run({"artifacts", "pull", "j1", "noinfo.json", "-o", out}), 6);
   EXPECT_THAT(err_.str(), HasSubstr("did not start with its info"));
-  EXPECT_EQ(Run({"artifacts", "pull", "j1", "../escape", "-o", out}), 3);
+  EXPECT_EQ(Run({"artifacts", "pull", "j1", "../escape", "-o", out}), 2);
   EXPECT_THAT(err_.str(), HasSubstr("INVALID_ARGUMENT: artifact name '../escape'"));
   EXPECT_TRUE(DirEntries(out).empty());
   EXPECT_EQ(DirEntries(dir_.path()), std::vector<std::string>{"out"});

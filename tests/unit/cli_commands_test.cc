@@ -230,7 +230,7 @@ TEST_F(CliCommandsTest, WatchExitsWithTheEndStateOfTheTerminalEvent) {
                                                  StartsWith("seq=2 rank=0 step 1 loss=7.5000"),
                                                  "seq=3 job SUCCEEDED"));
   EXPECT_EQ(Run({"watch", "bad"}), 1);
-  EXPECT_EQ(Run({"watch", "stopped"}), 2);
+  EXPECT_EQ(Run({"watch", "stopped"}), 1);  // one code for FAILED and CANCELLED
 }
 
 TEST_F(CliCommandsTest, WatchAsksGetJobWhenTheStreamEndsWithoutATerminalEvent) {
@@ -240,7 +240,8 @@ TEST_F(CliCommandsTest, WatchAsksGetJobWhenTheStreamEndsWithoutATerminalEvent) {
 
   service_.AddEvents("j2", v1::Job::STATE_UNSPECIFIED);
   service_.AddJob("j2", v1::Job::RUNNING);
-  EXPECT_EQ(Run({"watch", "j2"}), 3);
+  // watch reconnects after such an end; with --reconnect-for 0 it gives up at once.
+  EXPECT_EQ(Run({"watch", "j2", "--reconnect-for", "0"}), 5);
   EXPECT_THAT(err_.str(), HasSubstr("ended while the job is RUNNING"));
 }
 
@@ -259,7 +260,7 @@ TEST_F(CliCommandsTest, WatchJsonLinesAndFromSeq) {
 }
 
 TEST_F(CliCommandsTest, WatchOfUnknownJobIsAnError) {
-  EXPECT_EQ(Run({"watch", "nope"}), 3);
+  EXPECT_EQ(Run({"watch", "nope"}), 3);  // not found
   EXPECT_THAT(err_.str(), StartsWith("trainyard: NOT_FOUND: job nope not found"));
 }
 
@@ -280,7 +281,7 @@ TEST_F(CliCommandsTest, SubmitWaitExitsLikeWatch) {
   service_.AddEvents("j-new", v1::Job::CANCELLED);
   const std::string path = ::testing::TempDir() + "/cli_wait.toml";
   std::ofstream(path) << "[training]\nsteps = 1\n";
-  EXPECT_EQ(Run({"submit", path, "--wait"}), 2) << err_.str();
+  EXPECT_EQ(Run({"submit", path, "--wait"}), 1) << err_.str();  // CANCELLED
   EXPECT_THAT(OutLines(), ::testing::ElementsAre("j-new", StartsWith("seq=1"), StartsWith("seq=2"),
                                                  "seq=3 job CANCELLED"));
 }
@@ -288,7 +289,7 @@ TEST_F(CliCommandsTest, SubmitWaitExitsLikeWatch) {
 TEST_F(CliCommandsTest, SubmitOfABadFileReportsFileLineAndSendsNothing) {
   const std::string path = ::testing::TempDir() + "/cli_bad.toml";
   std::ofstream(path) << "[model]\n\ndimm = 3\n";
-  EXPECT_EQ(Run({"submit", path}), 3);
+  EXPECT_EQ(Run({"submit", path}), 2);  // usage: a bad job file
   EXPECT_THAT(err_.str(),
               StartsWith("trainyard: INVALID_ARGUMENT: " + path + ":3:1: unknown key model.dimm"));
   absl::MutexLock lock(&service_.mu_);
@@ -306,7 +307,7 @@ TEST_F(CliCommandsTest, ListFiltersByStateAndPrintsColumns) {
 }
 
 TEST_F(CliCommandsTest, ListRejectsUnknownState) {
-  EXPECT_EQ(Run({"list", "--state", "done"}), 3);
+  EXPECT_EQ(Run({"list", "--state", "done"}), 2);
   EXPECT_THAT(err_.str(), HasSubstr("unknown job state \"done\""));
 }
 
@@ -331,7 +332,7 @@ TEST_F(CliCommandsTest, GetCancelAndWorkers) {
                                     "failure causes (oldest first):\n"
                                     "  1. rank 0 on worker w1 failed: exit code 1\n"));
 
-  EXPECT_EQ(Run({"get", "missing"}), 3);
+  EXPECT_EQ(Run({"get", "missing"}), 3);  // not found
   EXPECT_THAT(err_.str(), HasSubstr("NOT_FOUND"));
 
   EXPECT_EQ(Run({"cancel", "j1", "--reason", "oops"}), 0) << err_.str();
@@ -360,8 +361,9 @@ TEST_F(CliCommandsTest, ResizeSendsTheDpAndPrintsTheJob) {
   EXPECT_EQ(job.id(), "j1");
   EXPECT_EQ(job.state(), v1::Job::RESTARTING);
 
-  // The controller's refusals come back with their code and message, exit 3.
-  EXPECT_EQ(Run({"resize", "j1", "--dp", "3"}), 3);
+  // The controller's refusals come back with their code and message: INVALID_ARGUMENT
+  // exits 2, NOT_FOUND 3.
+  EXPECT_EQ(Run({"resize", "j1", "--dp", "3"}), 2);
   EXPECT_THAT(err_.str(), HasSubstr("ResizeJobRequest.dp: must be in [1, 2] for job j1, got 3"));
   EXPECT_EQ(Run({"resize", "missing", "--dp", "1"}), 3);
   EXPECT_THAT(err_.str(), HasSubstr("NOT_FOUND"));
@@ -370,10 +372,10 @@ TEST_F(CliCommandsTest, ResizeSendsTheDpAndPrintsTheJob) {
     absl::MutexLock lock(&service_.mu_);
     service_.last_resize_.Clear();
   }
-  EXPECT_EQ(Run({"resize", "j1"}), 3);  // --dp is required
-  EXPECT_EQ(Run({"resize", "j1", "--dp", "0"}), 3);
-  EXPECT_EQ(Run({"resize", "j1", "--dp", "two"}), 3);
-  EXPECT_EQ(Run({"resize", "--dp", "1"}), 3);  // missing JOB
+  EXPECT_EQ(Run({"resize", "j1"}), 2);  // --dp is required
+  EXPECT_EQ(Run({"resize", "j1", "--dp", "0"}), 2);
+  EXPECT_EQ(Run({"resize", "j1", "--dp", "two"}), 2);
+  EXPECT_EQ(Run({"resize", "--dp", "1"}), 2);  // missing JOB
   absl::MutexLock lock(&service_.mu_);
   EXPECT_EQ(service_.last_resize_.job_id(), "");
 }
@@ -386,11 +388,11 @@ TEST_F(CliCommandsTest, HelpListsResize) {
   EXPECT_THAT(out_.str(), HasSubstr("without using a restart of restart.max_restarts"));
 }
 
-TEST_F(CliCommandsTest, UsageErrorsExitThree) {
-  EXPECT_EQ(Run({}), 3);
-  EXPECT_EQ(Run({"frobnicate"}), 3);
-  EXPECT_EQ(Run({"get"}), 3);  // missing JOB
-  EXPECT_EQ(Run({"watch", "j", "--output", "yaml"}), 3);
+TEST_F(CliCommandsTest, UsageErrorsExitTwo) {
+  EXPECT_EQ(Run({}), 2);
+  EXPECT_EQ(Run({"frobnicate"}), 2);
+  EXPECT_EQ(Run({"get"}), 2);  // missing JOB
+  EXPECT_EQ(Run({"watch", "j", "--output", "yaml"}), 2);
 }
 
 TEST_F(CliCommandsTest, UnreachableControllerIsUnavailable) {
@@ -399,7 +401,7 @@ TEST_F(CliCommandsTest, UnreachableControllerIsUnavailable) {
   cli::CliEnvironment env;
   env.out = &out_;
   env.err = &err_;
-  EXPECT_EQ(cli::RunCli(static_cast<int>(argv.size()), argv.data(), env), 3);
+  EXPECT_EQ(cli::RunCli(static_cast<int>(argv.size()), argv.data(), env), 5);
   EXPECT_THAT(err_.str(), StartsWith("trainyard: UNAVAILABLE: "));
 }
 
@@ -411,7 +413,7 @@ TEST_F(CliCommandsTest, ABearerTokenIsNotSentInPlaintextBeyondLoopback) {
   env.out = &out_;
   env.err = &err_;
   env.default_token = "tok-do-not-print";
-  EXPECT_EQ(cli::RunCli(static_cast<int>(argv.size()), argv.data(), env), 3);
+  EXPECT_EQ(cli::RunCli(static_cast<int>(argv.size()), argv.data(), env), 6);  // FAILED_PRECONDITION
   EXPECT_EQ(err_.str(),
             "trainyard: FAILED_PRECONDITION: refusing to send the bearer token (TRAINYARD_TOKEN) in plaintext "
             "to 10.255.255.1:7070, which is not a loopback address: give --tls-ca to connect over TLS\n");

@@ -113,8 +113,8 @@ TEST(CliFormatTest, WorkersTable) {
 TEST(CliFormatTest, ExitCodesAndStates) {
   EXPECT_EQ(WatchExitCode(v1::Job::SUCCEEDED), 0);
   EXPECT_EQ(WatchExitCode(v1::Job::FAILED), 1);
-  EXPECT_EQ(WatchExitCode(v1::Job::CANCELLED), 2);
-  EXPECT_EQ(WatchExitCode(v1::Job::RUNNING), 3);
+  EXPECT_EQ(WatchExitCode(v1::Job::CANCELLED), 1);  // one code for FAILED and CANCELLED
+  EXPECT_EQ(WatchExitCode(v1::Job::RUNNING), 6);
   EXPECT_FALSE(IsTerminal(v1::Job::RESTARTING));
   EXPECT_EQ(*ParseJobState("running"), v1::Job::RUNNING);
   EXPECT_EQ(*ParseJobState("Cancelled"), v1::Job::CANCELLED);

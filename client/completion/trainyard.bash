@@ -1,0 +1,115 @@
+# bash completion for trainyard, the Trainyard CLI: subcommands, their flags, the global
+# flags (valid before or after the subcommand), job ids from `trainyard list` and
+# job files for submit/preflight. Install as
+#   /usr/share/bash-completion/completions/trainyard
+# or source it from ~/.bashrc.
+
+_trainyard_job_ids() {
+  # Ids of the controller named on the command line (or TRAINYARD_CONTROLLER); quiet
+  # and quick when it is unreachable.
+  local args=() i
+  for ((i = 1; i < ${#COMP_WORDS[@]} - 1; i++)); do
+    case "${COMP_WORDS[i]}" in
+      --controller | --tls-ca | --token-file) args+=("${COMP_WORDS[i]}" "${COMP_WORDS[i + 1]}") ;;
+    esac
+  done
+  trainyard list --timeout 2 --output text "${args[@]}" 2>/dev/null | awk 'NR > 1 { print $1 }'
+}
+
+_trainyard() {
+  local cur prev words cword
+  if declare -F _init_completion >/dev/null; then
+    _init_completion || return
+  else
+    cur="${COMP_WORDS[COMP_CWORD]}"
+    prev="${COMP_WORDS[COMP_CWORD - 1]}"
+    words=("${COMP_WORDS[@]}")
+    cword=$COMP_CWORD
+  fi
+
+  local global="--controller --timeout --tls-ca --token-file --output -o --json --help -h --version"
+  local commands="submit list get explain watch logs workers cancel resize artifacts preflight"
+
+  # Values of flags.
+  case "$prev" in
+    --output | -o)
+      # -o of `artifacts pull` is a directory.
+      if [[ " ${words[*]} " == *" pull "* ]]; then
+        COMPREPLY=($(compgen -d -- "$cur"))
+      else
+        COMPREPLY=($(compgen -W "text json" -- "$cur"))
+      fi
+      return ;;
+    --tls-ca | --token-file | --train-binary)
+      COMPREPLY=($(compgen -f -- "$cur"))
+      return ;;
+    --output-dir)
+      COMPREPLY=($(compgen -d -- "$cur"))
+      return ;;
+    --state)
+      COMPREPLY=($(compgen -W "PENDING SCHEDULED RUNNING RESTARTING SUCCEEDED FAILED CANCELLED" -- "${cur^^}"))
+      return ;;
+    --controller | --timeout | --set | --limit | --reason | --dp | --from-seq | --reconnect-for | --rank)
+      return ;;
+  esac
+
+  # The subcommand (and sub-subcommand of artifacts): the first words that are not
+  # flags or flag values.
+  local cmd="" sub="" i w
+  for ((i = 1; i < cword; i++)); do
+    w="${words[i]}"
+    case "$w" in
+      --controller | --timeout | --tls-ca | --token-file | --output | -o | --set | --state | --limit | \
+        --reason | --dp | --from-seq | --reconnect-for | --rank | --output-dir | --train-binary)
+        ((i++)) ;;
+      -*) ;;
+      *)
+        if [[ -z "$cmd" ]]; then
+          cmd="$w"
+        elif [[ "$cmd" == artifacts && -z "$sub" ]]; then
+          sub="$w"
+        fi ;;
+    esac
+  done
+
+  if [[ -z "$cmd" ]]; then
+    if [[ "$cur" == -* ]]; then
+      COMPREPLY=($(compgen -W "$global" -- "$cur"))
+    else
+      COMPREPLY=($(compgen -W "$commands" -- "$cur"))
+    fi
+    return
+  fi
+
+  local flags=""
+  case "$cmd" in
+    submit) flags="--set --wait" ;;
+    list) flags="--state --limit" ;;
+    get | explain | workers) flags="" ;;
+    watch) flags="--from-seq --reconnect-for --plain" ;;
+    logs) flags="--rank --follow -f --reconnect-for" ;;
+    cancel) flags="--reason" ;;
+    resize) flags="--dp" ;;
+    artifacts)
+      if [[ -z "$sub" ]]; then
+        COMPREPLY=($(compgen -W "list pull" -- "$cur"))
+        return
+      fi
+      [[ "$sub" == pull ]] && flags="--output-dir -o" ;;
+    preflight) flags="--set --shrink --json --train-binary --timeout" ;;
+  esac
+
+  if [[ "$cur" == -* ]]; then
+    COMPREPLY=($(compgen -W "$flags $global" -- "$cur"))
+    return
+  fi
+  case "$cmd" in
+    submit | preflight)
+      COMPREPLY=($(compgen -f -X '!*.toml' -- "$cur") $(compgen -f -X '!*.json' -- "$cur")
+        $(compgen -d -- "$cur")) ;;
+    get | explain | watch | logs | cancel | resize | artifacts)
+      COMPREPLY=($(compgen -W "$(_trainyard_job_ids)" -- "$cur")) ;;
+  esac
+}
+
+complete -F _trainyard trainyard

@@ -1,0 +1,122 @@
+// What `trainyard get` and `explain` know about a job beyond GetJob: its stored events
+// (the WatchJob replay up to Job.last_seq) folded into a history. The controller keeps
+// every state change, rank state, step, compile event, stall, checkpoint and artifact
+// as an event, so the CLI derives state history, attempts, workers, last metrics and
+// per-region compile statistics from them instead of asking for a new RPC.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "trainyard/v1/job_service.pb.h"
+
+namespace trainyard::cli {
+
+absl::Time ToTime(const google::protobuf::Timestamp& t);
+// "2026-12-01 10:02:03Z"; "-" for absl::InfinitePast().
+std::string FormatUtc(absl::Time t);
+// 42 s -> "42s", 185 s -> "3m05s", 7380 s -> "2h03m"; negative -> "0s".
+std::string HumanDuration(absl::Duration d);
+
+// Per compile region, over every rank and attempt (a region key names one shape of one
+// layer kind; every layer with that key shares the cache).
+struct RegionCompileStats {
+  std::string region;
+  int compiles = 0;    // COMPILE events (first entry of a cache)
+  int recompiles = 0;  // RECOMPILE events (a guard failed: a new entry)
+  int fallbacks = 0;   // FALLBACK events (the region runs eager from then on)
+  int graph_breaks = 0;
+  int unsafe_side_effects = 0;
+  bool limit_hit = false;  // a RECOMPILE_LIMIT event
+  // From the newest SUMMARY event of each rank, summed over ranks; -1 before any.
+  int64_t hits = -1;
+  int64_t misses = -1;
+  std::string last_recompile_reason;  // of the newest RECOMPILE or RECOMPILE_LIMIT
+  std::string last_fallback_reason;
+};
+
+struct StateChangeRecord {
+  absl::Time time;
+  v1::Job::State state = v1::Job::STATE_UNSPECIFIED;
+  std::string reason;
+  int attempt = 0;
+};
+
+struct AttemptRecord {
+  int attempt = 0;
+  absl::Time start = absl::InfinitePast();  // its first event
+  absl::Time end = absl::InfinitePast();    // its last rank end, or the job's end
+  std::map<int, std::string> rank_workers;  // rank -> worker, from RUNNING rank states
+  int64_t last_step = 0;
+  std::vector<std::string> rank_failures;  // "rank 1 on w1: FAILED exit_code=1: ..."
+  std::string end_state;                   // the job state that ended it, if any
+};
+
+// The events of one job folded together; feed them in seq order.
+class JobHistory {
+ public:
+  void Add(const v1::Event& event);
+
+  const std::vector<StateChangeRecord>& states() const { return states_; }
+  const std::map<int, AttemptRecord>& attempts() const { return attempts_; }
+  // Regions in the order they first appeared.
+  std::vector<RegionCompileStats> Regions() const;
+  const std::optional<v1::Event>& last_step() const { return last_step_; }
+  // One loss per optimizer step (the first report of each step), oldest first, at most
+  // kMaxLosses of the newest.
+  const std::vector<double>& losses() const { return losses_; }
+  const std::vector<v1::Event>& checkpoints() const { return checkpoints_; }
+  const std::vector<v1::Event>& stalls() const { return stalls_; }
+  int recompiles() const { return recompiles_; }
+  int64_t last_seq() const { return last_seq_; }
+  int restarts() const;  // RESTARTING state changes
+
+  static constexpr size_t kMaxLosses = 256;
+
+ private:
+  std::vector<StateChangeRecord> states_;
+  std::map<int, AttemptRecord> attempts_;
+  std::vector<std::string> region_order_;
+  std::map<std::string, RegionCompileStats> regions_;
+  // (region, attempt, rank) -> newest SUMMARY's hits and misses.
+  std::map<std::tuple<std::string, int, int>, std::pair<int64_t, int64_t>> summaries_;
+  std::optional<v1::Event> last_step_;
+  int64_t last_loss_step_ = 0;
+  int last_loss_attempt_ = 0;
+  std::vector<double> losses_;
+  std::vector<v1::Event> checkpoints_;
+  std::vector<v1::Event> stalls_;
+  int recompiles_ = 0;
+  int64_t last_seq_ = 0;
+};
+
+// hits and misses out of a SUMMARY reason "hits=12 misses=1 eager_fallbacks=0 ...";
+// false when either is missing.
+bool ParseSummaryCounts(const std::string& reason, int64_t* hits, int64_t* misses);
+
+// A hint for a recompile, fallback or limit reason the engine writes (see
+// worker/engine/compile): which guard failed and what usually causes it. "" when the
+// reason is not one it knows.
+std::string CompileHint(const std::string& reason);
+
+// `trainyard get`: the whole job, e.g.
+//   job-3  moe-debug  SUCCEEDED  owner local  attempt 1
+//   spec        preset debug: dim 256, 4 layers (1 dense), 8 experts top-2 ...
+//   state history ... attempts ... workers ... last metrics ... checkpoints ... artifacts
+// `artifacts` may be empty; a non-empty `artifacts_error` says why they are unknown
+// (the listing failed: the rest of the description still stands). Ends with a newline.
+std::string FormatJobDescription(const v1::Job& job, const JobHistory& history,
+                                 const std::vector<v1::ArtifactInfo>& artifacts,
+                                 const std::string& artifacts_error = "");
+
+// What `explain` adds after the scheduler part: the compile summary per region with a
+// hint per known cause, the restarts with their causes, and the stalls. "" when the job
+// has none of them. Ends with a newline otherwise.
+std::string FormatExplainHistory(const v1::Job& job, const JobHistory& history);
+
+}  // namespace trainyard::cli

@@ -1,0 +1,99 @@
+// How `trainyard watch` shows a job's events: on a terminal one live status line
+// redrawn in place with notable events printed above it; plain lines when piped; JSON
+// Lines with --output json.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "trainyard/v1/job_service.pb.h"
+
+namespace trainyard::cli {
+
+// The newest `width` of `values` as block characters ▁▂▃▄▅▆▇█ scaled between their min
+// (▁) and max (█); all equal: ▄ each. A non-finite value is a space. "" for none.
+std::string Sparkline(const std::vector<double>& values, size_t width);
+
+// Columns a UTF-8 string takes on a terminal (one per code point: what this CLI writes).
+size_t DisplayWidth(const std::string& s);
+
+// Steps per second over the newest reports, for an ETA.
+class StepRate {
+ public:
+  // A report of `step` at `time`; an earlier step (a restart resumed from a checkpoint)
+  // starts over.
+  void Add(int64_t step, absl::Time time);
+  // Time left to reach `total` from the newest step at the measured rate; nullopt with
+  // fewer than two reports or no progress between them.
+  std::optional<absl::Duration> Eta(int64_t total) const;
+
+  static constexpr size_t kWindow = 20;
+
+ private:
+  std::deque<std::pair<int64_t, absl::Time>> samples_;
+};
+
+// One status line's content.
+struct WatchStatus {
+  std::string job_id;
+  v1::Job::State state = v1::Job::STATE_UNSPECIFIED;
+  int attempt = 0;
+  int64_t step = 0;
+  int64_t total_steps = 0;  // 0: unknown
+  std::vector<double> losses;
+  double loss = 0;
+  double tokens_per_s = 0;
+  double mfu = 0;
+  std::optional<absl::Duration> eta;
+  int recompiles = 0;
+  bool have_step = false;
+};
+
+// e.g. "job-3 RUNNING  step 12/20  ▇▆▅▄▃▂  loss 5.4123  1520 tok/s  MFU 31.2%  ETA 12s  recompiles 0";
+// parts are dropped from the end until it fits `max_columns` (0: no limit), so that the
+// line never wraps (a wrapped line cannot be redrawn with a carriage return).
+std::string FormatStatusLine(const WatchStatus& status, size_t max_columns);
+
+class WatchDisplay {
+ public:
+  enum class Mode { kTerminal, kPlain, kJson };
+  // `out` gets events and the status line; `err` gets warnings outside terminal mode.
+  // `columns`: the terminal's width (0: unknown, 80 assumed).
+  WatchDisplay(Mode mode, std::ostream& out, std::ostream& err, const std::string& job_id,
+               int64_t total_steps, int columns);
+
+  void OnEvent(const v1::Event& event);
+  // A line about the watch itself (a lost connection): above the status line on a
+  // terminal, else on `err`.
+  void Warn(const std::string& line);
+  // Ends the status line (terminal mode); idempotent.
+  void Finish();
+
+  const WatchStatus& status() const { return status_; }
+
+  static constexpr size_t kSparkWidth = 16;
+
+ private:
+  // On a terminal, whether the event gets its own line above the status line.
+  static bool Notable(const v1::Event& event);
+  void Redraw();
+  void PrintAbove(const std::string& line);
+
+  Mode mode_;
+  std::ostream& out_;
+  std::ostream& err_;
+  size_t columns_;
+  WatchStatus status_;
+  StepRate rate_;
+  int64_t loss_step_ = 0;
+  int loss_attempt_ = 0;
+  bool line_open_ = false;  // a status line without newline is on screen
+};
+
+}  // namespace trainyard::cli
