@@ -316,9 +316,10 @@ class Runner {
       total_steps = job->spec().training().steps();
     }
     WatchDisplay display(mode, out_, err_, id, total_steps, env_.terminal_columns);
-    StreamResult result = Stream(id, watch.from_seq, watch.reconnect_for_s,
-                                 [&](const v1::Event& e) { display.OnEvent(e); },
-                                 [&](const std::string& line) { display.Warn(line); });
+    StreamResult result = Stream(
+        id, watch.from_seq, watch.reconnect_for_s, [&](const v1::Event& e) { display.OnEvent(e); },
+        [&](const std::string& line) { display.Warn(line); },
+        [&](const std::string& note) { display.SetNote(note); });
     display.Finish();
     if (!result.status.ok()) return Fail(result.status);
     return WatchExitCode(*result.end_state);
@@ -364,20 +365,30 @@ class Runner {
   // Streams the job's events from `from_seq` until its terminal state, reconnecting a
   // broken stream (with backoff, for at most `reconnect_for_s` seconds of outage) from
   // the seq after the last one seen, so no event is passed on twice. Only a stream that
-  // delivered something is resumed: a first call that fails is an error at once.
+  // delivered something is resumed: a first call that fails is an error at once. An
+  // outage gets one `warn` line when it starts and one when it ends; in between `note`
+  // (may be empty) says how the retries go, and is cleared with "".
   StreamResult Stream(const std::string& id, int64_t from_seq, double reconnect_for_s,
                       const std::function<void(const v1::Event&)>& on_event,
-                      const std::function<void(const std::string&)>& warn) {
+                      const std::function<void(const std::string&)>& warn,
+                      const std::function<void(const std::string&)>& note = {}) {
     int64_t last_seq = from_seq > 0 ? from_seq - 1 : 0;
     bool connected = false;
     std::optional<absl::Time> outage_since;
+    int retries = 0;
     absl::Duration backoff = kFirstBackoff;
     while (true) {
       std::optional<v1::Job::State> end_state;
       absl::Status status = client_->Watch(id, last_seq + 1, [&](const v1::Event& event) {
         connected = true;
-        outage_since.reset();
-        backoff = kFirstBackoff;
+        if (outage_since.has_value()) {
+          warn(absl::StrCat("trainyard: reconnected after ", HumanDuration(env_.clock->Now() - *outage_since),
+                            "; resuming at seq ", last_seq + 1));
+          if (note) note("");
+          outage_since.reset();
+          retries = 0;
+          backoff = kFirstBackoff;
+        }
         if (event.seq() <= last_seq) return true;  // replayed across a reconnect
         last_seq = event.seq();
         on_event(event);
@@ -398,16 +409,25 @@ class Runner {
       }
       if (!connected || !Reconnectable(status) || reconnect_for_s <= 0) return {status, std::nullopt};
       const absl::Time now = env_.clock->Now();
-      if (!outage_since.has_value()) outage_since = now;
-      if (now - *outage_since >= absl::Seconds(reconnect_for_s)) {
+      if (!outage_since.has_value()) {
+        outage_since = now;
+        // gRPC's connect errors run to hundreds of characters: the first line's worth.
+        std::string why(status.message().substr(0, 80));
+        if (status.message().size() > 80) why += "...";
+        warn(absl::StrCat("trainyard: connection to the controller lost (", absl::StatusCodeToString(status.code()),
+                          ": ", why, "); reconnecting from seq ", last_seq + 1, " for up to ",
+                          HumanDuration(absl::Seconds(reconnect_for_s))));
+      } else if (now - *outage_since >= absl::Seconds(reconnect_for_s)) {
+        if (note) note("");
         return {absl::Status(status.code(),
                              absl::StrCat(status.message(), " (gave up reconnecting after ",
                                           HumanDuration(now - *outage_since), ", --reconnect-for)")),
                 std::nullopt};
       }
-      warn(absl::StrCat("trainyard: connection to the controller lost (",
-                        absl::StatusCodeToString(status.code()), ": ", status.message().substr(0, 160),
-                        "); reconnecting in ", absl::FormatDuration(backoff), " from seq ", last_seq + 1));
+      ++retries;
+      if (note) {
+        note(absl::StrCat("reconnecting: try ", retries, ", next in ", absl::FormatDuration(backoff)));
+      }
       env_.clock->SleepFor(backoff);
       backoff = std::min(backoff * 2, kMaxBackoff);
     }

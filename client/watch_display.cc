@@ -76,6 +76,7 @@ std::string FormatStatusLine(const WatchStatus& s, size_t max_columns) {
   std::string head = absl::StrCat(s.job_id, " ", s.state == v1::Job::STATE_UNSPECIFIED ? "..." : StateName(s.state));
   if (s.attempt > 1) absl::StrAppend(&head, " (attempt ", s.attempt, ")");
   parts.push_back(head);
+  if (!s.note.empty()) parts.push_back(absl::StrCat("[", s.note, "]"));
   if (s.have_step) {
     parts.push_back(s.total_steps > 0 ? absl::StrCat("step ", s.step, "/", s.total_steps)
                                       : absl::StrCat("step ", s.step));
@@ -188,6 +189,11 @@ void WatchDisplay::Warn(const std::string& line) {
   } else {
     err_ << line << std::endl;
   }
+}
+
+void WatchDisplay::SetNote(const std::string& note) {
+  status_.note = note;
+  if (mode_ == Mode::kTerminal) Redraw();
 }
 
 void WatchDisplay::PrintAbove(const std::string& line) {

@@ -53,6 +53,7 @@ struct WatchStatus {
   std::optional<absl::Duration> eta;
   int recompiles = 0;
   bool have_step = false;
+  std::string note;  // e.g. "reconnecting: try 2, next in 500ms", shown after the state
 };
 
 // e.g. "job-3 RUNNING  step 12/20  ▇▆▅▄▃▂  loss 5.4123  1520 tok/s  MFU 31.2%  ETA 12s  recompiles 0";
@@ -72,6 +73,8 @@ class WatchDisplay {
   // A line about the watch itself (a lost connection): above the status line on a
   // terminal, else on `err`.
   void Warn(const std::string& line);
+  // Sets the status line's note ("" clears it); redraws on a terminal, else ignored.
+  void SetNote(const std::string& note);
   // Ends the status line (terminal mode); idempotent.
   void Finish();
 

@@ -7,6 +7,7 @@
 #include <grpcpp/server_builder.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -303,7 +304,12 @@ TEST_F(CliArgsTest, WatchReconnectsAndShowsNoEventTwice) {
   // The first stream broke after seq 3; the second asked for 4.
   EXPECT_EQ(service_.FromSeqs("flaky"), (std::vector<int64_t>{1, 4}));
   EXPECT_THAT(err_.str(), HasSubstr("connection to the controller lost (UNAVAILABLE: controller restarting)"));
-  EXPECT_THAT(err_.str(), HasSubstr("from seq 4"));
+  EXPECT_THAT(err_.str(), HasSubstr("reconnecting from seq 4 for up to 5m00s"));
+  EXPECT_THAT(err_.str(), HasSubstr("trainyard: reconnected after "));
+  EXPECT_THAT(err_.str(), HasSubstr("; resuming at seq 4\n"));
+  // One line when the outage starts and one when it ends.
+  const std::string err = err_.str();
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 2) << err;
 }
 
 TEST_F(CliArgsTest, WatchWithoutReconnectExitsUnavailable) {
@@ -319,6 +325,8 @@ TEST_F(CliArgsTest, WatchOnATerminalRedrawsOneStatusLine) {
   EXPECT_THAT(s, HasSubstr("flaky RUNNING  step 1/2"));
   // The warning went above the status line, on stdout, not to stderr.
   EXPECT_THAT(s, HasSubstr("\r\x1b[2Ktrainyard: connection to the controller lost"));
+  // While it waited, the status line said so; the note is gone at the end.
+  EXPECT_THAT(s, HasSubstr("flaky RUNNING  [reconnecting: try 1, next in 250ms]  step 1/2"));
   EXPECT_TRUE(err_.str().empty()) << err_.str();
   // The last line: the final state, the loss sparkline of both steps, the recompile.
   const std::string last = s.substr(s.rfind("\r\x1b[2K") + 5);
