@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -164,7 +165,7 @@ class Runner {
     } else {
       out_ << job->id() << std::endl;
     }
-    return wait ? Watch(job->id(), WatchOptions{}) : kExitOk;
+    return wait ? Watch({job->id()}, WatchOptions{}) : kExitOk;
   }
 
   int List(const std::vector<std::string>& state_names, int limit) {
@@ -299,30 +300,59 @@ class Runner {
     return failed > 0 ? last_error : kExitOk;
   }
 
-  // Shows events as they arrive (a live status line on a terminal, plain lines when
-  // piped, JSON Lines with --output json) and exits with the job's end state.
-  int Watch(const std::string& id, const WatchOptions& watch) {
+  // Shows events as they arrive (a live status line per job on a terminal, plain lines
+  // when piped, JSON Lines with --output json) until every job ended, each job's stream
+  // on its own thread. Exits 0 when all SUCCEEDED, 1 when one FAILED or was CANCELLED,
+  // or with the first job's error that is not that.
+  int Watch(const std::vector<std::string>& ids, const WatchOptions& watch) {
+    if (ids.size() > 1 && watch.from_seq > 0) {
+      return Fail(absl::InvalidArgumentError("--from-seq needs exactly one JOB"));
+    }
     WatchDisplay::Mode mode = WatchDisplay::Mode::kPlain;
     if (options_.Json()) {
       mode = WatchDisplay::Mode::kJson;
     } else if (env_.out_is_terminal && !watch.plain) {
       mode = WatchDisplay::Mode::kTerminal;
     }
-    int64_t total_steps = 0;
-    if (mode == WatchDisplay::Mode::kTerminal) {
-      // The step total for "step 12/20" and the ETA; the events do not carry it.
-      absl::StatusOr<v1::Job> job = client_->GetJob(id);
-      if (!job.ok()) return Fail(job.status());
-      total_steps = job->spec().training().steps();
+    std::vector<WatchDisplay::Job> jobs;
+    for (const std::string& id : ids) {
+      WatchDisplay::Job job{id, 0};
+      if (mode == WatchDisplay::Mode::kTerminal) {
+        // The step total for "step 12/20" and the ETA; the events do not carry it.
+        absl::StatusOr<v1::Job> got = client_->GetJob(id);
+        if (!got.ok()) return Fail(got.status());
+        job.total_steps = got->spec().training().steps();
+      }
+      jobs.push_back(job);
     }
-    WatchDisplay display(mode, out_, err_, id, total_steps, env_.terminal_columns);
-    StreamResult result = Stream(
-        id, watch.from_seq, watch.reconnect_for_s, [&](const v1::Event& e) { display.OnEvent(e); },
-        [&](const std::string& line) { display.Warn(line); },
-        [&](const std::string& note) { display.SetNote(note); });
+    WatchDisplay display(mode, out_, err_, jobs, env_.terminal_columns);
+    std::vector<StreamResult> results(ids.size());
+    auto follow = [&](size_t i) {
+      const std::string& id = ids[i];
+      const std::string who = ids.size() > 1 ? absl::StrCat(" [", id, "]") : "";
+      results[i] = Stream(
+          id, watch.from_seq, watch.reconnect_for_s, [&](const v1::Event& e) { display.OnEvent(e); },
+          [&](const std::string& line) { display.Warn(line + who); },
+          [&](const std::string& note) { display.SetNote(id, note); });
+    };
+    if (ids.size() == 1) {
+      follow(0);
+    } else {
+      std::vector<std::thread> threads;
+      for (size_t i = 0; i < ids.size(); ++i) threads.emplace_back(follow, i);
+      for (std::thread& t : threads) t.join();
+    }
     display.Finish();
-    if (!result.status.ok()) return Fail(result.status);
-    return WatchExitCode(*result.end_state);
+    int code = kExitOk;
+    for (const StreamResult& r : results) {
+      if (!r.status.ok()) {
+        const int error = Fail(r.status);
+        if (code == kExitOk || code == kExitJobFailed) code = error;
+      } else if (WatchExitCode(*r.end_state) != kExitOk && code == kExitOk) {
+        code = WatchExitCode(*r.end_state);
+      }
+    }
+    return code;
   }
 
   // A job's log lines (rank output the worker forwards, and the controller's own):
@@ -555,10 +585,11 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
           "Example: trainyard resize job-3 --dp 2");
 
   WatchOptions watch_options;
+  std::vector<std::string> watch_ids;
   CLI::App* watch = app.add_subcommand(
-      "watch", "Follow a job until it ends: a live status line on a terminal (step, loss "
-               "sparkline, tokens/s, MFU, ETA, recompiles), one line per event when piped");
-  watch->add_option("job", job_id, "Job id")->required();
+      "watch", "Follow jobs until they end: a live status line per job on a terminal (step, "
+               "loss sparkline, tokens/s, MFU, ETA, recompiles), one line per event when piped");
+  watch->add_option("job", watch_ids, "Job id(s)")->required();
   watch->add_option("--from-seq", watch_options.from_seq, "First event seq to show (default: from the start)")
       ->check(CLI::NonNegativeNumber);
   watch
@@ -568,10 +599,11 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
       ->capture_default_str();
   watch->add_flag("--plain", watch_options.plain, "One line per event even on a terminal");
   example(watch,
-          "Exits 0 if the job SUCCEEDED, 1 if it FAILED or was CANCELLED. A broken stream (the "
-          "controller restarted) is resumed from the next seq with a warning; no event is shown "
-          "twice. --output json: one Event JSON object per line.\n"
-          "Example: trainyard watch job-3");
+          "Exits 0 if every job SUCCEEDED, 1 if one FAILED or was CANCELLED. A broken stream "
+          "(the controller restarted) is resumed from the next seq with a warning; no event is "
+          "shown twice. --output json: one Event JSON object per line. With several jobs, plain "
+          "lines start with [JOB].\n"
+          "Example: trainyard watch job-3 job-4");
 
   int logs_rank = -1;
   bool logs_follow = false;
@@ -674,7 +706,7 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
   if (workers->parsed()) return runner.Workers();
   if (cancel->parsed()) return runner.Cancel(job_id, reason);
   if (resize->parsed()) return runner.Resize(job_id, resize_dp);
-  if (watch->parsed()) return runner.Watch(job_id, watch_options);
+  if (watch->parsed()) return runner.Watch(watch_ids, watch_options);
   if (logs->parsed()) return runner.Logs(job_id, logs_rank >= 0 ? std::optional<int>(logs_rank) : std::nullopt, logs_follow, logs_reconnect_for);
   if (artifacts_list->parsed()) return runner.ListArtifacts(job_id);
   if (artifacts_pull->parsed()) return runner.PullArtifacts(job_id, artifact_name, artifact_dir);

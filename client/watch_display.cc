@@ -105,11 +105,27 @@ std::string FormatStatusLine(const WatchStatus& s, size_t max_columns) {
   return line;
 }
 
-WatchDisplay::WatchDisplay(Mode mode, std::ostream& out, std::ostream& err, const std::string& job_id,
-                           int64_t total_steps, int columns)
+WatchDisplay::WatchDisplay(Mode mode, std::ostream& out, std::ostream& err, std::vector<Job> jobs, int columns)
     : mode_(mode), out_(out), err_(err), columns_(columns > 0 ? static_cast<size_t>(columns) : 80) {
-  status_.job_id = job_id;
-  status_.total_steps = total_steps;
+  for (const Job& job : jobs) {
+    PerJob j;
+    j.status.job_id = job.id;
+    j.status.total_steps = job.total_steps;
+    jobs_.push_back(std::move(j));
+  }
+}
+
+WatchStatus WatchDisplay::status(size_t i) const {
+  absl::MutexLock lock(&mu_);
+  return jobs_.at(i).status;
+}
+
+WatchDisplay::PerJob* WatchDisplay::Find(const std::string& job_id) {
+  if (jobs_.size() == 1 && (job_id.empty() || job_id == jobs_[0].status.job_id)) return &jobs_[0];
+  for (PerJob& j : jobs_) {
+    if (j.status.job_id == job_id) return &j;
+  }
+  return nullptr;
 }
 
 bool WatchDisplay::Notable(const v1::Event& event) {
@@ -139,43 +155,46 @@ bool WatchDisplay::Notable(const v1::Event& event) {
 }
 
 void WatchDisplay::OnEvent(const v1::Event& event) {
+  absl::MutexLock lock(&mu_);
+  PerJob* j = Find(event.job_id());
+  if (j == nullptr) return;  // not one of ours: the controller answered for another job
+  WatchStatus& st = j->status;
   if (event.has_job_state()) {
-    status_.state = event.job_state().state();
-    if (event.attempt() > 0) status_.attempt = event.attempt();
+    st.state = event.job_state().state();
+    if (event.attempt() > 0) st.attempt = event.attempt();
   }
-  if (event.has_compile() && event.compile().kind() == v1::CompileEvent::RECOMPILE) ++status_.recompiles;
+  if (event.has_compile() && event.compile().kind() == v1::CompileEvent::RECOMPILE) ++st.recompiles;
   if (event.has_step_metrics()) {
     const v1::StepMetrics& m = event.step_metrics();
     // A new attempt resumes from a checkpoint at an earlier step: follow it.
-    const bool newer = event.attempt() != loss_attempt_ || m.step() > loss_step_;
+    const bool newer = event.attempt() != j->loss_attempt || m.step() > j->loss_step;
     if (newer) {
-      status_.losses.push_back(m.loss());
-      if (status_.losses.size() > kSparkWidth) status_.losses.erase(status_.losses.begin());
-      loss_step_ = m.step();
-      loss_attempt_ = event.attempt();
-      status_.step = m.step();
-      status_.loss = m.loss();
-      status_.tokens_per_s = m.tokens_per_s();
-      status_.mfu = m.mfu();
-      status_.have_step = true;
-      if (event.attempt() > 0) status_.attempt = event.attempt();
-      if (status_.state == v1::Job::STATE_UNSPECIFIED || status_.state == v1::Job::SCHEDULED) {
-        status_.state = v1::Job::RUNNING;
-      }
-      rate_.Add(m.step(), ToTime(event.time()));
-      if (status_.total_steps > 0) status_.eta = rate_.Eta(status_.total_steps);
+      st.losses.push_back(m.loss());
+      if (st.losses.size() > kSparkWidth) st.losses.erase(st.losses.begin());
+      j->loss_step = m.step();
+      j->loss_attempt = event.attempt();
+      st.step = m.step();
+      st.loss = m.loss();
+      st.tokens_per_s = m.tokens_per_s();
+      st.mfu = m.mfu();
+      st.have_step = true;
+      if (event.attempt() > 0) st.attempt = event.attempt();
+      if (st.state == v1::Job::STATE_UNSPECIFIED || st.state == v1::Job::SCHEDULED) st.state = v1::Job::RUNNING;
+      j->rate.Add(m.step(), ToTime(event.time()));
+      if (st.total_steps > 0) st.eta = j->rate.Eta(st.total_steps);
     }
   }
+  const std::string prefix = jobs_.size() > 1 ? absl::StrCat("[", st.job_id, "] ") : "";
   switch (mode_) {
     case Mode::kJson:
       out_ << ToJsonLine(event) << std::endl;
       return;
     case Mode::kPlain:
-      out_ << FormatEventText(event) << std::endl;
+      out_ << prefix << FormatEventText(event) << std::endl;
       return;
     case Mode::kTerminal:
       if (Notable(event)) {
-        PrintAbove(FormatEventText(event));
+        PrintAbove(prefix + FormatEventText(event));
       } else {
         Redraw();
       }
@@ -184,6 +203,7 @@ void WatchDisplay::OnEvent(const v1::Event& event) {
 }
 
 void WatchDisplay::Warn(const std::string& line) {
+  absl::MutexLock lock(&mu_);
   if (mode_ == Mode::kTerminal) {
     PrintAbove(line);
   } else {
@@ -191,30 +211,43 @@ void WatchDisplay::Warn(const std::string& line) {
   }
 }
 
-void WatchDisplay::SetNote(const std::string& note) {
-  status_.note = note;
+void WatchDisplay::SetNote(const std::string& job_id, const std::string& note) {
+  absl::MutexLock lock(&mu_);
+  PerJob* j = Find(job_id);
+  if (j == nullptr) return;
+  j->status.note = note;
   if (mode_ == Mode::kTerminal) Redraw();
 }
 
+void WatchDisplay::CursorToFirstLine() {
+  if (lines_drawn_ > 1) out_ << "\x1b[" << lines_drawn_ - 1 << 'A';  // ECMA-48 CUU
+}
+
 void WatchDisplay::PrintAbove(const std::string& line) {
+  // The line takes the first status line's row; the status lines are drawn again below.
+  CursorToFirstLine();
   out_ << kClearLine << line << '\n';
-  line_open_ = false;
+  lines_drawn_ = 0;
   Redraw();
 }
 
 void WatchDisplay::Redraw() {
-  // One column spare: some terminals wrap when the last column is written.
-  out_ << kClearLine << FormatStatusLine(status_, columns_ - 1) << std::flush;
-  line_open_ = true;
+  CursorToFirstLine();
+  for (size_t i = 0; i < jobs_.size(); ++i) {
+    if (i > 0) out_ << '\n';
+    // One column spare: some terminals wrap when the last column is written.
+    out_ << kClearLine << FormatStatusLine(jobs_[i].status, columns_ - 1);
+  }
+  out_ << std::flush;
+  lines_drawn_ = jobs_.size();
 }
 
 void WatchDisplay::Finish() {
-  if (mode_ != Mode::kTerminal) return;
-  if (line_open_) {
-    Redraw();
-    out_ << '\n' << std::flush;
-    line_open_ = false;
-  }
+  absl::MutexLock lock(&mu_);
+  if (mode_ != Mode::kTerminal || lines_drawn_ == 0) return;
+  Redraw();
+  out_ << '\n' << std::flush;
+  lines_drawn_ = 0;
 }
 
 }  // namespace trainyard::cli

@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "trainyard/v1/job_service.pb.h"
 
@@ -61,42 +63,59 @@ struct WatchStatus {
 // line never wraps (a wrapped line cannot be redrawn with a carriage return).
 std::string FormatStatusLine(const WatchStatus& status, size_t max_columns);
 
+// Thread-safe: `watch` with several jobs follows each on its own thread.
 class WatchDisplay {
  public:
   enum class Mode { kTerminal, kPlain, kJson };
-  // `out` gets events and the status line; `err` gets warnings outside terminal mode.
-  // `columns`: the terminal's width (0: unknown, 80 assumed).
+  struct Job {
+    std::string id;
+    int64_t total_steps = 0;  // 0: unknown
+  };
+  // `out` gets events and the status lines (one per job, in this order); `err` gets
+  // warnings outside terminal mode. `columns`: the terminal's width (0: unknown, 80
+  // assumed). With more than one job, plain lines start with "[JOB] ".
+  WatchDisplay(Mode mode, std::ostream& out, std::ostream& err, std::vector<Job> jobs, int columns);
   WatchDisplay(Mode mode, std::ostream& out, std::ostream& err, const std::string& job_id,
-               int64_t total_steps, int columns);
+               int64_t total_steps, int columns)
+      : WatchDisplay(mode, out, err, std::vector<Job>{{job_id, total_steps}}, columns) {}
 
+  // An event of one of the jobs (by event.job_id(); the only job's when it is empty).
   void OnEvent(const v1::Event& event);
-  // A line about the watch itself (a lost connection): above the status line on a
+  // A line about the watch itself (a lost connection): above the status lines on a
   // terminal, else on `err`.
   void Warn(const std::string& line);
-  // Sets the status line's note ("" clears it); redraws on a terminal, else ignored.
-  void SetNote(const std::string& note);
-  // Ends the status line (terminal mode); idempotent.
+  // Sets a job's status-line note ("" clears it); redraws on a terminal.
+  void SetNote(const std::string& job_id, const std::string& note);
+  // Ends the status lines (terminal mode); idempotent.
   void Finish();
 
-  const WatchStatus& status() const { return status_; }
+  WatchStatus status(size_t i = 0) const;
 
   static constexpr size_t kSparkWidth = 16;
 
  private:
-  // On a terminal, whether the event gets its own line above the status line.
+  struct PerJob {
+    WatchStatus status;
+    StepRate rate;
+    int64_t loss_step = 0;
+    int loss_attempt = 0;
+  };
+  // On a terminal, whether the event gets its own line above the status lines.
   static bool Notable(const v1::Event& event);
-  void Redraw();
-  void PrintAbove(const std::string& line);
+  PerJob* Find(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Redraw() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PrintAbove(const std::string& line) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves the cursor from the last status line to the first one's row.
+  void CursorToFirstLine() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  Mode mode_;
+  const Mode mode_;
   std::ostream& out_;
   std::ostream& err_;
-  size_t columns_;
-  WatchStatus status_;
-  StepRate rate_;
-  int64_t loss_step_ = 0;
-  int loss_attempt_ = 0;
-  bool line_open_ = false;  // a status line without newline is on screen
+  const size_t columns_;
+  mutable absl::Mutex mu_;
+  std::vector<PerJob> jobs_ ABSL_GUARDED_BY(mu_);
+  // Status lines on screen (0 or jobs_.size()); the cursor is on the last, unterminated.
+  size_t lines_drawn_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace trainyard::cli

@@ -335,6 +335,53 @@ TEST_F(CliArgsTest, WatchOnATerminalRedrawsOneStatusLine) {
   EXPECT_THAT(s, Not(HasSubstr("step 1 loss=")));
 }
 
+// What a terminal shows after `bytes`: "\r\x1b[2K" clears the cursor's line, "\x1b[NA"
+// moves the cursor N lines up, "\n" down (adding a line at the bottom), text is written
+// at the cursor's line.
+std::vector<std::string> Screen(const std::string& bytes) {
+  std::vector<std::string> screen{""};
+  size_t row = 0;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    if (bytes.compare(i, 5, "\r\x1b[2K") == 0) {
+      screen[row].clear();
+      i += 4;
+    } else if (bytes.compare(i, 2, "\x1b[") == 0) {
+      size_t end = bytes.find('A', i);
+      const size_t n = std::stoul(bytes.substr(i + 2, end - i - 2));
+      row = n > row ? 0 : row - n;
+      i = end;
+    } else if (bytes[i] == '\n') {
+      if (++row == screen.size()) screen.emplace_back();
+    } else {
+      screen[row] += bytes[i];
+    }
+  }
+  return screen;
+}
+
+TEST_F(CliArgsTest, WatchOfSeveralJobsKeepsOneStatusLineEach) {
+  EXPECT_EQ(Run({"watch", "done", "failed"}, /*terminal=*/true), 1) << err_.str();
+  const std::vector<std::string> screen = Screen(out_.str());
+  ASSERT_GE(screen.size(), 3u) << out_.str();
+  // The last line is empty (Finish ends the block); above it one status line per job,
+  // in the order given, with their final states.
+  EXPECT_EQ(screen.back(), "");
+  EXPECT_EQ(screen[screen.size() - 3], "done SUCCEEDED  step 2/2  █▁ loss 5.5000  1000 tok/s  MFU n/a  recompiles 1");
+  EXPECT_EQ(screen[screen.size() - 2], "failed FAILED  waiting for the first step");
+  // Notable events above, each once, marked with their job.
+  const std::vector<std::string> above(screen.begin(), screen.end() - 3);
+  EXPECT_EQ(std::count(above.begin(), above.end(), "[done] seq=6 job SUCCEEDED"), 1) << out_.str();
+  EXPECT_EQ(std::count(above.begin(), above.end(), "[failed] seq=2 job FAILED: why"), 1) << out_.str();
+  EXPECT_EQ(above.size(), 6u) << "PENDING, RUNNING, RECOMPILE and SUCCEEDED of done; PENDING and FAILED of failed";
+  // Piped, the lines carry the job too; --from-seq needs one job.
+  EXPECT_EQ(Run({"watch", "done", "cancelled"}), 1);
+  EXPECT_THAT(out_.str(), HasSubstr("[cancelled] seq=2 job CANCELLED: why\n"));
+  EXPECT_THAT(out_.str(), HasSubstr("[done] seq=6 job SUCCEEDED\n"));
+  EXPECT_EQ(Run({"watch", "done", "failed", "--from-seq", "2"}), 2);
+  // A missing job is the error, whatever the others did.
+  EXPECT_EQ(Run({"watch", "done", "nope"}), 3);
+}
+
 TEST_F(CliArgsTest, JsonWatchIsOneEventPerLine) {
   ASSERT_EQ(Run({"watch", "done", "-o", "json"}), 0);
   ASSERT_EQ(OutLines().size(), 6u);
