@@ -48,7 +48,10 @@ class WatchPtyTest : public ::testing::Test {
   void SetUp() override {
     cluster_ = std::make_unique<TestCluster>(kBins, "cli_pty");
     ASSERT_TRUE(cluster_->StartController()) << "controller did not start; see " << cluster_->dir();
-    cluster_->StartWorker({.name = "w1", .slots = 1});
+    WorkerOptions worker;
+    worker.name = "w1";
+    worker.slots = 1;
+    cluster_->StartWorker(worker);
     ASSERT_TRUE(cluster_->WaitConnected({"w1"}, 30000)) << "worker never registered; see " << cluster_->dir();
   }
   void TearDown() override {
