@@ -50,6 +50,12 @@ ControllerMetrics::ControllerMetrics()
                       .Help("Rank slots not running a rank")
                       .Register(*registry_)
                       .Add({})),
+      workers_lost_(BuildCounter()
+                        .Name("trainyard_workers_lost_total")
+                        .Help("Workers declared lost: silent or disconnected past the heartbeat "
+                              "timeout (their gangs were torn down)")
+                        .Register(*registry_)
+                        .Add({})),
       transitions_family_(BuildCounter()
                               .Name("trainyard_job_transitions_total")
                               .Help("Jobs entering each state")
@@ -94,6 +100,15 @@ ControllerMetrics::ControllerMetrics()
                              .Name("trainyard_job_recompiles_total")
                              .Help("Recompiles of a compiled region, by region")
                              .Register(*registry_)),
+      running_family_(BuildGauge()
+                          .Name("trainyard_job_running")
+                          .Help("1 while the job is RUNNING (all its ranks started), else 0")
+                          .Register(*registry_)),
+      last_progress_family_(BuildGauge()
+                                .Name("trainyard_job_last_progress_timestamp_seconds")
+                                .Help("Unix time the controller committed the job's last step "
+                                      "report, or the job last entered RUNNING if that is later")
+                                .Register(*registry_)),
       jobs_family_(BuildGauge()
                        .Name("trainyard_jobs")
                        .Help("Jobs the controller knows, by state")
@@ -196,6 +211,20 @@ void ControllerMetrics::StallReported(const std::string& job_id) {
   SeriesLocked(job_id).stalls->Increment();
 }
 
+void ControllerMetrics::JobStateChanged(const std::string& job_id, v1::Job::State state,
+                                        absl::Time now) {
+  const bool placed = state == v1::Job::SCHEDULED || state == v1::Job::RUNNING;
+  absl::MutexLock lock(&mu_);
+  // A queued job that was never placed has no per-job series.
+  if (!placed && !jobs_.contains(job_id)) return;
+  JobSeries& s = SeriesLocked(job_id);
+  s.running->Set(state == v1::Job::RUNNING ? 1 : 0);
+  if (state == v1::Job::RUNNING) {
+    if (s.last_progress == nullptr) s.last_progress = &last_progress_family_.Add({{"job_id", job_id}});
+    s.last_progress->Set(std::max(s.last_progress->Value(), absl::ToDoubleSeconds(now - absl::UnixEpoch())));
+  }
+}
+
 std::pair<std::string, std::string> ControllerMetrics::GrpcLabels(const std::string& full_method) {
   // "/trainyard.v1.JobService/SubmitJob"; other services (health, reflection) and
   // unregistered names share one label value so a client cannot grow the series.
@@ -242,21 +271,32 @@ void ControllerMetrics::GrpcHandled(const std::string& full_method, int code, bo
 ControllerMetrics::JobSeries& ControllerMetrics::SeriesLocked(const std::string& job_id) {
   auto [it, inserted] = jobs_.try_emplace(job_id);
   if (inserted) {
-    it->second.step = &step_family_.Add({{"job_id", job_id}});
-    it->second.loss = &loss_family_.Add({{"job_id", job_id}});
-    it->second.tokens_per_s = &tokens_family_.Add({{"job_id", job_id}});
-    it->second.mfu = &mfu_family_.Add({{"job_id", job_id}});
-    it->second.step_seconds = &step_seconds_family_.Add({{"job_id", job_id}});
-    it->second.tokens = &tokens_total_family_.Add({{"job_id", job_id}});
-    it->second.restarts = &restarts_family_.Add({{"job_id", job_id}});
-    it->second.stalls = &stalls_family_.Add({{"job_id", job_id}});
+    JobSeries& s = it->second;
+    s.running = &running_family_.Add({{"job_id", job_id}});
+    s.tokens = &tokens_total_family_.Add({{"job_id", job_id}});
+    s.restarts = &restarts_family_.Add({{"job_id", job_id}});
+    s.stalls = &stalls_family_.Add({{"job_id", job_id}});
+    // The recompile-storm alert reads this per-job total (the by-region series appear
+    // only at a region's first recompile, which increase() cannot see).
+    s.compile[v1::CompileEvent::RECOMPILE] =
+        &compile_family_.Add({{"job_id", job_id}, {"kind", "recompile"}});
   }
   return it->second;
 }
 
-void ControllerMetrics::StepReported(const std::string& job_id, const v1::StepMetrics& step) {
+void ControllerMetrics::StepReported(const std::string& job_id, const v1::StepMetrics& step,
+                                     absl::Time now) {
   absl::MutexLock lock(&mu_);
   JobSeries& s = SeriesLocked(job_id);
+  if (s.step == nullptr) {
+    s.step = &step_family_.Add({{"job_id", job_id}});
+    s.loss = &loss_family_.Add({{"job_id", job_id}});
+    s.tokens_per_s = &tokens_family_.Add({{"job_id", job_id}});
+    s.mfu = &mfu_family_.Add({{"job_id", job_id}});
+    s.step_seconds = &step_seconds_family_.Add({{"job_id", job_id}});
+  }
+  if (s.last_progress == nullptr) s.last_progress = &last_progress_family_.Add({{"job_id", job_id}});
+  s.last_progress->Set(std::max(s.last_progress->Value(), absl::ToDoubleSeconds(now - absl::UnixEpoch())));
   s.step->Set(static_cast<double>(step.step()));
   s.loss->Set(step.loss());
   s.tokens_per_s->Set(step.tokens_per_s());
@@ -307,7 +347,9 @@ void ControllerMetrics::CompileReported(const std::string& job_id,
 void ControllerMetrics::JobEnded(const std::string& job_id, absl::Time now) {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
-  if (it != jobs_.end()) it->second.ended = now;
+  if (it == jobs_.end()) return;
+  it->second.ended = now;
+  it->second.running->Set(0);
 }
 
 void ControllerMetrics::Sweep(absl::Time now, absl::Duration grace) {
@@ -315,11 +357,15 @@ void ControllerMetrics::Sweep(absl::Time now, absl::Duration grace) {
   std::vector<std::string> drop;
   for (auto& [job_id, s] : jobs_) {
     if (now - s.ended < grace) continue;
-    step_family_.Remove(s.step);
-    loss_family_.Remove(s.loss);
-    tokens_family_.Remove(s.tokens_per_s);
-    mfu_family_.Remove(s.mfu);
-    step_seconds_family_.Remove(s.step_seconds);
+    if (s.step != nullptr) {
+      step_family_.Remove(s.step);
+      loss_family_.Remove(s.loss);
+      tokens_family_.Remove(s.tokens_per_s);
+      mfu_family_.Remove(s.mfu);
+      step_seconds_family_.Remove(s.step_seconds);
+    }
+    if (s.last_progress != nullptr) last_progress_family_.Remove(s.last_progress);
+    running_family_.Remove(s.running);
     tokens_total_family_.Remove(s.tokens);
     restarts_family_.Remove(s.restarts);
     stalls_family_.Remove(s.stalls);

@@ -42,6 +42,14 @@ class ControllerMetrics {
   void JobPlaced(absl::Duration waited);
   void JobRestarted(const std::string& job_id);
   void StallReported(const std::string& job_id);
+  // A job entered `state` at `now`. From SCHEDULED on, the job's counters exist (at 0),
+  // so Prometheus's increase() sees their first increment; trainyard_job_running follows
+  // RUNNING, and entering RUNNING counts as progress for
+  // trainyard_job_last_progress_timestamp_seconds (a new attempt is not stalled by the
+  // time its predecessor last stepped).
+  void JobStateChanged(const std::string& job_id, v1::Job::State state, absl::Time now);
+  // Workers the registry declared lost (silent or disconnected past the heartbeat timeout).
+  void WorkersLost(int n) { workers_lost_.Increment(n); }
   void EventsIngested(int n) { events_.Increment(n); }
   // The wall time of committing one worker batch to the store.
   void IngestBatch(absl::Duration elapsed) { ingest_seconds_.Observe(absl::ToDoubleSeconds(elapsed)); }
@@ -55,7 +63,10 @@ class ControllerMetrics {
   void EventsDropped(const std::string& reason, int n);
   void SetWorkersConnected(int n) { workers_connected_.Set(n); }
   void SetSlots(int total, int free) { slots_total_.Set(total); slots_free_.Set(free); }
-  void StepReported(const std::string& job_id, const v1::StepMetrics& step);
+  // A step report committed at `now` (the controller's clock: the time it arrived, not the
+  // rank's, so a worker's replay after an outage counts as progress when it lands).
+  void StepReported(const std::string& job_id, const v1::StepMetrics& step,
+                    absl::Time now = absl::Now());
   void CompileReported(const std::string& job_id, const v1::CompileEvent& compile);
   // One finished preflight; `outcome` is a PreflightVerdictName() or "refused" (queue
   // full, runner binary missing, controller stopping). Other values are dropped.
@@ -65,7 +76,12 @@ class ControllerMetrics {
   void Sweep(absl::Time now, absl::Duration grace);
 
  private:
+  // Counters (and trainyard_job_running) exist from the job's first placement; the
+  // step gauges from its first step report, so a job that never stepped shows no loss
+  // or MFU of 0.
   struct JobSeries {
+    prometheus::Gauge* running = nullptr;
+    prometheus::Gauge* last_progress = nullptr;
     prometheus::Gauge* step = nullptr;
     prometheus::Gauge* loss = nullptr;
     prometheus::Gauge* tokens_per_s = nullptr;
@@ -91,6 +107,7 @@ class ControllerMetrics {
   prometheus::Gauge& workers_connected_;
   prometheus::Gauge& slots_total_;
   prometheus::Gauge& slots_free_;
+  prometheus::Counter& workers_lost_;
   prometheus::Family<prometheus::Counter>& transitions_family_;
   prometheus::Family<prometheus::Gauge>& step_family_;
   prometheus::Family<prometheus::Gauge>& loss_family_;
@@ -102,6 +119,8 @@ class ControllerMetrics {
   prometheus::Family<prometheus::Counter>& restarts_family_;
   prometheus::Family<prometheus::Counter>& stalls_family_;
   prometheus::Family<prometheus::Counter>& recompiles_family_;
+  prometheus::Family<prometheus::Gauge>& running_family_;
+  prometheus::Family<prometheus::Gauge>& last_progress_family_;
   prometheus::Family<prometheus::Gauge>& jobs_family_;
   absl::flat_hash_map<int, prometheus::Gauge*> jobs_by_state_;
   prometheus::Gauge& queue_depth_;

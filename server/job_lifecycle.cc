@@ -64,6 +64,9 @@ int64_t JobLifecycle::Recover(v1::Job job, const std::vector<v1::Event>& events,
   rt.order = next_order_++;
   rt.queued_at = FromProtoTime(rt.job.create_time());
   metrics_->JobMoved(v1::Job::STATE_UNSPECIFIED, rt.job.state());
+  // A recovered running job's progress clock starts now: its last step before the
+  // controller stopped is not known here.
+  metrics_->JobStateChanged(id, rt.job.state(), clock_->Now());
   if (IsTerminal(rt.job.state())) {
     fx->Settle(id);
     return rt.order;
@@ -382,6 +385,7 @@ void JobLifecycle::SetState(JobRuntime& rt, v1::Job::State state, const std::str
   if (IsTerminal(state)) *job.mutable_end_time() = ToProtoTime(now);
   fx->PutJob(job);
   metrics_->JobEntered(state);
+  metrics_->JobStateChanged(job.id(), state, now);
   spdlog::info("job={} attempt={} state={} {}", job.id(), job.attempt(), StateName(state),
                reason);
   v1::Event event;

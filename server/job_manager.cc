@@ -277,7 +277,7 @@ absl::Status JobManager::IngestEvents(int64_t conn, const v1::EventBatch& batch)
     }
     metrics_->EventsIngested(static_cast<int>(stored->size()));
     for (const auto& e : *stored) {
-      if (e.has_step_metrics()) metrics_->StepReported(job_id, e.step_metrics());
+      if (e.has_step_metrics()) metrics_->StepReported(job_id, e.step_metrics(), clock_->Now());
       if (e.has_compile()) metrics_->CompileReported(job_id, e.compile());
       if (e.has_stall()) metrics_->StallReported(job_id);
     }
@@ -314,6 +314,7 @@ void JobManager::Tick() {
       absl::MutexLock lock(&mu_);
       std::vector<LostWorker> lost = registry_.Tick(&fx);
       for (const auto& l : lost) lifecycle_.WorkerLost(l.name, l.why, &fx);
+      if (!lost.empty()) metrics_->WorkersLost(static_cast<int>(lost.size()));
       lifecycle_.EnforceTimeLimits(&fx);
       // Every tick: estimates move with time and measured step times, and a job may
       // now backfill.

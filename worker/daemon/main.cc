@@ -8,6 +8,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -19,6 +20,7 @@
 #include "worker/daemon/artifact_uploader.h"
 #include "worker/daemon/controller_link.h"
 #include "worker/daemon/event_outbox.h"
+#include "worker/daemon/health_server.h"
 #include "worker/daemon/rank_environment.h"
 #include "worker/daemon/rank_supervisor.h"
 
@@ -44,6 +46,8 @@ struct Options {
   int slots = 1;
   double memory_gib = 0;  // 0: MemTotal of /proc/meminfo
   int threads_per_rank = 0;
+  std::string health_listen;  // resolved by ParseFlags; "" = no health endpoint
+  bool insecure = false;
   trainyard::TlsFilePaths tls;
   std::optional<trainyard::TlsMaterial> tls_material;  // loaded when tls.any()
 };
@@ -82,6 +86,13 @@ std::optional<int> ParseFlags(int argc, char **argv, Options &opt) {
                  "made absolute (default: /tmp/trainyard-worker-NAME)");
   app.add_option("--threads-per-rank", opt.threads_per_rank,
                  "Compute threads per rank (default: max(1, cores / slots))");
+  app.add_option("--health-listen", opt.health_listen,
+                 "Serve gRPC health checking (grpc.health.v1) on PORT (127.0.0.1) or HOST:PORT: "
+                 "SERVING while registered with the controller, else NOT_SERVING, for "
+                 "Kubernetes gRPC probes. Plaintext and unauthenticated: beyond loopback only "
+                 "with --insecure");
+  app.add_flag("--insecure", opt.insecure,
+               "Allow a --health-listen beyond loopback; logs a warning at every start");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError &e) {
@@ -125,6 +136,15 @@ std::optional<int> ParseFlags(int argc, char **argv, Options &opt) {
     std::fprintf(stderr, "--rendezvous-ports: expected MIN-MAX within 1-65535, got '%s'\n",
                  opt.rendezvous_ports.c_str());
     return 2;
+  }
+  if (!opt.health_listen.empty()) {
+    absl::StatusOr<std::string> address =
+        trainyard::HealthServer::ResolveAddress(opt.health_listen, opt.insecure);
+    if (!address.ok()) {
+      std::fprintf(stderr, "trainyard-worker: %s\n", std::string(address.status().message()).c_str());
+      return 2;
+    }
+    opt.health_listen = *address;
   }
   if (opt.rank_binary.empty()) opt.rank_binary = trainyard::ExecutableSibling("trainyard-rank");
   if (opt.work_dir.empty()) opt.work_dir = "/tmp/trainyard-worker-" + opt.name;
@@ -193,10 +213,26 @@ int main(int argc, char **argv) {
   spdlog::info("worker {} starting: controller={} ({}) slots={} rank_binary={} work_dir={} threads={}",
                opt.name, opt.controller, opt.tls_material ? "mutual TLS" : "plaintext", opt.slots,
                opt.rank_binary, opt.work_dir, opt.threads_per_rank);
+  if (opt.insecure) {
+    spdlog::warn("--insecure: a --health-listen beyond loopback is allowed (plaintext, no authentication)");
+  }
+  std::unique_ptr<HealthServer> health;
+  if (!opt.health_listen.empty()) {
+    absl::StatusOr<std::unique_ptr<HealthServer>> started =
+        HealthServer::Start(opt.health_listen, [&link] { return link.registered(); });
+    if (!started.ok()) {
+      spdlog::error("{}", std::string(started.status().message()));
+      uploader.Stop();
+      return 2;
+    }
+    health = std::move(*started);
+    spdlog::info("health: grpc.health.v1 on {} (port {})", opt.health_listen, health->port());
+  }
   link.Start();
   int sig = 0;
   sigwait(&stop_signals, &sig);
   spdlog::info("signal {} received: stopping ranks", sig);
+  if (health) health->Shutdown();  // not ready from here on
   supervisor.KillAll("worker shutting down");
   if (!link.Drain(absl::Seconds(2))) spdlog::warn("exiting with unacknowledged events");
   link.Stop();
