@@ -117,6 +117,8 @@ json JobDetail(const v1::Job& job) {
   options.preserve_proto_field_names = true;
   if (google::protobuf::util::MessageToJsonString(job.spec(), &spec_json, options).ok()) {
     j["spec"] = json::parse(spec_json, nullptr, /*allow_exceptions=*/false);
+    // A discarded value would dump as "<discarded>", which is not JSON.
+    if (j["spec"].is_discarded()) j["spec"] = nullptr;
   } else {
     j["spec"] = nullptr;
   }
@@ -346,6 +348,65 @@ absl::Status PercentDecode(std::string_view in, const char* what, std::string* o
   return absl::OkStatus();
 }
 
+bool IsIpv4Literal(std::string_view host) {
+  int parts = 0;
+  size_t i = 0;
+  while (i <= host.size()) {
+    size_t j = host.find('.', i);
+    if (j == std::string_view::npos) j = host.size();
+    const std::string_view part = host.substr(i, j - i);
+    if (part.empty() || part.size() > 3 ||
+        !std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      return false;
+    }
+    int v = 0;
+    for (char c : part) v = v * 10 + (c - '0');
+    if (v > 255) return false;
+    ++parts;
+    i = j + 1;
+  }
+  return parts == 4;
+}
+
+bool IsIpv6Literal(std::string_view host) {
+  return !host.empty() && host.size() <= 45 &&
+         std::all_of(host.begin(), host.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') || c == ':' || c == '.';
+         }) &&
+         host.find(':') != std::string_view::npos;
+}
+
+bool HostIsAddress(std::string_view host_header) {
+  std::string_view host = host_header;
+  std::string_view port;
+  bool has_port = false;
+  if (!host_header.empty() && host_header.front() == '[') {
+    const size_t close = host_header.find(']');
+    if (close == std::string_view::npos) return false;
+    host = host_header.substr(1, close - 1);
+    const std::string_view rest = host_header.substr(close + 1);
+    if (!rest.empty()) {
+      if (rest.front() != ':') return false;
+      port = rest.substr(1);
+      has_port = true;
+    }
+    if (!IsIpv6Literal(host)) return false;
+  } else {
+    // Unbracketed, the first ':' starts the port ("::1" leaves no host and is refused).
+    if (const size_t colon = host_header.find(':'); colon != std::string_view::npos) {
+      host = host_header.substr(0, colon);
+      port = host_header.substr(colon + 1);
+      has_port = true;
+    }
+    // Host names are case-insensitive; "localhost" is the only name that is an address.
+    std::string lower(host);
+    for (char& c : lower) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+    if (lower != "localhost" && !IsIpv4Literal(host)) return false;
+  }
+  return !has_port || (!port.empty() && port.size() <= 5 &&
+                       std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }));
+}
+
 WebApi::WebApi(JobManager* manager, StateStore* store, ArtifactStore* artifacts, const Authorizer* authorizer)
     : manager_(manager), store_(store), artifacts_(artifacts), authorizer_(authorizer) {}
 
@@ -394,6 +455,15 @@ WebResponse WebApi::Handle(const WebRequest& request) const {
 }
 
 WebResponse WebApi::Api(const WebRequest& request, const std::vector<std::string>& segments, const Query& query) const {
+  // Without tokens every caller is an admin, so the only guard left against another
+  // site's page reading this API through a name rebound to loopback is the name itself.
+  if (!authorizer_->enabled() && !request.host.empty() && !HostIsAddress(request.host)) {
+    return Error(absl::PermissionDeniedError(absl::StrCat(
+        "Host '", spec::Quote(request.host),
+        "' is not an IP address or localhost: with authorization off the web API answers only requests "
+        "addressed to an IP or localhost (a guard against DNS rebinding); use the address, or give the "
+        "controller a --token-file")));
+  }
   std::vector<std::string_view> values(request.authorization.begin(), request.authorization.end());
   auto caller_or = authorizer_->AuthenticateValues(values);
   if (!caller_or.ok()) {

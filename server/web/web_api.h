@@ -20,6 +20,12 @@
 // another owner's job is 404 with the very message of a missing one; viewer and admin
 // see everything. Nothing here changes anything.
 //
+// With authorization off (the loopback development mode), /api/ answers only requests
+// whose Host header is an IP literal or localhost (else 403): a web page elsewhere could
+// otherwise point a name of its own at 127.0.0.1 (DNS rebinding) and read the API as a
+// same-origin page. With tokens the page of a rebound name has no token, so any Host is
+// served (a TLS reverse proxy may forward its own name).
+//
 // Every input is checked: a bad id, seq, limit, state, kind or artifact name is a 400
 // naming the parameter (quoting at most ~100 characters of it); an unknown route, job
 // or artifact is 404. Every response is bounded: lists by `limit` (capped), events by
@@ -53,6 +59,7 @@ struct WebRequest {
   std::string method;  // "GET", ...
   std::string path;    // as sent: still percent-encoded, without the query
   std::string query;   // after '?', still percent-encoded; "" when none
+  std::string host;    // the Host header; "" when none (HTTP/1.0)
   // The values of every Authorization header, in order (empty: none).
   std::vector<std::string> authorization;
 };
@@ -112,5 +119,13 @@ int HttpStatusOf(const absl::Status& status);
 // Decodes %XX escapes (and nothing else: '+' stays '+'); INVALID_ARGUMENT naming
 // `what` for a truncated or non-hex escape, or a decoded NUL.
 absl::Status PercentDecode(std::string_view in, const char* what, std::string* out);
+
+// A dotted-quad IPv4 literal (each part 0..255, at most 3 digits).
+bool IsIpv4Literal(std::string_view host);
+// Hex digits, ':' and '.' with at least one ':' (an IPv6 literal without brackets).
+bool IsIpv6Literal(std::string_view host);
+// Whether a Host header value names an address rather than a name: an IPv4 literal,
+// a bracketed IPv6 literal or localhost, each with an optional :PORT.
+bool HostIsAddress(std::string_view host_header);
 
 }  // namespace trainyard::web

@@ -19,32 +19,6 @@ namespace {
 
 constexpr size_t kChunkBytes = 256 << 10;
 
-bool IsIpv4Literal(const std::string& host) {
-  int parts = 0;
-  size_t i = 0;
-  while (i <= host.size()) {
-    size_t j = host.find('.', i);
-    if (j == std::string::npos) j = host.size();
-    const std::string part = host.substr(i, j - i);
-    int v = 0;
-    if (part.empty() || part.size() > 3 || !absl::SimpleAtoi(part, &v) || v > 255 ||
-        !std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-      return false;
-    }
-    ++parts;
-    i = j + 1;
-  }
-  return parts == 4;
-}
-
-bool IsIpv6Literal(const std::string& host) {
-  return !host.empty() && host.size() <= 45 &&
-         std::all_of(host.begin(), host.end(), [](char c) {
-           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') || c == ':' || c == '.';
-         }) &&
-         host.find(':') != std::string::npos;
-}
-
 // Writes all of `data`; false when the client went away.
 bool WriteAll(mg_connection* conn, const char* data, size_t size) {
   while (size > 0) {
@@ -65,8 +39,11 @@ int Handle(mg_connection* conn, void* cbdata) {
   request.path = info->local_uri_raw != nullptr ? info->local_uri_raw : "";
   request.query = info->query_string != nullptr ? info->query_string : "";
   for (int i = 0; i < info->num_headers; ++i) {
+    const char* value = info->http_headers[i].value != nullptr ? info->http_headers[i].value : "";
     if (strcasecmp(info->http_headers[i].name, "Authorization") == 0) {
-      request.authorization.emplace_back(info->http_headers[i].value != nullptr ? info->http_headers[i].value : "");
+      request.authorization.emplace_back(value);
+    } else if (strcasecmp(info->http_headers[i].name, "Host") == 0) {
+      request.host = value;
     }
   }
   WebResponse response = api->Handle(request);
@@ -79,6 +56,9 @@ int Handle(mg_connection* conn, void* cbdata) {
     mg_response_header_add(conn, name.c_str(), value.c_str(), -1);
   }
   mg_response_header_send(conn);
+  // A response to HEAD is its headers only (civetweb leaves that to the handler): a
+  // body would be read as the start of the next response on a kept-alive connection.
+  if (request.method == "HEAD") return response.status;
   if (!response.file.open()) {
     WriteAll(conn, response.body.data(), response.body.size());
     return response.status;

@@ -12,12 +12,14 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_cat.h"
 #include "common/sha256.h"
 #include "server/artifact_store.h"
 #include "server/auth/authorizer.h"
@@ -95,14 +97,20 @@ class WebApiTest : public ::testing::Test {
   }
 
   // GET `target` (path and query) with `token` (none when empty).
-  WebResponse Call(const std::string& target, const std::string& token, const std::string& method = "GET") const {
+  WebResponse Call(const std::string& target, const std::string& token, const std::string& method = "GET",
+                   const std::string& host = "") const {
+    return CallOn(*api_, target, token, method, host);
+  }
+  static WebResponse CallOn(const WebApi& api, const std::string& target, const std::string& token,
+                            const std::string& method = "GET", const std::string& host = "") {
     WebRequest request;
     request.method = method;
+    request.host = host;
     const size_t q = target.find('?');
     request.path = target.substr(0, q);
     if (q != std::string::npos) request.query = target.substr(q + 1);
     if (!token.empty()) request.authorization.push_back(std::string("Bearer ") + token);
-    return api_->Handle(request);
+    return api.Handle(request);
   }
   json Body(const WebResponse& r) const {
     json j = json::parse(r.body, nullptr, false);
@@ -443,6 +451,69 @@ TEST_F(WebApiTest, StaticFilesAreEmbedded) {
   EXPECT_EQ(Call("/app.js", "").body, text);
 }
 
+// Authorization off: every caller is an admin, so another site's page that points a
+// name of its own at 127.0.0.1 (DNS rebinding) could read the whole API as its own
+// origin. Only an IP or localhost in Host is served then.
+TEST_F(WebApiTest, WithoutTokensOnlyAnAddressInHostReachesTheApi) {
+  const auto open = Authorizer::Disabled();
+  const WebApi api(manager_.get(), store_.get(), artifacts_.get(), open.get());
+  for (const char* host : {"rebind.attacker.example:8080", "rebind.attacker.example", "127.0.0.1.nip.io:80",
+                           "localhost.attacker.example", "[::1", "[::1]x", "127.0.0.1:80x", "::1", "0x7f.0.0.1"}) {
+    WebResponse r = CallOn(api, "/api/jobs/" + bob_job_, "", "GET", host);
+    EXPECT_EQ(r.status, 403) << host << " -> " << r.body.substr(0, 200);
+    EXPECT_EQ(ErrorOf(r), absl::StrCat("Host '", host,
+                                       "' is not an IP address or localhost: with authorization off the web API "
+                                       "answers only requests addressed to an IP or localhost (a guard against DNS "
+                                       "rebinding); use the address, or give the controller a --token-file"))
+        << host;
+    EXPECT_EQ(r.body.find(bob_job_ + "\""), std::string::npos) << r.body;
+  }
+  // A long Host is quoted at most ~100 characters.
+  WebResponse r = CallOn(api, "/api/me", "", "GET", std::string(5000, 'h'));
+  EXPECT_EQ(r.status, 403);
+  EXPECT_LT(r.body.size(), 500u);
+  for (const char* host : {"", "127.0.0.1:8080", "127.0.0.1", "localhost:1", "LocalHost", "[::1]:9000", "[::1]",
+                           "10.1.2.3:80"}) {
+    WebResponse ok = CallOn(api, "/api/jobs/" + bob_job_, "", "GET", host);
+    EXPECT_EQ(ok.status, 200) << host << " -> " << ok.body;
+  }
+  // The static page holds no data: served under any name.
+  EXPECT_EQ(CallOn(api, "/", "", "GET", "rebind.attacker.example").status, 200);
+  // With tokens a rebound page has no token, and a TLS proxy may forward its own name.
+  EXPECT_EQ(Call("/api/jobs/" + bob_job_, kBob, "GET", "trainyard.example.com").status, 200);
+}
+
+// A diverging run reports a NaN or infinite loss; JSON has no such numbers, so they
+// must come out as null and the page must still parse.
+TEST_F(WebApiTest, NonFiniteMetricsAreNullInValidJson) {
+  v1::Event nan_step = Step(alice_job_, 1, std::numeric_limits<double>::quiet_NaN(), 10.0);
+  nan_step.mutable_step_metrics()->set_grad_norm(std::numeric_limits<double>::infinity());
+  nan_step.mutable_step_metrics()->set_lr(-std::numeric_limits<double>::infinity());
+  Append(alice_job_, {nan_step, Step(alice_job_, 2, 2.5, 11.0)});
+  WebResponse r = Call("/api/jobs/" + alice_job_ + "/events?kinds=step_metrics", kAlice);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json body = Body(r);
+  ASSERT_EQ(body["events"].size(), 2u) << r.body;
+  const json& d = body["events"][0]["data"];
+  EXPECT_TRUE(d["loss"].is_null()) << d;
+  EXPECT_TRUE(d["grad_norm"].is_null()) << d;
+  EXPECT_TRUE(d["lr"].is_null()) << d;
+  EXPECT_EQ(d["step"], 1);
+  EXPECT_EQ(body["events"][1]["data"]["loss"], 2.5);
+}
+
+TEST(WebListenerTest, HostHeadersThatNameAnAddress) {
+  for (const char* yes : {"127.0.0.1", "127.0.0.1:1", "localhost", "LOCALHOST:8080", "[::1]", "[::1]:65535",
+                          "[fe80::1]:80", "192.168.0.10:8080"}) {
+    EXPECT_TRUE(web::HostIsAddress(yes)) << yes;
+  }
+  for (const char* no : {"example.com", "example.com:80", "127.0.0.1.example.com", "127.1", "256.0.0.1",
+                         "127.0.0.1:", "127.0.0.1:123456", "127.0.0.1:8a", "[::1", "[::1]:", "[::1]80", "[]",
+                         "[example.com]", "::1", "localhost.", "sub.localhost", ""}) {
+    EXPECT_FALSE(web::HostIsAddress(no)) << no;
+  }
+}
+
 TEST(WebListenerTest, AddressesAndTheSecureByDefaultRule) {
   EXPECT_EQ(web::CivetwebListeningPorts("127.0.0.1:8080").value(), "127.0.0.1:8080");
   EXPECT_EQ(web::CivetwebListeningPorts("localhost:0").value(), "127.0.0.1:0");
@@ -519,6 +590,15 @@ TEST_F(WebApiTest, ServedOverHttpByCivetweb) {
   EXPECT_NE(r.find("job " + alice_job_ + "/events not found"), std::string::npos) << r;
   r = HttpGet(port, "POST /api/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
   EXPECT_EQ(r.rfind("HTTP/1.1 405", 0), 0u) << r.substr(0, 200);
+  // HEAD: the headers alone. A body would be read as the next response on a kept-alive
+  // connection, so two requests on one connection must give two whole responses.
+  r = HttpGet(port, "HEAD /api/jobs HTTP/1.1\r\nHost: x\r\n\r\nGET /style.css HTTP/1.1\r\nHost: x\r\n"
+                    "Connection: close\r\n\r\n");
+  EXPECT_EQ(r.rfind("HTTP/1.1 405", 0), 0u) << r.substr(0, 200);
+  const size_t head_end = r.find("\r\n\r\n");
+  ASSERT_NE(head_end, std::string::npos) << r.substr(0, 300);
+  EXPECT_EQ(r.compare(head_end + 4, 17, "HTTP/1.1 200 OK\r\n"), 0) << r.substr(0, 600);
+  EXPECT_NE(r.find("text/css"), std::string::npos) << r.substr(0, 600);
   // The artifact streamed whole, after its headers.
   r = HttpGet(port, "GET /api/jobs/" + alice_job_ + "/artifacts/big.trace HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
                         kAlice + "\r\nConnection: close\r\n\r\n");

@@ -127,7 +127,8 @@ async function route() {
   if (current) current.stop();
   current = null;
   const hash = location.hash.replace(/^#\/?/, '');
-  const parts = hash.split('/').filter(Boolean).map(decodeURIComponent);
+  // A hand-typed '%' that is not an escape must not stop the page (URIError).
+  const parts = hash.split('/').filter(Boolean).map((p) => { try { return decodeURIComponent(p); } catch (e) { return p; } });
   const main = document.getElementById('main');
   for (const a of document.querySelectorAll('nav a')) {
     a.classList.toggle('active', a.dataset.nav === (parts[0] || 'jobs'));
@@ -362,7 +363,10 @@ class JobPage extends Page {
     const d = e.data;
     switch (e.kind) {
       case 'step_metrics':
-        this.loss.set(d.step, d.loss);
+        // A NaN or infinite loss arrives as null (JSON has neither): left off the chart,
+        // which would otherwise draw it as 0, and named on the loss card.
+        if (Number.isFinite(d.loss)) this.loss.set(d.step, d.loss);
+        else this.loss.delete(d.step);
         if (d.tokens_per_s > 0) this.tps.set(d.step, d.tokens_per_s);
         this.lastMetrics = d;
         if (d.expert_load && d.expert_load.length) this.lastLoad = {step: d.step, load: d.expert_load, imbalance: d.imbalance, rank: e.rank};
@@ -435,7 +439,7 @@ class JobPage extends Page {
     this.cards.replaceChildren(
       card('step', m ? `${m.step} / ${job.steps}` : `0 / ${job.steps}`,
            h('div', {class: 'progress'}, h('div', {style: `width:${m ? Math.min(100, (100 * m.step) / job.steps) : 0}%`}))),
-      card('loss', m ? fmtNum(m.loss, 4) : '–', m ? `grad norm ${fmtNum(m.grad_norm)} · lr ${fmtNum(m.lr)}` : ''),
+      card('loss', m ? (Number.isFinite(m.loss) ? fmtNum(m.loss, 4) : 'not finite') : '–', m ? `grad norm ${fmtNum(m.grad_norm)} · lr ${fmtNum(m.lr)}` : ''),
       card('tokens/s', m ? fmtNum(m.tokens_per_s) : '–', m ? `${fmtNum(m.step_ms)} ms/step · ${fmtNum(m.peak_rss_mb)} MB rss` : ''),
       card('attempt', String(job.attempt), `restarts ${job.restarts} of ${job.max_restarts}`),
       card('stalls', String(this.stalls.length), this.stalls.length ? this.stalls[this.stalls.length - 1].collective || 'step timeout' : 'none'),
