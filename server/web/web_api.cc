@@ -620,20 +620,37 @@ WebResponse WebApi::Api(const WebRequest& request, const std::vector<std::string
         kinds.insert(std::string(k));
       }
     }
-    auto events = store_->ReadEvents(id, after_seq + 1, static_cast<int>(limit));
-    if (!events.ok()) return Error(events.status());
+    // Read in chunks and stop past a byte budget: one stored event may be up to
+    // request_checks::kMaxEventBytes, so `limit` alone bounds neither this response nor
+    // the memory it takes to build it.
     json out = json::array();
     int64_t next = after_seq;
-    for (const v1::Event& e : *events) {
-      next = std::max(next, e.seq());
-      if (!kinds.empty() && kinds.count(KindName(e.payload_case())) == 0) continue;
-      out.push_back(EventJson(e));
+    int64_t consumed = 0;  // read and passed, kept or filtered out
+    size_t bytes = 0;      // of the kept events, as stored
+    bool more = false;
+    while (consumed < limit && !more) {
+      const int chunk = static_cast<int>(std::min<int64_t>(kEventsReadChunk, limit - consumed));
+      auto events = store_->ReadEvents(id, next + 1, chunk);
+      if (!events.ok()) return Error(events.status());
+      for (const v1::Event& e : *events) {
+        if (bytes >= kMaxEventsPageBytes) {
+          more = true;  // the rest comes from next_after_seq
+          break;
+        }
+        ++consumed;
+        next = std::max(next, e.seq());
+        if (!kinds.empty() && kinds.count(KindName(e.payload_case())) == 0) continue;
+        bytes += e.ByteSizeLong();
+        out.push_back(EventJson(e));
+      }
+      if (static_cast<int>(events->size()) < chunk) break;  // all that is stored
     }
     // A full page means there may be more; the client asks again from `next_after_seq`
     // (filtered-out events count towards the page, so a page may hold none at all).
+    if (consumed == limit) more = true;
     return Json(200, {{"events", std::move(out)},
                       {"next_after_seq", next},
-                      {"more", static_cast<int64_t>(events->size()) == limit},
+                      {"more", more},
                       {"last_seq", store_->LastSeq(id)},
                       {"state", v1::Job::State_Name(job->state())}});
   }

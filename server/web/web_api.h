@@ -29,7 +29,7 @@
 // Every input is checked: a bad id, seq, limit, state, kind or artifact name is a 400
 // naming the parameter (quoting at most ~100 characters of it); an unknown route, job
 // or artifact is 404. Every response is bounded: lists by `limit` (capped), events by
-// page, artifacts streamed from the file.
+// `limit` and kMaxEventsPageBytes, artifacts streamed from the file.
 //
 // Thread-safe: it holds no state of its own; the objects it reads are thread-safe.
 #pragma once
@@ -51,6 +51,10 @@ inline constexpr int kDefaultJobsLimit = 100;
 inline constexpr int kMaxJobsLimit = 1000;
 inline constexpr int kDefaultEventsLimit = 500;
 inline constexpr int kMaxEventsLimit = 2000;
+// An events page also ends once its events (as stored) pass this many bytes, and the
+// store is read this many events at a time: a stored event may be up to 1 MiB.
+inline constexpr size_t kMaxEventsPageBytes = 4 << 20;
+inline constexpr int kEventsReadChunk = 64;
 inline constexpr int kMaxQueueRows = 100;
 inline constexpr size_t kMaxPathBytes = 2048;
 inline constexpr size_t kMaxQueryBytes = 2048;

@@ -483,6 +483,43 @@ TEST_F(WebApiTest, WithoutTokensOnlyAnAddressInHostReachesTheApi) {
   EXPECT_EQ(Call("/api/jobs/" + bob_job_, kBob, "GET", "trainyard.example.com").status, 200);
 }
 
+// One stored event may be up to 1 MiB, so a page of `limit` events could be gigabytes:
+// a page also ends past kMaxEventsPageBytes, and the rest follows from next_after_seq.
+TEST_F(WebApiTest, AnEventsPageIsBoundedInBytes) {
+  const std::string filler(900 * 1024, 'x');
+  std::vector<v1::Event> big;
+  for (int i = 0; i < 10; ++i) {
+    v1::Event e;
+    e.set_job_id(alice_job_);
+    e.set_attempt(1);
+    e.set_rank(0);
+    e.set_source_seq(++source_seq_);
+    e.mutable_log()->set_level("info");
+    e.mutable_log()->set_message(std::to_string(i) + filler);
+    big.push_back(std::move(e));
+  }
+  Append(alice_job_, std::move(big));
+  std::string order;
+  int64_t after = 0;
+  int pages = 0;
+  while (true) {
+    WebResponse r = Call("/api/jobs/" + alice_job_ + "/events?kinds=log&after_seq=" + std::to_string(after), kAlice);
+    ASSERT_EQ(r.status, 200) << r.body.substr(0, 200);
+    // The budget, plus at most the one event that passed it.
+    EXPECT_LT(r.body.size(), web::kMaxEventsPageBytes + filler.size() + 4096) << "page " << pages;
+    const json body = Body(r);
+    EXPECT_LT(body["events"].size(), 10u) << "page " << pages;
+    for (const auto& e : body["events"]) order += e["data"]["message"].get<std::string>().substr(0, 1);
+    EXPECT_GT(body["next_after_seq"].get<int64_t>(), after);
+    after = body["next_after_seq"].get<int64_t>();
+    ++pages;
+    if (!body["more"].get<bool>()) break;
+    ASSERT_LT(pages, 20);
+  }
+  EXPECT_EQ(order, "0123456789");
+  EXPECT_EQ(after, store_->LastSeq(alice_job_));
+}
+
 // A diverging run reports a NaN or infinite loss; JSON has no such numbers, so they
 // must come out as null and the page must still parse.
 TEST_F(WebApiTest, NonFiniteMetricsAreNullInValidJson) {
