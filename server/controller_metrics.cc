@@ -1,7 +1,10 @@
 #include "server/controller_metrics.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <exception>
+#include <string>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -84,6 +87,16 @@ ControllerMetrics::ControllerMetrics()
                                .Name("trainyard_job_step_seconds")
                                .Help("Wall time of the last reported optimizer step")
                                .Register(*registry_)),
+      expert_imbalance_family_(BuildGauge()
+                                   .Name("trainyard_job_expert_load_imbalance_ratio")
+                                   .Help("Max over mean of the tokens routed to each expert in the "
+                                         "last reported step, summed over MoE layers (1 = balanced)")
+                                   .Register(*registry_)),
+      expert_tokens_family_(BuildGauge()
+                                .Name("trainyard_job_expert_tokens")
+                                .Help("Tokens routed to each expert in the last reported step, "
+                                      "summed over MoE layers (the first 256 experts of a job)")
+                                .Register(*registry_)),
       tokens_total_family_(BuildCounter()
                                .Name("trainyard_job_tokens_total")
                                .Help("Tokens trained (all data-parallel ranks), summed over reported steps")
@@ -305,6 +318,41 @@ void ControllerMetrics::StepReported(const std::string& job_id, const v1::StepMe
   // A rank reports the tokens trained since its previous report (a finite count; a
   // negative or NaN one from a broken rank is not added).
   if (step.tokens() > 0) s.tokens->Increment(static_cast<double>(step.tokens()));
+  ExpertLoadLocked(job_id, s, step);
+}
+
+void ControllerMetrics::ExpertLoadLocked(const std::string& job_id, JobSeries& s,
+                                         const v1::StepMetrics& step) {
+  const auto& load = step.expert_load();
+  // A dense model reports none; a negative count can only come from a broken rank, and
+  // then the whole vector is suspect (its max/mean would be meaningless).
+  if (load.empty()) return;
+  if (std::any_of(load.begin(), load.end(), [](int64_t n) { return n < 0; })) return;
+  // One series per expert; a job's expert count is fixed by its model, but a broken or
+  // hostile rank could send millions of entries, so only the first kMaxExpertSeries
+  // experts get a series (the ratio below still covers all of them).
+  constexpr int kMaxExpertSeries = 256;
+  const int shown = std::min(load.size(), kMaxExpertSeries);
+  while (static_cast<int>(s.expert_tokens.size()) < shown) {
+    const int expert = static_cast<int>(s.expert_tokens.size());
+    s.expert_tokens.push_back(
+        &expert_tokens_family_.Add({{"job_id", job_id}, {"expert", std::to_string(expert)}}));
+  }
+  for (int i = 0; i < shown; ++i) s.expert_tokens[i]->Set(static_cast<double>(load[i]));
+  // max/mean needs at least two experts to say anything, and a mean above 0.
+  if (load.size() < 2) return;
+  double sum = 0;
+  double max = 0;
+  for (int64_t n : load) {
+    sum += static_cast<double>(n);
+    max = std::max(max, static_cast<double>(n));
+  }
+  const double mean = sum / load.size();
+  if (!(mean > 0) || !std::isfinite(max / mean)) return;
+  if (s.expert_imbalance == nullptr) {
+    s.expert_imbalance = &expert_imbalance_family_.Add({{"job_id", job_id}});
+  }
+  s.expert_imbalance->Set(max / mean);
 }
 
 void ControllerMetrics::CompileReported(const std::string& job_id,
@@ -364,6 +412,8 @@ void ControllerMetrics::Sweep(absl::Time now, absl::Duration grace) {
       mfu_family_.Remove(s.mfu);
       step_seconds_family_.Remove(s.step_seconds);
     }
+    if (s.expert_imbalance != nullptr) expert_imbalance_family_.Remove(s.expert_imbalance);
+    for (prometheus::Gauge* g : s.expert_tokens) expert_tokens_family_.Remove(g);
     if (s.last_progress != nullptr) last_progress_family_.Remove(s.last_progress);
     running_family_.Remove(s.running);
     tokens_total_family_.Remove(s.tokens);

@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -65,6 +66,9 @@ class ControllerMetrics {
   void SetSlots(int total, int free) { slots_total_.Set(total); slots_free_.Set(free); }
   // A step report committed at `now` (the controller's clock: the time it arrived, not the
   // rank's, so a worker's replay after an outage counts as progress when it lands).
+  // Its expert_load (tokens per routed expert, summed over the MoE layers) sets
+  // trainyard_job_expert_tokens{expert} and trainyard_job_expert_load_imbalance_ratio
+  // (max/mean); a report without one, or with a negative count, leaves them as they were.
   void StepReported(const std::string& job_id, const v1::StepMetrics& step,
                     absl::Time now = absl::Now());
   void CompileReported(const std::string& job_id, const v1::CompileEvent& compile);
@@ -87,6 +91,9 @@ class ControllerMetrics {
     prometheus::Gauge* tokens_per_s = nullptr;
     prometheus::Gauge* mfu = nullptr;
     prometheus::Gauge* step_seconds = nullptr;
+    // From the first step report that carries a usable expert_load.
+    prometheus::Gauge* expert_imbalance = nullptr;
+    std::vector<prometheus::Gauge*> expert_tokens;  // by routed expert index
     prometheus::Counter* tokens = nullptr;
     prometheus::Counter* restarts = nullptr;
     prometheus::Counter* stalls = nullptr;
@@ -95,6 +102,8 @@ class ControllerMetrics {
     absl::Time ended = absl::InfiniteFuture();
   };
   JobSeries& SeriesLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ExpertLoadLocked(const std::string& job_id, JobSeries& s, const v1::StepMetrics& step)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The (service, method) labels of a full gRPC method name, bounded to our services.
   static std::pair<std::string, std::string> GrpcLabels(const std::string& full_method);
 
@@ -115,6 +124,8 @@ class ControllerMetrics {
   prometheus::Family<prometheus::Gauge>& mfu_family_;
   prometheus::Family<prometheus::Counter>& compile_family_;
   prometheus::Family<prometheus::Gauge>& step_seconds_family_;
+  prometheus::Family<prometheus::Gauge>& expert_imbalance_family_;
+  prometheus::Family<prometheus::Gauge>& expert_tokens_family_;
   prometheus::Family<prometheus::Counter>& tokens_total_family_;
   prometheus::Family<prometheus::Counter>& restarts_family_;
   prometheus::Family<prometheus::Counter>& stalls_family_;

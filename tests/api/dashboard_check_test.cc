@@ -158,7 +158,8 @@ TEST(DashboardTest, IsAGrafanaDashboardWithDatasourceAndJobVariables) {
     for (const json& t : p["targets"]) EXPECT_EQ(t["datasource"].value("uid", ""), "${datasource}");
   }
   for (const char* want : {"Loss", "Tokens/s", "MFU", "Step time", "Recompiles by region", "Slots", "Jobs by state",
-                           "Queue", "Workers connected", "Restarts", "Stalls"}) {
+                           "Queue", "Workers connected", "Restarts", "Stalls",
+                           "Expert-load imbalance (max/mean)", "Tokens per expert", "Workers lost"}) {
     EXPECT_TRUE(titles.count(want)) << "no panel titled " << want;
   }
 }
@@ -193,6 +194,9 @@ TEST(DashboardTest, EveryExpressionNamesMetricsTheControllerExports) {
   ASSERT_TRUE(exposition.samples.count("trainyard_job_loss")) << text;
   ASSERT_TRUE(exposition.samples.count("trainyard_job_recompiles_total"))
       << "the job reported no RECOMPILE; the recompile panels cannot be checked:\n" << text;
+  // tiny.toml is MoE (4 routed experts), so its steps carry expert_load.
+  ASSERT_TRUE(exposition.samples.count("trainyard_job_expert_tokens"))
+      << "the job reported no expert_load; the expert panels cannot be checked:\n" << text;
   EXPECT_TRUE(text.find("trainyard_job_loss{job_id=\"" + id + "\"}") != std::string::npos) << text;
 
   std::vector<std::string> problems;

@@ -107,6 +107,90 @@ TEST(ControllerMetricsTest, RestartsStallsAndRecompilesByRegionArePerJob) {
   EXPECT_EQ(series, 256u + 1u);
 }
 
+size_t Count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// expert_load {10, 30, 20, 40}: mean 25, max 40, so the ratio is 1.6; each expert's
+// count is its own series, and the next step replaces them.
+TEST(ControllerMetricsTest, ExpertLoadSetsPerExpertTokensAndMaxOverMean) {
+  ControllerMetrics metrics;
+  v1::StepMetrics step;
+  for (int64_t n : {10, 30, 20, 40}) step.add_expert_load(n);
+  metrics.StepReported("job-5", step);
+  std::string text = Scrape(metrics);
+  EXPECT_TRUE(Has(text, "trainyard_job_expert_load_imbalance_ratio{job_id=\"job-5\"} 1.6")) << text;
+  EXPECT_TRUE(Has(text, "trainyard_job_expert_tokens{expert=\"0\",job_id=\"job-5\"} 10")) << text;
+  EXPECT_TRUE(Has(text, "trainyard_job_expert_tokens{expert=\"3\",job_id=\"job-5\"} 40")) << text;
+  EXPECT_EQ(Count(text, "trainyard_job_expert_tokens{"), 4u) << text;
+
+  // The next step: {50, 50, 50, 50} is balanced (ratio 1).
+  v1::StepMetrics even;
+  for (int i = 0; i < 4; ++i) even.add_expert_load(50);
+  metrics.StepReported("job-5", even);
+  // Ignored: a step with no expert_load (a dense step), one with a negative count.
+  v1::StepMetrics dense;
+  metrics.StepReported("job-5", dense);
+  v1::StepMetrics broken;
+  for (int64_t n : {1, -7, 1, 1}) broken.add_expert_load(n);
+  metrics.StepReported("job-5", broken);
+  text = Scrape(metrics);
+  EXPECT_TRUE(Has(text, "trainyard_job_expert_load_imbalance_ratio{job_id=\"job-5\"} 1")) << text;
+  EXPECT_TRUE(Has(text, "trainyard_job_expert_tokens{expert=\"1\",job_id=\"job-5\"} 50")) << text;
+}
+
+TEST(ControllerMetricsTest, ExpertLoadWithoutAMeaningfulRatioSetsNoRatio) {
+  ControllerMetrics metrics;
+  v1::StepMetrics one;
+  one.add_expert_load(12);  // one expert: max/mean is 1 by construction, not a measurement
+  metrics.StepReported("job-6", one);
+  v1::StepMetrics zeros;
+  for (int i = 0; i < 4; ++i) zeros.add_expert_load(0);  // mean 0
+  metrics.StepReported("job-7", zeros);
+  const std::string text = Scrape(metrics);
+  EXPECT_EQ(text.find("trainyard_job_expert_load_imbalance_ratio{"), std::string::npos) << text;
+  EXPECT_TRUE(Has(text, "trainyard_job_expert_tokens{expert=\"0\",job_id=\"job-6\"} 12")) << text;
+  EXPECT_TRUE(Has(text, "trainyard_job_expert_tokens{expert=\"3\",job_id=\"job-7\"} 0")) << text;
+}
+
+// A rank cannot grow the registry: past 256 experts no series is created, but the ratio
+// still covers every expert (1000 experts, the last with 1000 tokens, the rest with 1:
+// mean (999 + 1000) / 1000 = 1.999, ratio 1000 / 1.999).
+TEST(ControllerMetricsTest, ExpertSeriesAreCappedAt256PerJob) {
+  ControllerMetrics metrics;
+  v1::StepMetrics step;
+  for (int i = 0; i < 999; ++i) step.add_expert_load(1);
+  step.add_expert_load(1000);
+  metrics.StepReported("job-8", step);
+  const std::string text = Scrape(metrics);
+  EXPECT_EQ(Count(text, "trainyard_job_expert_tokens{"), 256u);
+  EXPECT_TRUE(Has(text, "trainyard_job_expert_tokens{expert=\"255\",job_id=\"job-8\"} 1")) << text;
+  EXPECT_EQ(text.find("expert=\"256\""), std::string::npos);
+  const std::string prefix = "trainyard_job_expert_load_imbalance_ratio{job_id=\"job-8\"} ";
+  const size_t at = text.find(prefix);
+  ASSERT_NE(at, std::string::npos) << text;
+  EXPECT_NEAR(std::stod(text.substr(at + prefix.size())), 1000.0 / 1.999, 1e-9);
+}
+
+// Removed with the job's other series, 10 minutes (the grace) after it ends.
+TEST(ControllerMetricsTest, ExpertSeriesAreSweptWithTheJob) {
+  ControllerMetrics metrics;
+  v1::StepMetrics step;
+  for (int64_t n : {3, 5}) step.add_expert_load(n);
+  metrics.StepReported("job-9", step);
+  const absl::Time ended = absl::FromUnixSeconds(1000);
+  metrics.JobEnded("job-9", ended);
+  metrics.Sweep(ended + absl::Minutes(9), absl::Minutes(10));
+  std::string text = Scrape(metrics);
+  EXPECT_TRUE(Has(text, "trainyard_job_expert_tokens{expert=\"1\",job_id=\"job-9\"} 5")) << text;
+  EXPECT_TRUE(Has(text, "trainyard_job_expert_load_imbalance_ratio{job_id=\"job-9\"} 1.25")) << text;
+  metrics.Sweep(ended + absl::Minutes(10), absl::Minutes(10));
+  text = Scrape(metrics);
+  EXPECT_EQ(text.find("job-9"), std::string::npos) << text;
+}
+
 TEST(ControllerMetricsTest, GrpcCallsAreCountedByMethodAndCodeWithBoundedLabels) {
   ControllerMetrics metrics;
   metrics.GrpcStarted("/trainyard.v1.JobService/SubmitJob");
