@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -195,7 +196,8 @@ std::string FormatEventText(const v1::Event& event) {
       line += "(no payload)";
       break;
   }
-  return line;
+  // Messages, reasons, paths and names come from ranks: one terminal-safe line.
+  return TerminalSafe(line);
 }
 
 std::string FormatJobsTable(const std::vector<v1::Job>& jobs) {
@@ -249,8 +251,80 @@ std::string FormatArtifactsTable(const std::vector<v1::ArtifactInfo>& artifacts)
 }
 
 std::string FormatError(const absl::Status& status) {
+  // The message may quote what a controller, a rank or a file said.
   return absl::StrCat("trainyard: ", absl::StatusCodeToString(status.code()), ": ",
-                      status.message());
+                      TerminalSafe(status.message(), /*keep_newlines=*/true));
+}
+
+namespace {
+
+// The length of the valid UTF-8 sequence at text[i] (2 to 4), or 0 when it is not one
+// (a stray continuation byte, an overlong form, a surrogate, past U+10FFFF, cut short).
+size_t Utf8SequenceLength(absl::string_view text, size_t i, uint32_t* code_point) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char lead = byte(i);
+  size_t n = 0;
+  unsigned char lo = 0x80;
+  unsigned char hi = 0xBF;
+  if (lead >= 0xC2 && lead <= 0xDF) {
+    n = 2;
+  } else if (lead >= 0xE0 && lead <= 0xEF) {
+    n = 3;
+    if (lead == 0xE0) lo = 0xA0;  // overlong
+    if (lead == 0xED) hi = 0x9F;  // surrogates
+  } else if (lead >= 0xF0 && lead <= 0xF4) {
+    n = 4;
+    if (lead == 0xF0) lo = 0x90;  // overlong
+    if (lead == 0xF4) hi = 0x8F;  // past U+10FFFF
+  } else {
+    return 0;
+  }
+  if (i + n > text.size()) return 0;
+  uint32_t cp = lead & (0xFF >> (n + 1));
+  for (size_t k = 1; k < n; ++k) {
+    const unsigned char c = byte(i + k);
+    if (c < (k == 1 ? lo : 0x80) || c > (k == 1 ? hi : 0xBF)) return 0;
+    cp = (cp << 6) | (c & 0x3F);
+  }
+  *code_point = cp;
+  return n;
+}
+
+}  // namespace
+
+std::string TerminalSafe(absl::string_view text, bool keep_newlines) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c < 0x80) {
+      if ((c >= 0x20 && c < 0x7F) || c == '\t' || (c == '\n' && keep_newlines)) {
+        out += static_cast<char>(c);
+      } else if (c == '\n') {
+        out += "\\n";
+      } else if (c == '\r') {
+        out += "\\r";
+      } else {
+        absl::StrAppend(&out, absl::StrFormat("\\x%02x", c));
+      }
+      ++i;
+      continue;
+    }
+    uint32_t cp = 0;
+    const size_t n = Utf8SequenceLength(text, i, &cp);
+    if (n == 0) {
+      absl::StrAppend(&out, absl::StrFormat("\\x%02x", c));
+      ++i;
+      continue;
+    }
+    if (cp <= 0x9F || (cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2066 && cp <= 0x2069)) {
+      absl::StrAppend(&out, absl::StrFormat("\\u%04x", cp));
+    } else {
+      out.append(text.data() + i, n);
+    }
+    i += n;
+  }
+  return out;
 }
 
 int QueuePosition(const v1::Job& job, const std::vector<v1::Job>& pending) {

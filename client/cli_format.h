@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/status/statusor.h"
 #include "trainyard/v1/job_service.pb.h"
@@ -61,7 +62,18 @@ std::string FormatArtifactsTable(const std::vector<v1::ArtifactInfo>& artifacts)
 // 512 -> "512 B", 1536 -> "1.5 KiB", 3 << 20 -> "3.0 MiB".
 std::string FormatBytes(int64_t bytes);
 
-// "trainyard: INVALID_ARGUMENT: <message>" (no newline).
+// `text` made safe to write to a terminal: log lines, reasons and messages come from
+// ranks and controllers, and an escape sequence in them (ESC, CSI, a carriage return,
+// C1 controls, bidi overrides) would otherwise move the cursor, recolour or retitle
+// the user's terminal, or hide text. Printable ASCII, tab and valid UTF-8 are kept;
+// "\n" and "\r" are written as those two characters (a newline is kept as is with
+// `keep_newlines`, for multi-line output the CLI formats itself); any other control
+// byte and every byte of invalid UTF-8 becomes \xNN; C1 controls (U+0080..U+009F) and
+// bidi controls (U+202A..U+202E, U+2066..U+2069) become \uNNNN.
+std::string TerminalSafe(absl::string_view text, bool keep_newlines = false);
+
+// "trainyard: INVALID_ARGUMENT: <message>" (no newline; the message TerminalSafe,
+// newlines kept).
 std::string FormatError(const absl::Status& status);
 
 // `trainyard explain`: why `job` is where it is. For a PENDING job: the scheduler's

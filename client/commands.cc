@@ -149,7 +149,7 @@ class Runner {
     if (options_.Json()) {
       out_ << ToJsonLine(job) << '\n';
     } else {
-      out_ << FormatJobsTable({job});
+      out_ << TerminalSafe(FormatJobsTable({job}), /*keep_newlines=*/true);
     }
   }
 
@@ -181,7 +181,7 @@ class Runner {
     if (options_.Json()) {
       for (const v1::Job& job : *jobs) out_ << ToJsonLine(job) << '\n';
     } else {
-      out_ << FormatJobsTable(*jobs);
+      out_ << TerminalSafe(FormatJobsTable(*jobs), /*keep_newlines=*/true);
     }
     out_.flush();
     return kExitOk;
@@ -201,8 +201,11 @@ class Runner {
     // The description stands without the artifacts (a controller without them, or a
     // role that may not list them).
     absl::StatusOr<std::vector<v1::ArtifactInfo>> artifacts = client_->ListArtifacts(id);
-    out_ << FormatJobDescription(*job, *history, artifacts.ok() ? *artifacts : std::vector<v1::ArtifactInfo>{},
-                                 artifacts.ok() ? "" : FormatError(artifacts.status()));
+    // Reasons, failure messages, worker names and paths come from ranks and workers.
+    out_ << TerminalSafe(FormatJobDescription(*job, *history,
+                                              artifacts.ok() ? *artifacts : std::vector<v1::ArtifactInfo>{},
+                                              artifacts.ok() ? "" : FormatError(artifacts.status())),
+                         /*keep_newlines=*/true);
     out_.flush();
     return kExitOk;
   }
@@ -235,8 +238,9 @@ class Runner {
     } else {
       absl::StatusOr<JobHistory> history = History(*job);
       if (!history.ok()) return Fail(history.status());
-      out_ << FormatExplain(*job, *pending, *workers, env_.clock->Now())
-           << FormatExplainHistory(*job, *history);
+      out_ << TerminalSafe(FormatExplain(*job, *pending, *workers, env_.clock->Now()) +
+                               FormatExplainHistory(*job, *history),
+                           /*keep_newlines=*/true);
     }
     out_.flush();
     return kExitOk;
@@ -248,7 +252,7 @@ class Runner {
     if (options_.Json()) {
       for (const v1::WorkerInfo& w : *workers) out_ << ToJsonLine(w) << '\n';
     } else {
-      out_ << FormatWorkersTable(*workers);
+      out_ << TerminalSafe(FormatWorkersTable(*workers), /*keep_newlines=*/true);
     }
     out_.flush();
     return kExitOk;
@@ -260,7 +264,7 @@ class Runner {
     if (options_.Json()) {
       for (const v1::ArtifactInfo& a : *artifacts) out_ << ToJsonLine(a) << '\n';
     } else {
-      out_ << FormatArtifactsTable(*artifacts);
+      out_ << TerminalSafe(FormatArtifactsTable(*artifacts), /*keep_newlines=*/true);
     }
     out_.flush();
     return kExitOk;
@@ -290,7 +294,7 @@ class Runner {
         ++failed;
         continue;
       }
-      out_ << "wrote " << pulled->path << " (" << FormatBytes(pulled->info.size_bytes())
+      out_ << "wrote " << TerminalSafe(pulled->path) << " (" << FormatBytes(pulled->info.size_bytes())
            << ", sha256 " << pulled->info.sha256().substr(0, 12) << ")" << std::endl;
     }
     if (failed > 0 && names.size() > 1) {
@@ -367,14 +371,15 @@ class Runner {
         out_ << absl::FormatTime("%H:%M:%S", ToTime(e.time()), absl::UTCTimeZone()) << ' '
              << (e.rank() < 0 ? std::string("job") : absl::StrCat("rank ", e.rank()));
         if (e.attempt() > 1) out_ << " attempt " << e.attempt();
-        out_ << " [" << (e.log().level().empty() ? "info" : e.log().level()) << "] " << e.log().message()
-             << '\n';
+        // A rank's output may hold escape sequences (colours, cursor moves, titles).
+        out_ << " [" << (e.log().level().empty() ? "info" : TerminalSafe(e.log().level())) << "] "
+             << TerminalSafe(e.log().message()) << '\n';
       }
       if (follow) out_.flush();
     };
     if (follow) {
       StreamResult result = Stream(id, 0, reconnect_for_s, print,
-                                   [&](const std::string& line) { err_ << line << std::endl; });
+                                   [&](const std::string& line) { err_ << TerminalSafe(line) << std::endl; });
       out_.flush();
       if (!result.status.ok()) return Fail(result.status);
       return WatchExitCode(*result.end_state);
@@ -407,35 +412,60 @@ class Runner {
     std::optional<absl::Time> outage_since;
     int retries = 0;
     absl::Duration backoff = kFirstBackoff;
+    // Whether a probe ended an outage since the last new event. Only one may: a stream
+    // that keeps breaking at the same seq while GetJob answers (a server that cannot
+    // send that event) must still give up after --reconnect-for instead of looping.
+    bool probe_ended_outage = false;
+    auto end_outage = [&] {
+      if (!outage_since.has_value()) return;
+      warn(absl::StrCat("trainyard: reconnected after ", HumanDuration(env_.clock->Now() - *outage_since),
+                        "; resuming at seq ", last_seq + 1));
+      if (note) note("");
+      outage_since.reset();
+      retries = 0;
+      backoff = kFirstBackoff;
+    };
     while (true) {
       std::optional<v1::Job::State> end_state;
-      absl::Status status = client_->Watch(id, last_seq + 1, [&](const v1::Event& event) {
-        connected = true;
-        if (outage_since.has_value()) {
-          warn(absl::StrCat("trainyard: reconnected after ", HumanDuration(env_.clock->Now() - *outage_since),
-                            "; resuming at seq ", last_seq + 1));
-          if (note) note("");
-          outage_since.reset();
-          retries = 0;
-          backoff = kFirstBackoff;
+      absl::Status status;
+      if (outage_since.has_value()) {
+        // Ask the controller first: when it answers, the outage is over even if the
+        // resumed stream has nothing to send for a long time (a PENDING job waiting
+        // for slots). Otherwise the status line would say "reconnecting" all along,
+        // and a later break would count from this outage's start and give up at once.
+        absl::StatusOr<v1::Job> probe = client_->GetJob(id);
+        if (probe.ok()) {
+          if (!probe_ended_outage) {
+            probe_ended_outage = true;
+            end_outage();
+          }
+        } else {
+          status = probe.status();
         }
-        if (event.seq() <= last_seq) return true;  // replayed across a reconnect
-        last_seq = event.seq();
-        on_event(event);
-        if (event.has_job_state() && IsTerminal(event.job_state().state())) {
-          end_state = event.job_state().state();
-        }
-        return true;
-      });
-      if (end_state.has_value()) return {absl::OkStatus(), end_state};
+      }
       if (status.ok()) {
-        // The stream ended without the terminal event: ask for the state.
-        absl::StatusOr<v1::Job> job = client_->GetJob(id);
-        if (job.ok() && IsTerminal(job->state())) return {absl::OkStatus(), job->state()};
-        status = job.ok() ? absl::UnavailableError(absl::StrCat("the event stream of job ", id,
-                                                                " ended while the job is ",
-                                                                StateName(job->state())))
-                          : job.status();
+        status = client_->Watch(id, last_seq + 1, [&](const v1::Event& event) {
+          connected = true;
+          end_outage();
+          if (event.seq() <= last_seq) return true;  // replayed across a reconnect
+          last_seq = event.seq();
+          probe_ended_outage = false;
+          on_event(event);
+          if (event.has_job_state() && IsTerminal(event.job_state().state())) {
+            end_state = event.job_state().state();
+          }
+          return true;
+        });
+        if (end_state.has_value()) return {absl::OkStatus(), end_state};
+        if (status.ok()) {
+          // The stream ended without the terminal event: ask for the state.
+          absl::StatusOr<v1::Job> job = client_->GetJob(id);
+          if (job.ok() && IsTerminal(job->state())) return {absl::OkStatus(), job->state()};
+          status = job.ok() ? absl::UnavailableError(absl::StrCat("the event stream of job ", id,
+                                                                  " ended while the job is ",
+                                                                  StateName(job->state())))
+                            : job.status();
+        }
       }
       if (!connected || !Reconnectable(status) || reconnect_for_s <= 0) return {status, std::nullopt};
       const absl::Time now = env_.clock->Now();

@@ -203,10 +203,14 @@ void JobHistory::Add(const v1::Event& event) {
       break;
     }
     case v1::Event::kStall:
+      ++stall_count_;
       stalls_.push_back(event);
+      if (stalls_.size() > kMaxListed) stalls_.erase(stalls_.begin());
       break;
     case v1::Event::kCheckpoint:
+      ++checkpoint_count_;
       checkpoints_.push_back(event);
+      if (checkpoints_.size() > kMaxListed) checkpoints_.erase(checkpoints_.begin());
       break;
     default:
       break;
@@ -345,7 +349,12 @@ std::string FormatJobDescription(const v1::Job& job, const JobHistory& history,
   if (history.checkpoints().empty()) {
     absl::StrAppend(&out, "checkpoints none\n");
   } else {
-    out += "checkpoints:\n";
+    out += "checkpoints:";
+    if (history.checkpoint_count() > static_cast<int64_t>(history.checkpoints().size())) {
+      absl::StrAppend(&out, " ", history.checkpoint_count(), " in all, the newest ", history.checkpoints().size(),
+                      " shown");
+    }
+    out += "\n";
     for (const v1::Event& e : history.checkpoints()) {
       const v1::CheckpointSaved& c = e.checkpoint();
       absl::StrAppend(&out, "  step ", c.step(), "  ", c.path(), "  ", FormatBytes(c.bytes()), "  attempt ",
@@ -399,7 +408,11 @@ std::string FormatExplainHistory(const v1::Job& job, const JobHistory& history) 
     }
   }
   if (!history.stalls().empty()) {
-    absl::StrAppend(&out, "\nstalls: ", history.stalls().size(), "\n");
+    absl::StrAppend(&out, "\nstalls: ", history.stall_count());
+    if (history.stall_count() > static_cast<int64_t>(history.stalls().size())) {
+      absl::StrAppend(&out, " (the newest ", history.stalls().size(), " shown)");
+    }
+    out += "\n";
     for (const v1::Event& e : history.stalls()) {
       const v1::Stall& s = e.stall();
       std::string line = absl::StrCat("  ", Clock(ToTime(e.time())), "  attempt ", e.attempt(), " rank ", e.rank(),

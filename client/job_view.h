@@ -70,13 +70,19 @@ class JobHistory {
   // One loss per optimizer step (the first report of each step), oldest first, at most
   // kMaxLosses of the newest.
   const std::vector<double>& losses() const { return losses_; }
+  // The newest kMaxListed checkpoints and stalls, oldest first; *_count() says how many
+  // there were in all. A job of a million steps may save thousands of checkpoints, and
+  // `get` keeps no more than it prints.
   const std::vector<v1::Event>& checkpoints() const { return checkpoints_; }
   const std::vector<v1::Event>& stalls() const { return stalls_; }
+  int64_t checkpoint_count() const { return checkpoint_count_; }
+  int64_t stall_count() const { return stall_count_; }
   int recompiles() const { return recompiles_; }
   int64_t last_seq() const { return last_seq_; }
   int restarts() const;  // RESTARTING state changes
 
   static constexpr size_t kMaxLosses = 256;
+  static constexpr size_t kMaxListed = 20;
 
  private:
   std::vector<StateChangeRecord> states_;
@@ -91,6 +97,8 @@ class JobHistory {
   std::vector<double> losses_;
   std::vector<v1::Event> checkpoints_;
   std::vector<v1::Event> stalls_;
+  int64_t checkpoint_count_ = 0;
+  int64_t stall_count_ = 0;
   int recompiles_ = 0;
   int64_t last_seq_ = 0;
 };

@@ -73,7 +73,7 @@ std::optional<absl::Duration> StepRate::Eta(int64_t total) const {
 
 std::string FormatStatusLine(const WatchStatus& s, size_t max_columns) {
   std::vector<std::string> parts;
-  std::string head = absl::StrCat(s.job_id, " ", s.state == v1::Job::STATE_UNSPECIFIED ? "..." : StateName(s.state));
+  std::string head = absl::StrCat(TerminalSafe(s.job_id), " ", s.state == v1::Job::STATE_UNSPECIFIED ? "..." : StateName(s.state));
   if (s.attempt > 1) absl::StrAppend(&head, " (attempt ", s.attempt, ")");
   parts.push_back(head);
   if (!s.note.empty()) parts.push_back(absl::StrCat("[", s.note, "]"));
@@ -203,11 +203,13 @@ void WatchDisplay::OnEvent(const v1::Event& event) {
 }
 
 void WatchDisplay::Warn(const std::string& line) {
+  // The line quotes a gRPC error, which may quote the controller or the network.
+  const std::string safe = TerminalSafe(line);
   absl::MutexLock lock(&mu_);
   if (mode_ == Mode::kTerminal) {
-    PrintAbove(line);
+    PrintAbove(safe);
   } else {
-    err_ << line << std::endl;
+    err_ << safe << std::endl;
   }
 }
 
@@ -215,7 +217,7 @@ void WatchDisplay::SetNote(const std::string& job_id, const std::string& note) {
   absl::MutexLock lock(&mu_);
   PerJob* j = Find(job_id);
   if (j == nullptr) return;
-  j->status.note = note;
+  j->status.note = TerminalSafe(note);
   if (mode_ == Mode::kTerminal) Redraw();
 }
 

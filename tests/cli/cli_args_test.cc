@@ -8,9 +8,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <memory>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -75,7 +77,26 @@ class FakeJobService final : public v1::JobService::Service {
       events_["flaky"].push_back(e);
     }
     jobs_["flaky"].set_last_seq(6);
+    // "hostile": a rank's log line and reasons full of escape sequences, control
+    // characters and invalid UTF-8.
+    AddJob("hostile", v1::Job::FAILED, 1);
+    events_["hostile"] = {State("hostile", 1, v1::Job::RUNNING, "go\x1b[2J"),
+                          Log("hostile", 2, 0, "warn\x1b[5m", kHostile),
+                          State("hostile", 3, v1::Job::FAILED, std::string("bad\xc2\x9b" "\r\n") + kHostile)};
+    jobs_["hostile"].set_failure_reason(kHostile);
+    jobs_["hostile"].set_last_seq(3);
+    // "quiet": its first stream breaks after seq 1; the resumed stream has nothing to
+    // send for a while (longer than --reconnect-for) and then breaks again; the third
+    // ends the job.
+    AddJob("quiet", v1::Job::RUNNING, 1);
+    events_["quiet"] = {State("quiet", 1, v1::Job::RUNNING, ""), State("quiet", 2, v1::Job::SUCCEEDED, "")};
+    jobs_["quiet"].set_last_seq(2);
   }
+
+  // An OSC title change, a bell, colours, a carriage return, a C1 CSI. (Invalid UTF-8
+  // cannot come this way: protobuf refuses it in a string field; TerminalSafeTest
+  // covers it.)
+  static constexpr const char* kHostile = "\x1b]0;pwned\x07\x1b[31mred\x1b[0m\r\xc2\x9b" "2J ok";
 
   static v1::Event State(const std::string& job, int64_t seq, v1::Job::State state, const std::string& reason) {
     v1::Event e = MakeEvent(job, seq, -1);
@@ -146,6 +167,19 @@ class FakeJobService final : public v1::JobService::Service {
       auto it = events_.find(request->id());
       if (it == events_.end()) return grpc::Status(grpc::StatusCode::NOT_FOUND, "job " + request->id() + " not found");
       events = it->second;
+    }
+    if (request->id() == "quiet") {
+      if (call == 1) {
+        writer->Write(events[0]);
+        return grpc::Status(grpc::StatusCode::UNAVAILABLE, "controller restarting");
+      }
+      if (call == 2) {
+        // Connected, but nothing to say for 1.5 s (> --reconnect-for 1), then broken.
+        for (int i = 0; i < 300 && !context->IsCancelled(); ++i) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+        return grpc::Status(grpc::StatusCode::UNAVAILABLE, "controller restarting again");
+      }
     }
     const bool flaky = request->id() == "flaky";
     // A resumed stream of "flaky" starts two events early, as a server that replays a
@@ -310,6 +344,57 @@ TEST_F(CliArgsTest, WatchReconnectsAndShowsNoEventTwice) {
   // One line when the outage starts and one when it ends.
   const std::string err = err_.str();
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 2) << err;
+}
+
+// A resumed stream with nothing to send is a working connection: the outage ended
+// when the controller answered, so a later break starts a new outage instead of
+// counting from the first one (which would give up at once).
+TEST_F(CliArgsTest, WatchOutageEndsWhenTheControllerAnswersNotAtTheNextEvent) {
+  ASSERT_EQ(Run({"watch", "quiet", "--reconnect-for", "1"}), 0) << err_.str();
+  EXPECT_EQ(service_.FromSeqs("quiet"), (std::vector<int64_t>{1, 2, 2}));
+  const std::string err = err_.str();
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 4) << "two outages, each lost and back:\n" << err;
+  EXPECT_THAT(err, HasSubstr("(UNAVAILABLE: controller restarting again)"));
+  EXPECT_THAT(err, Not(HasSubstr("gave up")));
+  EXPECT_THAT(out_.str(), HasSubstr("seq=2 job SUCCEEDED"));
+}
+
+// The first control byte or byte that can never be UTF-8 in `s` (our own redraw
+// sequences removed first), as "\xNN at offset N"; "" when there is none.
+std::string RawControl(std::string s) {
+  for (const std::regex& own : {std::regex("\r\x1b\\[2K"), std::regex("\x1b\\[[0-9]+A")}) {
+    s = std::regex_replace(s, own, "");
+  }
+  for (size_t i = 0; i < s.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    const bool c1 = c == 0xc2 && i + 1 < s.size() && static_cast<unsigned char>(s[i + 1]) < 0xa0;
+    if ((c < 0x20 && c != '\n') || c == 0x7f || c1 || c >= 0xf5 || c == 0xc0 || c == 0xc1) {
+      char buf[40];
+      std::snprintf(buf, sizeof buf, "\\x%02x at offset %zu", c, i);
+      return buf;
+    }
+  }
+  return "";
+}
+
+TEST_F(CliArgsTest, TextFromRanksNeverReachesTheTerminalRaw) {
+  const std::vector<std::vector<std::string>> commands = {
+      {"logs", "hostile"}, {"get", "hostile"}, {"explain", "hostile"}, {"watch", "hostile"}, {"list"}};
+  for (const std::vector<std::string>& command : commands) {
+    for (bool terminal : {false, true}) {
+      Run(command, terminal);
+      EXPECT_EQ(RawControl(out_.str()), "") << command[0] << " terminal=" << terminal << ":\n" << out_.str();
+      EXPECT_EQ(RawControl(err_.str()), "") << command[0] << " terminal=" << terminal << ":\n" << err_.str();
+    }
+  }
+  // The text itself is still there, its control bytes spelled out.
+  const std::string escaped = "\\x1b]0;pwned\\x07\\x1b[31mred\\x1b[0m\\r\\u009b2J ok";
+  ASSERT_EQ(Run({"logs", "hostile"}), 0);
+  EXPECT_EQ(OutLines(), (std::vector<std::string>{"00:00:02 rank 0 [warn\\x1b[5m] " + escaped}));
+  ASSERT_EQ(Run({"watch", "hostile"}), 1);
+  EXPECT_THAT(out_.str(), HasSubstr("seq=3 job FAILED: bad\\u009b\\r\\n" + escaped + "\n"));
+  ASSERT_EQ(Run({"get", "hostile"}), 0);
+  EXPECT_THAT(out_.str(), HasSubstr(escaped));
 }
 
 TEST_F(CliArgsTest, WatchWithoutReconnectExitsUnavailable) {

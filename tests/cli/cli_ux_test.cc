@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -286,6 +287,59 @@ TEST(JobHistoryTest, ExplainShowsCompileRestartsAndStalls) {
   EXPECT_THAT(text, HasSubstr("waited 30s in dp0:allreduce #7, lagging rank 1"));
   v1::Job quiet;
   EXPECT_EQ(FormatExplainHistory(quiet, JobHistory{}), "");
+}
+
+// A job of many checkpoints and stalls: `get` keeps and prints the newest few and the
+// count, not one line (and one stored event) per checkpoint.
+TEST(JobHistoryTest, CheckpointsAndStallsAreBounded) {
+  JobHistory history;
+  constexpr int kCheckpoints = 5000;
+  int64_t seq = 0;
+  for (int i = 1; i <= kCheckpoints; ++i) {
+    v1::Event c;
+    c.set_seq(++seq);
+    c.set_attempt(1);
+    *c.mutable_time() = At(i);
+    c.mutable_checkpoint()->set_step(10 * i);
+    c.mutable_checkpoint()->set_path("/ckpt/job-1/step-" + std::to_string(10 * i));
+    history.Add(c);
+    v1::Event s;
+    s.set_seq(++seq);
+    s.set_attempt(1);
+    *s.mutable_time() = At(i);
+    s.mutable_stall()->set_step(10 * i);
+    history.Add(s);
+  }
+  EXPECT_LE(history.checkpoints().size(), 20u);
+  EXPECT_LE(history.stalls().size(), 20u);
+  ASSERT_FALSE(history.checkpoints().empty());
+  EXPECT_EQ(history.checkpoints().back().checkpoint().step(), 10 * kCheckpoints);
+  v1::Job job;
+  job.set_id("job-1");
+  job.set_state(v1::Job::RUNNING);
+  const std::string get = FormatJobDescription(job, history, {});
+  EXPECT_LT(std::count(get.begin(), get.end(), '\n'), 100) << get.substr(0, 2000);
+  EXPECT_THAT(get, HasSubstr("5000 in all"));
+  EXPECT_THAT(get, HasSubstr("/ckpt/job-1/step-50000"));
+  EXPECT_THAT(get, Not(HasSubstr("/ckpt/job-1/step-10 ")));
+  const std::string explain = FormatExplainHistory(job, history);
+  EXPECT_THAT(explain, HasSubstr("stalls: 5000"));
+  EXPECT_LT(std::count(explain.begin(), explain.end(), '\n'), 100);
+}
+
+TEST(TerminalSafeTest, EscapesControlsAndInvalidUtf8AndKeepsText) {
+  EXPECT_EQ(TerminalSafe("plain text, tab\there"), "plain text, tab\there");
+  EXPECT_EQ(TerminalSafe("loss ▁▂█ 2×3 é 日本"), "loss ▁▂█ 2×3 é 日本");
+  EXPECT_EQ(TerminalSafe("\x1b[31mred\x1b[0m"), "\\x1b[31mred\\x1b[0m");
+  EXPECT_EQ(TerminalSafe("a\r\nb\x07\x7f"), "a\\r\\nb\\x07\\x7f");
+  EXPECT_EQ(TerminalSafe("a\nb", /*keep_newlines=*/true), "a\nb");
+  // C1 CSI (U+009B) and a right-to-left override (U+202E).
+  EXPECT_EQ(TerminalSafe("\xc2\x9b" "2J \xe2\x80\xae"), "\\u009b2J \\u202e");
+  // Invalid UTF-8: a stray continuation byte, an overlong '/', a surrogate, a cut
+  // sequence, bytes never in UTF-8.
+  EXPECT_EQ(TerminalSafe("\x80|\xc0\xaf|\xed\xa0\x80|\xe6\x97|\xff\xfe"),
+            "\\x80|\\xc0\\xaf|\\xed\\xa0\\x80|\\xe6\\x97|\\xff\\xfe");
+  EXPECT_EQ(TerminalSafe(std::string("nul\0byte", 8)), "nul\\x00byte");
 }
 
 TEST(WatchDisplayTest, TerminalRedrawsOneLineAndPrintsNotableEventsAbove) {
