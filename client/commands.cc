@@ -6,7 +6,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <exception>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -55,15 +57,47 @@ struct CommonOptions {
   bool Json() const { return json_flag || output == "json"; }
 };
 
+// CLI11's PositiveNumber and NonNegativeNumber name the range up to DBL_MAX written out
+// in 300 digits; these say it in words (and refuse nan and inf).
+CLI::Validator SecondsCheck(bool zero_allowed) {
+  return CLI::Validator(
+      [zero_allowed](std::string& value) -> std::string {
+        double v = 0;
+        size_t used = 0;
+        try {
+          v = std::stod(value, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used != value.size() || !std::isfinite(v) || v < 0 || (v == 0 && !zero_allowed)) {
+          return absl::StrCat("must be a ", zero_allowed ? "non-negative" : "positive",
+                              " number of seconds, got ", spec::Quote(value));
+        }
+        return "";
+      },
+      zero_allowed ? "SECONDS>=0" : "SECONDS>0");
+}
+
 // The global flags, on the top-level app: with fallthrough a subcommand passes the
 // ones it does not know up to it, so `trainyard --controller X list` and
 // `trainyard list --controller X` mean the same.
 void AddGlobalOptions(CLI::App* app, CommonOptions* options) {
   app->add_option("--controller", options->controller,
                   "Controller address host:port (default from TRAINYARD_CONTROLLER)")
-      ->capture_default_str();
+      ->capture_default_str()
+      // `trainyard --controller list` took the subcommand as the address and then
+      // said only "A subcommand is required".
+      ->check(CLI::Validator(
+          [app](std::string& value) -> std::string {
+            const std::vector<CLI::App*> named =
+                app->get_subcommands([&value](CLI::App* sub) { return sub->get_name() == value; });
+            if (named.empty()) return "";
+            return absl::StrCat("expected host:port, got the subcommand name ", spec::Quote(value),
+                                " (the address goes right after --controller)");
+          },
+          "HOST:PORT"));
   app->add_option("--timeout", options->timeout_s, "Deadline of each call, in seconds")
-      ->check(CLI::PositiveNumber)
+      ->check(SecondsCheck(/*zero_allowed=*/false))
       ->capture_default_str();
   app->add_option("--tls-ca", options->tls_ca,
                   "PEM CA of the controller's certificate: connect over TLS (default: plaintext)");
@@ -621,11 +655,11 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
                "loss sparkline, tokens/s, MFU, ETA, recompiles), one line per event when piped");
   watch->add_option("job", watch_ids, "Job id(s)")->required();
   watch->add_option("--from-seq", watch_options.from_seq, "First event seq to show (default: from the start)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()));
   watch
       ->add_option("--reconnect-for", watch_options.reconnect_for_s,
                    "Seconds to keep reconnecting after the stream breaks (0: give up at once)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(SecondsCheck(/*zero_allowed=*/true))
       ->capture_default_str();
   watch->add_flag("--plain", watch_options.plain, "One line per event even on a terminal");
   example(watch,
@@ -645,7 +679,7 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
   logs->add_flag("--follow,-f", logs_follow, "Keep printing new lines until the job ends (exits like watch)");
   logs->add_option("--reconnect-for", logs_reconnect_for,
                    "With --follow: seconds to keep reconnecting after the stream breaks")
-      ->check(CLI::NonNegativeNumber)
+      ->check(SecondsCheck(/*zero_allowed=*/true))
       ->capture_default_str();
   example(logs, "Example: trainyard logs job-3 --rank 0 --follow");
 
@@ -697,7 +731,7 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
   preflight
       ->add_option("--timeout", preflight_options.timeout_s,
                    "Seconds before the runner's process group is killed")
-      ->check(CLI::PositiveNumber)
+      ->check(SecondsCheck(/*zero_allowed=*/false))
       ->capture_default_str();
   example(preflight,
           "Prints COMPILE, RECOMPILE, RECOMPILE_LIMIT, GRAPH_BREAK, UNSAFE_SIDE_EFFECT and "

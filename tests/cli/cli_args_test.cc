@@ -273,6 +273,29 @@ TEST_F(CliArgsTest, GlobalFlagsGoBeforeOrAfterTheSubcommand) {
   EXPECT_EQ(RunRaw({"list", "--controller", address_, "--timeout", "-1"}), 2);
 }
 
+// Ambiguous and bad global flags: exit 2 with a message that names the mistake.
+TEST_F(CliArgsTest, MisplacedOrBadGlobalFlagsSayWhatIsWrong) {
+  // The subcommand taken as --controller's value.
+  EXPECT_EQ(RunRaw({"--controller", "list"}), 2);
+  EXPECT_THAT(err_.str(), HasSubstr("expected host:port, got the subcommand name list (")) << err_.str();
+  EXPECT_EQ(RunRaw({"--controller", "watch", "job-1"}), 2);
+  EXPECT_THAT(err_.str(), HasSubstr("got the subcommand name watch (")) << err_.str();
+  // A bad number of seconds, in words (not CLI11's 300-digit range).
+  for (const char* bad : {"0", "-1", "nan", "inf", "5s"}) {
+    EXPECT_EQ(RunRaw({"--timeout", bad, "--controller", address_, "list"}), 2) << bad;
+    EXPECT_THAT(err_.str(), HasSubstr("must be a positive number of seconds")) << err_.str();
+    EXPECT_LT(err_.str().size(), 300u) << err_.str();
+  }
+  EXPECT_EQ(Run({"watch", "done", "--reconnect-for", "-1"}), 2);
+  EXPECT_THAT(err_.str(), HasSubstr("must be a non-negative number of seconds, got -1\n")) << err_.str();
+  EXPECT_EQ(Run({"watch", "done", "--reconnect-for", "0"}), 0) << err_.str();
+  EXPECT_EQ(Run({"watch", "done", "--from-seq", "-3"}), 2);
+  EXPECT_LT(err_.str().size(), 300u) << err_.str();
+  // After `--`, a word that looks like a flag is the job id.
+  EXPECT_EQ(Run({"get", "--", "--json"}), 3);
+  EXPECT_THAT(err_.str(), HasSubstr("job --json not found"));
+}
+
 TEST_F(CliArgsTest, VersionPrintsTheProjectVersion) {
   EXPECT_EQ(RunRaw({"--version"}), 0);
   EXPECT_EQ(out_.str(), std::string("trainyard ") + TRAINYARD_PROJECT_VERSION + "\n");
