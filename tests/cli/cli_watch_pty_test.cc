@@ -102,6 +102,12 @@ struct StatusOnScreen {
 };
 
 TEST_F(WatchPtyTest, StatusLineIsRedrawnInPlaceAndEndsWithTheFinalState) {
+  // A long job takes the only slot first, so the watched job waits PENDING until watch
+  // shows it and the blocker is cancelled: every step then happens while watch is
+  // attached. (Run at once, on a fast machine the job could end before watch starts,
+  // and its steps would arrive as one burst, never seen changing in place.)
+  const std::string blocker = cluster_->Submit(TRAINYARD_EXAMPLES "/debug.toml", {"training.steps=1000000"});
+  ASSERT_FALSE(blocker.empty());
   const std::string id =
       cluster_->Submit(TRAINYARD_EXAMPLES "/debug.toml", {"training.steps=" + std::to_string(kSteps)});
   ASSERT_FALSE(id.empty());
@@ -118,8 +124,14 @@ TEST_F(WatchPtyTest, StatusLineIsRedrawnInPlaceAndEndsWithTheFinalState) {
   std::string final_screen;
   std::string mid_screen;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(4);
+  bool blocker_cancelled = false;
   while (std::chrono::steady_clock::now() < deadline) {
     const CommandResult cap = Tmux({"capture-pane", "-p", "-t", "watch"});
+    if (!blocker_cancelled && cap.out.find(id + " PENDING") != std::string::npos) {
+      const CommandResult cancel = cluster_->Cli({"cancel", blocker});
+      ASSERT_EQ(cancel.exit_code, 0) << cancel.out << cancel.err;
+      blocker_cancelled = true;
+    }
     ASSERT_EQ(cap.exit_code, 0) << cap.err;
     const std::vector<std::string> lines = Lines(cap.out);
     int status_lines = 0;
@@ -142,6 +154,7 @@ TEST_F(WatchPtyTest, StatusLineIsRedrawnInPlaceAndEndsWithTheFinalState) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(40));
   }
+  ASSERT_TRUE(blocker_cancelled) << "watch never showed the job PENDING";
   ASSERT_FALSE(final_screen.empty()) << "watch did not end; last states seen: " << seen.size();
   auto trimmed = [](std::string text) { return text.erase(text.find_last_not_of('\n') + 1); };
   std::printf("--- a mid-run capture\n%s\n--- the final capture\n%s\n--- %zu distinct status lines seen\n",
