@@ -261,7 +261,9 @@ std::string SpecSummary(const v1::JobSpec& s) {
 // "local×2, w2×1" in rank order.
 std::string WorkersOf(const std::map<int, std::string>& rank_workers) {
   std::vector<std::pair<std::string, int>> counts;
-  for (const auto& [rank, w] : rank_workers) {
+  for (const auto& entry : rank_workers) {
+    // Not a structured binding: clang 14 (the sanitizer build) refuses to capture one.
+    const std::string& w = entry.second;
     auto it = std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == w; });
     if (it == counts.end()) {
       counts.push_back({w, 1});
