@@ -358,21 +358,6 @@ std::string Ordinal(int n) {
   return absl::StrCat(n, suffix);
 }
 
-// "w1×4, w2×2" in first-rank order.
-std::string CountWorkers(const std::vector<std::string>& rank_workers) {
-  std::vector<std::pair<std::string, int>> counts;
-  for (const auto& w : rank_workers) {
-    auto it = std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == w; });
-    if (it == counts.end()) {
-      counts.push_back({w, 1});
-    } else {
-      ++it->second;
-    }
-  }
-  std::vector<std::string> parts;
-  for (const auto& [w, n] : counts) parts.push_back(absl::StrCat(w, "×", n));
-  return absl::StrJoin(parts, ", ");
-}
 
 std::string FormatIn(absl::Duration d) {
   if (d <= absl::ZeroDuration()) return "now";
@@ -445,6 +430,21 @@ std::string FormatExplain(const v1::Job& job, const std::vector<v1::Job>& pendin
   absl::StrAppend(&out, "fleet free: ", fleet.empty() ? "no workers connected" : absl::StrJoin(fleet, ", "),
                   "\n");
   return out + FormatJobDetails(job);
+}
+
+std::string CountWorkers(const std::vector<std::string>& rank_workers) {
+  std::vector<std::pair<std::string, int>> counts;
+  for (const auto& w : rank_workers) {
+    auto it = std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == w; });
+    if (it == counts.end()) {
+      counts.push_back({w, 1});
+    } else {
+      ++it->second;
+    }
+  }
+  std::vector<std::string> parts;
+  for (const auto& [w, n] : counts) parts.push_back(absl::StrCat(w, "×", n));
+  return absl::StrJoin(parts, ", ");
 }
 
 }  // namespace trainyard::cli

@@ -85,4 +85,7 @@ std::string FormatExplain(const v1::Job& job, const std::vector<v1::Job>& pendin
 // Its 1-based place in scheduling order among `pending`, or 0 when it is not there.
 int QueuePosition(const v1::Job& job, const std::vector<v1::Job>& pending);
 
+// "w1×4, w2×2": how many ranks each worker holds, workers in first-rank order.
+std::string CountWorkers(const std::vector<std::string>& rank_workers);
+
 }  // namespace trainyard::cli

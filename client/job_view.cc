@@ -258,22 +258,11 @@ std::string SpecSummary(const v1::JobSpec& s) {
   return out;
 }
 
-// "local×2, w2×1" in rank order.
+// "local×2, w2×1" in rank order, "-" with no ranks.
 std::string WorkersOf(const std::map<int, std::string>& rank_workers) {
-  std::vector<std::pair<std::string, int>> counts;
-  for (const auto& entry : rank_workers) {
-    // Not a structured binding: clang 14 (the sanitizer build) refuses to capture one.
-    const std::string& w = entry.second;
-    auto it = std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == w; });
-    if (it == counts.end()) {
-      counts.push_back({w, 1});
-    } else {
-      ++it->second;
-    }
-  }
-  std::vector<std::string> parts;
-  for (const auto& [w, n] : counts) parts.push_back(absl::StrCat(w, "×", n));
-  return parts.empty() ? "-" : absl::StrJoin(parts, ", ");
+  std::vector<std::string> workers;
+  for (const auto& entry : rank_workers) workers.push_back(entry.second);
+  return workers.empty() ? "-" : CountWorkers(workers);
 }
 
 }  // namespace
