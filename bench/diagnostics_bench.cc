@@ -27,7 +27,6 @@
 #include "worker/engine/diagnostics/watchdog.h"
 #include "worker/engine/kernels/cpu/cpu_blas.h"
 #include "worker/engine/kernels/cpu/fused_cpu_kernels.h"
-#include "worker/engine/launch/job_config.h"
 #include "worker/engine/parallel/mesh/collective_group.h"
 #include "worker/engine/parallel/mesh/process_mesh.h"
 #include "worker/engine/train/event_writer.h"
@@ -88,7 +87,7 @@ int Run(const Flags& f) {
   world->AttachRecorder(ring.get(), "world");
   auto mesh = ProcessMesh::Build(std::move(world), config.parallelism);
   std::ostringstream sink;
-  EventWriter events(sink, 0, 1);
+  EventWriter events(sink);
   TrainerOptions options;
   options.threads = f.threads;
   Trainer trainer(config, *mesh, events, options);

@@ -26,7 +26,7 @@ namespace {
 using trainyard::engine::compile::CompileBackend;
 using trainyard::engine::compile::CompileContext;
 using trainyard::engine::compile::CompiledRegion;
-using trainyard::engine::compile::CompileEventRecord;
+
 using trainyard::engine::compile::CompileEventSink;
 using trainyard::engine::compile::CompileOptions;
 using trainyard::engine::compile::JitExecutorMode;
@@ -36,7 +36,7 @@ using Tensors = std::vector<torch::Tensor>;
 
 class NullSink : public CompileEventSink {
  public:
-  void OnCompileEvent(const CompileEventRecord&) override {}
+  void OnCompileEvent(const trainyard::v1::CompileEvent&) override {}
 };
 
 struct Signature {

@@ -20,7 +20,6 @@
 #include "worker/engine/base/torch_compat.h"
 #include "worker/engine/kernels/cpu/cpu_blas.h"
 #include "worker/engine/kernels/cpu/fused_cpu_kernels.h"
-#include "worker/engine/launch/job_config.h"
 #include "worker/engine/parallel/mesh/collective_group.h"
 #include "worker/engine/parallel/mesh/process_mesh.h"
 #include "worker/engine/train/event_writer.h"
@@ -57,7 +56,7 @@ int Profile(const Flags& f) {
   auto world = CollectiveGroup::OverStore(compat::MakeHashStore(), 0, 1, "127.0.0.1", std::chrono::seconds(60));
   auto mesh = ProcessMesh::Build(std::move(world), config.parallelism);
   std::ostringstream sink;  // step metrics are not this program's output
-  EventWriter events(sink, 0, 0);
+  EventWriter events(sink);
   TrainerOptions options;
   options.threads = f.threads;
   Trainer trainer(config, *mesh, events, options);

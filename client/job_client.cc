@@ -1,5 +1,7 @@
 #include "client/job_client.h"
 
+#include "common/base/file_io.h"
+
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
@@ -55,13 +57,14 @@ absl::Status JobClient::CheckBearerToken(const std::string& token, const std::st
 }
 
 absl::StatusOr<std::string> JobClient::ReadTokenFile(const std::string& path) {
-  const std::string source = absl::StrCat("--token-file '", spec::Quote(path), "'");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(source, ": cannot open: ", std::strerror(errno)));
-  std::string line;
-  char c;
-  while (line.size() <= kMaxTokenBytes && in.get(c) && c != '\n') line.push_back(c);
-  if (in.bad()) return absl::DataLossError(absl::StrCat(source, ": cannot read: ", std::strerror(errno)));
+  const std::string source = absl::StrCat("--token-file ", Quoted(path));
+  // One line is read; a file far past a token's size is not a token file.
+  absl::StatusOr<std::string> text = ReadFile(path, 1 << 20);
+  if (!text.ok()) {
+    return absl::Status(absl::IsInternal(text.status()) ? absl::StatusCode::kDataLoss : text.status().code(),
+                        absl::StrCat(source, ": ", text.status().message()));
+  }
+  std::string line = text->substr(0, std::min(text->find('\n'), kMaxTokenBytes + 1));
   while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
   if (absl::Status s = CheckBearerToken(line, source); !s.ok()) return s;
   return line;

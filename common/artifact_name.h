@@ -3,7 +3,7 @@
 // a name is [A-Za-z0-9][A-Za-z0-9._-]{0,127}, so it is one safe path component (never
 // "." or ".." or hidden), and never ends in ".part" (the controller's partial uploads
 // are NAME.part beside NAME); a kind is "trace" or "flight_recorder". The controller
-// applies the same rule (server/artifact_store.cc, with a reason per refusal).
+// applies the same rule (server/state/artifact_store.cc, with a reason per refusal).
 //
 // Thread contract: pure functions; thread-safe.
 #pragma once

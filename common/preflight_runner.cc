@@ -1,6 +1,5 @@
 #include "common/preflight_runner.h"
 
-#include <google/protobuf/util/json_util.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,8 +18,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
-#include "common/line_reader.h"
-#include "common/proto_json.h"
+#include "common/base/line_reader.h"
+#include "common/events/proto_json.h"
+#include "common/events/rank_line.h"
 
 namespace trainyard {
 namespace {
@@ -76,12 +76,10 @@ class OutputTail {
   std::string text_ ABSL_GUARDED_BY(mu_);
 };
 
-// An Event, or nullopt. Unknown fields are ignored: a newer engine may add some.
+// An Event of trainyard-train's --json output (the proto3 JSON of trainyard.v1.Event),
+// read strictly: a field this build does not know is an error, not silently dropped.
 bool ParseEvent(const std::string& line, v1::Event* event) {
-  if (line.empty() || line[0] != '{') return false;
-  google::protobuf::util::JsonParseOptions options;
-  options.ignore_unknown_fields = true;
-  return google::protobuf::util::JsonStringToMessage(line, event, options).ok();
+  return LooksLikeEvent(line) && FromJson(line, event).ok();
 }
 
 std::string KindName(v1::CompileEvent::Kind kind) {

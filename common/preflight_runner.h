@@ -6,8 +6,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/clock.h"
-#include "common/process_launcher.h"
+#include "common/base/clock.h"
+#include "common/base/process_launcher.h"
 #include "trainyard/v1/event.pb.h"
 #include "trainyard/v1/spec.pb.h"
 

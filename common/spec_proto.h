@@ -1,6 +1,6 @@
 // The one mapping between the spec core (common/spec/, plain C++) and the wire form
 // trainyard.v1.JobSpec. It goes through the proto descriptors and spec::Fields() by
-// name, so every field of every section maps both ways (tests/unit/spec_proto_test.cc
+// name, so every field of every section maps both ways (tests/common/spec_proto_test.cc
 // checks the two key sets are equal).
 #pragma once
 

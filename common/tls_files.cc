@@ -1,5 +1,7 @@
 #include "common/tls_files.h"
 
+#include "common/base/file_io.h"
+
 #include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
@@ -15,7 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/spec/spec_error.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 
 namespace trainyard {
 namespace {
@@ -34,7 +36,7 @@ using X509Ptr = std::unique_ptr<X509, X509Free>;
 using PkeyPtr = std::unique_ptr<EVP_PKEY, PkeyFree>;
 
 std::string Where(const std::string& flag, const std::string& path) {
-  return absl::StrCat(flag, " '", spec::Quote(path), "'");
+  return absl::StrCat(flag, " '", Quote(path), "'");
 }
 
 // OpenSSL's reason for the last failure (and clears its queue), e.g. "no start line".
@@ -70,22 +72,16 @@ absl::Status CheckTlsFlags(const TlsFilePaths& paths) {
 }
 
 absl::StatusOr<std::string> ReadPemFile(const std::string& flag, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::NotFoundError(
-        absl::StrCat(Where(flag, path), ": cannot open: ", std::strerror(errno)));
+  absl::StatusOr<std::string> text = ReadFile(path, kMaxPemFileBytes);
+  if (!text.ok()) {
+    if (absl::IsOutOfRange(text.status())) {
+      return absl::InvalidArgumentError(absl::StrCat(Where(flag, path), ": larger than the ",
+                                                     kMaxPemFileBytes, " bytes a PEM file may have"));
+    }
+    return absl::Status(absl::IsInternal(text.status()) ? absl::StatusCode::kDataLoss : absl::StatusCode::kNotFound,
+                        absl::StrCat(Where(flag, path), ": ", text.status().message()));
   }
-  std::string text(kMaxPemFileBytes + 1, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  if (in.bad()) {
-    return absl::DataLossError(absl::StrCat(Where(flag, path), ": cannot read: ", std::strerror(errno)));
-  }
-  text.resize(static_cast<std::size_t>(in.gcount()));
-  if (text.size() > kMaxPemFileBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(Where(flag, path), ": larger than the ",
-                                                   kMaxPemFileBytes, " bytes a PEM file may have"));
-  }
-  if (text.empty()) return absl::InvalidArgumentError(absl::StrCat(Where(flag, path), ": is empty"));
+  if (text->empty()) return absl::InvalidArgumentError(absl::StrCat(Where(flag, path), ": is empty"));
   return text;
 }
 

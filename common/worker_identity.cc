@@ -9,11 +9,11 @@ std::string PrintableProblem(std::string_view value, std::size_t max_bytes, bool
   if (value.empty()) return allow_empty ? "" : "is empty";
   if (value.size() > max_bytes) {
     return "is " + std::to_string(value.size()) + " bytes, more than the " + std::to_string(max_bytes) +
-           " allowed: " + spec::Quote(value);
+           " allowed: " + Quote(value);
   }
   for (unsigned char c : value) {
-    if (c == ' ') return "holds a space: " + spec::Quote(value);
-    if (c < 0x21 || c > 0x7e) return "holds a byte that is not printable ASCII: " + spec::Quote(value);
+    if (c == ' ') return "holds a space: " + Quote(value);
+    if (c < 0x21 || c > 0x7e) return "holds a byte that is not printable ASCII: " + Quote(value);
   }
   return "";
 }
@@ -25,9 +25,9 @@ std::string WorkerNameProblem(std::string_view name) {
   // Names reach file names (run folders, logs, artifact names a worker uploads): one
   // plain path component, never a way out of a folder.
   if (name.find('/') != std::string_view::npos || name.find('\\') != std::string_view::npos) {
-    return "holds a path separator: " + spec::Quote(name);
+    return "holds a path separator: " + Quote(name);
   }
-  if (name == "." || name == "..") return "is a path component of its own: " + spec::Quote(name);
+  if (name == "." || name == "..") return "is a path component of its own: " + Quote(name);
   return "";
 }
 

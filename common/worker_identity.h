@@ -1,6 +1,6 @@
 // The rules for what a worker calls itself, shared by the worker (checked at start-up,
 // so a bad --name fails at once instead of being refused at every reconnect) and the
-// controller (request_checks, for any client of WorkerService).
+// controller (request_validation, for any client of WorkerService).
 #pragma once
 
 #include <cstddef>

@@ -16,14 +16,14 @@ include(GNUInstallDirs)
 
 # --- Programs. All land in one bin/ folder: the worker finds trainyard-rank, and the
 # controller and the CLI find trainyard-train, next to their own executable
-# (ExecutableSibling, common/posix_process_launcher.h).
+# (ExecutableSibling, common/base/posix_process_launcher.h).
 install(TARGETS trainyard-controller RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT controller)
 install(TARGETS trainyard-worker trainyard-rank trainyard-train trainyard-bench
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT worker)
 install(TARGETS trainyard RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT cli)
 
 # --- CLI extras.
-set(_ty_completion ${PROJECT_SOURCE_DIR}/client/completion/trainyard.bash)
+set(_ty_completion ${PROJECT_SOURCE_DIR}/client/cli/completion/trainyard.bash)
 if(EXISTS ${_ty_completion})
   # bash-completion loads completions/NAME when NAME is first completed.
   install(FILES ${_ty_completion} DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions

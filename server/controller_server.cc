@@ -9,10 +9,10 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/posix_process_launcher.h"  // ExecutableSibling
+#include "common/base/posix_process_launcher.h"  // ExecutableSibling
 #include "common/spec/spec_error.h"
-#include "common/status_macros.h"
-#include "server/grpc_metrics.h"
+#include "common/base/status_macros.h"
+#include "server/metrics/grpc_metrics.h"
 #include "spdlog/spdlog.h"
 
 namespace trainyard {
@@ -25,24 +25,24 @@ absl::Status CheckListenerSecurity(const ControllerOptions& options, std::vector
     const std::string missing = !tls && !tokens ? "TLS and --token-file" : !tls ? "TLS" : "--token-file";
     if (!options.insecure) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "--listen '", spec::Quote(options.listen),
+          "--listen '", Quote(options.listen),
           "' is not a loopback address: serving beyond this machine needs TLS (--tls-cert, "
           "--tls-key, --tls-ca) and --token-file, and ", missing, !tls && !tokens ? " are" : " is",
           " missing; --insecure allows it anyway"));
     }
     exposed.push_back(absl::StrCat(
-        "--listen ", spec::Quote(options.listen), " is reachable beyond this machine without ", missing,
+        "--listen ", Quote(options.listen), " is reachable beyond this machine without ", missing,
         ": ", tls ? "" : "any process can register as a worker and read job specs",
         tls || tokens ? "" : ", and ", tokens ? "" : "any client can submit, cancel and read every job"));
   }
   if (!options.metrics_listen.empty() && !IsLoopbackAddress(options.metrics_listen)) {
     if (!options.insecure) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "--metrics-listen '", spec::Quote(options.metrics_listen),
+          "--metrics-listen '", Quote(options.metrics_listen),
           "' is not a loopback address: /metrics is plain HTTP without authentication (job ids, "
           "worker names), so serving it beyond this machine needs --insecure"));
     }
-    exposed.push_back(absl::StrCat("--metrics-listen ", spec::Quote(options.metrics_listen),
+    exposed.push_back(absl::StrCat("--metrics-listen ", Quote(options.metrics_listen),
                                    " serves /metrics beyond this machine over plain HTTP without authentication"));
   }
   if (!options.web_listen.empty() && !IsLoopbackAddress(options.web_listen)) {
@@ -51,11 +51,11 @@ absl::Status CheckListenerSecurity(const ControllerOptions& options, std::vector
     // data it reads travel in clear.
     if (!options.insecure) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "--web-listen '", spec::Quote(options.web_listen),
+          "--web-listen '", Quote(options.web_listen),
           "' is not a loopback address: the web UI is plain HTTP, so bearer tokens and job data would "
           "cross the network in clear; serve it on loopback behind a TLS reverse proxy, or pass --insecure"));
     }
-    exposed.push_back(absl::StrCat("--web-listen ", spec::Quote(options.web_listen),
+    exposed.push_back(absl::StrCat("--web-listen ", Quote(options.web_listen),
                                    " serves the web UI beyond this machine over plain HTTP",
                                    tokens ? " (bearer tokens in clear)" : " without authentication"));
   }
@@ -81,7 +81,7 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
   std::unique_ptr<ControllerServer> s(new ControllerServer());
   s->clock_ = clock;
   s->launcher_ = launcher;
-  TY_ASSIGN_OR_RETURN(s->store_, JobStore::Open(options.data_dir));
+  TY_ASSIGN_OR_RETURN(s->store_, SqliteJobStore::Open(options.data_dir));
   s->metrics_ = std::make_unique<ControllerMetrics>();
   if (!options.metrics_listen.empty()) {
     TY_RETURN_IF_ERROR(s->metrics_->Listen(options.metrics_listen));

@@ -10,19 +10,19 @@
 #include "absl/status/statusor.h"
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "common/clock.h"
-#include "common/process_launcher.h"
+#include "common/base/clock.h"
+#include "common/base/process_launcher.h"
 #include "common/tls_files.h"
-#include "server/artifact_store.h"
-#include "server/controller_metrics.h"
-#include "server/event_hub.h"
-#include "server/job_manager.h"
-#include "server/job_service.h"
-#include "server/job_store.h"
-#include "server/preflight_gate.h"
+#include "server/state/artifact_store.h"
+#include "server/metrics/controller_metrics.h"
+#include "server/state/event_hub.h"
+#include "server/state/job_manager.h"
+#include "server/service/job_service.h"
+#include "server/store/sqlite_job_store.h"
+#include "server/state/preflight_gate.h"
 #include "server/web/web_api.h"
 #include "server/web/web_server.h"
-#include "server/worker_service.h"
+#include "server/service/worker_service.h"
 
 namespace trainyard {
 
@@ -76,7 +76,7 @@ class ControllerServer {
 
   Clock* clock_ = nullptr;
   ProcessLauncher* launcher_ = nullptr;  // outlives the gate's runners
-  std::unique_ptr<JobStore> store_;
+  std::unique_ptr<SqliteJobStore> store_;
   EventHub hub_;
   std::unique_ptr<ControllerMetrics> metrics_;
   std::unique_ptr<JobManager> manager_;

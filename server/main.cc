@@ -6,9 +6,11 @@
 
 #include <CLI/CLI.hpp>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "common/clock.h"
-#include "common/posix_process_launcher.h"
+#include "common/base/clock.h"
+#include "common/base/posix_process_launcher.h"
+#include "common/base/file_io.h"
 #include "server/controller_server.h"
 #include "spdlog/spdlog.h"
 
@@ -125,9 +127,12 @@ int main(int argc, char** argv) {
   spdlog::info("trainyard-controller listening on port {} ({}, data {})", (*server)->port(),
                options.tls.any() ? "TLS" : "plaintext", options.data_dir);
   if (!port_file.empty()) {
-    std::string tmp = port_file + ".tmp";
-    std::ofstream(tmp) << (*server)->port() << "\n";
-    std::rename(tmp.c_str(), port_file.c_str());
+    const absl::Status written = trainyard::WriteFileAtomically(port_file, absl::StrCat((*server)->port(), "\n"));
+    if (!written.ok()) {
+      std::fprintf(stderr, "trainyard-controller: --port-file: %s\n", std::string(written.message()).c_str());
+      (*server)->Shutdown();
+      return 2;
+    }
   }
   while (!g_stop) {
     clock.SleepFor(absl::Milliseconds(200));

@@ -1,5 +1,8 @@
 #include "common/spec/job_file_reader.h"
 
+#include "absl/strings/match.h"
+#include "common/base/file_io.h"
+
 #include <fstream>
 
 #include "common/spec/json_io.h"
@@ -25,17 +28,17 @@ SpecError FileError(SpecError::Kind kind, const std::string& path, const std::st
 }  // namespace
 
 Result<std::string> ReadJobFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return FileError(SpecError::Kind::kNotFound, path, "cannot open job file");
-  std::string text(kMaxJobFileBytes + 1, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  if (in.bad()) return FileError(SpecError::Kind::kInvalid, path, "cannot read job file");
-  text.resize(static_cast<std::size_t>(in.gcount()));
-  if (text.size() > kMaxJobFileBytes) {
+  absl::StatusOr<std::string> text = ReadFile(path, kMaxJobFileBytes);
+  if (text.ok()) return *std::move(text);
+  if (absl::IsOutOfRange(text.status())) {
     return FileError(SpecError::Kind::kInvalid, path,
                      "job file is larger than the limit of " + std::to_string(kMaxJobFileBytes) + " bytes (1 MiB)");
   }
-  return text;
+  if (absl::IsInternal(text.status()) && absl::StartsWith(text.status().message(), "cannot read")) {
+    return FileError(SpecError::Kind::kInvalid, path, "cannot read job file");
+  }
+  return FileError(SpecError::Kind::kNotFound, path,
+                   "cannot open job file (" + std::string(text.status().message()) + ")");
 }
 
 Result<SpecInput> ParseJobText(std::string_view text, std::string_view source_name,

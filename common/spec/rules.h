@@ -32,10 +32,6 @@ inline constexpr int kMaxWorldSize = 65536;
 inline constexpr std::size_t kMaxNameLength = 128;
 inline constexpr std::size_t kMaxPathLength = 4096;
 
-// Whether `s` is well-formed UTF-8 (no overlong forms, surrogates or code points past
-// U+10FFFF): what proto3 strings, JSON and TOML can carry.
-bool IsUtf8(std::string_view s);
-
 // The first broken rule, in the order of the sections, or nullopt (kind kInvalid: every
 // legal setting runs in this release, so none is kUnimplemented).
 std::optional<SpecError> Validate(const JobSpec& spec);

@@ -8,6 +8,8 @@
 #include <utility>
 #include <variant>
 
+#include "common/base/text.h"  // Quote: what a message may show of its input
+
 namespace trainyard::spec {
 
 struct SpecError {
@@ -35,10 +37,6 @@ struct SpecError {
 
 SpecError Invalid(std::string field, std::string rule, std::string message);
 SpecError Unimplemented(std::string field, std::string message);
-
-// `value` for an error message: printable ASCII kept, anything else as \xNN, cut after
-// 100 characters with the total length noted, so hostile input is never echoed whole.
-std::string Quote(std::string_view value);
 
 // A value or the error why not. Small on purpose: C++17 has no std::expected.
 template <class T>

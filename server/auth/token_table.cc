@@ -1,4 +1,5 @@
 #include "server/auth/token_table.h"
+#include "common/base/text.h"
 
 #include <fcntl.h>
 #include <openssl/crypto.h>
@@ -10,7 +11,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "common/sha256.h"
+#include "common/base/sha256.h"
 #include "common/spec/rules.h"
 #include "common/spec/spec_error.h"
 
@@ -18,9 +19,6 @@ namespace trainyard {
 namespace {
 
 constexpr size_t kHashLength = 64;
-
-// `value` in single quotes, at most ~100 characters of it, non-printables as \xNN.
-std::string Quoted(std::string_view value) { return absl::StrCat("'", spec::Quote(value), "'"); }
 
 bool IsBlank(char c) { return c == ' ' || c == '\t'; }
 
@@ -102,7 +100,7 @@ absl::StatusOr<TokenTable> TokenTable::Parse(std::string_view text, const std::s
     const size_t end = std::min(text.find('\n', pos), text.size());
     const std::string_view line = text.substr(pos, end - pos);
     pos = end + 1;
-    if (!spec::IsUtf8(line)) return LineError(origin, line_no, "is not valid UTF-8");
+    if (!IsUtf8(line)) return LineError(origin, line_no, "is not valid UTF-8");
     if (!line.empty() && line.back() == '\r') {
       return LineError(origin, line_no, "ends in a carriage return (CRLF); use LF line endings");
     }

@@ -16,7 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/spec/spec_error.h"
-#include "server/request_checks.h"
+#include "server/policy/request_validation.h"
 #include "server/web/web_assets.h"
 #include "spdlog/spdlog.h"
 
@@ -65,7 +65,7 @@ WebResponse Error(const absl::Status& status) {
 }
 
 WebResponse NotFound(std::string_view path) {
-  return Error(absl::NotFoundError(absl::StrCat("no such page or endpoint: '", spec::Quote(path), "'")));
+  return Error(absl::NotFoundError(absl::StrCat("no such page or endpoint: '", Quote(path), "'")));
 }
 
 // Milliseconds since the epoch, or null when unset.
@@ -241,7 +241,7 @@ absl::Status ParseCount(const std::string& name, const std::string& value, int64
                       std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; });
   if (!digits) {
     return absl::InvalidArgumentError(
-        absl::StrCat("query parameter ", name, ": '", spec::Quote(value), "' is not a non-negative integer"));
+        absl::StrCat("query parameter ", name, ": '", Quote(value), "' is not a non-negative integer"));
   }
   int64_t v = 0;
   for (char c : value) v = v * 10 + (c - '0');
@@ -263,7 +263,7 @@ absl::StatusOr<std::map<std::string, std::string>> QueryParams(const Query& quer
     if (std::find_if(allowed.begin(), allowed.end(), [&](const char* a) { return name == a; }) == allowed.end()) {
       std::string names;
       for (const char* a : allowed) absl::StrAppend(&names, names.empty() ? "" : ", ", a);
-      return absl::InvalidArgumentError(absl::StrCat("unknown query parameter '", spec::Quote(name), "'",
+      return absl::InvalidArgumentError(absl::StrCat("unknown query parameter '", Quote(name), "'",
                                                      allowed.size() == 0 ? "; this endpoint takes none"
                                                                          : absl::StrCat("; this endpoint takes ", names)));
     }
@@ -338,10 +338,10 @@ absl::Status PercentDecode(std::string_view in, const char* what, std::string* o
     const int lo = i + 2 < in.size() ? hex(in[i + 2]) : -1;
     if (hi < 0 || lo < 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat(what, " '", spec::Quote(in), "' has a bad percent escape at byte ", i));
+          absl::StrCat(what, " '", Quote(in), "' has a bad percent escape at byte ", i));
     }
     const char c = static_cast<char>(hi * 16 + lo);
-    if (c == '\0') return absl::InvalidArgumentError(absl::StrCat(what, " '", spec::Quote(in), "' holds %00"));
+    if (c == '\0') return absl::InvalidArgumentError(absl::StrCat(what, " '", Quote(in), "' holds %00"));
     out->push_back(c);
     i += 2;
   }
@@ -407,13 +407,13 @@ bool HostIsAddress(std::string_view host_header) {
                        std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }));
 }
 
-WebApi::WebApi(JobManager* manager, StateStore* store, ArtifactStore* artifacts, const Authorizer* authorizer)
+WebApi::WebApi(JobManager* manager, JobStore* store, ArtifactStore* artifacts, const Authorizer* authorizer)
     : manager_(manager), store_(store), artifacts_(artifacts), authorizer_(authorizer) {}
 
 WebResponse WebApi::Handle(const WebRequest& request) const {
   if (request.method != "GET") {
     WebResponse r = Error(absl::InvalidArgumentError(absl::StrCat(
-        "method ", spec::Quote(request.method), " is not allowed: the web UI is read-only (GET only)")));
+        "method ", Quote(request.method), " is not allowed: the web UI is read-only (GET only)")));
     r.status = 405;
     r.headers.emplace_back("Allow", "GET");
     return r;
@@ -423,7 +423,7 @@ WebResponse WebApi::Handle(const WebRequest& request) const {
         absl::StrCat("the path is ", request.path.size(), " bytes, over the limit of ", kMaxPathBytes)));
   }
   if (request.path.empty() || request.path[0] != '/') {
-    return Error(absl::InvalidArgumentError(absl::StrCat("the path '", spec::Quote(request.path), "' is not absolute")));
+    return Error(absl::InvalidArgumentError(absl::StrCat("the path '", Quote(request.path), "' is not absolute")));
   }
   // Segments are split before decoding, so an escaped '/' stays inside its segment.
   std::vector<std::string> segments;
@@ -459,7 +459,7 @@ WebResponse WebApi::Api(const WebRequest& request, const std::vector<std::string
   // site's page reading this API through a name rebound to loopback is the name itself.
   if (!authorizer_->enabled() && !request.host.empty() && !HostIsAddress(request.host)) {
     return Error(absl::PermissionDeniedError(absl::StrCat(
-        "Host '", spec::Quote(request.host),
+        "Host '", Quote(request.host),
         "' is not an IP address or localhost: with authorization off the web API answers only requests "
         "addressed to an IP or localhost (a guard against DNS rebinding); use the address, or give the "
         "controller a --token-file")));
@@ -566,7 +566,7 @@ WebResponse WebApi::Api(const WebRequest& request, const std::vector<std::string
         v1::Job::State state;
         if (!v1::Job::State_Parse(std::string(name), &state) || state == v1::Job::STATE_UNSPECIFIED) {
           return Error(absl::InvalidArgumentError(absl::StrCat(
-              "query parameter state: '", spec::Quote(name),
+              "query parameter state: '", Quote(name),
               "' is not a job state (PENDING, SCHEDULED, RUNNING, RESTARTING, SUCCEEDED, FAILED, CANCELLED)")));
         }
         states.push_back(state);
@@ -580,7 +580,7 @@ WebResponse WebApi::Api(const WebRequest& request, const std::vector<std::string
   }
 
   const std::string& id = segments[2];
-  if (auto s = request_checks::CheckJobId("job id", id); !s.ok()) return Error(s);
+  if (auto s = request_validation::CheckJobId("job id", id); !s.ok()) return Error(s);
   auto job = manager_->Get(id);
   if (job.ok() && !Authorizer::CanSee(caller, job->owner())) {
     // Word for word what JobManager::Get says of a job that does not exist.
@@ -613,7 +613,7 @@ WebResponse WebApi::Api(const WebRequest& request, const std::vector<std::string
       for (std::string_view k : Split(it->second, ',')) {
         if (KnownKinds().count(std::string(k)) == 0) {
           return Error(absl::InvalidArgumentError(
-              absl::StrCat("query parameter kinds: '", spec::Quote(k),
+              absl::StrCat("query parameter kinds: '", Quote(k),
                            "' is not an event kind (step_metrics, compile, rank_state, log, artifact, "
                            "stall, job_state, checkpoint)")));
         }
@@ -621,7 +621,7 @@ WebResponse WebApi::Api(const WebRequest& request, const std::vector<std::string
       }
     }
     // Read in chunks and stop past a byte budget: one stored event may be up to
-    // request_checks::kMaxEventBytes, so `limit` alone bounds neither this response nor
+    // request_validation::kMaxEventBytes, so `limit` alone bounds neither this response nor
     // the memory it takes to build it.
     json out = json::array();
     int64_t next = after_seq;

@@ -40,10 +40,10 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "server/artifact_store.h"
+#include "server/state/artifact_store.h"
 #include "server/auth/authorizer.h"
-#include "server/job_manager.h"
-#include "server/state_store.h"
+#include "server/state/job_manager.h"
+#include "server/store/job_store.h"
 
 namespace trainyard::web {
 
@@ -101,7 +101,7 @@ class WebApi {
  public:
   // Every pointer must outlive the api. `authorizer` is never null (use
   // Authorizer::Disabled() for authorization off).
-  WebApi(JobManager* manager, StateStore* store, ArtifactStore* artifacts, const Authorizer* authorizer);
+  WebApi(JobManager* manager, JobStore* store, ArtifactStore* artifacts, const Authorizer* authorizer);
 
   WebResponse Handle(const WebRequest& request) const;
 
@@ -110,7 +110,7 @@ class WebApi {
                   const std::vector<std::pair<std::string, std::string>>& query) const;
 
   JobManager* const manager_;
-  StateStore* const store_;
+  JobStore* const store_;
   ArtifactStore* const artifacts_;
   const Authorizer* const authorizer_;
 };

@@ -94,7 +94,7 @@ absl::StatusOr<std::string> CivetwebListeningPorts(const std::string& host_port)
   const size_t colon = host_port.rfind(':');
   auto bad = [&](const std::string& why) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--web-listen '", spec::Quote(host_port), "': ", why));
+        absl::StrCat("--web-listen '", Quote(host_port), "': ", why));
   };
   if (colon == std::string::npos) return bad("expected HOST:PORT");
   std::string host = host_port.substr(0, colon);

@@ -15,8 +15,8 @@
 #include <thread>
 #include <vector>
 
-#include "common/posix_process_launcher.h"
-#include "common/proto_json.h"
+#include "common/base/posix_process_launcher.h"
+#include "common/events/proto_json.h"
 #include "common/spec_proto.h"
 #include "tests/fakes/fake_clock.h"
 #include "tests/support/temp_dir.h"

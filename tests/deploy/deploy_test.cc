@@ -26,7 +26,7 @@
 #include <thread>
 
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "server/controller_metrics.h"
+#include "server/metrics/controller_metrics.h"
 #include "tests/support/test_cluster.h"
 #include "worker/daemon/health_server.h"
 

@@ -5,7 +5,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/clock.h"
+#include "common/base/clock.h"
 
 namespace trainyard::testing {
 

@@ -15,8 +15,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/clock.h"
-#include "common/process_launcher.h"
+#include "common/base/clock.h"
+#include "common/base/process_launcher.h"
 
 namespace trainyard::testing {
 

@@ -10,7 +10,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "server/worker_channel.h"
+#include "server/state/worker_channel.h"
 #include "trainyard/v1/worker_service.pb.h"
 
 namespace trainyard::testing {

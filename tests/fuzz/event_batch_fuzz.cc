@@ -1,6 +1,6 @@
 // Fuzz target: the bytes of a worker's EventBatch as the controller ingests them
-// (server/worker_service.cc): ParseRequest, request_checks::Check, then
-// JobManager::IngestEvents on a real JobManager over a real JobStore (SQLite in a fresh
+// (server/service/worker_service.cc): ParseRequest, request_validation::Check, then
+// JobManager::IngestEvents on a real JobManager over a real SqliteJobStore (SQLite in a fresh
 // temp dir per input; set TMPDIR=/dev/shm to keep it in memory), with fake worker
 // channels and a fake clock. Before each input: worker w1 (2 slots) runs job-1 (dp=2,
 // RUNNING, both ranks on w1, attempt 1) and worker w2 holds job-2 (dp=2, SCHEDULED);
@@ -16,12 +16,12 @@
 #include <grpcpp/support/slice.h>
 #include <spdlog/spdlog.h>
 
-#include "server/controller_metrics.h"
-#include "server/event_hub.h"
-#include "server/job_manager.h"
-#include "server/job_store.h"
-#include "server/request_checks.h"
-#include "server/request_parse.h"
+#include "server/metrics/controller_metrics.h"
+#include "server/state/event_hub.h"
+#include "server/state/job_manager.h"
+#include "server/store/sqlite_job_store.h"
+#include "server/policy/request_validation.h"
+#include "server/service/wire_codec.h"
 #include "tests/fakes/fake_clock.h"
 #include "tests/fakes/fake_worker_channel.h"
 #include "tests/fuzz/fuzz_check.h"
@@ -56,7 +56,7 @@ v1::JobSpec Spec() {
 }
 
 // The job's stored events carry seqs 1..n.
-void CheckSeqs(JobStore& db, const std::string& job) {
+void CheckSeqs(SqliteJobStore& db, const std::string& job) {
   auto events = db.ReadEvents(job, 1, 1 << 20);
   if (!events.ok()) fuzz::Violated("ReadEvents " + job + ": " + events.status().ToString());
   int64_t want = 1;
@@ -73,14 +73,14 @@ void Run(const std::uint8_t* data, std::size_t size) {
     fuzz::CheckErrorSize("ParseRequest", std::string(s.message()));
     return;
   }
-  if (absl::Status s = request_checks::Check(batch); !s.ok()) {
+  if (absl::Status s = request_validation::Check(batch); !s.ok()) {
     fuzz::CheckErrorSize("Check(EventBatch)", std::string(s.message()));
     return;
   }
 
   testing::TempDir dir;
-  auto db = JobStore::Open(dir.path());
-  if (!db.ok()) fuzz::Violated("JobStore::Open: " + db.status().ToString());
+  auto db = SqliteJobStore::Open(dir.path());
+  if (!db.ok()) fuzz::Violated("SqliteJobStore::Open: " + db.status().ToString());
   EventHub hub;
   ControllerMetrics metrics;
   testing::FakeClock clock;

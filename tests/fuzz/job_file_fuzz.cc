@@ -9,10 +9,10 @@
 #include <string_view>
 
 #include "common/job_file.h"
-#include "common/proto_json.h"
+#include "common/events/proto_json.h"
 #include "common/spec/job_file_reader.h"
 #include "common/spec/presets.h"
-#include "server/admission_policy.h"
+#include "server/policy/admission_policy.h"
 #include "tests/fuzz/fuzz_check.h"
 #include "worker/engine/config/engine_config.h"
 

@@ -1,5 +1,5 @@
 // Fuzz target: the bytes of a JobService.SubmitJob request as the controller handles
-// them (server/job_service.cc): ParseRequest (UTF-8 checked, the field named), then the
+// them (server/service/job_service.cc): ParseRequest (UTF-8 checked, the field named), then the
 // admission JobManager::Validate and Submit run (AdmissionPolicy::Admit on a fleet of
 // two idle 4-slot workers, and on an unbounded one). Invariants: errors stay short, and a
 // job the controller admits is one a rank accepts when it loads the config.json its
@@ -11,10 +11,10 @@
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/slice.h>
 
-#include "common/proto_json.h"
+#include "common/events/proto_json.h"
 #include "common/spec_proto.h"
-#include "server/admission_policy.h"
-#include "server/request_parse.h"
+#include "server/policy/admission_policy.h"
+#include "server/service/wire_codec.h"
 #include "tests/fuzz/fuzz_check.h"
 #include "trainyard/v1/job_service.pb.h"
 #include "worker/engine/config/engine_config.h"

@@ -127,7 +127,7 @@ expect_files() {  # COMPONENT: the expected paths, sorted
         ./usr/lib/systemd/system/trainyard-worker.service ;;
     cli)
       echo ./usr/bin/trainyard
-      if [[ -f "$SRC/client/completion/trainyard.bash" ]]; then
+      if [[ -f "$SRC/client/cli/completion/trainyard.bash" ]]; then
         echo ./usr/share/bash-completion/completions/trainyard
       fi
       for f in "$SRC"/examples/*.toml; do echo "./usr/share/trainyard/examples/$(basename "$f")"; done
@@ -142,7 +142,7 @@ for c in controller worker cli; do
   if [[ "$actual" == "$expected" ]]; then
     ok "trainyard-$c holds exactly: $(echo "$expected" | tr '\n' ' ')"
   else
-    fail "trainyard-$c contents differ from the expected list (re-run cmake if client/completion/trainyard.bash is new):"
+    fail "trainyard-$c contents differ from the expected list (re-run cmake if client/cli/completion/trainyard.bash is new):"
     diff <(echo "$expected") <(echo "$actual") | sed 's/^/    /'
   fi
   dpkg-deb -x "${DEB[$c]}" "$ROOT" || fail "dpkg-deb -x trainyard-$c"

@@ -8,21 +8,13 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/text.h"
 
 namespace trainyard {
 
 namespace {
 
 constexpr std::string_view kFileScheme = "file://";
-
-std::string Quote(std::string_view text) {
-  std::string out(text.substr(0, 100));
-  for (char &c : out) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
-  }
-  if (text.size() > 100) out += "...";
-  return absl::StrCat("'", out, "'");
-}
 
 // realpath(3), or "" when the path does not resolve.
 std::string RealPath(const std::string &path) {
@@ -36,35 +28,35 @@ absl::StatusOr<std::string> CheckArtifactRef(const v1::ArtifactRef &ref,
                                              const std::string &artifacts_dir) {
   if (!IsArtifactName(ref.name())) {
     return absl::InvalidArgumentError(
-        absl::StrCat("artifact name ", Quote(ref.name()),
+        absl::StrCat("artifact name ", Quoted(ref.name()),
                      " must match [A-Za-z0-9][A-Za-z0-9._-]{0,127}"));
   }
   if (!IsArtifactKind(ref.kind())) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "artifact ", ref.name(), ": kind ", Quote(ref.kind()), " must be trace or flight_recorder"));
+        "artifact ", ref.name(), ": kind ", Quoted(ref.kind()), " must be trace or flight_recorder"));
   }
   const std::string &uri = ref.uri();
   if (uri.compare(0, kFileScheme.size(), kFileScheme) != 0 || uri.size() <= kFileScheme.size() ||
       uri[kFileScheme.size()] != '/' || uri.find('\0') != std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "artifact ", ref.name(), ": uri ", Quote(uri), " must be file:// and an absolute path"));
+        "artifact ", ref.name(), ": uri ", Quoted(uri), " must be file:// and an absolute path"));
   }
   const std::string path = uri.substr(kFileScheme.size());
   const std::string dir = RealPath(artifacts_dir);
   if (dir.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "artifact ", ref.name(), ": the artifacts directory ", Quote(artifacts_dir),
+        "artifact ", ref.name(), ": the artifacts directory ", Quoted(artifacts_dir),
         " does not exist"));
   }
   const std::string resolved = RealPath(path);
   struct stat st;
   if (resolved.empty() || stat(resolved.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat("artifact ", ref.name(), ": ", Quote(path),
+    return absl::InvalidArgumentError(absl::StrCat("artifact ", ref.name(), ": ", Quoted(path),
                                                    " is not an existing regular file"));
   }
   if (resolved.compare(0, dir.size() + 1, dir + "/") != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("artifact ", ref.name(), ": ", Quote(path),
-                                                   " is not inside ", Quote(artifacts_dir)));
+    return absl::InvalidArgumentError(absl::StrCat("artifact ", ref.name(), ": ", Quoted(path),
+                                                   " is not inside ", Quoted(artifacts_dir)));
   }
   return resolved;
 }

@@ -13,7 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
-#include "common/sha256.h"
+#include "common/base/sha256.h"
 
 namespace trainyard {
 

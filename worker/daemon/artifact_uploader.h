@@ -46,7 +46,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/clock.h"
+#include "common/base/clock.h"
 #include "trainyard/v1/worker_service.grpc.pb.h"
 
 namespace trainyard {

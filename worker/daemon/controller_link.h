@@ -9,7 +9,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/clock.h"
+#include "common/base/clock.h"
 #include "trainyard/v1/worker_service.grpc.pb.h"
 #include "worker/daemon/event_outbox.h"
 #include "worker/daemon/job_runner.h"

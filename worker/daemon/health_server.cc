@@ -19,17 +19,17 @@ absl::StatusOr<std::string> HealthServer::ResolveAddress(const std::string& valu
   const bool bare_port = !value.empty() && absl::c_all_of(value, absl::ascii_isdigit);
   if (bare_port && (!absl::SimpleAtoi(value, &port) || port > 65535)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--health-listen: port must be in 0-65535, got ", spec::Quote(value)));
+        absl::StrCat("--health-listen: port must be in 0-65535, got ", Quote(value)));
   }
   const std::string address = bare_port ? absl::StrCat("127.0.0.1:", port) : value;
   const std::size_t colon = address.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == address.size()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--health-listen: expected PORT or HOST:PORT, got ", spec::Quote(value)));
+        absl::StrCat("--health-listen: expected PORT or HOST:PORT, got ", Quote(value)));
   }
   if (!IsLoopbackAddress(address) && !insecure) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--health-listen ", spec::Quote(value),
+        "--health-listen ", Quote(value),
         " is beyond loopback: the health endpoint is plaintext without authentication; "
         "pass --insecure to allow it"));
   }

@@ -2,12 +2,13 @@
 
 #include <cctype>
 #include <filesystem>
-#include <fstream>
 #include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/proto_json.h"
+#include "common/base/file_io.h"
+#include "common/base/status_macros.h"
+#include "common/events/proto_json.h"
 
 namespace trainyard {
 
@@ -59,10 +60,6 @@ absl::Status LaunchSpecBuilder::Validate(const v1::Assign &assign) {
   }
   if (absl::Status s = CheckPath("resume_path", assign.resume_path()); !s.ok()) return s;
   if (absl::Status s = CheckPath("checkpoint_dir", assign.checkpoint_dir()); !s.ok()) return s;
-  if (!assign.resume_path().empty() && assign.resume_step() < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("resume_step must be >= 1 with a resume_path, got ", assign.resume_step()));
-  }
   std::set<int> seen;
   for (int r : assign.ranks()) {
     if (r < 0 || r >= assign.world_size() || !seen.insert(r).second) {
@@ -83,60 +80,38 @@ absl::StatusOr<AttemptLaunch> LaunchSpecBuilder::Build(const v1::Assign &assign)
   launch.artifacts_dir = (dir / "artifacts").string();
   launch.config_path = (dir / "config.json").string();
   launch.config_text = ToJsonLine(assign.spec()) + "\n";
+  const bool openblas_threads =
+      OpenBlasThreadsInStep(assign.spec().resources().device().empty() ? "cpu" : assign.spec().resources().device(),
+                            options_.parent_env);
+  const auto env = RankThreadEnv(options_.threads_per_rank, openblas_threads, options_.parent_env);
+  int local_rank = 0;
   for (int r : assign.ranks()) {
-    RankLaunch rank;
-    rank.rank = r;
-    rank.request.binary = options_.rank_binary;
-    rank.request.args = {"--config",      launch.config_path,
-                         "--rank",        std::to_string(r),
-                         "--world-size",  std::to_string(assign.world_size()),
-                         "--master-addr", assign.master_addr(),
-                         "--master-port", std::to_string(assign.master_port()),
-                         "--gloo-host",   options_.gloo_host,
-                         "--attempt",     std::to_string(assign.attempt()),
-                         "--threads",     std::to_string(options_.threads_per_rank),
-                         "--run-dir",     launch.attempt_dir};
+    RankProcess p;
+    p.rank_binary = options_.rank_binary;
+    p.config_path = launch.config_path;
+    p.rank = r;
+    p.local_rank = local_rank++;
+    p.world_size = assign.world_size();
+    p.master_addr = assign.master_addr();
+    p.master_port = assign.master_port();
+    p.gloo_host = options_.gloo_host;
+    p.attempt = assign.attempt();
+    p.threads = options_.threads_per_rank;
+    p.run_dir = launch.attempt_dir;
     // Checkpoints of this job go under checkpoint.dir/JOB; a restart resumes from the
     // newest one the controller recorded.
-    if (!assign.checkpoint_dir().empty()) {
-      rank.request.args.insert(rank.request.args.end(), {"--checkpoint-dir", assign.checkpoint_dir()});
-    }
-    if (!assign.resume_path().empty()) {
-      rank.request.args.insert(rank.request.args.end(), {"--resume", assign.resume_path()});
-    }
-    launch.ranks.push_back(std::move(rank));
+    p.checkpoint_dir = assign.checkpoint_dir();
+    p.resume_path = assign.resume_path();
+    p.env = env;
+    launch.ranks.push_back(RankLaunch{r, RankLaunchRequest(p)});
   }
   return launch;
 }
 
 absl::Status LaunchSpecBuilder::WriteConfig(const AttemptLaunch &launch) {
-  namespace fs = std::filesystem;
-  const fs::path dir = launch.attempt_dir;
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) {
-    return absl::InternalError(absl::StrCat("cannot create ", dir.string(), ": ", ec.message()));
-  }
-  if (!launch.artifacts_dir.empty()) {
-    fs::create_directories(launch.artifacts_dir, ec);
-    if (ec) {
-      return absl::InternalError(
-          absl::StrCat("cannot create ", launch.artifacts_dir, ": ", ec.message()));
-    }
-  }
-  const fs::path tmp_path = launch.config_path + ".tmp";
-  {
-    std::ofstream out(tmp_path, std::ios::trunc);
-    out << launch.config_text;
-    out.close();
-    if (!out) return absl::InternalError(absl::StrCat("cannot write ", tmp_path.string()));
-  }
-  fs::rename(tmp_path, launch.config_path, ec);
-  if (ec) {
-    return absl::InternalError(
-        absl::StrCat("cannot rename ", tmp_path.string(), ": ", ec.message()));
-  }
-  return absl::OkStatus();
+  TY_RETURN_IF_ERROR(MakeDirectories(launch.attempt_dir));
+  if (!launch.artifacts_dir.empty()) TY_RETURN_IF_ERROR(MakeDirectories(launch.artifacts_dir));
+  return WriteFileAtomically(launch.config_path, launch.config_text);
 }
 
 }  // namespace trainyard

@@ -5,8 +5,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/process_launcher.h"
+#include "common/base/process_launcher.h"
 #include "trainyard/v1/worker_service.pb.h"
+#include "worker/launch/rank_launch.h"
 
 namespace trainyard {
 
@@ -28,9 +29,12 @@ struct AttemptLaunch {
 };
 
 // Turns an Assign into an AttemptLaunch and writes the attempt's config file.
-// Build is pure (no I/O); WriteConfig creates attempt_dir and attempt_dir/artifacts and
-// writes config.json atomically (a temporary file, then rename). Each rank gets
-// `--run-dir attempt_dir`: it writes RUN_DIR/flight/*.ring and RUN_DIR/artifacts/*.
+// Build is pure (no I/O; the parent environment comes in through Options); each rank's
+// argv and thread environment are the shared rank launch policy's
+// (worker/launch/rank_launch.h), so a rank runs here as under trainyard-train, with
+// `--run-dir attempt_dir` (it writes RUN_DIR/flight/*.ring and RUN_DIR/artifacts/*) and
+// `--local-rank` its position among the Assign's ranks. WriteConfig creates attempt_dir
+// and attempt_dir/artifacts and writes config.json durably (common/base/file_io.h).
 //
 // Thread contract: immutable after construction; every method is thread-safe.
 // Concurrent WriteConfig calls for one (job, attempt) race on the same file, which
@@ -42,6 +46,8 @@ class LaunchSpecBuilder {
     std::string work_dir;
     std::string gloo_host = "127.0.0.1";
     int threads_per_rank = 1;
+    // The worker's environment, which ranks inherit: a thread variable it sets is kept.
+    EnvLookup parent_env = ProcessEnvironment();
   };
 
   explicit LaunchSpecBuilder(Options options);

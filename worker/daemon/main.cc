@@ -13,16 +13,16 @@
 #include <string>
 #include <thread>
 
-#include "common/clock.h"
-#include "common/posix_process_launcher.h"
+#include "common/base/clock.h"
+#include "common/base/posix_process_launcher.h"
 #include "common/tls_files.h"
 #include "common/worker_identity.h"
 #include "worker/daemon/artifact_uploader.h"
 #include "worker/daemon/controller_link.h"
 #include "worker/daemon/event_outbox.h"
 #include "worker/daemon/health_server.h"
-#include "worker/daemon/rank_environment.h"
 #include "worker/daemon/rank_supervisor.h"
+#include "worker/launch/rank_launch.h"
 
 namespace {
 
@@ -156,8 +156,7 @@ std::optional<int> ParseFlags(int argc, char **argv, Options &opt) {
     return 2;
   }
   if (opt.threads_per_rank <= 0) {
-    opt.threads_per_rank = trainyard::RankEnvironment::DefaultThreads(
-        static_cast<int>(std::thread::hardware_concurrency()), opt.slots);
+    opt.threads_per_rank = trainyard::DefaultRankThreads(trainyard::OnlineCores(), opt.slots);
   }
   return std::nullopt;
 }
@@ -168,9 +167,6 @@ int main(int argc, char **argv) {
   using namespace trainyard;
   Options opt;
   if (std::optional<int> status = ParseFlags(argc, argv, opt)) return *status;
-  // Ranks inherit the worker's environment; set before any thread starts.
-  RankEnvironment::Export(RankEnvironment::ThreadVariables(
-      opt.threads_per_rank, RankEnvironment::ProcessEnvironment()));
   spdlog::set_default_logger(spdlog::stderr_color_mt("worker"));
   // Every thread inherits this mask; the main thread takes the signals with sigwait.
   sigset_t stop_signals;

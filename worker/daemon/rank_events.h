@@ -5,7 +5,7 @@
 #include <string>
 
 #include "absl/time/time.h"
-#include "common/process_launcher.h"
+#include "common/base/process_launcher.h"
 #include "trainyard/v1/event.pb.h"
 
 namespace trainyard {

@@ -8,8 +8,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/line_reader.h"
-#include "common/proto_json.h"
+#include "common/base/line_reader.h"
+#include "common/base/text.h"
+#include "common/events/rank_line.h"
 #include "worker/daemon/artifact_ref_check.h"
 #include "worker/daemon/rank_events.h"
 #include "worker/daemon/stderr_limiter.h"
@@ -189,21 +190,25 @@ void RankSupervisor::StartThreads(Rank *rank, const LaunchedProcess &launched) {
 
 void RankSupervisor::OnStdout(Rank *rank, std::string line) {
   if (line.empty()) return;
-  v1::Event event;
-  // A rank reports what a rank may report: a JobStateChange is the controller's, and a
-  // line that parses as one stays a log line.
-  if (line.front() == '{' && FromJson(line, &event).ok() &&
-      event.payload_case() != v1::Event::PAYLOAD_NOT_SET && !event.has_job_state()) {
-    spdlog::debug("job={} attempt={} rank={} event {}", rank->job_id, rank->attempt, rank->rank,
-                  line);
-    if (event.has_artifact()) {
-      OnArtifact(rank, event.artifact());
-      return;
-    }
-    Emit(rank, std::move(event));
-  } else {
+  if (!LooksLikeEvent(line)) {
     Emit(rank, RankEvents::Log("info", std::move(line)));
+    return;
   }
+  absl::StatusOr<v1::Event> event = ParseRankLine(line);
+  if (!event.ok()) {
+    // Loud, not lost: the line is kept (quoted) with the reason it is not an event.
+    std::string message =
+        absl::StrCat("invalid event line from the rank (", event.status().message(), "): ", Quote(line));
+    spdlog::warn("job={} attempt={} rank={} {}", rank->job_id, rank->attempt, rank->rank, message);
+    Emit(rank, RankEvents::Log("error", std::move(message)));
+    return;
+  }
+  spdlog::debug("job={} attempt={} rank={} event {}", rank->job_id, rank->attempt, rank->rank, line);
+  if (event->has_artifact()) {
+    OnArtifact(rank, event->artifact());
+    return;
+  }
+  Emit(rank, std::move(*event));
 }
 
 void RankSupervisor::OnArtifact(Rank *rank, const v1::ArtifactRef &ref) {

@@ -16,6 +16,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/base/file_io.h"
+#include "common/base/text.h"
+
 namespace trainyard::engine {
 namespace {
 
@@ -26,11 +29,11 @@ int64_t IntField(const json& obj, const char* key, int64_t lo, int64_t hi, const
   auto it = obj.find(key);
   if (it == obj.end()) FailCheckpoint(where, std::string("field \"") + key + "\" is missing");
   if (!it->is_number_integer() && !it->is_number_unsigned()) {
-    FailCheckpoint(where, std::string("field \"") + key + "\" must be an integer, got " + QuoteShort(it->dump()));
+    FailCheckpoint(where, std::string("field \"") + key + "\" must be an integer, got " + Clip(it->dump()));
   }
   if (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(hi)) {
     FailCheckpoint(where, std::string("field \"") + key + "\" must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                    "], got " + QuoteShort(it->dump()));
+                    "], got " + Clip(it->dump()));
   }
   const int64_t v = it->get<int64_t>();
   if (v < lo || v > hi) {
@@ -44,52 +47,21 @@ std::string StringField(const json& obj, const char* key, const std::string& whe
   auto it = obj.find(key);
   if (it == obj.end() || !it->is_string()) {
     FailCheckpoint(where, std::string("field \"") + key + "\" must be a string" +
-                    (it == obj.end() ? " (missing)" : ", got " + QuoteShort(it->dump())));
+                    (it == obj.end() ? " (missing)" : ", got " + Clip(it->dump())));
   }
   return it->get<std::string>();
 }
 
-// Parses "step-<digits>-attempt-<digits>"; false for any other name.
-bool ParseDirName(const std::string& name, int64_t* step, int* attempt) {
-  const std::string p1 = "step-", p2 = "-attempt-";
-  if (name.rfind(p1, 0) != 0) return false;
-  const size_t mid = name.find(p2, p1.size());
-  if (mid == std::string::npos) return false;
-  const std::string s = name.substr(p1.size(), mid - p1.size());
-  const std::string a = name.substr(mid + p2.size());
-  auto digits = [](const std::string& d) {
-    return !d.empty() && d.size() <= 18 && std::all_of(d.begin(), d.end(), [](char c) { return c >= '0' && c <= '9'; });
-  };
-  if (!digits(s) || !digits(a) || a.size() > 9) return false;
-  *step = std::stoll(s);
-  *attempt = std::stoi(a);
-  return true;
-}
-
-void FsyncPath(const std::string& path, bool directory, const std::string& where) {
-  const int fd = ::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
-  if (fd < 0) FailCheckpoint(where, "cannot open " + path + " to fsync: " + std::strerror(errno));
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) FailCheckpoint(where, "fsync of " + path + " failed: " + std::strerror(err));
-}
-
 }  // namespace
 
-void FsyncDirectory(const std::string& dir, const std::string& where) { FsyncPath(dir, true, where); }
+void FsyncDirectory(const std::string& dir, const std::string& where) {
+  if (absl::Status s = FsyncPath(dir, /*directory=*/true); !s.ok()) FailCheckpoint(where, std::string(s.message()));
+}
 
 void FailCheckpoint(const std::string& where, const std::string& problem) {
   throw std::runtime_error("checkpoint " + where + ": " + problem);
 }
 
-std::string QuoteShort(const std::string& s) { return s.size() <= 100 ? s : s.substr(0, 100) + "..."; }
-
-std::string CheckpointDirName(int64_t step, int attempt) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "step-%08lld-attempt-%d", static_cast<long long>(step), attempt);
-  return buf;
-}
 
 std::string RankFileName(int rank) {
   char buf[40];
@@ -117,10 +89,10 @@ std::string ManifestToJson(const CheckpointManifest& m) {
 CheckpointManifest ParseManifest(const std::string& text, const std::string& where) {
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) FailCheckpoint(where, "manifest is not valid JSON (" + std::to_string(text.size()) + " bytes)");
-  if (!j.is_object()) FailCheckpoint(where, "manifest must be a JSON object, got " + QuoteShort(j.dump()));
+  if (!j.is_object()) FailCheckpoint(where, "manifest must be a JSON object, got " + Clip(j.dump()));
   const std::string format = StringField(j, "format", where);
   if (format != kCheckpointFormat) {
-    FailCheckpoint(where, "format \"" + QuoteShort(format) + "\" is not " + kCheckpointFormat);
+    FailCheckpoint(where, "format \"" + Quote(format) + "\" is not " + kCheckpointFormat);
   }
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
   CheckpointManifest m;
@@ -144,7 +116,7 @@ CheckpointManifest ParseManifest(const std::string& text, const std::string& whe
   auto seed = j.find("seed");
   if (seed == j.end() || !seed->is_number_unsigned()) {
     FailCheckpoint(where, "field \"seed\" must be a non-negative integer" +
-                    (seed == j.end() ? std::string(" (missing)") : ", got " + QuoteShort(seed->dump())));
+                    (seed == j.end() ? std::string(" (missing)") : ", got " + Clip(seed->dump())));
   }
   m.seed = seed->get<uint64_t>();
   auto files = j.find("files");
@@ -164,7 +136,7 @@ CheckpointManifest ParseManifest(const std::string& text, const std::string& whe
     mf.bytes = IntField(f, "bytes", 8, kMax, fw);
     if (mf.rank != static_cast<int>(i) || mf.name != RankFileName(mf.rank)) {
       FailCheckpoint(fw, "expected rank " + std::to_string(i) + " named " + RankFileName(static_cast<int>(i)) + ", got rank " +
-                   std::to_string(mf.rank) + " named \"" + QuoteShort(mf.name) + "\"");
+                   std::to_string(mf.rank) + " named \"" + Quote(mf.name) + "\"");
     }
     if (__builtin_add_overflow(total, mf.bytes, &total)) FailCheckpoint(fw, "bytes overflow the total");
     m.files.push_back(mf);
@@ -184,19 +156,17 @@ CheckpointManifest ReadVerifiedManifest(const std::string& dir) {
   if (!fs::exists(path, ec)) {
     FailCheckpoint(dir, "incomplete: no manifest.json (a write that never finished; it cannot be loaded)");
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) FailCheckpoint(path, "cannot read");
-  std::ostringstream text;
-  text << in.rdbuf();
-  CheckpointManifest m = ParseManifest(text.str(), path);
+  absl::StatusOr<std::string> text = ReadFile(path, kMaxManifestBytes);
+  if (!text.ok()) FailCheckpoint(path, "cannot read: " + std::string(text.status().message()));
+  CheckpointManifest m = ParseManifest(*text, path);
   int64_t step = 0;
   int attempt = 0;
   const std::string name = fs::path(dir).lexically_normal().filename().string().empty()
                                ? fs::path(dir).lexically_normal().parent_path().filename().string()
                                : fs::path(dir).lexically_normal().filename().string();
-  if (!ParseDirName(name, &step, &attempt) || step != m.step || attempt != m.attempt) {
+  if (!spec::ParseCheckpointDirName(name, &step, &attempt) || step != m.step || attempt != m.attempt) {
     FailCheckpoint(path, "holds step " + std::to_string(m.step) + " attempt " + std::to_string(m.attempt) +
-                   " but its directory is named \"" + QuoteShort(name) + "\" (expected " +
+                   " but its directory is named \"" + Quote(name) + "\" (expected " +
                    CheckpointDirName(m.step, m.attempt) + ")");
   }
   for (const auto& f : m.files) {
@@ -213,17 +183,9 @@ CheckpointManifest ReadVerifiedManifest(const std::string& dir) {
 
 void WriteManifestAtomically(const std::string& dir, const CheckpointManifest& m) {
   const std::string path = (fs::path(dir) / kManifestName).string();
-  const std::string tmp = path + ".tmp";
-  const std::string text = ManifestToJson(m);
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) FailCheckpoint(tmp, "write failed");
+  if (absl::Status s = WriteFileAtomically(path, ManifestToJson(m)); !s.ok()) {
+    FailCheckpoint(path, std::string(s.message()));
   }
-  FsyncPath(tmp, false, path);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) FailCheckpoint(path, std::string("rename failed: ") + std::strerror(errno));
-  FsyncPath(dir, true, path);
 }
 
 std::vector<CheckpointDirEntry> ListCheckpointDirs(const std::string& root) {
@@ -232,7 +194,7 @@ std::vector<CheckpointDirEntry> ListCheckpointDirs(const std::string& root) {
   if (!fs::is_directory(root, ec)) return out;
   for (const auto& entry : fs::directory_iterator(root, ec)) {
     CheckpointDirEntry e;
-    if (!entry.is_directory(ec) || !ParseDirName(entry.path().filename().string(), &e.step, &e.attempt)) continue;
+    if (!entry.is_directory(ec) || !spec::ParseCheckpointDirName(entry.path().filename().string(), &e.step, &e.attempt)) continue;
     e.path = entry.path().string();
     e.complete = fs::exists(entry.path() / kManifestName, ec);
     out.push_back(e);

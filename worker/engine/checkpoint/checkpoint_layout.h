@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "common/spec/checkpoint_path.h"
+
 namespace trainyard::engine {
 
 inline constexpr const char* kCheckpointFormat = "trainyard-checkpoint-v1";
@@ -21,10 +23,10 @@ void FsyncDirectory(const std::string& dir, const std::string& where);
 
 // Throws std::runtime_error("checkpoint WHERE: PROBLEM"): every checkpoint error.
 [[noreturn]] void FailCheckpoint(const std::string& where, const std::string& problem);
-// At most ~100 characters of a value read from a file, for error messages.
-std::string QuoteShort(const std::string& s);
+// A manifest is a few hundred bytes per rank; a file past this is not one of ours.
+inline constexpr std::size_t kMaxManifestBytes = 64 << 20;
 
-std::string CheckpointDirName(int64_t step, int attempt);  // "step-00000010-attempt-1"
+using spec::CheckpointDirName;  // "step-00000010-attempt-1" (common/spec/checkpoint_path.h)
 std::string RankFileName(int rank);                         // "rank-00003.safetensors"
 
 struct ManifestFile {

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "worker/engine/base/torch_compat.h"
+#include "common/base/text.h"
 #include "worker/engine/checkpoint/checkpoint_layout.h"
 #include "worker/engine/io/safetensors_file.h"
 
@@ -30,7 +31,7 @@ std::vector<int64_t> IntArray(const json& obj, const char* key, const std::strin
   std::vector<int64_t> out;
   for (const auto& v : *it) {
     if (!v.is_number_integer() || v.get<int64_t>() < 0) {
-      FailCheckpoint(where, std::string("\"") + key + "\" must hold non-negative integers, got " + QuoteShort(it->dump()));
+      FailCheckpoint(where, std::string("\"") + key + "\" must hold non-negative integers, got " + Clip(it->dump()));
     }
     out.push_back(v.get<int64_t>());
   }
@@ -41,7 +42,7 @@ int64_t Int(const json& obj, const char* key, const std::string& where) {
   auto it = obj.find(key);
   if (it == obj.end() || !it->is_number_integer()) {
     FailCheckpoint(where, std::string("metadata field \"") + key + "\" must be an integer, got " +
-                    (it == obj.end() ? std::string("nothing") : QuoteShort(it->dump())));
+                    (it == obj.end() ? std::string("nothing") : Clip(it->dump())));
   }
   return it->get<int64_t>();
 }
@@ -92,7 +93,7 @@ void IndexRankFile(RankFile& rf, const CheckpointManifest& m, int rank, std::map
     if (!rng->is_array()) FailCheckpoint(where, "metadata \"rng\" must be an array of tensor names");
     for (const auto& r : *rng) {
       if (!r.is_string() || h.Find(r.get<std::string>()) == nullptr) {
-        FailCheckpoint(where, "metadata \"rng\" names " + QuoteShort(r.dump()) + ", which is not a tensor of the file");
+        FailCheckpoint(where, "metadata \"rng\" names " + Clip(r.dump()) + ", which is not a tensor of the file");
       }
       rf.rng.push_back(r.get<std::string>());
     }
@@ -101,9 +102,9 @@ void IndexRankFile(RankFile& rf, const CheckpointManifest& m, int rank, std::map
     auto it = slices->find(e.name);
     if (it == slices->end()) {
       if (std::find(rf.rng.begin(), rf.rng.end(), e.name) != rf.rng.end()) continue;
-      FailCheckpoint(where, "tensor \"" + QuoteShort(e.name) + "\" has no slice metadata");
+      FailCheckpoint(where, "tensor \"" + Quote(e.name) + "\" has no slice metadata");
     }
-    const std::string tw = where + " tensor \"" + QuoteShort(e.name) + "\"";
+    const std::string tw = where + " tensor \"" + Quote(e.name) + "\"";
     if (!it->is_object() || !it->contains("name") || !(*it)["name"].is_string()) {
       FailCheckpoint(tw, "slice metadata must be {name, global_shape, offsets}");
     }
@@ -175,8 +176,8 @@ CheckpointManifest LoadCheckpoint(const std::string& dir, const std::vector<Stat
                   std::to_string(expect.global_batch) + "; resuming would not continue the same data order");
   }
   if (m.dataset != expect.dataset || m.seed != expect.seed) {
-    FailCheckpoint(dir, "was written for dataset \"" + QuoteShort(m.dataset) + "\" seed " + std::to_string(m.seed) +
-                  ", this run reads dataset \"" + QuoteShort(expect.dataset) + "\" seed " + std::to_string(expect.seed));
+    FailCheckpoint(dir, "was written for dataset \"" + Quote(m.dataset) + "\" seed " + std::to_string(m.seed) +
+                  ", this run reads dataset \"" + Quote(expect.dataset) + "\" seed " + std::to_string(expect.seed));
   }
   std::vector<std::unique_ptr<RankFile>> files;
   std::map<std::string, std::vector<Slice>> index;
@@ -190,7 +191,7 @@ CheckpointManifest LoadCheckpoint(const std::string& dir, const std::vector<Stat
   for (const StateTensor& t : state) wanted[t.name] = &t;
   for (const auto& [name, slices] : index) {
     if (wanted.count(name) == 0) {
-      FailCheckpoint(slices.front().file->path, "tensor \"" + QuoteShort(name) + "\" is not in the model (another model shape?)");
+      FailCheckpoint(slices.front().file->path, "tensor \"" + Quote(name) + "\" is not in the model (another model shape?)");
     }
   }
   for (const StateTensor& t : state) {

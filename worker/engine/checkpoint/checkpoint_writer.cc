@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "worker/engine/base/torch_compat.h"
+#include "common/base/text.h"
 #include "worker/engine/checkpoint/checkpoint_layout.h"
 #include "worker/engine/io/safetensors_file.h"
 
@@ -155,7 +156,7 @@ void CheckpointWriter::Write(const CheckpointStep& step, std::vector<std::pair<s
     if (options_.on_log) options_.on_log("checkpoint pruned: " + removed);
   }
   for (const std::string& failure : failures) {
-    if (options_.on_log) options_.on_log("checkpoint pruning left " + QuoteShort(failure));
+    if (options_.on_log) options_.on_log("checkpoint pruning left " + Quote(failure));
   }
 }
 

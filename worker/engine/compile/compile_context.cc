@@ -52,13 +52,13 @@ const RegionCache* CompileContext::FindCache(const RegionKey& key) const {
 
 void CompileContext::ReportGraphBreak(const RegionKey& region_after, const std::string& cause) {
   if (!reported_breaks_.emplace(region_after.str(), cause).second) return;
-  CompileEventRecord event;
-  event.kind = CompileEventKind::kGraphBreak;
-  event.region = region_after.str();
-  event.reason = cause;
+  v1::CompileEvent event;
+  event.set_kind(v1::CompileEvent::GRAPH_BREAK);
+  event.set_region(region_after.str());
+  event.set_reason(cause);
   if (const RegionCache* cache = FindCache(region_after)) {
-    event.layers = cache->layers();
-    event.cache_entries = cache->size();
+    for (int layer : cache->layers()) event.add_layers(layer);
+    event.set_cache_entries(cache->size());
   }
   Emit(event);
 }
@@ -66,15 +66,15 @@ void CompileContext::ReportGraphBreak(const RegionKey& region_after, const std::
 void CompileContext::Summary() {
   for (const auto& cache : caches_) {
     const RegionStats& s = cache->stats();
-    CompileEventRecord event;
-    event.kind = CompileEventKind::kSummary;
-    event.region = cache->key().str();
-    event.layers = cache->layers();
-    event.cache_entries = cache->size();
-    event.reason = "hits=" + std::to_string(s.hits) + " misses=" + std::to_string(s.misses) +
-                   " eager_fallbacks=" + std::to_string(s.eager_fallbacks) +
-                   " entries=" + std::to_string(cache->size()) +
-                   " backend=" + CompileBackendName(options_.backend);
+    v1::CompileEvent event;
+    event.set_kind(v1::CompileEvent::SUMMARY);
+    event.set_region(cache->key().str());
+    for (int layer : cache->layers()) event.add_layers(layer);
+    event.set_cache_entries(cache->size());
+    event.set_reason("hits=" + std::to_string(s.hits) + " misses=" + std::to_string(s.misses) +
+                     " eager_fallbacks=" + std::to_string(s.eager_fallbacks) +
+                     " entries=" + std::to_string(cache->size()) +
+                     " backend=" + CompileBackendName(options_.backend));
     Emit(event);
   }
 }

@@ -46,7 +46,7 @@ class CompileContext {
   // "hits=H misses=M eager_fallbacks=F entries=E backend=B".
   void Summary();
 
-  void Emit(const CompileEventRecord& event) { sink_.OnCompileEvent(event); }
+  void Emit(const v1::CompileEvent& event) { sink_.OnCompileEvent(event); }
   double NowMs() const { return options_.now_ms(); }
 
  private:

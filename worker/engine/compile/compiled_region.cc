@@ -67,7 +67,7 @@ std::vector<torch::Tensor> CompiledRegion::operator()(const std::vector<torch::T
   ++stats.misses;
   if (cache_.size() >= ctx_.options().recompile_limit) {
     if (cache_.TakeFirstLimitHit()) {
-      ctx_.Emit(Event(CompileEventKind::kRecompileLimit,
+      ctx_.Emit(Event(v1::CompileEvent::RECOMPILE_LIMIT,
                       "recompile_limit (" + std::to_string(ctx_.options().recompile_limit) +
                           ") reached; last failed guard: " +
                           cache_.ClosestFailure(inputs, params, grad_mode).value_or("none") +
@@ -146,10 +146,10 @@ std::vector<torch::Tensor> CompiledRegion::Compile(const std::vector<torch::Tens
   const std::string compiled_for = std::string("backend=jit executor=") +
                                    ExecutorName(traced.executable->mode()) + " " + guards.ToString();
   cache_.Add(std::move(guards), std::move(traced.executable));
-  CompileEventRecord event =
-      first ? Event(CompileEventKind::kCompile, compiled_for + pinned)
-            : Event(CompileEventKind::kRecompile, failed.value_or("no cached entry matched") + pinned);
-  event.compile_ms = compile_ms;
+  v1::CompileEvent event =
+      first ? Event(v1::CompileEvent::COMPILE, compiled_for + pinned)
+            : Event(v1::CompileEvent::RECOMPILE, failed.value_or("no cached entry matched") + pinned);
+  event.set_compile_ms(compile_ms);
   ctx_.Emit(event);
   return std::move(traced.outputs);
 }
@@ -191,7 +191,7 @@ std::optional<std::string> CompiledRegion::ProbeDynamicDims(JitExecutable& execu
 
 void CompiledRegion::OnSideEffect(const std::vector<std::string>& written) {
   const std::string names = JoinNames(written);
-  ctx_.Emit(Event(CompileEventKind::kUnsafeSideEffect,
+  ctx_.Emit(Event(v1::CompileEvent::UNSAFE_SIDE_EFFECT,
                   "writes " + names + ", which it did not receive as an input or param"));
   if (ctx_.options().on_side_effect == SideEffectPolicy::kError) {
     throw std::runtime_error(Where() + ": unsafe side effect: writes " + names +
@@ -212,7 +212,7 @@ void CompiledRegion::OnCapturedState(const std::vector<std::string>& read) {
 
 void CompiledRegion::FallBack(const std::string& why) {
   cache_.SetEagerOnly();
-  ctx_.Emit(Event(CompileEventKind::kFallback, why + "; the region runs eager from now on"));
+  ctx_.Emit(Event(v1::CompileEvent::FALLBACK, why + "; the region runs eager from now on"));
 }
 
 std::vector<std::string> CompiledRegion::CapturedWatched(const JitExecutable& executable) const {
@@ -234,13 +234,13 @@ std::string CompiledRegion::Where() const {
   return "region " + key().str() + (layer_ >= 0 ? " (layer " + std::to_string(layer_) + ")" : "");
 }
 
-CompileEventRecord CompiledRegion::Event(CompileEventKind kind, std::string reason) const {
-  CompileEventRecord event;
-  event.kind = kind;
-  event.region = key().str();
-  if (layer_ >= 0) event.layers = {static_cast<int32_t>(layer_)};
-  event.reason = std::move(reason);
-  event.cache_entries = cache_.size();
+v1::CompileEvent CompiledRegion::Event(v1::CompileEvent::Kind kind, std::string reason) const {
+  v1::CompileEvent event;
+  event.set_kind(kind);
+  event.set_region(key().str());
+  if (layer_ >= 0) event.add_layers(layer_);
+  event.set_reason(std::move(reason));
+  event.set_cache_entries(cache_.size());
   return event;
 }
 

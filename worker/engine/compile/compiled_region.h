@@ -76,7 +76,7 @@ class CompiledRegion {
   // Makes the key eager with a FALLBACK event.
   void FallBack(const std::string& why);
   std::vector<std::string> CapturedWatched(const JitExecutable& executable) const;
-  CompileEventRecord Event(CompileEventKind kind, std::string reason) const;
+  v1::CompileEvent Event(v1::CompileEvent::Kind kind, std::string reason) const;
   std::string Where() const;  // "region attention{...} (layer 3)", for error messages
 
   CompileContext& ctx_;

@@ -166,13 +166,15 @@ void Watchdog::ReportCollectiveStall(std::int64_t now_ns) {
                         op + " #" + std::to_string(seq) + " (parallelism.collective_timeout_s=" +
                         std::to_string(options_.collective_timeout_s) + "); " + v.summary;
   if (!error.empty()) message += "; " + error;
-  Finish({{"collective", name + ":" + op},
-          {"collective_seq", seq},
-          {"lagging_rank", v.lagging_rank},
-          {"waited_s", waited},
-          {"message", message},
-          {"waiting_ranks", waiting},
-          {"step", ring_.step()}});
+  v1::Stall stall;
+  stall.set_collective(name + ":" + op);
+  stall.set_collective_seq(static_cast<int64_t>(seq));
+  stall.set_lagging_rank(v.lagging_rank);
+  stall.set_waited_s(waited);
+  stall.set_message(message);
+  for (int r : waiting) stall.add_waiting_ranks(r);
+  stall.set_step(ring_.step());
+  Finish(std::move(stall));
 }
 
 void Watchdog::ReportStepStall(std::int64_t now_ns) {
@@ -183,30 +185,26 @@ void Watchdog::ReportStepStall(std::int64_t now_ns) {
                               " s at step " + std::to_string(ring_.step()) +
                               " outside any collective (training.step_timeout_s=" +
                               std::to_string(options_.step_timeout_s) + ")";
-  Finish({{"collective", ""},
-          {"collective_seq", 0},
-          {"lagging_rank", options_.rank},
-          {"waited_s", waited},
-          {"message", message},
-          {"waiting_ranks", std::vector<int>{}},
-          {"step", ring_.step()}});
+  v1::Stall stall;
+  stall.set_lagging_rank(options_.rank);
+  stall.set_waited_s(waited);
+  stall.set_message(message);
+  stall.set_step(ring_.step());
+  Finish(std::move(stall));
 }
 
-void Watchdog::Finish(nlohmann::json stall) {
+void Watchdog::Finish(v1::Stall stall) {
   std::string dump, error;
-  flight::WrittenArtifact artifact;
   const std::string name = DumpName(options_.attempt, options_.rank);
-  bool written = flight::DumpFlightDirJson(ring_.dir(), kDumpEntries, &dump, &error) &&
-                 flight::WriteArtifactFile(options_.artifacts_dir, name, dump, &artifact, &error);
-  if (!written) stall["message"] = stall["message"].get<std::string>() + "; flight dump not written: " + error;
-  events_.Stall(std::move(stall));
-  if (written) {
-    events_.Artifact({{"name", name},
-                      {"kind", "flight_recorder"},
-                      {"size_bytes", artifact.size_bytes},
-                      {"uri", "file://" + artifact.path},
-                      {"sha256", artifact.sha256}});
+  absl::StatusOr<flight::WrittenArtifact> artifact = absl::UnknownError("");
+  if (flight::DumpFlightDirJson(ring_.dir(), kDumpEntries, &dump, &error)) {
+    artifact = flight::WriteArtifactFile(options_.artifacts_dir, name, dump);
+    if (!artifact.ok()) error = std::string(artifact.status().message());
   }
+  const bool written = artifact.ok();
+  if (!written) stall.set_message(stall.message() + "; flight dump not written: " + error);
+  events_.Stall(stall);
+  if (written) events_.Artifact(ArtifactRefOf(*artifact, name, "flight_recorder"));
   std::cout.flush();
   std::fflush(stdout);
   std::cerr << "trainyard-rank " << options_.rank << ": stall reported, exiting with " << kStallExitCode << std::endl;
@@ -233,18 +231,28 @@ void Watchdog::EmergencyExit(std::int64_t now_ns) {
   char when[40];
   const std::size_t n = strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &utc);
   std::snprintf(when + n, sizeof(when) - n, ".%03dZ", static_cast<int>(ts.tv_nsec / 1000000));
+  char collective[2 * flight::kMaxName + 2];
+  std::snprintf(collective, sizeof(collective), "%s%s%s", group, inflight ? ":" : "", op);
   char line[1024];
-  const int len = std::snprintf(
-      line, sizeof(line),
-      "\n{\"rank\":%d,\"attempt\":%d,\"source_seq\":%" PRId64 ",\"time\":\"%s\",\"stall\":{\"collective\":\"%s%s%s\","
-      "\"collective_seq\":%" PRIu64 ",\"lagging_rank\":%d,\"waited_s\":%.3f,\"message\":\"rank %d: %s past its "
-      "timeout and the watchdog thread is unresponsive (no flight dump)\",\"waiting_ranks\":[%d],\"step\":%" PRId64
-      "}}\n",
-      options_.rank, options_.attempt, events_.ReserveSourceSeq(), when, group, inflight ? ":" : "", op,
-      inflight ? ring_.group_entered(g) : std::uint64_t{0}, inflight ? -1 : options_.rank, waited, options_.rank,
-      inflight ? "collective" : "no step progress", options_.rank, ring_.step());
-  if (len > 0) WriteAllFd(1, line, std::min<std::size_t>(static_cast<std::size_t>(len), sizeof(line) - 1));
+  const std::size_t len = EmergencyStallLine(line, sizeof(line), when, collective,
+                                             inflight ? ring_.group_entered(g) : std::uint64_t{0}, options_.rank,
+                                             waited, ring_.step());
+  WriteAllFd(1, line, len);
   _exit(kStallExitCode);
+}
+
+std::size_t Watchdog::EmergencyStallLine(char* out, std::size_t cap, const char* when, const char* collective,
+                                          std::uint64_t seq, int rank, double waited_s, std::int64_t step) {
+  const bool inflight = collective[0] != '\0';
+  const int len = std::snprintf(
+      out, cap,
+      "\n{\"time\":\"%s\",\"stall\":{\"collective\":\"%s\",\"collective_seq\":%" PRIu64
+      ",\"lagging_rank\":%d,\"waited_s\":%.3f,\"message\":\"rank %d: %s past its timeout and the watchdog thread "
+      "is unresponsive (no flight dump)\",\"waiting_ranks\":[%d],\"step\":%" PRId64 "}}\n",
+      when, collective, seq, inflight ? -1 : rank, waited_s, rank, inflight ? "collective" : "no step progress", rank,
+      step);
+  if (len <= 0) return 0;
+  return std::min<std::size_t>(static_cast<std::size_t>(len), cap - 1);
 }
 
 }  // namespace trainyard::engine

@@ -74,6 +74,13 @@ class Watchdog {
   // "flight-a2-r1.json"
   static std::string DumpName(int attempt, int rank);
 
+  // The monitor's last-resort Stall line (an Event of the rank line protocol, newline
+  // first and last) into `out`, from a stack buffer with no allocation: `collective`
+  // "GROUP:OP" or "" for a step timeout, `seq` its 1-based seq, `when` RFC 3339.
+  // Returns the length written (at most `cap` - 1).
+  static std::size_t EmergencyStallLine(char* out, std::size_t cap, const char* when, const char* collective,
+                                        std::uint64_t seq, int rank, double waited_s, std::int64_t step);
+
  private:
   void WatchLoop();
   void MonitorLoop();
@@ -81,7 +88,7 @@ class Watchdog {
   // Both never return.
   [[noreturn]] void ReportCollectiveStall(std::int64_t now_ns);
   [[noreturn]] void ReportStepStall(std::int64_t now_ns);
-  [[noreturn]] void Finish(nlohmann::json stall);
+  [[noreturn]] void Finish(v1::Stall stall);
   [[noreturn]] void EmergencyExit(std::int64_t now_ns);
   // The deadline (CLOCK_MONOTONIC ns) of the timeout now running, or 0 when none.
   std::int64_t Deadline() const;

@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/base/file_io.h"
+
 namespace trainyard::engine {
 namespace {
 
@@ -69,17 +71,6 @@ class Fd {
   int fd_;
 };
 
-void WriteAll(int fd, const void* data, std::size_t n, const std::string& where) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) Fail(where, "write failed: " + Errno());
-    p += w;
-    n -= static_cast<std::size_t>(w);
-  }
-}
-
 void ReadAllAt(int fd, void* data, std::size_t n, std::uint64_t offset, const std::string& path) {
   char* p = static_cast<char*>(data);
   while (n > 0) {
@@ -134,28 +125,19 @@ void WriteSafetensors(const std::string& path,
   unsigned char len_bytes[8];
   for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<unsigned char>(n >> (8 * i));
 
-  const std::string tmp = path + ".tmp";
-  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (fd.get() < 0) Fail(path, "cannot create " + tmp + ": " + Errno());
-  try {
-    WriteAll(fd.get(), len_bytes, sizeof(len_bytes), path);
-    WriteAll(fd.get(), header_text.data(), header_text.size(), path);
-    for (std::size_t i = 0; i < data.size(); ++i) {
-      WriteAll(fd.get(), data[i].data_ptr(), static_cast<std::size_t>(data[i].nbytes()), path);
-      if (i == 0 && options.after_first_tensor) options.after_first_tensor();
-    }
-    if (::fsync(fd.get()) != 0) Fail(path, "fsync failed: " + Errno());
-    if (::close(fd.release()) != 0) Fail(path, "close failed: " + Errno());
-    if (::rename(tmp.c_str(), path.c_str()) != 0) Fail(path, "rename from " + tmp + " failed: " + Errno());
-  } catch (...) {
-    ::unlink(tmp.c_str());
-    throw;
+  // path.tmp, fsync, rename, fsync of the folder (common/base/file_io.h).
+  absl::StatusOr<AtomicFileWriter> out = AtomicFileWriter::Create(path);
+  if (!out.ok()) Fail(path, std::string(out.status().message()));
+  auto check = [&](const absl::Status& s) {
+    if (!s.ok()) Fail(path, std::string(s.message()));
+  };
+  check(out->Append(len_bytes, sizeof(len_bytes)));
+  check(out->Append(header_text));
+  for (std::size_t i = 0; i < data.size(); ++i) {
+    check(out->Append(data[i].data_ptr(), static_cast<std::size_t>(data[i].nbytes())));
+    if (i == 0 && options.after_first_tensor) options.after_first_tensor();
   }
-  // Make the rename itself durable.
-  const std::size_t slash = path.find_last_of('/');
-  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
-  Fd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (dir_fd.get() < 0 || ::fsync(dir_fd.get()) != 0) Fail(path, "fsync of its directory " + dir + " failed: " + Errno());
+  check(out->Commit());
 }
 
 const SafetensorsEntry* SafetensorsHeader::Find(const std::string& name) const {

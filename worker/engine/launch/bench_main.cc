@@ -29,9 +29,8 @@
 #include "common/spec/json_io.h"
 #include "worker/engine/config/engine_config.h"
 #include "worker/engine/kernels/cpu/cpu_blas.h"
-#include "worker/engine/launch/job_config.h"
 #include "worker/engine/launch/local_launcher.h"
-#include "worker/engine/launch/rank_env.h"
+#include "worker/launch/rank_launch.h"
 #include "worker/engine/parallel/mesh/device_placement.h"
 #include "worker/engine/train/flops_model.h"
 #include "worker/engine/train/gemm_peak_probe.h"
@@ -87,22 +86,19 @@ json Measure(const BenchFlags& f, const std::string& backend) {
   LaunchOptions opts;
   opts.rank_binary = LocalLauncher::RankBinaryNextToSelf();
   opts.config_json = trainyard::spec::ToJson(engine);
+  opts.device = engine.resources.device;
   opts.nproc = world;
-  opts.threads = f.threads > 0 ? f.threads : DefaultThreads(world);
-  opts.rank_env = RankThreadEnv(opts.threads, OpenBlasThreadsInStep(engine));
+  opts.threads = f.threads > 0 ? f.threads : trainyard::DefaultRankThreads(trainyard::OnlineCores(), world);
 
   std::vector<double> step_ms, peak_flops, rank0_mfu;
   LocalLauncher::InstallSignalHandlers();
-  const LaunchResult result = LocalLauncher::Run(opts, [&](int rank, const std::string& line) {
-    if (rank != 0) return;
-    const json e = json::parse(line, nullptr, false);
-    if (e.is_discarded() || !e.contains("step_metrics")) return;
-    const json& m = e["step_metrics"];
-    if (m.value("step", 0) <= f.warmup) return;
-    step_ms.push_back(m.value("step_ms", 0.0));
-    const double mfu = m.value("mfu", 0.0);
-    rank0_mfu.push_back(mfu);
-    if (mfu > 0) peak_flops.push_back(m.value("model_tflops", 0.0) * 1e12 / mfu);
+  const LaunchResult result = LocalLauncher::Run(opts, [&](const trainyard::v1::Event& e) {
+    if (e.rank() != 0 || !e.has_step_metrics()) return;
+    const trainyard::v1::StepMetrics& m = e.step_metrics();
+    if (m.step() <= f.warmup) return;
+    step_ms.push_back(m.step_ms());
+    rank0_mfu.push_back(m.mfu());
+    if (m.mfu() > 0) peak_flops.push_back(m.model_tflops() * 1e12 / m.mfu());
   });
   if (result.exit_code != 0) throw std::runtime_error(result.error);
   if (step_ms.empty()) throw std::runtime_error("rank 0 reported no step metrics after warmup");
@@ -136,7 +132,7 @@ json Measure(const BenchFlags& f, const std::string& backend) {
     const char* v = std::getenv(name);
     rank_env[name] = v ? json(v) : json(nullptr);
   }
-  for (const auto& [name, value] : opts.rank_env) rank_env[name] = value;
+  for (const auto& [name, value] : result.rank_env) rank_env[name] = value;
   out["rank_env"] = rank_env;
   return out;
 }

@@ -168,6 +168,11 @@ void RunRank(const RankFlags& f, EventWriter& events) {
        << " device=" << DevicePlacement::Describe(device) << " collectives=" << mesh->world().backend_name()
        << " threads=" << f.threads << " gemm=\"" << cpu_blas::GemmName() << "\" blas_core=" << GemmPeakProbe::BlasCoreName()
        << " gemm_peak_gflops=" << peak / 1e9 << " torch=" << TORCH_VERSION;
+    // The thread environment it was started with (worker/launch/rank_launch.h).
+    for (const char* name : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_WAIT_POLICY"}) {
+      const char* value = std::getenv(name);
+      os << ' ' << name << '=' << (value != nullptr ? value : "unset");
+    }
     events.Log("info", os.str());
   }
   trainer.Run();
@@ -200,7 +205,7 @@ int main(int argc, char** argv) {
   app.add_option("--master-addr", f.master_addr, "host of rank 0's TCPStore")->capture_default_str();
   app.add_option("--master-port", f.master_port, "port of rank 0's TCPStore")->capture_default_str();
   app.add_option("--gloo-host", f.gloo_host, "address Gloo binds to (default: --master-addr)");
-  app.add_option("--attempt", f.attempt, "attempt number, echoed into events and checkpoint directory names")->capture_default_str();
+  app.add_option("--attempt", f.attempt, "attempt number, in checkpoint directory and artifact names")->capture_default_str();
   app.add_option("--threads", f.threads, "intra-op CPU threads")->capture_default_str()->check(CLI::Range(1, 1024));
   app.add_option("--save-init", f.save_init, "write the full initial weights (safetensors) before step 1; give it to every rank");
   app.add_option("--load", f.load, "start from these full weights (safetensors, torchtitan names)");
@@ -229,7 +234,7 @@ int main(int argc, char** argv) {
     f.test_stall_at_step = std::atoll(stall_step);
   }
 
-  EventWriter events(std::cout, f.rank, f.attempt);
+  EventWriter events(std::cout);
   std::string error;
   try {
     RunRank(f, events);

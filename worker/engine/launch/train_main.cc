@@ -1,6 +1,8 @@
 // trainyard-train: runs a job locally on N trainyard-rank processes, as torchrun does.
-// stdout: with --json, rank 0's Event JSON lines and every rank's compile events as
-// they come; otherwise one human line per step and per compile event. Diagnostics and
+// stdout: with --json, rank 0's events and every rank's compile, stall and artifact
+// events as they come, each the proto3 JSON of a trainyard.v1.Event with rank and
+// attempt set (the CLI's --json dialect); otherwise one human line per step and per
+// compile event. Diagnostics and
 // the ranks' stderr go to stderr. Exits 0 when every rank succeeded, else the failing
 // rank's exit code with its error on stderr.
 //
@@ -26,20 +28,18 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 
+#include "common/events/proto_json.h"
 #include "common/spec/json_io.h"
 #include "worker/engine/checkpoint/checkpoint_layout.h"
 #include "worker/engine/config/engine_config.h"
-#include "worker/engine/launch/job_config.h"
 #include "worker/engine/launch/local_launcher.h"
-#include "worker/engine/launch/rank_env.h"
 #include "worker/engine/parallel/mesh/device_placement.h"
+#include "worker/launch/rank_launch.h"
 
 namespace {
 
 using namespace trainyard::engine;
-using nlohmann::json;
 
 struct TrainFlags {
   std::string config_path;
@@ -85,41 +85,43 @@ void PreflightConfig(EngineConfig& config, bool shrink) {
   if (shrink) Shrink(config);
 }
 
-bool IsFinding(const json& event) {
-  if (!event.contains("compile")) return false;
-  const std::string kind = event["compile"].value("kind", "");
-  return kind == "UNSAFE_SIDE_EFFECT" || kind == "RECOMPILE_LIMIT";
+bool IsFinding(const trainyard::v1::Event& event) {
+  return event.has_compile() && (event.compile().kind() == trainyard::v1::CompileEvent::UNSAFE_SIDE_EFFECT ||
+                                 event.compile().kind() == trainyard::v1::CompileEvent::RECOMPILE_LIMIT);
 }
 
-void PrintHuman(const json& event) {
-  if (event.contains("step_metrics")) {
-    const json& m = event["step_metrics"];
+std::string Layers(const trainyard::v1::CompileEvent& c) {
+  std::string out = "[";
+  for (int i = 0; i < c.layers_size(); ++i) out += (i ? "," : "") + std::to_string(c.layers(i));
+  return out + "]";
+}
+
+void PrintHuman(const trainyard::v1::Event& event) {
+  const int rank = event.rank();
+  if (event.has_step_metrics()) {
+    const auto& m = event.step_metrics();
     std::printf("step %5lld  loss %.4f  grad_norm %.4f  lr %.3e  tok/s %.0f  step_ms %.1f\n",
-                m.value("step", 0LL), m.value("loss", 0.0), m.value("grad_norm", 0.0),
-                m.value("lr", 0.0), m.value("tokens_per_s", 0.0), m.value("step_ms", 0.0));
-  } else if (event.contains("compile")) {
-    const json& c = event["compile"];
-    std::printf("rank %d  %-18s %s layers=%s%s%s\n", event.value("rank", 0), c.value("kind", "").c_str(),
-                c.value("region", "").c_str(), c.value("layers", json::array()).dump().c_str(),
-                c.value("reason", "").empty() ? "" : "  ", c.value("reason", "").c_str());
-  } else if (event.contains("checkpoint")) {
-    const json& c = event["checkpoint"];
-    std::printf("checkpoint step %lld  %s  %lld bytes  blocked_ms %.1f  write_ms %.1f\n", c.value("step", 0LL),
-                c.value("path", "").c_str(), c.value("bytes", 0LL), c.value("blocked_ms", 0.0), c.value("write_ms", 0.0));
-  } else if (event.contains("stall")) {
-    const json& st = event["stall"];
-    std::printf("rank %d  STALL %s #%lld lagging_rank=%d waited_s=%.1f: %s\n", event.value("rank", 0),
-                st.value("collective", "").empty() ? "(step timeout)" : st.value("collective", "").c_str(),
-                st.value("collective_seq", 0LL), st.value("lagging_rank", -1), st.value("waited_s", 0.0),
-                st.value("message", "").c_str());
-  } else if (event.contains("artifact")) {
-    const json& a = event["artifact"];
-    std::printf("rank %d  artifact %s (%s, %lld bytes) %s\n", event.value("rank", 0), a.value("name", "").c_str(),
-                a.value("kind", "").c_str(), a.value("size_bytes", 0LL), a.value("uri", "").c_str());
-  } else if (event.contains("log")) {
-    std::printf("[%s] %s\n", event["log"].value("level", "").c_str(), event["log"].value("message", "").c_str());
-  } else {
-    std::printf("%s\n", event.dump().c_str());
+                static_cast<long long>(m.step()), m.loss(), m.grad_norm(), m.lr(), m.tokens_per_s(), m.step_ms());
+  } else if (event.has_compile()) {
+    const auto& c = event.compile();
+    std::printf("rank %d  %-18s %s layers=%s%s%s\n", rank, trainyard::v1::CompileEvent::Kind_Name(c.kind()).c_str(),
+                c.region().c_str(), Layers(c).c_str(), c.reason().empty() ? "" : "  ", c.reason().c_str());
+  } else if (event.has_checkpoint()) {
+    const auto& c = event.checkpoint();
+    std::printf("checkpoint step %lld  %s  %lld bytes  blocked_ms %.1f  write_ms %.1f\n",
+                static_cast<long long>(c.step()), c.path().c_str(), static_cast<long long>(c.bytes()), c.blocked_ms(),
+                c.write_ms());
+  } else if (event.has_stall()) {
+    const auto& st = event.stall();
+    std::printf("rank %d  STALL %s #%lld lagging_rank=%d waited_s=%.1f: %s\n", rank,
+                st.collective().empty() ? "(step timeout)" : st.collective().c_str(),
+                static_cast<long long>(st.collective_seq()), st.lagging_rank(), st.waited_s(), st.message().c_str());
+  } else if (event.has_artifact()) {
+    const auto& a = event.artifact();
+    std::printf("rank %d  artifact %s (%s, %lld bytes) %s\n", rank, a.name().c_str(), a.kind().c_str(),
+                static_cast<long long>(a.size_bytes()), a.uri().c_str());
+  } else if (event.has_log()) {
+    std::printf("[%s] %s\n", event.log().level().c_str(), event.log().message().c_str());
   }
   std::fflush(stdout);
 }
@@ -145,32 +147,24 @@ int Train(const TrainFlags& f) {
   LaunchOptions opts;
   opts.rank_binary = LocalLauncher::RankBinaryNextToSelf();
   opts.config_json = config_json;
+  opts.device = config.resources.device;
   opts.nproc = world;
-  opts.threads = f.threads > 0 ? f.threads : DefaultThreads(world);
-  opts.rank_env = RankThreadEnv(opts.threads, OpenBlasThreadsInStep(config));
+  opts.threads = f.threads > 0 ? f.threads : trainyard::DefaultRankThreads(trainyard::OnlineCores(), world);
+  opts.run_dir = f.run_dir;
+  opts.resume_path = f.resume;
   if (!f.save_init.empty()) opts.rank_args.insert(opts.rank_args.end(), {"--save-init", f.save_init});
   if (!f.load.empty()) opts.rank_args.insert(opts.rank_args.end(), {"--load", f.load});
-  if (!f.resume.empty()) opts.rank_args.insert(opts.rank_args.end(), {"--resume", f.resume});
-  if (!f.run_dir.empty()) opts.rank_args.insert(opts.rank_args.end(), {"--run-dir", f.run_dir});
-  if (config.checkpoint.interval > 0 && !f.preflight) {
-    opts.rank_args.insert(opts.rank_args.end(),
-                          {"--attempt", std::to_string(NextCheckpointAttempt(config.checkpoint.dir))});
-  }
+  if (config.checkpoint.interval > 0 && !f.preflight) opts.attempt = NextCheckpointAttempt(config.checkpoint.dir);
 
   LocalLauncher::InstallSignalHandlers();
   int findings = 0;
-  const LaunchResult result = LocalLauncher::Run(opts, [&](int rank, const std::string& line) {
-    const json event = json::parse(line, nullptr, /*allow_exceptions=*/false);
-    // Rank 0's events, and every rank's compile events; other ranks' errors reach
-    // stderr through their own stderr.
-    if (event.is_discarded()) {
-      if (rank == 0) std::cerr << "rank 0: " << line << "\n";
-      return;
-    }
-    if (rank != 0 && !event.contains("compile") && !event.contains("stall") && !event.contains("artifact")) return;
+  const LaunchResult result = LocalLauncher::Run(opts, [&](const trainyard::v1::Event& event) {
+    // Rank 0's events, and every rank's compile, stall and artifact events; other ranks'
+    // errors reach stderr through their own stderr.
+    if (event.rank() != 0 && !event.has_compile() && !event.has_stall() && !event.has_artifact()) return;
     if (IsFinding(event)) ++findings;
     if (f.json_output) {
-      std::cout << line << std::endl;
+      std::cout << trainyard::ToJsonLine(event) << std::endl;
     } else {
       PrintHuman(event);
     }
@@ -205,7 +199,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", f.threads,
                  "intra-op threads per rank (default: cores / nproc; sets OMP_NUM_THREADS and "
                  "OPENBLAS_NUM_THREADS for the ranks unless set, and OMP_WAIT_POLICY=PASSIVE unless the "
-                 "step is the fused CPU one)")
+                 "step is the fused CPU one: the worker daemon's rule, worker/launch/rank_launch.h)")
       ->check(CLI::Range(1, 1024));
   app.add_option("--save-init", f.save_init, "rank writes the initial weights to this .safetensors");
   app.add_option("--load", f.load, "ranks start from the weights in this .safetensors");

@@ -1,6 +1,6 @@
 #include "worker/engine/model/transformer_block.h"
 
-#include "worker/engine/compile/checkpoint.h"
+#include "worker/engine/compile/activation_checkpoint.h"
 
 namespace trainyard::engine {
 

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <string>
 
-#include "worker/engine/compile/checkpoint.h"
+#include "worker/engine/compile/activation_checkpoint.h"
 #include "worker/engine/model/regions/projection.h"
 #include "worker/engine/parallel/parameter_sharding.h"
 

@@ -1,78 +1,79 @@
 #include "worker/engine/train/event_writer.h"
 
 #include <chrono>
-#include <cmath>
-#include <cstdio>
-#include <ctime>
 #include <utility>
 
+#include "common/events/rank_line.h"
+
 namespace trainyard::engine {
-namespace {
 
-// proto3 JSON has no literal for non-finite doubles; it spells them as strings.
-nlohmann::json Number(double v) {
-  if (std::isnan(v)) return "NaN";
-  if (std::isinf(v)) return v > 0 ? "Infinity" : "-Infinity";
-  return v;
-}
+EventWriter::EventWriter(std::ostream& out, std::function<google::protobuf::Timestamp()> now)
+    : out_(out), now_(std::move(now)) {}
 
-}  // namespace
-
-EventWriter::EventWriter(std::ostream& out, int rank, int attempt,
-                         std::function<std::string()> now_rfc3339)
-    : out_(out), rank_(rank), attempt_(attempt), now_(std::move(now_rfc3339)) {}
-
-std::string EventWriter::NowRfc3339() {
+google::protobuf::Timestamp EventWriter::Now() {
   using namespace std::chrono;
-  const auto now = system_clock::now();
-  const auto ms = duration_cast<milliseconds>(now.time_since_epoch()).count() % 1000;
-  const std::time_t secs = system_clock::to_time_t(now);
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char buf[40];
-  const size_t n = std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", &tm);
-  std::snprintf(buf + n, sizeof(buf) - n, ".%03dZ", static_cast<int>(ms));
-  return buf;
+  const int64_t ms = duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+  google::protobuf::Timestamp t;
+  t.set_seconds(ms / 1000);
+  t.set_nanos(static_cast<int32_t>(ms % 1000) * 1000000);
+  return t;
 }
 
 void EventWriter::Log(const std::string& level, const std::string& message) {
-  Emit("log", {{"level", level}, {"message", message}});
+  v1::Event e;
+  e.mutable_log()->set_level(level);
+  e.mutable_log()->set_message(message);
+  Emit(std::move(e));
 }
 
-void EventWriter::Step(const StepMetrics& m) {
-  Emit("step_metrics", {{"step", m.step},
-                        {"loss", Number(m.loss)},
-                        {"grad_norm", Number(m.grad_norm)},
-                        {"lr", Number(m.lr)},
-                        {"tokens_per_s", Number(m.tokens_per_s)},
-                        {"model_tflops", Number(m.model_tflops)},
-                        {"mfu", Number(m.mfu)},
-                        {"step_ms", Number(m.step_ms)},
-                        {"data_ms", Number(m.data_ms)},
-                        {"peak_rss_mb", Number(m.peak_rss_mb)},
-                        {"expert_load", m.expert_load},
-                        {"imbalance", Number(m.imbalance)},
-                        {"tokens", m.tokens}});
+void EventWriter::Step(const v1::StepMetrics& metrics) {
+  v1::Event e;
+  *e.mutable_step_metrics() = metrics;
+  Emit(std::move(e));
 }
 
-void EventWriter::Compile(nlohmann::json payload) { Emit("compile", std::move(payload)); }
+void EventWriter::Compile(const v1::CompileEvent& compile) {
+  v1::Event e;
+  *e.mutable_compile() = compile;
+  Emit(std::move(e));
+}
 
-void EventWriter::Checkpoint(nlohmann::json payload) { Emit("checkpoint", std::move(payload)); }
+void EventWriter::Checkpoint(const v1::CheckpointSaved& checkpoint) {
+  v1::Event e;
+  *e.mutable_checkpoint() = checkpoint;
+  Emit(std::move(e));
+}
 
-void EventWriter::Stall(nlohmann::json payload) { Emit("stall", std::move(payload)); }
+void EventWriter::Stall(const v1::Stall& stall) {
+  v1::Event e;
+  *e.mutable_stall() = stall;
+  Emit(std::move(e));
+}
 
-void EventWriter::Artifact(nlohmann::json payload) { Emit("artifact", std::move(payload)); }
+void EventWriter::Artifact(const v1::ArtifactRef& artifact) {
+  v1::Event e;
+  *e.mutable_artifact() = artifact;
+  Emit(std::move(e));
+}
 
-void EventWriter::Emit(const char* payload_name, nlohmann::json payload) {
+void EventWriter::Emit(v1::Event event) {
+  *event.mutable_time() = now_();
+  // protobuf's printer writes valid UTF-8 only; a message with invalid bytes (a file
+  // path in an error) has them replaced when it is set (see RankEventLine).
+  const std::string line = RankEventLine(event);
   std::lock_guard<std::mutex> lock(mu_);
-  nlohmann::json event = {{"rank", rank_},
-                          {"attempt", attempt_},
-                          {"source_seq", ++source_seq_},
-                          {"time", now_()}};
-  event[payload_name] = std::move(payload);
-  // Replace invalid UTF-8 (e.g. from a file path in an error) rather than throw.
-  out_ << event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
+  out_ << line << '\n';
   out_.flush();
+}
+
+v1::ArtifactRef ArtifactRefOf(const flight::WrittenArtifact& file, const std::string& name, const std::string& kind) {
+  v1::ArtifactRef ref;
+  ref.set_name(name);
+  ref.set_kind(kind);
+  ref.set_size_bytes(file.size_bytes);
+  ref.set_uri("file://" + file.path);
+  ref.set_sha256(file.sha256);
+  return ref;
 }
 
 }  // namespace trainyard::engine

@@ -45,9 +45,7 @@ double PeakRssMb() {
 class EventWriterSink final : public compile::CompileEventSink {
  public:
   explicit EventWriterSink(EventWriter& events) : events_(events) {}
-  void OnCompileEvent(const compile::CompileEventRecord& event) override {
-    events_.Compile(compile::CompileEventJson(event));
-  }
+  void OnCompileEvent(const v1::CompileEvent& event) override { events_.Compile(event); }
 
  private:
   EventWriter& events_;
@@ -180,8 +178,16 @@ void Trainer::Run() {
     o.on_log = [this](const std::string& line) { events_.Log("info", line); };
     if (ctx.rank == 0) {
       o.on_saved = [this](const CheckpointSavedInfo& s) {
-        events_.Checkpoint({{"step", s.step}, {"path", s.path}, {"bytes", s.bytes}, {"blocked_ms", s.blocked_ms},
-                            {"write_ms", s.write_ms}, {"dp", s.dp}, {"tp", s.tp}, {"ep", s.ep}});
+        v1::CheckpointSaved saved;
+        saved.set_step(s.step);
+        saved.set_path(s.path);
+        saved.set_bytes(s.bytes);
+        saved.set_blocked_ms(s.blocked_ms);
+        saved.set_write_ms(s.write_ms);
+        saved.set_dp(s.dp);
+        saved.set_tp(s.tp);
+        saved.set_ep(s.ep);
+        events_.Checkpoint(saved);
       };
     }
     checkpoints = std::make_unique<CheckpointWriter>(std::move(o));
@@ -192,7 +198,7 @@ void Trainer::Run() {
   int64_t tokens_since_report = 0;
   const int64_t step_tokens = GlobalBatch() * t.seq_len;
   for (int step = static_cast<int>(start_step_) + 1; step <= t.steps; ++step) {
-    StepMetrics m;
+    v1::StepMetrics m;
     if (options_.flight != nullptr) options_.flight->SetStep(step);
     BeginStepProfile(step);
     try {
@@ -204,7 +210,7 @@ void Trainer::Run() {
     if (options_.flight != nullptr) options_.flight->MarkProgress();
     tokens_since_report += step_tokens;
     if (mesh_.world().rank() == 0 && (step % t.log_freq == 0 || step == t.steps)) {
-      m.tokens = tokens_since_report;
+      m.set_tokens(tokens_since_report);
       tokens_since_report = 0;
       events_.Step(m);
     }
@@ -235,18 +241,16 @@ void Trainer::EndStepProfile(int step) {
   const std::string trace = TraceProfiler::Stop(rank);
   const std::string name = TraceProfiler::TraceName(options_.attempt, rank, profile_window_start_);
   profile_window_start_ = 0;
-  flight::WrittenArtifact a;
-  std::string error;
-  if (!flight::WriteArtifactFile(options_.artifacts_dir, name, trace, &a, &error)) {
+  absl::StatusOr<flight::WrittenArtifact> a = flight::WriteArtifactFile(options_.artifacts_dir, name, trace);
+  if (!a.ok()) {
     // A trace is a diagnostic: losing one must not end the job.
-    events_.Log("warning", "profiler trace " + name + " not written: " + error);
+    events_.Log("warning", "profiler trace " + name + " not written: " + std::string(a.status().message()));
     return;
   }
-  events_.Artifact({{"name", name}, {"kind", "trace"}, {"size_bytes", a.size_bytes}, {"uri", "file://" + a.path},
-                    {"sha256", a.sha256}});
+  events_.Artifact(ArtifactRefOf(*a, name, "trace"));
 }
 
-StepMetrics Trainer::Step(int step) {
+v1::StepMetrics Trainer::Step(int step) {
   const TrainingConfig& t = config_.training;
   const ModelConfig& mc = config_.model;
   if (step == kPeakReprobeStep && options_.peak_flops > 0) {
@@ -345,32 +349,32 @@ StepMetrics Trainer::Step(int step) {
   const auto end = Clock::now();
   serial_blas.reset();  // a re-probe below times LibTorch's multiply on OpenBLAS's threads
 
-  StepMetrics m;
-  m.step = step;
-  m.loss = stats[0].item<double>() / ctx.world;
-  m.grad_norm = grad_norm;
-  m.lr = lr;
+  v1::StepMetrics m;
+  m.set_step(step);
+  m.set_loss(stats[0].item<double>() / ctx.world);
+  m.set_grad_norm(grad_norm);
+  m.set_lr(lr);
   const double step_s = std::max(1e-9, Ms(start, end) / 1000.0);
   const double rank_tokens = static_cast<double>(t.batch_size) * t.seq_len * accum;
-  m.tokens_per_s = rank_tokens * ctx.dp / step_s;
+  m.set_tokens_per_s(rank_tokens * ctx.dp / step_s);
   // Each rank does 1/world of the global work (TP/EP split the model, not tokens).
-  m.model_tflops = flops_.flops_per_token * rank_tokens * ctx.dp / ctx.world / step_s / 1e12;
-  if (options_.peak_flops > 0 && m.model_tflops * 1e12 > options_.peak_flops && step >= next_peak_reprobe_) {
+  m.set_model_tflops(flops_.flops_per_token * rank_tokens * ctx.dp / ctx.world / step_s / 1e12);
+  if (options_.peak_flops > 0 && m.model_tflops() * 1e12 > options_.peak_flops && step >= next_peak_reprobe_) {
     // More than the peak proves the peak was measured low (a busy moment of the
     // machine): measure again, after the step's time, at most every few steps.
     options_.peak_flops = std::max(options_.peak_flops, GemmPeakProbe::MeasureFlops(0.6, options_.device));
     next_peak_reprobe_ = step + kPeakReprobeInterval;
   }
-  m.mfu = options_.peak_flops > 0 ? m.model_tflops * 1e12 / options_.peak_flops : 0.0;
-  m.step_ms = Ms(start, end);
-  m.data_ms = data_ms;
-  m.peak_rss_mb = PeakRssMb();
+  m.set_mfu(options_.peak_flops > 0 ? m.model_tflops() * 1e12 / options_.peak_flops : 0.0);
+  m.set_step_ms(Ms(start, end));
+  m.set_data_ms(data_ms);
+  m.set_peak_rss_mb(PeakRssMb());
   if (global_counts.numel() > 0) {
     auto load = global_counts.sum(0).round().to(torch::kCPU, torch::kInt64).contiguous();
-    m.expert_load.assign(load.data_ptr<int64_t>(), load.data_ptr<int64_t>() + load.numel());
+    m.mutable_expert_load()->Add(load.data_ptr<int64_t>(), load.data_ptr<int64_t>() + load.numel());
     const double mean = load.to(torch::kFloat64).mean().item<double>();
     const double max = load.max().item<int64_t>();
-    m.imbalance = mean > 0 ? max / mean : 0.0;
+    m.set_imbalance(mean > 0 ? max / mean : 0.0);
   }
   return m;
 }

@@ -86,7 +86,7 @@ class Trainer {
   void Run();
 
   // One optimizer step (1-based). Returns the metrics that rank 0 reports.
-  StepMetrics Step(int step);
+  v1::StepMetrics Step(int step);
 
   TransformerModel& model() { return model_; }
   ProcessMesh& mesh() { return mesh_; }

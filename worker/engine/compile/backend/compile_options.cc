@@ -1,4 +1,5 @@
 #include "worker/engine/compile/backend/compile_options.h"
+#include "common/base/text.h"
 
 #include <stdexcept>
 
@@ -14,7 +15,7 @@ namespace {
 [[noreturn]] void Unmapped(const char* what, const std::string& name, const std::vector<std::string>& known) {
   std::string list;
   for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
-  throw std::invalid_argument(std::string("compile ") + what + " \"" + spec::Quote(name) + "\": expected one of " + list);
+  throw std::invalid_argument(std::string("compile ") + what + " \"" + Quote(name) + "\": expected one of " + list);
 }
 
 }  // namespace

@@ -1,0 +1,425 @@
+#include "client/cli/job_view.h"
+
+#include <algorithm>
+#include <tuple>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "client/cli/cli_format.h"
+#include "client/cli/watch_display.h"
+
+namespace trainyard::cli {
+
+absl::Time ToTime(const google::protobuf::Timestamp& t) {
+  return absl::FromUnixSeconds(t.seconds()) + absl::Nanoseconds(t.nanos());
+}
+
+std::string FormatUtc(absl::Time t) {
+  if (t == absl::InfinitePast()) return "-";
+  return absl::FormatTime("%Y-%m-%d %H:%M:%SZ", t, absl::UTCTimeZone());
+}
+
+std::string HumanDuration(absl::Duration d) {
+  int64_t s = absl::ToInt64Seconds(d);
+  if (s < 0) s = 0;
+  if (s < 60) return absl::StrCat(s, "s");
+  if (s < 3600) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
+  return absl::StrFormat("%dh%02dm", s / 3600, (s % 3600) / 60);
+}
+
+namespace {
+
+std::string Clock(absl::Time t) { return absl::FormatTime("%H:%M:%S", t, absl::UTCTimeZone()); }
+
+// At most `n` bytes of a reason, cut at a UTF-8 boundary, "…" appended when cut.
+std::string Clip(const std::string& s, size_t n) {
+  if (s.size() <= n) return s;
+  size_t cut = n;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+  return s.substr(0, cut) + "…";
+}
+
+}  // namespace
+
+bool ParseSummaryCounts(const std::string& reason, int64_t* hits, int64_t* misses) {
+  bool got_hits = false;
+  bool got_misses = false;
+  for (absl::string_view token : absl::StrSplit(reason, ' ', absl::SkipEmpty())) {
+    std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(token, absl::MaxSplits('=', 1));
+    if (kv.first == "hits") got_hits = absl::SimpleAtoi(kv.second, hits);
+    if (kv.first == "misses") got_misses = absl::SimpleAtoi(kv.second, misses);
+  }
+  return got_hits && got_misses;
+}
+
+std::string CompileHint(const std::string& reason) {
+  auto has = [&](const char* what) { return reason.find(what) != std::string::npos; };
+  // Most specific first: a RECOMPILE_LIMIT reason quotes the guard that failed last.
+  if (has("reads ") && has("without receiving it")) {
+    return "the region reads state it is not given (a captured tensor): pass it as an input or "
+           "param; until then it runs eager";
+  }
+  if (has("unsafe side effect") || has("writes ")) {
+    return "the region writes a buffer it was not given (an unsafe side effect): fix the module, "
+           "or set compile.on_side_effect=\"fallback\" to run it eager";
+  }
+  if (has("grad_mode")) {
+    return "called both with and without autograd (training and no_grad/eval, or activation "
+           "checkpoint recompute): one entry per mode is expected, more is not";
+  }
+  if (has(".requires_grad")) {
+    return "a tensor's requires_grad flips between calls (frozen parameters, detach, or "
+           "activation checkpointing): keep it stable or expect one entry per variant";
+  }
+  if (has(".size(") || has(".dim()")) {
+    return "an input's shape changed (a last partial batch, variable sequence length, or a "
+           "resized dp/grad_accum): keep batch_size and seq_len fixed, or pad to them";
+  }
+  if (has(".dtype")) return "an input's dtype changed between calls: cast inputs consistently";
+  if (has(".device")) return "an input moved to another device between calls";
+  if (has("input count") || has("param count")) {
+    return "the region is called with a different number of tensors: a code path changes its "
+           "signature (optional inputs); make the signature fixed";
+  }
+  if (has("recompile_limit")) {
+    return "the region hit compile.recompile_limit and runs eager from now on: fix the guard "
+           "above or raise compile.recompile_limit";
+  }
+  if (has("no cached entry matched")) {
+    return "no cache entry fit and no single guard was the cause: compare the COMPILE events' "
+           "guard lists";
+  }
+  return "";
+}
+
+void JobHistory::Add(const v1::Event& event) {
+  last_seq_ = std::max(last_seq_, event.seq());
+  const absl::Time time = ToTime(event.time());
+  const int attempt = event.attempt();
+  AttemptRecord* a = nullptr;
+  if (attempt > 0) {
+    a = &attempts_[attempt];
+    a->attempt = attempt;
+    if (a->start == absl::InfinitePast()) a->start = time;
+  }
+  switch (event.payload_case()) {
+    case v1::Event::kJobState: {
+      states_.push_back({time, event.job_state().state(), event.job_state().reason(), attempt});
+      const v1::Job::State s = event.job_state().state();
+      // The attempt that was running ends with a RESTARTING or a terminal state.
+      if (s == v1::Job::RESTARTING || IsTerminal(s)) {
+        auto it = attempts_.rbegin();
+        if (it != attempts_.rend() && it->second.end_state.empty()) {
+          it->second.end_state = StateName(s);
+          if (it->second.end == absl::InfinitePast() || it->second.end < time) it->second.end = time;
+        }
+      }
+      break;
+    }
+    case v1::Event::kRankState: {
+      const v1::RankState& r = event.rank_state();
+      if (a == nullptr) break;
+      if (r.state() == v1::RankState::RUNNING || r.state() == v1::RankState::STARTING) {
+        if (!r.worker().empty()) a->rank_workers[event.rank()] = r.worker();
+      }
+      if (r.state() == v1::RankState::FAILED || r.state() == v1::RankState::KILLED ||
+          r.state() == v1::RankState::EXITED) {
+        if (a->end < time) a->end = time;
+      }
+      if (r.state() == v1::RankState::FAILED) {
+        std::string what = absl::StrCat("rank ", event.rank());
+        if (!r.worker().empty()) absl::StrAppend(&what, " on ", r.worker());
+        absl::StrAppend(&what, ": exit_code=", r.exit_code());
+        if (r.signal() > 0) absl::StrAppend(&what, " signal=", r.signal());
+        if (!r.message().empty()) absl::StrAppend(&what, ": ", Clip(r.message(), 160));
+        a->rank_failures.push_back(std::move(what));
+      }
+      break;
+    }
+    case v1::Event::kStepMetrics: {
+      const v1::StepMetrics& m = event.step_metrics();
+      if (a != nullptr) a->last_step = std::max(a->last_step, m.step());
+      // Every DP rank may report the same global loss: keep one per step, and a new
+      // attempt (which resumes at an earlier step) starts a new run of losses.
+      if (attempt != last_loss_attempt_ || m.step() > last_loss_step_) {
+        losses_.push_back(m.loss());
+        if (losses_.size() > kMaxLosses) losses_.erase(losses_.begin());
+        last_loss_step_ = m.step();
+        last_loss_attempt_ = attempt;
+      }
+      if (!last_step_.has_value() || attempt > last_step_->attempt() ||
+          (attempt == last_step_->attempt() && m.step() >= last_step_->step_metrics().step())) {
+        last_step_ = event;
+      }
+      break;
+    }
+    case v1::Event::kCompile: {
+      const v1::CompileEvent& c = event.compile();
+      const std::string region = c.region().empty() ? "(no region)" : c.region();
+      auto [it, inserted] = regions_.try_emplace(region);
+      if (inserted) {
+        it->second.region = region;
+        region_order_.push_back(region);
+      }
+      RegionCompileStats& r = it->second;
+      switch (c.kind()) {
+        case v1::CompileEvent::COMPILE:
+          ++r.compiles;
+          break;
+        case v1::CompileEvent::RECOMPILE:
+          ++r.recompiles;
+          ++recompiles_;
+          r.last_recompile_reason = c.reason();
+          break;
+        case v1::CompileEvent::RECOMPILE_LIMIT:
+          r.limit_hit = true;
+          r.last_recompile_reason = c.reason();
+          break;
+        case v1::CompileEvent::GRAPH_BREAK:
+          ++r.graph_breaks;
+          break;
+        case v1::CompileEvent::UNSAFE_SIDE_EFFECT:
+          ++r.unsafe_side_effects;
+          r.last_fallback_reason = c.reason();
+          break;
+        case v1::CompileEvent::FALLBACK:
+          ++r.fallbacks;
+          r.last_fallback_reason = c.reason();
+          break;
+        case v1::CompileEvent::SUMMARY: {
+          int64_t hits = 0;
+          int64_t misses = 0;
+          if (ParseSummaryCounts(c.reason(), &hits, &misses)) {
+            summaries_[{region, attempt, event.rank()}] = {hits, misses};
+          }
+          break;
+        }
+        default:
+          break;
+      }
+      break;
+    }
+    case v1::Event::kStall:
+      ++stall_count_;
+      stalls_.push_back(event);
+      if (stalls_.size() > kMaxListed) stalls_.erase(stalls_.begin());
+      break;
+    case v1::Event::kCheckpoint:
+      ++checkpoint_count_;
+      checkpoints_.push_back(event);
+      if (checkpoints_.size() > kMaxListed) checkpoints_.erase(checkpoints_.begin());
+      break;
+    default:
+      break;
+  }
+}
+
+std::vector<RegionCompileStats> JobHistory::Regions() const {
+  std::vector<RegionCompileStats> out;
+  for (const std::string& name : region_order_) {
+    RegionCompileStats r = regions_.at(name);
+    for (const auto& [key, counts] : summaries_) {
+      if (std::get<0>(key) != name) continue;
+      r.hits = std::max<int64_t>(r.hits, 0) + counts.first;
+      r.misses = std::max<int64_t>(r.misses, 0) + counts.second;
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+int JobHistory::restarts() const {
+  return static_cast<int>(std::count_if(states_.begin(), states_.end(), [](const StateChangeRecord& s) {
+    return s.state == v1::Job::RESTARTING;
+  }));
+}
+
+namespace {
+
+std::string SpecSummary(const v1::JobSpec& s) {
+  const v1::ModelSpec& m = s.model();
+  const v1::TrainingSpec& t = s.training();
+  const v1::ParallelismSpec& p = s.parallelism();
+  std::string out = absl::StrCat("model      preset ", m.preset().empty() ? "-" : m.preset(), ": dim ", m.dim(),
+                                 ", ", m.n_layers(), " layers (", m.n_dense_layers(), " dense), ",
+                                 m.n_routed_experts(), " experts top-", m.top_k(), " + ", m.n_shared_experts(),
+                                 " shared, vocab ", m.vocab_size(), "\n");
+  absl::StrAppend(&out, "training   ", t.steps(), " steps, batch ", t.batch_size(), " x seq ", t.seq_len());
+  if (t.grad_accum_steps() > 1) absl::StrAppend(&out, " x accum ", t.grad_accum_steps());
+  absl::StrAppend(&out, absl::StrFormat(", lr %.1e", t.lr()), ", dataset ", t.dataset(), "\n");
+  absl::StrAppend(&out, "layout     dp ", p.dp(), " x tp ", p.tp(), ", ep ", p.ep(), " on ", s.resources().device(),
+                  "; compile ", s.compile().backend(), " ", s.compile().regions(), "; checkpoints ",
+                  s.checkpoint().interval() > 0 ? absl::StrCat("every ", s.checkpoint().interval(), " steps")
+                                                : std::string("off"),
+                  "; restarts ", s.restart().max_restarts(), "\n");
+  return out;
+}
+
+// "local×2, w2×1" in rank order, "-" with no ranks.
+std::string WorkersOf(const std::map<int, std::string>& rank_workers) {
+  std::vector<std::string> workers;
+  for (const auto& entry : rank_workers) workers.push_back(entry.second);
+  return workers.empty() ? "-" : CountWorkers(workers);
+}
+
+}  // namespace
+
+std::string FormatJobDescription(const v1::Job& job, const JobHistory& history,
+                                 const std::vector<v1::ArtifactInfo>& artifacts,
+                                 const std::string& artifacts_error) {
+  std::string out = absl::StrCat(job.id(), "  ", job.spec().job().name(), "  ", StateName(job.state()));
+  if (!job.owner().empty()) absl::StrAppend(&out, "  owner ", job.owner());
+  absl::StrAppend(&out, "  priority ", job.spec().job().priority(), "  world ", job.world_size(), "\n");
+  if (job.state() == v1::Job::PENDING && !job.pending_reason().empty()) {
+    absl::StrAppend(&out, "pending    ", job.pending_reason(), "  (see `trainyard explain ", job.id(), "`)\n");
+  }
+  if (!job.failure_reason().empty()) absl::StrAppend(&out, "reason     ", job.failure_reason(), "\n");
+  out += SpecSummary(job.spec());
+  const absl::Time created = job.has_create_time() ? ToTime(job.create_time()) : absl::InfinitePast();
+  const absl::Time started = job.has_start_time() ? ToTime(job.start_time()) : absl::InfinitePast();
+  const absl::Time ended = job.has_end_time() ? ToTime(job.end_time()) : absl::InfinitePast();
+  absl::StrAppend(&out, "times      created ", FormatUtc(created), ", started ", FormatUtc(started), ", ended ",
+                  FormatUtc(ended));
+  if (started != absl::InfinitePast() && ended != absl::InfinitePast()) {
+    absl::StrAppend(&out, " (ran ", HumanDuration(ended - started), ")");
+  }
+  out += "\n";
+
+  if (!history.states().empty()) {
+    out += "\nstate history (UTC):\n";
+    for (const StateChangeRecord& s : history.states()) {
+      std::string line = absl::StrFormat("  %s  %-10s", Clock(s.time), StateName(s.state));
+      if (s.attempt > 0) absl::StrAppend(&line, "  attempt ", s.attempt);
+      if (!s.reason.empty()) absl::StrAppend(&line, "  ", Clip(s.reason, 200));
+      line.erase(line.find_last_not_of(' ') + 1);
+      absl::StrAppend(&out, line, "\n");
+    }
+  }
+
+  if (!history.attempts().empty()) {
+    out += "\nattempts:\n";
+    for (const auto& [n, a] : history.attempts()) {
+      absl::StrAppend(&out, "  ", n, "  ", Clock(a.start));
+      if (a.end != absl::InfinitePast()) absl::StrAppend(&out, " - ", Clock(a.end), " (", HumanDuration(a.end - a.start), ")");
+      absl::StrAppend(&out, "  on ", WorkersOf(a.rank_workers), "  reached step ", a.last_step);
+      absl::StrAppend(&out, "  ", a.end_state.empty() ? "running" : absl::StrCat("ended ", a.end_state), "\n");
+      for (const std::string& f : a.rank_failures) absl::StrAppend(&out, "       ", f, "\n");
+    }
+  }
+  // The controller's own record: the checkpoint a restart resumes from, and why each
+  // failed attempt ended.
+  if (const std::string details = FormatJobDetails(job); !details.empty()) absl::StrAppend(&out, "\n", details);
+
+  std::vector<std::string> ranks;
+  for (const auto& r : job.placement().ranks()) {
+    ranks.push_back(absl::StrCat("rank ", r.rank(), "@", r.worker()));
+  }
+  absl::StrAppend(&out, "\nworkers    ", ranks.empty() ? "-" : absl::StrJoin(ranks, ", "));
+  if (!job.placement().master_addr().empty()) {
+    absl::StrAppend(&out, "  (rendezvous ", job.placement().master_addr(), ":", job.placement().master_port(), ")");
+  }
+  out += "\n";
+
+  if (history.last_step().has_value()) {
+    const v1::StepMetrics& m = history.last_step()->step_metrics();
+    absl::StrAppend(&out, "metrics    step ", m.step(), "/", job.spec().training().steps(),
+                    absl::StrFormat(" loss %.4f grad_norm %.2f lr %.1e tok/s %.0f step_ms %.0f", m.loss(),
+                                    m.grad_norm(), m.lr(), m.tokens_per_s(), m.step_ms()));
+    if (m.mfu() > 0) absl::StrAppend(&out, absl::StrFormat(" MFU %.1f%%", 100 * m.mfu()));
+    absl::StrAppend(&out, " at ", Clock(ToTime(history.last_step()->time())), "\n");
+    absl::StrAppend(&out, "loss       ", Sparkline(history.losses(), 40),
+                    absl::StrFormat("  (%d steps, first %.4f, last %.4f)\n", history.losses().size(),
+                                    history.losses().front(), history.losses().back()));
+  } else {
+    out += "metrics    no step reported yet\n";
+  }
+
+  if (history.checkpoints().empty()) {
+    absl::StrAppend(&out, "checkpoints none\n");
+  } else {
+    out += "checkpoints:";
+    if (history.checkpoint_count() > static_cast<int64_t>(history.checkpoints().size())) {
+      absl::StrAppend(&out, " ", history.checkpoint_count(), " in all, the newest ", history.checkpoints().size(),
+                      " shown");
+    }
+    out += "\n";
+    for (const v1::Event& e : history.checkpoints()) {
+      const v1::CheckpointSaved& c = e.checkpoint();
+      absl::StrAppend(&out, "  step ", c.step(), "  ", c.path(), "  ", FormatBytes(c.bytes()), "  attempt ",
+                      e.attempt(), "  dp ", c.dp(), " tp ", c.tp(), " ep ", c.ep(), "\n");
+    }
+  }
+  if (!artifacts_error.empty()) {
+    absl::StrAppend(&out, "artifacts  unknown: ", artifacts_error, "\n");
+  } else if (artifacts.empty()) {
+    out += "artifacts  none\n";
+  } else {
+    out += "artifacts:\n";
+    std::string table = FormatArtifactsTable(artifacts);
+    for (absl::string_view line : absl::StrSplit(table, '\n', absl::SkipEmpty())) {
+      absl::StrAppend(&out, "  ", line, "\n");
+    }
+  }
+  return out;
+}
+
+std::string FormatExplainHistory(const v1::Job& job, const JobHistory& history) {
+  std::string out;
+  const std::vector<RegionCompileStats> regions = history.Regions();
+  if (!regions.empty()) {
+    out += "\ncompile (all ranks and attempts):\n";
+    std::vector<std::string> hints;
+    for (const RegionCompileStats& r : regions) {
+      std::string line = absl::StrCat("  ", r.region, ": ", r.compiles, " compiles, ", r.recompiles, " recompiles");
+      if (r.hits >= 0) absl::StrAppend(&line, ", ", r.hits, " hits, ", r.misses, " misses");
+      absl::StrAppend(&line, ", ", r.fallbacks, " fallbacks");
+      if (r.graph_breaks > 0) absl::StrAppend(&line, ", ", r.graph_breaks, " graph breaks");
+      if (r.unsafe_side_effects > 0) absl::StrAppend(&line, ", ", r.unsafe_side_effects, " unsafe side effects");
+      if (r.limit_hit) absl::StrAppend(&line, ", RECOMPILE LIMIT HIT");
+      absl::StrAppend(&out, line, "\n");
+      for (const std::string* reason : {&r.last_recompile_reason, &r.last_fallback_reason}) {
+        if (reason->empty()) continue;
+        absl::StrAppend(&out, "      ", reason == &r.last_recompile_reason ? "last recompile: " : "fallback: ",
+                        Clip(*reason, 200), "\n");
+        const std::string hint = CompileHint(*reason);
+        if (!hint.empty()) absl::StrAppend(&out, "      hint: ", hint, "\n");
+      }
+    }
+  }
+  const int restarts = history.restarts();
+  if (restarts > 0 || job.failure_causes_size() > 0) {
+    absl::StrAppend(&out, "\nrestarts: ", restarts, " (restart.max_restarts ", job.spec().restart().max_restarts(),
+                    ")\n");
+    for (const StateChangeRecord& s : history.states()) {
+      if (s.state != v1::Job::RESTARTING) continue;
+      absl::StrAppend(&out, "  ", Clock(s.time), "  after attempt ", s.attempt, ": ", Clip(s.reason, 200), "\n");
+    }
+  }
+  if (!history.stalls().empty()) {
+    absl::StrAppend(&out, "\nstalls: ", history.stall_count());
+    if (history.stall_count() > static_cast<int64_t>(history.stalls().size())) {
+      absl::StrAppend(&out, " (the newest ", history.stalls().size(), " shown)");
+    }
+    out += "\n";
+    for (const v1::Event& e : history.stalls()) {
+      const v1::Stall& s = e.stall();
+      std::string line = absl::StrCat("  ", Clock(ToTime(e.time())), "  attempt ", e.attempt(), " rank ", e.rank(),
+                                      " step ", s.step(), ": ");
+      if (s.collective().empty()) {
+        absl::StrAppend(&line, "no step progress for ", absl::StrFormat("%.0fs", s.waited_s()),
+                        " outside any collective (training.step_timeout_s)");
+      } else {
+        absl::StrAppend(&line, "waited ", absl::StrFormat("%.0fs", s.waited_s()), " in ", s.collective(), " #",
+                        s.collective_seq(), ", lagging rank ", s.lagging_rank() < 0 ? std::string("unknown")
+                                                                                     : absl::StrCat(s.lagging_rank()));
+      }
+      absl::StrAppend(&out, line, "\n");
+    }
+  }
+  return out;
+}
+
+}  // namespace trainyard::cli

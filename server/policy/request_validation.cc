@@ -1,0 +1,174 @@
+#include "server/policy/request_validation.h"
+#include "common/base/text.h"
+
+#include <cmath>
+#include <set>
+#include <utility>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/spec/rules.h"
+#include "common/spec/spec_error.h"
+#include "common/worker_identity.h"
+
+namespace trainyard::request_validation {
+namespace {
+
+absl::Status Invalid(std::string_view field, std::string_view what) {
+  return absl::InvalidArgumentError(std::string(field) + ": " + std::string(what));
+}
+
+}  // namespace
+
+absl::Status CheckJobId(std::string_view field, std::string_view id) {
+  if (id.empty()) return Invalid(field, "is empty; give a job id such as job-1");
+  if (id.size() > kMaxJobIdBytes) {
+    return Invalid(field, absl::StrCat("is ", id.size(), " bytes, more than the ", kMaxJobIdBytes,
+                                       " a job id can have: ", Quote(id)));
+  }
+  for (unsigned char c : id) {
+    if (c < 0x21 || c > 0x7e) return Invalid(field, absl::StrCat("is not a job id: ", Quote(id)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Check(const v1::GetJobRequest& request) { return CheckJobId("GetJobRequest.id", request.id()); }
+
+absl::Status Check(const v1::CancelJobRequest& request) {
+  if (auto s = CheckJobId("CancelJobRequest.id", request.id()); !s.ok()) return s;
+  const std::string& reason = request.reason();
+  if (reason.size() > kMaxCancelReasonBytes) {
+    return Invalid("CancelJobRequest.reason", absl::StrCat("is ", reason.size(), " bytes, more than the ",
+                                                           kMaxCancelReasonBytes, " allowed: ",
+                                                           Quote(reason)));
+  }
+  for (unsigned char c : reason) {
+    if ((c < 0x20 && c != '\t' && c != '\n') || c == 0x7f) {
+      return Invalid("CancelJobRequest.reason", absl::StrCat("holds a control character: ", Quote(reason)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Check(const v1::WatchJobRequest& request) {
+  if (auto s = CheckJobId("WatchJobRequest.id", request.id()); !s.ok()) return s;
+  if (request.from_seq() < 0) {
+    return Invalid("WatchJobRequest.from_seq", absl::StrCat("must be >= 0 (0 or 1: from the start), got ",
+                                                            request.from_seq()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Check(const v1::ResizeJobRequest& request) {
+  if (auto s = CheckJobId("ResizeJobRequest.job_id", request.job_id()); !s.ok()) return s;
+  if (request.dp() < 1 || request.dp() > spec::kMaxWorldSize) {
+    return Invalid("ResizeJobRequest.dp", absl::StrCat("must be in [1, ", spec::kMaxWorldSize,
+                                                       "] (the data-parallel degree to restart at), got ", request.dp()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Check(const v1::ListJobsRequest& request) {
+  if (request.limit() < 0 || request.limit() > kMaxListLimit) {
+    return Invalid("ListJobsRequest.limit",
+                   absl::StrCat("must be in [0, ", kMaxListLimit, "] (0: the default 100), got ", request.limit()));
+  }
+  std::set<int> seen;
+  for (int s : request.states()) {
+    if (s == v1::Job::STATE_UNSPECIFIED || !v1::Job::State_IsValid(s)) {
+      return Invalid("ListJobsRequest.states", absl::StrCat("has ", s, ", which is not a job state"));
+    }
+    if (!seen.insert(s).second) {
+      return Invalid("ListJobsRequest.states", absl::StrCat("lists ", v1::Job::State_Name(s), " twice"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+absl::Status CheckRank(std::string_view field, int rank) {
+  if (rank < 0 || rank >= spec::kMaxWorldSize) {
+    return Invalid(field, absl::StrCat("must be in [0, ", spec::kMaxWorldSize, "), got ", rank));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Check(const v1::Register& request) {
+  if (std::string p = WorkerNameProblem(request.name()); !p.empty()) return Invalid("Register.name", p);
+  if (std::string p = WorkerAddressProblem(request.address()); !p.empty()) return Invalid("Register.address", p);
+  const std::string& device = request.device();
+  if (!device.empty() && device != "cpu" && device != "cuda") {
+    return Invalid("Register.device", absl::StrCat("must be \"cpu\" or \"cuda\", got ", Quote(device)));
+  }
+  if (request.memory_bytes() < 0) {
+    return Invalid("Register.memory_bytes", absl::StrCat("must be >= 0, got ", request.memory_bytes()));
+  }
+  if (request.running_size() > kMaxRunningAttempts) {
+    return Invalid("Register.running", absl::StrCat("lists ", request.running_size(), " attempts, more than the ",
+                                                    kMaxRunningAttempts, " allowed"));
+  }
+  for (const auto& a : request.running()) {
+    if (auto s = CheckJobId("Register.running.job_id", a.job_id()); !s.ok()) return s;
+    if (a.attempt() < 1) return Invalid("Register.running.attempt", absl::StrCat("must be >= 1, got ", a.attempt()));
+    if (a.ranks_size() > spec::kMaxWorldSize) {
+      return Invalid("Register.running.ranks", absl::StrCat("lists ", a.ranks_size(), " ranks"));
+    }
+    for (int r : a.ranks()) {
+      if (auto s = CheckRank("Register.running.ranks", r); !s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Check(const v1::EventBatch& request) {
+  if (request.events_size() > kMaxBatchEvents) {
+    return Invalid("EventBatch.events", absl::StrCat("has ", request.events_size(), " events, more than the ",
+                                                     kMaxBatchEvents, " allowed"));
+  }
+  return absl::OkStatus();
+}
+
+std::string InvalidEvent(const v1::Event& e) {
+  if (auto s = CheckJobId("job_id", e.job_id()); !s.ok()) return std::string(s.message());
+  if (e.attempt() < 1) return absl::StrCat("attempt must be >= 1, got ", e.attempt());
+  if (auto s = CheckRank("rank", e.rank()); !s.ok()) return std::string(s.message());
+  if (e.payload_case() == v1::Event::PAYLOAD_NOT_SET) return "no payload";
+  if (e.has_job_state()) return "a JobStateChange, which only the controller writes";
+  if (const std::size_t bytes = e.ByteSizeLong(); bytes > kMaxEventBytes) {
+    return absl::StrCat(bytes, " bytes, more than the ", kMaxEventBytes, " allowed");
+  }
+  if (e.has_checkpoint()) return CheckpointProblem(e.checkpoint());
+  return "";
+}
+
+std::string CheckpointProblem(const v1::CheckpointSaved& ck) {
+  if (ck.step() < 1) return absl::StrCat("checkpoint.step must be >= 1, got ", ck.step());
+  const std::string& path = ck.path();
+  if (path.empty()) return "checkpoint.path is empty";
+  if (path.size() > spec::kMaxPathLength) {
+    return absl::StrCat("checkpoint.path is ", path.size(), " bytes, more than the ", spec::kMaxPathLength,
+                        " allowed: ", Quote(path));
+  }
+  if (!IsUtf8(path)) return absl::StrCat("checkpoint.path is not UTF-8: ", Quote(path));
+  for (unsigned char c : path) {
+    if (c < 0x20 || c == 0x7f) return absl::StrCat("checkpoint.path holds a control character: ", Quote(path));
+  }
+  if (ck.bytes() < 0) return absl::StrCat("checkpoint.bytes must be >= 0, got ", ck.bytes());
+  for (const auto& [name, ms] : {std::pair<const char*, double>{"checkpoint.blocked_ms", ck.blocked_ms()},
+                                 {"checkpoint.write_ms", ck.write_ms()}}) {
+    if (!std::isfinite(ms) || ms < 0) return absl::StrCat(name, " must be a finite number >= 0, got ", ms);
+  }
+  for (const auto& [name, n] : {std::pair<const char*, int>{"checkpoint.dp", ck.dp()},
+                                {"checkpoint.tp", ck.tp()},
+                                {"checkpoint.ep", ck.ep()}}) {
+    if (n < 1 || n > spec::kMaxWorldSize) {
+      return absl::StrCat(name, " must be in [1, ", spec::kMaxWorldSize, "], got ", n);
+    }
+  }
+  return "";
+}
+
+}  // namespace trainyard::request_validation

@@ -1,0 +1,62 @@
+// Field checks for JobService requests, run before a handler touches the manager or the
+// store: every string has a length cap and every number a range, and an error names the
+// field and quotes at most ~100 characters of what was sent (spec::Quote), so a hostile
+// or careless client cannot store megabytes (a 5 MiB cancel reason once broke GetJob,
+// ListJobs and WatchJob for every default client) or get its input echoed back in a
+// status message larger than a client's metadata limit.
+//
+// Invalid UTF-8 in a proto3 string field never reaches these checks: protobuf refuses to
+// parse such a message, and server/wire_codec names the field in INVALID_ARGUMENT.
+// The JobSpec itself is checked by the spec core (admission).
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "trainyard/v1/job_service.pb.h"
+#include "trainyard/v1/worker_service.pb.h"
+
+namespace trainyard::request_validation {
+
+inline constexpr std::size_t kMaxJobIdBytes = 64;      // ids are "job-<n>"
+inline constexpr std::size_t kMaxCancelReasonBytes = 1024;
+inline constexpr int kMaxListLimit = 1000;
+inline constexpr int kMaxRunningAttempts = 4096;
+inline constexpr int kMaxBatchEvents = 10000;               // workers send 64
+inline constexpr std::size_t kMaxEventBytes = 1 << 20;      // one serialized Event
+
+// A job id: 1..kMaxJobIdBytes printable ASCII bytes. `field` names it in the error.
+absl::Status CheckJobId(std::string_view field, std::string_view id);
+
+absl::Status Check(const v1::GetJobRequest& request);
+absl::Status Check(const v1::CancelJobRequest& request);  // reason: ≤ 1 KiB, no control characters but \t and \n
+absl::Status Check(const v1::WatchJobRequest& request);   // from_seq ≥ 0
+// dp in [1, spec::kMaxWorldSize]; the job's own bounds are ResizePolicy's.
+absl::Status Check(const v1::ResizeJobRequest& request);
+absl::Status Check(const v1::ListJobsRequest& request);   // known states, each once; limit in [0, 1000]
+
+// WorkerService. Register: name and address as common/worker_identity.h says, device "", "cpu" or "cuda", at most 4096
+// reported attempts with valid job ids, attempts >= 1 and ranks in [0, 65536). The slot
+// and port ranges are the registry's.
+absl::Status Check(const v1::Register& request);
+// EventBatch: at most 10,000 events (a worker sends 64); more ends the stream.
+absl::Status Check(const v1::EventBatch& request);
+
+// Why a worker's event cannot be stored, or "" when it can: a valid job id, attempt
+// >= 1, rank in [0, 65536), at most 1 MiB serialized, and a payload a worker may
+// report (not a JobStateChange, which only the controller writes). The manager drops
+// such an event and counts it (trainyard_events_dropped_total{reason="invalid"}) but
+// still acknowledges its batch: refusing the batch would make the worker resend it
+// forever and hold back every event behind it.
+// A CheckpointSaved must also hold ranges that need no job (CheckpointProblem).
+std::string InvalidEvent(const v1::Event& event);
+
+// Why a CheckpointSaved's fields are out of range, or "": step >= 1; path non-empty,
+// at most spec::kMaxPathLength bytes of UTF-8 without control characters; bytes >= 0;
+// blocked_ms and write_ms finite and >= 0; dp, tp, ep in [1, spec::kMaxWorldSize].
+// Whether it fits its job (steps, directory, newer than the last) is event_fencing's.
+std::string CheckpointProblem(const v1::CheckpointSaved& checkpoint);
+
+}  // namespace trainyard::request_validation

@@ -1,0 +1,422 @@
+#include "server/service/job_service.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "spdlog/spdlog.h"
+#include "common/grpc_status.h"
+#include "common/base/status_macros.h"
+#include "server/policy/request_validation.h"
+#include "server/service/wire_codec.h"
+
+namespace trainyard {
+namespace {
+
+// What a caller of `role` is refused with when the role does not allow `what`.
+absl::Status Denied(const Caller& caller, const char* what, const char* needs) {
+  return absl::PermissionDeniedError(absl::StrCat(caller.owner, " has the ", RoleName(caller.role),
+                                                  " role, which cannot ", what, "; that needs ", needs));
+}
+
+grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx, const absl::Status& status) {
+  auto* reactor = ctx->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+// A SubmitJob waiting for its preflight. The gate's thread finishes it; OnCancel only
+// flags that the client went away, so the gate kills the runner and creates no job.
+class PreflightSubmitReactor : public grpc::ServerUnaryReactor {
+ public:
+  std::shared_ptr<std::atomic<bool>> cancelled() const { return cancelled_; }
+  void OnCancel() override { cancelled_->store(true); }
+  void OnDone() override { delete this; }
+
+ private:
+  const std::shared_ptr<std::atomic<bool>> cancelled_ = std::make_shared<std::atomic<bool>>(false);
+};
+
+// Replays stored events from `from_seq`, then follows new ones as the hub signals
+// them; finishes once the job is settled and everything stored has been sent. One
+// write is in flight at a time; new events only wake it.
+class WatchReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+ public:
+  // `lease` holds the caller's watcher slot until the stream is done.
+  WatchReactor(JobStore* store, EventHub* hub, std::string job_id, int64_t from_seq,
+               std::unique_ptr<WatcherCap::Lease> lease)
+      : store_(store), job_id_(std::move(job_id)), next_seq_(std::max<int64_t>(from_seq, 1)),
+        hub_(hub), link_(std::make_shared<Link>()), lease_(std::move(lease)) {
+    link_->reactor = this;
+    subscription_ = hub->Subscribe(job_id_, [link = link_] { link->Wake(); });
+    Pump();
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    if (!ok) {
+      FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "watcher went away"));
+      return;
+    }
+    PumpLocked();
+  }
+
+  void OnCancel() override {
+    absl::MutexLock lock(&mu_);
+    FinishLocked(grpc::Status::CANCELLED);
+  }
+
+  void OnDone() override {
+    subscription_.reset();
+    {
+      absl::MutexLock lock(&link_->mu);
+      link_->reactor = nullptr;
+    }
+    delete this;
+  }
+
+ private:
+  // Lets the hub wake this reactor without outliving it.
+  struct Link {
+    absl::Mutex mu;
+    WatchReactor* reactor ABSL_GUARDED_BY(mu) = nullptr;
+    void Wake() {
+      absl::MutexLock lock(&mu);
+      if (reactor != nullptr) reactor->Pump();
+    }
+  };
+
+  void Pump() {
+    absl::MutexLock lock(&mu_);
+    PumpLocked();
+  }
+
+  void PumpLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (writing_ || finished_) return;
+    while (true) {
+      if (buffer_.empty()) {
+        auto events = store_->ReadEvents(job_id_, next_seq_, 128);
+        if (!events.ok()) {
+          FinishLocked(ToGrpcStatus(events.status()));
+          return;
+        }
+        for (auto& e : *events) buffer_.push_back(std::move(e));
+      }
+      if (!buffer_.empty()) {
+        const v1::Event event = std::move(buffer_.front());
+        buffer_.pop_front();
+        next_seq_ = event.seq() + 1;
+        if (auto s = SerializeResponse(event, &current_); !s.ok()) {
+          FinishLocked(ToGrpcStatus(s));
+          return;
+        }
+        writing_ = true;
+        // One write in flight, without WriteOptions::set_buffer_hint: a hinted write's
+        // OnWriteDone waits for the flush that only the next write would cause.
+        StartWrite(&current_);
+        return;
+      }
+      if (!hub_->IsSettled(job_id_)) return;  // the hub wakes us on the next event
+      // Settled: anything committed before settling is now readable; send it first.
+      if (store_->LastSeq(job_id_) < next_seq_) {
+        FinishLocked(grpc::Status::OK);
+        return;
+      }
+    }
+  }
+
+  void FinishLocked(grpc::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_) return;
+    finished_ = true;
+    Finish(std::move(status));
+  }
+
+  JobStore* const store_;
+  const std::string job_id_;
+  absl::Mutex mu_;
+  int64_t next_seq_ ABSL_GUARDED_BY(mu_);
+  EventHub* const hub_;
+  std::shared_ptr<Link> link_;
+  std::unique_ptr<EventHub::Subscription> subscription_;
+  const std::unique_ptr<WatcherCap::Lease> lease_;  // released with the reactor, in OnDone
+  std::deque<v1::Event> buffer_ ABSL_GUARDED_BY(mu_);
+  grpc::ByteBuffer current_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// A unary method over raw bytes: authenticate the caller, parse the request, run
+// `handle(caller, request, &response)` and send the response when it succeeded.
+template <class Request, class Response, class Handle>
+grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* ctx, const Authorizer& authorizer,
+                                const grpc::ByteBuffer* in, grpc::ByteBuffer* out, Handle handle) {
+  auto caller = authorizer.Authenticate(*ctx);
+  if (!caller.ok()) return Done(ctx, caller.status());
+  Request request;
+  if (auto s = ParseRequest(*in, &request); !s.ok()) return Done(ctx, s);
+  Response response;
+  absl::Status status = handle(*caller, request, &response);
+  if (status.ok()) status = SerializeResponse(response, out);
+  return Done(ctx, status);
+}
+
+class FailedWatch : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+ public:
+  explicit FailedWatch(const absl::Status& s) { Finish(ToGrpcStatus(s)); }
+  void OnDone() override { delete this; }
+};
+
+// Streams one stored artifact: its info, then its bytes in chunks of at most 256 KiB.
+// A stored artifact never changes, so the file is read as it is.
+class PullReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+ public:
+  PullReactor(int fd, v1::ArtifactInfo info) : fd_(fd), size_(info.size_bytes()) {
+    v1::ArtifactData first;
+    *first.mutable_info() = std::move(info);
+    Write(first);
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the puller went away"));
+      return;
+    }
+    if (sent_ >= size_) {
+      Finish(grpc::Status::OK);
+      return;
+    }
+    std::string buffer(static_cast<size_t>(std::min<int64_t>(kMaxArtifactChunkBytes, size_ - sent_)), '\0');
+    size_t got = 0;
+    while (got < buffer.size()) {
+      ssize_t n = ::pread(fd_, buffer.data() + got, buffer.size() - got, sent_ + static_cast<int64_t>(got));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        Finish(ToGrpcStatus(absl::DataLossError(absl::StrCat("the stored artifact ends at ", sent_ + got,
+                                                             " of its ", size_, " bytes"))));
+        return;
+      }
+      got += static_cast<size_t>(n);
+    }
+    sent_ += static_cast<int64_t>(got);
+    v1::ArtifactData data;
+    data.set_data(std::move(buffer));
+    Write(data);
+  }
+
+  void OnDone() override {
+    ::close(fd_);
+    delete this;
+  }
+
+ private:
+  void Write(const v1::ArtifactData& message) {
+    if (auto s = SerializeResponse(message, &current_); !s.ok()) {
+      Finish(ToGrpcStatus(s));
+      return;
+    }
+    StartWrite(&current_);
+  }
+
+  const int fd_;
+  const int64_t size_;
+  int64_t sent_ = 0;
+  grpc::ByteBuffer current_;
+};
+
+}  // namespace
+
+JobServiceImpl::JobServiceImpl(JobManager* manager, JobStore* store, EventHub* hub, PreflightGate* preflight,
+                               ArtifactStore* artifacts, JobServiceOptions options)
+    : manager_(manager), store_(store), hub_(hub), preflight_(preflight), artifacts_(artifacts),
+      disabled_(options.authorizer == nullptr ? Authorizer::Disabled() : nullptr),
+      authorizer_(options.authorizer != nullptr ? options.authorizer : disabled_.get()),
+      watchers_(options.max_watchers_per_owner) {}
+
+absl::StatusOr<v1::Job> JobServiceImpl::VisibleJob(const Caller& caller, const std::string& id) {
+  auto job = manager_->Get(id);
+  if (job.ok() && !Authorizer::CanSee(caller, job->owner())) {
+    // Word for word what JobManager::Get says of a job that does not exist.
+    return absl::NotFoundError(absl::StrCat("job ", id, " not found"));
+  }
+  return job;
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext* ctx,
+                                                    const grpc::ByteBuffer* in,
+                                                    grpc::ByteBuffer* out) {
+  auto authenticated = authorizer_->Authenticate(*ctx);
+  if (!authenticated.ok()) return Done(ctx, authenticated.status());
+  const Caller caller = std::move(*authenticated);
+  if (!Authorizer::CanSubmit(caller)) return Done(ctx, Denied(caller, "submit jobs", "submitter or admin"));
+  v1::SubmitJobRequest request;
+  if (auto s = ParseRequest(*in, &request); !s.ok()) return Done(ctx, s);
+  if (!request.spec().compile().preflight()) {
+    auto job = manager_->Submit(request.spec(), caller.owner);
+    absl::Status status = job.status();
+    if (job.ok()) status = SerializeResponse(*job, out);
+    return Done(ctx, status);
+  }
+  // Refuse what Submit would refuse before spending a preflight on it.
+  v1::JobSpec spec = request.spec();
+  if (auto s = manager_->Validate(&spec); !s.ok()) return Done(ctx, s);
+  auto* reactor = new PreflightSubmitReactor();
+  auto cancelled = reactor->cancelled();
+  // `out` lives until the call is done, which is after Finish.
+  preflight_->Check(
+      spec, [cancelled] { return cancelled->load(); },
+      [this, reactor, cancelled, spec, out, owner = caller.owner](absl::Status status) {
+        if (status.ok() && cancelled->load()) {
+          status = absl::CancelledError("the client went away during the preflight");
+        }
+        if (status.ok()) {
+          auto job = manager_->Submit(spec, owner);
+          status = job.status();
+          if (job.ok()) status = SerializeResponse(*job, out);
+        }
+        reactor->Finish(ToGrpcStatus(status));
+      });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* ctx,
+                                                 const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
+  return Serve<v1::GetJobRequest, v1::Job>(
+      ctx, *authorizer_, in, out, [this](const Caller& caller, const v1::GetJobRequest& request, v1::Job* response) {
+        if (auto s = request_validation::Check(request); !s.ok()) return s;
+        auto job = VisibleJob(caller, request.id());
+        if (job.ok()) *response = std::move(*job);
+        return job.status();
+      });
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* ctx,
+                                                   const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
+  return Serve<v1::ListJobsRequest, v1::ListJobsResponse>(
+      ctx, *authorizer_, in, out,
+      [this](const Caller& caller, const v1::ListJobsRequest& request, v1::ListJobsResponse* response) {
+        if (auto s = request_validation::Check(request); !s.ok()) return s;
+        std::vector<v1::Job::State> states;
+        for (int s : request.states()) states.push_back(static_cast<v1::Job::State>(s));
+        // A submitter lists only its own jobs; the filter comes before the limit.
+        const std::string owner = caller.role == Role::kSubmitter ? caller.owner : "";
+        for (auto& job : manager_->List(states, request.limit(), owner)) {
+          *response->add_jobs() = std::move(job);
+        }
+        return absl::OkStatus();
+      });
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext* ctx,
+                                                    const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
+  return Serve<v1::CancelJobRequest, v1::Job>(
+      ctx, *authorizer_, in, out, [this](const Caller& caller, const v1::CancelJobRequest& request, v1::Job* response) {
+        if (auto s = request_validation::Check(request); !s.ok()) return s;
+        if (caller.role == Role::kViewer) return Denied(caller, "cancel jobs", "submitter or admin");
+        TY_ASSIGN_OR_RETURN(const v1::Job visible, VisibleJob(caller, request.id()));
+        if (!Authorizer::CanCancel(caller, visible.owner())) {
+          return Denied(caller, "cancel this job", "its owner or admin");
+        }
+        auto job = manager_->Cancel(request.id(), request.reason());
+        if (job.ok()) *response = std::move(*job);
+        return job.status();
+      });
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::ResizeJob(grpc::CallbackServerContext* ctx,
+                                                    const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
+  return Serve<v1::ResizeJobRequest, v1::ResizeJobResponse>(
+      ctx, *authorizer_, in, out,
+      [this](const Caller& caller, const v1::ResizeJobRequest& request, v1::ResizeJobResponse* response) {
+        if (auto s = request_validation::Check(request); !s.ok()) return s;
+        if (caller.role == Role::kViewer) return Denied(caller, "resize jobs", "submitter or admin");
+        TY_ASSIGN_OR_RETURN(const v1::Job visible, VisibleJob(caller, request.job_id()));
+        if (!Authorizer::CanCancel(caller, visible.owner())) {
+          return Denied(caller, "resize this job", "its owner or admin");
+        }
+        auto job = manager_->Resize(request.job_id(), request.dp());
+        if (job.ok()) *response->mutable_job() = std::move(*job);
+        return job.status();
+      });
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::ListWorkers(grpc::CallbackServerContext* ctx,
+                                                      const grpc::ByteBuffer* in,
+                                                      grpc::ByteBuffer* out) {
+  return Serve<v1::ListWorkersRequest, v1::ListWorkersResponse>(
+      ctx, *authorizer_, in, out,
+      [this](const Caller& caller, const v1::ListWorkersRequest&, v1::ListWorkersResponse* response) {
+        if (!Authorizer::CanSeeFleet(caller)) return Denied(caller, "list workers", "any role");
+        for (auto& w : manager_->Workers()) *response->add_workers() = std::move(w);
+        return absl::OkStatus();
+      });
+}
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* JobServiceImpl::WatchJob(grpc::CallbackServerContext* ctx,
+                                                                     const grpc::ByteBuffer* in) {
+  auto caller = authorizer_->Authenticate(*ctx);
+  if (!caller.ok()) return new FailedWatch(caller.status());
+  v1::WatchJobRequest request;
+  if (auto s = ParseRequest(*in, &request); !s.ok()) return new FailedWatch(s);
+  if (auto s = request_validation::Check(request); !s.ok()) return new FailedWatch(s);
+  if (auto job = VisibleJob(*caller, request.id()); !job.ok()) return new FailedWatch(job.status());
+  // Per identity: with authorization off there is none (every caller is "local"), and
+  // one cap for the whole controller would refuse a dashboard's 65th watcher.
+  std::unique_ptr<WatcherCap::Lease> lease;
+  if (authorizer_->enabled()) {
+    auto acquired = watchers_.Acquire(caller->owner);
+    if (!acquired.ok()) return new FailedWatch(acquired.status());
+    lease = std::move(*acquired);
+  }
+  return new WatchReactor(store_, hub_, request.id(), request.from_seq(), std::move(lease));
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::ListArtifacts(grpc::CallbackServerContext* ctx,
+                                                        const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
+  return Serve<v1::ListArtifactsRequest, v1::ListArtifactsResponse>(
+      ctx, *authorizer_, in, out,
+      [this](const Caller& caller, const v1::ListArtifactsRequest& request, v1::ListArtifactsResponse* response) {
+        TY_RETURN_IF_ERROR(request_validation::CheckJobId("ListArtifactsRequest.job_id", request.job_id()));
+        TY_RETURN_IF_ERROR(VisibleJob(caller, request.job_id()).status());
+        TY_ASSIGN_OR_RETURN(auto artifacts, artifacts_->List(request.job_id()));
+        for (auto& a : artifacts) *response->add_artifacts() = std::move(a);
+        return absl::OkStatus();
+      });
+}
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* JobServiceImpl::PullArtifact(grpc::CallbackServerContext* ctx,
+                                                                         const grpc::ByteBuffer* in) {
+  auto caller = authorizer_->Authenticate(*ctx);
+  if (!caller.ok()) return new FailedWatch(caller.status());
+  v1::PullArtifactRequest request;
+  if (auto s = ParseRequest(*in, &request); !s.ok()) return new FailedWatch(s);
+  if (auto s = request_validation::CheckJobId("PullArtifactRequest.job_id", request.job_id()); !s.ok()) {
+    return new FailedWatch(s);
+  }
+  if (std::string p = ArtifactStore::NameProblem(request.name()); !p.empty()) {
+    return new FailedWatch(absl::InvalidArgumentError(absl::StrCat("PullArtifactRequest.name: ", p)));
+  }
+  if (auto job = VisibleJob(*caller, request.job_id()); !job.ok()) return new FailedWatch(job.status());
+  auto info = artifacts_->Find(request.job_id(), request.name());
+  if (!info.ok()) return new FailedWatch(info.status());
+  const std::string path = artifacts_->PathOf(request.job_id(), request.name());
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    // The controller's path goes to its log, not to the client.
+    spdlog::error("artifact {}/{}: {} cannot be read: {}", request.job_id(), request.name(), path, std::strerror(errno));
+    return new FailedWatch(absl::DataLossError(
+        absl::StrCat("artifact ", request.name(), " is indexed but its file cannot be read at the controller")));
+  }
+  return new PullReactor(fd, std::move(*info));
+}
+
+}  // namespace trainyard

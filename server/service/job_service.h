@@ -1,0 +1,88 @@
+#pragma once
+
+#include <memory>
+
+#include "server/state/artifact_store.h"
+#include "server/auth/authorizer.h"
+#include "server/auth/watcher_cap.h"
+#include "server/state/event_hub.h"
+#include "server/state/job_manager.h"
+#include "server/state/preflight_gate.h"
+#include "server/store/job_store.h"
+#include "trainyard/v1/job_service.grpc.pb.h"
+
+namespace trainyard {
+
+struct JobServiceOptions {
+  // Who may call what (server/auth/authorizer.h). Null: authorization off, every caller
+  // an admin whose owner is "local" (Authorizer::Disabled()). Must outlive the service.
+  const Authorizer* authorizer = nullptr;
+  // Concurrent WatchJob streams per identity (owner); beyond, RESOURCE_EXHAUSTED.
+  int max_watchers_per_owner = WatcherCap::kDefaultPerOwner;
+};
+
+// Thin gRPC adapter for JobService: parses, calls JobManager, converts the Status.
+// WatchJob streams committed events from the store, so a slow watcher never stalls
+// ingestion. A SubmitJob whose spec sets compile.preflight is validated, then handed
+// to the PreflightGate; the gate's thread creates the job (or not) and finishes the
+// call.
+// Every method takes its request as raw bytes and parses it with ParseRequest, so a
+// malformed request (invalid UTF-8 in a string field) is an INVALID_ARGUMENT naming the
+// field rather than gRPC's empty UNIMPLEMENTED. The wire format is the typed one.
+// ListArtifacts and PullArtifact read the ArtifactStore: NOT_FOUND for an unknown job or
+// artifact; PullArtifact sends the ArtifactInfo first, then the bytes in messages of at
+// most 256 KiB, one write in flight.
+// Authorization: every method first authenticates the caller (UNAUTHENTICATED without
+// a known bearer token), then applies its role (Authorizer::Can*): a viewer's
+// SubmitJob, CancelJob or ResizeJob is PERMISSION_DENIED; a submitter's job gets the
+// submitter as owner, and a job of another owner is, for a submitter, NOT_FOUND with
+// the very message of a job that does not exist (so ids of others' jobs cannot be
+// probed) in GetJob, CancelJob, ResizeJob, WatchJob, ListArtifacts and PullArtifact,
+// and absent from ListJobs.
+using JobServiceBase = v1::JobService::WithRawCallbackMethod_SubmitJob<
+    v1::JobService::WithRawCallbackMethod_GetJob<v1::JobService::WithRawCallbackMethod_ListJobs<
+        v1::JobService::WithRawCallbackMethod_CancelJob<v1::JobService::WithRawCallbackMethod_ResizeJob<
+            v1::JobService::WithRawCallbackMethod_WatchJob<
+                v1::JobService::WithRawCallbackMethod_ListWorkers<v1::JobService::WithRawCallbackMethod_ListArtifacts<
+                    v1::JobService::WithRawCallbackMethod_PullArtifact<v1::JobService::Service>>>>>>>>>;
+
+class JobServiceImpl final : public JobServiceBase {
+ public:
+  JobServiceImpl(JobManager* manager, JobStore* store, EventHub* hub, PreflightGate* preflight,
+                 ArtifactStore* artifacts, JobServiceOptions options = {});
+
+  grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                   grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ResizeJob(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ListWorkers(grpc::CallbackServerContext* ctx,
+                                        const grpc::ByteBuffer* request,
+                                        grpc::ByteBuffer* response) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* WatchJob(grpc::CallbackServerContext* ctx,
+                                                       const grpc::ByteBuffer* request) override;
+  grpc::ServerUnaryReactor* ListArtifacts(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* response) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* PullArtifact(grpc::CallbackServerContext* ctx,
+                                                           const grpc::ByteBuffer* request) override;
+
+ private:
+  // The job `id` if `caller` may see it; NOT_FOUND as for a missing job otherwise.
+  absl::StatusOr<v1::Job> VisibleJob(const Caller& caller, const std::string& id);
+
+  JobManager* const manager_;
+  JobStore* const store_;
+  EventHub* const hub_;
+  PreflightGate* const preflight_;
+  ArtifactStore* const artifacts_;
+  std::unique_ptr<Authorizer> disabled_;  // set when options.authorizer is null
+  const Authorizer* const authorizer_;
+  WatcherCap watchers_;
+};
+
+}  // namespace trainyard

@@ -1,0 +1,142 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/base/clock.h"
+#include "server/metrics/controller_metrics.h"
+#include "server/state/effects.h"
+#include "server/state/event_rate_limit.h"
+#include "server/policy/event_fencing.h"
+#include "server/state/tracked_job.h"
+#include "server/state/worker_channel.h"
+#include "server/state/worker_registry.h"
+#include "trainyard/v1/event.pb.h"
+#include "trainyard/v1/job.pb.h"
+#include "trainyard/v1/worker_service.pb.h"
+
+namespace trainyard {
+
+// The job state machine: PENDING → SCHEDULED → RUNNING → SUCCEEDED | FAILED |
+// CANCELLED, with RESTARTING after a failure while the restart policy allows. It keeps
+// each job's working state (rank phases of the current attempt, slot and port holds in
+// the worker registry), places pending gangs in queue order, turns committed events
+// and worker changes into transitions, and rebuilds itself from stored jobs and events
+// after a controller restart.
+//
+// Restarts (RestartPolicy): each failed attempt's cause is appended to
+// Job.failure_causes; restart k waits restart.backoff_s·2^(k-1) from the failure
+// before it may be placed; a worker where the job failed twice is avoided when a
+// placement without it exists; after restart.elastic_wait_s without slots for its dp
+// a job with restart.min_dp > 0 restarts smaller (ElasticPolicy). A CheckpointSaved of
+// the current attempt becomes Job.last_checkpoint, which the next attempt resumes from.
+// A requested resize (ResizePolicy) ends the running attempt like a restart, without
+// backoff and without using a restart, and places the next attempt at exactly its dp.
+//
+// It does no I/O: every transition is recorded in the caller's Effects (the job row,
+// then a job_state event), and so is every Assign and Cancel for a worker, after the
+// writes that name it. Metrics and logs are written directly.
+//
+// Not thread-safe; owned by JobManager, which uses it (and the registry it shares)
+// only under its state mutex.
+class JobLifecycle {
+ public:
+  // max_events_per_s_per_rank: EventRateLimiter's rate for each rank of a job (<= 0:
+  // no limit), with ten seconds' worth of burst.
+  JobLifecycle(WorkerRegistry* workers, ControllerMetrics* metrics, Clock* clock,
+               double max_events_per_s_per_rank = 0);
+
+  // A new job of `owner` for an admitted (normalised) spec, PENDING, created `now`, and
+  // its first event (*first: the PENDING job_state), for the caller to commit together.
+  static v1::Job NewJob(v1::JobSpec normalised, const std::string& owner, absl::Time now,
+                        v1::Event* first);
+
+  // Adopts a job read back from the store at start-up and returns its FIFO position.
+  // For a job that was SCHEDULED, RUNNING or RESTARTING, `events` are its stored events:
+  // the current attempt's RankState events are replayed, so transitions the crash cut
+  // off (every rank exited, a rank failed) happen now, and the placement's workers are
+  // expected to reconnect within the heartbeat timeout.
+  int64_t Recover(v1::Job job, const std::vector<v1::Event>& events, Effects* fx);
+  // Adopts a job whose PENDING row was just committed; returns its FIFO position.
+  int64_t Add(v1::Job job);
+  bool Contains(const std::string& id) const;
+  // Ended (a terminal state) with every rank of its last attempt ended: its event
+  // stream is closed, and events that still arrive for it are dropped, not appended.
+  bool Closed(const std::string& id) const;
+
+  // NOT_FOUND for an unknown job, FAILED_PRECONDITION for one that already ended.
+  absl::Status Cancel(const std::string& id, const std::string& reason, Effects* fx);
+  // Restarts the job at data-parallel degree `dp` from its last checkpoint
+  // (ResizePolicy::Plan says when it may): a running attempt is cancelled and the job
+  // goes RESTARTING; a restarting or PENDING one only changes the dp its restart
+  // places. NOT_FOUND for an unknown job; OK without a change when already at `dp`.
+  absl::Status Resize(const std::string& id, int dp, Effects* fx);
+  // The worker of each rank (index = rank; "" where unknown) of attempt `attempt` of
+  // job `id`: the current attempt's placement, or an earlier one's as recorded (see
+  // TrackedJob::past_placements); nullopt when this controller does not know it (an
+  // unknown job, a future attempt, one placed before a restart of a job that had
+  // already ended, or older than the last kMaxPastPlacements).
+  std::optional<std::vector<std::string>> AttemptWorkers(const std::string& id, int attempt) const;
+  // Before a commit: removes from `events` (one job's, sent by worker `worker`) those
+  // that must not be stored (event_fencing: another attempt, a rank not placed on that
+  // worker, a checkpoint that cannot be the newest, and step metrics, compile events
+  // and log lines past the job's rate: EventRateLimiter) and returns why each was
+  // refused. Unknown jobs are the caller's.
+  std::vector<EventRefusal> Screen(const std::string& worker, const std::string& job_id,
+                                   std::vector<v1::Event>* events);
+  // Acts on a job's newly committed events of the current attempt: RankState, a Stall
+  // (a failure), a CheckpointSaved (the job's last_checkpoint).
+  void ApplyEvents(const std::string& job_id, const std::vector<v1::Event>& committed,
+                   Effects* fx);
+  // A worker (re)registered, reporting the attempts it still runs: cancels attempts the
+  // controller does not run; fails the ranks it placed there that the worker no longer
+  // reports.
+  void WorkerRegistered(const v1::Register& reg, const std::shared_ptr<WorkerChannel>& channel,
+                        Effects* fx);
+  // The registry declared `name` lost: its ranks end, their gangs fail.
+  void WorkerLost(const std::string& name, const std::string& why, Effects* fx);
+  // Places pending jobs onto free slots: in queue order (priority, then FIFO), with EASY
+  // backfill (GangScheduler::PlanQueue) over the running jobs' estimated ends; updates
+  // the pending reason of those that must wait and their estimated start.
+  void Schedule(Effects* fx);
+  // Ends FAILED every active job whose attempt has run past its job.time_limit_s.
+  void EnforceTimeLimits(Effects* fx);
+  // The scheduler's view of a PENDING job: its estimated start and the workers reserved
+  // for its ranks (the queue's head only), written into `job`. No-op for other jobs.
+  void FillEstimate(const std::string& id, v1::Job* job) const;
+
+ private:
+  static bool IsTerminal(v1::Job::State s);
+  static bool IsActive(const TrackedJob& rt);
+  void SetState(TrackedJob& rt, v1::Job::State state, const std::string& reason, Effects* fx);
+  void StartAttempt(TrackedJob& rt, const GangDecision& decision, Effects* fx);
+  void ApplyRankState(TrackedJob& rt, const v1::Event& event, Effects* fx);
+  void ApplyStall(TrackedJob& rt, const v1::Event& event, Effects* fx);
+  void RankEnded(TrackedJob& rt, int rank, Effects* fx);
+  // Ends the attempt as failed with `cause`, blamed on `worker` ("": none), and
+  // restarts it or fails the job (RestartPolicy).
+  void FailAttempt(TrackedJob& rt, const std::string& cause, const std::string& worker, Effects* fx);
+  // Ends each rank of an active attempt placed on `worker` (but the attempts in
+  // `still_running`, as (job, attempt)) and fails its attempt with `cause(rank)`,
+  // blamed on `worker`, unless it is already ending.
+  void EndRanksOn(const std::string& worker, const std::set<std::pair<std::string, int>>* still_running,
+                  Effects* fx, const std::function<std::string(int rank)>& cause);
+
+  void SendCancel(TrackedJob& rt, const std::string& reason, Effects* fx);
+
+  WorkerRegistry* const workers_;
+  ControllerMetrics* const metrics_;
+  Clock* const clock_;
+  EventRateLimiter rate_;
+  std::map<std::string, TrackedJob> jobs_;
+  int64_t next_order_ = 0;
+};
+
+}  // namespace trainyard

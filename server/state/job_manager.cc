@@ -1,0 +1,434 @@
+#include "server/state/job_manager.h"
+
+#include "common/spec/spec_error.h"
+#include "server/policy/request_validation.h"
+
+#include <algorithm>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/proto_time.h"
+#include "common/base/status_macros.h"
+#include "spdlog/spdlog.h"
+
+namespace trainyard {
+namespace {
+
+// Jobs whose ranks may still run (their stored events rebuild the rank phases) or
+// that wait to restart (their last RESTARTING event starts the backoff).
+bool NeedsEvents(const v1::Job& job) {
+  const v1::Job::State s = job.state();
+  return s == v1::Job::SCHEDULED || s == v1::Job::RUNNING || s == v1::Job::RESTARTING ||
+         (s == v1::Job::PENDING && job.attempt() > 0);
+}
+
+}  // namespace
+
+JobManager::JobManager(JobStore* store, EventHub* hub, ControllerMetrics* metrics,
+                       Clock* clock, JobManagerOptions options)
+    : store_(store),
+      hub_(hub),
+      metrics_(metrics),
+      clock_(clock),
+      options_(options),
+      registry_(clock, options.heartbeat_interval, options.heartbeat_timeout),
+      lifecycle_(&registry_, metrics, clock, options.max_events_per_s_per_rank) {}
+
+absl::Status JobManager::Recover() {
+  TY_ASSIGN_OR_RETURN(auto jobs, store_->LoadJobs());
+  std::vector<std::vector<v1::Event>> events(jobs.size());
+  std::vector<int64_t> last_seq(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    if (NeedsEvents(jobs[i])) {
+      TY_ASSIGN_OR_RETURN(events[i], store_->ReadEvents(jobs[i].id(), 1, 1 << 30));
+    }
+    last_seq[i] = store_->LastSeq(jobs[i].id());
+  }
+  absl::MutexLock commit(&commit_mu_);
+  Effects fx;
+  {
+    absl::MutexLock lock(&mu_);
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      const std::string id = jobs[i].id();
+      JobView view{jobs[i], 0, last_seq[i]};
+      view.order = lifecycle_.Recover(std::move(jobs[i]), events[i], &fx);
+      views_[id] = std::move(view);
+    }
+    lifecycle_.Schedule(&fx);
+    UpdateSlotMetricsLocked();
+  }
+  Run(std::move(fx)).IgnoreError();  // logged by Run
+  return absl::OkStatus();
+}
+
+absl::Status JobManager::Reject(absl::Status status) {
+  metrics_->JobRejected();
+  spdlog::info("rejected job: {}", std::string(status.message()));
+  return status;
+}
+
+FleetView JobManager::FleetLocked() {
+  FleetView fleet;
+  fleet.connected_slots = registry_.ConnectedSlots();
+  fleet.idle_workers = registry_.ConnectedTotal();
+  std::tie(fleet.largest_memory_worker, fleet.largest_memory_bytes) = registry_.LargestMemory();
+  return fleet;
+}
+
+absl::Status JobManager::Validate(v1::JobSpec* spec) {
+  FleetView fleet;
+  {
+    absl::MutexLock lock(&mu_);
+    fleet = FleetLocked();
+  }
+  auto admitted = AdmissionPolicy::Admit(std::move(*spec), fleet);
+  if (!admitted.ok()) return Reject(admitted.status());
+  *spec = std::move(*admitted);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::Job> JobManager::Submit(v1::JobSpec spec, const std::string& owner) {
+  FleetView fleet;
+  {
+    absl::MutexLock lock(&mu_);
+    fleet = FleetLocked();
+  }
+  auto admitted = AdmissionPolicy::Admit(std::move(spec), fleet);
+  if (!admitted.ok()) return Reject(admitted.status());
+  std::vector<v1::Event> first(1);
+  v1::Job job = JobLifecycle::NewJob(std::move(*admitted), owner, clock_->Now(), &first[0]);
+
+  absl::MutexLock commit(&commit_mu_);
+  // The row and its PENDING event, in one transaction; nothing exists when it fails.
+  TY_RETURN_IF_ERROR(store_->CreateJob(&job, &first));
+  const std::string id = job.id();
+  Effects fx;
+  fx.Notify(id);
+  {
+    absl::MutexLock lock(&mu_);
+    JobView view{job, 0, first.empty() ? 0 : first.back().seq()};
+    view.order = lifecycle_.Add(std::move(job));
+    views_[id] = std::move(view);
+    lifecycle_.Schedule(&fx);
+    UpdateSlotMetricsLocked();
+  }
+  Run(std::move(fx)).IgnoreError();  // the job exists; a failed placement write is logged
+  absl::MutexLock lock(&mu_);
+  return ViewLocked(id);
+}
+
+v1::Job JobManager::ViewLocked(const std::string& id) {
+  const JobView& view = views_.at(id);
+  v1::Job out = view.job;
+  out.set_last_seq(view.last_seq);
+  lifecycle_.FillEstimate(id, &out);
+  return out;
+}
+
+absl::StatusOr<v1::Job> JobManager::Get(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  if (!views_.count(id)) return absl::NotFoundError(absl::StrCat("job ", id, " not found"));
+  return ViewLocked(id);
+}
+
+std::vector<v1::Job> JobManager::List(const std::vector<v1::Job::State>& states, int limit,
+                                      const std::string& owner) {
+  absl::MutexLock lock(&mu_);
+  std::vector<const JobView*> rows;
+  for (const auto& [id, view] : views_) {
+    if (!owner.empty() && view.job.owner() != owner) continue;
+    if (!states.empty() &&
+        std::find(states.begin(), states.end(), view.job.state()) == states.end()) {
+      continue;
+    }
+    rows.push_back(&view);
+  }
+  // Newest first, as a person scanning the list wants.
+  std::sort(rows.begin(), rows.end(),
+            [](const JobView* a, const JobView* b) { return a->order > b->order; });
+  if (limit <= 0) limit = 100;
+  std::vector<v1::Job> out;
+  for (const auto* view : rows) {
+    if (static_cast<int>(out.size()) >= limit) break;
+    out.push_back(view->job);
+    out.back().set_last_seq(view->last_seq);
+  }
+  return out;
+}
+
+absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& id, const std::string& reason) {
+  absl::MutexLock commit(&commit_mu_);
+  Effects fx;
+  {
+    absl::MutexLock lock(&mu_);
+    TY_RETURN_IF_ERROR(lifecycle_.Cancel(id, reason, &fx));
+    lifecycle_.Schedule(&fx);
+    UpdateSlotMetricsLocked();
+  }
+  TY_RETURN_IF_ERROR(Run(std::move(fx)));
+  absl::MutexLock lock(&mu_);
+  return ViewLocked(id);
+}
+
+absl::StatusOr<v1::Job> JobManager::Resize(const std::string& id, int dp) {
+  absl::MutexLock commit(&commit_mu_);
+  Effects fx;
+  {
+    absl::MutexLock lock(&mu_);
+    TY_RETURN_IF_ERROR(lifecycle_.Resize(id, dp, &fx));
+    lifecycle_.Schedule(&fx);
+    UpdateSlotMetricsLocked();
+  }
+  TY_RETURN_IF_ERROR(Run(std::move(fx)));
+  absl::MutexLock lock(&mu_);
+  return ViewLocked(id);
+}
+
+std::vector<v1::WorkerInfo> JobManager::Workers() {
+  absl::MutexLock lock(&mu_);
+  return registry_.List();
+}
+
+absl::Status JobManager::RegisterWorker(int64_t conn, const v1::Register& reg,
+                                        std::shared_ptr<WorkerChannel> channel) {
+  absl::MutexLock commit(&commit_mu_);
+  Effects fx;
+  {
+    absl::MutexLock lock(&mu_);
+    TY_RETURN_IF_ERROR(registry_.Register(conn, reg, std::move(channel), &fx));
+    lifecycle_.WorkerRegistered(reg, registry_.Channel(reg.name()), &fx);
+    lifecycle_.Schedule(&fx);
+    UpdateSlotMetricsLocked();
+  }
+  Run(std::move(fx)).IgnoreError();  // logged by Run
+  return absl::OkStatus();
+}
+
+void JobManager::Heartbeat(int64_t conn, const v1::Heartbeat& heartbeat) {
+  absl::MutexLock lock(&mu_);
+  registry_.Touch(conn);
+}
+
+absl::Status JobManager::IngestEvents(int64_t conn, const v1::EventBatch& batch) {
+  // Group by job, keeping each job's order. An event no worker may send is dropped and
+  // counted; the batch is still acknowledged (see request_validation::InvalidEvent).
+  std::map<std::string, std::vector<v1::Event>> by_job;
+  int invalid = 0;
+  for (const auto& e : batch.events()) {
+    if (std::string why = request_validation::InvalidEvent(e); !why.empty()) {
+      if (invalid++ == 0) {
+        spdlog::warn("worker stream {}: dropped an event of job {}: {}", conn, Quote(e.job_id()), why);
+      }
+      continue;
+    }
+    by_job[e.job_id()].push_back(e);
+  }
+  if (invalid > 0) metrics_->EventsDropped("invalid", invalid);
+
+  absl::MutexLock commit(&commit_mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    std::optional<std::string> worker = registry_.NameOf(conn);
+    if (!worker) return absl::FailedPreconditionError("events before Register on this stream");
+    registry_.Touch(conn);
+    for (auto it = by_job.begin(); it != by_job.end();) {
+      if (lifecycle_.Closed(it->first)) {
+        // The job ended and its ranks are gone: its stream is closed. A late event (a
+        // resend, a rank that outlived its cancel) is dropped and counted, not appended.
+        spdlog::info("worker={} sent {} events for job={}, whose stream is closed; dropped", *worker,
+                     it->second.size(), it->first);
+        metrics_->EventsDropped("job_ended", static_cast<int>(it->second.size()));
+        it = by_job.erase(it);
+        continue;
+      }
+      if (lifecycle_.Contains(it->first)) {
+        // Another attempt's events, a rank not placed on this worker, a checkpoint that
+        // cannot be the job's newest: dropped and counted, the batch still acknowledged.
+        std::map<std::string, int> dropped;  // by label; the first of each is logged
+        for (const EventRefusal& r : lifecycle_.Screen(*worker, it->first, &it->second)) {
+          if (dropped[r.label]++ == 0) {
+            spdlog::warn("worker={} job={}: dropped an event ({}): {}", *worker, it->first, r.label, r.why);
+          }
+        }
+        for (const auto& [label, n] : dropped) metrics_->EventsDropped(label, n);
+        ++it;
+        continue;
+      }
+      spdlog::warn("worker={} sent {} events for unknown job={}", *worker, it->second.size(),
+                   it->first);
+      it = by_job.erase(it);
+    }
+  }
+  // Commit outside the state lock (jobs are never removed, and no other writer runs).
+  absl::Status status;
+  Effects fx;
+  std::map<std::string, std::vector<v1::Event>> committed;
+  const absl::Time started = absl::Now();  // wall time, whatever clock_ is
+  for (auto& [job_id, events] : by_job) {
+    const absl::Time now = clock_->Now();
+    for (auto& e : events) {
+      if (!e.has_time()) *e.mutable_time() = ToProtoTime(now);
+    }
+    auto stored = store_->AppendEvents(job_id, std::move(events));
+    if (!stored.ok()) {
+      status = stored.status();  // this batch is not acknowledged; the worker resends it
+      break;
+    }
+    metrics_->EventsIngested(static_cast<int>(stored->size()));
+    for (const auto& e : *stored) {
+      if (e.has_step_metrics()) metrics_->StepReported(job_id, e.step_metrics(), clock_->Now());
+      if (e.has_compile()) metrics_->CompileReported(job_id, e.compile());
+      if (e.has_stall()) metrics_->StallReported(job_id);
+    }
+    fx.Notify(job_id);
+    committed[job_id] = std::move(*stored);
+  }
+  if (!by_job.empty()) metrics_->IngestBatch(absl::Now() - started);
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [job_id, events] : committed) {
+      if (!events.empty()) {
+        JobView& view = views_.at(job_id);
+        view.last_seq = std::max(view.last_seq, events.back().seq());
+      }
+      lifecycle_.ApplyEvents(job_id, events, &fx);
+    }
+    lifecycle_.Schedule(&fx);
+    UpdateSlotMetricsLocked();
+  }
+  Run(std::move(fx)).IgnoreError();  // follow-up transitions; logged by Run
+  return status;
+}
+
+void JobManager::StreamClosed(int64_t conn) {
+  absl::MutexLock lock(&mu_);
+  if (registry_.Disconnect(conn)) UpdateSlotMetricsLocked();
+}
+
+void JobManager::Tick() {
+  {
+    absl::MutexLock commit(&commit_mu_);
+    Effects fx;
+    {
+      absl::MutexLock lock(&mu_);
+      std::vector<LostWorker> lost = registry_.Tick(&fx);
+      for (const auto& l : lost) lifecycle_.WorkerLost(l.name, l.why, &fx);
+      if (!lost.empty()) metrics_->WorkersLost(static_cast<int>(lost.size()));
+      lifecycle_.EnforceTimeLimits(&fx);
+      // Every tick: estimates move with time and measured step times, and a job may
+      // now backfill.
+      lifecycle_.Schedule(&fx);
+      UpdateSlotMetricsLocked();
+    }
+    Run(std::move(fx)).IgnoreError();  // logged by Run
+  }
+  metrics_->Sweep(clock_->Now(), options_.metrics_grace);
+}
+
+bool JobManager::WorkerConnected(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  return registry_.IsConnected(name);
+}
+
+std::optional<std::vector<std::string>> JobManager::AttemptWorkers(const std::string& job_id, int attempt) {
+  absl::MutexLock lock(&mu_);
+  return lifecycle_.AttemptWorkers(job_id, attempt);
+}
+
+absl::StatusOr<bool> JobManager::AppendControllerEvent(const std::string& job_id, v1::Event event) {
+  // Under commit_mu_ no other writer runs, so views_ holds the committed state: a job
+  // seen not terminal here cannot end before this event is committed.
+  absl::MutexLock commit(&commit_mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = views_.find(job_id);
+    if (it == views_.end()) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+    const v1::Job::State s = it->second.job.state();
+    if (s == v1::Job::SUCCEEDED || s == v1::Job::FAILED || s == v1::Job::CANCELLED) return false;
+  }
+  event.set_job_id(job_id);
+  event.set_source_seq(0);
+  if (!event.has_time()) *event.mutable_time() = ToProtoTime(clock_->Now());
+  auto stored = store_->AppendEvents(job_id, {std::move(event)});
+  if (!stored.ok()) return stored.status();
+  if (!stored->empty()) {
+    absl::MutexLock lock(&mu_);
+    JobView& view = views_.at(job_id);
+    view.last_seq = std::max(view.last_seq, stored->back().seq());
+  }
+  hub_->Notify(job_id);
+  return true;
+}
+
+void JobManager::UpdateSlotMetricsLocked() {
+  const WorkerRegistry::Totals t = registry_.Count();
+  metrics_->SetWorkersConnected(t.connected);
+  metrics_->SetSlots(t.slots, t.free);
+}
+
+absl::Status JobManager::Run(Effects fx) {
+  // 1. Store writes, in order.
+  absl::Status first_error;
+  struct Committed {
+    std::string job_id;
+    std::optional<v1::Job> job;  // a row; else events up to last_seq
+    int64_t last_seq = 0;
+  };
+  std::vector<Committed> committed;
+  std::vector<std::string> notify = fx.notified();
+  for (Effects::Write& w : fx.writes()) {
+    if (w.job.has_value()) {
+      absl::Status s = store_->PutJob(*w.job);
+      if (s.ok()) {
+        committed.push_back({w.job_id, std::move(w.job), 0});
+        continue;
+      }
+      spdlog::error("job={} persisting state: {}", w.job_id, std::string(s.message()));
+      first_error = s;
+      break;
+    }
+    auto events = store_->AppendEvents(w.job_id, std::move(w.events));
+    if (!events.ok()) {
+      spdlog::error("job={} storing event: {}", w.job_id, std::string(events.status().message()));
+      first_error = events.status();
+      break;
+    }
+    if (!events->empty()) committed.push_back({w.job_id, std::nullopt, events->back().seq()});
+    if (std::find(notify.begin(), notify.end(), w.job_id) == notify.end()) notify.push_back(w.job_id);
+  }
+  // 2. Readers see what was committed.
+  if (!committed.empty()) {
+    absl::MutexLock lock(&mu_);
+    for (Committed& c : committed) {
+      auto it = views_.find(c.job_id);
+      if (it == views_.end()) continue;
+      if (c.job.has_value()) {
+        it->second.job = std::move(*c.job);
+      } else {
+        it->second.last_seq = std::max(it->second.last_seq, c.last_seq);
+      }
+    }
+  }
+  // 3. Worker messages, 4. watchers: only when every write before them was committed.
+  if (!first_error.ok()) {
+    for (const auto& id : notify) hub_->Notify(id);  // what was committed is readable
+    spdlog::critical("a store write failed after a state change; {} worker message(s) and the "
+                     "rest of this update were not carried out: {}",
+                     fx.outbound().size(), std::string(first_error.message()));
+    if (options_.on_lost_write) options_.on_lost_write(first_error);
+    return first_error;
+  }
+  for (Effects::Outbound& o : fx.outbound()) {
+    if (o.message.has_value()) {
+      o.channel->Send(std::move(*o.message));
+    } else {
+      o.channel->Close(o.close_reason);
+    }
+  }
+  for (const auto& id : notify) hub_->Notify(id);
+  for (const auto& id : fx.settled()) hub_->MarkSettled(id);
+  return first_error;
+}
+
+}  // namespace trainyard

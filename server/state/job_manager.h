@@ -1,0 +1,157 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/base/clock.h"
+#include "server/policy/admission_policy.h"
+#include "server/metrics/controller_metrics.h"
+#include "server/state/effects.h"
+#include "server/state/event_hub.h"
+#include "server/state/job_lifecycle.h"
+#include "server/store/job_store.h"
+#include "server/state/worker_channel.h"
+#include "server/state/worker_registry.h"
+#include "trainyard/v1/job_service.pb.h"
+#include "trainyard/v1/worker_service.pb.h"
+
+namespace trainyard {
+
+struct JobManagerOptions {
+  absl::Duration heartbeat_interval = absl::Seconds(2);
+  // A worker silent (or disconnected) this long is lost; its gangs are torn down. Five
+  // heartbeat intervals: long enough for a controller restart (workers reconnect within
+  // ~3 s of it being back), short enough to fail a gang fast (Ray: >= 20 s).
+  absl::Duration heartbeat_timeout = absl::Seconds(10);
+  absl::Duration metrics_grace = absl::Minutes(10);
+  // Step, compile and log events a second one job may store per rank (EventRateLimiter;
+  // the excess is dropped and counted, the stream stays up). <= 0: no cap.
+  double max_events_per_s_per_rank = 0;
+  // Called (outside both locks) when a store write that follows a state change fails:
+  // memory is then ahead of the store. The controller (main.cc) stops the process, so
+  // a supervisor restarts it and Recover rebuilds the state from the store; tests
+  // record the call. Unset: only logged.
+  std::function<void(const absl::Status&)> on_lost_write;
+};
+
+// The controller's job and worker service, behind JobService and WorkerService:
+// admission (AdmissionPolicy), the worker registry (WorkerRegistry) and the job state
+// machine (JobLifecycle), with the store as the source of truth after a restart.
+//
+// Thread-safe. Two mutexes, always taken in this order:
+//   commit_mu_  taken by writers only (Submit, Cancel, Resize, RegisterWorker,
+//               IngestEvents, Tick, Recover) for their whole call: writers run one at
+//               a time.
+//   mu_         the state lock over registry_, lifecycle_ and views_. Held only for
+//               in-memory work; never across a store call or a send.
+// Readers (Get, List, Workers) and the in-memory-only calls (Heartbeat, StreamClosed)
+// take only mu_, so they never wait for an fsync.
+//
+// Ordering and durability. A writer changes state under mu_, recording what must
+// happen outside in an Effects value: store writes, then worker messages, then
+// watcher wake-ups. It releases mu_ and carries them out in that order while still
+// holding commit_mu_ (Run). Because writers are serialised by commit_mu_ from their
+// first state change to their last effect, effects reach the store and the workers in
+// the order the state changed. In particular:
+//   - Per-job seqs are assigned by the store inside the commit (gapless from 1, worker
+//     resends dropped by (job, attempt, rank, source_seq)), in that same order.
+//   - IngestEvents commits the batch first (under commit_mu_ only), then applies the
+//     committed events under mu_; it returns, and the worker is acknowledged, only
+//     after the commit. A failed commit fails the call, so the batch is not acked.
+//   - Submit commits the job row and its PENDING event in one transaction before the
+//     job enters memory; a failed commit fails Submit and leaves no job.
+//   - An Assign (or Cancel) is sent only after the writes recorded before it, such as
+//     the SCHEDULED row and event that name the placement, were committed.
+//   - Watchers read the store and are woken only after the commit; a job is marked
+//     settled only after its final events were committed.
+//   - Readers see committed state: Get/List answer from views_, each job's row and
+//     last seq as last committed, updated by Run after each successful write.
+// A write that fails after the state changed (a follow-up transition; Submit's and
+// IngestEvents' own commits fail their call instead) stops the rest of that Run: no
+// later write, no worker message and no settle of that batch happens, so nothing
+// outside ever acts on state the store does not hold. The error goes to the caller
+// that waits (Cancel) and to options.on_lost_write, which in the controller stops the
+// process for a restart from the store (fail-stop, as etcd does on a failed WAL write).
+class JobManager {
+ public:
+  JobManager(JobStore* store, EventHub* hub, ControllerMetrics* metrics, Clock* clock,
+             JobManagerOptions options);
+
+  absl::Status Recover();
+
+  // JobService.
+  // Normalises `spec` and checks it as Submit does (AdmissionPolicy, against the slots
+  // connected now) without creating anything: the preflight gate runs between
+  // Validate and Submit. A failure is counted as a rejected job.
+  absl::Status Validate(v1::JobSpec* spec);
+  absl::StatusOr<v1::Job> Submit(v1::JobSpec spec, const std::string& owner);
+  absl::StatusOr<v1::Job> Get(const std::string& id);
+  // Newest first, at most `limit` (0: 100); only jobs of `owner` unless it is empty.
+  std::vector<v1::Job> List(const std::vector<v1::Job::State>& states, int limit,
+                            const std::string& owner = "");
+  absl::StatusOr<v1::Job> Cancel(const std::string& id, const std::string& reason);
+  // Restarts a job at data-parallel degree `dp` from its last checkpoint
+  // (JobLifecycle::Resize); returns the job as committed after the request.
+  absl::StatusOr<v1::Job> Resize(const std::string& id, int dp);
+  std::vector<v1::WorkerInfo> Workers();
+
+  // WorkerService. A connection id names one Connect stream.
+  absl::Status RegisterWorker(int64_t conn, const v1::Register& reg,
+                              std::shared_ptr<WorkerChannel> channel);
+  void Heartbeat(int64_t conn, const v1::Heartbeat& heartbeat);
+  // Commits the batch (each job's events in one transaction), then acts on them.
+  absl::Status IngestEvents(int64_t conn, const v1::EventBatch& batch);
+  void StreamClosed(int64_t conn);
+
+  // Periodic work: lost workers, metric series sweeping.
+  void Tick();
+
+  // Artifacts (server/artifact_store). Whether a worker of that name is registered and
+  // connected now.
+  bool WorkerConnected(const std::string& name);
+  // JobLifecycle::AttemptWorkers, under the state lock.
+  std::optional<std::vector<std::string>> AttemptWorkers(const std::string& job_id, int attempt);
+  // Commits `event`, a controller event (an ArtifactRef, a LogLine), to job `job_id` as
+  // a writer does, then wakes its watchers. Returns false, writing nothing, when the
+  // job has reached a terminal state: nothing follows its terminal JobStateChange.
+  // NOT_FOUND for an unknown job; the store's error when the commit fails.
+  absl::StatusOr<bool> AppendControllerEvent(const std::string& job_id, v1::Event event);
+
+ private:
+  // A job as last committed: what readers see.
+  struct JobView {
+    v1::Job job;
+    int64_t order = 0;  // FIFO position
+    int64_t last_seq = 0;
+  };
+
+  absl::Status Reject(absl::Status status);
+  FleetView FleetLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::Job ViewLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UpdateSlotMetricsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Carries out `fx` in order (see above); returns the first store error.
+  absl::Status Run(Effects fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(commit_mu_)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  JobStore* const store_;
+  EventHub* const hub_;
+  ControllerMetrics* const metrics_;
+  Clock* const clock_;
+  const JobManagerOptions options_;
+
+  absl::Mutex commit_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  absl::Mutex mu_;
+  WorkerRegistry registry_ ABSL_GUARDED_BY(mu_);
+  JobLifecycle lifecycle_ ABSL_GUARDED_BY(mu_);  // uses registry_
+  std::map<std::string, JobView> views_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace trainyard

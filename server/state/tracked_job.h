@@ -1,0 +1,117 @@
+// One job's working state inside JobLifecycle (the current attempt's rank phases,
+// its restart backoff, the workers it failed on, its shrunk or resized layout) and what
+// is derived from it alone: the Assign for a worker, and the sentences about a restart.
+//
+// Not thread-safe; owned by JobLifecycle, used under JobManager's state mutex.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "server/policy/elastic_policy.h"
+#include "server/policy/gang_scheduler.h"
+#include "trainyard/v1/event.pb.h"
+#include "trainyard/v1/job.pb.h"
+#include "trainyard/v1/worker_service.pb.h"
+
+namespace trainyard {
+
+enum class RankPhase { kAssigned, kRunning, kEnded };
+struct TrackedJob {
+  v1::Job job;
+  int64_t order = 0;  // FIFO position
+  std::vector<RankPhase> ranks;  // current attempt
+  int running = 0;
+  int exited_ok = 0;
+  int live = 0;  // ranks holding a slot
+  bool tearing_down = false;  // a failure or cancel was sent for this attempt
+  absl::Time queued_at;  // when the job last entered PENDING (scheduling latency)
+  absl::Time attempt_started;  // when the current attempt was placed
+  int64_t last_step = 0;  // of the current attempt, from its StepMetrics
+  double step_seconds = 0;  // the last reported step's wall time; 0: none yet
+  std::optional<absl::Time> estimated_start;  // PENDING: the scheduler's estimate
+  std::vector<std::string> reserved_workers;  // PENDING head: its reservation
+  absl::Time not_before = absl::InfinitePast();  // restart backoff: not placed before
+  std::map<std::string, int> failures_on;  // worker -> failed attempts blamed on it
+  std::optional<ElasticLayout> layout;  // the (next) attempt's shrunk or resized layout
+  // A requested resize (ResizeJob) not placed yet: the next attempt runs at exactly
+  // this dp. Cleared once an attempt starts, so a failure restart tries the full dp.
+  std::optional<int> resize_dp;
+  int resizes = 0;  // attempts ended by a resize: they use no restart of max_restarts
+  // Earlier attempts' worker of each rank ("" where unknown), for fencing their late
+  // artifact uploads: recorded when the next attempt is placed, and after a controller
+  // restart rebuilt from the stored RankState events (which the event screen let in
+  // only from the rank's worker). The last kMaxPastPlacements attempts are kept.
+  std::map<int, std::vector<std::string>> past_placements;
+};
+
+inline constexpr int kMaxPastPlacements = 64;
+
+// Whether `rank` indexes the current attempt's rank table (a rank an event or a
+// placement names may not).
+inline bool HasRank(const TrackedJob& rt, int rank) {
+  return rank >= 0 && rank < static_cast<int>(rt.ranks.size());
+}
+// The controller's event for a job entering `state` (rank -1).
+v1::Event JobStateEvent(v1::Job::State state, const std::string& reason, int attempt, absl::Time now);
+// Notes a StepMetrics of the current attempt (its step, the step's wall time).
+void NoteStep(TrackedJob& rt, const v1::StepMetrics& step);
+// How long until an active job's slots free: remaining steps at the measured step
+// time, bounded by its time limit; zero while its ranks are being stopped; nullopt
+// when neither is known.
+std::optional<absl::Duration> RemainingTime(const TrackedJob& rt, absl::Time now);
+// A PENDING job with a requested resize below its dp: sets `layout` to the resized
+// spec (ElasticPolicy::Resize) and returns it; nullptr when the resize is to the full
+// dp (the spec as submitted), or when the stored target is no longer valid (then the
+// resize is dropped and logged).
+const v1::JobSpec* ResizedSpec(TrackedJob& rt);
+// Restarts of restart.max_restarts used by the attempts before the current one.
+int RestartsUsed(const TrackedJob& rt);
+
+// The worker of `rank` in the current placement, or "".
+std::string WorkerOf(const TrackedJob& rt, int rank);
+// Workers the job failed on at least RestartPolicy::kAvoidAfterFailures times.
+std::vector<std::string> AvoidedWorkers(const TrackedJob& rt);
+// A PENDING job after a restart with restart.min_dp > 0: when it may shrink
+// (restart.elastic_wait_s after it became PENDING or its backoff ended); else nullopt.
+std::optional<absl::Time> ElasticFrom(const TrackedJob& rt);
+// A restarting PENDING job's reason: backing off until ..., or waiting for slots.
+std::string RestartPendingReason(const TrackedJob& rt, absl::Time now);
+// The Assign of `ranks` of the attempt just placed: the spec (or the shrunk layout's),
+// checkpoint_dir when checkpoints are on, resume_path/step from Job.last_checkpoint.
+v1::ControllerMessage AssignFor(const TrackedJob& rt, const std::vector<int>& ranks);
+// What the SCHEDULED reason adds to "placed on ...": the elastic layout, avoided
+// workers; "" when neither.
+std::string PlacementNote(const TrackedJob& rt, const GangDecision& decision, absl::Time now);
+// A committed CheckpointSaved of the current attempt becomes Job.last_checkpoint when
+// it comes from rank 0 and is newer; returns whether it did.
+bool RecordCheckpoint(TrackedJob& rt, const v1::Event& event);
+// At recovery: records the newest checkpoint among a job's stored events. A checkpoint
+// event is committed before the job row that records it, so a crash between the two
+// leaves it only in the stream (its batch acked, never resent). True when it was newer.
+bool RestoreCheckpoint(TrackedJob& rt, const std::vector<v1::Event>& events);
+// At recovery, from `events` (the job's stored ones): a restart's backoff counts from
+// its failure, the failed attempt's first RESTARTING event; attempts whose first
+// RESTARTING event is a resize's (ResizePolicy::TargetOf) are counted in `resizes`, and
+// a resize of the current attempt not placed yet is restored as `resize_dp`. Worker
+// avoidance is not stored: a recovered job may be placed on a worker it avoided.
+void RestoreBackoff(TrackedJob& rt, const std::vector<v1::Event>& events);
+// After a controller restart: each earlier attempt's worker per rank, from the stored
+// RankState events (which event fencing let in only from the rank's worker); the
+// newest kMaxPastPlacements attempts are kept.
+void RestorePastPlacements(TrackedJob& rt, const std::vector<v1::Event>& events);
+// An active job as the scheduler sees it: the workers of its ranks still running, and
+// when it is expected to give them back.
+RunningJob RunningJobOf(const TrackedJob& rt, absl::Time now);
+// A PENDING job's reason: the scheduler's, plus what a requested resize or an elastic
+// restart adds ("; resize to dp=1 of 2 requested", "; elastic: may restart at ...").
+std::string PendingReasonOf(const TrackedJob& rt, const GangDecision& decision, absl::Time now);
+// The failure cause a Stall names: "rank 2 stalled in allreduce #42 for 300 s waiting
+// for rank 3: <message>".
+std::string StallCause(const v1::Event& event);
+
+}  // namespace trainyard

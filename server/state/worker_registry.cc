@@ -1,0 +1,257 @@
+#include "server/state/worker_registry.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/spec/rules.h"
+#include "common/spec/spec_error.h"
+#include "spdlog/spdlog.h"
+
+namespace trainyard {
+
+WorkerRegistry::WorkerRegistry(Clock* clock, absl::Duration heartbeat_interval,
+                               absl::Duration heartbeat_timeout)
+    : clock_(clock),
+      heartbeat_interval_(heartbeat_interval),
+      heartbeat_timeout_(heartbeat_timeout) {}
+
+absl::Status WorkerRegistry::Register(int64_t conn, const v1::Register& reg,
+                                      std::shared_ptr<WorkerChannel> channel, Effects* fx) {
+  if (reg.name().empty()) return absl::InvalidArgumentError("register: name is empty");
+  if (reg.slots() <= 0 || reg.slots() > spec::kMaxWorldSize) {
+    return absl::InvalidArgumentError(absl::StrCat("register: slots must be in [1, ",
+                                                   spec::kMaxWorldSize, "], got ", reg.slots()));
+  }
+  if (reg.rendezvous_port_min() <= 0 || reg.rendezvous_port_max() > 65535 ||
+      reg.rendezvous_port_min() > reg.rendezvous_port_max()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("register: bad rendezvous port range ", reg.rendezvous_port_min(), "-",
+                     reg.rendezvous_port_max()));
+  }
+  // Every gang whose rank 0 sits here holds one port, and each holds a slot here.
+  if (reg.rendezvous_port_max() - reg.rendezvous_port_min() + 1 < reg.slots()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "register: rendezvous port range ", reg.rendezvous_port_min(), "-",
+        reg.rendezvous_port_max(), " holds fewer ports than the ", reg.slots(), " slots"));
+  }
+  // Two streams claiming one name: the older one keeps it while its heartbeats arrive.
+  // A newcomer (a forger, or the same daemon reconnecting behind a half-open connection)
+  // is refused and changes nothing; it takes the name once the old stream missed three
+  // heartbeats, well before the timeout that would declare the worker lost and fail its
+  // gangs, so a reconnecting worker keeps its running jobs.
+  auto existing = workers_.find(reg.name());
+  if (existing != workers_.end() && existing->second.connected && existing->second.conn != conn) {
+    const absl::Duration silent = clock_->Now() - existing->second.last_seen;
+    const absl::Duration lapse = std::min(heartbeat_timeout_, 3 * heartbeat_interval_);
+    if (silent <= lapse) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "register: worker \"", Quote(reg.name()),
+          "\" is connected on another stream (last heard from ", absl::ToInt64Seconds(silent),
+          "s ago); a new connection may take the name once that stream has been silent for ",
+          absl::FormatDuration(lapse)));
+    }
+  }
+  Worker& w = workers_[reg.name()];
+  if (w.connected && w.conn != conn && w.channel) {
+    fx->Close(w.channel, "replaced by a newer connection of the same worker (the old one fell silent)");
+  }
+  w.conn = conn;
+  w.reg = reg;
+  w.channel = std::move(channel);
+  w.connected = true;
+  w.last_seen = clock_->Now();
+  if (w.next_port < reg.rendezvous_port_min() || w.next_port > reg.rendezvous_port_max()) {
+    w.next_port = reg.rendezvous_port_min();
+  }
+  v1::ControllerMessage ack;
+  ack.mutable_register_ack()->set_heartbeat_interval_ms(
+      static_cast<int32_t>(absl::ToInt64Milliseconds(heartbeat_interval_)));
+  fx->Send(w.channel, std::move(ack));
+  spdlog::info("worker={} registered slots={} address={} running_attempts={}", reg.name(),
+               reg.slots(), reg.address(), reg.running_size());
+  return absl::OkStatus();
+}
+
+WorkerRegistry::Worker* WorkerRegistry::ByConn(int64_t conn) {
+  for (auto& [name, w] : workers_) {
+    if (w.conn == conn && w.connected) return &w;
+  }
+  return nullptr;
+}
+
+const WorkerRegistry::Worker* WorkerRegistry::ByConn(int64_t conn) const {
+  return const_cast<WorkerRegistry*>(this)->ByConn(conn);
+}
+
+std::optional<std::string> WorkerRegistry::NameOf(int64_t conn) const {
+  const Worker* w = ByConn(conn);
+  if (w == nullptr) return std::nullopt;
+  return w->reg.name();
+}
+
+bool WorkerRegistry::Touch(int64_t conn) {
+  Worker* w = ByConn(conn);
+  if (w == nullptr) return false;
+  w->last_seen = clock_->Now();
+  return true;
+}
+
+bool WorkerRegistry::Disconnect(int64_t conn) {
+  Worker* w = ByConn(conn);
+  if (w == nullptr) return false;
+  spdlog::warn("worker={} disconnected; lost unless it reconnects within {}s", w->reg.name(),
+               absl::ToInt64Seconds(heartbeat_timeout_));
+  w->connected = false;
+  w->channel.reset();
+  w->last_seen = clock_->Now();
+  return true;
+}
+
+void WorkerRegistry::ExpectReconnect(const std::string& name) {
+  Worker& w = workers_[name];
+  if (!w.reg.name().empty()) return;
+  w.reg.set_name(name);
+  w.connected = false;
+  w.last_seen = clock_->Now();
+}
+
+std::vector<LostWorker> WorkerRegistry::Tick(Effects* fx) {
+  const absl::Time now = clock_->Now();
+  std::vector<LostWorker> lost;
+  for (const auto& [name, w] : workers_) {
+    const absl::Duration silent = now - w.last_seen;
+    if (silent <= heartbeat_timeout_) continue;
+    lost.push_back({name, absl::StrCat(w.connected ? "no heartbeat for " : "disconnected for ",
+                                       absl::ToInt64Seconds(silent), "s")});
+  }
+  for (const auto& l : lost) {
+    spdlog::error("worker={} lost: {}", l.name, l.why);
+    auto it = workers_.find(l.name);
+    fx->Close(it->second.channel, absl::StrCat("worker lost: ", l.why));
+    workers_.erase(it);
+  }
+  return lost;
+}
+
+void WorkerRegistry::Reserve(const std::string& worker) {
+  auto it = workers_.find(worker);
+  if (it != workers_.end()) ++it->second.used;
+}
+
+void WorkerRegistry::Release(const std::string& worker) {
+  auto it = workers_.find(worker);
+  if (it != workers_.end() && it->second.used > 0) --it->second.used;
+}
+
+int WorkerRegistry::FreeSlots(const std::string& worker) const {
+  auto it = workers_.find(worker);
+  if (it == workers_.end()) return 0;
+  return std::max(0, it->second.reg.slots() - it->second.used);
+}
+
+int WorkerRegistry::ConnectedSlots() const {
+  int total = 0;
+  for (const auto& [name, w] : workers_) {
+    if (w.connected) total += w.reg.slots();
+  }
+  return total;
+}
+
+std::pair<std::string, int64_t> WorkerRegistry::LargestMemory() const {
+  std::pair<std::string, int64_t> out{"", 0};
+  for (const auto& [name, w] : workers_) {
+    if (w.connected && w.reg.memory_bytes() > out.second) out = {name, w.reg.memory_bytes()};
+  }
+  return out;
+}
+
+std::vector<WorkerSnapshot> WorkerRegistry::ConnectedFree() const {
+  std::vector<WorkerSnapshot> out;
+  for (const auto& [name, w] : workers_) {
+    if (w.connected) out.push_back({name, FreeSlots(name)});
+  }
+  return out;
+}
+
+std::vector<WorkerSnapshot> WorkerRegistry::ConnectedTotal() const {
+  std::vector<WorkerSnapshot> out;
+  for (const auto& [name, w] : workers_) {
+    if (w.connected) out.push_back({name, w.reg.slots()});
+  }
+  return out;
+}
+
+int WorkerRegistry::AllocatePort(const std::string& worker) {
+  auto it = workers_.find(worker);
+  if (it == workers_.end()) return 0;
+  Worker& w = it->second;
+  std::set<int>& held = held_ports_[worker];
+  const int lo = w.reg.rendezvous_port_min();
+  const int span = w.reg.rendezvous_port_max() - lo + 1;
+  for (int i = 0; i < span; ++i) {
+    const int port = lo + (w.next_port - lo + i) % span;
+    if (!held.count(port)) {
+      w.next_port = lo + (port - lo + 1) % span;
+      held.insert(port);
+      return port;
+    }
+  }
+  // Validation caps gangs by slots and every live gang holds at least one slot, so a
+  // range at least as large as the slots cannot run out.
+  return lo;
+}
+
+void WorkerRegistry::HoldPort(const std::string& worker, int port) {
+  held_ports_[worker].insert(port);
+}
+
+void WorkerRegistry::ReleasePort(const std::string& worker, int port) {
+  auto it = held_ports_.find(worker);
+  if (it == held_ports_.end()) return;
+  it->second.erase(port);
+  if (it->second.empty()) held_ports_.erase(it);
+}
+
+bool WorkerRegistry::IsConnected(const std::string& worker) const {
+  auto it = workers_.find(worker);
+  return it != workers_.end() && it->second.connected;
+}
+
+std::string WorkerRegistry::Address(const std::string& worker) const {
+  auto it = workers_.find(worker);
+  return it == workers_.end() ? std::string() : it->second.reg.address();
+}
+
+std::shared_ptr<WorkerChannel> WorkerRegistry::Channel(const std::string& worker) const {
+  auto it = workers_.find(worker);
+  if (it == workers_.end() || !it->second.connected) return nullptr;
+  return it->second.channel;
+}
+
+std::vector<v1::WorkerInfo> WorkerRegistry::List() const {
+  std::vector<v1::WorkerInfo> out;
+  for (const auto& [name, w] : workers_) {
+    v1::WorkerInfo info;
+    info.set_name(name);
+    info.set_slots(w.reg.slots());
+    info.set_free_slots(FreeSlots(name));
+    info.set_connected(w.connected);
+    info.set_address(w.reg.address());
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+WorkerRegistry::Totals WorkerRegistry::Count() const {
+  Totals t;
+  for (const auto& [name, w] : workers_) {
+    if (!w.connected) continue;
+    ++t.connected;
+    t.slots += w.reg.slots();
+    t.free += FreeSlots(name);
+  }
+  return t;
+}
+
+}  // namespace trainyard

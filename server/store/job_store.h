@@ -1,0 +1,43 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "trainyard/v1/event.pb.h"
+#include "trainyard/v1/job.pb.h"
+
+namespace trainyard {
+
+// The controller's durable state as JobManager and the WatchJob stream use it: jobs
+// and their per-job event logs. SqliteJobStore (SQLite) is the implementation; tests wrap it
+// to observe or hold up writes. Every write commits before it returns. Reads may run
+// while a write commits and see only committed data. Implementations are thread-safe.
+class JobStore {
+ public:
+  virtual ~JobStore() = default;
+
+  // Gives `job` the next id ("job-<n>") and inserts it together with `events` (when
+  // not null: the job's first events, which get seq 1, 2, ... and the job's id), in
+  // one transaction: either the job and its events exist afterwards or nothing does.
+  virtual absl::Status CreateJob(v1::Job* job, std::vector<v1::Event>* events) = 0;
+  // Replaces the row of an existing job (NOT_FOUND when there is none).
+  virtual absl::Status PutJob(const v1::Job& job) = 0;
+  // Every job, in creation order.
+  virtual absl::StatusOr<std::vector<v1::Job>> LoadJobs() = 0;
+
+  // Commits `events` for one job in one transaction, giving each the next per-job seq
+  // (gapless, from 1). An event whose (attempt, rank, source_seq) was already committed
+  // (a worker's resend) is dropped. Returns the events committed, with seq set.
+  virtual absl::StatusOr<std::vector<v1::Event>> AppendEvents(
+      const std::string& job_id, std::vector<v1::Event> events) = 0;
+  // Committed events with seq >= from_seq, in order, at most `limit`.
+  virtual absl::StatusOr<std::vector<v1::Event>> ReadEvents(const std::string& job_id,
+                                                            int64_t from_seq, int limit) = 0;
+  // The highest committed seq of the job (0 when none).
+  virtual int64_t LastSeq(const std::string& job_id) = 0;
+};
+
+}  // namespace trainyard

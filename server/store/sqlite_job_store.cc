@@ -1,0 +1,220 @@
+#include "server/store/sqlite_job_store.h"
+
+#include <filesystem>
+#include <system_error>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+
+namespace trainyard {
+
+absl::StatusOr<std::unique_ptr<SqliteJobStore>> SqliteJobStore::Open(const std::string& data_dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(data_dir, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--data-dir ", data_dir, ": ", ec.message()));
+  }
+  const std::string path = data_dir + "/trainyard.db";
+  TY_ASSIGN_OR_RETURN(auto writer, SqliteDb::Open(path));
+  std::unique_ptr<SqliteJobStore> store(new SqliteJobStore(std::move(writer)));
+  TY_RETURN_IF_ERROR(store->InitSchema());
+  // The reader opens once the schema exists.
+  TY_ASSIGN_OR_RETURN(auto reader, SqliteDb::Open(path));
+  absl::MutexLock lock(&store->read_mu_);
+  store->reader_ = std::move(reader);
+  return store;
+}
+
+absl::Status SqliteJobStore::InitSchema() {
+  absl::MutexLock lock(&write_mu_);
+  return writer_->Exec(R"sql(
+    CREATE TABLE IF NOT EXISTS jobs (
+      num   INTEGER PRIMARY KEY AUTOINCREMENT,
+      id    TEXT UNIQUE,
+      state INTEGER NOT NULL DEFAULT 0,
+      data  BLOB
+    );
+    CREATE TABLE IF NOT EXISTS events (
+      job_id     TEXT NOT NULL,
+      seq        INTEGER NOT NULL,
+      attempt    INTEGER NOT NULL,
+      rank       INTEGER NOT NULL,
+      source_seq INTEGER,
+      data       BLOB NOT NULL,
+      PRIMARY KEY (job_id, seq)
+    );
+    CREATE UNIQUE INDEX IF NOT EXISTS events_source
+      ON events (job_id, attempt, rank, source_seq);
+  )sql");
+}
+
+absl::Status SqliteJobStore::CreateJob(v1::Job* job, std::vector<v1::Event>* events) {
+  absl::MutexLock lock(&write_mu_);
+  TY_RETURN_IF_ERROR(writer_->Exec("BEGIN IMMEDIATE"));
+  int64_t last = 0;
+  std::vector<v1::Event> inserted;
+  auto body = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_) -> absl::Status {
+    TY_RETURN_IF_ERROR(writer_->Exec("INSERT INTO jobs (id) VALUES (NULL)"));
+    int64_t num = sqlite3_last_insert_rowid(writer_->raw());
+    job->set_id(absl::StrCat("job-", num));
+    TY_ASSIGN_OR_RETURN(auto stmt, writer_->Prepare(
+        "UPDATE jobs SET id = ?1, state = ?2, data = ?3 WHERE num = ?4"));
+    stmt.BindText(1, job->id());
+    stmt.BindInt(2, job->state());
+    stmt.BindBlob(3, job->SerializeAsString());
+    stmt.BindInt(4, num);
+    TY_RETURN_IF_ERROR(stmt.Run());
+    if (events == nullptr || events->empty()) return absl::OkStatus();
+    TY_ASSIGN_OR_RETURN(inserted, InsertEventsLocked(job->id(), std::move(*events), &last));
+    return absl::OkStatus();
+  };
+  absl::Status status = body();
+  if (status.ok()) status = writer_->Exec("COMMIT");
+  if (!status.ok()) {
+    writer_->Exec("ROLLBACK").IgnoreError();
+    job->clear_id();
+    return status;
+  }
+  if (events != nullptr) *events = std::move(inserted);
+  SetCommittedSeq(job->id(), last);
+  return absl::OkStatus();
+}
+
+absl::Status SqliteJobStore::PutJob(const v1::Job& job) {
+  absl::MutexLock lock(&write_mu_);
+  TY_ASSIGN_OR_RETURN(auto stmt,
+                      writer_->Prepare("UPDATE jobs SET state = ?1, data = ?2 WHERE id = ?3"));
+  stmt.BindInt(1, job.state());
+  stmt.BindBlob(2, job.SerializeAsString());
+  stmt.BindText(3, job.id());
+  TY_RETURN_IF_ERROR(stmt.Run());
+  if (writer_->Changes() != 1) {
+    return absl::NotFoundError(absl::StrCat("job ", job.id(), " has no reserved row"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<v1::Job>> SqliteJobStore::LoadJobs() {
+  absl::MutexLock lock(&write_mu_);
+  TY_ASSIGN_OR_RETURN(auto stmt,
+                      writer_->Prepare("SELECT id, data FROM jobs WHERE data IS NOT NULL "
+                                       "ORDER BY num"));
+  std::vector<v1::Job> jobs;
+  while (true) {
+    TY_ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (!row) break;
+    v1::Job job;
+    if (!job.ParseFromString(stmt.ColumnBlob(1))) {
+      return absl::DataLossError(absl::StrCat("job ", stmt.ColumnText(0), ": corrupt row"));
+    }
+    jobs.push_back(std::move(job));
+  }
+  return jobs;
+}
+
+absl::StatusOr<int64_t> SqliteJobStore::LastSeqForWriteLocked(const std::string& job_id) {
+  {
+    absl::MutexLock lock(&seq_mu_);
+    auto it = last_seq_.find(job_id);
+    if (it != last_seq_.end()) return it->second;
+  }
+  TY_ASSIGN_OR_RETURN(auto stmt, writer_->Prepare(
+      "SELECT COALESCE(MAX(seq), 0) FROM events WHERE job_id = ?1"));
+  stmt.BindText(1, job_id);
+  TY_ASSIGN_OR_RETURN(bool row, stmt.Step());
+  const int64_t last = row ? stmt.ColumnInt(0) : 0;
+  SetCommittedSeq(job_id, last);
+  return last;
+}
+
+void SqliteJobStore::SetCommittedSeq(const std::string& job_id, int64_t seq) {
+  absl::MutexLock lock(&seq_mu_);
+  last_seq_[job_id] = seq;
+}
+
+absl::StatusOr<std::vector<v1::Event>> SqliteJobStore::InsertEventsLocked(
+    const std::string& job_id, std::vector<v1::Event> events, int64_t* last) {
+  TY_ASSIGN_OR_RETURN(auto stmt, writer_->Prepare(
+      "INSERT OR IGNORE INTO events (job_id, seq, attempt, rank, source_seq, data) "
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6)"));
+  std::vector<v1::Event> inserted;
+  int64_t seq = *last;
+  for (auto& event : events) {
+    event.set_job_id(job_id);
+    event.set_seq(seq + 1);
+    stmt.Reset();
+    stmt.BindText(1, job_id);
+    stmt.BindInt(2, seq + 1);
+    stmt.BindInt(3, event.attempt());
+    stmt.BindInt(4, event.rank());
+    if (event.source_seq() > 0) {
+      stmt.BindInt(5, event.source_seq());
+    } else {
+      stmt.BindNull(5);  // controller events: never deduplicated
+    }
+    stmt.BindBlob(6, event.SerializeAsString());
+    TY_RETURN_IF_ERROR(stmt.Run());
+    if (writer_->Changes() == 1) {
+      ++seq;
+      inserted.push_back(std::move(event));
+    }
+  }
+  *last = seq;
+  return inserted;
+}
+
+absl::StatusOr<std::vector<v1::Event>> SqliteJobStore::AppendEvents(const std::string& job_id,
+                                                              std::vector<v1::Event> events) {
+  absl::MutexLock lock(&write_mu_);
+  TY_ASSIGN_OR_RETURN(int64_t last, LastSeqForWriteLocked(job_id));
+  TY_RETURN_IF_ERROR(writer_->Exec("BEGIN IMMEDIATE"));
+  auto committed = InsertEventsLocked(job_id, std::move(events), &last);
+  absl::Status status = committed.status();
+  if (status.ok()) status = writer_->Exec("COMMIT");
+  if (!status.ok()) {
+    writer_->Exec("ROLLBACK").IgnoreError();
+    return status;
+  }
+  SetCommittedSeq(job_id, last);
+  return committed;
+}
+
+absl::StatusOr<std::vector<v1::Event>> SqliteJobStore::ReadEvents(const std::string& job_id,
+                                                            int64_t from_seq, int limit) {
+  absl::MutexLock lock(&read_mu_);
+  TY_ASSIGN_OR_RETURN(auto stmt, reader_->Prepare("SELECT data FROM events WHERE job_id = ?1 "
+                                                  "AND seq >= ?2 ORDER BY seq LIMIT ?3"));
+  stmt.BindText(1, job_id);
+  stmt.BindInt(2, from_seq);
+  stmt.BindInt(3, limit);
+  std::vector<v1::Event> out;
+  while (true) {
+    TY_ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (!row) break;
+    v1::Event event;
+    if (!event.ParseFromString(stmt.ColumnBlob(0))) {
+      return absl::DataLossError(absl::StrCat("job ", job_id, ": corrupt event row"));
+    }
+    out.push_back(std::move(event));
+  }
+  return out;
+}
+
+int64_t SqliteJobStore::LastSeq(const std::string& job_id) {
+  {
+    absl::MutexLock lock(&seq_mu_);
+    auto it = last_seq_.find(job_id);
+    if (it != last_seq_.end()) return it->second;
+  }
+  // Not written since the store opened: ask the reader (not cached here, so the cache
+  // only ever holds values a writer committed).
+  absl::MutexLock lock(&read_mu_);
+  auto stmt = reader_->Prepare("SELECT COALESCE(MAX(seq), 0) FROM events WHERE job_id = ?1");
+  if (!stmt.ok()) return 0;
+  stmt->BindText(1, job_id);
+  auto row = stmt->Step();
+  return row.ok() && *row ? stmt->ColumnInt(0) : 0;
+}
+
+}  // namespace trainyard

@@ -1,0 +1,119 @@
+// Every job file in examples/ parses as `trainyard submit` reads it (LoadJobFile) and
+// passes the controller's resolve-and-validate (ResolveAndValidateProto, what
+// AdmissionPolicy::Admit runs before its fleet checks). The DeepSeek-V3-16B-shaped file
+// is checked as a GPU job: CUDA, CUDA graphs, its shape, and one rank's estimated
+// memory within an 80 GB GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "common/job_file.h"
+#include "common/spec/memory_estimate.h"
+#include "common/spec_proto.h"
+
+namespace trainyard {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<std::string> ExampleFiles() {
+  std::vector<std::string> files;
+  for (const auto& entry : fs::directory_iterator(TRAINYARD_EXAMPLES)) {
+    if (entry.path().extension() == ".toml") files.push_back(entry.path().string());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+v1::JobSpec Resolved(const std::string& name) {
+  absl::StatusOr<v1::JobSpec> loaded = LoadJobFile(std::string(TRAINYARD_EXAMPLES) + "/" + name);
+  EXPECT_TRUE(loaded.ok()) << loaded.status();
+  if (!loaded.ok()) return {};
+  absl::StatusOr<v1::JobSpec> resolved = ResolveAndValidateProto(*loaded);
+  EXPECT_TRUE(resolved.ok()) << name << ": " << resolved.status();
+  return resolved.ok() ? *resolved : v1::JobSpec{};
+}
+
+TEST(CliExamplesTest, EveryExampleParsesAndValidates) {
+  const std::vector<std::string> files = ExampleFiles();
+  // The ones this project documents; a new file is validated as well.
+  for (const char* expected : {"debug.toml", "debug_ep2.toml", "debug_tp2.toml", "deepseek_v3_16b.toml", "tiny.toml"}) {
+    EXPECT_TRUE(std::any_of(files.begin(), files.end(),
+                            [&](const std::string& f) { return fs::path(f).filename() == expected; }))
+        << expected << " is missing from examples/";
+  }
+  for (const std::string& file : files) {
+    SCOPED_TRACE(file);
+    absl::StatusOr<v1::JobSpec> loaded = LoadJobFile(file);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    absl::StatusOr<v1::JobSpec> resolved = ResolveAndValidateProto(*loaded);
+    EXPECT_TRUE(resolved.ok()) << resolved.status();
+  }
+}
+
+TEST(CliExamplesTest, TheValidatorRefusesABrokenCopy) {
+  // The same path as above must be able to fail: ep=3 does not divide 8 experts.
+  absl::StatusOr<v1::JobSpec> loaded =
+      LoadJobFile(std::string(TRAINYARD_EXAMPLES) + "/debug_ep2.toml", {"parallelism.ep=3"});
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  absl::StatusOr<v1::JobSpec> resolved = ResolveAndValidateProto(*loaded);
+  ASSERT_FALSE(resolved.ok());
+  EXPECT_EQ(resolved.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(resolved.status().message().find("parallelism.ep"), absl::string_view::npos) << resolved.status();
+}
+
+TEST(CliExamplesTest, DebugLayoutsAreWhatTheirNamesSay) {
+  const v1::JobSpec tp2 = Resolved("debug_tp2.toml");
+  EXPECT_EQ(tp2.model().preset(), "debug");
+  EXPECT_EQ(tp2.parallelism().tp(), 2);
+  EXPECT_EQ(tp2.parallelism().dp(), 1);
+  EXPECT_EQ(tp2.resources().device(), "cpu");
+  const v1::JobSpec ep2 = Resolved("debug_ep2.toml");
+  EXPECT_EQ(ep2.parallelism().ep(), 2);
+  EXPECT_EQ(ep2.parallelism().dp(), 2);
+  EXPECT_EQ(ep2.model().n_routed_experts() % ep2.parallelism().ep(), 0);
+  // debug.toml keeps its meaning (other tests submit it): one CPU rank, debug preset.
+  const v1::JobSpec debug = Resolved("debug.toml");
+  EXPECT_EQ(debug.parallelism().dp() * debug.parallelism().tp(), 1);
+  EXPECT_EQ(debug.model().dim(), 256);
+  EXPECT_EQ(debug.training().steps(), 20);
+}
+
+TEST(CliExamplesTest, DeepSeekV3SixteenBIsAValidGpuConfig) {
+  const v1::JobSpec s = Resolved("deepseek_v3_16b.toml");
+  ASSERT_FALSE(HasFailure());
+  EXPECT_EQ(s.resources().device(), "cuda");
+  EXPECT_EQ(s.compile().backend(), "cudagraph");
+  EXPECT_EQ(s.model().dim(), 2048);
+  EXPECT_EQ(s.model().n_layers(), 27);
+  EXPECT_EQ(s.model().n_routed_experts(), 64);
+  EXPECT_EQ(s.model().top_k(), 6);
+  EXPECT_EQ(s.parallelism().dp() * s.parallelism().tp(), 8);
+
+  // The same file as a CPU job is refused: cudagraph needs CUDA (so the GPU settings
+  // really are what made it valid).
+  absl::StatusOr<v1::JobSpec> cpu =
+      LoadJobFile(std::string(TRAINYARD_EXAMPLES) + "/deepseek_v3_16b.toml", {"resources.device=\"cpu\""});
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_FALSE(ResolveAndValidateProto(*cpu).ok());
+
+  absl::StatusOr<spec::JobSpec> core = ResolveAndValidateCore(s);
+  ASSERT_TRUE(core.ok()) << core.status();
+  const spec::MemoryEstimate m = spec::EstimateRankMemory(*core);
+  // "16B-shaped": the whole model between 14 and 18 billion parameters.
+  EXPECT_GT(m.total_params, 14e9);
+  EXPECT_LT(m.total_params, 18e9);
+  // One rank (1/8 of the experts, everything else replicated) within an 80 GB GPU.
+  EXPECT_LT(m.total_bytes(), 80e9);
+  std::printf("[figures] deepseek_v3_16b: %.2fB parameters, %.2fB per rank, est. %.1f GB per rank "
+              "(%.1f GB state, %.1f GB activations)\n",
+              m.total_params / 1e9, m.rank_params / 1e9, m.total_bytes() / 1e9, m.state_bytes / 1e9,
+              m.activation_bytes / 1e9);
+}
+
+}  // namespace
+}  // namespace trainyard

@@ -1,0 +1,217 @@
+// deploy/grafana/trainyard.json against a real controller: the JSON parses as a
+// dashboard, and every PromQL expression in it (panels and template variables) selects
+// metrics, with labels, that a real controller exports on --metrics-listen after a
+// real job ran to its end on a real worker.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/deploy/promql_names.h"
+#include "tests/support/test_cluster.h"
+
+namespace trainyard::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const ClusterBinaries kBins{TRAINYARD_CONTROLLER, TRAINYARD_WORKER, TRAINYARD_CLI, ""};
+
+WorkerOptions OneSlotWorker(const std::string& name) {
+  WorkerOptions w;
+  w.name = name;
+  w.slots = 1;
+  return w;
+}
+const fs::path kDashboard = fs::path(TRAINYARD_SOURCE_DIR) / "deploy/grafana/trainyard.json";
+
+// The body of GET `target` from 127.0.0.1:`port` (HTTP/1.0), "" when it failed.
+std::string HttpGet(int port, const std::string& target) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    if (fd >= 0) close(fd);
+    return "";
+  }
+  const std::string request = "GET " + target + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
+    close(fd);
+    return "";
+  }
+  std::string response;
+  char buf[4096];
+  for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) response.append(buf, n);
+  close(fd);
+  const size_t body = response.find("\r\n\r\n");
+  return body == std::string::npos ? "" : response.substr(body + 4);
+}
+
+json LoadDashboard() {
+  std::ifstream in(kDashboard);
+  EXPECT_TRUE(in.good()) << kDashboard;
+  return json::parse(in);  // throws (and fails the test) on a syntax error
+}
+
+std::string Join(const std::vector<std::string>& v) {
+  std::string out;
+  for (const std::string& s : v) out += "\n  " + s;
+  return out;
+}
+
+// ---- The extraction itself, on expressions whose names are known ----
+
+TEST(PromqlNamesTest, FindsSelectorsLabelsAndGrouping) {
+  ExprNames n = NamesOf(
+      R"(sum by (job_id, region) (increase(trainyard_job_recompiles_total{job_id=~"$job"}[$__rate_interval])))");
+  ASSERT_EQ(n.selectors.size(), 1u);
+  EXPECT_EQ(n.selectors[0].metric, "trainyard_job_recompiles_total");
+  EXPECT_EQ(n.selectors[0].labels, (std::set<std::string>{"job_id"}));
+  EXPECT_EQ(n.grouping, (std::set<std::string>{"job_id", "region"}));
+
+  n = NamesOf("trainyard_slots - trainyard_slots_free");
+  ASSERT_EQ(n.selectors.size(), 2u);
+  EXPECT_EQ(n.selectors[0].metric, "trainyard_slots");
+  EXPECT_EQ(n.selectors[1].metric, "trainyard_slots_free");
+
+  n = NamesOf(R"(histogram_quantile(0.95, sum by (le) (rate(x_seconds_bucket{a="trainyard_fake", b!~'c'}[5m]))))");
+  ASSERT_EQ(n.selectors.size(), 1u);
+  EXPECT_EQ(n.selectors[0].metric, "x_seconds_bucket");
+  EXPECT_EQ(n.selectors[0].labels, (std::set<std::string>{"a", "b"}));
+  EXPECT_EQ(n.grouping, (std::set<std::string>{"le"}));
+
+  n = NamesOf("label_values(trainyard_job_step, job_id)");
+  ASSERT_EQ(n.selectors.size(), 1u);
+  EXPECT_EQ(n.selectors[0].metric, "trainyard_job_step");
+  EXPECT_EQ(n.result_labels, (std::set<std::string>{"job_id"}));
+
+  n = NamesOf(R"(rate(up{job="${job}"}[1h:5m]) and on (instance) ignoring(x) foo offset 5m)");
+  ASSERT_EQ(n.selectors.size(), 2u);
+  EXPECT_EQ(n.selectors[0].metric, "up");
+  EXPECT_EQ(n.selectors[1].metric, "foo");
+  EXPECT_EQ(n.grouping, (std::set<std::string>{"instance", "x"}));
+}
+
+TEST(PromqlNamesTest, ReportsWhatAnExpositionLacks) {
+  const Exposition e = ParseExposition(
+      "# HELP a_total help\n# TYPE a_total counter\na_total{job_id=\"job-1\",kind=\"x\"} 3\n"
+      "# TYPE h_seconds histogram\nh_seconds_bucket{le=\"0.1\"} 1\nh_seconds_sum 0.05\nh_seconds_count 1\n"
+      "g 2\n");
+  EXPECT_EQ(e.types.at("h_seconds"), "histogram");
+  EXPECT_EQ(e.samples.at("a_total"), (std::set<std::string>{"job_id", "kind"}));
+  EXPECT_TRUE(Problems(R"(sum by (kind) (rate(a_total{job_id=~"$job"}[5m])))", e).empty());
+  EXPECT_TRUE(Problems("histogram_quantile(0.9, sum by (le) (rate(h_seconds_bucket[5m])))", e).empty());
+  EXPECT_TRUE(Problems("g", e).empty());
+  EXPECT_EQ(Problems("a_total_typo", e), std::vector<std::string>{"metric a_total_typo is not exported"});
+  EXPECT_EQ(Problems(R"(a_total{region="r"})", e), std::vector<std::string>{"metric a_total has no label region"});
+  EXPECT_EQ(Problems("sum by (region) (a_total)", e),
+            std::vector<std::string>{"no selected metric carries the grouping label region"});
+  EXPECT_EQ(Problems("label_values(g, job_id)", e),
+            std::vector<std::string>{"label_values: no selected metric carries job_id"});
+}
+
+// ---- The dashboard ----
+
+TEST(DashboardTest, IsAGrafanaDashboardWithDatasourceAndJobVariables) {
+  const json d = LoadDashboard();
+  EXPECT_EQ(d.value("uid", ""), "trainyard-overview");
+  EXPECT_GE(d.value("schemaVersion", 0), 36);
+  const json& vars = d["templating"]["list"];
+  ASSERT_TRUE(vars.is_array());
+  std::set<std::string> names;
+  for (const json& v : vars) names.insert(v.value("name", ""));
+  EXPECT_EQ(names, (std::set<std::string>{"datasource", "job"}));
+  for (const json& v : vars) {
+    if (v["name"] == "datasource") {
+      EXPECT_EQ(v.value("type", ""), "datasource");
+      EXPECT_EQ(v.value("query", ""), "prometheus");
+    } else {
+      EXPECT_EQ(v.value("type", ""), "query");
+      EXPECT_EQ(v["query"].value("query", ""), "label_values(trainyard_job_step, job_id)");
+      EXPECT_EQ(v["datasource"].value("uid", ""), "${datasource}");
+    }
+  }
+  std::set<int> ids;
+  std::set<std::string> titles;
+  for (const json& p : d["panels"]) {
+    EXPECT_TRUE(ids.insert(p.value("id", -1)).second) << "duplicate panel id " << p["id"];
+    titles.insert(p.value("title", ""));
+    if (p.value("type", "") == "row") continue;
+    EXPECT_EQ(p["datasource"].value("uid", ""), "${datasource}") << p.value("title", "");
+    ASSERT_TRUE(p.contains("gridPos")) << p.value("title", "");
+    const json& g = p["gridPos"];
+    EXPECT_LE(g.value("x", 0) + g.value("w", 0), 24) << p.value("title", "");
+    ASSERT_FALSE(p["targets"].empty()) << p.value("title", "");
+    for (const json& t : p["targets"]) EXPECT_EQ(t["datasource"].value("uid", ""), "${datasource}");
+  }
+  for (const char* want : {"Loss", "Tokens/s", "MFU", "Step time", "Recompiles by region", "Slots", "Jobs by state",
+                           "Queue", "Workers connected", "Restarts", "Stalls",
+                           "Expert-load imbalance (max/mean)", "Tokens per expert", "Workers lost"}) {
+    EXPECT_TRUE(titles.count(want)) << "no panel titled " << want;
+  }
+}
+
+// Every expression against the exposition of a real controller after a real job: a
+// jit-compiled job with full activation checkpointing, whose recompute is a second
+// guard set of each region (a RECOMPILE with its region), so every labelled family the
+// dashboard uses exists.
+TEST(DashboardTest, EveryExpressionNamesMetricsTheControllerExports) {
+  const json dashboard = LoadDashboard();
+  const std::vector<std::string> exprs = DashboardExpressions(dashboard);
+  ASSERT_GE(exprs.size(), 20u);
+
+  TestCluster cluster(kBins, "api_dashboard");
+  const int metrics_port = FreeLoopbackPort();
+  ASSERT_GT(metrics_port, 0);
+  ASSERT_TRUE(cluster.StartController({"--metrics-listen", "127.0.0.1:" + std::to_string(metrics_port)}))
+      << "see " << cluster.dir() / "controller.log";
+  cluster.StartWorker(OneSlotWorker("w1"));
+  ASSERT_TRUE(cluster.WaitConnected({"w1"}, 30000));
+  const std::string id = cluster.Submit(TRAINYARD_EXAMPLES "/tiny.toml",
+                                        {"training.steps=3", "compile.backend=jit", "activation_checkpoint.mode=full",
+                                         "restart.max_restarts=0"});
+  ASSERT_FALSE(id.empty());
+  cluster.Follow(id, "events.jsonl")->WaitEnd();
+  ASSERT_EQ(cluster.Get(id).value("state", ""), "SUCCEEDED") << "see " << cluster.dir();
+
+  const std::string text = HttpGet(metrics_port, "/metrics");
+  ASSERT_FALSE(text.empty()) << "no /metrics on port " << metrics_port;
+  const Exposition exposition = ParseExposition(text);
+  // The job's own series are there, labelled with it (what $job selects).
+  ASSERT_TRUE(exposition.samples.count("trainyard_job_loss")) << text;
+  ASSERT_TRUE(exposition.samples.count("trainyard_job_recompiles_total"))
+      << "the job reported no RECOMPILE; the recompile panels cannot be checked:\n" << text;
+  // tiny.toml is MoE (4 routed experts), so its steps carry expert_load.
+  ASSERT_TRUE(exposition.samples.count("trainyard_job_expert_tokens"))
+      << "the job reported no expert_load; the expert panels cannot be checked:\n" << text;
+  EXPECT_TRUE(text.find("trainyard_job_loss{job_id=\"" + id + "\"}") != std::string::npos) << text;
+
+  std::vector<std::string> problems;
+  for (const std::string& expr : exprs) {
+    for (const std::string& p : Problems(expr, exposition)) problems.push_back(p + "  in: " + expr);
+  }
+  EXPECT_TRUE(problems.empty()) << "the dashboard uses what the controller does not export:" << Join(problems);
+
+  // The check can fail: a name the controller does not export is reported.
+  EXPECT_FALSE(Problems(R"(trainyard_no_such_metric_total{job_id=~"$job"})", exposition).empty());
+  if (HasFailure()) {
+    cluster.KeepFiles();
+    std::ofstream(cluster.dir() / "metrics.txt") << text;
+  }
+}
+
+}  // namespace
+}  // namespace trainyard::testing

@@ -1,0 +1,337 @@
+// Tokens and roles on the JobService, over real gRPC on loopback: a JobServiceImpl with
+// an Authorizer reading a token file, a real SqliteJobStore and JobManager with one fake
+// worker, called through a stub built from the protos with `authorization: Bearer`
+// metadata. No token -> UNAUTHENTICATED on every method; a viewer reads everything and
+// changes nothing; a submitter sees and changes only its own jobs (another owner's job
+// is NOT_FOUND with the very message of a missing one); an admin does everything; the
+// owner is stored with the job; concurrent watch streams per owner are capped.
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server_builder.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/base/sha256.h"
+#include "server/state/artifact_store.h"
+#include "server/auth/authorizer.h"
+#include "server/metrics/controller_metrics.h"
+#include "server/state/event_hub.h"
+#include "server/state/job_manager.h"
+#include "server/service/job_service.h"
+#include "server/store/sqlite_job_store.h"
+#include "tests/fakes/fake_clock.h"
+#include "tests/fakes/fake_worker_channel.h"
+#include "tests/support/temp_dir.h"
+#include "trainyard/v1/job_service.grpc.pb.h"
+
+namespace trainyard::testing {
+namespace {
+
+constexpr char kAdmin[] = "admin-token-AAAA";
+constexpr char kViewer[] = "viewer-token-VVVV";
+constexpr char kAlice[] = "alice-token-1111";
+constexpr char kBob[] = "bob-token-2222";
+constexpr int kWatchCap = 3;
+
+class JobServiceAuthTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string tokens = dir_.path() + "/tokens";
+    std::ofstream(tokens) << "# test fleet\n"
+                          << Sha256Hex(kAdmin) << " admin root\n"
+                          << Sha256Hex(kViewer) << " viewer dashboard\n"
+                          << Sha256Hex(kAlice) << " submitter alice\n"
+                          << Sha256Hex(kBob) << " submitter bob\n";
+    auto authz = Authorizer::FromFile(tokens);
+    ASSERT_TRUE(authz.ok()) << authz.status();
+    authz_ = std::move(*authz);
+    auto store = SqliteJobStore::Open(dir_.path());
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+    manager_ = std::make_unique<JobManager>(store_.get(), &hub_, &metrics_, &clock_, JobManagerOptions{});
+    ASSERT_TRUE(manager_->Recover().ok());
+    auto artifacts = ArtifactStore::Open(dir_.path(), manager_.get(), &clock_);
+    ASSERT_TRUE(artifacts.ok()) << artifacts.status();
+    artifacts_ = std::move(*artifacts);
+    v1::Register reg;
+    reg.set_name("w1");
+    reg.set_slots(8);
+    reg.set_address("w1.local");
+    reg.set_rendezvous_port_min(40000);
+    reg.set_rendezvous_port_max(40009);
+    ASSERT_TRUE(manager_->RegisterWorker(1, reg, worker_).ok());
+
+    JobServiceOptions options;
+    options.authorizer = authz_.get();
+    options.max_watchers_per_owner = kWatchCap;
+    // No preflight gate: these jobs do not ask for one.
+    service_ = std::make_unique<JobServiceImpl>(manager_.get(), store_.get(), &hub_, nullptr, artifacts_.get(),
+                                                options);
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    stub_ = v1::JobService::NewStub(
+        grpc::CreateChannel("127.0.0.1:" + std::to_string(port_), grpc::InsecureChannelCredentials()));
+  }
+
+  void TearDown() override {
+    for (auto& w : watches_) w.ctx->TryCancel();
+    for (auto& w : watches_) w.reader->Finish().IgnoreError();
+    watches_.clear();
+    if (server_) server_->Shutdown();
+  }
+
+  // A context carrying `token` (none when empty).
+  static std::unique_ptr<grpc::ClientContext> Ctx(const std::string& token) {
+    auto ctx = std::make_unique<grpc::ClientContext>();
+    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    if (!token.empty()) ctx->AddMetadata("authorization", "Bearer " + token);
+    return ctx;
+  }
+
+  static v1::JobSpec Spec() {
+    v1::JobSpec spec;
+    spec.mutable_job()->set_name("t");
+    spec.mutable_model()->set_preset("tiny");
+    spec.mutable_parallelism()->set_dp(1);
+    spec.mutable_parallelism()->set_tp(1);
+    return spec;
+  }
+
+  grpc::Status Submit(const std::string& token, v1::Job* job) {
+    v1::SubmitJobRequest req;
+    *req.mutable_spec() = Spec();
+    return stub_->SubmitJob(Ctx(token).get(), req, job);
+  }
+  std::string SubmitOk(const std::string& token) {
+    v1::Job job;
+    const grpc::Status s = Submit(token, &job);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return job.id();
+  }
+  grpc::Status Get(const std::string& token, const std::string& id, v1::Job* job = nullptr) {
+    v1::GetJobRequest req;
+    req.set_id(id);
+    v1::Job scratch;
+    return stub_->GetJob(Ctx(token).get(), req, job ? job : &scratch);
+  }
+  std::vector<std::string> ListIds(const std::string& token) {
+    v1::ListJobsResponse resp;
+    const grpc::Status s = stub_->ListJobs(Ctx(token).get(), v1::ListJobsRequest(), &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    std::vector<std::string> ids;
+    for (const auto& j : resp.jobs()) ids.push_back(j.id());
+    return ids;
+  }
+  grpc::Status Cancel(const std::string& token, const std::string& id) {
+    v1::CancelJobRequest req;
+    req.set_id(id);
+    v1::Job job;
+    return stub_->CancelJob(Ctx(token).get(), req, &job);
+  }
+  grpc::Status Resize(const std::string& token, const std::string& id) {
+    v1::ResizeJobRequest req;
+    req.set_job_id(id);
+    req.set_dp(1);
+    v1::ResizeJobResponse resp;
+    return stub_->ResizeJob(Ctx(token).get(), req, &resp);
+  }
+  grpc::Status ListArtifacts(const std::string& token, const std::string& id) {
+    v1::ListArtifactsRequest req;
+    req.set_job_id(id);
+    v1::ListArtifactsResponse resp;
+    return stub_->ListArtifacts(Ctx(token).get(), req, &resp);
+  }
+  grpc::Status Pull(const std::string& token, const std::string& id) {
+    v1::PullArtifactRequest req;
+    req.set_job_id(id);
+    req.set_name("trace.json");
+    auto ctx = Ctx(token);
+    auto reader = stub_->PullArtifact(ctx.get(), req);
+    v1::ArtifactData data;
+    while (reader->Read(&data)) {
+    }
+    return reader->Finish();
+  }
+
+  struct Watch {
+    std::unique_ptr<grpc::ClientContext> ctx;
+    std::unique_ptr<grpc::ClientReader<v1::Event>> reader;
+  };
+  // Opens a watch of job `id`. OK once its first event arrived (the stream is then
+  // open and kept in watches_), else the status it ended with.
+  grpc::Status OpenWatch(const std::string& token, const std::string& id) {
+    Watch w;
+    w.ctx = Ctx(token);
+    v1::WatchJobRequest req;
+    req.set_id(id);
+    w.reader = stub_->WatchJob(w.ctx.get(), req);
+    v1::Event event;
+    if (!w.reader->Read(&event)) return w.reader->Finish();
+    watches_.push_back(std::move(w));
+    return grpc::Status::OK;
+  }
+
+  v1::Job::State StateOf(const std::string& id) {
+    v1::Job job;
+    EXPECT_TRUE(Get(kAdmin, id, &job).ok());
+    return job.state();
+  }
+
+  TempDir dir_;
+  FakeClock clock_;
+  EventHub hub_;
+  ControllerMetrics metrics_;
+  std::unique_ptr<Authorizer> authz_;
+  std::unique_ptr<SqliteJobStore> store_;
+  std::unique_ptr<JobManager> manager_;
+  std::unique_ptr<ArtifactStore> artifacts_;
+  std::shared_ptr<FakeWorkerChannel> worker_ = std::make_shared<FakeWorkerChannel>();
+  std::unique_ptr<JobServiceImpl> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  std::unique_ptr<v1::JobService::Stub> stub_;
+  std::vector<Watch> watches_;
+};
+
+void ExpectCode(const grpc::Status& s, grpc::StatusCode code, const std::string& message) {
+  EXPECT_EQ(s.error_code(), code) << s.error_message();
+  EXPECT_EQ(s.error_message(), message);
+}
+
+TEST_F(JobServiceAuthTest, EveryMethodWithoutAKnownTokenIsUnauthenticated) {
+  const std::string id = SubmitOk(kAlice);
+  for (const std::string& token : {std::string(), std::string("alice-token-1112")}) {
+    const std::string message = token.empty() ? "no bearer token" : "unknown token";
+    v1::Job job;
+    ExpectCode(Submit(token, &job), grpc::StatusCode::UNAUTHENTICATED, message);
+    ExpectCode(Get(token, id), grpc::StatusCode::UNAUTHENTICATED, message);
+    v1::ListJobsResponse list;
+    ExpectCode(stub_->ListJobs(Ctx(token).get(), v1::ListJobsRequest(), &list), grpc::StatusCode::UNAUTHENTICATED,
+               message);
+    EXPECT_EQ(list.jobs_size(), 0);
+    ExpectCode(Cancel(token, id), grpc::StatusCode::UNAUTHENTICATED, message);
+    ExpectCode(Resize(token, id), grpc::StatusCode::UNAUTHENTICATED, message);
+    ExpectCode(OpenWatch(token, id), grpc::StatusCode::UNAUTHENTICATED, message);
+    v1::ListWorkersResponse workers;
+    ExpectCode(stub_->ListWorkers(Ctx(token).get(), v1::ListWorkersRequest(), &workers),
+               grpc::StatusCode::UNAUTHENTICATED, message);
+    EXPECT_EQ(workers.workers_size(), 0);
+    ExpectCode(ListArtifacts(token, id), grpc::StatusCode::UNAUTHENTICATED, message);
+    ExpectCode(Pull(token, id), grpc::StatusCode::UNAUTHENTICATED, message);
+  }
+  // Another scheme is refused without echoing what it carried.
+  auto ctx = Ctx("");
+  ctx->AddMetadata("authorization", std::string("Basic ") + kAdmin);
+  v1::Job job;
+  v1::GetJobRequest req;
+  req.set_id(id);
+  const grpc::Status basic = stub_->GetJob(ctx.get(), req, &job);
+  ExpectCode(basic, grpc::StatusCode::UNAUTHENTICATED, "the authorization metadata is not a bearer token");
+  EXPECT_NE(StateOf(id), v1::Job::CANCELLED);
+}
+
+TEST_F(JobServiceAuthTest, AViewerReadsEverythingAndChangesNothing) {
+  const std::string id = SubmitOk(kAlice);
+  v1::Job job;
+  ASSERT_TRUE(Get(kViewer, id, &job).ok());
+  EXPECT_EQ(job.owner(), "alice");
+  EXPECT_EQ(ListIds(kViewer), std::vector<std::string>{id});
+  EXPECT_TRUE(OpenWatch(kViewer, id).ok());
+  EXPECT_TRUE(ListArtifacts(kViewer, id).ok());
+  v1::ListWorkersResponse workers;
+  ASSERT_TRUE(stub_->ListWorkers(Ctx(kViewer).get(), v1::ListWorkersRequest(), &workers).ok());
+  EXPECT_EQ(workers.workers_size(), 1);
+
+  v1::Job submitted;
+  ExpectCode(Submit(kViewer, &submitted), grpc::StatusCode::PERMISSION_DENIED,
+             "dashboard has the viewer role, which cannot submit jobs; that needs submitter or admin");
+  ExpectCode(Cancel(kViewer, id), grpc::StatusCode::PERMISSION_DENIED,
+             "dashboard has the viewer role, which cannot cancel jobs; that needs submitter or admin");
+  ExpectCode(Resize(kViewer, id), grpc::StatusCode::PERMISSION_DENIED,
+             "dashboard has the viewer role, which cannot resize jobs; that needs submitter or admin");
+  EXPECT_NE(StateOf(id), v1::Job::CANCELLED);
+  EXPECT_EQ(ListIds(kAdmin).size(), 1u);  // the viewer's submit created nothing
+}
+
+TEST_F(JobServiceAuthTest, ASubmitterSeesAndCancelsOnlyItsOwnJobs) {
+  const std::string mine = SubmitOk(kAlice);
+  const std::string theirs = SubmitOk(kBob);
+  EXPECT_EQ(ListIds(kAlice), std::vector<std::string>{mine});
+  EXPECT_EQ(ListIds(kBob), std::vector<std::string>{theirs});
+
+  // Bob's job looks to alice exactly like a job that does not exist.
+  const std::string missing = "job-999";
+  ExpectCode(Get(kAlice, missing), grpc::StatusCode::NOT_FOUND, "job job-999 not found");
+  const std::string not_found = "job " + theirs + " not found";
+  ExpectCode(Get(kAlice, theirs), grpc::StatusCode::NOT_FOUND, not_found);
+  ExpectCode(OpenWatch(kAlice, theirs), grpc::StatusCode::NOT_FOUND, not_found);
+  ExpectCode(Cancel(kAlice, theirs), grpc::StatusCode::NOT_FOUND, not_found);
+  ExpectCode(Resize(kAlice, theirs), grpc::StatusCode::NOT_FOUND, not_found);
+  ExpectCode(ListArtifacts(kAlice, theirs), grpc::StatusCode::NOT_FOUND, not_found);
+  ExpectCode(Pull(kAlice, theirs), grpc::StatusCode::NOT_FOUND, not_found);
+  EXPECT_NE(StateOf(theirs), v1::Job::CANCELLED);
+
+  // Her own job: all of it.
+  v1::Job job;
+  ASSERT_TRUE(Get(kAlice, mine, &job).ok());
+  EXPECT_EQ(job.owner(), "alice");
+  EXPECT_TRUE(OpenWatch(kAlice, mine).ok());
+  EXPECT_TRUE(ListArtifacts(kAlice, mine).ok());
+  ASSERT_TRUE(Cancel(kAlice, mine).ok());
+  EXPECT_EQ(StateOf(mine), v1::Job::CANCELLED);
+}
+
+TEST_F(JobServiceAuthTest, AnAdminSeesAndCancelsEveryJobAndOwnersAreStored) {
+  const std::string a = SubmitOk(kAlice);
+  const std::string b = SubmitOk(kBob);
+  const std::string r = SubmitOk(kAdmin);
+  EXPECT_EQ(ListIds(kAdmin), (std::vector<std::string>{r, b, a}));
+  EXPECT_TRUE(OpenWatch(kAdmin, a).ok());
+  ASSERT_TRUE(Cancel(kAdmin, b).ok());
+  EXPECT_EQ(StateOf(b), v1::Job::CANCELLED);
+
+  auto stored = store_->LoadJobs();
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  std::map<std::string, std::string> owners;
+  for (const auto& job : *stored) owners[job.id()] = job.owner();
+  EXPECT_EQ(owners, (std::map<std::string, std::string>{{a, "alice"}, {b, "bob"}, {r, "root"}}));
+}
+
+TEST_F(JobServiceAuthTest, WatchStreamsPerOwnerAreCappedAndReleasedWhenAStreamEnds) {
+  const std::string id = SubmitOk(kAlice);
+  for (int i = 0; i < kWatchCap; ++i) ASSERT_TRUE(OpenWatch(kAlice, id).ok()) << i;
+  ExpectCode(OpenWatch(kAlice, id), grpc::StatusCode::RESOURCE_EXHAUSTED,
+             "owner alice already has 3 WatchJob streams open, the most one identity may; end one first");
+  // Other identities have their own count.
+  EXPECT_TRUE(OpenWatch(kViewer, id).ok());
+  EXPECT_TRUE(OpenWatch(kAdmin, id).ok());
+
+  // Alice ends one stream; its slot comes back once the server has finished it (OnDone
+  // runs after the client saw the end, so wait for that, bounded).
+  watches_.front().ctx->TryCancel();
+  EXPECT_EQ(watches_.front().reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  watches_.erase(watches_.begin());
+  grpc::Status reopened;
+  for (int i = 0; i < 400; ++i) {
+    reopened = OpenWatch(kAlice, id);
+    if (reopened.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  EXPECT_TRUE(reopened.ok()) << reopened.error_message();
+  EXPECT_EQ(OpenWatch(kAlice, id).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+}
+
+}  // namespace
+}  // namespace trainyard::testing

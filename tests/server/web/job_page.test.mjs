@@ -1,0 +1,227 @@
+// The web UI in a real browser: Debian's chromium (headless, driven by playwright-core)
+// against a real trainyard-controller (--web-listen on loopback, a token file) and a
+// real worker training a job.
+//
+//   1. Without a token the job page shows the token prompt (the API said 401); an
+//      unknown token brings it back, saying it was refused.
+//   2. With a viewer token the loss chart gets points, then more points (it grows while
+//      the job trains), the tokens/s chart has points, the compile table has rows, and
+//      the canvas really has something drawn on it.
+//   3. The fleet page lists the worker, the jobs list the job (the token kept).
+//   4. A screenshot of the job page is saved (--screenshot), kept by CI as an artifact.
+//
+// Run by ctest (tests/server/web/CMakeLists.txt, label `web`):
+//   node job_page.test.mjs --controller BIN --worker BIN --cli BIN --job-file TOML
+//        --screenshot PNG [--chromium /usr/bin/chromium]
+// playwright-core comes from tests/web/node_modules: `npm ci --prefix tests/server/web`.
+import {spawn, spawnSync} from 'node:child_process';
+import {createHash, randomBytes} from 'node:crypto';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+
+const DEADLINE_MS = 100_000;  // the whole test; ctest's TIMEOUT is above it
+const started = Date.now();
+
+function arg(name, fallback) {
+  const i = process.argv.indexOf(`--${name}`);
+  if (i >= 0 && i + 1 < process.argv.length) return process.argv[i + 1];
+  if (fallback !== undefined) return fallback;
+  fail(`missing --${name}`);
+}
+function log(msg) { console.log(`[web ${((Date.now() - started) / 1000).toFixed(1)}s] ${msg}`); }
+
+const children = [];
+let workDir = null;
+let keepDir = false;
+
+function cleanup() {
+  for (const c of children) {
+    try { process.kill(-c.pid, 'SIGKILL'); } catch { /* already gone */ }
+  }
+  if (workDir && !keepDir) fs.rmSync(workDir, {recursive: true, force: true});
+}
+
+function fail(message) {
+  console.error(`FAIL: ${message}`);
+  if (workDir) {
+    keepDir = true;
+    for (const name of ['controller.log', 'worker.log']) {
+      const p = path.join(workDir, name);
+      if (fs.existsSync(p)) {
+        const text = fs.readFileSync(p, 'utf8');
+        console.error(`---- ${name} (last 3000 bytes; all of it in ${p}) ----\n${text.slice(-3000)}`);
+      }
+    }
+  }
+  cleanup();
+  process.exit(1);
+}
+
+// ---- what the test needs, each missing piece named with its fix ----
+let chromium;
+try {
+  ({chromium} = await import('playwright-core'));
+} catch (e) {
+  fail('playwright-core is not installed in tests/web/node_modules: run `npm ci --prefix tests/server/web` ' +
+       `(from the repository root) before ctest (${e.code || e.message})`);
+}
+const chromiumPath = arg('chromium', '/usr/bin/chromium');
+if (!fs.existsSync(chromiumPath)) fail(`no chromium at ${chromiumPath}: apt-get install chromium (deploy/install-deps.sh does)`);
+const bins = {controller: arg('controller'), worker: arg('worker'), cli: arg('cli')};
+for (const [k, v] of Object.entries(bins)) if (!fs.existsSync(v)) fail(`the ${k} binary ${v} is not built`);
+const jobFile = arg('job-file');
+const screenshot = arg('screenshot');
+
+workDir = fs.mkdtempSync(path.join(os.tmpdir(), 'ty-web-'));
+const watchdog = setTimeout(() => fail(`the test ran past ${DEADLINE_MS / 1000} s`), DEADLINE_MS);
+
+// ---- tokens: the controller stores only their sha256 ----
+const adminToken = randomBytes(16).toString('hex');
+const viewerToken = randomBytes(16).toString('hex');
+const sha = (t) => createHash('sha256').update(t).digest('hex');
+const tokenFile = path.join(workDir, 'tokens');
+fs.writeFileSync(tokenFile, `${sha(adminToken)} admin root\n${sha(viewerToken)} viewer dashboard\n`, {mode: 0o600});
+
+// ---- a controller and a worker ----
+function start(name, argv) {
+  const out = fs.openSync(path.join(workDir, `${name}.log`), 'a');
+  // Its own process group, so cleanup ends it and whatever it started.
+  const child = spawn(argv[0], argv.slice(1), {stdio: ['ignore', out, out], detached: true});
+  children.push(child);
+  child.on('exit', (code, signal) => { child.exited = {code, signal}; });
+  return child;
+}
+async function waitFor(what, fn, timeoutMs) {
+  const until = Date.now() + timeoutMs;
+  while (Date.now() < until) {
+    const v = await fn();
+    if (v) return v;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  fail(`timed out after ${timeoutMs / 1000} s waiting for ${what}`);
+}
+
+const portFile = path.join(workDir, 'port');
+const controller = start('controller', [
+  bins.controller, '--listen', '127.0.0.1:0', '--data-dir', path.join(workDir, 'data'), '--port-file', portFile,
+  '--web-listen', '127.0.0.1:0', '--token-file', tokenFile]);
+const grpcPort = await waitFor('the controller\'s port file', () => {
+  if (controller.exited) fail(`the controller exited (${JSON.stringify(controller.exited)})`);
+  return fs.existsSync(portFile) && fs.readFileSync(portFile, 'utf8').trim();
+}, 20_000);
+// --web-listen port 0: the controller logs the port it bound.
+const webPort = await waitFor('the controller\'s "web UI on" log line', () => {
+  const m = /web UI on http:\/\/127\.0\.0\.1:(\d+)\//.exec(fs.readFileSync(path.join(workDir, 'controller.log'), 'utf8'));
+  return m && m[1];
+}, 10_000);
+const base = `http://127.0.0.1:${webPort}`;
+log(`controller on 127.0.0.1:${grpcPort}, web UI on ${base}`);
+
+const rendezvous = 20000 + Math.floor(Math.random() * 4000) * 10;
+start('worker', [bins.worker, '--controller', `127.0.0.1:${grpcPort}`, '--name', 'w1', '--slots', '1',
+                 '--rendezvous-ports', `${rendezvous}-${rendezvous + 9}`, '--work-dir', path.join(workDir, 'w1')]);
+
+function cli(args) {
+  const r = spawnSync(bins.cli, [...args, '--controller', `127.0.0.1:${grpcPort}`],
+                      {env: {...process.env, TRAINYARD_TOKEN: adminToken}, encoding: 'utf8', timeout: 30_000});
+  return r;
+}
+await waitFor('worker w1 to connect', () => {
+  const r = cli(['workers', '--output', 'json']);
+  return r.status === 0 && r.stdout.split('\n').some((l) => { try { const w = JSON.parse(l); return w.name === 'w1' && w.connected; } catch { return false; } });
+}, 20_000);
+
+// A job that outlasts the test however fast the machine (it is cancelled at the end):
+// the tiny preset, every step reported, and compile summaries often enough to fill the
+// table's hit counts.
+const submit = cli(['submit', jobFile, '--set', 'model.preset=tiny', '--set', 'training.steps=50000',
+                    '--set', 'training.log_freq=1', '--set', 'compile.summary_every=5', '--output', 'json']);
+if (submit.status !== 0) fail(`trainyard submit failed: ${submit.stderr}`);
+const jobId = JSON.parse(submit.stdout.split('\n').find((l) => l.startsWith('{'))).id;
+log(`submitted ${jobId}`);
+
+// ---- the browser ----
+const browser = await chromium.launch({
+  executablePath: chromiumPath, headless: true,
+  // --no-sandbox: CI runs as root, where chromium's sandbox refuses to start.
+  args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'],
+});
+try {
+  const context = await browser.newContext({viewport: {width: 1400, height: 1000}, deviceScaleFactor: 1});
+  const page = await context.newPage();
+  const consoleErrors = [];
+  page.on('console', (m) => { if (m.type() === 'error' && !/401/.test(m.text())) consoleErrors.push(m.text()); });
+  page.on('pageerror', (e) => consoleErrors.push(String(e)));
+  const jobUrl = `${base}/#/jobs/${encodeURIComponent(jobId)}`;
+
+  // 1. No token: the API answers 401 and the page asks for one.
+  await page.goto(jobUrl);
+  await page.locator('#token-prompt').waitFor({state: 'visible', timeout: 15_000});
+  const message = await page.locator('#token-message').textContent();
+  if (!/requires a token/.test(message)) fail(`the token prompt says ${JSON.stringify(message)}`);
+  log('without a token the page shows the token prompt');
+
+  // A token the controller does not know: asked again, saying why.
+  await page.fill('#token-input', 'not-a-known-token');
+  await page.click('#token-form button[type=submit]');
+  await waitFor('the prompt to say the token was refused', async () =>
+    /refused \(unknown token\)/.test(await page.locator('#token-message').textContent()) &&
+    page.locator('#token-prompt').isVisible(), 10_000);
+  log('an unknown token is refused and the prompt asks again');
+
+  // 2. The viewer token; the charts grow as the job trains.
+  await page.fill('#token-input', viewerToken);
+  await page.click('#token-form button[type=submit]');
+  await page.locator('#token-prompt').waitFor({state: 'hidden', timeout: 5_000});
+  const points = (id) => page.evaluate((sel) => Number(document.querySelector(sel)?.dataset.points || 0), id);
+  const first = await waitFor('the loss chart to have 3 points', async () => {
+    const n = await points('#loss-chart');
+    return n >= 3 ? n : 0;
+  }, 45_000);
+  log(`loss chart has ${first} points`);
+  const later = await waitFor(`the loss chart to grow past ${first + 4} points`, async () => {
+    const n = await points('#loss-chart');
+    return n >= first + 5 ? n : 0;
+  }, 30_000);
+  log(`loss chart grew to ${later} points`);
+  if ((await points('#tps-chart')) < 1) fail('the tokens/s chart has no points');
+  const compileRows = await waitFor('rows in the compile table', async () =>
+    page.locator('#compile-table tbody tr').count(), 20_000);
+  log(`compile table has ${compileRows} row(s)`);
+  // Something is drawn: the loss curve's colour is on the canvas.
+  const drawn = await page.evaluate(() => {
+    const c = document.querySelector('#loss-chart');
+    const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+    let blue = 0;
+    for (let i = 0; i < d.length; i += 4) if (d[i + 2] > 200 && d[i] < 80 && d[i + 3] > 200) ++blue;
+    return blue;
+  });
+  if (drawn < 50) fail(`the loss canvas has ${drawn} pixels of the curve's colour`);
+  const state = await page.locator('.page-head .badge').first().textContent();
+  log(`job state on the page: ${state}; ${drawn} curve pixels`);
+
+  // 4. The screenshot CI keeps.
+  fs.mkdirSync(path.dirname(screenshot), {recursive: true});
+  await page.screenshot({path: screenshot, fullPage: true});
+  log(`screenshot: ${screenshot}`);
+
+  // 3. The fleet page, with the token kept for the tab.
+  await page.goto(`${base}/#/fleet`);
+  await page.locator('#workers-table tbody tr', {hasText: 'w1'}).waitFor({timeout: 10_000});
+  if (await page.locator('#token-prompt').isVisible()) fail('the token was not kept for the tab');
+  log('fleet page lists w1');
+  await page.goto(`${base}/#/jobs`);
+  await page.locator('#jobs-table tbody tr a', {hasText: jobId}).waitFor({timeout: 10_000});
+  log(`jobs list shows ${jobId}`);
+  if (consoleErrors.length) fail(`errors in the page: ${consoleErrors.join(' | ')}`);
+} catch (e) {
+  fail(e.stack || String(e));
+} finally {
+  await browser.close().catch(() => {});
+}
+
+cli(['cancel', jobId]);
+clearTimeout(watchdog);
+cleanup();
+log('PASS');

@@ -1,0 +1,61 @@
+#include "worker/launch/rank_launch.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+namespace trainyard {
+
+EnvLookup ProcessEnvironment() {
+  return [](const std::string& name) -> std::optional<std::string> {
+    const char* value = std::getenv(name.c_str());
+    if (value == nullptr) return std::nullopt;
+    return std::string(value);
+  };
+}
+
+int DefaultRankThreads(int cores, int ranks) { return std::max(1, cores / std::max(1, ranks)); }
+
+int OnlineCores() { return static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN))); }
+
+bool OpenBlasThreadsInStep(std::string_view device, const EnvLookup& env) {
+  const std::optional<std::string> fused = env("TRAINYARD_FUSED_CPU_KERNELS");
+  const bool fused_on = !fused.has_value() || *fused != "0";
+  // On CPU both backends (eager, jit) run the fused operators; a traced region calls them too.
+  return !(fused_on && device == "cpu");
+}
+
+std::vector<std::pair<std::string, std::string>> RankThreadEnv(int threads, bool openblas_threads_in_step,
+                                                               const EnvLookup& parent) {
+  const std::string t = std::to_string(threads);
+  std::vector<std::pair<std::string, std::string>> wanted = {{"OMP_NUM_THREADS", t}, {"OPENBLAS_NUM_THREADS", t}};
+  if (openblas_threads_in_step) wanted.emplace_back("OMP_WAIT_POLICY", "PASSIVE");
+  std::vector<std::pair<std::string, std::string>> env;
+  for (auto& [name, value] : wanted) {
+    if (!parent(name).has_value()) env.emplace_back(name, value);
+  }
+  return env;
+}
+
+LaunchRequest RankLaunchRequest(const RankProcess& p) {
+  LaunchRequest request;
+  request.binary = p.rank_binary;
+  request.args = {"--config",      p.config_path,
+                  "--rank",        std::to_string(p.rank),
+                  "--world-size",  std::to_string(p.world_size),
+                  "--master-addr", p.master_addr,
+                  "--master-port", std::to_string(p.master_port),
+                  "--gloo-host",   p.gloo_host.empty() ? p.master_addr : p.gloo_host,
+                  "--attempt",     std::to_string(p.attempt),
+                  "--threads",     std::to_string(p.threads)};
+  if (!p.run_dir.empty()) request.args.insert(request.args.end(), {"--run-dir", p.run_dir});
+  request.args.insert(request.args.end(), {"--local-rank", std::to_string(p.local_rank)});
+  if (!p.checkpoint_dir.empty()) request.args.insert(request.args.end(), {"--checkpoint-dir", p.checkpoint_dir});
+  if (!p.resume_path.empty()) request.args.insert(request.args.end(), {"--resume", p.resume_path});
+  request.args.insert(request.args.end(), p.extra_args.begin(), p.extra_args.end());
+  request.env = p.env;
+  return request;
+}
+
+}  // namespace trainyard
