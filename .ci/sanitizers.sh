@@ -4,7 +4,8 @@
 # (TRAINYARD_SANITIZE=ON; /work's normal build is untouched), runs those tests once,
 # then each fuzz target for FUZZ_SECONDS (default 60) from a temporary copy of its seed
 # corpus, so CI never grows the repository. Fails on any test failure, sanitizer report
-# or fuzzer finding; a finding's input is kept under $ARTIFACTS (printed).
+# or fuzzer finding; a finding's input is kept under $ARTIFACTS (printed). JOBS (default
+# 2) sets the build's parallelism, ctest's, and how many fuzz targets run at once.
 #
 #   bash .ci/sanitizers.sh                    # everything, 60 s per target
 #   FUZZ_SECONDS=10 bash .ci/sanitizers.sh     # a shorter local run
@@ -56,24 +57,40 @@ if [ -z "${SKIP_TESTS:-}" ]; then
 fi
 
 mkdir -p "$ARTIFACTS"
-failed=()
-summary=()
-for t in $TARGETS; do
-  bin=$BUILD/bin/$t
+# One fuzz target: FUZZ_SECONDS on a temporary copy of its seeds; its exit code goes to
+# $ARTIFACTS/$t.rc. JOBS targets run at a time (each is one single-threaded process).
+fuzz_one() {
+  local t=$1 corpus rc
   corpus=$(mktemp -d)
   cp -r "tests/fuzz/corpus/$t/." "$corpus/"
-  log=$ARTIFACTS/$t.log
-  echo "sanitizers: fuzzing $t for ${FUZZ_SECONDS} s"
   set +e
-  "$bin" -max_total_time="$FUZZ_SECONDS" -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 \
-    -artifact_prefix="$ARTIFACTS/$t-" "$corpus" >"$log" 2>&1
+  "$BUILD/bin/$t" -max_total_time="$FUZZ_SECONDS" -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 \
+    -artifact_prefix="$ARTIFACTS/$t-" "$corpus" >"$ARTIFACTS/$t.log" 2>&1
   rc=$?
   set -e
   rm -rf "$corpus"
+  echo "$rc" >"$ARTIFACTS/$t.rc"
+}
+fuzz_start=$(date +%s)
+running=0
+for t in $TARGETS; do
+  if [ "$running" -ge "$JOBS" ]; then wait -n || true; running=$((running - 1)); fi
+  echo "sanitizers: fuzzing $t for ${FUZZ_SECONDS} s"
+  fuzz_one "$t" &
+  running=$((running + 1))
+done
+wait || true
+echo "sanitizers: fuzzing took $(( $(date +%s) - fuzz_start )) s ($JOBS at a time)"
+
+failed=()
+summary=()
+for t in $TARGETS; do
+  log=$ARTIFACTS/$t.log
+  rc=$(cat "$ARTIFACTS/$t.rc" 2>/dev/null || echo "?")
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
   summary+=("$t: ${execs:-?} runs, ${rate:-?} exec/s, exit $rc")
-  if [ "$rc" -ne 0 ]; then
+  if [ "$rc" != 0 ]; then
     failed+=("$t")
     echo "sanitizers: $t FAILED (exit $rc); last lines of $log:" >&2
     tail -40 "$log" >&2

@@ -21,6 +21,7 @@
 #include "tests/fakes/fake_clock.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/test_process.h"
+#include "tests/support/files.h"
 
 namespace trainyard {
 namespace {
@@ -43,17 +44,10 @@ constexpr char kSideEffectRank1[] =
 constexpr char kLimitLine[] =
     R"({"rank":0,"compile":{"kind":"RECOMPILE_LIMIT","region":"attention","layers":[2],"reason":"input[0].size(1): expected 256, got 512"}})";
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // Waits (bounded) until `path` holds a pid, so a test knows its runner got that far.
 int WaitForPid(const std::string& path) {
   for (int i = 0; i < 400; ++i) {
-    std::string text = ReadFile(path);
+    std::string text = testing::ReadFileOrEmpty(path);
     if (!text.empty() && text.back() == '\n') return std::stoi(text);
     std::this_thread::sleep_for(std::chrono::milliseconds(25));
   }
@@ -122,11 +116,11 @@ TEST_F(PreflightRunnerTest, CleanRunGetsTheResolvedSpecAsProtoJsonAndTheContract
   EXPECT_THAT(parsed, ElementsAre(true, true, false));
 
   // argv is `SPEC.json --preflight --json`, and SPEC.json is the normalised JobSpec.
-  const std::string args = ReadFile(dir_.path() + "/args");
+  const std::string args = testing::ReadFileOrEmpty(dir_.path() + "/args");
   EXPECT_THAT(args, StartsWith(SpecDir() + "/trainyard-preflight-"));
   EXPECT_THAT(args, HasSubstr(".json --preflight --json\n"));
   v1::JobSpec got;
-  ASSERT_TRUE(FromJson(ReadFile(dir_.path() + "/spec.json"), &got).ok());
+  ASSERT_TRUE(FromJson(testing::ReadFileOrEmpty(dir_.path() + "/spec.json"), &got).ok());
   EXPECT_EQ(got.SerializeAsString(), spec_.SerializeAsString());
   EXPECT_TRUE(got.compile().test_plant_side_effect());
   // The spec file is gone once Run returns.
@@ -138,7 +132,7 @@ TEST_F(PreflightRunnerTest, ShrinkIsPassedBeforeJson) {
   options.shrink = true;
   auto report = Run(Script("exit 0\n"), options);
   ASSERT_TRUE(report.ok()) << report.status();
-  EXPECT_THAT(ReadFile(dir_.path() + "/args"), HasSubstr(".json --preflight --shrink --json\n"));
+  EXPECT_THAT(testing::ReadFileOrEmpty(dir_.path() + "/args"), HasSubstr(".json --preflight --shrink --json\n"));
 }
 
 TEST_F(PreflightRunnerTest, ExitThreeIsFindingsWithEveryFindingEvent) {

@@ -19,6 +19,7 @@
 
 #include "tests/deploy/promql_names.h"
 #include "tests/support/test_cluster.h"
+#include "tests/support/http_get.h"
 
 namespace trainyard::testing {
 namespace {
@@ -26,39 +27,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-const ClusterBinaries kBins{TRAINYARD_CONTROLLER, TRAINYARD_WORKER, TRAINYARD_CLI, ""};
-
-WorkerOptions OneSlotWorker(const std::string& name) {
-  WorkerOptions w;
-  w.name = name;
-  w.slots = 1;
-  return w;
-}
 const fs::path kDashboard = fs::path(TRAINYARD_SOURCE_DIR) / "deploy/grafana/trainyard.json";
-
-// The body of GET `target` from 127.0.0.1:`port` (HTTP/1.0), "" when it failed.
-std::string HttpGet(int port, const std::string& target) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    if (fd >= 0) close(fd);
-    return "";
-  }
-  const std::string request = "GET " + target + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-  if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
-    close(fd);
-    return "";
-  }
-  std::string response;
-  char buf[4096];
-  for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) response.append(buf, n);
-  close(fd);
-  const size_t body = response.find("\r\n\r\n");
-  return body == std::string::npos ? "" : response.substr(body + 4);
-}
 
 json LoadDashboard() {
   std::ifstream in(kDashboard);
@@ -173,7 +142,7 @@ TEST(DashboardTest, EveryExpressionNamesMetricsTheControllerExports) {
   const std::vector<std::string> exprs = DashboardExpressions(dashboard);
   ASSERT_GE(exprs.size(), 20u);
 
-  TestCluster cluster(kBins, "api_dashboard");
+  TestCluster cluster(kBuiltBinaries, "api_dashboard");
   const int metrics_port = FreeLoopbackPort();
   ASSERT_GT(metrics_port, 0);
   ASSERT_TRUE(cluster.StartController({"--metrics-listen", "127.0.0.1:" + std::to_string(metrics_port)}))

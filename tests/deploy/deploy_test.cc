@@ -28,6 +28,8 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "server/metrics/controller_metrics.h"
 #include "tests/support/test_cluster.h"
+#include "tests/support/http_get.h"
+#include "tests/support/files.h"
 #include "worker/daemon/health_server.h"
 
 namespace trainyard::testing {
@@ -36,8 +38,6 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 using grpc::health::v1::HealthCheckResponse;
-
-const ClusterBinaries kBins{TRAINYARD_CONTROLLER, TRAINYARD_WORKER, TRAINYARD_CLI, ""};
 
 // Polls `pred` every 100 ms until it holds or `timeout_ms` passed; true when it held.
 bool Eventually(const std::function<bool()>& pred, int timeout_ms) {
@@ -62,13 +62,6 @@ std::string HealthCheck(const std::string& target, const std::string& service) {
   const grpc::Status s = stub->Check(&ctx, req, &resp);
   if (!s.ok()) return "RPC " + std::to_string(s.error_code());
   return HealthCheckResponse::ServingStatus_Name(resp.status());
-}
-
-std::string ReadFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -124,7 +117,7 @@ TEST(HealthServerTest, FollowsRegistrationWhileLivenessStaysServingUntilShutdown
 // The real worker binary against a real controller: SERVING once registered, NOT_SERVING
 // while the controller is down (liveness still SERVING), SERVING again after it is back.
 TEST(WorkerHealthTest, ServingWhileRegisteredAndNotWhileTheControllerIsDown) {
-  TestCluster cluster(kBins, "deploy_health");
+  TestCluster cluster(kBuiltBinaries, "deploy_health");
   ASSERT_TRUE(cluster.StartController()) << "see " << cluster.dir() / "controller.log";
   const int port = FreeLoopbackPort();
   ASSERT_NE(port, 0);
@@ -171,9 +164,9 @@ TEST(WorkerHealthTest, ANonLoopbackHealthListenerNeedsInsecure) {
     TestProcess worker(insecure, (dir / "worker.log").string());
     const std::string target = "127.0.0.1:" + std::to_string(port);
     EXPECT_TRUE(Eventually([&] { return HealthCheck(target, "liveness") == "SERVING"; }, 20000))
-        << ReadFile(dir / "worker.log");
+        << ReadFileOrEmpty(dir / "worker.log");
     EXPECT_EQ(HealthCheck(target, ""), "NOT_SERVING");
-    EXPECT_NE(ReadFile(dir / "worker.log").find("--insecure"), std::string::npos) << "no warning logged";
+    EXPECT_NE(ReadFileOrEmpty(dir / "worker.log").find("--insecure"), std::string::npos) << "no warning logged";
   }
   if (!::testing::Test::HasFailure()) fs::remove_all(dir);
 }
@@ -251,43 +244,6 @@ TEST(AlertMetricsTest, PlacedJobsGetZeroedCountersRunningAndProgressTimestamps) 
 // A real Prometheus with deploy/prometheus/alerts.yml
 
 #ifdef TRAINYARD_PROMETHEUS
-// The body of an HTTP/1.0 GET to 127.0.0.1:`port`, or "" when it failed.
-std::string HttpGet(int port, const std::string& target) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    if (fd >= 0) close(fd);
-    return "";
-  }
-  const std::string request = "GET " + target + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-  if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
-    close(fd);
-    return "";
-  }
-  std::string response;
-  char buf[4096];
-  for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) response.append(buf, n);
-  close(fd);
-  const size_t body = response.find("\r\n\r\n");
-  return body == std::string::npos ? "" : response.substr(body + 4);
-}
-
-std::string UrlEncode(const std::string& s) {
-  std::string out;
-  char hex[4];
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '_' || c == '-' || c == '.') {
-      out += static_cast<char>(c);
-    } else {
-      std::snprintf(hex, sizeof(hex), "%%%02X", c);
-      out += hex;
-    }
-  }
-  return out;
-}
 
 // The engine recompiles only at start-up by design (docs/compile.md: one entry per
 // region key and grad mode, then RECOMPILE_LIMIT stops it), so no job file makes a real
@@ -314,7 +270,7 @@ std::string RankWrapper() {
 // minutes an alert must hold in production; expressions, windows and thresholds are the
 // file's own. Returns the number of `for:` lines changed (0 when the file is missing).
 int WriteTestRules(const fs::path& out) {
-  const std::string rules = ReadFile(TRAINYARD_ALERT_RULES);
+  const std::string rules = ReadFileOrEmpty(TRAINYARD_ALERT_RULES);
   const std::regex for_line(R"((\n[ ]+for:)[ ]*\S+)");
   int changed = 0;
   for (std::sregex_iterator it(rules.begin(), rules.end(), for_line), end; it != end; ++it) ++changed;
@@ -323,7 +279,7 @@ int WriteTestRules(const fs::path& out) {
 }
 
 TEST(PrometheusAlertsTest, RecompileStormAndStalledJobAlertsFireFromARealController) {
-  TestCluster cluster(kBins, "deploy_alerts");
+  TestCluster cluster(kBuiltBinaries, "deploy_alerts");
   const int metrics_port = FreeLoopbackPort();
   const int prom_port = FreeLoopbackPort();
   ASSERT_TRUE(metrics_port != 0 && prom_port != 0 && metrics_port != prom_port);
@@ -364,7 +320,7 @@ TEST(PrometheusAlertsTest, RecompileStormAndStalledJobAlertsFireFromARealControl
       },
       30000);
   ASSERT_TRUE(loaded) << "Prometheus did not load " << rules << ":\n"
-                      << ReadFile(cluster.dir() / "prometheus.log").substr(0, 4000);
+                      << ReadFileOrEmpty(cluster.dir() / "prometheus.log").substr(0, 4000);
   // ... and scraping the controller: a counter whose series first appears with its
   // increment (a stall within a second of placement, before any scrape) has no
   // increase() to see.

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "tests/support/test_cluster.h"
+#include "tests/support/files.h"
 
 namespace trainyard::testing {
 namespace {
@@ -21,24 +22,8 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-const ClusterBinaries kBins{TRAINYARD_CONTROLLER, TRAINYARD_WORKER, TRAINYARD_CLI, ""};
-
-WorkerOptions OneSlotWorker(const std::string& name) {
-  WorkerOptions w;
-  w.name = name;
-  w.slots = 1;
-  return w;
-}
-
-std::string ReadAll(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 TEST(ApiExampleTest, SubmitsAndWatchesAJobToSucceeded) {
-  TestCluster cluster(kBins, "api_example");
+  TestCluster cluster(kBuiltBinaries, "api_example");
   ASSERT_TRUE(cluster.StartController()) << "see " << cluster.dir() / "controller.log";
   cluster.StartWorker(OneSlotWorker("w1"));
   ASSERT_TRUE(cluster.WaitConnected({"w1"}, 30000));
@@ -82,7 +67,7 @@ TEST(ApiExampleTest, SubmitsAndWatchesAJobToSucceeded) {
 }
 
 TEST(ApiExampleTest, ARefusedSpecIsReportedWithTheControllersMessage) {
-  TestCluster cluster(kBins, "api_example_bad");
+  TestCluster cluster(kBuiltBinaries, "api_example_bad");
   ASSERT_TRUE(cluster.StartController()) << "see " << cluster.dir() / "controller.log";
   const CommandResult r = RunCommand({TRAINYARD_API_EXAMPLE, "--controller", cluster.address(), "--steps", "0"});
   EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
@@ -91,8 +76,8 @@ TEST(ApiExampleTest, ARefusedSpecIsReportedWithTheControllersMessage) {
 
 // docs/api.md embeds the program between these markers; the two must not drift apart.
 TEST(ApiExampleTest, DocsShowTheExampleVerbatim) {
-  const std::string doc = ReadAll(fs::path(TRAINYARD_SOURCE_DIR) / "docs/api.md");
-  const std::string program = ReadAll(fs::path(TRAINYARD_SOURCE_DIR) / "examples/api/job_api_example.cc");
+  const std::string doc = ReadFileOrEmpty(fs::path(TRAINYARD_SOURCE_DIR) / "docs/api.md");
+  const std::string program = ReadFileOrEmpty(fs::path(TRAINYARD_SOURCE_DIR) / "examples/api/job_api_example.cc");
   ASSERT_FALSE(program.empty());
   const std::string begin = "<!-- begin examples/api/job_api_example.cc -->\n```cpp\n";
   const std::string end = "```\n<!-- end examples/api/job_api_example.cc -->";

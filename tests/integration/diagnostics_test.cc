@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "tests/support/test_cluster.h"
+#include "tests/support/files.h"
 
 namespace trainyard::testing {
 namespace {
@@ -30,7 +31,6 @@ using nlohmann::json;
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-const ClusterBinaries kBins{TRAINYARD_CONTROLLER, TRAINYARD_WORKER, TRAINYARD_CLI};
 const std::string kDebugJob = TRAINYARD_EXAMPLES "/debug.toml";
 
 // Two ranks on one worker, dp=2 ep=2, no restarts: a stall fails the job.
@@ -52,13 +52,6 @@ std::vector<json> Stalls(const std::vector<json>& events) {
   return out;
 }
 
-std::string ReadAll(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 std::string Sha256Sum(const fs::path& path) {
   const CommandResult r = RunCommand({"/usr/bin/sha256sum", path.string()});
   return r.exit_code == 0 ? r.out.substr(0, 64) : "";
@@ -68,7 +61,7 @@ class DiagnosticsTest : public ::testing::Test {
  protected:
   void StartCluster(const std::vector<std::string>& worker_env,
                     const std::vector<std::string>& controller_args = {}) {
-    cluster_ = std::make_unique<TestCluster>(kBins, "diag");
+    cluster_ = std::make_unique<TestCluster>(kBuiltBinaries, "diag");
     std::vector<std::string> args = {"--heartbeat-timeout", "5"};
     args.insert(args.end(), controller_args.begin(), controller_args.end());
     ASSERT_TRUE(cluster_->StartController(args))
@@ -123,7 +116,7 @@ class DiagnosticsTest : public ::testing::Test {
     const CommandResult pull = cluster_->Cli({"artifacts", "pull", id, name, "-o", out.string()});
     ASSERT_EQ(pull.exit_code, 0) << pull.err;
     EXPECT_EQ(Sha256Sum(out / name), dumps[0].value("sha256", "x"));
-    const json dump = json::parse(ReadAll(out / name), nullptr, false);
+    const json dump = json::parse(ReadFileOrEmpty(out / name), nullptr, false);
     ASSERT_FALSE(dump.is_discarded()) << name << " is not JSON";
     ASSERT_TRUE(dump.contains("rings")) << dump.dump().substr(0, 300);
     std::set<int> ranks;
@@ -219,7 +212,7 @@ TEST_F(DiagnosticsTest, ProfiledWindowsComeBackAsChromeTracesThatMatchTheirSha25
     windows.insert({t.value("rank", -1), name});
     ASSERT_TRUE(fs::exists(out / name)) << name;
     EXPECT_EQ(Sha256Sum(out / name), t.value("sha256", "x")) << name;
-    const json trace = json::parse(ReadAll(out / name), nullptr, false);
+    const json trace = json::parse(ReadFileOrEmpty(out / name), nullptr, false);
     ASSERT_FALSE(trace.is_discarded()) << name << " is not JSON";
     ASSERT_TRUE(trace.contains("traceEvents") && trace.at("traceEvents").is_array()) << name;
     std::set<std::string> names;
@@ -277,7 +270,7 @@ TEST_F(DiagnosticsTest, AnUploadCutByAControllerCrashCompletesAfterTheRestart) {
   const CommandResult pull = cluster_->Cli({"artifacts", "pull", id, name, "-o", out.string()});
   ASSERT_EQ(pull.exit_code, 0) << pull.err;
   EXPECT_EQ(Sha256Sum(out / name), traces[0].value("sha256", "x"));
-  EXPECT_TRUE(json::parse(ReadAll(out / name), nullptr, false).contains("traceEvents"));
+  EXPECT_TRUE(json::parse(ReadFileOrEmpty(out / name), nullptr, false).contains("traceEvents"));
   EXPECT_FALSE(fs::exists(part)) << "the partial file remains after completion";
   std::printf("upload: %lld of %lld bytes held at the controller crash; completed after the restart\n",
               static_cast<long long>(held), static_cast<long long>(JsonInt(traces[0].at("size_bytes"))));

@@ -21,6 +21,8 @@
 #include <thread>
 
 #include "tests/support/test_cluster.h"
+#include "tests/support/http_get.h"
+#include "tests/support/files.h"
 
 namespace trainyard::testing {
 namespace {
@@ -30,44 +32,6 @@ namespace fs = std::filesystem;
 
 int64_t AsInt(const json& v) { return JsonInt(v); }
 int FreePort() { return FreeLoopbackPort(); }
-
-// The body of an HTTP/1.0 GET to 127.0.0.1:`port`, or "" when it failed.
-std::string HttpGet(int port, const std::string& target) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    if (fd >= 0) close(fd);
-    return "";
-  }
-  const std::string request = "GET " + target + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-  if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
-    close(fd);
-    return "";
-  }
-  std::string response;
-  char buf[4096];
-  for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) response.append(buf, n);
-  close(fd);
-  const size_t body = response.find("\r\n\r\n");
-  return body == std::string::npos ? "" : response.substr(body + 4);
-}
-
-std::string UrlEncode(const std::string& s) {
-  std::string out;
-  char hex[4];
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '_' || c == '-' || c == '.') {
-      out += static_cast<char>(c);
-    } else {
-      std::snprintf(hex, sizeof(hex), "%%%02X", c);
-      out += hex;
-    }
-  }
-  return out;
-}
 
 class EndToEndTest : public ::testing::Test {
  protected:
@@ -126,13 +90,6 @@ class EndToEndTest : public ::testing::Test {
     }
     ADD_FAILURE() << "no step reported; see " << log;
     return watcher;
-  }
-
-  static std::string ReadFile(const std::string& path) {
-    std::ifstream in(path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
   }
 
   void TearDown() override {
@@ -312,7 +269,7 @@ TEST_F(EndToEndTest, CancelKillsEveryRankOfARunningJob) {
   std::set<int> pids;
   std::set<int> killed_ranks;
   std::string end_state;
-  for (const auto& e : JsonLines(ReadFile(watch_log))) {
+  for (const auto& e : JsonLines(ReadFileOrEmpty(watch_log))) {
     if (e.contains("rank_state")) {
       const auto& rs = e.at("rank_state");
       if (rs.value("state", "") == "RUNNING") pids.insert(rs.at("pid").get<int>());
@@ -350,7 +307,7 @@ TEST_F(EndToEndTest, ControllerCrashMidJobLosesNoEvent) {
 
   // The worker reconnects and resends what was not acknowledged; the job finishes.
   auto watch = Cli({"watch", id, "--output", "json"});
-  ASSERT_EQ(watch.exit_code, 0) << watch.err << "\n" << ReadFile((dir_ / "controller.log").string());
+  ASSERT_EQ(watch.exit_code, 0) << watch.err << "\n" << ReadFileOrEmpty((dir_ / "controller.log").string());
   std::map<int64_t, int> step_count;
   int64_t last_seq = 0;
   std::string end_state;
@@ -363,7 +320,7 @@ TEST_F(EndToEndTest, ControllerCrashMidJobLosesNoEvent) {
   }
   EXPECT_EQ(end_state, "SUCCEEDED");
   // The crash really hit a running job: the new controller recovered it as RUNNING.
-  EXPECT_NE(ReadFile((dir_ / "controller.log").string())
+  EXPECT_NE(ReadFileOrEmpty((dir_ / "controller.log").string())
                 .find("recovered job=" + id + " state=RUNNING"),
             std::string::npos);
   ASSERT_EQ(step_count.size(), static_cast<size_t>(steps)) << "steps lost across the crash";
@@ -387,7 +344,7 @@ TEST_F(EndToEndTest, ARankThatExitsWhileTheControllerIsDownEndsSucceededWithEver
   const std::string exited = "job=" + id + " attempt=1 rank=0 EXITED";
   bool seen = false;
   for (int i = 0; i < 1200 && !seen; ++i) {
-    seen = ReadFile((dir_ / "worker.log").string()).find(exited) != std::string::npos;
+    seen = ReadFileOrEmpty((dir_ / "worker.log").string()).find(exited) != std::string::npos;
     if (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   ASSERT_TRUE(seen) << "the rank never exited; see " << dir_ / "worker.log";
@@ -395,7 +352,7 @@ TEST_F(EndToEndTest, ARankThatExitsWhileTheControllerIsDownEndsSucceededWithEver
   ASSERT_EQ(address_, listen) << "could not restart on the same port";
 
   auto watch = Cli({"watch", id, "--output", "json"});
-  ASSERT_EQ(watch.exit_code, 0) << watch.err << "\n" << ReadFile((dir_ / "controller.log").string());
+  ASSERT_EQ(watch.exit_code, 0) << watch.err << "\n" << ReadFileOrEmpty((dir_ / "controller.log").string());
   const auto events = JsonLines(watch.out);
   ASSERT_FALSE(events.empty());
   std::map<int64_t, int> step_count;

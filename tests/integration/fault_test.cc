@@ -27,7 +27,6 @@ using nlohmann::json;
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-const ClusterBinaries kBins{TRAINYARD_CONTROLLER, TRAINYARD_WORKER, TRAINYARD_CLI};
 const std::string kDebugJob = TRAINYARD_EXAMPLES "/debug.toml";
 constexpr int kSteps = 20;
 
@@ -76,7 +75,7 @@ void PrintCheckpointFigures(const std::vector<json>& events) {
 class FaultTest : public ::testing::Test {
  protected:
   void StartCluster(const std::vector<WorkerOptions>& workers) {
-    cluster_ = std::make_unique<TestCluster>(kBins, "fault");
+    cluster_ = std::make_unique<TestCluster>(kBuiltBinaries, "fault");
     ASSERT_TRUE(cluster_->StartController({"--heartbeat-timeout", "3"}))
         << "controller did not start; see " << cluster_->dir() / "controller.log";
     std::vector<std::string> names;

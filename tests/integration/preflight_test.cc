@@ -17,6 +17,7 @@
 
 #include "tests/support/temp_dir.h"
 #include "tests/support/test_process.h"
+#include "tests/support/files.h"
 
 namespace trainyard::testing {
 namespace {
@@ -34,13 +35,6 @@ std::vector<json> JsonLines(const std::string& text) {
     if (!line.empty() && line[0] == '{') out.push_back(json::parse(line));
   }
   return out;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 // The fake runner. It logs each call's argv, keeps the spec it was given, and picks
@@ -86,7 +80,7 @@ class PreflightIntegrationTest : public ::testing::Test {
                                  "--preflight-timeout", preflight_timeout_},
         dir_.path() + "/controller.log");
     const std::string port = WaitForFile(dir_.path() + "/port", 20000);
-    ASSERT_FALSE(port.empty()) << ReadFile(dir_.path() + "/controller.log");
+    ASSERT_FALSE(port.empty()) << ReadFileOrEmpty(dir_.path() + "/controller.log");
     address_ = "127.0.0.1:" + std::to_string(std::stoi(port));
     const int base = 40000 + (getpid() % 2000) * 10;
     worker_ = std::make_unique<TestProcess>(
@@ -108,7 +102,7 @@ class PreflightIntegrationTest : public ::testing::Test {
     worker_.reset();
     controller_.reset();
     if (HasFailure()) {
-      std::printf("--- controller.log\n%s\n", ReadFile(dir_.path() + "/controller.log").c_str());
+      std::printf("--- controller.log\n%s\n", ReadFileOrEmpty(dir_.path() + "/controller.log").c_str());
     }
   }
 
@@ -134,7 +128,7 @@ class PreflightIntegrationTest : public ::testing::Test {
   }
 
   int RunnerCalls() {
-    std::istringstream in(ReadFile(dir_.path() + "/runner-calls"));
+    std::istringstream in(ReadFileOrEmpty(dir_.path() + "/runner-calls"));
     int n = 0;
     for (std::string line; std::getline(in, line);) ++n;
     return n;
@@ -160,9 +154,9 @@ TEST_F(PreflightIntegrationTest, FindingsRejectTheSubmitAndCreateNoJob) {
   EXPECT_EQ(JobCount(), before) << "a job row was created despite the findings";
 
   // The runner got the contract's argv and the resolved spec, planted bug included.
-  EXPECT_NE(ReadFile(dir_.path() + "/runner-calls").find(".json --preflight --json"),
+  EXPECT_NE(ReadFileOrEmpty(dir_.path() + "/runner-calls").find(".json --preflight --json"),
             std::string::npos);
-  json spec = json::parse(ReadFile(dir_.path() + "/runner-spec.json"));
+  json spec = json::parse(ReadFileOrEmpty(dir_.path() + "/runner-spec.json"));
   EXPECT_EQ(spec["compile"]["test_plant_side_effect"], true);
   EXPECT_EQ(spec["model"]["dim"], 64);  // the tiny preset was applied
 }
@@ -213,7 +207,7 @@ TEST_F(PreflightIntegrationTest, TimeoutKillsTheRunnerAndRejects) {
   EXPECT_EQ(r.exit_code, 6);  // FAILED_PRECONDITION
   EXPECT_NE(r.err.find("preflight failed: timed out after"), std::string::npos) << r.err;
   EXPECT_EQ(JobCount(), before);
-  const std::string pid = ReadFile(dir_.path() + "/hang-child.pid");
+  const std::string pid = ReadFileOrEmpty(dir_.path() + "/hang-child.pid");
   ASSERT_FALSE(pid.empty());
   for (int i = 0; i < 100 && ProcessAlive(std::stoi(pid)); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -261,7 +255,7 @@ TEST_F(PreflightCliTest, FindingsArePrintedAndExitOne) {
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("preflight: FINDINGS"), std::string::npos) << r.out;
-  EXPECT_NE(ReadFile(dir_.path() + "/runner-calls").find(".json --preflight --shrink --json"),
+  EXPECT_NE(ReadFileOrEmpty(dir_.path() + "/runner-calls").find(".json --preflight --shrink --json"),
             std::string::npos);
 }
 

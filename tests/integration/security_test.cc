@@ -21,6 +21,7 @@
 #include <signal.h>
 
 #include "tests/support/test_cluster.h"
+#include "tests/support/files.h"
 #include "trainyard/v1/worker_service.grpc.pb.h"
 
 namespace trainyard::testing {
@@ -29,21 +30,13 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-const ClusterBinaries kBins{TRAINYARD_CONTROLLER, TRAINYARD_WORKER, TRAINYARD_CLI, TRAINYARD_MAKE_CERTS};
 const std::string kDebugJob = TRAINYARD_EXAMPLES "/debug.toml";
-
-std::string ReadAll(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // Waits up to timeout_ms for `needle` to appear in the file at `path`.
 bool WaitForLog(const fs::path& path, const std::string& needle, int timeout_ms) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (std::chrono::steady_clock::now() < deadline) {
-    if (ReadAll(path).find(needle) != std::string::npos) return true;
+    if (ReadFileOrEmpty(path).find(needle) != std::string::npos) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return false;
@@ -52,7 +45,7 @@ bool WaitForLog(const fs::path& path, const std::string& needle, int timeout_ms)
 class SecurityTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    cluster_ = std::make_unique<TestCluster>(kBins, "security");
+    cluster_ = std::make_unique<TestCluster>(kBuiltBinaries, "security");
     ASSERT_TRUE(cluster_->EnableTls({"w1", "w2"}, {"alice"}));
     ASSERT_TRUE(cluster_->StartController()) << "see " << cluster_->dir() / "controller.log";
   }
@@ -91,7 +84,7 @@ TEST_F(SecurityTest, WorkerWithCertificateOfAnotherCaCannotConnect) {
 // call's deadline is long, so a hang would show as a timeout here).
 TEST_F(SecurityTest, PlaintextClientAgainstTlsPortFailsCleanly) {
   const CommandResult r =
-      RunCommand({kBins.cli, "workers", "--controller", cluster_->address(), "--timeout", "60"});
+      RunCommand({kBuiltBinaries.cli, "workers", "--controller", cluster_->address(), "--timeout", "60"});
   EXPECT_EQ(r.exit_code, 5);  // UNAVAILABLE
   EXPECT_NE(r.err.find("UNAVAILABLE"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("a controller that serves TLS needs --tls-ca"), std::string::npos) << r.err;
@@ -105,7 +98,7 @@ TEST_F(SecurityTest, PlaintextClientAgainstTlsPortFailsCleanly) {
 TEST_F(SecurityTest, ClientWithAnotherCaRefusesTheController) {
   const fs::path other = cluster_->dir() / "other-ca";
   ASSERT_TRUE(cluster_->MakeCerts(other, {}, {}));
-  const CommandResult r = RunCommand({kBins.cli, "workers", "--controller", cluster_->address(), "--tls-ca",
+  const CommandResult r = RunCommand({kBuiltBinaries.cli, "workers", "--controller", cluster_->address(), "--tls-ca",
                                       (other / "ca.pem").string(), "--timeout", "60"});
   EXPECT_EQ(r.exit_code, 5);  // UNAVAILABLE
   EXPECT_NE(r.err.find("UNAVAILABLE"), std::string::npos) << r.err;
@@ -164,7 +157,7 @@ std::string TokenLine(const std::string& token, const std::string& role, const s
 class SecurityTokensTest : public SecurityTest {
  protected:
   void SetUp() override {
-    cluster_ = std::make_unique<TestCluster>(kBins, "security-tokens");
+    cluster_ = std::make_unique<TestCluster>(kBuiltBinaries, "security-tokens");
     ASSERT_TRUE(cluster_->EnableTls({"w1", "w2"}, {}));
     tokens_ = cluster_->dir() / "tokens";
     {
@@ -242,16 +235,16 @@ TEST_F(SecurityTokensTest, RolesDecideWhoSeesAndChangesWhat) {
   cluster_->SetCliTokenFile((cluster_->dir() / "alice.token").string());
   cluster_->Follow(id, "events.jsonl")->WaitEnd();
   EXPECT_EQ(cluster_->Get(id).value("state", ""), "CANCELLED");
-  EXPECT_EQ(ReadAll(ControllerLog()).find("secret"), std::string::npos) << "no token in the log";
+  EXPECT_EQ(ReadFileOrEmpty(ControllerLog()).find("secret"), std::string::npos) << "no token in the log";
 }
 
 // ---- A hostile worker with a valid certificate ----
 
 std::shared_ptr<grpc::Channel> WorkerChannel(const TestCluster& cluster, const std::string& name) {
   grpc::SslCredentialsOptions ssl;
-  ssl.pem_root_certs = ReadAll(cluster.certs_dir() / "ca.pem");
-  ssl.pem_cert_chain = ReadAll(cluster.certs_dir() / ("worker-" + name + ".pem"));
-  ssl.pem_private_key = ReadAll(cluster.certs_dir() / ("worker-" + name + ".key"));
+  ssl.pem_root_certs = ReadFileOrEmpty(cluster.certs_dir() / "ca.pem");
+  ssl.pem_cert_chain = ReadFileOrEmpty(cluster.certs_dir() / ("worker-" + name + ".pem"));
+  ssl.pem_private_key = ReadFileOrEmpty(cluster.certs_dir() / ("worker-" + name + ".key"));
   grpc::ChannelArguments args;
   args.SetMaxSendMessageSize(64 << 20);
   return grpc::CreateCustomChannel(cluster.address(), grpc::SslCredentials(ssl), args);

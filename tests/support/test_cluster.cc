@@ -1,4 +1,5 @@
 #include "tests/support/test_cluster.h"
+#include "tests/support/files.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -18,13 +19,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 }  // namespace
 
@@ -76,7 +70,7 @@ EventFollower::EventFollower(const ClusterBinaries& bins, const std::vector<std:
     : log_path_(log_path),
       process_(std::make_unique<TestProcess>(WatchArgv(bins, connection_args, id), log_path)) {}
 
-std::vector<json> EventFollower::Events() const { return JsonLines(ReadFile(log_path_)); }
+std::vector<json> EventFollower::Events() const { return JsonLines(ReadFileOrEmpty(log_path_)); }
 
 std::optional<json> EventFollower::WaitFor(const std::function<bool(const json&)>& pred,
                                            int timeout_ms) const {

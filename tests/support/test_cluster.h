@@ -47,6 +47,20 @@ struct WorkerOptions {
   bool name_from_certificate = false;
 };
 
+#if defined(TRAINYARD_CONTROLLER) && defined(TRAINYARD_WORKER) && defined(TRAINYARD_CLI)
+// This build's programs, as tests/CMakeLists.txt's trainyard_test_programs() defines
+// them for a test target.
+inline const ClusterBinaries kBuiltBinaries{TRAINYARD_CONTROLLER, TRAINYARD_WORKER, TRAINYARD_CLI,
+                                            TRAINYARD_MAKE_CERTS};
+#endif
+
+// A worker called `name` with one slot, the rest at the defaults.
+inline WorkerOptions OneSlotWorker(const std::string& name) {
+  WorkerOptions w;
+  w.name = name;
+  return w;
+}
+
 // proto3 JSON writes 64-bit integers as strings.
 int64_t JsonInt(const nlohmann::json& v);
 // The JSON objects among the lines of `text` (other lines are skipped).

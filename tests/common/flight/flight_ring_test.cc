@@ -20,6 +20,8 @@
 #include "common/flight/flight_ring.h"
 #include "common/flight/stall_analysis.h"
 
+#include "tests/support/files.h"
+
 namespace trainyard::flight {
 namespace {
 
@@ -31,11 +33,6 @@ std::string MakeTempDir() {
   char* d = mkdtemp(tmpl.data());
   EXPECT_NE(d, nullptr);
   return tmpl;
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 void WriteAll(const std::string& path, const std::string& bytes) {
@@ -124,7 +121,7 @@ class HostileRingTest : public ::testing::Test {
     auto ring = FlightRing::Create(dir_, 1, 2, &error, 4);
     ASSERT_NE(ring, nullptr) << error;
     ring->Enter(ring->RegisterGroup("world", 2), "allreduce", 1);
-    good_ = ReadAll(ring->path());
+    good_ = testing::ReadFileOrEmpty(ring->path());
     path_ = dir_ + "/hostile.ring";
   }
   std::string Error(const std::string& bytes) {
@@ -280,7 +277,7 @@ TEST(ArtifactFileTest, WritesAtomicallyWithDigest) {
   const std::string dir = MakeTempDir() + "/artifacts";
   absl::StatusOr<WrittenArtifact> a = WriteArtifactFile(dir, "flight-a1-r0.json", "abc");
   ASSERT_TRUE(a.ok()) << a.status();
-  EXPECT_EQ(ReadAll(a->path), "abc");
+  EXPECT_EQ(testing::ReadFileOrEmpty(a->path), "abc");
   EXPECT_EQ(a->size_bytes, 3);
   EXPECT_EQ(a->sha256, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
   absl::StatusOr<WrittenArtifact> evil = WriteArtifactFile(dir, "../evil", "x");

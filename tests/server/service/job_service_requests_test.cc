@@ -3,20 +3,15 @@
 // strings, huge ids, negative and unknown values. Each answers INVALID_ARGUMENT naming
 // the field, with a short message, stores nothing, and the service keeps answering
 // every other caller. Health checking answers per service.
-#include <grpcpp/create_channel.h>
-#include <grpcpp/security/credentials.h>
 #include <gtest/gtest.h>
 
 #include <memory>
 #include <string>
 
-#include "common/base/clock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "server/controller_server.h"
-#include "tests/fakes/fake_process_launcher.h"
-#include "tests/support/temp_dir.h"
 #include "server/policy/request_validation.h"
 #include "server/service/wire_codec.h"
+#include "tests/server/service/loopback_controller.h"
 #include "trainyard/v1/job_service.grpc.pb.h"
 #include "trainyard/v1/worker_service.grpc.pb.h"
 
@@ -27,26 +22,8 @@ namespace {
 // nothing of a megabyte input comes back.
 constexpr size_t kMaxMessage = 300;
 
-class JobServiceRequestsTest : public ::testing::Test {
+class JobServiceRequestsTest : public LoopbackControllerTest {
  protected:
-  void SetUp() override {
-    ControllerOptions options;
-    options.listen = "127.0.0.1:0";
-    options.data_dir = dir_.path();
-    auto server = ControllerServer::Start(options, &launcher_, SystemClock());
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
-    grpc::ChannelArguments args;
-    args.SetMaxSendMessageSize(8 << 20);
-    channel_ = grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(server_->port()),
-                                         grpc::InsecureChannelCredentials(), args);
-    jobs_ = v1::JobService::NewStub(channel_);
-  }
-
-  void TearDown() override {
-    if (server_) server_->Shutdown();
-  }
-
   // Expects INVALID_ARGUMENT whose message starts with `field` and is short.
   static void ExpectRefused(const grpc::Status& status, const std::string& field) {
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message().substr(0, 200);
@@ -64,8 +41,7 @@ class JobServiceRequestsTest : public ::testing::Test {
     EXPECT_EQ(resp.jobs_size(), 0);
   }
 
-  TempDir dir_;
-  FakeProcessLauncher launcher_{SystemClock()};
+};
   std::unique_ptr<ControllerServer> server_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::JobService::Stub> jobs_;

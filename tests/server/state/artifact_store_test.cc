@@ -5,8 +5,6 @@
 // per-job cap (RESOURCE_EXHAUSTED and one warn event), and one pass through the gRPC
 // services (OpenArtifact, UploadArtifact, ListArtifacts, PullArtifact) of an in-process
 // controller.
-#include <grpcpp/create_channel.h>
-#include <grpcpp/security/credentials.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -18,36 +16,14 @@
 
 #include "common/base/sha256.h"
 #include "server/state/artifact_store.h"
-#include "server/controller_server.h"
 #include "tests/fakes/fake_process_launcher.h"
 #include "tests/server/state/manager_fixture.h"
-#include "trainyard/v1/job_service.grpc.pb.h"
-#include "trainyard/v1/worker_service.grpc.pb.h"
+#include "tests/support/files.h"
 
 namespace trainyard::testing {
 namespace {
 
 namespace fs = std::filesystem;
-
-// Deterministic, non-repeating-looking bytes.
-std::string Bytes(size_t n, int seed = 1) {
-  std::string out(n, '\0');
-  uint32_t x = 2463534242u + static_cast<uint32_t>(seed);
-  for (size_t i = 0; i < n; ++i) {
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    out[i] = static_cast<char>(x & 0xff);
-  }
-  return out;
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 class ArtifactStoreTest : public ManagerFixture {
  protected:
@@ -120,7 +96,7 @@ class ArtifactStoreTest : public ManagerFixture {
 };
 
 TEST_F(ArtifactStoreTest, NamesThatCouldEscapeOrCollideAreRefused) {
-  const std::string content = Bytes(10);
+  const std::string content = PseudoRandomBytes(10);
   for (const std::string& name : {std::string("../x"), std::string("/abs"), std::string(""),
                                   std::string(129, 'a'), std::string("a\0b", 3), std::string(".hidden"),
                                   std::string("a/b"), std::string("x.part"), std::string("-x")}) {
@@ -137,7 +113,7 @@ TEST_F(ArtifactStoreTest, NamesThatCouldEscapeOrCollideAreRefused) {
 }
 
 TEST_F(ArtifactStoreTest, BadHeaderFieldsAreInvalidArgument) {
-  const std::string content = Bytes(10);
+  const std::string content = PseudoRandomBytes(10);
   auto h = Header("t", content);
   auto bad = [&](auto mutate, const std::string& field) {
     v1::ArtifactHeader x = h;
@@ -171,7 +147,7 @@ TEST_F(ArtifactStoreTest, BadHeaderFieldsAreInvalidArgument) {
 }
 
 TEST_F(ArtifactStoreTest, ChunksAtTheWrongOffsetTooLargeOrPastTheEndAreRefused) {
-  const std::string content = Bytes(600 << 10);
+  const std::string content = PseudoRandomBytes(600 << 10);
   auto h = Header("big.trace", content);
   ASSERT_EQ(artifacts_->OpenArtifact(h).value().committed_bytes(), 0);
   auto upload = artifacts_->BeginUpload(h);
@@ -207,12 +183,12 @@ TEST_F(ArtifactStoreTest, ChunksAtTheWrongOffsetTooLargeOrPastTheEndAreRefused) 
   auto done = (*resumed)->Append(at, content.substr(at));
   ASSERT_TRUE(done.ok()) << done.status();
   EXPECT_TRUE(done->complete());
-  EXPECT_EQ(ReadAll(ArtifactDir() + "/big.trace"), content);
+  EXPECT_EQ(ReadFileOrEmpty(ArtifactDir() + "/big.trace"), content);
   EXPECT_FALSE(fs::exists(ArtifactDir() + "/big.trace.part"));
 }
 
 TEST_F(ArtifactStoreTest, WrongSha256IsDataLossAndDropsThePart) {
-  const std::string content = Bytes(1000);
+  const std::string content = PseudoRandomBytes(1000);
   auto h = Header("t.json", content);
   h.set_sha256(Sha256Hex("something else"));
   auto s = Upload(h, content);
@@ -228,7 +204,7 @@ TEST_F(ArtifactStoreTest, WrongSha256IsDataLossAndDropsThePart) {
 }
 
 TEST_F(ArtifactStoreTest, ACompleteUploadIsListedAnnouncedAndNotReplaced) {
-  const std::string content = Bytes(300 << 10, 7);
+  const std::string content = PseudoRandomBytes(300 << 10, 7);
   auto h = Header("rank1.trace.json", content, /*rank=*/1);
   auto s = Upload(h, content);
   ASSERT_TRUE(s.ok()) << s.status();
@@ -262,7 +238,7 @@ TEST_F(ArtifactStoreTest, ACompleteUploadIsListedAnnouncedAndNotReplaced) {
   ASSERT_TRUE(again.ok());
   EXPECT_TRUE(again->complete());
   EXPECT_EQ(again->committed_bytes(), static_cast<int64_t>(content.size()));
-  const std::string other = Bytes(300 << 10, 8);
+  const std::string other = PseudoRandomBytes(300 << 10, 8);
   EXPECT_EQ(OpenCode(Header("rank1.trace.json", other, 1)), absl::StatusCode::kAlreadyExists);
   EXPECT_EQ(artifacts_->BeginUpload(h).status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(Events(v1::Event::kArtifact).size(), 1u);
@@ -296,7 +272,7 @@ TEST_F(ArtifactStoreTest, EmptyFilesCannotPassTheJobsArtifactCount) {
 }
 
 TEST_F(ArtifactStoreTest, AnUploadResumesAfterAControllerRestart) {
-  const std::string content = Bytes(700 << 10, 3);
+  const std::string content = PseudoRandomBytes(700 << 10, 3);
   auto h = Header("fr-w1.json", content, -1);
   h.set_kind("flight_recorder");
   ASSERT_EQ(artifacts_->OpenArtifact(h).value().committed_bytes(), 0);
@@ -322,7 +298,7 @@ TEST_F(ArtifactStoreTest, AnUploadResumesAfterAControllerRestart) {
   auto s = Upload(h, content);
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_TRUE(s->complete());
-  EXPECT_EQ(ReadAll(ArtifactDir() + "/fr-w1.json"), content);
+  EXPECT_EQ(ReadFileOrEmpty(ArtifactDir() + "/fr-w1.json"), content);
   auto events = Events(v1::Event::kArtifact);
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0].rank(), -1);
@@ -330,7 +306,7 @@ TEST_F(ArtifactStoreTest, AnUploadResumesAfterAControllerRestart) {
 }
 
 TEST_F(ArtifactStoreTest, RestartReconcilesMissingFiles) {
-  const std::string a = Bytes(1000, 1), b = Bytes(2000, 2), c = Bytes(3000, 3);
+  const std::string a = PseudoRandomBytes(1000, 1), b = PseudoRandomBytes(2000, 2), c = PseudoRandomBytes(3000, 3);
   ASSERT_TRUE(Upload(Header("a", a), a).ok());
   ASSERT_TRUE(artifacts_->OpenArtifact(Header("b", b)).ok());  // partial, file removed below
   auto hc = Header("c", c);
@@ -358,14 +334,14 @@ TEST_F(ArtifactStoreTest, RestartReconcilesMissingFiles) {
   ASSERT_TRUE(finished.ok()) << finished.status();
   EXPECT_TRUE(finished->complete());
   EXPECT_EQ(Events(v1::Event::kArtifact).size(), events_before + 1);
-  EXPECT_EQ(ReadAll(ArtifactDir() + "/c"), c);
+  EXPECT_EQ(ReadFileOrEmpty(ArtifactDir() + "/c"), c);
 }
 
 TEST_F(ArtifactStoreTest, AnArtifactOfAnEndedJobIsStoredWithoutAnEvent) {
   ASSERT_TRUE(manager_->Cancel(job_, "done").ok());
   ASSERT_EQ(Job(job_).state(), v1::Job::CANCELLED);
   const int64_t last = Job(job_).last_seq();
-  const std::string content = Bytes(5000);
+  const std::string content = PseudoRandomBytes(5000);
   auto s = Upload(Header("late.json", content), content);
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_TRUE(s->complete());
@@ -378,7 +354,7 @@ TEST_F(ArtifactStoreTest, AnArtifactOfAnEndedJobIsStoredWithoutAnEvent) {
 
 TEST_F(ArtifactStoreTest, TheJobCapRefusesWithOneWarnEvent) {
   OpenStore(/*cap=*/10000);
-  const std::string a = Bytes(6000, 1), b = Bytes(5000, 2), c = Bytes(4000, 3);
+  const std::string a = PseudoRandomBytes(6000, 1), b = PseudoRandomBytes(5000, 2), c = PseudoRandomBytes(4000, 3);
   ASSERT_TRUE(Upload(Header("a", a), a).ok());
   for (int i = 0; i < 3; ++i) {
     auto s = artifacts_->OpenArtifact(Header("b", b));
@@ -418,203 +394,6 @@ TEST_F(ArtifactStoreTest, AWorkerCannotReportAnArtifactRef) {
 
 // ---------------------------------------------------------------------------------------
 // Through gRPC: the handlers are thin over the store.
-
-class ArtifactRpcTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    ControllerOptions options;
-    options.listen = "127.0.0.1:0";
-    options.data_dir = dir_.path();
-    auto server = ControllerServer::Start(options, &launcher_, SystemClock());
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
-    channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
-                                   grpc::InsecureChannelCredentials());
-    jobs_ = v1::JobService::NewStub(channel_);
-    workers_ = v1::WorkerService::NewStub(channel_);
-  }
-  void TearDown() override {
-    if (stream_) {
-      stream_->WritesDone();
-      connect_ctx_.TryCancel();
-      stream_->Finish().IgnoreError();
-    }
-    if (server_) server_->Shutdown();
-  }
-
-  // Registers worker w1 (2 slots) on a Connect stream and waits until it is listed.
-  void ConnectWorker() {
-    stream_ = workers_->Connect(&connect_ctx_);
-    v1::WorkerMessage msg;
-    v1::Register* reg = msg.mutable_register_();
-    reg->set_name("w1");
-    reg->set_slots(2);
-    reg->set_address("127.0.0.1");
-    reg->set_rendezvous_port_min(40000);
-    reg->set_rendezvous_port_max(40009);
-    ASSERT_TRUE(stream_->Write(msg));
-    v1::ControllerMessage ack;
-    ASSERT_TRUE(stream_->Read(&ack));  // the registration's answer
-    grpc::ClientContext ctx;
-    v1::ListWorkersResponse workers;
-    ASSERT_TRUE(jobs_->ListWorkers(&ctx, v1::ListWorkersRequest(), &workers).ok());
-    ASSERT_EQ(workers.workers_size(), 1);
-  }
-
-  std::string SubmitJob() {
-    grpc::ClientContext ctx;
-    v1::SubmitJobRequest req;
-    req.mutable_spec()->mutable_job()->set_name("t");
-    req.mutable_spec()->mutable_model()->set_preset("tiny");
-    req.mutable_spec()->mutable_parallelism()->set_dp(2);
-    v1::Job job;
-    grpc::Status s = jobs_->SubmitJob(&ctx, req, &job);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    EXPECT_EQ(job.attempt(), 1);
-    return job.id();
-  }
-
-  TempDir dir_;
-  FakeProcessLauncher launcher_{SystemClock()};
-  std::unique_ptr<ControllerServer> server_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::JobService::Stub> jobs_;
-  std::unique_ptr<v1::WorkerService::Stub> workers_;
-  grpc::ClientContext connect_ctx_;
-  std::unique_ptr<grpc::ClientReaderWriter<v1::WorkerMessage, v1::ControllerMessage>> stream_;
-};
-
-TEST_F(ArtifactRpcTest, OpenUploadListAndPullOverGrpc) {
-  ConnectWorker();
-  const std::string job = SubmitJob();
-  const std::string content = Bytes((600 << 10) + 17, 5);
-  v1::ArtifactHeader h;
-  h.set_job_id(job);
-  h.set_attempt(1);
-  h.set_rank(0);
-  h.set_name("rank0.trace.json");
-  h.set_kind("trace");
-  h.set_size_bytes(static_cast<int64_t>(content.size()));
-  h.set_sha256(Sha256Hex(content));
-  h.set_worker("w1");
-
-  {  // A name that is not a connected worker's.
-    v1::ArtifactHeader stranger = h;
-    stranger.set_worker("w9");
-    grpc::ClientContext ctx;
-    v1::ArtifactStatus st;
-    EXPECT_EQ(workers_->OpenArtifact(&ctx, stranger, &st).error_code(), grpc::StatusCode::PERMISSION_DENIED);
-  }
-  {  // A connected worker that holds no rank of the job's current attempt.
-    grpc::ClientContext connect;
-    auto other = workers_->Connect(&connect);
-    v1::WorkerMessage msg;
-    v1::Register* reg = msg.mutable_register_();
-    reg->set_name("w2");
-    reg->set_slots(1);
-    reg->set_address("127.0.0.1");
-    reg->set_rendezvous_port_min(40010);
-    reg->set_rendezvous_port_max(40019);
-    ASSERT_TRUE(other->Write(msg));
-    v1::ControllerMessage ack;
-    ASSERT_TRUE(other->Read(&ack));
-    v1::ArtifactHeader forged = h;
-    forged.set_worker("w2");
-    grpc::ClientContext ctx;
-    v1::ArtifactStatus st;
-    const grpc::Status s = workers_->OpenArtifact(&ctx, forged, &st);
-    EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
-    EXPECT_NE(s.error_message().find("holds no rank 0"), std::string::npos) << s.error_message();
-    other->WritesDone();
-    connect.TryCancel();
-  }
-  {
-    grpc::ClientContext ctx;
-    v1::ArtifactStatus st;
-    grpc::Status s = workers_->OpenArtifact(&ctx, h, &st);
-    ASSERT_TRUE(s.ok()) << s.error_message();
-    EXPECT_EQ(st.committed_bytes(), 0);
-  }
-  {  // A chunk above 256 KiB ends the stream.
-    grpc::ClientContext ctx;
-    v1::ArtifactStatus st;
-    auto writer = workers_->UploadArtifact(&ctx, &st);
-    v1::ArtifactChunk chunk;
-    *chunk.mutable_header() = h;
-    chunk.set_offset(0);
-    chunk.set_data(content.substr(0, (256 << 10) + 1));
-    writer->Write(chunk);
-    writer->WritesDone();
-    EXPECT_EQ(writer->Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  }
-  {
-    grpc::ClientContext ctx;
-    v1::ArtifactStatus st;
-    auto writer = workers_->UploadArtifact(&ctx, &st);
-    for (int64_t off = 0; off < static_cast<int64_t>(content.size()); off += 256 << 10) {
-      v1::ArtifactChunk chunk;
-      if (off == 0) *chunk.mutable_header() = h;
-      chunk.set_offset(off);
-      chunk.set_data(content.substr(off, 256 << 10));
-      ASSERT_TRUE(writer->Write(chunk));
-    }
-    writer->WritesDone();
-    grpc::Status s = writer->Finish();
-    ASSERT_TRUE(s.ok()) << s.error_message();
-    EXPECT_TRUE(st.complete());
-    EXPECT_EQ(st.committed_bytes(), static_cast<int64_t>(content.size()));
-  }
-  {
-    grpc::ClientContext ctx;
-    v1::ListArtifactsRequest req;
-    req.set_job_id(job);
-    v1::ListArtifactsResponse resp;
-    ASSERT_TRUE(jobs_->ListArtifacts(&ctx, req, &resp).ok());
-    ASSERT_EQ(resp.artifacts_size(), 1);
-    EXPECT_EQ(resp.artifacts(0).name(), "rank0.trace.json");
-    EXPECT_EQ(resp.artifacts(0).size_bytes(), static_cast<int64_t>(content.size()));
-  }
-  {
-    grpc::ClientContext ctx;
-    v1::PullArtifactRequest req;
-    req.set_job_id(job);
-    req.set_name("rank0.trace.json");
-    auto reader = jobs_->PullArtifact(&ctx, req);
-    v1::ArtifactData msg;
-    ASSERT_TRUE(reader->Read(&msg));
-    ASSERT_TRUE(msg.has_info());
-    EXPECT_EQ(msg.info().sha256(), h.sha256());
-    std::string got;
-    while (reader->Read(&msg)) {
-      EXPECT_LE(msg.data().size(), 256u << 10);
-      got += msg.data();
-    }
-    ASSERT_TRUE(reader->Finish().ok());
-    EXPECT_EQ(Sha256Hex(got), h.sha256());
-    EXPECT_EQ(got, content);
-  }
-  for (const auto& [job_id, name, code] :
-       {std::tuple<std::string, std::string, grpc::StatusCode>{job, "missing", grpc::StatusCode::NOT_FOUND},
-        {"job-99", "rank0.trace.json", grpc::StatusCode::NOT_FOUND},
-        {job, "../trainyard.db", grpc::StatusCode::INVALID_ARGUMENT},
-        {std::string(100, 'j'), "x", grpc::StatusCode::INVALID_ARGUMENT}}) {
-    grpc::ClientContext ctx;
-    v1::PullArtifactRequest req;
-    req.set_job_id(job_id);
-    req.set_name(name);
-    auto reader = jobs_->PullArtifact(&ctx, req);
-    v1::ArtifactData msg;
-    EXPECT_FALSE(reader->Read(&msg));
-    EXPECT_EQ(reader->Finish().error_code(), code) << name;
-  }
-  {
-    grpc::ClientContext ctx;
-    v1::ListArtifactsRequest req;
-    req.set_job_id("job-99");
-    v1::ListArtifactsResponse resp;
-    EXPECT_EQ(jobs_->ListArtifacts(&ctx, req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
-  }
-}
 
 }  // namespace
 }  // namespace trainyard::testing

@@ -4,75 +4,16 @@
 #include <gtest/gtest.h>
 
 #include "common/base/posix_process_launcher.h"
+#include "tests/fakes/fake_controller.h"
 #include "tests/worker/daemon/test_util.h"
 #include "worker/daemon/rank_supervisor.h"
 
 namespace trainyard {
 namespace {
 
+using testing::FakeController;
+using testing::Plan;
 using testing::TempDir;
-
-// A controller that registers the worker, sends one Assign on the first stream,
-// and records everything. With drop_first_stream it closes the first stream,
-// unacked, as soon as the first EventBatch arrives.
-class FakeController final : public v1::WorkerService::Service {
- public:
-  explicit FakeController(v1::Assign assign, bool drop_first_stream)
-      : assign_(std::move(assign)), drop_first_stream_(drop_first_stream) {}
-
-  grpc::Status Connect(
-      grpc::ServerContext *context,
-      grpc::ServerReaderWriter<v1::ControllerMessage, v1::WorkerMessage> *stream) override {
-    int stream_index;
-    v1::WorkerMessage msg;
-    if (!stream->Read(&msg) || !msg.has_register_()) {
-      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "expected Register first");
-    }
-    {
-      absl::MutexLock lock(&mu_);
-      stream_index = static_cast<int>(registers_.size());
-      registers_.push_back(msg.register_());
-    }
-    v1::ControllerMessage ack;
-    ack.mutable_register_ack()->set_heartbeat_interval_ms(50);
-    stream->Write(ack);
-    if (stream_index == 0) {
-      v1::ControllerMessage assign;
-      *assign.mutable_assign() = assign_;
-      stream->Write(assign);
-    }
-    while (stream->Read(&msg)) {
-      absl::MutexLock lock(&mu_);
-      if (msg.has_heartbeat()) {
-        ++heartbeats_;
-      } else if (msg.has_events()) {
-        batches_.push_back({stream_index, msg.events()});
-        if (drop_first_stream_ && stream_index == 0) return grpc::Status::OK;
-        v1::ControllerMessage event_ack;
-        event_ack.mutable_event_ack()->set_batch_id(msg.events().batch_id());
-        mu_.Unlock();
-        stream->Write(event_ack);
-        mu_.Lock();
-      }
-    }
-    return grpc::Status::OK;
-  }
-
-  template <typename Pred>
-  bool WaitFor(Pred pred) {
-    absl::MutexLock lock(&mu_);
-    return mu_.AwaitWithTimeout(absl::Condition(&pred), absl::Seconds(30));
-  }
-
-  absl::Mutex mu_;
-  std::vector<v1::Register> registers_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::pair<int, v1::EventBatch>> batches_ ABSL_GUARDED_BY(mu_);
-  int heartbeats_ ABSL_GUARDED_BY(mu_) = 0;
-
- private:
-  const v1::Assign assign_;
-  const bool drop_first_stream_;
-};
 
 class ControllerLinkTest : public ::testing::Test {
  protected:
@@ -88,7 +29,17 @@ exit 0
     assign.add_ranks(0);
     assign.set_master_addr("127.0.0.1");
     assign.set_master_port(29500);
-    controller_ = std::make_unique<FakeController>(assign, drop_first_stream);
+    // The worker registers; stream 0 gets the Assign, and with drop_first_stream it
+    // closes, unacked, as soon as the first EventBatch arrives.
+    controller_ = std::make_unique<FakeController>(&clock_, [assign, drop_first_stream](int stream) {
+      Plan plan;
+      plan.heartbeat_interval_ms = 50;
+      if (stream == 0) {
+        plan.assign = assign;
+        plan.close_on_first_batch = drop_first_stream;
+      }
+      return plan;
+    });
 
     grpc::ServerBuilder builder;
     int port = 0;
@@ -182,7 +133,7 @@ TEST_F(ControllerLinkTest, RegistersRunsAssignAndRelaysEvents) {
   }
   // Every batch was acked, so nothing is held.
   EXPECT_TRUE(link_->Drain(absl::Seconds(30)));
-  ASSERT_TRUE(c->WaitFor([c]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return c->heartbeats_ >= 2; }));
+  ASSERT_TRUE(c->WaitFor([c]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return c->heartbeats_.size() >= 2; }));
 }
 
 TEST_F(ControllerLinkTest, ResendsUnackedBatchAfterReconnect) {

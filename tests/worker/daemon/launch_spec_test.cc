@@ -10,6 +10,7 @@
 
 #include "common/events/proto_json.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/files.h"
 
 namespace trainyard {
 namespace {
@@ -34,13 +35,6 @@ LaunchSpecBuilder::Options MakeOptions(const std::string &work_dir) {
           .work_dir = work_dir,
           .gloo_host = "10.0.0.5",
           .threads_per_rank = 3};
-}
-
-std::string ReadFile(const std::string &path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 TEST(LaunchSpecBuilderTest, BuildsOneLaunchPerRankInAssignOrder) {
@@ -141,14 +135,14 @@ TEST(LaunchSpecBuilderTest, WriteConfigCreatesTheAttemptDirAndReplacesTheFile) {
   absl::StatusOr<AttemptLaunch> launch = builder.Build(assign);
   ASSERT_TRUE(launch.ok());
   ASSERT_TRUE(LaunchSpecBuilder::WriteConfig(*launch).ok());
-  EXPECT_EQ(ReadFile(dir.path() + "/work/job-9/4/config.json"), launch->config_text);
+  EXPECT_EQ(testing::ReadFileOrEmpty(dir.path() + "/work/job-9/4/config.json"), launch->config_text);
 
   assign.mutable_spec()->mutable_job()->set_name("second");
   launch = builder.Build(assign);
   ASSERT_TRUE(launch.ok());
   ASSERT_TRUE(LaunchSpecBuilder::WriteConfig(*launch).ok());
   v1::JobSpec spec;
-  ASSERT_TRUE(FromJson(ReadFile(launch->config_path), &spec).ok());
+  ASSERT_TRUE(FromJson(testing::ReadFileOrEmpty(launch->config_path), &spec).ok());
   EXPECT_EQ(spec.job().name(), "second");
   // Only the final file is left (the temporary one was renamed over it), beside the
   // directory the ranks put artifacts in.

@@ -15,6 +15,7 @@
 
 #include "common/base/sha256.h"
 #include "tests/worker/engine/rank_harness.h"
+#include "tests/support/files.h"
 
 namespace trainyard::engine {
 namespace {
@@ -61,15 +62,10 @@ std::vector<v1::ArtifactRef> Artifacts(const std::vector<v1::Event>& events) {
   return out;
 }
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 // The ArtifactRef must point at a file whose size and digest it states.
 void ExpectArtifactMatchesFile(const v1::ArtifactRef& a, const std::string& want_path) {
   ASSERT_EQ(a.uri(), "file://" + want_path);
-  const std::string bytes = ReadAll(want_path);
+  const std::string bytes = trainyard::testing::ReadFileOrEmpty(want_path);
   EXPECT_EQ(a.size_bytes(), static_cast<int64_t>(bytes.size()));
   EXPECT_EQ(a.sha256(), Sha256Hex(bytes));
 }
@@ -125,7 +121,7 @@ TEST(HangDetectionTest, PeerWatchdogNamesTheStalledRankInTheCollective) {
   ExpectArtifactMatchesFile(artifacts[0], dump_path);
 
   // The dump holds both rings; rank 0's newest entry is the collective in flight.
-  const json dump = json::parse(ReadAll(dump_path));
+  const json dump = json::parse(trainyard::testing::ReadFileOrEmpty(dump_path));
   ASSERT_EQ(dump["rings"].size(), 2u);
   const json& ring0 = dump["rings"][0];
   EXPECT_EQ(ring0["rank"], 0);
@@ -161,7 +157,7 @@ TEST(HangDetectionTest, LaggardWithoutALocalRingIsFoundThroughTheStore) {
   EXPECT_EQ(stalls[0].lagging_rank(), 1);
   EXPECT_THAT(stalls[0].message(), HasSubstr("TCPStore"));
   // The dump holds only the ring of rank 0's own folder.
-  const json dump = json::parse(ReadAll(dir + "/host0/artifacts/flight-a1-r0.json"));
+  const json dump = json::parse(trainyard::testing::ReadFileOrEmpty(dir + "/host0/artifacts/flight-a1-r0.json"));
   EXPECT_EQ(dump["rings"].size(), 1u);
 }
 
@@ -238,7 +234,7 @@ TEST(ProfilerTraceTest, ProfiledStepWritesAChromeTraceWithEngineRanges) {
   const std::string path = std::string(resolved) + "/trace-a1-r0-s00000001.json";
   ExpectArtifactMatchesFile(artifacts[0], path);
 
-  const json trace = json::parse(ReadAll(path));
+  const json trace = json::parse(trainyard::testing::ReadFileOrEmpty(path));
   ASSERT_TRUE(trace.contains("traceEvents"));
   ASSERT_TRUE(trace["traceEvents"].is_array());
   std::vector<std::string> names;
