@@ -11,10 +11,12 @@
 #include <map>
 #include <set>
 
+#include <google/protobuf/descriptor.h>
 #include <google/protobuf/util/json_util.h>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "common/events/proto_json.h"
 #include "common/spec/spec_error.h"
 #include "server/policy/request_validation.h"
 #include "server/web/web_assets.h"
@@ -130,103 +132,49 @@ json JobDetail(const v1::Job& job) {
   return j;
 }
 
-// The name the events endpoint gives each payload (also the values of ?kinds=).
-const char* KindName(v1::Event::PayloadCase c) {
-  switch (c) {
-    case v1::Event::kStepMetrics: return "step_metrics";
-    case v1::Event::kCompile: return "compile";
-    case v1::Event::kRankState: return "rank_state";
-    case v1::Event::kLog: return "log";
-    case v1::Event::kArtifact: return "artifact";
-    case v1::Event::kStall: return "stall";
-    case v1::Event::kJobState: return "job_state";
-    case v1::Event::kCheckpoint: return "checkpoint";
-    case v1::Event::PAYLOAD_NOT_SET: return "none";
-  }
-  return "none";
+// The payload's name: its oneof member's proto field name, which is also its key in
+// the event's JSON and a value of ?kinds= (the oneof's case is the field's number).
+std::string KindName(const v1::Event& e) {
+  const google::protobuf::FieldDescriptor* field = v1::Event::descriptor()->FindFieldByNumber(e.payload_case());
+  return field != nullptr ? field->name() : "none";
 }
-const std::set<std::string>& KnownKinds() {
-  static const auto* kinds = new std::set<std::string>{"step_metrics", "compile", "rank_state", "log",
-                                                       "artifact",     "stall",   "job_state",  "checkpoint"};
+// Every payload name, in field order.
+const std::vector<std::string>& KnownKinds() {
+  static const auto* kinds = [] {
+    auto* out = new std::vector<std::string>;
+    const google::protobuf::OneofDescriptor* payload = v1::Event::descriptor()->FindOneofByName("payload");
+    for (int i = 0; i < payload->field_count(); ++i) out->push_back(payload->field(i)->name());
+    return out;
+  }();
   return *kinds;
 }
 
-// Numbers as JSON numbers (proto3 JSON would write 64-bit ones as strings), so the
-// page can plot them as they come.
-json EventJson(const v1::Event& e) {
-  json j = {{"seq", e.seq()},       {"time_ms", Millis(e.time())}, {"rank", e.rank()},
-            {"attempt", e.attempt()}, {"kind", KindName(e.payload_case())}};
-  json d;
-  switch (e.payload_case()) {
-    case v1::Event::kStepMetrics: {
-      const auto& m = e.step_metrics();
-      d = {{"step", m.step()},
-           {"loss", m.loss()},
-           {"grad_norm", m.grad_norm()},
-           {"lr", m.lr()},
-           {"tokens_per_s", m.tokens_per_s()},
-           {"model_tflops", m.model_tflops()},
-           {"mfu", m.mfu()},
-           {"step_ms", m.step_ms()},
-           {"data_ms", m.data_ms()},
-           {"peak_rss_mb", m.peak_rss_mb()},
-           {"expert_load", m.expert_load()},
-           {"imbalance", m.imbalance()},
-           {"tokens", m.tokens()}};
-      break;
-    }
-    case v1::Event::kCompile: {
-      const auto& c = e.compile();
-      d = {{"kind", v1::CompileEvent::Kind_Name(c.kind())},
-           {"region", c.region()},
-           {"layers", c.layers()},
-           {"reason", c.reason()},
-           {"compile_ms", c.compile_ms()},
-           {"cache_entries", c.cache_entries()}};
-      break;
-    }
-    case v1::Event::kRankState: {
-      const auto& s = e.rank_state();
-      d = {{"state", v1::RankState::State_Name(s.state())},
-           {"worker", s.worker()},
-           {"pid", s.pid()},
-           {"exit_code", s.exit_code()},
-           {"signal", s.signal()},
-           {"message", s.message()}};
-      break;
-    }
-    case v1::Event::kLog:
-      d = {{"level", e.log().level()}, {"message", e.log().message()}};
-      break;
-    case v1::Event::kArtifact: {
-      const auto& a = e.artifact();
-      // uri is left out: a rank's names a path on its worker.
-      d = {{"name", a.name()}, {"kind", a.kind()}, {"size_bytes", a.size_bytes()}, {"sha256", a.sha256()}};
-      break;
-    }
-    case v1::Event::kStall: {
-      const auto& s = e.stall();
-      d = {{"collective", s.collective()},       {"collective_seq", s.collective_seq()},
-           {"lagging_rank", s.lagging_rank()},   {"waited_s", s.waited_s()},
-           {"message", s.message()},             {"waiting_ranks", s.waiting_ranks()},
-           {"step", s.step()}};
-      break;
-    }
-    case v1::Event::kJobState:
-      d = {{"state", v1::Job::State_Name(e.job_state().state())}, {"reason", e.job_state().reason()}};
-      break;
-    case v1::Event::kCheckpoint: {
-      const auto& c = e.checkpoint();
-      d = {{"step", c.step()}, {"bytes", c.bytes()}, {"blocked_ms", c.blocked_ms()}, {"write_ms", c.write_ms()},
-           {"dp", c.dp()},     {"tp", c.tp()},       {"ep", c.ep()}};
-      break;
-    }
-    case v1::Event::PAYLOAD_NOT_SET:
-      d = json::object();
-      break;
+// The event as the proto3 JSON of trainyard.v1.Event that the CLI and trainyard-train
+// print (common/events/proto_json.h), less what names a file on a machine: an
+// artifact's uri (a path on its worker) and a checkpoint's path are blanked.
+std::string EventJsonLine(const v1::Event& e) {
+  if (!e.has_artifact() && !e.has_checkpoint()) return ToJsonLine(e);
+  v1::Event shown = e;
+  if (shown.has_artifact()) shown.mutable_artifact()->clear_uri();
+  if (shown.has_checkpoint()) shown.mutable_checkpoint()->clear_path();
+  return ToJsonLine(shown);
+}
+
+// `envelope` (an object) with "events" first: the events' lines as they are, so a
+// page holds the very bytes of each event's proto3 JSON.
+WebResponse JsonWithEvents(const std::vector<std::string>& event_lines, const json& envelope) {
+  WebResponse r = Json(200, envelope);
+  std::string body = "{\"events\":[";
+  for (size_t i = 0; i < event_lines.size(); ++i) {
+    if (i > 0) body += ',';
+    body += event_lines[i];
   }
-  j["data"] = std::move(d);
-  return j;
+  body += ']';
+  // r.body is "{...}" of a non-empty object: its members follow the array.
+  body += ',';
+  body.append(r.body, 1, std::string::npos);
+  r.body = std::move(body);
+  return r;
 }
 
 json ArtifactJson(const v1::ArtifactInfo& a) {
@@ -611,11 +559,12 @@ WebResponse WebApi::Api(const WebRequest& request, const std::vector<std::string
     std::set<std::string> kinds;  // empty: every kind
     if (auto it = params->find("kinds"); it != params->end()) {
       for (std::string_view k : Split(it->second, ',')) {
-        if (KnownKinds().count(std::string(k)) == 0) {
+        const std::vector<std::string>& known = KnownKinds();
+        if (std::find(known.begin(), known.end(), k) == known.end()) {
+          std::string names;
+          for (const std::string& name : known) absl::StrAppend(&names, names.empty() ? "" : ", ", name);
           return Error(absl::InvalidArgumentError(
-              absl::StrCat("query parameter kinds: '", Quote(k),
-                           "' is not an event kind (step_metrics, compile, rank_state, log, artifact, "
-                           "stall, job_state, checkpoint)")));
+              absl::StrCat("query parameter kinds: '", Quote(k), "' is not an event kind (", names, ")")));
         }
         kinds.insert(std::string(k));
       }
@@ -623,7 +572,7 @@ WebResponse WebApi::Api(const WebRequest& request, const std::vector<std::string
     // Read in chunks and stop past a byte budget: one stored event may be up to
     // request_validation::kMaxEventBytes, so `limit` alone bounds neither this response nor
     // the memory it takes to build it.
-    json out = json::array();
+    std::vector<std::string> out;
     int64_t next = after_seq;
     int64_t consumed = 0;  // read and passed, kept or filtered out
     size_t bytes = 0;      // of the kept events, as stored
@@ -639,17 +588,16 @@ WebResponse WebApi::Api(const WebRequest& request, const std::vector<std::string
         }
         ++consumed;
         next = std::max(next, e.seq());
-        if (!kinds.empty() && kinds.count(KindName(e.payload_case())) == 0) continue;
+        if (!kinds.empty() && kinds.count(KindName(e)) == 0) continue;
         bytes += e.ByteSizeLong();
-        out.push_back(EventJson(e));
+        out.push_back(EventJsonLine(e));
       }
       if (static_cast<int>(events->size()) < chunk) break;  // all that is stored
     }
     // A full page means there may be more; the client asks again from `next_after_seq`
     // (filtered-out events count towards the page, so a page may hold none at all).
     if (consumed == limit) more = true;
-    return Json(200, {{"events", std::move(out)},
-                      {"next_after_seq", next},
+    return JsonWithEvents(out, {{"next_after_seq", next},
                       {"more", more},
                       {"last_seq", store_->LastSeq(id)},
                       {"state", v1::Job::State_Name(job->state())}});

@@ -70,6 +70,23 @@ function table(headers, rows, attrs) {
            h('tbody', {}, rows));
 }
 
+// ---------- events ----------
+
+// Events are the proto3 JSON of trainyard.v1.Event with the .proto field names
+// (docs/web.md), as `trainyard watch --output json` prints them: the payload is the one
+// member whose value is an object, under its kind's name (step_metrics, compile, ...);
+// 64-bit integers are decimal strings, times RFC 3339 strings, and a non-finite double
+// is "NaN", "Infinity" or "-Infinity".
+function eventKind(e) {
+  return Object.keys(e).find((k) => e[k] !== null && typeof e[k] === 'object') || 'none';
+}
+// The milliseconds of an RFC 3339 time, or null when unset.
+function timeMs(t) { return t ? Date.parse(t) : null; }
+// A payload whose every field is a number or a list of numbers (StepMetrics), as numbers.
+function numericPayload(d) {
+  return Object.fromEntries(Object.entries(d).map(([k, v]) => [k, Array.isArray(v) ? v.map(Number) : Number(v)]));
+}
+
 // ---------- API and the token prompt ----------
 
 class Unauthorized extends Error {}
@@ -360,17 +377,20 @@ class JobPage extends Page {
   }
 
   ingest(e) {
-    const d = e.data;
-    switch (e.kind) {
-      case 'step_metrics':
-        // A NaN or infinite loss arrives as null (JSON has neither): left off the chart,
-        // which would otherwise draw it as 0, and named on the loss card.
-        if (Number.isFinite(d.loss)) this.loss.set(d.step, d.loss);
-        else this.loss.delete(d.step);
-        if (d.tokens_per_s > 0) this.tps.set(d.step, d.tokens_per_s);
-        this.lastMetrics = d;
-        if (d.expert_load && d.expert_load.length) this.lastLoad = {step: d.step, load: d.expert_load, imbalance: d.imbalance, rank: e.rank};
+    const kind = eventKind(e);
+    const d = e[kind];
+    switch (kind) {
+      case 'step_metrics': {
+        const m = numericPayload(d);
+        // A NaN or infinite loss ("NaN", "Infinity" in proto3 JSON) is left off the
+        // chart, which would otherwise draw it as 0, and named on the loss card.
+        if (Number.isFinite(m.loss)) this.loss.set(m.step, m.loss);
+        else this.loss.delete(m.step);
+        if (m.tokens_per_s > 0) this.tps.set(m.step, m.tokens_per_s);
+        this.lastMetrics = m;
+        if (m.expert_load.length) this.lastLoad = {step: m.step, load: m.expert_load, imbalance: m.imbalance, rank: e.rank};
         break;
+      }
       case 'compile': {
         let r = this.regions.get(d.region);
         if (!r) {
@@ -394,8 +414,8 @@ class JobPage extends Page {
         }
         break;
       }
-      case 'stall': this.stalls.push({...d, rank: e.rank, attempt: e.attempt, time_ms: e.time_ms}); break;
-      case 'job_state': this.states.push({...d, attempt: e.attempt, time_ms: e.time_ms}); break;
+      case 'stall': this.stalls.push({...d, rank: e.rank, attempt: e.attempt, time_ms: timeMs(e.time)}); break;
+      case 'job_state': this.states.push({...d, attempt: e.attempt, time_ms: timeMs(e.time)}); break;
       case 'checkpoint': this.checkpoints.push({...d, attempt: e.attempt}); break;
       default: break;
     }
