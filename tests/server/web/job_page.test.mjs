@@ -147,12 +147,12 @@ log(`submitted ${jobId}`);
 // StepMetrics' fields by their .proto names (proto/trainyard/v1/event.proto), sorted.
 const STEP_METRICS_FIELDS = ['step', 'loss', 'grad_norm', 'lr', 'tokens_per_s', 'model_tflops', 'mfu', 'step_ms',
                              'data_ms', 'peak_rss_mb', 'expert_load', 'imbalance', 'tokens'].sort().join(',');
-// Every step_metrics event of the job, page by page, as the API serves them.
-async function stepEvents(base, id, token) {
+// Every event of the job of `kinds`, page by page, as the API serves them.
+async function jobEvents(base, id, token, kinds) {
   const out = [];
   let after = 0;
   for (let pages = 0; pages < 200; ++pages) {
-    const res = await fetch(`${base}/api/jobs/${encodeURIComponent(id)}/events?kinds=step_metrics&limit=2000&after_seq=${after}`,
+    const res = await fetch(`${base}/api/jobs/${encodeURIComponent(id)}/events?kinds=${kinds}&limit=2000&after_seq=${after}`,
                             {headers: {Authorization: `Bearer ${token}`}});
     if (!res.ok) fail(`events: HTTP ${res.status}`);
     const body = await res.json();
@@ -241,9 +241,13 @@ try {
   //    dialect: once the job ended, its charts hold exactly the steps the API served.
   const cancel = cli(['cancel', jobId]);
   if (cancel.status !== 0) fail(`trainyard cancel failed: ${cancel.stderr}`);
+  // A rank's last steps may commit after the CANCELLED state, and the page stops polling
+  // once the job ended and it read up to last_seq: wait for the rank to be gone first.
+  await waitFor('the rank to be killed', async () => (await jobEvents(base, jobId, viewerToken, 'rank_state'))
+    .some((e) => ['KILLED', 'EXITED', 'FAILED'].includes(e.rank_state.state)), 20_000);
   await page.goto(jobUrl);
   await page.locator('.page-head .badge', {hasText: 'CANCELLED'}).waitFor({timeout: 20_000});
-  const served = await stepEvents(base, jobId, viewerToken);
+  const served = await jobEvents(base, jobId, viewerToken, 'step_metrics');
   const loss = new Set(), tps = new Set();
   for (const e of served) {
     // Every field of an Event by its .proto name; 64-bit integers as decimal strings.

@@ -524,10 +524,19 @@ TEST_F(WebApiTest, StaticFilesAreEmbedded) {
     EXPECT_EQ(r.content_type, type) << path;
     EXPECT_GT(r.body.size(), 100u) << path;
   }
-  // The embedded bytes are the source file's.
-  std::ifstream source(std::string(TRAINYARD_SOURCE_DIR) + "/server/web/static/app.js", std::ios::binary);
-  const std::string text((std::istreambuf_iterator<char>(source)), std::istreambuf_iterator<char>());
-  EXPECT_EQ(Call("/app.js", "").body, text);
+  // The embedded bytes are the source files', every ES module the page loads included.
+  for (const char* name : {"index.html", "style.css", "favicon.svg", "app.js", "api.js", "charts.js", "dom.js",
+                           "events.js", "job_page.js", "lists.js", "page.js"}) {
+    std::ifstream source(std::string(TRAINYARD_SOURCE_DIR) + "/server/web/static/" + name, std::ios::binary);
+    ASSERT_TRUE(source.good()) << name;
+    const std::string text((std::istreambuf_iterator<char>(source)), std::istreambuf_iterator<char>());
+    WebResponse r = Call(std::string("/") + name, "");
+    EXPECT_EQ(r.status, 200) << name;
+    EXPECT_TRUE(r.body == text) << name << " differs from its source";
+    if (std::string_view(name).size() > 3 && std::string_view(name).substr(std::string_view(name).size() - 3) == ".js") {
+      EXPECT_EQ(r.content_type, "text/javascript; charset=utf-8") << name;
+    }
+  }
 }
 
 // Authorization off: every caller is an admin, so another site's page that points a
