@@ -16,7 +16,7 @@
 // Run by ctest (tests/server/web/CMakeLists.txt, label `web`):
 //   node job_page.test.mjs --controller BIN --worker BIN --cli BIN --job-file TOML
 //        --screenshot PNG [--chromium /usr/bin/chromium]
-// playwright-core comes from tests/web/node_modules: `npm ci --prefix tests/server/web`.
+// playwright-core comes from tests/server/web/node_modules: `npm ci --prefix tests/server/web`.
 import {spawn, spawnSync} from 'node:child_process';
 import {createHash, randomBytes} from 'node:crypto';
 import fs from 'node:fs';
@@ -66,7 +66,7 @@ let chromium;
 try {
   ({chromium} = await import('playwright-core'));
 } catch (e) {
-  fail('playwright-core is not installed in tests/web/node_modules: run `npm ci --prefix tests/server/web` ' +
+  fail('playwright-core is not installed in tests/server/web/node_modules: run `npm ci --prefix tests/server/web` ' +
        `(from the repository root) before ctest (${e.code || e.message})`);
 }
 const chromiumPath = arg('chromium', '/usr/bin/chromium');
