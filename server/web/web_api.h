@@ -1,6 +1,6 @@
 // The controller's read-only web UI: the HTTP routes, independent of the HTTP server
 // (WebServer in web_server.h feeds it requests from civetweb; tests call Handle
-// directly).
+// directly). Request parsing is web_http.h's, every answer's JSON web_json.h's.
 //
 // Routes (GET only; any other method is 405 with `Allow: GET`):
 //   /, /index.html, /app.js, /style.css   the embedded static files (web_assets.h);
@@ -39,7 +39,7 @@
 #include <utility>
 #include <vector>
 
-#include "absl/status/status.h"
+#include "server/web/web_http.h"
 #include "server/state/artifact_store.h"
 #include "server/auth/authorizer.h"
 #include "server/state/job_manager.h"
@@ -56,46 +56,6 @@ inline constexpr int kMaxEventsLimit = 2000;
 inline constexpr size_t kMaxEventsPageBytes = 4 << 20;
 inline constexpr int kEventsReadChunk = 64;
 inline constexpr int kMaxQueueRows = 100;
-inline constexpr size_t kMaxPathBytes = 2048;
-inline constexpr size_t kMaxQueryBytes = 2048;
-
-struct WebRequest {
-  std::string method;  // "GET", ...
-  std::string path;    // as sent: still percent-encoded, without the query
-  std::string query;   // after '?', still percent-encoded; "" when none
-  std::string host;    // the Host header; "" when none (HTTP/1.0)
-  // The values of every Authorization header, in order (empty: none).
-  std::vector<std::string> authorization;
-};
-
-// A file to send as the body: an open descriptor (closed by the response) of
-// `size` bytes. Artifacts never change once stored, so the size is final.
-class FileBody {
- public:
-  FileBody() = default;
-  FileBody(int fd, int64_t size) : fd_(fd), size_(size) {}
-  FileBody(FileBody&& other) noexcept : fd_(std::exchange(other.fd_, -1)), size_(other.size_) {}
-  FileBody& operator=(FileBody&& other) noexcept;
-  FileBody(const FileBody&) = delete;
-  FileBody& operator=(const FileBody&) = delete;
-  ~FileBody();
-
-  bool open() const { return fd_ >= 0; }
-  int fd() const { return fd_; }
-  int64_t size() const { return size_; }
-
- private:
-  int fd_ = -1;
-  int64_t size_ = 0;
-};
-
-struct WebResponse {
-  int status = 200;
-  std::string content_type;
-  std::vector<std::pair<std::string, std::string>> headers;  // beyond Content-Type/Length
-  std::string body;  // ignored when `file` is open
-  FileBody file;
-};
 
 class WebApi {
  public:
@@ -106,30 +66,22 @@ class WebApi {
   WebResponse Handle(const WebRequest& request) const;
 
  private:
-  WebResponse Api(const WebRequest& request, const std::vector<std::string>& segments,
-                  const std::vector<std::pair<std::string, std::string>>& query) const;
+  // Authenticates, then routes /api/... to the handlers below.
+  WebResponse Api(const WebRequest& request, const std::vector<std::string>& segments, const Query& query) const;
+  // /api/fleet: workers, slots, jobs by state and the queue, of the jobs `owner_filter`
+  // sees ("" for all).
+  WebResponse Fleet(const Query& query, const Caller& caller, const std::string& owner_filter) const;
+  // /api/jobs: newest first.
+  WebResponse Jobs(const Query& query, const std::string& owner_filter) const;
+  // /api/jobs/ID/events of a job the caller may see: one page from the store.
+  WebResponse Events(const Query& query, const std::string& id, const v1::Job& job) const;
+  // /api/jobs/ID/artifacts (name null) or /api/jobs/ID/artifacts/NAME.
+  WebResponse Artifacts(const Query& query, const std::string& id, const std::string* name) const;
 
   JobManager* const manager_;
   JobStore* const store_;
   ArtifactStore* const artifacts_;
   const Authorizer* const authorizer_;
 };
-
-// The HTTP status of an absl status code (INVALID_ARGUMENT 400, UNAUTHENTICATED 401,
-// PERMISSION_DENIED 403, NOT_FOUND 404, RESOURCE_EXHAUSTED 429, UNAVAILABLE 503,
-// anything else 500).
-int HttpStatusOf(const absl::Status& status);
-
-// Decodes %XX escapes (and nothing else: '+' stays '+'); INVALID_ARGUMENT naming
-// `what` for a truncated or non-hex escape, or a decoded NUL.
-absl::Status PercentDecode(std::string_view in, const char* what, std::string* out);
-
-// A dotted-quad IPv4 literal (each part 0..255, at most 3 digits).
-bool IsIpv4Literal(std::string_view host);
-// Hex digits, ':' and '.' with at least one ':' (an IPv6 literal without brackets).
-bool IsIpv6Literal(std::string_view host);
-// Whether a Host header value names an address rather than a name: an IPv4 literal,
-// a bracketed IPv6 literal or localhost, each with an optional :PORT.
-bool HostIsAddress(std::string_view host_header);
 
 }  // namespace trainyard::web

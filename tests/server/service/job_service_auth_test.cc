@@ -13,63 +13,26 @@
 #include <sys/stat.h>
 
 #include <chrono>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "common/base/sha256.h"
-#include "server/state/artifact_store.h"
-#include "server/auth/authorizer.h"
-#include "server/metrics/controller_metrics.h"
-#include "server/state/event_hub.h"
-#include "server/state/job_manager.h"
 #include "server/service/job_service.h"
-#include "server/store/sqlite_job_store.h"
-#include "tests/fakes/fake_clock.h"
-#include "tests/fakes/fake_worker_channel.h"
-#include "tests/support/temp_dir.h"
+#include "tests/fakes/auth_fixture.h"
 #include "trainyard/v1/job_service.grpc.pb.h"
 
 namespace trainyard::testing {
 namespace {
 
-constexpr char kAdmin[] = "admin-token-AAAA";
-constexpr char kViewer[] = "viewer-token-VVVV";
-constexpr char kAlice[] = "alice-token-1111";
-constexpr char kBob[] = "bob-token-2222";
 constexpr int kWatchCap = 3;
 
-class JobServiceAuthTest : public ::testing::Test {
+class JobServiceAuthTest : public AuthFixture {
  protected:
   void SetUp() override {
-    const std::string tokens = dir_.path() + "/tokens";
-    std::ofstream(tokens) << "# test fleet\n"
-                          << Sha256Hex(kAdmin) << " admin root\n"
-                          << Sha256Hex(kViewer) << " viewer dashboard\n"
-                          << Sha256Hex(kAlice) << " submitter alice\n"
-                          << Sha256Hex(kBob) << " submitter bob\n";
-    auto authz = Authorizer::FromFile(tokens);
-    ASSERT_TRUE(authz.ok()) << authz.status();
-    authz_ = std::move(*authz);
-    auto store = SqliteJobStore::Open(dir_.path());
-    ASSERT_TRUE(store.ok()) << store.status();
-    store_ = std::move(*store);
-    manager_ = std::make_unique<JobManager>(store_.get(), &hub_, &metrics_, &clock_, JobManagerOptions{});
-    ASSERT_TRUE(manager_->Recover().ok());
-    auto artifacts = ArtifactStore::Open(dir_.path(), manager_.get(), &clock_);
-    ASSERT_TRUE(artifacts.ok()) << artifacts.status();
-    artifacts_ = std::move(*artifacts);
-    v1::Register reg;
-    reg.set_name("w1");
-    reg.set_slots(8);
-    reg.set_address("w1.local");
-    reg.set_rendezvous_port_min(40000);
-    reg.set_rendezvous_port_max(40009);
-    ASSERT_TRUE(manager_->RegisterWorker(1, reg, worker_).ok());
-
+    AuthFixture::SetUp();
+    if (HasFatalFailure()) return;
     JobServiceOptions options;
     options.authorizer = authz_.get();
     options.max_watchers_per_owner = kWatchCap;
@@ -189,15 +152,6 @@ class JobServiceAuthTest : public ::testing::Test {
     return job.state();
   }
 
-  TempDir dir_;
-  FakeClock clock_;
-  EventHub hub_;
-  ControllerMetrics metrics_;
-  std::unique_ptr<Authorizer> authz_;
-  std::unique_ptr<SqliteJobStore> store_;
-  std::unique_ptr<JobManager> manager_;
-  std::unique_ptr<ArtifactStore> artifacts_;
-  std::shared_ptr<FakeWorkerChannel> worker_ = std::make_shared<FakeWorkerChannel>();
   std::unique_ptr<JobServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

@@ -9,11 +9,14 @@
 //      the canvas really has something drawn on it.
 //   3. The fleet page lists the worker, the jobs list the job (the token kept).
 //   4. A screenshot of the job page is saved (--screenshot), kept by CI as an artifact.
+//   5. The job cancelled, its events are the proto3 JSON of trainyard.v1.Event (every
+//      field by its .proto name, 64-bit integers as strings), and the job page's charts
+//      hold exactly the steps the API served, the step card the last one.
 //
 // Run by ctest (tests/server/web/CMakeLists.txt, label `web`):
 //   node job_page.test.mjs --controller BIN --worker BIN --cli BIN --job-file TOML
 //        --screenshot PNG [--chromium /usr/bin/chromium]
-// playwright-core comes from tests/web/node_modules: `npm ci --prefix tests/server/web`.
+// playwright-core comes from tests/server/web/node_modules: `npm ci --prefix tests/server/web`.
 import {spawn, spawnSync} from 'node:child_process';
 import {createHash, randomBytes} from 'node:crypto';
 import fs from 'node:fs';
@@ -63,7 +66,7 @@ let chromium;
 try {
   ({chromium} = await import('playwright-core'));
 } catch (e) {
-  fail('playwright-core is not installed in tests/web/node_modules: run `npm ci --prefix tests/server/web` ' +
+  fail('playwright-core is not installed in tests/server/web/node_modules: run `npm ci --prefix tests/server/web` ' +
        `(from the repository root) before ctest (${e.code || e.message})`);
 }
 const chromiumPath = arg('chromium', '/usr/bin/chromium');
@@ -141,6 +144,25 @@ if (submit.status !== 0) fail(`trainyard submit failed: ${submit.stderr}`);
 const jobId = JSON.parse(submit.stdout.split('\n').find((l) => l.startsWith('{'))).id;
 log(`submitted ${jobId}`);
 
+// StepMetrics' fields by their .proto names (proto/trainyard/v1/event.proto), sorted.
+const STEP_METRICS_FIELDS = ['step', 'loss', 'grad_norm', 'lr', 'tokens_per_s', 'model_tflops', 'mfu', 'step_ms',
+                             'data_ms', 'peak_rss_mb', 'expert_load', 'imbalance', 'tokens'].sort().join(',');
+// Every event of the job of `kinds`, page by page, as the API serves them.
+async function jobEvents(base, id, token, kinds) {
+  const out = [];
+  let after = 0;
+  for (let pages = 0; pages < 200; ++pages) {
+    const res = await fetch(`${base}/api/jobs/${encodeURIComponent(id)}/events?kinds=${kinds}&limit=2000&after_seq=${after}`,
+                            {headers: {Authorization: `Bearer ${token}`}});
+    if (!res.ok) fail(`events: HTTP ${res.status}`);
+    const body = await res.json();
+    out.push(...body.events);
+    after = body.next_after_seq;
+    if (!body.more) return out;
+  }
+  fail('events: more than 200 pages');
+}
+
 // ---- the browser ----
 const browser = await chromium.launch({
   executablePath: chromiumPath, headless: true,
@@ -214,6 +236,47 @@ try {
   await page.goto(`${base}/#/jobs`);
   await page.locator('#jobs-table tbody tr a', {hasText: jobId}).waitFor({timeout: 10_000});
   log(`jobs list shows ${jobId}`);
+
+  // 5. The events are the proto3 JSON of trainyard.v1.Event, and the page reads that
+  //    dialect: once the job ended, its charts hold exactly the steps the API served.
+  const cancel = cli(['cancel', jobId]);
+  if (cancel.status !== 0) fail(`trainyard cancel failed: ${cancel.stderr}`);
+  // A rank's last steps may commit after the CANCELLED state, and the page stops polling
+  // once the job ended and it read up to last_seq: wait for the rank to be gone first.
+  await waitFor('the rank to be killed', async () => (await jobEvents(base, jobId, viewerToken, 'rank_state'))
+    .some((e) => ['KILLED', 'EXITED', 'FAILED'].includes(e.rank_state.state)), 20_000);
+  await page.goto(jobUrl);
+  await page.locator('.page-head .badge', {hasText: 'CANCELLED'}).waitFor({timeout: 20_000});
+  const served = await jobEvents(base, jobId, viewerToken, 'step_metrics');
+  const loss = new Set(), tps = new Set();
+  for (const e of served) {
+    // Every field of an Event by its .proto name; 64-bit integers as decimal strings.
+    const keys = Object.keys(e).filter((k) => k !== 'time').sort().join(',');
+    if (keys !== 'attempt,job_id,rank,seq,source_seq,step_metrics') fail(`an event has the fields ${keys}: ${JSON.stringify(e)}`);
+    const m = e.step_metrics;
+    const fields = Object.keys(m).sort().join(',');
+    if (fields !== STEP_METRICS_FIELDS) fail(`step_metrics has the fields ${fields}, not ${STEP_METRICS_FIELDS}`);
+    if (!/^[0-9]+$/.test(e.seq) || !/^[0-9]+$/.test(m.step) || !/^[0-9]+$/.test(m.tokens)) {
+      fail(`64-bit integers are not decimal strings: ${JSON.stringify(e)}`);
+    }
+    if (typeof m.loss === 'number') loss.add(m.step);
+    if (typeof m.tokens_per_s === 'number' && m.tokens_per_s > 0) tps.add(m.step);
+  }
+  // A long job's events may take the page a few polls to read (each poll reads at most
+  // 50 pages); the charts only grow, up to what the API served.
+  let shown = {};
+  for (const until = Date.now() + 15_000; Date.now() < until;) {
+    shown = {loss: await points('#loss-chart'), tps: await points('#tps-chart')};
+    if (shown.loss === loss.size && shown.tps === tps.size) break;
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  if (shown.loss !== loss.size || shown.tps !== tps.size) {
+    fail(`the charts show ${JSON.stringify(shown)} points; the API served ${loss.size} loss and ${tps.size} tokens/s steps`);
+  }
+  const lastStep = served.length ? served[served.length - 1].step_metrics.step : '0';
+  const stepCard = await page.locator('#job-cards .card-value').first().textContent();
+  if (!stepCard.startsWith(`${lastStep} / `)) fail(`the step card says ${JSON.stringify(stepCard)}, the last step is ${lastStep}`);
+  log(`${served.length} step_metrics events as proto3 JSON; the charts hold their ${loss.size} steps`);
   if (consoleErrors.length) fail(`errors in the page: ${consoleErrors.join(' | ')}`);
 } catch (e) {
   fail(e.stack || String(e));
@@ -221,7 +284,6 @@ try {
   await browser.close().catch(() => {});
 }
 
-cli(['cancel', jobId]);
 clearTimeout(watchdog);
 cleanup();
 log('PASS');

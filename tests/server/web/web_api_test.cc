@@ -1,202 +1,22 @@
-// The web UI's handler (server/web/web_api.h) against an in-process controller: a real
-// SqliteJobStore, JobManager and ArtifactStore with one fake worker, and an Authorizer over a
-// token file. Roles (a submitter sees only its own jobs, and another owner's job is 404
-// with the very message of a missing one), read-only (every method but GET is 405),
-// hostile inputs (precise 400s, quotes bounded), event paging against the store,
-// artifact downloads byte for byte, the fleet view, the static files, the listener's
-// address rule, and one real HTTP exchange through civetweb.
-#include <arpa/inet.h>
+// The web UI's handler (server/web/web_api.h) against an in-process controller
+// (web_api_fixture.h): roles (a submitter sees only its own jobs, and another owner's
+// job is 404 with the very message of a missing one), read-only (every method but GET
+// is 405), hostile inputs (precise 400s, quotes bounded), artifact downloads byte for
+// byte, the fleet view, the static files, the Host rule without tokens. Events:
+// web_events_test.cc; the listener and real HTTP: web_server_test.cc.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <fstream>
-#include <limits>
-#include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "absl/strings/str_cat.h"
-#include "common/base/sha256.h"
-#include "server/state/artifact_store.h"
-#include "server/auth/authorizer.h"
-#include "server/metrics/controller_metrics.h"
-#include "server/controller_server.h"
-#include "server/state/event_hub.h"
-#include "server/state/job_manager.h"
-#include "server/store/sqlite_job_store.h"
-#include "server/web/web_api.h"
-#include "server/web/web_server.h"
-#include "tests/fakes/fake_clock.h"
-#include "tests/fakes/fake_worker_channel.h"
-#include "tests/support/temp_dir.h"
+#include "tests/server/web/web_api_fixture.h"
 
 namespace trainyard::testing {
 namespace {
-
-using json = nlohmann::json;
-using web::WebApi;
-using web::WebRequest;
-using web::WebResponse;
-
-constexpr char kAdmin[] = "admin-token-AAAA";
-constexpr char kViewer[] = "viewer-token-VVVV";
-constexpr char kAlice[] = "alice-token-1111";
-constexpr char kBob[] = "bob-token-2222";
-
-std::string Header(const WebResponse& r, const std::string& name) {
-  for (const auto& [n, v] : r.headers) {
-    if (n == name) return v;
-  }
-  return "";
-}
-
-class WebApiTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const std::string tokens = dir_.path() + "/tokens";
-    std::ofstream(tokens) << Sha256Hex(kAdmin) << " admin root\n"
-                          << Sha256Hex(kViewer) << " viewer dashboard\n"
-                          << Sha256Hex(kAlice) << " submitter alice\n"
-                          << Sha256Hex(kBob) << " submitter bob\n";
-    auto authz = Authorizer::FromFile(tokens);
-    ASSERT_TRUE(authz.ok()) << authz.status();
-    authz_ = std::move(*authz);
-    auto store = SqliteJobStore::Open(dir_.path());
-    ASSERT_TRUE(store.ok()) << store.status();
-    store_ = std::move(*store);
-    manager_ = std::make_unique<JobManager>(store_.get(), &hub_, &metrics_, &clock_, JobManagerOptions{});
-    ASSERT_TRUE(manager_->Recover().ok());
-    auto artifacts = ArtifactStore::Open(dir_.path(), manager_.get(), &clock_);
-    ASSERT_TRUE(artifacts.ok()) << artifacts.status();
-    artifacts_ = std::move(*artifacts);
-    v1::Register reg;
-    reg.set_name("w1");
-    reg.set_slots(8);
-    reg.set_address("w1.local");
-    reg.set_rendezvous_port_min(40000);
-    reg.set_rendezvous_port_max(40009);
-    ASSERT_TRUE(manager_->RegisterWorker(1, reg, worker_).ok());
-    api_ = std::make_unique<WebApi>(manager_.get(), store_.get(), artifacts_.get(), authz_.get());
-    alice_job_ = SubmitAs("alice");
-    bob_job_ = SubmitAs("bob");
-  }
-
-  std::string SubmitAs(const std::string& owner) {
-    v1::JobSpec spec;
-    spec.mutable_job()->set_name("web-" + owner);
-    spec.mutable_model()->set_preset("tiny");
-    spec.mutable_parallelism()->set_dp(1);
-    spec.mutable_parallelism()->set_tp(1);
-    auto job = manager_->Submit(spec, owner);
-    EXPECT_TRUE(job.ok()) << job.status();
-    return job.ok() ? job->id() : "";
-  }
-
-  // GET `target` (path and query) with `token` (none when empty).
-  WebResponse Call(const std::string& target, const std::string& token, const std::string& method = "GET",
-                   const std::string& host = "") const {
-    return CallOn(*api_, target, token, method, host);
-  }
-  static WebResponse CallOn(const WebApi& api, const std::string& target, const std::string& token,
-                            const std::string& method = "GET", const std::string& host = "") {
-    WebRequest request;
-    request.method = method;
-    request.host = host;
-    const size_t q = target.find('?');
-    request.path = target.substr(0, q);
-    if (q != std::string::npos) request.query = target.substr(q + 1);
-    if (!token.empty()) request.authorization.push_back(std::string("Bearer ") + token);
-    return api.Handle(request);
-  }
-  json Body(const WebResponse& r) const {
-    json j = json::parse(r.body, nullptr, false);
-    EXPECT_FALSE(j.is_discarded()) << r.body.substr(0, 200);
-    return j;
-  }
-  std::string ErrorOf(const WebResponse& r) const {
-    json j = Body(r);
-    return j.is_object() && j.contains("error") ? j["error"].get<std::string>() : "<no error field>";
-  }
-  std::vector<std::string> ListedIds(const std::string& token) const {
-    WebResponse r = Call("/api/jobs", token);
-    EXPECT_EQ(r.status, 200) << r.body;
-    std::vector<std::string> ids;
-    const json body = Body(r);  // held: a range-for over a temporary's member dangles
-    for (const auto& j : body["jobs"]) ids.push_back(j["id"].get<std::string>());
-    return ids;
-  }
-
-  // A rank-0 StepMetrics event of job `id` (attempt 1, its own source_seq).
-  v1::Event Step(const std::string& id, int64_t step, double loss, double tps) {
-    v1::Event e;
-    e.set_job_id(id);
-    e.set_attempt(1);
-    e.set_rank(0);
-    e.set_source_seq(++source_seq_);
-    auto* m = e.mutable_step_metrics();
-    m->set_step(step);
-    m->set_loss(loss);
-    m->set_tokens_per_s(tps);
-    m->set_tokens(int64_t{1} << 40);  // past 2^32: must stay a JSON number
-    for (int x : {5, 9, 1, 3}) m->add_expert_load(x);
-    return e;
-  }
-  v1::Event Compile(const std::string& id, v1::CompileEvent::Kind kind, const std::string& region,
-                    const std::string& reason) {
-    v1::Event e;
-    e.set_job_id(id);
-    e.set_attempt(1);
-    e.set_rank(0);
-    e.set_source_seq(++source_seq_);
-    e.mutable_compile()->set_kind(kind);
-    e.mutable_compile()->set_region(region);
-    e.mutable_compile()->set_reason(reason);
-    e.mutable_compile()->set_compile_ms(12.5);
-    return e;
-  }
-  void Append(const std::string& id, std::vector<v1::Event> events) {
-    auto committed = store_->AppendEvents(id, std::move(events));
-    ASSERT_TRUE(committed.ok()) << committed.status();
-  }
-  // Stores `content` as a complete artifact `name` of job `id` (a worker's file).
-  void StoreArtifact(const std::string& id, const std::string& name, const std::string& content) {
-    v1::ArtifactHeader h;
-    h.set_job_id(id);
-    h.set_attempt(1);
-    h.set_rank(-1);
-    h.set_name(name);
-    h.set_kind("trace");
-    h.set_size_bytes(static_cast<int64_t>(content.size()));
-    h.set_sha256(Sha256Hex(content));
-    h.set_worker("w1");
-    auto opened = artifacts_->OpenArtifact(h);
-    ASSERT_TRUE(opened.ok()) << opened.status();
-    auto upload = artifacts_->BeginUpload(h);
-    ASSERT_TRUE(upload.ok()) << upload.status();
-    for (size_t off = 0; off < content.size(); off += kMaxArtifactChunkBytes) {
-      const size_t n = std::min<size_t>(kMaxArtifactChunkBytes, content.size() - off);
-      auto s = (*upload)->Append(static_cast<int64_t>(off), std::string_view(content).substr(off, n));
-      ASSERT_TRUE(s.ok()) << s.status();
-    }
-  }
-
-  TempDir dir_;
-  FakeClock clock_;
-  EventHub hub_;
-  ControllerMetrics metrics_;
-  std::unique_ptr<Authorizer> authz_;
-  std::unique_ptr<SqliteJobStore> store_;
-  std::unique_ptr<JobManager> manager_;
-  std::unique_ptr<ArtifactStore> artifacts_;
-  std::shared_ptr<FakeWorkerChannel> worker_ = std::make_shared<FakeWorkerChannel>();
-  std::unique_ptr<WebApi> api_;
-  std::string alice_job_, bob_job_;
-  int64_t source_seq_ = 0;
-};
 
 TEST_F(WebApiTest, EveryApiRouteNeedsAKnownBearerToken) {
   for (const std::string& target :
@@ -276,54 +96,6 @@ TEST_F(WebApiTest, ReadOnlyEveryOtherMethodIs405AndChangesNothing) {
   const v1::Job after = manager_->Get(alice_job_).value();
   EXPECT_EQ(after.state(), before.state());
   EXPECT_EQ(after.attempt(), before.attempt());
-}
-
-TEST_F(WebApiTest, EventsArePagedFromTheStoreAndFilteredByKind) {
-  Append(alice_job_, {Step(alice_job_, 1, 5.5, 1000), Step(alice_job_, 2, 5.25, 1100),
-                      Compile(alice_job_, v1::CompileEvent::COMPILE, "block/moe", ""),
-                      Compile(alice_job_, v1::CompileEvent::RECOMPILE, "block/moe", "input[0].size(0): expected 4, got 8"),
-                      Step(alice_job_, 3, 5.0, 1200)});
-  auto stored = store_->ReadEvents(alice_job_, 1, 1000);
-  ASSERT_TRUE(stored.ok());
-  ASSERT_GE(stored->size(), 5u);
-
-  // Page through everything, three at a time: the same seqs as the store, in order.
-  std::vector<int64_t> seqs;
-  int64_t after = 0;
-  for (int pages = 0; pages < 100; ++pages) {
-    WebResponse r = Call("/api/jobs/" + alice_job_ + "/events?after_seq=" + std::to_string(after) + "&limit=3", kViewer);
-    ASSERT_EQ(r.status, 200) << r.body;
-    json page = Body(r);
-    for (const auto& e : page["events"]) seqs.push_back(e["seq"].get<int64_t>());
-    EXPECT_LE(page["events"].size(), 3u);
-    after = page["next_after_seq"].get<int64_t>();
-    EXPECT_EQ(page["last_seq"].get<int64_t>(), stored->back().seq());
-    if (!page["more"].get<bool>()) break;
-  }
-  std::vector<int64_t> expected;
-  for (const auto& e : *stored) expected.push_back(e.seq());
-  EXPECT_EQ(seqs, expected);
-
-  // Only step metrics, with their values as numbers.
-  json page = Body(Call("/api/jobs/" + alice_job_ + "/events?kinds=step_metrics", kAlice));
-  std::vector<std::pair<int64_t, double>> loss;
-  for (const auto& e : page["events"]) {
-    ASSERT_EQ(e["kind"], "step_metrics");
-    loss.emplace_back(e["data"]["step"].get<int64_t>(), e["data"]["loss"].get<double>());
-    EXPECT_TRUE(e["data"]["tokens"].is_number_integer());
-    EXPECT_EQ(e["data"]["tokens"].get<int64_t>(), int64_t{1} << 40);
-    EXPECT_EQ(e["data"]["expert_load"], (json{5, 9, 1, 3}));
-  }
-  EXPECT_EQ(loss, (std::vector<std::pair<int64_t, double>>{{1, 5.5}, {2, 5.25}, {3, 5.0}}));
-  page = Body(Call("/api/jobs/" + alice_job_ + "/events?kinds=compile,stall", kAlice));
-  ASSERT_EQ(page["events"].size(), 2u);
-  EXPECT_EQ(page["events"][1]["data"]["kind"], "RECOMPILE");
-  EXPECT_EQ(page["events"][1]["data"]["reason"], "input[0].size(0): expected 4, got 8");
-  // Past the end: nothing, and the cursor stays.
-  page = Body(Call("/api/jobs/" + alice_job_ + "/events?after_seq=" + std::to_string(stored->back().seq()), kAlice));
-  EXPECT_TRUE(page["events"].empty());
-  EXPECT_EQ(page["next_after_seq"].get<int64_t>(), stored->back().seq());
-  EXPECT_FALSE(page["more"].get<bool>());
 }
 
 TEST_F(WebApiTest, HostileInputsArePrecise400sOr404s) {
@@ -445,10 +217,19 @@ TEST_F(WebApiTest, StaticFilesAreEmbedded) {
     EXPECT_EQ(r.content_type, type) << path;
     EXPECT_GT(r.body.size(), 100u) << path;
   }
-  // The embedded bytes are the source file's.
-  std::ifstream source(std::string(TRAINYARD_SOURCE_DIR) + "/server/web/static/app.js", std::ios::binary);
-  const std::string text((std::istreambuf_iterator<char>(source)), std::istreambuf_iterator<char>());
-  EXPECT_EQ(Call("/app.js", "").body, text);
+  // The embedded bytes are the source files', every ES module the page loads included.
+  for (const char* name : {"index.html", "style.css", "favicon.svg", "app.js", "api.js", "charts.js", "dom.js",
+                           "events.js", "job_page.js", "lists.js", "page.js"}) {
+    std::ifstream source(std::string(TRAINYARD_SOURCE_DIR) + "/server/web/static/" + name, std::ios::binary);
+    ASSERT_TRUE(source.good()) << name;
+    const std::string text((std::istreambuf_iterator<char>(source)), std::istreambuf_iterator<char>());
+    WebResponse r = Call(std::string("/") + name, "");
+    EXPECT_EQ(r.status, 200) << name;
+    EXPECT_TRUE(r.body == text) << name << " differs from its source";
+    if (std::string_view(name).size() > 3 && std::string_view(name).substr(std::string_view(name).size() - 3) == ".js") {
+      EXPECT_EQ(r.content_type, "text/javascript; charset=utf-8") << name;
+    }
+  }
 }
 
 // Authorization off: every caller is an admin, so another site's page that points a
@@ -481,172 +262,6 @@ TEST_F(WebApiTest, WithoutTokensOnlyAnAddressInHostReachesTheApi) {
   EXPECT_EQ(CallOn(api, "/", "", "GET", "rebind.attacker.example").status, 200);
   // With tokens a rebound page has no token, and a TLS proxy may forward its own name.
   EXPECT_EQ(Call("/api/jobs/" + bob_job_, kBob, "GET", "trainyard.example.com").status, 200);
-}
-
-// One stored event may be up to 1 MiB, so a page of `limit` events could be gigabytes:
-// a page also ends past kMaxEventsPageBytes, and the rest follows from next_after_seq.
-TEST_F(WebApiTest, AnEventsPageIsBoundedInBytes) {
-  const std::string filler(900 * 1024, 'x');
-  std::vector<v1::Event> big;
-  for (int i = 0; i < 10; ++i) {
-    v1::Event e;
-    e.set_job_id(alice_job_);
-    e.set_attempt(1);
-    e.set_rank(0);
-    e.set_source_seq(++source_seq_);
-    e.mutable_log()->set_level("info");
-    e.mutable_log()->set_message(std::to_string(i) + filler);
-    big.push_back(std::move(e));
-  }
-  Append(alice_job_, std::move(big));
-  std::string order;
-  int64_t after = 0;
-  int pages = 0;
-  while (true) {
-    WebResponse r = Call("/api/jobs/" + alice_job_ + "/events?kinds=log&after_seq=" + std::to_string(after), kAlice);
-    ASSERT_EQ(r.status, 200) << r.body.substr(0, 200);
-    // The budget, plus at most the one event that passed it.
-    EXPECT_LT(r.body.size(), web::kMaxEventsPageBytes + filler.size() + 4096) << "page " << pages;
-    const json body = Body(r);
-    EXPECT_LT(body["events"].size(), 10u) << "page " << pages;
-    for (const auto& e : body["events"]) order += e["data"]["message"].get<std::string>().substr(0, 1);
-    EXPECT_GT(body["next_after_seq"].get<int64_t>(), after);
-    after = body["next_after_seq"].get<int64_t>();
-    ++pages;
-    if (!body["more"].get<bool>()) break;
-    ASSERT_LT(pages, 20);
-  }
-  EXPECT_EQ(order, "0123456789");
-  EXPECT_EQ(after, store_->LastSeq(alice_job_));
-}
-
-// A diverging run reports a NaN or infinite loss; JSON has no such numbers, so they
-// must come out as null and the page must still parse.
-TEST_F(WebApiTest, NonFiniteMetricsAreNullInValidJson) {
-  v1::Event nan_step = Step(alice_job_, 1, std::numeric_limits<double>::quiet_NaN(), 10.0);
-  nan_step.mutable_step_metrics()->set_grad_norm(std::numeric_limits<double>::infinity());
-  nan_step.mutable_step_metrics()->set_lr(-std::numeric_limits<double>::infinity());
-  Append(alice_job_, {nan_step, Step(alice_job_, 2, 2.5, 11.0)});
-  WebResponse r = Call("/api/jobs/" + alice_job_ + "/events?kinds=step_metrics", kAlice);
-  ASSERT_EQ(r.status, 200) << r.body;
-  const json body = Body(r);
-  ASSERT_EQ(body["events"].size(), 2u) << r.body;
-  const json& d = body["events"][0]["data"];
-  EXPECT_TRUE(d["loss"].is_null()) << d;
-  EXPECT_TRUE(d["grad_norm"].is_null()) << d;
-  EXPECT_TRUE(d["lr"].is_null()) << d;
-  EXPECT_EQ(d["step"], 1);
-  EXPECT_EQ(body["events"][1]["data"]["loss"], 2.5);
-}
-
-TEST(WebListenerTest, HostHeadersThatNameAnAddress) {
-  for (const char* yes : {"127.0.0.1", "127.0.0.1:1", "localhost", "LOCALHOST:8080", "[::1]", "[::1]:65535",
-                          "[fe80::1]:80", "192.168.0.10:8080"}) {
-    EXPECT_TRUE(web::HostIsAddress(yes)) << yes;
-  }
-  for (const char* no : {"example.com", "example.com:80", "127.0.0.1.example.com", "127.1", "256.0.0.1",
-                         "127.0.0.1:", "127.0.0.1:123456", "127.0.0.1:8a", "[::1", "[::1]:", "[::1]80", "[]",
-                         "[example.com]", "::1", "localhost.", "sub.localhost", ""}) {
-    EXPECT_FALSE(web::HostIsAddress(no)) << no;
-  }
-}
-
-TEST(WebListenerTest, AddressesAndTheSecureByDefaultRule) {
-  EXPECT_EQ(web::CivetwebListeningPorts("127.0.0.1:8080").value(), "127.0.0.1:8080");
-  EXPECT_EQ(web::CivetwebListeningPorts("localhost:0").value(), "127.0.0.1:0");
-  EXPECT_EQ(web::CivetwebListeningPorts("[::1]:9000").value(), "[::1]:9000");
-  EXPECT_EQ(web::CivetwebListeningPorts("0.0.0.0:80").value(), "0.0.0.0:80");
-  for (const char* bad : {"127.0.0.1", "127.0.0.1:8080,8081", "127.0.0.1:80s", "127.0.0.1:65536", "web.example:80",
-                          "256.0.0.1:80", "[zz]:80", ":80", "127.0.0.1:"}) {
-    auto r = web::CivetwebListeningPorts(bad);
-    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad;
-    EXPECT_NE(r.status().message().find("--web-listen"), std::string::npos) << bad;
-  }
-
-  ControllerOptions options;
-  options.web_listen = "0.0.0.0:8080";
-  absl::Status s = CheckListenerSecurity(options, nullptr);
-  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(s.message().find("--web-listen '0.0.0.0:8080' is not a loopback address"), std::string::npos) << s;
-  options.insecure = true;
-  std::vector<std::string> warnings;
-  EXPECT_TRUE(CheckListenerSecurity(options, &warnings).ok());
-  ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_NE(warnings[0].find("--web-listen 0.0.0.0:8080 serves the web UI beyond this machine"), std::string::npos)
-      << warnings[0];
-  options.insecure = false;
-  options.web_listen = "127.0.0.1:0";
-  EXPECT_TRUE(CheckListenerSecurity(options, nullptr).ok());
-}
-
-// One HTTP/1.1 exchange on loopback; the whole response (headers and body).
-std::string HttpGet(int port, const std::string& raw_request) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return "";
-  }
-  size_t sent = 0;
-  while (sent < raw_request.size()) {
-    const ssize_t n = ::send(fd, raw_request.data() + sent, raw_request.size() - sent, 0);
-    if (n <= 0) break;
-    sent += static_cast<size_t>(n);
-  }
-  std::string out;
-  char buffer[65536];
-  ssize_t n;
-  while ((n = ::recv(fd, buffer, sizeof(buffer), 0)) > 0) out.append(buffer, static_cast<size_t>(n));
-  ::close(fd);
-  return out;
-}
-
-TEST_F(WebApiTest, ServedOverHttpByCivetweb) {
-  std::string content(600000, 'z');
-  content[0] = 'A';
-  content.back() = 'Z';
-  StoreArtifact(alice_job_, "big.trace", content);
-  auto server = web::WebServer::Start("127.0.0.1:0", api_.get(), 2);
-  ASSERT_TRUE(server.ok()) << server.status();
-  const int port = (*server)->port();
-  ASSERT_GT(port, 0);
-
-  std::string r = HttpGet(port, "GET /api/me HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-  EXPECT_EQ(r.rfind("HTTP/1.1 401", 0), 0u) << r.substr(0, 200);
-  r = HttpGet(port, std::string("GET /api/me HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ") + kViewer +
-                        "\r\nConnection: close\r\n\r\n");
-  EXPECT_EQ(r.rfind("HTTP/1.1 200", 0), 0u) << r.substr(0, 200);
-  EXPECT_NE(r.find("\"owner\":\"dashboard\""), std::string::npos) << r;
-  // The raw path reaches the api: %2F is not a separator.
-  r = HttpGet(port, "GET /api/jobs/" + alice_job_ + "%2Fevents HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
-                        kAdmin + "\r\nConnection: close\r\n\r\n");
-  EXPECT_EQ(r.rfind("HTTP/1.1 404", 0), 0u) << r.substr(0, 200);
-  EXPECT_NE(r.find("job " + alice_job_ + "/events not found"), std::string::npos) << r;
-  r = HttpGet(port, "POST /api/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
-  EXPECT_EQ(r.rfind("HTTP/1.1 405", 0), 0u) << r.substr(0, 200);
-  // HEAD: the headers alone. A body would be read as the next response on a kept-alive
-  // connection, so two requests on one connection must give two whole responses.
-  r = HttpGet(port, "HEAD /api/jobs HTTP/1.1\r\nHost: x\r\n\r\nGET /style.css HTTP/1.1\r\nHost: x\r\n"
-                    "Connection: close\r\n\r\n");
-  EXPECT_EQ(r.rfind("HTTP/1.1 405", 0), 0u) << r.substr(0, 200);
-  const size_t head_end = r.find("\r\n\r\n");
-  ASSERT_NE(head_end, std::string::npos) << r.substr(0, 300);
-  EXPECT_EQ(r.compare(head_end + 4, 17, "HTTP/1.1 200 OK\r\n"), 0) << r.substr(0, 600);
-  EXPECT_NE(r.find("text/css"), std::string::npos) << r.substr(0, 600);
-  // The artifact streamed whole, after its headers.
-  r = HttpGet(port, "GET /api/jobs/" + alice_job_ + "/artifacts/big.trace HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
-                        kAlice + "\r\nConnection: close\r\n\r\n");
-  EXPECT_EQ(r.rfind("HTTP/1.1 200", 0), 0u) << r.substr(0, 200);
-  const size_t body = r.find("\r\n\r\n");
-  ASSERT_NE(body, std::string::npos);
-  EXPECT_NE(r.substr(0, body).find("Content-Length: 600000"), std::string::npos) << r.substr(0, body);
-  // Compared as a bool: a mismatch must not print 600 kB.
-  EXPECT_EQ(r.size() - body - 4, content.size());
-  EXPECT_TRUE(r.compare(body + 4, std::string::npos, content) == 0);
-  (*server)->Stop();
 }
 
 }  // namespace

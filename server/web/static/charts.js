@@ -1,0 +1,115 @@
+// The job page's charts: a line chart on <canvas> (x = step) and expert load as SVG bars.
+
+import {fmtNum, h} from './dom.js';
+
+// A line chart on a canvas: x = step, y = value. `points` is sorted by x.
+export class LineChart {
+  constructor(title, unit, color) {
+    this.title = title; this.unit = unit; this.color = color;
+    this.canvas = h('canvas', {class: 'chart', role: 'img', 'aria-label': title, dataset: {points: '0'}});
+    this.last = h('span', {class: 'chart-last'});
+    this.el = h('div', {class: 'chart-box'}, h('div', {class: 'chart-title'}, title, this.last), this.canvas);
+    this.points = [];
+    new ResizeObserver(() => this.draw()).observe(this.canvas);
+  }
+  set(points) {
+    this.points = points;
+    this.canvas.dataset.points = String(points.length);
+    const lastPoint = points[points.length - 1];
+    this.last.textContent = lastPoint ? ` ${fmtNum(lastPoint[1])}${this.unit ? ' ' + this.unit : ''} @ step ${lastPoint[0]}` : '';
+    this.draw();
+  }
+  draw() {
+    const c = this.canvas;
+    const dpr = window.devicePixelRatio || 1;
+    const w = c.clientWidth, hgt = c.clientHeight;
+    if (!w || !hgt) return;
+    c.width = Math.round(w * dpr); c.height = Math.round(hgt * dpr);
+    const g = c.getContext('2d');
+    g.setTransform(dpr, 0, 0, dpr, 0, 0);
+    g.clearRect(0, 0, w, hgt);
+    const pad = {l: 58, r: 14, t: 10, b: 26};
+    const pw = w - pad.l - pad.r, ph = hgt - pad.t - pad.b;
+    g.font = '11px system-ui, sans-serif';
+    g.fillStyle = '#6b7280';
+    const pts = this.points;
+    if (pts.length === 0) {
+      g.textAlign = 'center';
+      g.fillText('waiting for step metrics…', pad.l + pw / 2, pad.t + ph / 2);
+      return;
+    }
+    let x0 = pts[0][0], x1 = pts[pts.length - 1][0];
+    if (x1 === x0) x1 = x0 + 1;
+    let y0 = Infinity, y1 = -Infinity;
+    for (const [, y] of pts) { if (y < y0) y0 = y; if (y > y1) y1 = y; }
+    if (y1 === y0) { y0 -= Math.abs(y0) * 0.1 || 1; y1 += Math.abs(y1) * 0.1 || 1; }
+    const span = y1 - y0, nonNegative = y0 >= 0;
+    y0 -= span * 0.05; y1 += span * 0.05;
+    if (nonNegative && y0 < 0) y0 = 0;  // rates and losses never dip below zero
+    const X = (x) => pad.l + ((x - x0) / (x1 - x0)) * pw;
+    const Y = (y) => pad.t + (1 - (y - y0) / (y1 - y0)) * ph;
+    // Grid and labels: 5 rows, up to 6 columns of whole steps.
+    g.strokeStyle = '#e5e7eb'; g.lineWidth = 1;
+    g.textAlign = 'right'; g.textBaseline = 'middle';
+    for (let i = 0; i <= 4; ++i) {
+      const v = y0 + ((y1 - y0) * i) / 4, yy = Math.round(Y(v)) + 0.5;
+      g.beginPath(); g.moveTo(pad.l, yy); g.lineTo(pad.l + pw, yy); g.stroke();
+      g.fillText(fmtNum(v), pad.l - 6, yy);
+    }
+    g.textAlign = 'center'; g.textBaseline = 'top';
+    // Whole, round steps between columns (1, 2, 5, 10, 20, 50, ...), at most 6 of them.
+    const raw = (x1 - x0) / 6, mag = Math.pow(10, Math.floor(Math.log10(Math.max(raw, 1))));
+    const stepEvery = Math.max(1, [1, 2, 5, 10].map((m) => m * mag).find((m) => m >= raw) || 10 * mag);
+    for (let s = Math.ceil(x0 / stepEvery) * stepEvery; s <= x1; s += stepEvery) {
+      const xx = Math.round(X(s)) + 0.5;
+      g.beginPath(); g.moveTo(xx, pad.t); g.lineTo(xx, pad.t + ph); g.stroke();
+      g.fillText(String(s), xx, pad.t + ph + 6);
+    }
+    g.strokeStyle = '#9ca3af';
+    g.strokeRect(pad.l + 0.5, pad.t + 0.5, pw, ph);
+    // The series, with a soft fill under it.
+    g.beginPath();
+    pts.forEach(([x, y], i) => (i ? g.lineTo(X(x), Y(y)) : g.moveTo(X(x), Y(y))));
+    g.strokeStyle = this.color; g.lineWidth = 2; g.lineJoin = 'round'; g.stroke();
+    g.lineTo(X(pts[pts.length - 1][0]), pad.t + ph); g.lineTo(X(pts[0][0]), pad.t + ph); g.closePath();
+    g.globalAlpha = 0.08; g.fillStyle = this.color; g.fill(); g.globalAlpha = 1;
+    if (pts.length <= 60) {
+      g.fillStyle = this.color;
+      for (const [x, y] of pts) { g.beginPath(); g.arc(X(x), Y(y), 2.2, 0, 2 * Math.PI); g.fill(); }
+    }
+  }
+}
+
+// Tokens per routed expert as inline SVG bars (the latest step that carried them).
+export function expertLoadSvg(load) {
+  const n = load.length, w = 640, hgt = 120, gap = 2;
+  const max = Math.max(...load, 1), mean = load.reduce((a, b) => a + b, 0) / n;
+  const ns = 'http://www.w3.org/2000/svg';
+  const svg = document.createElementNS(ns, 'svg');
+  svg.setAttribute('viewBox', `0 0 ${w} ${hgt + 16}`);
+  svg.setAttribute('class', 'experts');
+  svg.setAttribute('role', 'img');
+  svg.setAttribute('aria-label', 'tokens per expert');
+  const bw = (w - gap * (n - 1)) / n;
+  load.forEach((v, i) => {
+    const bh = (v / max) * hgt;
+    const r = document.createElementNS(ns, 'rect');
+    r.setAttribute('x', (i * (bw + gap)).toFixed(1)); r.setAttribute('y', (hgt - bh).toFixed(1));
+    r.setAttribute('width', bw.toFixed(1)); r.setAttribute('height', Math.max(bh, 0.5).toFixed(1));
+    r.setAttribute('class', v > 1.5 * mean ? 'hot' : 'bar');
+    const t = document.createElementNS(ns, 'title'); t.textContent = `expert ${i}: ${v} tokens`; r.append(t);
+    svg.append(r);
+    if (n <= 32) {
+      const lbl = document.createElementNS(ns, 'text');
+      lbl.setAttribute('x', (i * (bw + gap) + bw / 2).toFixed(1)); lbl.setAttribute('y', String(hgt + 12));
+      lbl.textContent = String(i); svg.append(lbl);
+    }
+  });
+  const my = hgt - (mean / max) * hgt;
+  const line = document.createElementNS(ns, 'line');
+  line.setAttribute('x1', '0'); line.setAttribute('x2', String(w));
+  line.setAttribute('y1', my.toFixed(1)); line.setAttribute('y2', my.toFixed(1));
+  line.setAttribute('class', 'mean');
+  svg.append(line);
+  return svg;
+}

@@ -1,0 +1,61 @@
+// The web UI's DOM and number helpers: elements built with textContent only (job names,
+// reasons and logs are never parsed as HTML), formats, cards and tables.
+
+// h('div', {class: 'x'}, 'text', child, ...): an element; strings become text nodes.
+export function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === 'class') el.className = v;
+    else if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
+    else if (k === 'dataset') Object.assign(el.dataset, v);
+    // Through CSSOM: the page's CSP (style-src 'self') refuses style attributes.
+    else if (k === 'style') el.style.cssText = v;
+    else el.setAttribute(k, v === true ? '' : String(v));
+  }
+  for (const c of children.flat()) {
+    if (c === undefined || c === null || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+
+export function fmtNum(v, digits) {
+  if (v === null || v === undefined || Number.isNaN(v)) return '–';
+  const a = Math.abs(v);
+  if (digits !== undefined) return v.toFixed(digits);
+  if (a !== 0 && (a >= 1e6 || a < 1e-3)) return v.toExponential(2);
+  if (a >= 1000) return Math.round(v).toLocaleString('en-US');
+  return Number(v.toPrecision(4)).toString();
+}
+export function fmtBytes(n) {
+  if (!n) return '0 B';
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; ++i; }
+  return `${i === 0 ? n : n.toFixed(1)} ${units[i]}`;
+}
+export function fmtTime(ms) {
+  if (!ms) return '–';
+  const d = new Date(ms);
+  return d.toLocaleString('en-GB', {hour12: false});
+}
+export function fmtDuration(ms) {
+  if (ms === null || ms === undefined || ms < 0) return '–';
+  const s = Math.round(ms / 1000);
+  if (s < 60) return `${s}s`;
+  if (s < 3600) return `${Math.floor(s / 60)}m ${s % 60}s`;
+  return `${Math.floor(s / 3600)}h ${Math.floor((s % 3600) / 60)}m`;
+}
+export function badge(state) { return h('span', {class: `badge st-${(state || '').toLowerCase()}`}, state || '?'); }
+export function card(label, value, sub) {
+  return h('div', {class: 'card'}, h('div', {class: 'card-label'}, label),
+           h('div', {class: 'card-value'}, value), sub ? h('div', {class: 'card-sub'}, sub) : null);
+}
+export function table(headers, rows, attrs) {
+  // A column of numbers (class num in the first row) gets a right-aligned heading too.
+  const first = rows[0] ? [...rows[0].children] : [];
+  return h('table', attrs || {},
+           h('thead', {}, h('tr', {}, headers.map((x, i) => h('th', {class: first[i] && first[i].classList.contains('num') ? 'num' : null}, x)))),
+           h('tbody', {}, rows));
+}

@@ -1,0 +1,64 @@
+// The jobs list and the fleet page, each refreshed every 3 s.
+
+import {apiJson} from './api.js';
+import {badge, card, fmtDuration, fmtTime, h, table} from './dom.js';
+import {Page} from './page.js';
+
+const LIST_POLL_MS = 3000;
+
+export class JobsPage extends Page {
+  constructor(main) { super(main, LIST_POLL_MS); }
+  async refresh() {
+    const data = await apiJson('/api/jobs?limit=200');
+    const rows = data.jobs.map((j) => h('tr', {},
+      h('td', {}, h('a', {href: `#/jobs/${encodeURIComponent(j.id)}`}, j.id)),
+      h('td', {}, j.name || '–'),
+      h('td', {}, j.owner),
+      h('td', {}, badge(j.state), j.pending_reason ? h('div', {class: 'small muted'}, j.pending_reason) : null),
+      h('td', {class: 'num'}, j.attempt),
+      h('td', {class: 'num'}, j.restarts ? `${j.restarts} / ${j.max_restarts}` : '0'),
+      h('td', {class: 'num'}, `${j.world_size || j.dp * j.tp}`),
+      h('td', {}, `${j.preset || 'custom'} · ${j.steps} steps · ${j.device}`),
+      h('td', {}, fmtTime(j.create_time_ms)),
+      h('td', {}, j.start_time_ms ? fmtDuration((j.end_time_ms || Date.now()) - j.start_time_ms) : '–')));
+    this.main.replaceChildren(
+      h('div', {class: 'page-head'}, h('h1', {}, 'Jobs'), h('span', {class: 'muted'}, `${data.jobs.length} shown, newest first`)),
+      data.jobs.length ? table(['id', 'name', 'owner', 'state', 'attempt', 'restarts', 'ranks', 'shape', 'created', 'ran'],
+                               rows, {class: 'grid', id: 'jobs-table'})
+                       : h('p', {class: 'muted'}, 'No jobs yet. Submit one with: trainyard submit examples/debug.toml'));
+  }
+}
+
+export class FleetPage extends Page {
+  constructor(main) { super(main, LIST_POLL_MS); }
+  async refresh() {
+    const f = await apiJson('/api/fleet');
+    const used = f.slots - f.free_slots;
+    const workers = f.workers.map((w) => h('tr', {},
+      h('td', {class: 'mono'}, w.name), h('td', {}, w.address),
+      h('td', {}, h('span', {class: `badge ${w.connected ? 'st-running' : 'st-failed'}`}, w.connected ? 'connected' : 'lost')),
+      h('td', {}, h('div', {class: 'slotbar', title: `${w.slots - w.free_slots} of ${w.slots} slots busy`},
+                    h('div', {style: `width:${w.slots ? (100 * (w.slots - w.free_slots)) / w.slots : 0}%`})),
+        h('span', {class: 'small muted'}, ` ${w.slots - w.free_slots} / ${w.slots}`)),
+      h('td', {}, w.jobs.length ? w.jobs.map((id) => h('a', {href: `#/jobs/${encodeURIComponent(id)}`, class: 'chip'}, id)) : '–')));
+    const queue = f.queue.map((j, i) => h('tr', {},
+      h('td', {class: 'num'}, i + 1), h('td', {}, h('a', {href: `#/jobs/${encodeURIComponent(j.id)}`}, j.id)),
+      h('td', {}, j.owner), h('td', {class: 'num'}, j.priority), h('td', {class: 'num'}, j.world_size || j.dp * j.tp),
+      h('td', {}, j.estimated_start_time_ms ? fmtTime(j.estimated_start_time_ms) : '–'),
+      h('td', {class: 'reason'}, j.pending_reason || '')));
+    const states = Object.entries(f.jobs_by_state).map(([s, n]) => h('span', {class: 'state-count'}, badge(s), ` ${n}`));
+    this.main.replaceChildren(
+      h('div', {class: 'page-head'}, h('h1', {}, 'Fleet')),
+      h('div', {class: 'cards'},
+        card('workers', `${f.connected_workers} / ${f.workers.length}`, 'connected / known'),
+        card('slots busy', `${used} / ${f.slots}`, h('div', {class: 'progress'}, h('div', {style: `width:${f.slots ? (100 * used) / f.slots : 0}%`}))),
+        card('queue', String(f.queue_length), 'pending jobs')),
+      h('section', {}, h('h2', {}, 'Jobs by state'), h('div', {class: 'states'}, states)),
+      h('section', {}, h('h2', {}, 'Workers'), f.workers.length
+        ? table(['name', 'address', 'link', 'slots', 'jobs'], workers, {class: 'grid', id: 'workers-table'})
+        : h('p', {class: 'muted'}, 'No worker has registered.')),
+      h('section', {}, h('h2', {}, 'Queue'), f.queue.length
+        ? table(['#', 'job', 'owner', 'priority', 'ranks', 'estimated start', 'why it waits'], queue, {class: 'grid'})
+        : h('p', {class: 'muted'}, 'Nothing is waiting.')));
+  }
+}

@@ -1,0 +1,51 @@
+// What the web API answers, as JSON: the responses (JSON bodies, errors with their HTTP
+// status), the job, artifact and fleet views (nlohmann::json, milliseconds and numbers
+// a page plots as they come), and events as the proto3 JSON of trainyard.v1.Event, the
+// one dialect the CLI and trainyard-train print too (common/events/proto_json.h,
+// docs/web.md). Pure functions; thread-safe.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/status.h"
+#include "server/web/web_http.h"
+#include "trainyard/v1/event.pb.h"
+#include "trainyard/v1/job.pb.h"
+#include "trainyard/v1/job_service.pb.h"
+
+namespace trainyard::web {
+
+using json = nlohmann::json;
+
+// `body` as an application/json response, never cached; invalid UTF-8 is replaced.
+WebResponse JsonResponse(int status, const json& body);
+// {"error": message} with HttpStatusOf(status); a 401 carries WWW-Authenticate: Bearer.
+WebResponse ErrorResponse(const absl::Status& status);
+// 404 naming `path` (quoted, bounded).
+WebResponse NotFoundResponse(std::string_view path);
+
+// A job as the jobs list shows it: identity, state and reasons, attempt and restarts,
+// shape, times (ms since the epoch, null when unset), the last checkpoint.
+json JobSummaryJson(const v1::Job& job);
+// The summary plus the normalised spec, placement, failure causes, reserved workers.
+json JobDetailJson(const v1::Job& job);
+// A complete artifact's index entry.
+json ArtifactJson(const v1::ArtifactInfo& artifact);
+
+// The payload's name: its oneof member's .proto field name, which is also its key in
+// the event's JSON and a value of ?kinds= ("none" when unset).
+std::string EventKindName(const v1::Event& event);
+// Every payload name of trainyard.v1.Event, in field order (from its descriptor).
+const std::vector<std::string>& EventKinds();
+// The event's proto3 JSON (proto_json's ToJsonLine: .proto names, every field), with
+// what names a file on a machine blanked: an artifact's uri, a checkpoint's path.
+std::string EventJsonLine(const v1::Event& event);
+// 200 with {"events": [the lines, as they are], ...envelope's members}; `envelope` is a
+// non-empty object.
+WebResponse EventsPageResponse(const std::vector<std::string>& event_lines, const json& envelope);
+
+}  // namespace trainyard::web
