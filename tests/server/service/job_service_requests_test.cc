@@ -40,11 +40,6 @@ class JobServiceRequestsTest : public LoopbackControllerTest {
     EXPECT_TRUE(s.ok()) << s.error_message().substr(0, 200);
     EXPECT_EQ(resp.jobs_size(), 0);
   }
-
-};
-  std::unique_ptr<ControllerServer> server_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::JobService::Stub> jobs_;
 };
 
 TEST_F(JobServiceRequestsTest, AFiveMebibyteCancelReasonIsRefusedWithAShortMessage) {
