@@ -20,6 +20,7 @@
 #include "client/artifact_pull.h"
 #include "client/cli/cli_format.h"
 #include "client/job_client.h"
+#include "client/job_watch.h"
 #include "client/cli/job_view.h"
 #include "client/cli/preflight_command.h"
 #include "client/cli/watch_display.h"
@@ -38,11 +39,6 @@ constexpr std::chrono::minutes kPreflightSubmitTimeout{15};
 static_assert(kPreflightClean == kExitOk && kPreflightFindings == kExitJobFailed &&
                   kPreflightBadInput == kExitUsage && kPreflightRunnerFailed == kExitError,
               "preflight's exit codes are rows of the CLI's one table");
-
-// `watch` and `logs --follow` reconnect after a broken stream, waiting this long first
-// and doubling up to the cap.
-constexpr absl::Duration kFirstBackoff = absl::Milliseconds(250);
-constexpr absl::Duration kMaxBackoff = absl::Seconds(5);
 
 // Flags every subcommand takes, given before or after it (global flags).
 struct CommonOptions {
@@ -137,21 +133,6 @@ absl::StatusOr<std::unique_ptr<JobClient>> MakeClient(const CommonOptions& optio
   return JobClient::Connect(
       options.controller,
       std::chrono::milliseconds(static_cast<int64_t>(std::ceil(options.timeout_s * 1000))), credentials);
-}
-
-// A stream that broke (the controller restarted, the network dropped) rather than a
-// refusal: worth reconnecting.
-bool Reconnectable(const absl::Status& status) {
-  switch (status.code()) {
-    case absl::StatusCode::kUnavailable:
-    case absl::StatusCode::kDeadlineExceeded:
-    case absl::StatusCode::kAborted:
-    case absl::StatusCode::kInternal:
-    case absl::StatusCode::kUnknown:
-      return true;
-    default:
-      return false;
-  }
 }
 
 struct WatchOptions {
@@ -431,100 +412,44 @@ class Runner {
     std::optional<v1::Job::State> end_state;  // the job's terminal state
   };
 
-  // Streams the job's events from `from_seq` until its terminal state, reconnecting a
-  // broken stream (with backoff, for at most `reconnect_for_s` seconds of outage) from
-  // the seq after the last one seen, so no event is passed on twice. Only a stream that
-  // delivered something is resumed: a first call that fails is an error at once. An
-  // outage gets one `warn` line when it starts and one when it ends; in between `note`
-  // (may be empty) says how the retries go, and is cleared with "".
+  // JobWatch from `from_seq` to the job's terminal state, reconnecting for at most
+  // `reconnect_for_s` seconds of outage. An outage gets one `warn` line when it starts
+  // and one when it ends; in between `note` (may be empty) says how the retries go, and
+  // is cleared with "".
   StreamResult Stream(const std::string& id, int64_t from_seq, double reconnect_for_s,
                       const std::function<void(const v1::Event&)>& on_event,
                       const std::function<void(const std::string&)>& warn,
                       const std::function<void(const std::string&)>& note = {}) {
-    int64_t last_seq = from_seq > 0 ? from_seq - 1 : 0;
-    bool connected = false;
-    std::optional<absl::Time> outage_since;
-    int retries = 0;
-    absl::Duration backoff = kFirstBackoff;
-    // Whether a probe ended an outage since the last new event. Only one may: a stream
-    // that keeps breaking at the same seq while GetJob answers (a server that cannot
-    // send that event) must still give up after --reconnect-for instead of looping.
-    bool probe_ended_outage = false;
-    auto end_outage = [&] {
-      if (!outage_since.has_value()) return;
-      warn(absl::StrCat("trainyard: reconnected after ", HumanDuration(env_.clock->Now() - *outage_since),
-                        "; resuming at seq ", last_seq + 1));
-      if (note) note("");
-      outage_since.reset();
-      retries = 0;
-      backoff = kFirstBackoff;
+    JobWatch::Options options;
+    options.from_seq = from_seq;
+    options.reconnect_for = absl::Seconds(reconnect_for_s);
+    options.clock = env_.clock;
+    JobWatch::Callbacks callbacks;
+    callbacks.on_event = on_event;
+    callbacks.on_outage = [&](const absl::Status& status, int64_t resume_seq) {
+      // gRPC's connect errors run to hundreds of characters: the first line's worth.
+      std::string why(status.message().substr(0, 80));
+      if (status.message().size() > 80) why += "...";
+      warn(absl::StrCat("trainyard: connection to the controller lost (", absl::StatusCodeToString(status.code()),
+                        ": ", why, "); reconnecting from seq ", resume_seq, " for up to ",
+                        HumanDuration(absl::Seconds(reconnect_for_s))));
     };
-    while (true) {
-      std::optional<v1::Job::State> end_state;
-      absl::Status status;
-      if (outage_since.has_value()) {
-        // Ask the controller first: when it answers, the outage is over even if the
-        // resumed stream has nothing to send for a long time (a PENDING job waiting
-        // for slots). Otherwise the status line would say "reconnecting" all along,
-        // and a later break would count from this outage's start and give up at once.
-        absl::StatusOr<v1::Job> probe = client_->GetJob(id);
-        if (probe.ok()) {
-          if (!probe_ended_outage) {
-            probe_ended_outage = true;
-            end_outage();
-          }
-        } else {
-          status = probe.status();
-        }
-      }
-      if (status.ok()) {
-        status = client_->Watch(id, last_seq + 1, [&](const v1::Event& event) {
-          connected = true;
-          end_outage();
-          if (event.seq() <= last_seq) return true;  // replayed across a reconnect
-          last_seq = event.seq();
-          probe_ended_outage = false;
-          on_event(event);
-          if (event.has_job_state() && IsTerminal(event.job_state().state())) {
-            end_state = event.job_state().state();
-          }
-          return true;
-        });
-        if (end_state.has_value()) return {absl::OkStatus(), end_state};
-        if (status.ok()) {
-          // The stream ended without the terminal event: ask for the state.
-          absl::StatusOr<v1::Job> job = client_->GetJob(id);
-          if (job.ok() && IsTerminal(job->state())) return {absl::OkStatus(), job->state()};
-          status = job.ok() ? absl::UnavailableError(absl::StrCat("the event stream of job ", id,
-                                                                  " ended while the job is ",
-                                                                  StateName(job->state())))
-                            : job.status();
-        }
-      }
-      if (!connected || !Reconnectable(status) || reconnect_for_s <= 0) return {status, std::nullopt};
-      const absl::Time now = env_.clock->Now();
-      if (!outage_since.has_value()) {
-        outage_since = now;
-        // gRPC's connect errors run to hundreds of characters: the first line's worth.
-        std::string why(status.message().substr(0, 80));
-        if (status.message().size() > 80) why += "...";
-        warn(absl::StrCat("trainyard: connection to the controller lost (", absl::StatusCodeToString(status.code()),
-                          ": ", why, "); reconnecting from seq ", last_seq + 1, " for up to ",
-                          HumanDuration(absl::Seconds(reconnect_for_s))));
-      } else if (now - *outage_since >= absl::Seconds(reconnect_for_s)) {
-        if (note) note("");
-        return {absl::Status(status.code(),
-                             absl::StrCat(status.message(), " (gave up reconnecting after ",
-                                          HumanDuration(now - *outage_since), ", --reconnect-for)")),
-                std::nullopt};
-      }
-      ++retries;
-      if (note) {
-        note(absl::StrCat("reconnecting: try ", retries, ", next in ", absl::FormatDuration(backoff)));
-      }
-      env_.clock->SleepFor(backoff);
-      backoff = std::min(backoff * 2, kMaxBackoff);
+    callbacks.on_retry = [&](int retry, absl::Duration backoff) {
+      if (note) note(absl::StrCat("reconnecting: try ", retry, ", next in ", absl::FormatDuration(backoff)));
+    };
+    callbacks.on_reconnected = [&](absl::Duration outage, int64_t resume_seq) {
+      warn(absl::StrCat("trainyard: reconnected after ", HumanDuration(outage), "; resuming at seq ", resume_seq));
+      if (note) note("");
+    };
+    JobWatch::Result result = JobWatch(client_.get(), options).Run(id, callbacks);
+    if (result.gave_up_after.has_value()) {
+      if (note) note("");
+      return {absl::Status(result.status.code(),
+                           absl::StrCat(result.status.message(), " (gave up reconnecting after ",
+                                        HumanDuration(*result.gave_up_after), ", --reconnect-for)")),
+              std::nullopt};
     }
+    return {result.status, result.end_state};
   }
 
   // Passes the job's stored events (seq 1 to job.last_seq) to `on_event`: the stream
