@@ -1,7 +1,10 @@
 #include "tests/fakes/fake_job_service.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
+
+#include "common/base/sha256.h"
 
 namespace trainyard::testing {
 namespace {
@@ -234,8 +237,47 @@ grpc::Status FakeJobService::ListWorkers(grpc::ServerContext*, const v1::ListWor
   return grpc::Status::OK;
 }
 
-grpc::Status FakeJobService::ListArtifacts(grpc::ServerContext*, const v1::ListArtifactsRequest*,
-                                           v1::ListArtifactsResponse*) {
+void FakeJobService::AddArtifact(const v1::ArtifactInfo& info, const std::string& bytes, PullMode mode) {
+  absl::MutexLock lock(&mu_);
+  artifacts_.push_back(Artifact{info, bytes, mode});
+}
+
+grpc::Status FakeJobService::ListArtifacts(grpc::ServerContext*, const v1::ListArtifactsRequest* request,
+                                           v1::ListArtifactsResponse* response) {
+  grpc::Status status;
+  if (Scripted("ListArtifacts", request->job_id(), &status)) return status;
+  absl::MutexLock lock(&mu_);
+  for (const Artifact& a : artifacts_) {
+    if (a.info.job_id() == request->job_id()) *response->add_artifacts() = a.info;
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status FakeJobService::PullArtifact(grpc::ServerContext*, const v1::PullArtifactRequest* request,
+                                          grpc::ServerWriter<v1::ArtifactData>* writer) {
+  std::optional<Artifact> found;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const Artifact& a : artifacts_) {
+      if (a.info.job_id() == request->job_id() && a.info.name() == request->name()) found = a;
+    }
+  }
+  if (!found.has_value()) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                        "artifact " + request->name() + " of job " + request->job_id() + " not found");
+  }
+  v1::ArtifactData first;
+  *first.mutable_info() = found->info;
+  if (found->mode == PullMode::kWrongSha) first.mutable_info()->set_sha256(Sha256Hex("other"));
+  if (found->mode == PullMode::kOtherName) first.mutable_info()->set_name("..");
+  if (found->mode != PullMode::kNoInfo) writer->Write(first);
+  std::string bytes = found->bytes;
+  if (found->mode == PullMode::kTruncated) bytes.resize(bytes.size() / 2);
+  for (size_t at = 0; at < bytes.size(); at += 100) {
+    v1::ArtifactData data;
+    data.set_data(bytes.substr(at, 100));
+    writer->Write(data);
+  }
   return grpc::Status::OK;
 }
 

@@ -33,6 +33,9 @@ class FakeJobService final : public v1::JobService::Service {
     grpc::Status status = grpc::Status::OK;
   };
 
+  // How a pull of one artifact answers: honestly, or as a broken or hostile controller.
+  enum class PullMode { kHonest, kWrongSha, kOtherName, kTruncated, kNoInfo };
+
   // Events of `job` (seq, rank, attempt 1 for ranks, a time from the seq).
   static v1::Event MakeEvent(const std::string& job, int64_t seq, int rank);
   static v1::Event StateEvent(const std::string& job, int64_t seq, v1::Job::State state,
@@ -48,6 +51,9 @@ class FakeJobService final : public v1::JobService::Service {
   void SetEvents(const std::string& id, std::vector<v1::Event> events);
   std::vector<v1::Event> Events(const std::string& id);
   void AddWorker(const v1::WorkerInfo& worker);
+  // ListArtifacts of info.job_id() lists it; PullArtifact sends `bytes` 100 at a time
+  // after an ArtifactData with the info (both as `mode` says).
+  void AddArtifact(const v1::ArtifactInfo& info, const std::string& bytes, PullMode mode = PullMode::kHonest);
   // The `n`th (1-based) WatchJob call of `id` answers so; other calls as `fallback`.
   void ScriptWatch(const std::string& id, int n, const WatchCall& call);
   void SetWatchFallback(const std::string& id, const WatchCall& fallback);
@@ -74,8 +80,10 @@ class FakeJobService final : public v1::JobService::Service {
                          v1::ResizeJobResponse* response) override;
   grpc::Status ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,
                            v1::ListWorkersResponse* response) override;
-  grpc::Status ListArtifacts(grpc::ServerContext*, const v1::ListArtifactsRequest*,
-                             v1::ListArtifactsResponse*) override;
+  grpc::Status ListArtifacts(grpc::ServerContext*, const v1::ListArtifactsRequest* request,
+                             v1::ListArtifactsResponse* response) override;
+  grpc::Status PullArtifact(grpc::ServerContext*, const v1::PullArtifactRequest* request,
+                            grpc::ServerWriter<v1::ArtifactData>* writer) override;
   grpc::Status WatchJob(grpc::ServerContext*, const v1::WatchJobRequest* request,
                         grpc::ServerWriter<v1::Event>* writer) override;
 
@@ -89,6 +97,12 @@ class FakeJobService final : public v1::JobService::Service {
   std::map<std::string, v1::Job> jobs_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::vector<v1::Event>> events_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::WorkerInfo> workers_ ABSL_GUARDED_BY(mu_);
+  struct Artifact {
+    v1::ArtifactInfo info;
+    std::string bytes;
+    PullMode mode = PullMode::kHonest;
+  };
+  std::vector<Artifact> artifacts_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::map<int, WatchCall>> watch_script_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, WatchCall> watch_fallback_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, grpc::Status> failures_ ABSL_GUARDED_BY(mu_);
