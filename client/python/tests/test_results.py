@@ -70,6 +70,16 @@ class PayloadTest(unittest.TestCase):
         self.assertIsInstance(m, ty.StepMetrics)
         self.assertEqual((m.step, m.loss, m.tokens_per_s, m.expert_load, m.mfu), (12, 6.25, 1500.0, [3, 5], 0.0))
 
+    def test_the_envelope_is_the_events_fields_outside_the_payload(self):
+        envelope = [f.name for f in event_pb2.Event.DESCRIPTOR.fields if f.containing_oneof is None]
+        self.assertEqual(list(ty.Event.__dataclass_fields__), envelope + ["kind", "payload"])
+        msg = event_pb2.Event(job_id="j", seq=9, rank=-1)
+        msg.time.FromSeconds(1796083200)
+        event = ty.Event.from_proto(msg)
+        self.assertEqual(event.time, datetime(2026, 12, 1, tzinfo=timezone.utc))
+        self.assertEqual(event.rank, -1)
+        self.assertIsNone(ty.Event.from_proto(event_pb2.Event()).time)
+
     def test_an_event_without_payload(self):
         event = ty.Event.from_proto(event_pb2.Event(seq=1))
         self.assertEqual((event.kind, event.payload), ("", None))

@@ -171,32 +171,32 @@ CheckpointSaved = _CLASSES["trainyard.v1.CheckpointSaved"]
 Payload = Any  # one of the classes above, or None
 
 
-def _time(msg, name: str) -> Optional[datetime]:
-    if not msg.HasField(name):
-        return None
-    return getattr(msg, name).ToDatetime(tzinfo=timezone.utc)
+def _event_from_proto(cls, msg: "event_pb2.Event") -> "Event":
+    kind = msg.WhichOneof("payload") or ""
+    payload_class = _PAYLOADS.get(kind)
+    values = {f.name: _ENVELOPE_CONVERTERS[f.name](msg) for f in _ENVELOPE}
+    return cls(**values, kind=kind,
+               payload=payload_class.from_proto(getattr(msg, kind)) if payload_class else None)
 
 
-@dataclasses.dataclass(frozen=True)
-class Event:
-    job_id: str
-    seq: int
-    time: Optional[datetime]
-    rank: int  # -1 for the controller's events
-    attempt: int
-    source_seq: int
-    # The payload's .proto field name ("step_metrics", "job_state", ...; "" when unset)
-    # and the payload itself (None when unset or newer than this client).
-    kind: str
-    payload: Payload
+def _envelope_converter(f: FieldDescriptor) -> Callable[[Any], Any]:
+    convert = _converter(f)
+    if f.type == FieldDescriptor.TYPE_MESSAGE:
+        return lambda msg: convert(getattr(msg, f.name)) if msg.HasField(f.name) else None
+    return lambda msg: convert(getattr(msg, f.name))
 
-    @classmethod
-    def from_proto(cls, msg: "event_pb2.Event") -> "Event":
-        kind = msg.WhichOneof("payload") or ""
-        payload_class = _PAYLOADS.get(kind)
-        payload = payload_class.from_proto(getattr(msg, kind)) if payload_class else None
-        return cls(job_id=msg.job_id, seq=msg.seq, time=_time(msg, "time"), rank=msg.rank,
-                   attempt=msg.attempt, source_seq=msg.source_seq, kind=kind, payload=payload)
+
+# Event: its fields outside the payload oneof (job_id, seq, time, rank -1 for the
+# controller's events, attempt, source_seq, ...), then `kind`, the payload's .proto field
+# name ("step_metrics", "job_state", ...; "" when unset), and `payload` (None when unset
+# or newer than this client).
+_ENVELOPE = [f for f in event_pb2.Event.DESCRIPTOR.fields if f.containing_oneof is None]
+_ENVELOPE_CONVERTERS = {f.name: _envelope_converter(f) for f in _ENVELOPE}
+Event = dataclasses.make_dataclass(
+    "Event", [(f.name, _annotation(f)) for f in _ENVELOPE] + [("kind", str), ("payload", Payload)],
+    frozen=True, namespace={"from_proto": classmethod(_event_from_proto),
+                            "__doc__": "trainyard.v1 Event as a dataclass: kind and payload for its oneof."})
+Event.__module__ = __name__
 
 
 # ---- Artifacts and workers ----
