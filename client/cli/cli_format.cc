@@ -74,10 +74,6 @@ std::string FormatRankState(const v1::RankState& r) {
 
 }  // namespace
 
-bool IsTerminal(v1::Job::State state) {
-  return state == v1::Job::SUCCEEDED || state == v1::Job::FAILED || state == v1::Job::CANCELLED;
-}
-
 int WatchExitCode(v1::Job::State state) {
   switch (state) {
     case v1::Job::SUCCEEDED:

@@ -8,6 +8,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/status/statusor.h"
+#include "client/job_watch.h"
 #include "trainyard/v1/job_service.pb.h"
 
 namespace trainyard::cli {
@@ -28,7 +29,7 @@ int ExitCodeForStatus(const absl::Status& status);
 // The table above as `--help` prints it, one "  N  meaning" line each, newline-ended.
 std::string ExitCodeTable();
 
-bool IsTerminal(v1::Job::State state);
+// IsTerminal (client/job_watch.h) says which states end a job.
 // kExitOk for SUCCEEDED, kExitJobFailed for FAILED or CANCELLED, else kExitError.
 int WatchExitCode(v1::Job::State state);
 

@@ -2,9 +2,6 @@
 // --help with the exit-code table and an example per command, one exit-code table for
 // every command, watch's reconnect and live line, logs, get and explain.
 #include <gmock/gmock.h>
-#include <grpcpp/security/server_credentials.h>
-#include <grpcpp/server.h>
-#include <grpcpp/server_builder.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,9 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
-#include "client/cli/commands.h"
-#include "trainyard/v1/job_service.grpc.pb.h"
+#include "tests/client/cli/cli_test_fixture.h"
 
 namespace trainyard {
 namespace {
@@ -28,232 +23,107 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-v1::Event MakeEvent(const std::string& job, int64_t seq, int rank) {
-  v1::Event e;
-  e.set_job_id(job);
-  e.set_seq(seq);
-  e.set_rank(rank);
-  e.set_attempt(rank < 0 ? 0 : 1);
-  e.mutable_time()->set_seconds(1796083200 + seq);
-  return e;
-}
+using testing::FakeJobService;
 
-class FakeJobService final : public v1::JobService::Service {
- public:
-  FakeJobService() {
+// An OSC title change, a bell, colours, a carriage return, a C1 CSI. (Invalid UTF-8
+// cannot come this way: protobuf refuses it in a string field; TerminalSafeTest covers
+// it.)
+constexpr const char* kHostile = "\x1b]0;pwned\x07\x1b[31mred\x1b[0m\r\xc2\x9b" "2J ok";
+
+grpc::Status Unavailable(const std::string& why) { return grpc::Status(grpc::StatusCode::UNAVAILABLE, why); }
+
+class CliArgsTest : public testing::CliTest {
+ protected:
+  void SetUp() override {
+    CliTest::SetUp();
+    auto add_job = [this](const std::string& id, v1::Job::State state, int steps, int64_t last_seq,
+                          const std::string& failure_reason = "") {
+      v1::Job job = service_.AddJob(id, state, steps);
+      job.set_last_seq(last_seq);
+      job.set_failure_reason(failure_reason);
+      service_.PutJob(job);
+    };
     // "done": PENDING, RUNNING, two steps, a RECOMPILE, SUCCEEDED.
-    AddJob("done", v1::Job::SUCCEEDED, 2);
-    std::vector<v1::Event>& done = events_["done"];
-    done.push_back(State("done", 1, v1::Job::PENDING, "needs 1 slot"));
-    done.push_back(State("done", 2, v1::Job::RUNNING, ""));
-    done.push_back(Step("done", 3, 1, 6.5));
-    v1::Event recompile = MakeEvent("done", 4, 0);
+    add_job("done", v1::Job::SUCCEEDED, 2, 6);
+    v1::Event recompile = FakeJobService::MakeEvent("done", 4, 0);
     recompile.mutable_compile()->set_kind(v1::CompileEvent::RECOMPILE);
     recompile.mutable_compile()->set_region("attention.d256");
     recompile.mutable_compile()->set_reason("input[0].size(1): expected 256, got 128");
-    done.push_back(recompile);
-    done.push_back(Step("done", 5, 2, 5.5));
-    done.push_back(State("done", 6, v1::Job::SUCCEEDED, ""));
-    jobs_["done"].set_last_seq(6);
+    std::vector<v1::Event> done = {FakeJobService::StateEvent("done", 1, v1::Job::PENDING, "needs 1 slot"),
+                                   FakeJobService::StateEvent("done", 2, v1::Job::RUNNING),
+                                   FakeJobService::StepEvent("done", 3, 1, 6.5), recompile,
+                                   FakeJobService::StepEvent("done", 5, 2, 5.5),
+                                   FakeJobService::StateEvent("done", 6, v1::Job::SUCCEEDED)};
+    service_.SetEvents("done", done);
     // "failed" and "cancelled" end so.
     for (auto [id, state] : {std::pair<std::string, v1::Job::State>{"failed", v1::Job::FAILED},
                              {"cancelled", v1::Job::CANCELLED}}) {
-      AddJob(id, state, 1);
-      events_[id] = {State(id, 1, v1::Job::PENDING, "needs 1 slot"), State(id, 2, state, "why")};
-      jobs_[id].set_last_seq(2);
+      add_job(id, state, 1, 2);
+      service_.SetEvents(id, {FakeJobService::StateEvent(id, 1, v1::Job::PENDING, "needs 1 slot"),
+                              FakeJobService::StateEvent(id, 2, state, "why")});
     }
     // "live": RUNNING with log lines; its stream stays open after them.
-    AddJob("live", v1::Job::RUNNING, 10);
-    std::vector<v1::Event>& live = events_["live"];
-    live.push_back(State("live", 1, v1::Job::RUNNING, ""));
-    live.push_back(Log("live", 2, 0, "info", "engine start rank 0"));
-    live.push_back(Log("live", 3, 1, "warn", "rank 1 is slow"));
-    live.push_back(Log("live", 4, -1, "info", "controller says hi"));
-    jobs_["live"].set_last_seq(4);
-    // "flaky": same events as "done"; its first stream breaks after seq 3.
-    AddJob("flaky", v1::Job::SUCCEEDED, 2);
-    for (v1::Event e : events_["done"]) {
-      e.set_job_id("flaky");
-      events_["flaky"].push_back(e);
-    }
-    jobs_["flaky"].set_last_seq(6);
-    // "hostile": a rank's log line and reasons full of escape sequences, control
-    // characters and invalid UTF-8.
-    AddJob("hostile", v1::Job::FAILED, 1);
-    events_["hostile"] = {State("hostile", 1, v1::Job::RUNNING, "go\x1b[2J"),
-                          Log("hostile", 2, 0, "warn\x1b[5m", kHostile),
-                          State("hostile", 3, v1::Job::FAILED, std::string("bad\xc2\x9b" "\r\n") + kHostile)};
-    jobs_["hostile"].set_failure_reason(kHostile);
-    jobs_["hostile"].set_last_seq(3);
+    add_job("live", v1::Job::RUNNING, 10, 4);
+    service_.SetEvents("live", {FakeJobService::StateEvent("live", 1, v1::Job::RUNNING),
+                                FakeJobService::LogEvent("live", 2, 0, "info", "engine start rank 0"),
+                                FakeJobService::LogEvent("live", 3, 1, "warn", "rank 1 is slow"),
+                                FakeJobService::LogEvent("live", 4, -1, "info", "controller says hi")});
+    FakeJobService::WatchCall open;
+    open.hold_until_released = true;
+    service_.SetWatchFallback("live", open);
+    // "flaky": same events as "done"; its first stream breaks after seq 3, and a resumed
+    // one starts two events early, as a server that replays a little too much would:
+    // the CLI must not show them twice.
+    add_job("flaky", v1::Job::SUCCEEDED, 2, 6);
+    for (v1::Event& e : done) e.set_job_id("flaky");
+    service_.SetEvents("flaky", done);
+    FakeJobService::WatchCall broken;
+    broken.stop_after_seq = 3;
+    broken.status = Unavailable("controller restarting");
+    service_.ScriptWatch("flaky", 1, broken);
+    FakeJobService::WatchCall replaying;
+    replaying.replay_before = 2;
+    service_.SetWatchFallback("flaky", replaying);
+    // "hostile": a rank's log line and reasons full of escape sequences and control
+    // characters.
+    add_job("hostile", v1::Job::FAILED, 1, 3, kHostile);
+    service_.SetEvents("hostile",
+                       {FakeJobService::StateEvent("hostile", 1, v1::Job::RUNNING, "go\x1b[2J"),
+                        FakeJobService::LogEvent("hostile", 2, 0, "warn\x1b[5m", kHostile),
+                        FakeJobService::StateEvent("hostile", 3, v1::Job::FAILED,
+                                                   std::string("bad\xc2\x9b" "\r\n") + kHostile)});
     // "quiet": its first stream breaks after seq 1; the resumed stream has nothing to
-    // send for a while (longer than --reconnect-for) and then breaks again; the third
+    // send for 1.5 s (longer than --reconnect-for 1) and then breaks again; the third
     // ends the job.
-    AddJob("quiet", v1::Job::RUNNING, 1);
-    events_["quiet"] = {State("quiet", 1, v1::Job::RUNNING, ""), State("quiet", 2, v1::Job::SUCCEEDED, "")};
-    jobs_["quiet"].set_last_seq(2);
+    add_job("quiet", v1::Job::RUNNING, 1, 2);
+    service_.SetEvents("quiet", {FakeJobService::StateEvent("quiet", 1, v1::Job::RUNNING),
+                                 FakeJobService::StateEvent("quiet", 2, v1::Job::SUCCEEDED)});
+    FakeJobService::WatchCall first;
+    first.stop_after_seq = 1;
+    first.status = Unavailable("controller restarting");
+    service_.ScriptWatch("quiet", 1, first);
+    FakeJobService::WatchCall silent;
+    silent.stop_after_seq = 0;
+    silent.hold_for = absl::Milliseconds(1500);
+    silent.status = Unavailable("controller restarting again");
+    service_.ScriptWatch("quiet", 2, silent);
+
+    service_.FailCall("GetJob", "secret", grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "not yours"));
+    service_.FailCall("CancelJob", "done",
+                      grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "job done already ended"));
+    v1::WorkerInfo w;
+    w.set_name("w1");
+    w.set_slots(2);
+    w.set_free_slots(2);
+    w.set_connected(true);
+    service_.AddWorker(w);
   }
 
-  // An OSC title change, a bell, colours, a carriage return, a C1 CSI. (Invalid UTF-8
-  // cannot come this way: protobuf refuses it in a string field; TerminalSafeTest
-  // covers it.)
-  static constexpr const char* kHostile = "\x1b]0;pwned\x07\x1b[31mred\x1b[0m\r\xc2\x9b" "2J ok";
-
-  static v1::Event State(const std::string& job, int64_t seq, v1::Job::State state, const std::string& reason) {
-    v1::Event e = MakeEvent(job, seq, -1);
-    e.mutable_job_state()->set_state(state);
-    e.mutable_job_state()->set_reason(reason);
-    return e;
-  }
-  static v1::Event Step(const std::string& job, int64_t seq, int64_t step, double loss) {
-    v1::Event e = MakeEvent(job, seq, 0);
-    e.mutable_step_metrics()->set_step(step);
-    e.mutable_step_metrics()->set_loss(loss);
-    e.mutable_step_metrics()->set_tokens_per_s(1000);
-    return e;
-  }
-  static v1::Event Log(const std::string& job, int64_t seq, int rank, const std::string& level,
-                       const std::string& message) {
-    v1::Event e = MakeEvent(job, seq, rank);
-    e.mutable_log()->set_level(level);
-    e.mutable_log()->set_message(message);
-    return e;
-  }
-  void AddJob(const std::string& id, v1::Job::State state, int steps) {
-    v1::Job& job = jobs_[id];
-    job.set_id(id);
-    job.set_state(state);
-    job.set_world_size(1);
-    job.mutable_spec()->mutable_job()->set_name("name-" + id);
-    job.mutable_spec()->mutable_training()->set_steps(steps);
-  }
-
-  grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest* request, v1::Job* job) override {
-    if (request->id() == "secret") return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "not yours");
-    absl::MutexLock lock(&mu_);
-    auto it = jobs_.find(request->id());
-    if (it == jobs_.end()) return grpc::Status(grpc::StatusCode::NOT_FOUND, "job " + request->id() + " not found");
-    *job = it->second;
-    return grpc::Status::OK;
-  }
-  grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*, v1::ListJobsResponse* response) override {
-    absl::MutexLock lock(&mu_);
-    for (const auto& [id, job] : jobs_) *response->add_jobs() = job;
-    return grpc::Status::OK;
-  }
-  grpc::Status CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* request, v1::Job*) override {
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "job " + request->id() + " already ended");
-  }
-  grpc::Status ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,
-                           v1::ListWorkersResponse* response) override {
-    v1::WorkerInfo* w = response->add_workers();
-    w->set_name("w1");
-    w->set_slots(2);
-    w->set_free_slots(2);
-    w->set_connected(true);
-    return grpc::Status::OK;
-  }
-  grpc::Status ListArtifacts(grpc::ServerContext*, const v1::ListArtifactsRequest*,
-                             v1::ListArtifactsResponse*) override {
-    return grpc::Status::OK;
-  }
-  grpc::Status WatchJob(grpc::ServerContext* context, const v1::WatchJobRequest* request,
-                        grpc::ServerWriter<v1::Event>* writer) override {
-    std::vector<v1::Event> events;
-    int call = 0;
-    {
-      absl::MutexLock lock(&mu_);
-      watch_from_seqs_[request->id()].push_back(request->from_seq());
-      call = static_cast<int>(watch_from_seqs_[request->id()].size());
-      auto it = events_.find(request->id());
-      if (it == events_.end()) return grpc::Status(grpc::StatusCode::NOT_FOUND, "job " + request->id() + " not found");
-      events = it->second;
-    }
-    if (request->id() == "quiet") {
-      if (call == 1) {
-        writer->Write(events[0]);
-        return grpc::Status(grpc::StatusCode::UNAVAILABLE, "controller restarting");
-      }
-      if (call == 2) {
-        // Connected, but nothing to say for 1.5 s (> --reconnect-for 1), then broken.
-        for (int i = 0; i < 300 && !context->IsCancelled(); ++i) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        }
-        return grpc::Status(grpc::StatusCode::UNAVAILABLE, "controller restarting again");
-      }
-    }
-    const bool flaky = request->id() == "flaky";
-    // A resumed stream of "flaky" starts two events early, as a server that replays a
-    // little too much would: the CLI must not show them twice.
-    const int64_t from = flaky && call > 1 ? std::max<int64_t>(1, request->from_seq() - 2) : request->from_seq();
-    for (const v1::Event& e : events) {
-      if (e.seq() < from) continue;
-      if (flaky && call == 1 && e.seq() > 3) {
-        return grpc::Status(grpc::StatusCode::UNAVAILABLE, "controller restarting");
-      }
-      writer->Write(e);
-    }
-    if (request->id() == "live") {
-      while (!context->IsCancelled()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    return grpc::Status::OK;
-  }
-
-  std::vector<int64_t> FromSeqs(const std::string& id) {
-    absl::MutexLock lock(&mu_);
-    return watch_from_seqs_[id];
-  }
-
- private:
-  absl::Mutex mu_;
-  std::map<std::string, v1::Job> jobs_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::vector<v1::Event>> events_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::vector<int64_t>> watch_from_seqs_ ABSL_GUARDED_BY(mu_);
-};
-
-class CliArgsTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(&service_);
-    server_ = builder.BuildAndStart();
-    ASSERT_NE(server_, nullptr);
-    address_ = "127.0.0.1:" + std::to_string(port);
-  }
-  void TearDown() override { server_->Shutdown(); }
-
-  // Runs `trainyard ARGS...` exactly as given (no flags added).
-  int RunRaw(std::vector<std::string> args, bool terminal = false) {
-    args.insert(args.begin(), "trainyard");
-    std::vector<const char*> argv;
-    for (const std::string& a : args) argv.push_back(a.c_str());
-    out_.str("");
-    err_.str("");
-    cli::CliEnvironment env;
-    env.out = &out_;
-    env.err = &err_;
-    env.out_is_terminal = terminal;
-    env.terminal_columns = 100;
-    return cli::RunCli(static_cast<int>(argv.size()), argv.data(), env);
-  }
   // `trainyard --controller FAKE ARGS...`: the global flag before the subcommand.
   int Run(std::vector<std::string> args, bool terminal = false) {
     args.insert(args.begin(), {"--controller", address_});
     return RunRaw(args, terminal);
   }
-  std::vector<std::string> OutLines() const {
-    std::vector<std::string> lines;
-    std::istringstream in(out_.str());
-    for (std::string line; std::getline(in, line);) lines.push_back(line);
-    return lines;
-  }
-
-  FakeJobService service_;
-  std::unique_ptr<grpc::Server> server_;
-  std::string address_;
-  std::ostringstream out_;
-  std::ostringstream err_;
 };
 
 TEST_F(CliArgsTest, GlobalFlagsGoBeforeOrAfterTheSubcommand) {
@@ -359,7 +229,7 @@ TEST_F(CliArgsTest, WatchReconnectsAndShowsNoEventTwice) {
   for (const std::string& line : OutLines()) seqs.push_back(line.substr(0, line.find(' ')));
   EXPECT_EQ(seqs, (std::vector<std::string>{"seq=1", "seq=2", "seq=3", "seq=4", "seq=5", "seq=6"})) << out_.str();
   // The first stream broke after seq 3; the second asked for 4.
-  EXPECT_EQ(service_.FromSeqs("flaky"), (std::vector<int64_t>{1, 4}));
+  EXPECT_EQ(service_.WatchFromSeqs("flaky"), (std::vector<int64_t>{1, 4}));
   EXPECT_THAT(err_.str(), HasSubstr("connection to the controller lost (UNAVAILABLE: controller restarting)"));
   EXPECT_THAT(err_.str(), HasSubstr("reconnecting from seq 4 for up to 5m00s"));
   EXPECT_THAT(err_.str(), HasSubstr("trainyard: reconnected after "));
@@ -374,7 +244,7 @@ TEST_F(CliArgsTest, WatchReconnectsAndShowsNoEventTwice) {
 // counting from the first one (which would give up at once).
 TEST_F(CliArgsTest, WatchOutageEndsWhenTheControllerAnswersNotAtTheNextEvent) {
   ASSERT_EQ(Run({"watch", "quiet", "--reconnect-for", "1"}), 0) << err_.str();
-  EXPECT_EQ(service_.FromSeqs("quiet"), (std::vector<int64_t>{1, 2, 2}));
+  EXPECT_EQ(service_.WatchFromSeqs("quiet"), (std::vector<int64_t>{1, 2, 2}));
   const std::string err = err_.str();
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 4) << "two outages, each lost and back:\n" << err;
   EXPECT_THAT(err, HasSubstr("(UNAVAILABLE: controller restarting again)"));
@@ -423,7 +293,7 @@ TEST_F(CliArgsTest, TextFromRanksNeverReachesTheTerminalRaw) {
 TEST_F(CliArgsTest, WatchWithoutReconnectExitsUnavailable) {
   EXPECT_EQ(Run({"watch", "flaky", "--reconnect-for", "0"}), 5);
   EXPECT_THAT(err_.str(), HasSubstr("UNAVAILABLE"));
-  EXPECT_EQ(service_.FromSeqs("flaky").size(), 1u);
+  EXPECT_EQ(service_.WatchFromSeqs("flaky").size(), 1u);
 }
 
 TEST_F(CliArgsTest, WatchOnATerminalRedrawsOneStatusLine) {

@@ -2,9 +2,6 @@
 // fake JobService (only ListArtifacts and PullArtifact) on a loopback port, and the
 // artifacts table formatting.
 #include <gmock/gmock.h>
-#include <grpcpp/security/server_credentials.h>
-#include <grpcpp/server.h>
-#include <grpcpp/server_builder.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -15,13 +12,12 @@
 #include <string>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
 #include "client/cli/cli_format.h"
 #include "client/cli/commands.h"
 #include "common/events/proto_json.h"
 #include "common/base/sha256.h"
 #include "tests/support/temp_dir.h"
-#include "trainyard/v1/job_service.grpc.pb.h"
+#include "tests/client/cli/cli_test_fixture.h"
 
 namespace trainyard {
 namespace {
@@ -31,78 +27,7 @@ using ::testing::HasSubstr;
 using ::testing::StartsWith;
 using testing::TempDir;
 
-// How the fake answers a pull of one artifact.
-enum class Pull { kHonest, kWrongSha, kOtherName, kTruncated, kNoInfo };
-
-class FakeArtifactService final : public v1::JobService::Service {
- public:
-  grpc::Status ListArtifacts(grpc::ServerContext*, const v1::ListArtifactsRequest* request,
-                             v1::ListArtifactsResponse* response) override {
-    absl::MutexLock lock(&mu_);
-    if (request->job_id() != "j1") return grpc::Status(grpc::StatusCode::NOT_FOUND, "job not found");
-    for (const auto& [info, bytes, mode] : artifacts_) *response->add_artifacts() = info;
-    return grpc::Status::OK;
-  }
-  grpc::Status PullArtifact(grpc::ServerContext*, const v1::PullArtifactRequest* request,
-                            grpc::ServerWriter<v1::ArtifactData>* writer) override {
-    Entry entry;
-    {
-      absl::MutexLock lock(&mu_);
-      bool found = false;
-      for (const Entry& e : artifacts_) {
-        if (request->job_id() == "j1" && e.info.name() == request->name()) {
-          entry = e;
-          found = true;
-        }
-      }
-      if (!found) {
-        return grpc::Status(grpc::StatusCode::NOT_FOUND,
-                            "artifact " + request->name() + " of job " + request->job_id() +
-                                " not found");
-      }
-    }
-    v1::ArtifactData first;
-    *first.mutable_info() = entry.info;
-    if (entry.mode == Pull::kWrongSha) first.mutable_info()->set_sha256(Sha256Hex("other"));
-    if (entry.mode == Pull::kOtherName) first.mutable_info()->set_name("..");
-    if (entry.mode != Pull::kNoInfo) writer->Write(first);
-    std::string bytes = entry.bytes;
-    if (entry.mode == Pull::kTruncated) bytes.resize(bytes.size() / 2);
-    for (size_t at = 0; at < bytes.size(); at += 100) {
-      v1::ArtifactData data;
-      data.set_data(bytes.substr(at, 100));
-      writer->Write(data);
-    }
-    return grpc::Status::OK;
-  }
-
-  void Add(const std::string& name, const std::string& bytes, Pull mode = Pull::kHonest,
-           int rank = 0) {
-    Entry e;
-    e.info.set_job_id("j1");
-    e.info.set_name(name);
-    e.info.set_kind(rank < 0 ? "flight_recorder" : "trace");
-    e.info.set_attempt(2);
-    e.info.set_rank(rank);
-    e.info.set_worker("w1");
-    e.info.set_size_bytes(static_cast<int64_t>(bytes.size()));
-    e.info.set_sha256(Sha256Hex(bytes));
-    e.info.mutable_create_time()->set_seconds(1'796'098'325);  // 2026-12-01T04:12:05Z
-    e.bytes = bytes;
-    e.mode = mode;
-    absl::MutexLock lock(&mu_);
-    artifacts_.push_back(e);
-  }
-
- private:
-  struct Entry {
-    v1::ArtifactInfo info;
-    std::string bytes;
-    Pull mode = Pull::kHonest;
-  };
-  absl::Mutex mu_;
-  std::vector<Entry> artifacts_ ABSL_GUARDED_BY(mu_);
-};
+using Pull = testing::FakeJobService::PullMode;
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -120,38 +45,35 @@ std::vector<std::string> DirEntries(const std::string& dir) {
   return names;
 }
 
-class CliArtifactsTest : public ::testing::Test {
+class CliArtifactsTest : public testing::CliTest {
  protected:
   void SetUp() override {
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(&service_);
-    server_ = builder.BuildAndStart();
-    ASSERT_NE(server_, nullptr);
-    address_ = "127.0.0.1:" + std::to_string(port);
+    CliTest::SetUp();
+    service_.FailCall("ListArtifacts", "nope", grpc::Status(grpc::StatusCode::NOT_FOUND, "job not found"));
     big_ = std::string(1000, 'x') + "tail";
   }
-  void TearDown() override { server_->Shutdown(); }
 
   int Run(std::vector<std::string> args) {
-    args.insert(args.begin(), "trainyard");
     args.push_back("--controller");
     args.push_back(address_);
-    std::vector<const char*> argv;
-    for (const std::string& a : args) argv.push_back(a.c_str());
-    out_.str("");
-    err_.str("");
-    cli::CliEnvironment env;
-    env.out = &out_;
-    env.err = &err_;
-    return cli::RunCli(static_cast<int>(argv.size()), argv.data(), env);
+    return RunRaw(args);
   }
 
-  FakeArtifactService service_;
-  std::unique_ptr<grpc::Server> server_;
-  std::string address_;
-  std::ostringstream out_, err_;
+  // An artifact of job j1 that pulls as `mode` says.
+  void Add(const std::string& name, const std::string& bytes, Pull mode = Pull::kHonest, int rank = 0) {
+    v1::ArtifactInfo info;
+    info.set_job_id("j1");
+    info.set_name(name);
+    info.set_kind(rank < 0 ? "flight_recorder" : "trace");
+    info.set_attempt(2);
+    info.set_rank(rank);
+    info.set_worker("w1");
+    info.set_size_bytes(static_cast<int64_t>(bytes.size()));
+    info.set_sha256(Sha256Hex(bytes));
+    info.mutable_create_time()->set_seconds(1'796'098'325);  // 2026-12-01T04:12:05Z
+    service_.AddArtifact(info, bytes, mode);
+  }
+
   TempDir dir_;
   std::string big_;
 };
@@ -183,8 +105,8 @@ TEST(ArtifactFormatTest, TableShowsSizeShaPrefixRankAndUtcTime) {
 }
 
 TEST_F(CliArtifactsTest, ListPrintsATableOrJsonLines) {
-  service_.Add("a.json", "{}");
-  service_.Add("flight-w1.bin", "ring", Pull::kHonest, -1);
+  Add("a.json", "{}");
+  Add("flight-w1.bin", "ring", Pull::kHonest, -1);
   ASSERT_EQ(Run({"artifacts", "list", "j1"}), 0) << err_.str();
   EXPECT_THAT(out_.str(), HasSubstr("a.json         trace"));
   EXPECT_THAT(out_.str(), HasSubstr("flight-w1.bin  flight_recorder  2        -     4 B"));
@@ -204,8 +126,8 @@ TEST_F(CliArtifactsTest, ListOfAnUnknownJobExitsThree) {
 }
 
 TEST_F(CliArtifactsTest, PullsOneArtifactIntoTheOutputDirectory) {
-  service_.Add("trace.json", big_);
-  service_.Add("other.json", "{}");
+  Add("trace.json", big_);
+  Add("other.json", "{}");
   const std::string out = dir_.path() + "/new/dir";  // created
   ASSERT_EQ(Run({"artifacts", "pull", "j1", "trace.json", "-o", out}), 0) << err_.str();
   EXPECT_EQ(ReadFile(out + "/trace.json"), big_);
@@ -215,9 +137,9 @@ TEST_F(CliArtifactsTest, PullsOneArtifactIntoTheOutputDirectory) {
 }
 
 TEST_F(CliArtifactsTest, PullsEveryArtifactWhenNoNameIsGiven) {
-  service_.Add("a.json", big_);
-  service_.Add("b.bin", "");
-  service_.Add("c.json", "{}");
+  Add("a.json", big_);
+  Add("b.bin", "");
+  Add("c.json", "{}");
   ASSERT_EQ(Run({"artifacts", "pull", "j1", "--output-dir", dir_.path()}), 0) << err_.str();
   EXPECT_EQ(DirEntries(dir_.path()), (std::vector<std::string>{"a.json", "b.bin", "c.json"}));
   EXPECT_EQ(ReadFile(dir_.path() + "/a.json"), big_);
@@ -226,9 +148,9 @@ TEST_F(CliArtifactsTest, PullsEveryArtifactWhenNoNameIsGiven) {
 }
 
 TEST_F(CliArtifactsTest, ABadChecksumOrShortStreamWritesNothing) {
-  service_.Add("bad.json", big_, Pull::kWrongSha);
-  service_.Add("short.json", big_, Pull::kTruncated);
-  service_.Add("good.json", "{}");
+  Add("bad.json", big_, Pull::kWrongSha);
+  Add("short.json", big_, Pull::kTruncated);
+  Add("good.json", "{}");
   std::ofstream(dir_.path() + "/bad.json") << "kept";
   EXPECT_EQ(Run({"artifacts", "pull", "j1", "bad.json", "-o", dir_.path()}), 6);  // DATA_LOSS
   EXPECT_THAT(err_.str(), HasSubstr("DATA_LOSS: artifact bad.json: sha256 "));
@@ -243,8 +165,8 @@ TEST_F(CliArtifactsTest, ABadChecksumOrShortStreamWritesNothing) {
 }
 
 TEST_F(CliArtifactsTest, AHostileControllerCannotWriteOutsideTheDirectory) {
-  service_.Add("x.json", "{}", Pull::kOtherName);  // answers with name ".."
-  service_.Add("noinfo.json", "{}", Pull::kNoInfo);
+  Add("x.json", "{}", Pull::kOtherName);  // answers with name ".."
+  Add("noinfo.json", "{}", Pull::kNoInfo);
   const std::string out = dir_.path() + "/out";
   EXPECT_EQ(Run({"artifacts", "pull", "j1", "x.json", "-o", out}), 6);
   EXPECT_THAT(err_.str(), HasSubstr("with artifact '..'"));

@@ -3,27 +3,22 @@
 #include <gmock/gmock.h>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
-#include <grpcpp/security/server_credentials.h>
-#include <grpcpp/server.h>
-#include <grpcpp/server_builder.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
 #include <fstream>
-#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "client/cli/commands.h"
 #include "client/job_client.h"
 #include "common/events/proto_json.h"
-#include "trainyard/v1/job_service.grpc.pb.h"
+#include "tests/client/cli/cli_test_fixture.h"
 
 namespace trainyard {
 namespace {
@@ -31,200 +26,68 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-// Canned jobs and events; records what it was asked.
-class FakeJobService final : public v1::JobService::Service {
- public:
-  grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* request,
-                         v1::Job* job) override {
-    absl::MutexLock lock(&mu_);
-    submitted_.push_back(request->spec());
-    job->set_id("j-new");
-    job->set_state(v1::Job::PENDING);
-    *job->mutable_spec() = request->spec();
-    return grpc::Status::OK;
+// Events 1..n of `id`: a PENDING job_state, a step, then `end` as a job_state unless unset.
+void AddEvents(testing::FakeJobService& service, const std::string& id, v1::Job::State end) {
+  std::vector<v1::Event> events;
+  v1::Event pending;
+  pending.set_job_id(id);
+  pending.set_seq(1);
+  pending.set_rank(-1);
+  pending.mutable_job_state()->set_state(v1::Job::PENDING);
+  pending.mutable_job_state()->set_reason("needs 1 slot");
+  events.push_back(pending);
+  v1::Event step;
+  step.set_job_id(id);
+  step.set_seq(2);
+  step.set_rank(0);
+  step.mutable_step_metrics()->set_step(1);
+  step.mutable_step_metrics()->set_loss(7.5);
+  events.push_back(step);
+  if (end != v1::Job::STATE_UNSPECIFIED) {
+    v1::Event done;
+    done.set_job_id(id);
+    done.set_seq(3);
+    done.set_rank(-1);
+    done.mutable_job_state()->set_state(end);
+    events.push_back(done);
   }
-  grpc::Status GetJob(grpc::ServerContext* context, const v1::GetJobRequest* request,
-                      v1::Job* job) override {
-    if (request->id() == "slow") {
-      // Holds the call until the client's deadline cancels it.
-      while (!context->IsCancelled()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
-    }
-    absl::MutexLock lock(&mu_);
-    for (const v1::Job& j : jobs_) {
-      if (j.id() == request->id()) {
-        *job = j;
-        return grpc::Status::OK;
-      }
-    }
-    return grpc::Status(grpc::StatusCode::NOT_FOUND, "job " + request->id() + " not found");
-  }
-  grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest* request,
-                        v1::ListJobsResponse* response) override {
-    absl::MutexLock lock(&mu_);
-    last_list_ = *request;
-    for (const v1::Job& j : jobs_) *response->add_jobs() = j;
-    return grpc::Status::OK;
-  }
-  grpc::Status CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* request,
-                         v1::Job* job) override {
-    absl::MutexLock lock(&mu_);
-    last_cancel_ = *request;
-    job->set_id(request->id());
-    job->set_state(v1::Job::CANCELLED);
-    job->set_failure_reason(request->reason());
-    return grpc::Status::OK;
-  }
-  grpc::Status ResizeJob(grpc::ServerContext*, const v1::ResizeJobRequest* request,
-                         v1::ResizeJobResponse* response) override {
-    absl::MutexLock lock(&mu_);
-    last_resize_ = *request;
-    if (request->job_id() == "missing") {
-      return grpc::Status(grpc::StatusCode::NOT_FOUND, "job missing not found");
-    }
-    if (request->dp() > 2) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          "ResizeJobRequest.dp: must be in [1, 2] for job j1, got " + std::to_string(request->dp()));
-    }
-    v1::Job* job = response->mutable_job();
-    job->set_id(request->job_id());
-    job->set_state(v1::Job::RESTARTING);
-    job->set_world_size(4);
-    return grpc::Status::OK;
-  }
-  grpc::Status ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,
-                           v1::ListWorkersResponse* response) override {
-    v1::WorkerInfo* w = response->add_workers();
-    w->set_name("w1");
-    w->set_slots(4);
-    w->set_free_slots(2);
-    w->set_connected(true);
-    return grpc::Status::OK;
-  }
-  grpc::Status WatchJob(grpc::ServerContext* context, const v1::WatchJobRequest* request,
-                        grpc::ServerWriter<v1::Event>* writer) override {
-    std::vector<v1::Event> events;
-    bool hang = false;
-    {
-      absl::MutexLock lock(&mu_);
-      last_watch_ = *request;
-      auto it = events_.find(request->id());
-      if (it == events_.end()) {
-        return grpc::Status(grpc::StatusCode::NOT_FOUND, "job " + request->id() + " not found");
-      }
-      events = it->second;
-      hang = hang_after_events_;
-    }
-    for (const v1::Event& e : events) {
-      if (e.seq() >= request->from_seq()) writer->Write(e);
-    }
-    if (hang) {
-      while (!context->IsCancelled()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    return grpc::Status::OK;
-  }
+  service.SetEvents(id, events);
+}
 
-  void AddJob(const std::string& id, v1::Job::State state) {
-    absl::MutexLock lock(&mu_);
-    v1::Job job;
-    job.set_id(id);
-    job.set_state(state);
-    job.set_world_size(1);
-    job.mutable_spec()->mutable_job()->set_name("name-" + id);
-    jobs_.push_back(job);
-  }
-  // Events 1..n: a PENDING job_state, a step, then `end` as a job_state unless unset.
-  void AddEvents(const std::string& id, v1::Job::State end) {
-    absl::MutexLock lock(&mu_);
-    std::vector<v1::Event>& events = events_[id];
-    v1::Event pending;
-    pending.set_job_id(id);
-    pending.set_seq(1);
-    pending.set_rank(-1);
-    pending.mutable_job_state()->set_state(v1::Job::PENDING);
-    pending.mutable_job_state()->set_reason("needs 1 slot");
-    events.push_back(pending);
-    v1::Event step;
-    step.set_job_id(id);
-    step.set_seq(2);
-    step.set_rank(0);
-    step.mutable_step_metrics()->set_step(1);
-    step.mutable_step_metrics()->set_loss(7.5);
-    events.push_back(step);
-    if (end != v1::Job::STATE_UNSPECIFIED) {
-      v1::Event done;
-      done.set_job_id(id);
-      done.set_seq(3);
-      done.set_rank(-1);
-      done.mutable_job_state()->set_state(end);
-      events.push_back(done);
-    }
-  }
-  void HangAfterEvents() {
-    absl::MutexLock lock(&mu_);
-    hang_after_events_ = true;
-  }
+// The stream of `id` stays open after its events until the client ends it.
+void HangAfterEvents(testing::FakeJobService& service, const std::string& id) {
+  testing::FakeJobService::WatchCall hang;
+  hang.hold_until_released = true;
+  service.SetWatchFallback(id, hang);
+}
 
-  absl::Mutex mu_;
-  std::vector<v1::Job> jobs_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::vector<v1::Event>> events_ ABSL_GUARDED_BY(mu_);
-  std::vector<v1::JobSpec> submitted_ ABSL_GUARDED_BY(mu_);
-  v1::ListJobsRequest last_list_ ABSL_GUARDED_BY(mu_);
-  v1::CancelJobRequest last_cancel_ ABSL_GUARDED_BY(mu_);
-  v1::ResizeJobRequest last_resize_ ABSL_GUARDED_BY(mu_);
-  v1::WatchJobRequest last_watch_ ABSL_GUARDED_BY(mu_);
-  bool hang_after_events_ ABSL_GUARDED_BY(mu_) = false;
-};
-
-class CliCommandsTest : public ::testing::Test {
+class CliCommandsTest : public testing::CliTest {
  protected:
   void SetUp() override {
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(&service_);
-    server_ = builder.BuildAndStart();
-    ASSERT_NE(server_, nullptr);
-    ASSERT_GT(port, 0);
-    address_ = "127.0.0.1:" + std::to_string(port);
+    CliTest::SetUp();
+    v1::WorkerInfo w;
+    w.set_name("w1");
+    w.set_slots(4);
+    w.set_free_slots(2);
+    w.set_connected(true);
+    service_.AddWorker(w);
+    service_.HoldCall("GetJob", "slow");  // until the client's deadline cancels it
   }
-  void TearDown() override { server_->Shutdown(); }
 
   // Runs `trainyard <args...> --controller <fake>`.
   int Run(std::vector<std::string> args) {
-    args.insert(args.begin(), "trainyard");
-    if (args.size() > 1) {
+    if (!args.empty()) {
       args.push_back("--controller");
       args.push_back(address_);
     }
-    std::vector<const char*> argv;
-    for (const std::string& a : args) argv.push_back(a.c_str());
-    out_.str("");
-    err_.str("");
-    cli::CliEnvironment env;
-    env.out = &out_;
-    env.err = &err_;
-    return cli::RunCli(static_cast<int>(argv.size()), argv.data(), env);
+    return RunRaw(args);
   }
-
-  std::vector<std::string> OutLines() const {
-    std::vector<std::string> lines;
-    std::istringstream in(out_.str());
-    for (std::string line; std::getline(in, line);) lines.push_back(line);
-    return lines;
-  }
-
-  FakeJobService service_;
-  std::unique_ptr<grpc::Server> server_;
-  std::string address_;
-  std::ostringstream out_;
-  std::ostringstream err_;
 };
 
 TEST_F(CliCommandsTest, WatchExitsWithTheEndStateOfTheTerminalEvent) {
-  service_.AddEvents("ok", v1::Job::SUCCEEDED);
-  service_.AddEvents("bad", v1::Job::FAILED);
-  service_.AddEvents("stopped", v1::Job::CANCELLED);
+  AddEvents(service_, "ok", v1::Job::SUCCEEDED);
+  AddEvents(service_, "bad", v1::Job::FAILED);
+  AddEvents(service_, "stopped", v1::Job::CANCELLED);
   EXPECT_EQ(Run({"watch", "ok"}), 0) << err_.str();
   EXPECT_THAT(OutLines(), ::testing::ElementsAre("seq=1 job PENDING: needs 1 slot",
                                                  StartsWith("seq=2 rank=0 step 1 loss=7.5000"),
@@ -234,11 +97,11 @@ TEST_F(CliCommandsTest, WatchExitsWithTheEndStateOfTheTerminalEvent) {
 }
 
 TEST_F(CliCommandsTest, WatchAsksGetJobWhenTheStreamEndsWithoutATerminalEvent) {
-  service_.AddEvents("j1", v1::Job::STATE_UNSPECIFIED);
+  AddEvents(service_, "j1", v1::Job::STATE_UNSPECIFIED);
   service_.AddJob("j1", v1::Job::FAILED);
   EXPECT_EQ(Run({"watch", "j1"}), 1) << err_.str();
 
-  service_.AddEvents("j2", v1::Job::STATE_UNSPECIFIED);
+  AddEvents(service_, "j2", v1::Job::STATE_UNSPECIFIED);
   service_.AddJob("j2", v1::Job::RUNNING);
   // watch reconnects after such an end; with --reconnect-for 0 it gives up at once.
   EXPECT_EQ(Run({"watch", "j2", "--reconnect-for", "0"}), 5);
@@ -246,7 +109,7 @@ TEST_F(CliCommandsTest, WatchAsksGetJobWhenTheStreamEndsWithoutATerminalEvent) {
 }
 
 TEST_F(CliCommandsTest, WatchJsonLinesAndFromSeq) {
-  service_.AddEvents("j", v1::Job::SUCCEEDED);
+  AddEvents(service_, "j", v1::Job::SUCCEEDED);
   EXPECT_EQ(Run({"watch", "j", "--from-seq", "2", "--json"}), 0) << err_.str();
   std::vector<std::string> lines = OutLines();
   ASSERT_EQ(lines.size(), 2u);
@@ -255,8 +118,7 @@ TEST_F(CliCommandsTest, WatchJsonLinesAndFromSeq) {
   EXPECT_EQ(step.seq(), 2);
   EXPECT_DOUBLE_EQ(step.step_metrics().loss(), 7.5);
   EXPECT_THAT(lines[0], HasSubstr("\"step_metrics\""));  // proto field names preserved
-  absl::MutexLock lock(&service_.mu_);
-  EXPECT_EQ(service_.last_watch_.from_seq(), 2);
+  EXPECT_THAT(service_.WatchFromSeqs("j"), ::testing::ElementsAre(2));
 }
 
 TEST_F(CliCommandsTest, WatchOfUnknownJobIsAnError) {
@@ -270,15 +132,15 @@ TEST_F(CliCommandsTest, SubmitSendsTheFileWithOverridesAndPrintsTheId) {
   EXPECT_EQ(Run({"submit", path, "--set", "training.steps=5", "--set", "model.preset=tiny"}), 0)
       << err_.str();
   EXPECT_EQ(out_.str(), "j-new\n");
-  absl::MutexLock lock(&service_.mu_);
-  ASSERT_EQ(service_.submitted_.size(), 1u);
-  EXPECT_EQ(service_.submitted_[0].training().steps(), 5);
-  EXPECT_EQ(service_.submitted_[0].model().preset(), "tiny");
-  EXPECT_EQ(service_.submitted_[0].job().name(), "t");
+  const std::vector<v1::JobSpec> submitted = service_.Submitted();
+  ASSERT_EQ(submitted.size(), 1u);
+  EXPECT_EQ(submitted[0].training().steps(), 5);
+  EXPECT_EQ(submitted[0].model().preset(), "tiny");
+  EXPECT_EQ(submitted[0].job().name(), "t");
 }
 
 TEST_F(CliCommandsTest, SubmitWaitExitsLikeWatch) {
-  service_.AddEvents("j-new", v1::Job::CANCELLED);
+  AddEvents(service_, "j-new", v1::Job::CANCELLED);
   const std::string path = ::testing::TempDir() + "/cli_wait.toml";
   std::ofstream(path) << "[training]\nsteps = 1\n";
   EXPECT_EQ(Run({"submit", path, "--wait"}), 1) << err_.str();  // CANCELLED
@@ -292,8 +154,7 @@ TEST_F(CliCommandsTest, SubmitOfABadFileReportsFileLineAndSendsNothing) {
   EXPECT_EQ(Run({"submit", path}), 2);  // usage: a bad job file
   EXPECT_THAT(err_.str(),
               StartsWith("trainyard: INVALID_ARGUMENT: " + path + ":3:1: unknown key model.dimm"));
-  absl::MutexLock lock(&service_.mu_);
-  EXPECT_TRUE(service_.submitted_.empty());
+  EXPECT_TRUE(service_.Submitted().empty());
 }
 
 TEST_F(CliCommandsTest, ListFiltersByStateAndPrintsColumns) {
@@ -301,8 +162,7 @@ TEST_F(CliCommandsTest, ListFiltersByStateAndPrintsColumns) {
   EXPECT_EQ(Run({"list", "--state", "running", "--state", "pending,failed"}), 0) << err_.str();
   EXPECT_THAT(OutLines(), ::testing::ElementsAre(StartsWith("ID  NAME     STATE"),
                                                  StartsWith("j1  name-j1  RUNNING")));
-  absl::MutexLock lock(&service_.mu_);
-  EXPECT_THAT(service_.last_list_.states(),
+  EXPECT_THAT(service_.LastList().states(),
               ::testing::ElementsAre(v1::Job::RUNNING, v1::Job::PENDING, v1::Job::FAILED));
 }
 
@@ -320,12 +180,12 @@ TEST_F(CliCommandsTest, GetCancelAndWorkers) {
   EXPECT_EQ(job.state(), v1::Job::RUNNING);
 
   {
-    absl::MutexLock lock(&service_.mu_);
-    v1::Job& stored = service_.jobs_.back();
+    v1::Job stored = service_.Job("j1");
     stored.mutable_last_checkpoint()->set_step(40);
     stored.mutable_last_checkpoint()->set_path("/ckpt/j1/step-40");
     stored.mutable_last_checkpoint()->set_attempt(1);
     stored.add_failure_causes("rank 0 on worker w1 failed: exit code 1");
+    service_.PutJob(stored);
   }
   EXPECT_EQ(Run({"get", "j1"}), 0) << err_.str();
   EXPECT_THAT(out_.str(), HasSubstr("\nlast checkpoint: step 40 at /ckpt/j1/step-40 (attempt 1, 0 bytes)\n"
@@ -337,10 +197,7 @@ TEST_F(CliCommandsTest, GetCancelAndWorkers) {
 
   EXPECT_EQ(Run({"cancel", "j1", "--reason", "oops"}), 0) << err_.str();
   EXPECT_THAT(out_.str(), HasSubstr("CANCELLED"));
-  {
-    absl::MutexLock lock(&service_.mu_);
-    EXPECT_EQ(service_.last_cancel_.reason(), "oops");
-  }
+  EXPECT_EQ(service_.LastCancel().reason(), "oops");
 
   EXPECT_EQ(Run({"workers"}), 0) << err_.str();
   EXPECT_THAT(OutLines(), ::testing::ElementsAre(StartsWith("NAME  SLOTS  FREE"),
@@ -348,13 +205,13 @@ TEST_F(CliCommandsTest, GetCancelAndWorkers) {
 }
 
 TEST_F(CliCommandsTest, ResizeSendsTheDpAndPrintsTheJob) {
+  v1::Job j1 = service_.AddJob("j1", v1::Job::RUNNING);
+  j1.mutable_spec()->mutable_parallelism()->set_dp(2);  // the fake refuses --dp past it
+  service_.PutJob(j1);
   EXPECT_EQ(Run({"resize", "j1", "--dp", "1"}), 0) << err_.str();
   EXPECT_THAT(out_.str(), HasSubstr("RESTARTING"));
-  {
-    absl::MutexLock lock(&service_.mu_);
-    EXPECT_EQ(service_.last_resize_.job_id(), "j1");
-    EXPECT_EQ(service_.last_resize_.dp(), 1);
-  }
+  EXPECT_EQ(service_.LastResize().job_id(), "j1");
+  EXPECT_EQ(service_.LastResize().dp(), 1);
   EXPECT_EQ(Run({"resize", "j1", "--dp", "2", "--output", "json"}), 0) << err_.str();
   v1::Job job;
   ASSERT_TRUE(FromJson(OutLines().at(0), &job).ok()) << out_.str();
@@ -368,16 +225,12 @@ TEST_F(CliCommandsTest, ResizeSendsTheDpAndPrintsTheJob) {
   EXPECT_EQ(Run({"resize", "missing", "--dp", "1"}), 3);
   EXPECT_THAT(err_.str(), HasSubstr("NOT_FOUND"));
   // Usage errors never reach the controller.
-  {
-    absl::MutexLock lock(&service_.mu_);
-    service_.last_resize_.Clear();
-  }
+  service_.ClearLastResize();
   EXPECT_EQ(Run({"resize", "j1"}), 2);  // --dp is required
   EXPECT_EQ(Run({"resize", "j1", "--dp", "0"}), 2);
   EXPECT_EQ(Run({"resize", "j1", "--dp", "two"}), 2);
   EXPECT_EQ(Run({"resize", "--dp", "1"}), 2);  // missing JOB
-  absl::MutexLock lock(&service_.mu_);
-  EXPECT_EQ(service_.last_resize_.job_id(), "");
+  EXPECT_EQ(service_.LastResize().job_id(), "");
 }
 
 TEST_F(CliCommandsTest, HelpListsResize) {
@@ -433,8 +286,8 @@ TEST_F(CliCommandsTest, UnaryCallsHaveADeadline) {
 }
 
 TEST_F(CliCommandsTest, WatchStopsWhenTheCallbackSaysSo) {
-  service_.AddEvents("j", v1::Job::STATE_UNSPECIFIED);
-  service_.HangAfterEvents();
+  AddEvents(service_, "j", v1::Job::STATE_UNSPECIFIED);
+  HangAfterEvents(service_, "j");
   auto client = JobClient::Connect(address_);
   int seen = 0;
   absl::Status status = client->Watch("j", 0, [&](const v1::Event&) { return ++seen < 2; });
@@ -443,8 +296,8 @@ TEST_F(CliCommandsTest, WatchStopsWhenTheCallbackSaysSo) {
 }
 
 TEST_F(CliCommandsTest, CancelWatchesEndsAStreamBlockedOnTheServer) {
-  service_.AddEvents("j", v1::Job::STATE_UNSPECIFIED);
-  service_.HangAfterEvents();
+  AddEvents(service_, "j", v1::Job::STATE_UNSPECIFIED);
+  HangAfterEvents(service_, "j");
   auto client = JobClient::Connect(address_);
   absl::Notification got_events;
   std::atomic<int> seen{0};

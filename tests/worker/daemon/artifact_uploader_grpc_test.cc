@@ -5,17 +5,16 @@
 #include <gmock/gmock.h>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
-#include <grpcpp/security/server_credentials.h>
-#include <grpcpp/server.h>
-#include <grpcpp/server_builder.h>
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <map>
+#include <memory>
 #include <string>
 
 #include "absl/synchronization/mutex.h"
 #include "common/base/sha256.h"
+#include "tests/fakes/loopback_server.h"
 #include "tests/worker/daemon/test_util.h"
 #include "worker/daemon/artifact_uploader.h"
 
@@ -36,7 +35,7 @@ class FakeWorkerService final : public v1::WorkerService::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status UploadArtifact(grpc::ServerContext* context,
+  grpc::Status UploadArtifact(grpc::ServerContext*,
                               grpc::ServerReader<v1::ArtifactChunk>* reader,
                               v1::ArtifactStatus* status) override {
     v1::ArtifactChunk chunk;
@@ -50,8 +49,10 @@ class FakeWorkerService final : public v1::WorkerService::Service {
         hung_ += hang ? 1 : 0;
       }
       if (hang) {
-        // Holds the stream until the client cancels it.
-        while (!context->IsCancelled()) absl::SleepFor(absl::Milliseconds(5));
+        // Holds the stream (the client's cancel ends the call on its side) until the
+        // test releases it before shutting the server down.
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(&released_));
         return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
       }
       absl::MutexLock lock(&mu_);
@@ -93,30 +94,30 @@ class FakeWorkerService final : public v1::WorkerService::Service {
   bool hang_ ABSL_GUARDED_BY(mu_) = false;
   int hung_ ABSL_GUARDED_BY(mu_) = 0;
   int chunks_ ABSL_GUARDED_BY(mu_) = 0;
+  bool released_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 class ArtifactUploaderGrpcTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(&service_);
-    server_ = builder.BuildAndStart();
-    ASSERT_NE(server_, nullptr);
+    server_ = std::make_unique<testing::LoopbackServer>(&service_, [this] {
+      absl::MutexLock lock(&service_.mu_);
+      service_.released_ = true;
+    });
+    ASSERT_TRUE(server_->ok());
     ArtifactUploader::Options options;
     options.chunk_bytes = 1000;
     options.initial_backoff = absl::Milliseconds(1);
     options.max_backoff = absl::Milliseconds(10);
     uploader_ = std::make_unique<ArtifactUploader>(
         options,
-        MakeGrpcArtifactTransport(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
+        MakeGrpcArtifactTransport(grpc::CreateChannel(server_->address(),
                                                       grpc::InsecureChannelCredentials())),
         &clock_);
   }
   void TearDown() override {
     uploader_.reset();
-    server_->Shutdown();
+    server_.reset();  // releases a held stream, then shuts down
   }
 
   std::string WriteFile(const std::string& name, size_t size) {
@@ -140,7 +141,7 @@ class ArtifactUploaderGrpcTest : public ::testing::Test {
   TempDir dir_;
   RealClock clock_;
   FakeWorkerService service_;
-  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<testing::LoopbackServer> server_;
   std::unique_ptr<ArtifactUploader> uploader_;
   std::map<std::string, std::string> contents_;
 };

@@ -6,13 +6,14 @@ import hashlib
 import os
 import re
 import tempfile
+import time
 from typing import Any, Iterable, Iterator, List, Mapping, Optional, Union
 
 import grpc
 from google.protobuf import json_format
 
 from ._stubs import job_pb2, job_service_pb2, job_service_pb2_grpc, spec_pb2
-from .errors import DataLoss, from_rpc_error
+from .errors import DataLoss, TrainyardError, from_rpc_error
 from .results import ArtifactInfo, Event, Job, JobState, WorkerInfo
 
 DEFAULT_CONTROLLER = "127.0.0.1:7070"
@@ -22,6 +23,10 @@ _MAX_TOKEN_BYTES = 4096
 # What the controller accepts as an artifact name; checked before anything is written,
 # so a name never reaches outside the destination directory.
 _ARTIFACT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+# watch() reconnects a broken stream after this long, doubling up to the cap (the CLI's
+# figures, JobWatch::Options in client/job_watch.h).
+_FIRST_BACKOFF_S = 0.25
+_MAX_BACKOFF_S = 5.0
 # A ListJobs answer of 1000 jobs with their specs outgrows gRPC's 4 MiB default.
 _MAX_RECEIVE_BYTES = 64 * 1024 * 1024
 
@@ -189,23 +194,62 @@ class Client:
         request = job_service_pb2.ResizeJobRequest(job_id=job_id, dp=dp)
         return Job.from_proto(self._call("ResizeJob", request).job)
 
-    def watch(self, job_id: str, from_seq: int = 0, *,
-              timeout: Optional[float] = None) -> Iterator[Event]:
+    def watch(self, job_id: str, from_seq: int = 0, *, timeout: Optional[float] = None,
+              reconnect_for: float = 300.0) -> Iterator[Event]:
         """The job's events in seq order: the stored ones from `from_seq` (0 or 1: from the
         start), then live ones; the iterator ends once the job has ended and every event
         of it was sent (the terminal job_state, and for a cancelled job its ranks' KILLED
         states, which come after it).
-        To resume a broken watch, call again with the last seq + 1. Closing the iterator
-        (or breaking out of a for loop over it) cancels the stream."""
-        request = job_service_pb2.WatchJobRequest(id=job_id, from_seq=from_seq)
-        stream = self._stub.WatchJob(request, metadata=self._metadata, timeout=timeout)
-        try:
-            for message in stream:
-                yield Event.from_proto(message)
-        except grpc.RpcError as e:
-            raise from_rpc_error(e, "WatchJob") from None
-        finally:
-            stream.cancel()
+
+        A stream that breaks (UNAVAILABLE: the controller restarted, the network dropped)
+        after delivering an event is resumed from the seq after the last one delivered,
+        as the CLI's watch does: backoff from 0.25 s doubling to 5 s, for at most
+        `reconnect_for` seconds of outage (0: raise at the first break); an event sent
+        again is dropped, so each seq comes once. `timeout` bounds the whole watch.
+        Closing the iterator (or breaking out of a for loop over it) cancels the stream."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        last_seq = from_seq - 1 if from_seq > 0 else 0
+        connected = False
+        outage_since: Optional[float] = None
+        backoff = _FIRST_BACKOFF_S
+        # Only one GetJob probe may end an outage per new event: a stream that keeps
+        # breaking at the same seq while GetJob answers still gives up.
+        probe_ended_outage = False
+        while True:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if outage_since is not None and not probe_ended_outage:
+                # A resumed stream may have nothing to say for long (a PENDING job): the
+                # controller answering ends the outage.
+                try:
+                    self.get(job_id)
+                    probe_ended_outage, outage_since, backoff = True, None, _FIRST_BACKOFF_S
+                except TrainyardError:
+                    pass
+            request = job_service_pb2.WatchJobRequest(id=job_id, from_seq=last_seq + 1)
+            stream = self._stub.WatchJob(request, metadata=self._metadata, timeout=remaining)
+            try:
+                for message in stream:
+                    connected = True
+                    outage_since, backoff = None, _FIRST_BACKOFF_S
+                    if message.seq <= last_seq:
+                        continue  # replayed across a reconnect
+                    last_seq = message.seq
+                    probe_ended_outage = False
+                    yield Event.from_proto(message)
+                return
+            except grpc.RpcError as e:
+                if (not connected or e.code() != grpc.StatusCode.UNAVAILABLE
+                        or reconnect_for <= 0):
+                    raise from_rpc_error(e, "WatchJob") from None
+                now = time.monotonic()
+                if outage_since is None:
+                    outage_since = now
+                elif now - outage_since >= reconnect_for:
+                    raise from_rpc_error(e, "WatchJob") from None
+            finally:
+                stream.cancel()
+            time.sleep(backoff if deadline is None else min(backoff, max(0.0, deadline - time.monotonic())))
+            backoff = min(backoff * 2, _MAX_BACKOFF_S)
 
     def wait(self, job_id: str, *, timeout: Optional[float] = None) -> Job:
         """Follows the job until it ends and returns its final record."""

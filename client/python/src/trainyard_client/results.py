@@ -1,20 +1,23 @@
 """Typed results: frozen dataclasses made from the controller's messages.
 
-Field names are the .proto names (proto/trainyard/v1/*.proto documents each); enums
-become JobState or their .proto value names, timestamps timezone-aware datetimes (None
-when unset), repeated fields lists."""
+Each class is built from its generated message's descriptor (trainyard.v1 Job, Event's
+payloads, ArtifactInfo, ...), so its fields are the .proto fields, by their .proto names
+(proto/trainyard/v1/*.proto documents each), and a field added there appears here.
+Job.State becomes JobState, other enums their .proto value names, timestamps
+timezone-aware datetimes (None when unset), a nested message its own dataclass (None
+when unset; a Job's spec a dict in the job file's shape), repeated fields lists."""
 
 from __future__ import annotations
 
 import dataclasses
 import enum
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Union
 
 from google.protobuf import json_format
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
-from ._stubs import event_pb2, job_pb2
+from ._stubs import event_pb2, job_pb2, job_service_pb2
 
 
 class JobState(enum.IntEnum):
@@ -46,248 +49,157 @@ class JobState(enum.IntEnum):
         return cls(value)
 
 
-def _time(msg, name: str) -> Optional[datetime]:
-    if not msg.HasField(name):
-        return None
-    return getattr(msg, name).ToDatetime(tzinfo=timezone.utc)
+_SCALARS = {
+    FieldDescriptor.CPPTYPE_INT32: int, FieldDescriptor.CPPTYPE_INT64: int,
+    FieldDescriptor.CPPTYPE_UINT32: int, FieldDescriptor.CPPTYPE_UINT64: int,
+    FieldDescriptor.CPPTYPE_DOUBLE: float, FieldDescriptor.CPPTYPE_FLOAT: float,
+    FieldDescriptor.CPPTYPE_BOOL: bool, FieldDescriptor.CPPTYPE_STRING: str,
+}
+_TIMESTAMP = "google.protobuf.Timestamp"
+_JOB_STATE = "trainyard.v1.Job.State"
+_JOB_SPEC = "trainyard.v1.JobSpec"
+# Messages that stand even when unset (an empty placement until the job is placed, the
+# spec); any other unset message field is None.
+_ALWAYS_SET = {_JOB_SPEC, "trainyard.v1.Placement"}
+# Dataclasses by message full name, made once each (see _dataclass).
+_CLASSES: Dict[str, type] = {}
 
 
-def _plain(cls, msg, **converted):
-    """cls made from the scalar and repeated-scalar fields of msg of the same names; the
-    fields in `converted` are given already converted."""
-    values: Dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        if f.name in converted:
-            values[f.name] = converted[f.name]
-            continue
-        v = getattr(msg, f.name)
-        values[f.name] = list(v) if not isinstance(v, (str, bytes, int, float, bool)) else v
-    return cls(**values)
+def _enum_name(f: FieldDescriptor) -> Callable[[int], str]:
+    def name(number: int) -> str:
+        value = f.enum_type.values_by_number.get(number)
+        return value.name if value is not None else str(number)  # newer than this client
+    return name
+
+
+def _converter(f: FieldDescriptor) -> Callable[[Any], Any]:
+    """One value of field f (an element, for a repeated field) as the dataclass holds it."""
+    if f.type == FieldDescriptor.TYPE_ENUM:
+        return JobState if f.enum_type.full_name == _JOB_STATE else _enum_name(f)
+    if f.type == FieldDescriptor.TYPE_MESSAGE:
+        full = f.message_type.full_name
+        if full == _TIMESTAMP:
+            return lambda v: v.ToDatetime(tzinfo=timezone.utc)
+        if full == _JOB_SPEC:
+            return lambda v: json_format.MessageToDict(v, preserving_proto_field_name=True)
+        cls = _dataclass(f.message_type)
+        return cls.from_proto
+    return lambda v: v
+
+
+def _annotation(f: FieldDescriptor) -> Any:
+    if f.type == FieldDescriptor.TYPE_ENUM:
+        t: Any = JobState if f.enum_type.full_name == _JOB_STATE else str
+    elif f.type == FieldDescriptor.TYPE_MESSAGE:
+        full = f.message_type.full_name
+        t = (datetime if full == _TIMESTAMP else Dict[str, Any] if full == _JOB_SPEC
+             else _dataclass(f.message_type))
+    elif f.type == FieldDescriptor.TYPE_BYTES:
+        t = bytes
+    else:
+        t = _SCALARS[f.cpp_type]
+    if f.label == FieldDescriptor.LABEL_REPEATED:
+        return List[t]
+    if f.type == FieldDescriptor.TYPE_MESSAGE and f.message_type.full_name not in _ALWAYS_SET:
+        return Optional[t]
+    return t
+
+
+def _dataclass(descriptor: Descriptor, name: Optional[str] = None,
+               namespace: Optional[Dict[str, Any]] = None) -> type:
+    """The frozen dataclass of `descriptor`'s message, its fields the message's in .proto
+    order, with from_proto(msg)."""
+    if descriptor.full_name in _CLASSES:
+        return _CLASSES[descriptor.full_name]
+    fields = list(descriptor.fields)
+    converters = {f.name: _converter(f) for f in fields}
+
+    def from_proto(cls, msg):
+        values: Dict[str, Any] = {}
+        for f in fields:
+            v = getattr(msg, f.name)
+            convert = converters[f.name]
+            if f.label == FieldDescriptor.LABEL_REPEATED:
+                values[f.name] = [convert(x) for x in v]
+            elif (f.type == FieldDescriptor.TYPE_MESSAGE
+                  and f.message_type.full_name not in _ALWAYS_SET and not msg.HasField(f.name)):
+                values[f.name] = None
+            else:
+                values[f.name] = convert(v)
+        return cls(**values)
+
+    ns = {"from_proto": classmethod(from_proto),
+          "__doc__": f"trainyard.v1 {descriptor.full_name[len('trainyard.v1.'):]} as a dataclass."}
+    ns.update(namespace or {})
+    cls = dataclasses.make_dataclass(name or descriptor.name,
+                                     [(f.name, _annotation(f)) for f in fields],
+                                     frozen=True, namespace=ns)
+    cls.__module__ = __name__
+    _CLASSES[descriptor.full_name] = cls
+    return cls
 
 
 # ---- Jobs ----
 
-@dataclass(frozen=True)
-class CheckpointRef:
-    step: int
-    path: str
-    attempt: int
-    bytes: int
-
-
-@dataclass(frozen=True)
-class RankPlacement:
-    rank: int
-    worker: str
-
-
-@dataclass(frozen=True)
-class Placement:
-    ranks: List[RankPlacement]
-    master_addr: str
-    master_port: int
-
-
-@dataclass(frozen=True)
-class Job:
-    id: str
-    owner: str
-    state: JobState
-    pending_reason: str
-    # The normalised spec (preset and defaults applied) in the job file's shape:
-    # {"model": {"preset": "tiny", "dim": 64, ...}, "training": {...}, ...}.
-    spec: Dict[str, Any]
-    placement: Placement
-    attempt: int
-    failure_reason: str
-    last_seq: int
-    world_size: int
-    create_time: Optional[datetime]
-    start_time: Optional[datetime]
-    end_time: Optional[datetime]
-    estimated_start_time: Optional[datetime]
-    reserved_workers: List[str]
-    last_checkpoint: Optional[CheckpointRef]
-    failure_causes: List[str]
-
-    @property
-    def terminal(self) -> bool:
-        return self.state.terminal
-
-    @classmethod
-    def from_proto(cls, msg: "job_pb2.Job") -> "Job":
-        placement = Placement(
-            ranks=[RankPlacement(rank=r.rank, worker=r.worker) for r in msg.placement.ranks],
-            master_addr=msg.placement.master_addr, master_port=msg.placement.master_port)
-        checkpoint = (_plain(CheckpointRef, msg.last_checkpoint)
-                      if msg.HasField("last_checkpoint") else None)
-        return _plain(
-            cls, msg, state=JobState(msg.state), placement=placement,
-            spec=json_format.MessageToDict(msg.spec, preserving_proto_field_name=True),
-            create_time=_time(msg, "create_time"), start_time=_time(msg, "start_time"),
-            end_time=_time(msg, "end_time"),
-            estimated_start_time=_time(msg, "estimated_start_time"),
-            last_checkpoint=checkpoint)
-
+CheckpointRef = _dataclass(job_pb2.CheckpointRef.DESCRIPTOR)
+RankPlacement = _dataclass(job_pb2.Placement.DESCRIPTOR.fields_by_name["ranks"].message_type,
+                           "RankPlacement")
+Placement = _dataclass(job_pb2.Placement.DESCRIPTOR)
+# Job.spec is the normalised spec (preset and defaults applied) in the job file's shape:
+# {"model": {"preset": "tiny", "dim": 64, ...}, "training": {...}, ...}.
+Job = _dataclass(job_pb2.Job.DESCRIPTOR,
+                 namespace={"terminal": property(lambda self: self.state.terminal)})
 
 # ---- Events ----
 
-@dataclass(frozen=True)
-class StepMetrics:
-    step: int
-    loss: float
-    grad_norm: float
-    lr: float
-    tokens_per_s: float
-    model_tflops: float
-    mfu: float
-    step_ms: float
-    data_ms: float
-    peak_rss_mb: float
-    expert_load: List[int]
-    imbalance: float
-    tokens: int
+# One class per payload of Event's oneof, named as its message: StepMetrics,
+# CompileEvent (kind: a Kind name), RankState (state: a State name), LogLine,
+# ArtifactRef, Stall, JobStateChange (state: a JobState), CheckpointSaved.
+_PAYLOADS: Dict[str, type] = {
+    f.name: _dataclass(f.message_type)
+    for f in event_pb2.Event.DESCRIPTOR.oneofs_by_name["payload"].fields
+}
+StepMetrics = _CLASSES["trainyard.v1.StepMetrics"]
+CompileEvent = _CLASSES["trainyard.v1.CompileEvent"]
+RankState = _CLASSES["trainyard.v1.RankState"]
+LogLine = _CLASSES["trainyard.v1.LogLine"]
+ArtifactRef = _CLASSES["trainyard.v1.ArtifactRef"]
+Stall = _CLASSES["trainyard.v1.Stall"]
+JobStateChange = _CLASSES["trainyard.v1.JobStateChange"]
+CheckpointSaved = _CLASSES["trainyard.v1.CheckpointSaved"]
+
+Payload = Any  # one of the classes above, or None
 
 
-@dataclass(frozen=True)
-class CompileEvent:
-    kind: str  # CompileEvent.Kind name: "COMPILE", "RECOMPILE", ...
-    region: str
-    layers: List[int]
-    reason: str
-    compile_ms: float
-    cache_entries: int
+def _event_from_proto(cls, msg: "event_pb2.Event") -> "Event":
+    kind = msg.WhichOneof("payload") or ""
+    payload_class = _PAYLOADS.get(kind)
+    values = {f.name: _ENVELOPE_CONVERTERS[f.name](msg) for f in _ENVELOPE}
+    return cls(**values, kind=kind,
+               payload=payload_class.from_proto(getattr(msg, kind)) if payload_class else None)
 
 
-@dataclass(frozen=True)
-class RankState:
-    state: str  # RankState.State name: "STARTING", "RUNNING", "EXITED", "FAILED", "KILLED"
-    worker: str
-    pid: int
-    exit_code: int
-    signal: int
-    message: str
+def _envelope_converter(f: FieldDescriptor) -> Callable[[Any], Any]:
+    convert = _converter(f)
+    if f.type == FieldDescriptor.TYPE_MESSAGE:
+        return lambda msg: convert(getattr(msg, f.name)) if msg.HasField(f.name) else None
+    return lambda msg: convert(getattr(msg, f.name))
 
 
-@dataclass(frozen=True)
-class LogLine:
-    level: str
-    message: str
-
-
-@dataclass(frozen=True)
-class ArtifactRef:
-    name: str
-    kind: str
-    size_bytes: int
-    uri: str
-    sha256: str
-
-
-@dataclass(frozen=True)
-class Stall:
-    collective: str
-    collective_seq: int
-    lagging_rank: int
-    waited_s: float
-    message: str
-    waiting_ranks: List[int]
-    step: int
-
-
-@dataclass(frozen=True)
-class JobStateChange:
-    state: JobState
-    reason: str
-
-
-@dataclass(frozen=True)
-class CheckpointSaved:
-    step: int
-    path: str
-    bytes: int
-    blocked_ms: float
-    write_ms: float
-    dp: int
-    tp: int
-    ep: int
-
-
-Payload = Union[StepMetrics, CompileEvent, RankState, LogLine, ArtifactRef, Stall,
-                JobStateChange, CheckpointSaved, None]
-
-
-def _payload(msg: "event_pb2.Event") -> Payload:
-    kind = msg.WhichOneof("payload")
-    if kind is None:
-        return None
-    p = getattr(msg, kind)
-    if kind == "step_metrics":
-        return _plain(StepMetrics, p)
-    if kind == "compile":
-        return _plain(CompileEvent, p, kind=event_pb2.CompileEvent.Kind.Name(p.kind))
-    if kind == "rank_state":
-        return _plain(RankState, p, state=event_pb2.RankState.State.Name(p.state))
-    if kind == "log":
-        return _plain(LogLine, p)
-    if kind == "artifact":
-        return _plain(ArtifactRef, p)
-    if kind == "stall":
-        return _plain(Stall, p)
-    if kind == "job_state":
-        return JobStateChange(state=JobState(p.state), reason=p.reason)
-    if kind == "checkpoint":
-        return _plain(CheckpointSaved, p)
-    return None  # a payload newer than this client
-
-
-@dataclass(frozen=True)
-class Event:
-    job_id: str
-    seq: int
-    time: Optional[datetime]
-    rank: int  # -1 for the controller's events
-    attempt: int
-    source_seq: int
-    # The payload's .proto field name ("step_metrics", "job_state", ...; "" when unset)
-    # and the payload itself.
-    kind: str
-    payload: Payload = field(repr=True)
-
-    @classmethod
-    def from_proto(cls, msg: "event_pb2.Event") -> "Event":
-        return cls(job_id=msg.job_id, seq=msg.seq, time=_time(msg, "time"), rank=msg.rank,
-                   attempt=msg.attempt, source_seq=msg.source_seq,
-                   kind=msg.WhichOneof("payload") or "", payload=_payload(msg))
+# Event: its fields outside the payload oneof (job_id, seq, time, rank -1 for the
+# controller's events, attempt, source_seq, ...), then `kind`, the payload's .proto field
+# name ("step_metrics", "job_state", ...; "" when unset), and `payload` (None when unset
+# or newer than this client).
+_ENVELOPE = [f for f in event_pb2.Event.DESCRIPTOR.fields if f.containing_oneof is None]
+_ENVELOPE_CONVERTERS = {f.name: _envelope_converter(f) for f in _ENVELOPE}
+Event = dataclasses.make_dataclass(
+    "Event", [(f.name, _annotation(f)) for f in _ENVELOPE] + [("kind", str), ("payload", Payload)],
+    frozen=True, namespace={"from_proto": classmethod(_event_from_proto),
+                            "__doc__": "trainyard.v1 Event as a dataclass: kind and payload for its oneof."})
+Event.__module__ = __name__
 
 
 # ---- Artifacts and workers ----
 
-@dataclass(frozen=True)
-class ArtifactInfo:
-    job_id: str
-    name: str
-    kind: str  # "trace" | "flight_recorder"
-    attempt: int
-    rank: int  # -1: a worker's own file
-    worker: str
-    size_bytes: int
-    sha256: str
-    create_time: Optional[datetime]
-
-    @classmethod
-    def from_proto(cls, msg) -> "ArtifactInfo":
-        return _plain(cls, msg, create_time=_time(msg, "create_time"))
-
-
-@dataclass(frozen=True)
-class WorkerInfo:
-    name: str
-    slots: int
-    free_slots: int
-    connected: bool
-    address: str
-
-    @classmethod
-    def from_proto(cls, msg) -> "WorkerInfo":
-        return _plain(cls, msg)
+ArtifactInfo = _dataclass(job_service_pb2.ArtifactInfo.DESCRIPTOR)
+WorkerInfo = _dataclass(job_service_pb2.WorkerInfo.DESCRIPTOR)

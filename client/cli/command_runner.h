@@ -1,0 +1,119 @@
+#pragma once
+
+// The CLI's internals shared by its command files: the global flags, the client they
+// make, and Runner, whose methods (one file per command group) run one subcommand:
+//   job_commands.cc       submit, list, get, cancel, resize, explain, workers
+//   watch_commands.cc     watch, logs (JobWatch from client/job_watch.h)
+//   artifact_commands.cc  artifacts list, artifacts pull
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "client/cli/commands.h"
+#include "client/cli/job_view.h"
+#include "client/job_client.h"
+#include "trainyard/v1/job_service.pb.h"
+
+namespace trainyard::cli {
+
+// Flags every subcommand takes, given before or after it (global flags).
+struct CommonOptions {
+  std::string controller;
+  double timeout_s = 10.0;
+  std::string output = "text";
+  bool json_flag = false;
+  bool timeout_given = false;  // --timeout was on the command line
+  std::string tls_ca;      // --tls-ca: TLS, verifying the controller against this CA
+  std::string token_file;  // --token-file: the bearer token's file
+
+  bool Json() const { return json_flag || output == "json"; }
+};
+
+// A --timeout style check: a (non-negative when `zero_allowed`, else positive) finite
+// number of seconds, refused in words.
+CLI::Validator SecondsCheck(bool zero_allowed);
+
+// The global flags, on the top-level app: with fallthrough a subcommand passes the
+// ones it does not know up to it, so `trainyard --controller X list` and
+// `trainyard list --controller X` mean the same.
+void AddGlobalOptions(CLI::App* app, CommonOptions* options);
+
+// The client of `options`: TLS with --tls-ca, the token of --token-file or `env`.
+absl::StatusOr<std::unique_ptr<JobClient>> MakeClient(const CommonOptions& options,
+                                                      const CliEnvironment& env);
+
+struct WatchOptions {
+  int64_t from_seq = 0;
+  double reconnect_for_s = 300;  // 0: exit at the first broken stream
+  bool plain = false;            // plain lines even on a terminal
+};
+
+// Runs one subcommand against one controller; owns the client and the streams.
+class Runner {
+ public:
+  Runner(const CommonOptions& options, const CliEnvironment& env, std::unique_ptr<JobClient> client)
+      : options_(options), env_(env), out_(*env.out), err_(*env.err), client_(std::move(client)) {}
+
+  // Prints the error (with a hint about the controller's address and TLS for an
+  // unreachable one) and returns its exit code.
+  int Fail(const absl::Status& status);
+  void PrintJob(const v1::Job& job);
+
+  int Submit(const std::string& file, const std::vector<std::string>& sets, bool wait);
+  int List(const std::vector<std::string>& state_names, int limit);
+  // The job, then (text) its description from its stored events and artifacts.
+  int Get(const std::string& id);
+  int Cancel(const std::string& id, const std::string& reason);
+  int Resize(const std::string& id, int dp);
+  int Explain(const std::string& id);
+  int Workers();
+
+  int ListArtifacts(const std::string& id);
+  // One artifact, or every one of the job when `name` is empty; goes on past a failed
+  // one and then exits with an error.
+  int PullArtifacts(const std::string& id, const std::string& name, const std::string& dir);
+
+  // Shows events as they arrive (a live status line per job on a terminal, plain lines
+  // when piped, JSON Lines with --output json) until every job ended, each job's stream
+  // on its own thread. Exits 0 when all SUCCEEDED, 1 when one FAILED or was CANCELLED,
+  // or with the first job's error that is not that.
+  int Watch(const std::vector<std::string>& ids, const WatchOptions& watch);
+  // A job's log lines (rank output the worker forwards, and the controller's own):
+  // those stored so far, or with `follow` until the job ends.
+  int Logs(const std::string& id, std::optional<int> rank, bool follow, double reconnect_for_s);
+
+ private:
+  struct StreamResult {
+    absl::Status status;                      // OK: end_state is set
+    std::optional<v1::Job::State> end_state;  // the job's terminal state
+  };
+
+  // JobWatch from `from_seq` to the job's terminal state, reconnecting for at most
+  // `reconnect_for_s` seconds of outage. An outage gets one `warn` line when it starts
+  // and one when it ends; in between `note` (may be empty) says how the retries go, and
+  // is cleared with "".
+  StreamResult Stream(const std::string& id, int64_t from_seq, double reconnect_for_s,
+                      const std::function<void(const v1::Event&)>& on_event,
+                      const std::function<void(const std::string&)>& warn,
+                      const std::function<void(const std::string&)>& note = {});
+  // Passes the job's stored events (seq 1 to job.last_seq) to `on_event`: the stream
+  // replays them and is then cut rather than followed.
+  absl::Status Replay(const v1::Job& job, const std::function<void(const v1::Event&)>& on_event);
+  absl::StatusOr<JobHistory> History(const v1::Job& job);
+
+
+  const CommonOptions& options_;
+  const CliEnvironment& env_;
+  std::ostream& out_;
+  std::ostream& err_;
+  std::unique_ptr<JobClient> client_;
+};
+
+}  // namespace trainyard::cli

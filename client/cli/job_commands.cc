@@ -1,0 +1,128 @@
+#include "client/cli/command_runner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "client/cli/cli_format.h"
+#include "common/events/proto_json.h"
+#include "common/job_file.h"
+
+namespace trainyard::cli {
+
+namespace {
+
+// A submit with compile.preflight=true waits while the controller runs the preflight
+// (up to its --preflight-timeout, 300 s by default, plus any queue), so unless
+// --timeout is given its deadline is this instead of the per-call default.
+constexpr std::chrono::minutes kPreflightSubmitTimeout{15};
+
+}  // namespace
+
+int Runner::Submit(const std::string& file, const std::vector<std::string>& sets, bool wait) {
+  absl::StatusOr<v1::JobSpec> spec = LoadJobFile(file, sets);
+  if (!spec.ok()) return Fail(spec.status());
+  std::optional<std::chrono::milliseconds> timeout;
+  if (spec->compile().preflight() && !options_.timeout_given) timeout = kPreflightSubmitTimeout;
+  absl::StatusOr<v1::Job> job = client_->SubmitJob(*spec, timeout);
+  if (!job.ok()) return Fail(job.status());
+  if (options_.Json()) {
+    out_ << ToJsonLine(*job) << std::endl;
+  } else {
+    out_ << job->id() << std::endl;
+  }
+  return wait ? Watch({job->id()}, WatchOptions{}) : kExitOk;
+}
+
+int Runner::List(const std::vector<std::string>& state_names, int limit) {
+  std::vector<v1::Job::State> states;
+  for (const std::string& name : state_names) {
+    absl::StatusOr<v1::Job::State> state = ParseJobState(name);
+    if (!state.ok()) return Fail(state.status());
+    // `--state RUNNING,RUNNING` means RUNNING; the controller refuses repeats.
+    if (std::find(states.begin(), states.end(), *state) == states.end()) states.push_back(*state);
+  }
+  absl::StatusOr<std::vector<v1::Job>> jobs = client_->ListJobs(states, limit);
+  if (!jobs.ok()) return Fail(jobs.status());
+  if (options_.Json()) {
+    for (const v1::Job& job : *jobs) out_ << ToJsonLine(job) << '\n';
+  } else {
+    out_ << TerminalSafe(FormatJobsTable(*jobs), /*keep_newlines=*/true);
+  }
+  out_.flush();
+  return kExitOk;
+}
+
+int Runner::Get(const std::string& id) {
+  absl::StatusOr<v1::Job> job = client_->GetJob(id);
+  if (!job.ok()) return Fail(job.status());
+  if (options_.Json()) {
+    PrintJob(*job);
+    out_.flush();
+    return kExitOk;
+  }
+  absl::StatusOr<JobHistory> history = History(*job);
+  if (!history.ok()) return Fail(history.status());
+  // The description stands without the artifacts (a controller without them, or a
+  // role that may not list them).
+  absl::StatusOr<std::vector<v1::ArtifactInfo>> artifacts = client_->ListArtifacts(id);
+  // Reasons, failure messages, worker names and paths come from ranks and workers.
+  out_ << TerminalSafe(FormatJobDescription(*job, *history,
+                                            artifacts.ok() ? *artifacts : std::vector<v1::ArtifactInfo>{},
+                                            artifacts.ok() ? "" : FormatError(artifacts.status())),
+                       /*keep_newlines=*/true);
+  out_.flush();
+  return kExitOk;
+}
+
+int Runner::Cancel(const std::string& id, const std::string& reason) {
+  absl::StatusOr<v1::Job> job = client_->CancelJob(id, reason);
+  if (!job.ok()) return Fail(job.status());
+  PrintJob(*job);
+  out_.flush();
+  return kExitOk;
+}
+
+int Runner::Resize(const std::string& id, int dp) {
+  absl::StatusOr<v1::Job> job = client_->ResizeJob(id, dp);
+  if (!job.ok()) return Fail(job.status());
+  PrintJob(*job);
+  out_.flush();
+  return kExitOk;
+}
+
+int Runner::Explain(const std::string& id) {
+  absl::StatusOr<v1::Job> job = client_->GetJob(id);
+  if (!job.ok()) return Fail(job.status());
+  absl::StatusOr<std::vector<v1::Job>> pending = client_->ListJobs({v1::Job::PENDING}, 1000);
+  if (!pending.ok()) return Fail(pending.status());
+  absl::StatusOr<std::vector<v1::WorkerInfo>> workers = client_->ListWorkers();
+  if (!workers.ok()) return Fail(workers.status());
+  if (options_.Json()) {
+    out_ << ToJsonLine(*job) << '\n';
+  } else {
+    absl::StatusOr<JobHistory> history = History(*job);
+    if (!history.ok()) return Fail(history.status());
+    out_ << TerminalSafe(FormatExplain(*job, *pending, *workers, env_.clock->Now()) +
+                             FormatExplainHistory(*job, *history),
+                         /*keep_newlines=*/true);
+  }
+  out_.flush();
+  return kExitOk;
+}
+
+int Runner::Workers() {
+  absl::StatusOr<std::vector<v1::WorkerInfo>> workers = client_->ListWorkers();
+  if (!workers.ok()) return Fail(workers.status());
+  if (options_.Json()) {
+    for (const v1::WorkerInfo& w : *workers) out_ << ToJsonLine(w) << '\n';
+  } else {
+    out_ << TerminalSafe(FormatWorkersTable(*workers), /*keep_newlines=*/true);
+  }
+  out_.flush();
+  return kExitOk;
+}
+
+}  // namespace trainyard::cli

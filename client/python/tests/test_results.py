@@ -1,0 +1,120 @@
+"""results.py's dataclasses against the generated messages: every field of every Event
+payload (and of the other results) comes across by its .proto name with its value, so
+a field added to the .proto cannot be dropped or misspelled here (no controller needed)."""
+
+import unittest
+from datetime import datetime, timezone
+
+from google.protobuf.descriptor import FieldDescriptor
+
+import trainyard_client as ty
+from trainyard_client._stubs import event_pb2, job_pb2, job_service_pb2
+
+
+def _fill(msg, base):
+    """Sets every scalar/enum field of msg to a value from `base` and the field's index
+    (repeated: two of them); returns {name: the value expected in the dataclass}."""
+    expected = {}
+    for i, f in enumerate(msg.DESCRIPTOR.fields):
+        n = base + i + 1
+        if f.type == FieldDescriptor.TYPE_MESSAGE:
+            continue
+        if f.type == FieldDescriptor.TYPE_ENUM:
+            number = f.enum_type.values[-1].number
+            values, shown = [number], [f.enum_type.values[-1].name]
+        elif f.type == FieldDescriptor.TYPE_STRING:
+            values = shown = [f"{f.name}-{n}"]
+        elif f.type == FieldDescriptor.TYPE_BOOL:
+            values = shown = [True]
+        elif f.cpp_type in (FieldDescriptor.CPPTYPE_DOUBLE, FieldDescriptor.CPPTYPE_FLOAT):
+            values = shown = [n + 0.5]
+        else:
+            values = shown = [n]
+        if f.label == FieldDescriptor.LABEL_REPEATED:
+            getattr(msg, f.name).extend(values * 2)
+            expected[f.name] = shown * 2
+        else:
+            setattr(msg, f.name, values[0])
+            expected[f.name] = shown[0]
+    return expected
+
+
+class PayloadTest(unittest.TestCase):
+    def test_every_payload_field_comes_across_by_its_proto_name(self):
+        payloads = event_pb2.Event.DESCRIPTOR.oneofs_by_name["payload"].fields
+        self.assertEqual(len(payloads), 8)
+        for k, f in enumerate(payloads):
+            with self.subTest(payload=f.name):
+                msg = event_pb2.Event(job_id="j", seq=7 + k, rank=1, attempt=2, source_seq=3)
+                expected = _fill(getattr(msg, f.name), 10 * k)
+                event = ty.Event.from_proto(msg)
+                self.assertEqual(event.kind, f.name)
+                self.assertEqual((event.job_id, event.seq, event.rank, event.attempt, event.source_seq),
+                                 ("j", 7 + k, 1, 2, 3))
+                self.assertEqual(type(event.payload).__name__, f.message_type.name)
+                got = {name: getattr(event.payload, name) for name in expected}
+                if f.name == "job_state":  # Job.State becomes JobState
+                    self.assertIsInstance(event.payload.state, ty.JobState)
+                    expected["state"] = ty.JobState[expected["state"]]
+                self.assertEqual(got, expected)
+                self.assertEqual([x.name for x in type(event.payload).__dataclass_fields__.values()],
+                                 [x.name for x in f.message_type.fields])
+
+    def test_step_metrics_keep_their_values(self):
+        msg = event_pb2.Event(seq=4)
+        msg.step_metrics.step = 12
+        msg.step_metrics.loss = 6.25
+        msg.step_metrics.tokens_per_s = 1500.0
+        msg.step_metrics.expert_load.extend([3, 5])
+        m = ty.Event.from_proto(msg).payload
+        self.assertIsInstance(m, ty.StepMetrics)
+        self.assertEqual((m.step, m.loss, m.tokens_per_s, m.expert_load, m.mfu), (12, 6.25, 1500.0, [3, 5], 0.0))
+
+    def test_the_envelope_is_the_events_fields_outside_the_payload(self):
+        envelope = [f.name for f in event_pb2.Event.DESCRIPTOR.fields if f.containing_oneof is None]
+        self.assertEqual(list(ty.Event.__dataclass_fields__), envelope + ["kind", "payload"])
+        msg = event_pb2.Event(job_id="j", seq=9, rank=-1)
+        msg.time.FromSeconds(1796083200)
+        event = ty.Event.from_proto(msg)
+        self.assertEqual(event.time, datetime(2026, 12, 1, tzinfo=timezone.utc))
+        self.assertEqual(event.rank, -1)
+        self.assertIsNone(ty.Event.from_proto(event_pb2.Event()).time)
+
+    def test_an_event_without_payload(self):
+        event = ty.Event.from_proto(event_pb2.Event(seq=1))
+        self.assertEqual((event.kind, event.payload), ("", None))
+
+
+class JobTest(unittest.TestCase):
+    def test_job_fields_nested_messages_and_unset_ones(self):
+        msg = job_pb2.Job(id="j1", state=job_pb2.Job.SUCCEEDED, world_size=2)
+        msg.spec.model.preset = "tiny"
+        msg.placement.ranks.add(rank=0, worker="w1")
+        msg.create_time.FromSeconds(1796083200)
+        msg.failure_causes.extend(["a", "b"])
+        job = ty.Job.from_proto(msg)
+        self.assertEqual(job.state, ty.JobState.SUCCEEDED)
+        self.assertTrue(job.terminal)
+        self.assertEqual(job.spec, {"model": {"preset": "tiny"}})
+        self.assertEqual([(r.rank, r.worker) for r in job.placement.ranks], [(0, "w1")])
+        self.assertEqual(job.create_time, datetime(2026, 12, 1, tzinfo=timezone.utc))
+        self.assertIsNone(job.start_time)
+        self.assertIsNone(job.last_checkpoint)
+        self.assertEqual(job.failure_causes, ["a", "b"])
+        # An unplaced job still has an (empty) placement.
+        self.assertEqual(ty.Job.from_proto(job_pb2.Job(id="p")).placement.ranks, [])
+
+    def test_artifact_and_worker_info(self):
+        a = job_service_pb2.ArtifactInfo()
+        expected = _fill(a, 0)
+        info = ty.ArtifactInfo.from_proto(a)
+        self.assertEqual({name: getattr(info, name) for name in expected}, expected)
+        self.assertIsNone(info.create_time)
+        w = job_service_pb2.WorkerInfo()
+        expected = _fill(w, 100)
+        worker = ty.WorkerInfo.from_proto(w)
+        self.assertEqual({name: getattr(worker, name) for name in expected}, expected)
+
+
+if __name__ == "__main__":
+    unittest.main()

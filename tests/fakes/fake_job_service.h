@@ -1,0 +1,118 @@
+// An in-process JobService for client tests: canned jobs, workers and event streams,
+// streams scripted to break, replay or stay open, and a record of what it was asked.
+// Serve it with tests/fakes/loopback_server.h, passing ReleaseHeldCalls as the
+// before-shutdown hook: calls held open wait on a condition (never a sleep loop) until
+// that releases them, a hold's own time runs out, or the test calls it.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "trainyard/v1/job_service.grpc.pb.h"
+
+namespace trainyard::testing {
+
+// Thread-safe.
+class FakeJobService final : public v1::JobService::Service {
+ public:
+  // How one WatchJob call answers: the stored events from `from_seq - replay_before`
+  // (a server that replays a little too much) up to and including `stop_after_seq`
+  // (-1: all), then a hold, then `status`.
+  struct WatchCall {
+    int64_t replay_before = 0;
+    int64_t stop_after_seq = -1;
+    bool hold_until_released = false;  // held until ReleaseHeldCalls
+    absl::Duration hold_for = absl::ZeroDuration();  // else held this long (or until released)
+    grpc::Status status = grpc::Status::OK;
+  };
+
+  // How a pull of one artifact answers: honestly, or as a broken or hostile controller.
+  enum class PullMode { kHonest, kWrongSha, kOtherName, kTruncated, kNoInfo };
+
+  // Events of `job` (seq, rank, attempt 1 for ranks, a time from the seq).
+  static v1::Event MakeEvent(const std::string& job, int64_t seq, int rank);
+  static v1::Event StateEvent(const std::string& job, int64_t seq, v1::Job::State state,
+                              const std::string& reason = "");
+  static v1::Event StepEvent(const std::string& job, int64_t seq, int64_t step, double loss);
+  static v1::Event LogEvent(const std::string& job, int64_t seq, int rank, const std::string& level,
+                            const std::string& message);
+
+  // Stores `job` under its id (replacing one), or a job of `state` and `steps`.
+  void PutJob(const v1::Job& job);
+  v1::Job AddJob(const std::string& id, v1::Job::State state, int steps = 0);
+  v1::Job Job(const std::string& id);
+  void SetEvents(const std::string& id, std::vector<v1::Event> events);
+  std::vector<v1::Event> Events(const std::string& id);
+  void AddWorker(const v1::WorkerInfo& worker);
+  // ListArtifacts of info.job_id() lists it; PullArtifact sends `bytes` 100 at a time
+  // after an ArtifactData with the info (both as `mode` says).
+  void AddArtifact(const v1::ArtifactInfo& info, const std::string& bytes, PullMode mode = PullMode::kHonest);
+  // The `n`th (1-based) WatchJob call of `id` answers so; other calls as `fallback`.
+  void ScriptWatch(const std::string& id, int n, const WatchCall& call);
+  void SetWatchFallback(const std::string& id, const WatchCall& fallback);
+  // `method` ("GetJob", "CancelJob", ...) for `id` answers `status`; HoldCall: is held
+  // until ReleaseHeldCalls and then answers CANCELLED.
+  void FailCall(const std::string& method, const std::string& id, const grpc::Status& status);
+  void HoldCall(const std::string& method, const std::string& id);
+  void ReleaseHeldCalls();
+
+  // What was asked.
+  std::vector<int64_t> WatchFromSeqs(const std::string& id);
+  std::vector<v1::JobSpec> Submitted();
+  v1::ListJobsRequest LastList();
+  v1::CancelJobRequest LastCancel();
+  v1::ResizeJobRequest LastResize();
+  void ClearLastResize();
+
+  grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* request, v1::Job* job) override;
+  grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest* request, v1::Job* job) override;
+  grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest* request,
+                        v1::ListJobsResponse* response) override;
+  grpc::Status CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* request, v1::Job* job) override;
+  grpc::Status ResizeJob(grpc::ServerContext*, const v1::ResizeJobRequest* request,
+                         v1::ResizeJobResponse* response) override;
+  grpc::Status ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,
+                           v1::ListWorkersResponse* response) override;
+  grpc::Status ListArtifacts(grpc::ServerContext*, const v1::ListArtifactsRequest* request,
+                             v1::ListArtifactsResponse* response) override;
+  grpc::Status PullArtifact(grpc::ServerContext*, const v1::PullArtifactRequest* request,
+                            grpc::ServerWriter<v1::ArtifactData>* writer) override;
+  grpc::Status WatchJob(grpc::ServerContext*, const v1::WatchJobRequest* request,
+                        grpc::ServerWriter<v1::Event>* writer) override;
+
+ private:
+  // The scripted answer of `method` for `id`, if any (waiting out a hold first).
+  bool Scripted(const std::string& method, const std::string& id, grpc::Status* status);
+  // Blocks until released or, when `limit` is finite, `limit` has passed.
+  void Hold(absl::Duration limit);
+
+  absl::Mutex mu_;
+  std::map<std::string, v1::Job> jobs_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::vector<v1::Event>> events_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::WorkerInfo> workers_ ABSL_GUARDED_BY(mu_);
+  struct Artifact {
+    v1::ArtifactInfo info;
+    std::string bytes;
+    PullMode mode = PullMode::kHonest;
+  };
+  std::vector<Artifact> artifacts_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::map<int, WatchCall>> watch_script_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, WatchCall> watch_fallback_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, grpc::Status> failures_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> holds_ ABSL_GUARDED_BY(mu_);
+  bool released_ ABSL_GUARDED_BY(mu_) = false;
+  std::map<std::string, std::vector<int64_t>> watch_from_seqs_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::JobSpec> submitted_ ABSL_GUARDED_BY(mu_);
+  v1::ListJobsRequest last_list_ ABSL_GUARDED_BY(mu_);
+  v1::CancelJobRequest last_cancel_ ABSL_GUARDED_BY(mu_);
+  v1::ResizeJobRequest last_resize_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace trainyard::testing
