@@ -18,6 +18,7 @@
 #include "common/base/sha256.h"
 #include "tests/support/temp_dir.h"
 #include "tests/client/cli/cli_test_fixture.h"
+#include "tests/support/files.h"
 
 namespace trainyard {
 namespace {
@@ -28,13 +29,6 @@ using ::testing::StartsWith;
 using testing::TempDir;
 
 using Pull = testing::FakeJobService::PullMode;
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 std::vector<std::string> DirEntries(const std::string& dir) {
   std::vector<std::string> names;
@@ -130,7 +124,7 @@ TEST_F(CliArtifactsTest, PullsOneArtifactIntoTheOutputDirectory) {
   Add("other.json", "{}");
   const std::string out = dir_.path() + "/new/dir";  // created
   ASSERT_EQ(Run({"artifacts", "pull", "j1", "trace.json", "-o", out}), 0) << err_.str();
-  EXPECT_EQ(ReadFile(out + "/trace.json"), big_);
+  EXPECT_EQ(testing::ReadFileOrEmpty(out + "/trace.json"), big_);
   EXPECT_EQ(DirEntries(out), std::vector<std::string>{"trace.json"});  // no temp file left
   EXPECT_EQ(out_.str(), "wrote " + out + "/trace.json (1004 B, sha256 " +
                             Sha256Hex(big_).substr(0, 12) + ")\n");
@@ -142,9 +136,9 @@ TEST_F(CliArtifactsTest, PullsEveryArtifactWhenNoNameIsGiven) {
   Add("c.json", "{}");
   ASSERT_EQ(Run({"artifacts", "pull", "j1", "--output-dir", dir_.path()}), 0) << err_.str();
   EXPECT_EQ(DirEntries(dir_.path()), (std::vector<std::string>{"a.json", "b.bin", "c.json"}));
-  EXPECT_EQ(ReadFile(dir_.path() + "/a.json"), big_);
-  EXPECT_EQ(ReadFile(dir_.path() + "/b.bin"), "");
-  EXPECT_EQ(ReadFile(dir_.path() + "/c.json"), "{}");
+  EXPECT_EQ(testing::ReadFileOrEmpty(dir_.path() + "/a.json"), big_);
+  EXPECT_EQ(testing::ReadFileOrEmpty(dir_.path() + "/b.bin"), "");
+  EXPECT_EQ(testing::ReadFileOrEmpty(dir_.path() + "/c.json"), "{}");
 }
 
 TEST_F(CliArtifactsTest, ABadChecksumOrShortStreamWritesNothing) {
@@ -154,7 +148,7 @@ TEST_F(CliArtifactsTest, ABadChecksumOrShortStreamWritesNothing) {
   std::ofstream(dir_.path() + "/bad.json") << "kept";
   EXPECT_EQ(Run({"artifacts", "pull", "j1", "bad.json", "-o", dir_.path()}), 6);  // DATA_LOSS
   EXPECT_THAT(err_.str(), HasSubstr("DATA_LOSS: artifact bad.json: sha256 "));
-  EXPECT_EQ(ReadFile(dir_.path() + "/bad.json"), "kept");  // the old file is untouched
+  EXPECT_EQ(testing::ReadFileOrEmpty(dir_.path() + "/bad.json"), "kept");  // the old file is untouched
   EXPECT_EQ(DirEntries(dir_.path()), std::vector<std::string>{"bad.json"});
 
   // Pulling all goes on past the failures and then exits with the last one's code.

@@ -21,20 +21,13 @@
 #include <utility>
 #include <vector>
 
+#include "tests/support/files.h"
 #include "tests/support/test_cluster.h"
 
 namespace trainyard::testing {
 namespace {
 
-const ClusterBinaries kBins{TRAINYARD_CONTROLLER, TRAINYARD_WORKER, TRAINYARD_CLI, ""};
 constexpr int kSteps = 40;
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 std::vector<std::string> Lines(const std::string& text) {
   std::vector<std::string> lines;
@@ -46,7 +39,7 @@ std::vector<std::string> Lines(const std::string& text) {
 class WatchPtyTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    cluster_ = std::make_unique<TestCluster>(kBins, "cli_pty");
+    cluster_ = std::make_unique<TestCluster>(kBuiltBinaries, "cli_pty");
     ASSERT_TRUE(cluster_->StartController()) << "controller did not start; see " << cluster_->dir();
     WorkerOptions worker;
     worker.name = "w1";
@@ -88,7 +81,7 @@ class WatchPtyTest : public ::testing::Test {
     }
     int status = 0;
     waitpid(pid, &status, 0);
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), ReadAll(log)};
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), ReadFileOrEmpty(log)};
   }
 
   const std::string socket_ = "trainyard-cli-test-" + std::to_string(getpid());

@@ -20,15 +20,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const ClusterBinaries kBins{TRAINYARD_CONTROLLER, TRAINYARD_WORKER, TRAINYARD_CLI, TRAINYARD_MAKE_CERTS};
-
-WorkerOptions OneSlotWorker(const std::string& name) {
-  WorkerOptions w;
-  w.name = name;
-  w.slots = 1;
-  return w;
-}
-
 // A token file line: sha256 of the token, role, owner (docs/security.md).
 std::string TokenLine(const std::string& token, const std::string& role, const std::string& owner) {
   const CommandResult r = RunCommand({"/bin/sh", "-c", "printf '%s' \"$0\" | /usr/bin/sha256sum", token});
@@ -36,7 +27,7 @@ std::string TokenLine(const std::string& token, const std::string& role, const s
 }
 
 TEST(PythonClientTest, UnittestsPassAgainstARealTlsControllerWithTokens) {
-  TestCluster cluster(kBins, "api_python");
+  TestCluster cluster(kBuiltBinaries, "api_python");
   ASSERT_TRUE(cluster.EnableTls({"w1"}));
   const fs::path tokens = cluster.dir() / "tokens";
   std::ofstream(tokens) << TokenLine("alice-api-secret", "submitter", "alice")

@@ -127,16 +127,7 @@ class ArtifactUploaderGrpcTest : public ::testing::Test {
     contents_[name] = bytes;
     return dir_.path() + "/" + name;
   }
-  static v1::ArtifactHeader Header(const std::string& name) {
-    v1::ArtifactHeader h;
-    h.set_job_id("job1");
-    h.set_attempt(1);
-    h.set_rank(0);
-    h.set_name(name);
-    h.set_kind("trace");
-    h.set_worker("w1");
-    return h;
-  }
+  static v1::ArtifactHeader Header(const std::string& name) { return testing::TraceHeader(name, 1, 0); }
 
   TempDir dir_;
   RealClock clock_;

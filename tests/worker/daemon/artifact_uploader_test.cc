@@ -156,16 +156,7 @@ class ArtifactUploaderTest : public ::testing::Test {
     return path;
   }
 
-  static v1::ArtifactHeader Header(const std::string &name) {
-    v1::ArtifactHeader h;
-    h.set_job_id("job1");
-    h.set_attempt(2);
-    h.set_rank(1);
-    h.set_name(name);
-    h.set_kind("trace");
-    h.set_worker("w1");
-    return h;
-  }
+  static v1::ArtifactHeader Header(const std::string& name) { return testing::TraceHeader(name, 2, 1); }
 
   TempDir dir_;
   RealClock clock_;

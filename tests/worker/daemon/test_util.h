@@ -8,6 +8,7 @@
 #include "absl/time/time.h"
 #include "tests/support/temp_dir.h"
 #include "trainyard/v1/event.pb.h"
+#include "trainyard/v1/worker_service.pb.h"
 
 namespace trainyard::testing {
 
@@ -49,6 +50,18 @@ inline bool HasState(const std::vector<trainyard::v1::Event> &events, int rank,
     if (e.rank() == rank && e.has_rank_state() && e.rank_state().state() == state) return true;
   }
   return false;
+}
+
+// The header of a trace artifact `name` of job1's rank `rank`, attempt `attempt`, from w1.
+inline trainyard::v1::ArtifactHeader TraceHeader(const std::string &name, int attempt, int rank) {
+  trainyard::v1::ArtifactHeader h;
+  h.set_job_id("job1");
+  h.set_attempt(attempt);
+  h.set_rank(rank);
+  h.set_name(name);
+  h.set_kind("trace");
+  h.set_worker("w1");
+  return h;
 }
 
 }  // namespace trainyard::testing
