@@ -46,12 +46,14 @@ constexpr char kLimitLine[] =
 
 // Waits (bounded) until `path` holds a pid, so a test knows its runner got that far.
 int WaitForPid(const std::string& path) {
-  for (int i = 0; i < 400; ++i) {
-    std::string text = testing::ReadFileOrEmpty(path);
-    if (!text.empty() && text.back() == '\n') return std::stoi(text);
-    std::this_thread::sleep_for(std::chrono::milliseconds(25));
-  }
-  return -1;
+  std::string text;
+  const bool written = testing::WaitUntil(
+      [&] {
+        text = testing::ReadFileOrEmpty(path);
+        return !text.empty() && text.back() == '\n';
+      },
+      std::chrono::seconds(10), std::chrono::milliseconds(25));
+  return written ? std::stoi(text) : -1;
 }
 
 bool DiesWithin(int pid, std::chrono::seconds limit) {

@@ -34,12 +34,8 @@ const std::string kDebugJob = TRAINYARD_EXAMPLES "/debug.toml";
 
 // Waits up to timeout_ms for `needle` to appear in the file at `path`.
 bool WaitForLog(const fs::path& path, const std::string& needle, int timeout_ms) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (ReadFileOrEmpty(path).find(needle) != std::string::npos) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return false;
+  return WaitUntil([&] { return ReadFileOrEmpty(path).find(needle) != std::string::npos; },
+                   std::chrono::milliseconds(timeout_ms), std::chrono::milliseconds(50));
 }
 
 class SecurityTest : public ::testing::Test {

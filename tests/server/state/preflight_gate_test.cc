@@ -16,6 +16,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/base/posix_process_launcher.h"
 #include "common/spec_proto.h"
+#include "tests/support/files.h"
 #include "tests/support/temp_dir.h"
 
 namespace trainyard {
@@ -53,11 +54,8 @@ double CounterValue(prometheus::Registry& registry, const std::string& family,
 }
 
 bool WaitForFile(const std::string& path) {
-  for (int i = 0; i < 600; ++i) {
-    if (std::filesystem::exists(path)) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(25));
-  }
-  return false;
+  return testing::WaitUntil([&] { return std::filesystem::exists(path); }, std::chrono::seconds(15),
+                            std::chrono::milliseconds(25));
 }
 
 class PreflightGateTest : public ::testing::Test {
