@@ -5,7 +5,7 @@
 // worker and every other reader share the generated message and nothing else.
 //
 // A rank sets `time` and exactly one payload a rank may report: step_metrics, compile,
-// log, artifact, stall or checkpoint. It never sets job_id, seq, rank, attempt or
+// log, artifact, stall, checkpoint or validation. It never sets job_id, seq, rank, attempt or
 // source_seq: the reader stamps those (it knows which process wrote the line), so
 // ParseRankLine clears whatever a line says of them. Pure; thread-safe.
 #pragma once

@@ -56,6 +56,7 @@ struct TrainingSpec {
   int log_freq = 1;
   int grad_accum_steps = 1;  // micro-batches per optimizer step
   double step_timeout_s = 0;  // no step progress outside a collective for this long: Stall; 0 = off
+  bool shuffle = false;  // seeded permutation of the samples per epoch
 };
 
 struct ParallelismSpec {
@@ -109,6 +110,13 @@ struct RestartSpec {
   double elastic_wait_s = 30.0;
 };
 
+struct ValidationSpec {
+  std::string dataset;  // "" = off | "synthetic" | "text" | "tokens"
+  std::string dataset_path;
+  int freq = 100;  // steps between evaluations
+  int steps = 10;  // batches per evaluation (each batch_size per DP rank)
+};
+
 struct JobSpec {
   JobMeta job;
   ModelSpec model;
@@ -120,6 +128,7 @@ struct JobSpec {
   CheckpointSpec checkpoint;
   ResourcesSpec resources;
   RestartSpec restart;
+  ValidationSpec validation;
 };
 
 // The one list of keys: calls visit(section, key, member) for every field of `spec`,
@@ -163,6 +172,7 @@ void ForEachField(Spec& s, Visit&& visit) {
   visit("training", "log_freq", s.training.log_freq);
   visit("training", "grad_accum_steps", s.training.grad_accum_steps);
   visit("training", "step_timeout_s", s.training.step_timeout_s);
+  visit("training", "shuffle", s.training.shuffle);
 
   visit("parallelism", "dp", s.parallelism.dp);
   visit("parallelism", "tp", s.parallelism.tp);
@@ -196,6 +206,11 @@ void ForEachField(Spec& s, Visit&& visit) {
   visit("restart", "backoff_s", s.restart.backoff_s);
   visit("restart", "min_dp", s.restart.min_dp);
   visit("restart", "elastic_wait_s", s.restart.elastic_wait_s);
+
+  visit("validation", "dataset", s.validation.dataset);
+  visit("validation", "dataset_path", s.validation.dataset_path);
+  visit("validation", "freq", s.validation.freq);
+  visit("validation", "steps", s.validation.steps);
 }
 
 }  // namespace trainyard::spec

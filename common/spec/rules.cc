@@ -165,6 +165,68 @@ Check Model(const ModelSpec& m) {
   return std::nullopt;
 }
 
+// SECTION.dataset and SECTION.dataset_path (training or validation). The path is a
+// comma-separated list of entries, each a plain absolute path or a glob(7) pattern
+// over one (the ranks expand it, in the listed order, each glob's matches sorted
+// bytewise). "tokens" entries name a flat file by its width (.u16, .u32; .bin of uint16
+// as nanoGPT writes it) or a Megatron indexed dataset (.idx, or .bin with its .idx
+// beside it). `optional`: "" turns the section off.
+Check DatasetSource(const std::string& section, const std::string& dataset, const std::string& path,
+                    const ModelSpec& m, bool optional) {
+  const std::string kind_key = section + ".dataset";
+  const std::string path_key = section + ".dataset_path";
+  if (optional && dataset.empty()) {
+    if (!path.empty()) {
+      return Invalid(path_key, "requires", path_key + " is set but " + kind_key + " is not");
+    }
+    return std::nullopt;
+  }
+  TY_SPEC_CHECK(OneOf(kind_key, dataset, Datasets()));
+  TY_SPEC_CHECK(Path(path_key, path));
+  if (dataset == "synthetic") {
+    if (!path.empty()) {
+      return Invalid(path_key, "requires", path_key + " must be empty when " + kind_key + " is \"synthetic\"");
+    }
+    return std::nullopt;
+  }
+  if (path.empty()) {
+    return Invalid(path_key, "requires", path_key + " must be set when " + kind_key + " is \"" + dataset + "\"");
+  }
+  std::size_t start = 0;
+  int entries = 0;
+  while (start <= path.size()) {
+    const std::size_t end = std::min(path.find(',', start), path.size());
+    const std::string entry = path.substr(start, end - start);
+    start = end + 1;
+    if (++entries > kMaxDatasetEntries) {
+      return Invalid(path_key, "length",
+                     path_key + " lists more than " + std::to_string(kMaxDatasetEntries) + " entries (use a glob)");
+    }
+    if (entry.empty()) {
+      return Invalid(path_key, "requires", path_key + " \"" + Quote(path) + "\" has an empty entry");
+    }
+    TY_SPEC_CHECK(PlainAbsolutePath(path_key, entry));
+    if (dataset == "tokens") {
+      auto ends = [&](const char* suffix) {
+        const std::size_t n = std::char_traits<char>::length(suffix);
+        return entry.size() >= n && entry.compare(entry.size() - n, n, suffix) == 0;
+      };
+      if (!ends(".u16") && !ends(".u32") && !ends(".bin") && !ends(".idx")) {
+        return Invalid(path_key, "requires",
+                       path_key + " entry \"" + Quote(entry) + "\" must end in .u16 or .u32 (flat tokens of that " +
+                           "width), .bin (nanoGPT's uint16, or Megatron's with its .idx beside it) or .idx " +
+                           "(Megatron indexed) when " + kind_key + " is \"tokens\"");
+      }
+    }
+  }
+  if (dataset == "text" && m.vocab_size < 256) {
+    return Invalid("model.vocab_size", "requires",
+                   "model.vocab_size must be at least 256 for " + kind_key + " \"text\" (byte-level), got " +
+                       std::to_string(m.vocab_size));
+  }
+  return std::nullopt;
+}
+
 Check Training(const TrainingSpec& t, const ModelSpec& m) {
   TY_SPEC_CHECK(IntRange("training.steps", t.steps, 1, 1000000000));
   TY_SPEC_CHECK(IntRange("training.batch_size", t.batch_size, 1, 1 << 20));
@@ -172,30 +234,18 @@ Check Training(const TrainingSpec& t, const ModelSpec& m) {
   TY_SPEC_CHECK(InRange("training.lr", t.lr, 0, 10, /*lo_open=*/true));
   TY_SPEC_CHECK(IntRange("training.warmup_steps", t.warmup_steps, 0, 1000000000));
   TY_SPEC_CHECK(InRange("training.max_norm", t.max_norm, 0, 1e12, /*lo_open=*/true));
-  TY_SPEC_CHECK(OneOf("training.dataset", t.dataset, Datasets()));
-  TY_SPEC_CHECK(Path("training.dataset_path", t.dataset_path));
-  TY_SPEC_CHECK(PlainAbsolutePath("training.dataset_path", t.dataset_path));
+  TY_SPEC_CHECK(DatasetSource("training", t.dataset, t.dataset_path, m, /*optional=*/false));
   TY_SPEC_CHECK(IntRange("training.log_freq", t.log_freq, 1, 1000000000));
   TY_SPEC_CHECK(IntRange("training.grad_accum_steps", t.grad_accum_steps, 1, 1024));
   TY_SPEC_CHECK(InRange("training.step_timeout_s", t.step_timeout_s, 0, 1e7));
-  if (t.dataset != "synthetic" && t.dataset_path.empty()) {
-    return Invalid("training.dataset_path", "requires",
-                   "training.dataset_path must be set when training.dataset is \"" + t.dataset + "\"");
-  }
-  if (t.dataset == "tokens") {
-    const std::string& p = t.dataset_path;
-    const bool width = p.size() >= 4 && (p.compare(p.size() - 4, 4, ".u16") == 0 || p.compare(p.size() - 4, 4, ".u32") == 0);
-    if (!width) {
-      return Invalid("training.dataset_path", "requires",
-                     "training.dataset_path \"" + Quote(p) +
-                         "\" must end in .u16 or .u32 (the token width) when training.dataset is \"tokens\"");
-    }
-  }
-  if (t.dataset == "text" && m.vocab_size < 256) {
-    return Invalid("model.vocab_size", "requires",
-                   "model.vocab_size must be at least 256 for training.dataset \"text\" (byte-level), got " +
-                       std::to_string(m.vocab_size));
-  }
+  return std::nullopt;
+}
+
+Check Validation(const JobSpec& s) {
+  const ValidationSpec& v = s.validation;
+  TY_SPEC_CHECK(DatasetSource("validation", v.dataset, v.dataset_path, s.model, /*optional=*/true));
+  TY_SPEC_CHECK(IntRange("validation.freq", v.freq, 1, 1000000000));
+  TY_SPEC_CHECK(IntRange("validation.steps", v.steps, 1, 1000000));
   return std::nullopt;
 }
 
@@ -346,6 +396,7 @@ std::optional<SpecError> Validate(const JobSpec& s) {
   if (Check c = Training(s.training, s.model)) return c;
   if (Check c = Parallelism(s)) return c;
   if (Check c = Compile(s)) return c;
+  if (Check c = Validation(s)) return c;
   return Rest(s);
 }
 

@@ -31,6 +31,8 @@ const std::vector<std::string>& Devices();           // cpu, cuda
 inline constexpr int kMaxWorldSize = 65536;
 inline constexpr std::size_t kMaxNameLength = 128;
 inline constexpr std::size_t kMaxPathLength = 4096;
+// Entries of a comma-separated dataset_path (a longer list is a glob's job).
+inline constexpr int kMaxDatasetEntries = 256;
 
 // The first broken rule, in the order of the sections, or nullopt (kind kInvalid: every
 // legal setting runs in this release, so none is kUnimplemented).

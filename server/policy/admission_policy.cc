@@ -63,12 +63,6 @@ absl::Status CheckFleet(const v1::JobSpec& s, const FleetView& fleet) {
                      ": the workers of this controller are CPU-only (GPU workers are not built "
                      "yet; trainyard-train runs CUDA on a GPU machine)"));
   }
-  if (s.training().dataset() != "synthetic") {
-    return absl::UnimplementedError(
-        absl::StrCat("training.dataset=", s.training().dataset(),
-                     ": workers cannot read files from the controller's machine yet (file "
-                     "staging is not built; trainyard-train reads them locally)"));
-  }
   return absl::OkStatus();
 }
 

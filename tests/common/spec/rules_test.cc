@@ -196,8 +196,24 @@ INSTANTIATE_TEST_SUITE_P(
              "~needs resources.device=\"cuda\""},
         Case{"FileDatasetNeedsPath", {"training.dataset=tokens"}, "training.dataset_path", "requires",
              "training.dataset_path must be set when training.dataset is \"tokens\""},
-        Case{"TokensNeedWidth", {"training.dataset=tokens", "training.dataset_path=\"/d/x.bin\""},
-             "training.dataset_path", "requires", "~must end in .u16 or .u32"},
+        Case{"TokensNeedWidth", {"training.dataset=tokens", "training.dataset_path=\"/d/x.txt\""},
+             "training.dataset_path", "requires", "~entry \"/d/x.txt\" must end in .u16 or .u32"},
+        Case{"TokensSecondEntryDotDot", {"training.dataset=tokens", "training.dataset_path=\"/d/a.idx,/d/../b.idx\""},
+             "training.dataset_path", "requires", "~\"/d/../b.idx\" must be a plain absolute path"},
+        Case{"TokensEmptyEntry", {"training.dataset=tokens", "training.dataset_path=\"/d/a.idx,,/d/b.idx\""},
+             "training.dataset_path", "requires", "~has an empty entry"},
+        Case{"TokensTrailingComma", {"training.dataset=tokens", "training.dataset_path=\"/d/a.idx,\""},
+             "training.dataset_path", "requires", "~has an empty entry"},
+        Case{"SyntheticWithPath", {"training.dataset_path=\"/d/a.u16\""}, "training.dataset_path", "requires",
+             "training.dataset_path must be empty when training.dataset is \"synthetic\""},
+        Case{"ValidationPathWithoutDataset", {"validation.dataset_path=\"/d/v.idx\""}, "validation.dataset_path",
+             "requires", "validation.dataset_path is set but validation.dataset is not"},
+        Case{"ValidationNeedsPath", {"validation.dataset=tokens"}, "validation.dataset_path", "requires",
+             "validation.dataset_path must be set when validation.dataset is \"tokens\""},
+        Case{"ValidationUnknown", {"validation.dataset=web"}, "validation.dataset", "one_of",
+             "validation.dataset: unknown value \"web\" (known: synthetic, text, tokens)"},
+        Case{"ValidationFreqZero", {"validation.freq=0"}, "validation.freq", "range", "~validation.freq"},
+        Case{"ValidationStepsZero", {"validation.steps=0"}, "validation.steps", "range", "~validation.steps"},
         Case{"TextNeedsByteVocab", {"training.dataset=text", "training.dataset_path=\"/d/a.txt\"", "model.vocab_size=200"},
              "model.vocab_size", "requires", "~at least 256"}),
     CaseName);
@@ -290,6 +306,7 @@ TEST(RulesTest, EveryTextValueMustBeUtf8) {
     EXPECT_EQ(e->rule, "utf8");
   }
   JobSpec good = FromPreset("tiny").value();
+  good.training.dataset = "text";
   good.training.dataset_path = "/d/\xc3\xa9t\xc3\xa9/\xf0\x9f\x9a\x82";  // été, a train
   EXPECT_FALSE(Validate(good).has_value());
 }

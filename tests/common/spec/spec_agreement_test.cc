@@ -56,7 +56,10 @@ std::vector<spec::FieldValue> Candidates(const spec::FieldInfo& f, const spec::J
       {"model.preset", {"debug", "tiny", "huge"}},
       {"model.score_func", {"sigmoid", "softmax"}},
       {"training.dataset", {"synthetic", "synthetic", "text", "tokens"}},
-      {"training.dataset_path", {"/data/t.u16", "/data/t.u32", "/data/a.txt", std::string(5000, 'p')}},
+      {"training.dataset_path",
+       {"/data/t.u16", "/data/t.u32", "/data/a.txt", "/data/a.idx,/data/b-*.bin", "/d/a.bin,", std::string(5000, 'p')}},
+      {"validation.dataset", {"", "", "synthetic", "tokens"}},
+      {"validation.dataset_path", {"", "/data/v.idx", "/data/../v.idx"}},
       {"compile.backend", {"eager", "jit", "cudagraph"}},
       {"compile.regions", {"per_layer", "model"}},
       {"compile.on_side_effect", {"error", "fallback"}},
@@ -107,7 +110,7 @@ v1::JobSpec RandomSpec(std::mt19937_64& rng, double p, const spec::JobSpec& typi
 
 bool FleetOnly(const absl::Status& s) {
   return s.code() == absl::StatusCode::kUnimplemented &&
-         (absl::StartsWith(s.message(), "resources.device=") || absl::StartsWith(s.message(), "training.dataset="));
+         absl::StartsWith(s.message(), "resources.device=");
 }
 
 TEST(SpecAgreementTest, ControllerAdmitsExactlyWhatRanksAccept) {

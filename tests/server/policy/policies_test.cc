@@ -27,6 +27,16 @@ TEST(RestartPolicyTest, RestartsWhileRestartsRemainNamingTheCount) {
   EXPECT_EQ(second.reason, "boom; restart 2 of 2");
 }
 
+TEST(RestartPolicyTest, APermanentFailureFailsAtOnceSayingWhy) {
+  RestartDecision d = RestartPolicy::Decide(Restarts(2), 0, {"rank 0 on worker w1 failed: bad .idx"}, true);
+  EXPECT_FALSE(d.restart);
+  EXPECT_EQ(d.reason,
+            "rank 0 on worker w1 failed: bad .idx (permanent: the job's inputs are wrong, a restart cannot "
+            "succeed; restarts left unused)");
+  EXPECT_EQ(RestartPolicy::Decide(Restarts(0), 0, {"x"}, true).reason,
+            "x (permanent: the job's inputs are wrong, a restart cannot succeed)");
+}
+
 TEST(RestartPolicyTest, FailsWithTheCauseOnceRestartsAreUsedUp) {
   RestartDecision d = RestartPolicy::Decide(Restarts(2), 2, {"worker w2 lost (x) running rank 0"});
   EXPECT_FALSE(d.restart);
@@ -157,9 +167,13 @@ TEST(AdmissionPolicyTest, TheFleetRefusesWhatItsWorkersCannotRun) {
   v1::JobSpec text = Tiny(1);
   text.mutable_training()->set_dataset("text");
   text.mutable_training()->set_dataset_path("/data/corpus.txt");
+  // Datasets are read from a path every worker reaches (a shared filesystem), as
+  // checkpoint.dir is: admitted, the ranks open and validate the files.
   auto files = AdmissionPolicy::Admit(text, Slots(8));
-  EXPECT_EQ(files.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(std::string(files.status().message()), HasSubstr("training.dataset=text"));
+  ASSERT_TRUE(files.ok()) << files.status();
+  EXPECT_EQ(files->training().dataset_path(), "/data/corpus.txt");
+  text.mutable_training()->set_dataset_path("/data/../etc/passwd");
+  EXPECT_EQ(AdmissionPolicy::Admit(text, Slots(8)).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
