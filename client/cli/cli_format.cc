@@ -46,7 +46,13 @@ std::string FormatStep(const v1::StepMetrics& m) {
                       m.loss(), m.grad_norm(), m.lr(), m.tokens_per_s(), m.step_ms());
   if (m.mfu() > 0) absl::StrAppend(&line, absl::StrFormat(" mfu=%.1f%%", 100.0 * m.mfu()));
   if (m.imbalance() > 0) absl::StrAppend(&line, absl::StrFormat(" imbalance=%.2f", m.imbalance()));
+  if (m.epoch() > 0) absl::StrAppend(&line, " epoch=", m.epoch());
   return line;
+}
+
+std::string FormatValidation(const v1::Validation& v) {
+  return absl::StrFormat("validation step %d loss=%.4f tokens=%d ms=%.0f", v.step(), v.loss(), v.tokens(),
+                         v.ms());
 }
 
 std::string FormatCompile(const v1::CompileEvent& c) {
@@ -151,6 +157,9 @@ std::string FormatEventText(const v1::Event& event) {
   switch (event.payload_case()) {
     case v1::Event::kStepMetrics:
       line += FormatStep(event.step_metrics());
+      break;
+    case v1::Event::kValidation:
+      line += FormatValidation(event.validation());
       break;
     case v1::Event::kCompile:
       line += FormatCompile(event.compile());

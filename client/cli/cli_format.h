@@ -38,7 +38,8 @@ absl::StatusOr<v1::Job::State> ParseJobState(std::string_view name);
 std::string StateName(v1::Job::State state);
 
 // One human-readable line (no newline) per event, e.g.
-//   seq=12 rank=0 step 5 loss=6.8123 grad_norm=1.23 lr=4.0e-04 tok/s=1520 step_ms=1340
+//   seq=12 rank=0 step 5 loss=6.8123 grad_norm=1.23 lr=4.0e-04 tok/s=1520 step_ms=1340 epoch=2
+//   seq=13 rank=0 validation step 5 loss=6.9012 tokens=8192 ms=41
 //   seq=1 job PENDING: needs 2 slots...
 //   seq=3 rank=1 RUNNING pid=1234 on worker w1
 std::string FormatEventText(const v1::Event& event);

@@ -156,6 +156,15 @@ void JobHistory::Add(const v1::Event& event) {
       }
       break;
     }
+    case v1::Event::kValidation: {
+      ++validation_count_;
+      const int64_t step = event.validation().step();
+      if (!last_validation_.has_value() || attempt > last_validation_->attempt() ||
+          (attempt == last_validation_->attempt() && step >= last_validation_->validation().step())) {
+        last_validation_ = event;
+      }
+      break;
+    }
     case v1::Event::kCompile: {
       const v1::CompileEvent& c = event.compile();
       const std::string region = c.region().empty() ? "(no region)" : c.region();
@@ -329,12 +338,24 @@ std::string FormatJobDescription(const v1::Job& job, const JobHistory& history,
                     absl::StrFormat(" loss %.4f grad_norm %.2f lr %.1e tok/s %.0f step_ms %.0f", m.loss(),
                                     m.grad_norm(), m.lr(), m.tokens_per_s(), m.step_ms()));
     if (m.mfu() > 0) absl::StrAppend(&out, absl::StrFormat(" MFU %.1f%%", 100 * m.mfu()));
+    // The synthetic dataset has no epochs (0).
+    if (m.epoch() > 0) absl::StrAppend(&out, " epoch ", m.epoch());
     absl::StrAppend(&out, " at ", Clock(ToTime(history.last_step()->time())), "\n");
     absl::StrAppend(&out, "loss       ", Sparkline(history.losses(), 40),
                     absl::StrFormat("  (%d steps, first %.4f, last %.4f)\n", history.losses().size(),
                                     history.losses().front(), history.losses().back()));
   } else {
     out += "metrics    no step reported yet\n";
+  }
+  if (history.last_validation().has_value()) {
+    const v1::Event& e = *history.last_validation();
+    const v1::Validation& v = e.validation();
+    absl::StrAppend(&out, "validation step ", v.step(), absl::StrFormat(" loss %.4f", v.loss()), " (",
+                    v.tokens(), absl::StrFormat(" tokens, %.0f ms", v.ms()), ") at ", Clock(ToTime(e.time())),
+                    "; ", history.validation_count(), history.validation_count() == 1 ? " run" : " runs", "\n");
+  } else if (!job.spec().validation().dataset().empty()) {
+    absl::StrAppend(&out, "validation none yet (every ", job.spec().validation().freq(), " steps on ",
+                    job.spec().validation().dataset(), ")\n");
   }
 
   if (history.checkpoints().empty()) {

@@ -1,6 +1,6 @@
 // What `trainyard get` and `explain` know about a job beyond GetJob: its stored events
 // (the WatchJob replay up to Job.last_seq) folded into a history. The controller keeps
-// every state change, rank state, step, compile event, stall, checkpoint and artifact
+// every state change, rank state, step, validation, compile event, stall, checkpoint and artifact
 // as an event, so the CLI derives state history, attempts, workers, last metrics and
 // per-region compile statistics from them instead of asking for a new RPC.
 #pragma once
@@ -67,6 +67,10 @@ class JobHistory {
   // Regions in the order they first appeared.
   std::vector<RegionCompileStats> Regions() const;
   const std::optional<v1::Event>& last_step() const { return last_step_; }
+  // The newest Validation (of the newest attempt, then the highest step), and how many
+  // there were in all attempts.
+  const std::optional<v1::Event>& last_validation() const { return last_validation_; }
+  int64_t validation_count() const { return validation_count_; }
   // One loss per optimizer step (the first report of each step), oldest first, at most
   // kMaxLosses of the newest.
   const std::vector<double>& losses() const { return losses_; }
@@ -92,6 +96,8 @@ class JobHistory {
   // (region, attempt, rank) -> newest SUMMARY's hits and misses.
   std::map<std::tuple<std::string, int, int>, std::pair<int64_t, int64_t>> summaries_;
   std::optional<v1::Event> last_step_;
+  std::optional<v1::Event> last_validation_;
+  int64_t validation_count_ = 0;
   int64_t last_loss_step_ = 0;
   int last_loss_attempt_ = 0;
   std::vector<double> losses_;
@@ -115,7 +121,8 @@ std::string CompileHint(const std::string& reason);
 // `trainyard get`: the whole job, e.g.
 //   job-3  moe-debug  SUCCEEDED  owner local  attempt 1
 //   spec        preset debug: dim 256, 4 layers (1 dense), 8 experts top-2 ...
-//   state history ... attempts ... workers ... last metrics ... checkpoints ... artifacts
+//   state history ... attempts ... workers ... last metrics (and epoch) ... last
+//   validation ... checkpoints ... artifacts
 // `artifacts` may be empty; a non-empty `artifacts_error` says why they are unknown
 // (the listing failed: the rest of the description still stands). Ends with a newline.
 std::string FormatJobDescription(const v1::Job& job, const JobHistory& history,

@@ -78,11 +78,14 @@ std::string FormatStatusLine(const WatchStatus& s, size_t max_columns) {
   parts.push_back(head);
   if (!s.note.empty()) parts.push_back(absl::StrCat("[", s.note, "]"));
   if (s.have_step) {
-    parts.push_back(s.total_steps > 0 ? absl::StrCat("step ", s.step, "/", s.total_steps)
-                                      : absl::StrCat("step ", s.step));
+    std::string step = s.total_steps > 0 ? absl::StrCat("step ", s.step, "/", s.total_steps)
+                                         : absl::StrCat("step ", s.step);
+    if (s.epoch > 0) absl::StrAppend(&step, " epoch ", s.epoch);
+    parts.push_back(step);
     std::string loss = absl::StrFormat("loss %.4f", s.loss);
     if (s.losses.size() > 1) loss = absl::StrCat(Sparkline(s.losses, WatchDisplay::kSparkWidth), " ", loss);
     parts.push_back(loss);
+    if (s.have_validation) parts.push_back(absl::StrFormat("val %.4f@%d", s.val_loss, s.val_step));
     parts.push_back(absl::StrFormat("%.0f tok/s", s.tokens_per_s));
     parts.push_back(s.mfu > 0 ? absl::StrFormat("MFU %.1f%%", 100 * s.mfu) : std::string("MFU n/a"));
     if (s.total_steps > 0 && !IsTerminal(s.state)) {
@@ -134,6 +137,7 @@ bool WatchDisplay::Notable(const v1::Event& event) {
     case v1::Event::kStall:
     case v1::Event::kCheckpoint:
     case v1::Event::kArtifact:
+    case v1::Event::kValidation:  // one every validation.freq steps: its own line
       return true;
     case v1::Event::kRankState:
       return event.rank_state().state() == v1::RankState::FAILED;
@@ -177,11 +181,23 @@ void WatchDisplay::OnEvent(const v1::Event& event) {
       st.loss = m.loss();
       st.tokens_per_s = m.tokens_per_s();
       st.mfu = m.mfu();
+      st.epoch = m.epoch();
       st.have_step = true;
       if (event.attempt() > 0) st.attempt = event.attempt();
       if (st.state == v1::Job::STATE_UNSPECIFIED || st.state == v1::Job::SCHEDULED) st.state = v1::Job::RUNNING;
       j->rate.Add(m.step(), ToTime(event.time()));
       if (st.total_steps > 0) st.eta = j->rate.Eta(st.total_steps);
+    }
+  }
+  if (event.has_validation()) {
+    const v1::Validation& v = event.validation();
+    // The newest attempt's newest: a restart evaluates again from its resumed step.
+    if (!st.have_validation || event.attempt() > j->val_attempt ||
+        (event.attempt() == j->val_attempt && v.step() >= st.val_step)) {
+      st.have_validation = true;
+      st.val_loss = v.loss();
+      st.val_step = v.step();
+      j->val_attempt = event.attempt();
     }
   }
   const std::string prefix = jobs_.size() > 1 ? absl::StrCat("[", st.job_id, "] ") : "";

@@ -55,10 +55,15 @@ struct WatchStatus {
   std::optional<absl::Duration> eta;
   int recompiles = 0;
   bool have_step = false;
+  int64_t epoch = 0;              // of the last step; 0: synthetic data (no epochs)
+  bool have_validation = false;   // val_loss and val_step hold the newest Validation
+  double val_loss = 0;
+  int64_t val_step = 0;
   std::string note;  // e.g. "reconnecting: try 2, next in 500ms", shown after the state
 };
 
-// e.g. "job-3 RUNNING  step 12/20  ▇▆▅▄▃▂  loss 5.4123  1520 tok/s  MFU 31.2%  ETA 12s  recompiles 0";
+// e.g. "job-3 RUNNING  step 12/20 epoch 2  ▇▆▅▄▃▂  loss 5.4123  val 5.6012@10  1520 tok/s  MFU 31.2%  ETA 12s
+// recompiles 0" (epoch with a dataset that has them, val once a Validation arrived);
 // parts are dropped from the end until it fits `max_columns` (0: no limit), so that the
 // line never wraps (a wrapped line cannot be redrawn with a carriage return).
 std::string FormatStatusLine(const WatchStatus& status, size_t max_columns);
@@ -99,6 +104,7 @@ class WatchDisplay {
     StepRate rate;
     int64_t loss_step = 0;
     int loss_attempt = 0;
+    int val_attempt = 0;
   };
   // On a terminal, whether the event gets its own line above the status lines.
   static bool Notable(const v1::Event& event);

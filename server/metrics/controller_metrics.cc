@@ -87,6 +87,20 @@ ControllerMetrics::ControllerMetrics()
                                .Name("trainyard_job_step_seconds")
                                .Help("Wall time of the last reported optimizer step")
                                .Register(*registry_)),
+      epoch_family_(BuildGauge()
+                        .Name("trainyard_job_epoch")
+                        .Help("Epoch (1-based) of the last reported step's last sample; 0 for the "
+                              "synthetic dataset, which has no epochs")
+                        .Register(*registry_)),
+      validation_loss_family_(BuildGauge()
+                                  .Name("trainyard_job_validation_loss")
+                                  .Help("Loss of the last validation run ([validation]), the mean over "
+                                        "every DP rank's share of validation.steps batches")
+                                  .Register(*registry_)),
+      validations_family_(BuildCounter()
+                              .Name("trainyard_job_validations_total")
+                              .Help("Validation runs reported for a job")
+                              .Register(*registry_)),
       expert_imbalance_family_(BuildGauge()
                                    .Name("trainyard_job_expert_load_imbalance_ratio")
                                    .Help("Max over mean of the tokens routed to each expert in the "
@@ -289,6 +303,7 @@ ControllerMetrics::JobSeries& ControllerMetrics::SeriesLocked(const std::string&
     s.tokens = &tokens_total_family_.Add({{"job_id", job_id}});
     s.restarts = &restarts_family_.Add({{"job_id", job_id}});
     s.stalls = &stalls_family_.Add({{"job_id", job_id}});
+    s.validations = &validations_family_.Add({{"job_id", job_id}});
     // The recompile-storm alert reads this per-job total (the by-region series appear
     // only at a region's first recompile, which increase() cannot see).
     s.compile[v1::CompileEvent::RECOMPILE] =
@@ -307,6 +322,7 @@ void ControllerMetrics::StepReported(const std::string& job_id, const v1::StepMe
     s.tokens_per_s = &tokens_family_.Add({{"job_id", job_id}});
     s.mfu = &mfu_family_.Add({{"job_id", job_id}});
     s.step_seconds = &step_seconds_family_.Add({{"job_id", job_id}});
+    s.epoch = &epoch_family_.Add({{"job_id", job_id}});
   }
   if (s.last_progress == nullptr) s.last_progress = &last_progress_family_.Add({{"job_id", job_id}});
   s.last_progress->Set(std::max(s.last_progress->Value(), absl::ToDoubleSeconds(now - absl::UnixEpoch())));
@@ -315,10 +331,19 @@ void ControllerMetrics::StepReported(const std::string& job_id, const v1::StepMe
   s.tokens_per_s->Set(step.tokens_per_s());
   s.mfu->Set(step.mfu());
   s.step_seconds->Set(step.step_ms() / 1000.0);
+  s.epoch->Set(static_cast<double>(step.epoch()));
   // A rank reports the tokens trained since its previous report (a finite count; a
   // negative or NaN one from a broken rank is not added).
   if (step.tokens() > 0) s.tokens->Increment(static_cast<double>(step.tokens()));
   ExpertLoadLocked(job_id, s, step);
+}
+
+void ControllerMetrics::ValidationReported(const std::string& job_id, const v1::Validation& validation) {
+  absl::MutexLock lock(&mu_);
+  JobSeries& s = SeriesLocked(job_id);
+  if (s.validation_loss == nullptr) s.validation_loss = &validation_loss_family_.Add({{"job_id", job_id}});
+  s.validation_loss->Set(validation.loss());
+  s.validations->Increment();
 }
 
 void ControllerMetrics::ExpertLoadLocked(const std::string& job_id, JobSeries& s,
@@ -411,7 +436,9 @@ void ControllerMetrics::Sweep(absl::Time now, absl::Duration grace) {
       tokens_family_.Remove(s.tokens_per_s);
       mfu_family_.Remove(s.mfu);
       step_seconds_family_.Remove(s.step_seconds);
+      epoch_family_.Remove(s.epoch);
     }
+    if (s.validation_loss != nullptr) validation_loss_family_.Remove(s.validation_loss);
     if (s.expert_imbalance != nullptr) expert_imbalance_family_.Remove(s.expert_imbalance);
     for (prometheus::Gauge* g : s.expert_tokens) expert_tokens_family_.Remove(g);
     if (s.last_progress != nullptr) last_progress_family_.Remove(s.last_progress);
@@ -419,6 +446,7 @@ void ControllerMetrics::Sweep(absl::Time now, absl::Duration grace) {
     tokens_total_family_.Remove(s.tokens);
     restarts_family_.Remove(s.restarts);
     stalls_family_.Remove(s.stalls);
+    validations_family_.Remove(s.validations);
     for (auto& [region, counter] : s.recompiles) recompiles_family_.Remove(counter);
     for (auto& [kind, counter] : s.compile) compile_family_.Remove(counter);
     drop.push_back(job_id);

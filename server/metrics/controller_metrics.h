@@ -69,8 +69,13 @@ class ControllerMetrics {
   // Its expert_load (tokens per routed expert, summed over the MoE layers) sets
   // trainyard_job_expert_tokens{expert} and trainyard_job_expert_load_imbalance_ratio
   // (max/mean); a report without one, or with a negative count, leaves them as they were.
+  // Its epoch sets trainyard_job_epoch (0 for the synthetic dataset, which has none).
   void StepReported(const std::string& job_id, const v1::StepMetrics& step,
                     absl::Time now = absl::Now());
+  // A committed Validation: trainyard_job_validation_loss (the last one's, NaN included:
+  // a diverged model's loss is what the gauge should say) and one more
+  // trainyard_job_validations_total.
+  void ValidationReported(const std::string& job_id, const v1::Validation& validation);
   void CompileReported(const std::string& job_id, const v1::CompileEvent& compile);
   // One finished preflight; `outcome` is a PreflightVerdictName() or "refused" (queue
   // full, runner binary missing, controller stopping). Other values are dropped.
@@ -91,12 +96,15 @@ class ControllerMetrics {
     prometheus::Gauge* tokens_per_s = nullptr;
     prometheus::Gauge* mfu = nullptr;
     prometheus::Gauge* step_seconds = nullptr;
+    prometheus::Gauge* epoch = nullptr;
+    prometheus::Gauge* validation_loss = nullptr;  // from the first Validation
     // From the first step report that carries a usable expert_load.
     prometheus::Gauge* expert_imbalance = nullptr;
     std::vector<prometheus::Gauge*> expert_tokens;  // by routed expert index
     prometheus::Counter* tokens = nullptr;
     prometheus::Counter* restarts = nullptr;
     prometheus::Counter* stalls = nullptr;
+    prometheus::Counter* validations = nullptr;
     absl::flat_hash_map<int, prometheus::Counter*> compile;
     absl::flat_hash_map<std::string, prometheus::Counter*> recompiles;  // by region
     absl::Time ended = absl::InfiniteFuture();
@@ -124,6 +132,9 @@ class ControllerMetrics {
   prometheus::Family<prometheus::Gauge>& mfu_family_;
   prometheus::Family<prometheus::Counter>& compile_family_;
   prometheus::Family<prometheus::Gauge>& step_seconds_family_;
+  prometheus::Family<prometheus::Gauge>& epoch_family_;
+  prometheus::Family<prometheus::Gauge>& validation_loss_family_;
+  prometheus::Family<prometheus::Counter>& validations_family_;
   prometheus::Family<prometheus::Gauge>& expert_imbalance_family_;
   prometheus::Family<prometheus::Gauge>& expert_tokens_family_;
   prometheus::Family<prometheus::Counter>& tokens_total_family_;

@@ -3,9 +3,10 @@
 // current one (older: a rank of an ended attempt; newer: forged), of a rank the
 // current attempt did not place on the sending worker, a CheckpointSaved that
 // cannot be this job's newest checkpoint, or an ArtifactRef (only the controller
-// writes those, after an upload) is refused, not appended. Stall events from the
-// job's placed ranks pass. Field ranges that
-// need no job (a negative byte count, NaN) are request_validation::InvalidEvent's.
+// writes those, after an upload) is refused, not appended. Stall, StepMetrics and
+// Validation events from the job's placed ranks of its current attempt pass. Field
+// ranges that need no job (a negative byte count, NaN) are
+// request_validation::InvalidEvent's.
 //
 // Pure: no I/O, no locks, no clock. Thread-safe (stateless).
 #pragma once

@@ -141,6 +141,16 @@ std::string InvalidEvent(const v1::Event& e) {
     return absl::StrCat(bytes, " bytes, more than the ", kMaxEventBytes, " allowed");
   }
   if (e.has_checkpoint()) return CheckpointProblem(e.checkpoint());
+  if (e.has_validation()) return ValidationProblem(e.validation());
+  return "";
+}
+
+std::string ValidationProblem(const v1::Validation& v) {
+  if (v.step() < 0) return absl::StrCat("validation.step must be >= 0, got ", v.step());
+  if (v.tokens() < 0) return absl::StrCat("validation.tokens must be >= 0, got ", v.tokens());
+  if (!std::isfinite(v.ms()) || v.ms() < 0) {
+    return absl::StrCat("validation.ms must be a finite number >= 0, got ", v.ms());
+  }
   return "";
 }
 

@@ -50,7 +50,8 @@ absl::Status Check(const v1::EventBatch& request);
 // such an event and counts it (trainyard_events_dropped_total{reason="invalid"}) but
 // still acknowledges its batch: refusing the batch would make the worker resend it
 // forever and hold back every event behind it.
-// A CheckpointSaved must also hold ranges that need no job (CheckpointProblem).
+// A CheckpointSaved must also hold ranges that need no job (CheckpointProblem), and so
+// must a Validation (ValidationProblem).
 std::string InvalidEvent(const v1::Event& event);
 
 // Why a CheckpointSaved's fields are out of range, or "": step >= 1; path non-empty,
@@ -58,5 +59,11 @@ std::string InvalidEvent(const v1::Event& event);
 // blocked_ms and write_ms finite and >= 0; dp, tp, ep in [1, spec::kMaxWorldSize].
 // Whether it fits its job (steps, directory, newer than the last) is event_fencing's.
 std::string CheckpointProblem(const v1::CheckpointSaved& checkpoint);
+
+// Why a Validation's fields are out of range, or "": step >= 0 (0: before the first
+// step), tokens >= 0, ms finite and >= 0. The loss may be NaN or infinite: a diverged
+// model's validation loss is a real outcome, stored and shown as the StepMetrics loss
+// is, while a negative count or duration can only come from a broken rank.
+std::string ValidationProblem(const v1::Validation& validation);
 
 }  // namespace trainyard::request_validation

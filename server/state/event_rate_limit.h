@@ -6,8 +6,9 @@
 // (counted by the caller as trainyard_events_dropped_total{reason="rate_limited"}),
 // while the worker's stream stays open and its batch is acknowledged.
 // Never limited: events that carry state (rank states, checkpoints, stalls; artifact
-// refs are refused anyway), where a drop would lose a transition, and step metrics,
-// the job's record (every step once), which are bounded by its steps.
+// refs are refused anyway), where a drop would lose a transition, and step metrics
+// and validations, the job's record (every step once; one validation per
+// validation.freq steps), which are bounded by its steps.
 //
 // Why per job: one runaway job (a rank printing in a loop, a forged flood) must not
 // fill the store or starve the ingest of every other job.

@@ -280,6 +280,7 @@ absl::Status JobManager::IngestEvents(int64_t conn, const v1::EventBatch& batch)
       if (e.has_step_metrics()) metrics_->StepReported(job_id, e.step_metrics(), clock_->Now());
       if (e.has_compile()) metrics_->CompileReported(job_id, e.compile());
       if (e.has_stall()) metrics_->StallReported(job_id);
+      if (e.has_validation()) metrics_->ValidationReported(job_id, e.validation());
     }
     fx.Notify(job_id);
     committed[job_id] = std::move(*stored);

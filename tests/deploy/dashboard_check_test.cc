@@ -135,8 +135,8 @@ TEST(DashboardTest, IsAGrafanaDashboardWithDatasourceAndJobVariables) {
 
 // Every expression against the exposition of a real controller after a real job: a
 // jit-compiled job with full activation checkpointing, whose recompute is a second
-// guard set of each region (a RECOMPILE with its region), so every labelled family the
-// dashboard uses exists.
+// guard set of each region (a RECOMPILE with its region), and [validation] on, so every
+// labelled family the dashboard uses exists.
 TEST(DashboardTest, EveryExpressionNamesMetricsTheControllerExports) {
   const json dashboard = LoadDashboard();
   const std::vector<std::string> exprs = DashboardExpressions(dashboard);
@@ -151,7 +151,8 @@ TEST(DashboardTest, EveryExpressionNamesMetricsTheControllerExports) {
   ASSERT_TRUE(cluster.WaitConnected({"w1"}, 30000));
   const std::string id = cluster.Submit(TRAINYARD_EXAMPLES "/tiny.toml",
                                         {"training.steps=3", "compile.backend=jit", "activation_checkpoint.mode=full",
-                                         "restart.max_restarts=0"});
+                                         "restart.max_restarts=0", "validation.dataset=synthetic",
+                                         "validation.freq=2", "validation.steps=1"});
   ASSERT_FALSE(id.empty());
   cluster.Follow(id, "events.jsonl")->WaitEnd();
   ASSERT_EQ(cluster.Get(id).value("state", ""), "SUCCEEDED") << "see " << cluster.dir();
@@ -166,6 +167,10 @@ TEST(DashboardTest, EveryExpressionNamesMetricsTheControllerExports) {
   // tiny.toml is MoE (4 routed experts), so its steps carry expert_load.
   ASSERT_TRUE(exposition.samples.count("trainyard_job_expert_tokens"))
       << "the job reported no expert_load; the expert panels cannot be checked:\n" << text;
+  // [validation] on: the engine's rank 0 reported Validation events (before step 1,
+  // at step 2 and after the last).
+  ASSERT_TRUE(exposition.samples.count("trainyard_job_validation_loss"))
+      << "the job reported no Validation; the validation-loss panel cannot be checked:\n" << text;
   EXPECT_TRUE(text.find("trainyard_job_loss{job_id=\"" + id + "\"}") != std::string::npos) << text;
 
   std::vector<std::string> problems;

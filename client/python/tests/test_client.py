@@ -49,7 +49,8 @@ class JobFlowTest(unittest.TestCase):
         spec = ty.load_job_file(os.environ["TRAINYARD_TEST_JOB_FILE"], {
             "training.steps": STEPS, "training.log_freq": 1, "restart.max_restarts": 0,
             "profiling.enable": True, "profiling.freq": 5, "profiling.warmup": 1,
-            "profiling.active": 2})
+            "profiling.active": 2, "validation.dataset": "synthetic", "validation.freq": 3,
+            "validation.steps": 1})
         cls.submitted = cls.c.submit(spec)
         cls.events = list(cls.c.watch(cls.submitted.id, timeout=WATCH_TIMEOUT_S))
         cls.final = cls.c.get(cls.submitted.id)
@@ -93,6 +94,22 @@ class JobFlowTest(unittest.TestCase):
         ranks = [e.payload for e in self.events if e.kind == "rank_state"]
         self.assertIn("EXITED", [r.state for r in ranks])
         self.assertEqual({r.worker for r in ranks}, {"w1"})
+
+    def test_watch_returns_the_validations_beside_the_steps(self):
+        # [validation] on: rank 0 evaluates every 3 steps (and before the first and after
+        # the last); each comes as a typed Validation in seq order with the steps.
+        validations = [e for e in self.events if e.kind == "validation"]
+        self.assertTrue(validations, "no validation event in the job's stream")
+        for e in validations:
+            v = e.payload
+            self.assertIsInstance(v, ty.Validation)
+            self.assertEqual(e.rank, 0)
+            self.assertTrue(0 <= v.step <= STEPS, v)
+            self.assertTrue(math.isfinite(v.loss) and v.loss > 0, v)
+            self.assertGreater(v.tokens, 0)
+            self.assertGreaterEqual(v.ms, 0)
+        steps = [v.payload.step for v in validations]
+        self.assertEqual(steps, sorted(steps))
 
     def test_watch_from_a_seq_replays_from_there(self):
         tail = list(self.c.watch(self.submitted.id, from_seq=self.final.last_seq - 1,

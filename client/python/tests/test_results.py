@@ -2,6 +2,7 @@
 payload (and of the other results) comes across by its .proto name with its value, so
 a field added to the .proto cannot be dropped or misspelled here (no controller needed)."""
 
+import math
 import unittest
 from datetime import datetime, timezone
 
@@ -42,7 +43,7 @@ def _fill(msg, base):
 class PayloadTest(unittest.TestCase):
     def test_every_payload_field_comes_across_by_its_proto_name(self):
         payloads = event_pb2.Event.DESCRIPTOR.oneofs_by_name["payload"].fields
-        self.assertEqual(len(payloads), 8)
+        self.assertEqual(len(payloads), 9)
         for k, f in enumerate(payloads):
             with self.subTest(payload=f.name):
                 msg = event_pb2.Event(job_id="j", seq=7 + k, rank=1, attempt=2, source_seq=3)
@@ -69,6 +70,24 @@ class PayloadTest(unittest.TestCase):
         m = ty.Event.from_proto(msg).payload
         self.assertIsInstance(m, ty.StepMetrics)
         self.assertEqual((m.step, m.loss, m.tokens_per_s, m.expert_load, m.mfu), (12, 6.25, 1500.0, [3, 5], 0.0))
+
+    def test_validation_and_epoch_keep_their_values_and_a_nan_loss(self):
+        msg = event_pb2.Event(seq=5, rank=0)
+        msg.validation.step = 40
+        msg.validation.loss = 3.125
+        msg.validation.tokens = 1 << 40
+        msg.validation.ms = 812.5
+        event = ty.Event.from_proto(msg)
+        self.assertEqual(event.kind, "validation")
+        v = event.payload
+        self.assertIsInstance(v, ty.Validation)
+        self.assertEqual((v.step, v.loss, v.tokens, v.ms), (40, 3.125, 1 << 40, 812.5))
+        msg.validation.loss = float("nan")  # a diverged model
+        self.assertTrue(math.isnan(ty.Event.from_proto(msg).payload.loss))
+        step = event_pb2.Event(seq=6)
+        step.step_metrics.step = 41
+        step.step_metrics.epoch = 3
+        self.assertEqual(ty.Event.from_proto(step).payload.epoch, 3)
 
     def test_the_envelope_is_the_events_fields_outside_the_payload(self):
         envelope = [f.name for f in event_pb2.Event.DESCRIPTOR.fields if f.containing_oneof is None]

@@ -21,8 +21,17 @@ def _event(seq, state=None):
     return e
 
 
-# seq 1 PENDING, 2..5 steps, 6 SUCCEEDED.
-EVENTS = ([_event(1, job_pb2.Job.PENDING)] + [_event(s) for s in range(2, 6)]
+def _validation(seq, step, loss):
+    e = event_pb2.Event(job_id="j", seq=seq, rank=0, attempt=1)
+    e.validation.step = step
+    e.validation.loss = loss
+    e.validation.tokens = 2048
+    e.validation.ms = 12.5
+    return e
+
+
+# seq 1 PENDING, 2, 3 and 5 steps, 4 a validation, 6 SUCCEEDED.
+EVENTS = ([_event(1, job_pb2.Job.PENDING), _event(2), _event(3), _validation(4, 3, 0.4375), _event(5)]
           + [_event(6, job_pb2.Job.SUCCEEDED)])
 
 
@@ -75,6 +84,19 @@ class WatchResumeTest(unittest.TestCase):
         self.assertEqual([e.seq for e in events], [1, 2, 3, 4, 5, 6])
         self.assertEqual(service.from_seqs, [1, 4])
         self.assertEqual(events[-1].payload.state, ty.JobState.SUCCEEDED)
+
+    def test_validations_come_with_the_steps_as_typed_payloads(self):
+        # A break right after the validation: the resumed stream does not send it twice.
+        service = FakeJobService([(0, 4, grpc.StatusCode.UNAVAILABLE), (1, None, None)])
+        c = self.serve(service)
+        events = list(c.watch("j", timeout=30))
+        self.assertEqual([e.kind for e in events], ["job_state", "step_metrics", "step_metrics", "validation",
+                                                    "step_metrics", "job_state"])
+        v = [e.payload for e in events if e.kind == "validation"]
+        self.assertEqual(len(v), 1)
+        self.assertIsInstance(v[0], ty.Validation)
+        self.assertEqual((v[0].step, v[0].loss, v[0].tokens, v[0].ms), (3, 0.4375, 2048, 12.5))
+        self.assertEqual(service.from_seqs, [1, 5])
 
     def test_from_seq_and_repeated_breaks(self):
         unavailable = grpc.StatusCode.UNAVAILABLE

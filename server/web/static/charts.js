@@ -2,21 +2,41 @@
 
 import {fmtNum, h} from './dom.js';
 
-// A line chart on a canvas: x = step, y = value. `points` is sorted by x.
+// A line chart on a canvas: x = step, y = value. `points` is sorted by x. An optional
+// second series (`second`: {key, label, color}) shares the axes and is drawn as a thin
+// line with a marker at every point (the loss chart's validation loss: a point every
+// validation.freq steps); the canvas's data-points counts the first series' points and
+// data-<key>-points the second's, which the browser test compares with the API.
 export class LineChart {
-  constructor(title, unit, color) {
-    this.title = title; this.unit = unit; this.color = color;
+  constructor(title, unit, color, second) {
+    this.title = title; this.unit = unit; this.color = color; this.second = second || null;
     this.canvas = h('canvas', {class: 'chart', role: 'img', 'aria-label': title, dataset: {points: '0'}});
+    if (this.second) this.canvas.dataset[`${this.second.key}Points`] = '0';
     this.last = h('span', {class: 'chart-last'});
-    this.el = h('div', {class: 'chart-box'}, h('div', {class: 'chart-title'}, title, this.last), this.canvas);
+    this.lastSecond = h('span', {class: 'chart-last'});
+    const legend = this.second
+      ? h('span', {class: 'chart-legend'},
+          h('span', {class: 'swatch line', style: `background:${color}`}), title,
+          h('span', {class: 'swatch marker', style: `background:${this.second.color}`}), this.second.label)
+      : null;
+    this.el = h('div', {class: 'chart-box'},
+                h('div', {class: 'chart-title'}, title, this.last, this.second ? this.lastSecond : null, legend),
+                this.canvas);
     this.points = [];
+    this.secondPoints = [];
     new ResizeObserver(() => this.draw()).observe(this.canvas);
   }
-  set(points) {
+  set(points, secondPoints) {
     this.points = points;
     this.canvas.dataset.points = String(points.length);
     const lastPoint = points[points.length - 1];
     this.last.textContent = lastPoint ? ` ${fmtNum(lastPoint[1])}${this.unit ? ' ' + this.unit : ''} @ step ${lastPoint[0]}` : '';
+    if (this.second) {
+      this.secondPoints = secondPoints || [];
+      this.canvas.dataset[`${this.second.key}Points`] = String(this.secondPoints.length);
+      const l = this.secondPoints[this.secondPoints.length - 1];
+      this.lastSecond.textContent = l ? ` · ${this.second.label} ${fmtNum(l[1])} @ step ${l[0]}` : '';
+    }
     this.draw();
   }
   draw() {
@@ -32,16 +52,19 @@ export class LineChart {
     const pw = w - pad.l - pad.r, ph = hgt - pad.t - pad.b;
     g.font = '11px system-ui, sans-serif';
     g.fillStyle = '#6b7280';
-    const pts = this.points;
-    if (pts.length === 0) {
+    const pts = this.points, second = this.secondPoints;
+    const all = pts.concat(second);
+    if (all.length === 0) {
       g.textAlign = 'center';
       g.fillText('waiting for step metrics…', pad.l + pw / 2, pad.t + ph / 2);
       return;
     }
-    let x0 = pts[0][0], x1 = pts[pts.length - 1][0];
+    let x0 = Infinity, x1 = -Infinity, y0 = Infinity, y1 = -Infinity;
+    for (const [x, y] of all) {
+      if (x < x0) x0 = x; if (x > x1) x1 = x;
+      if (y < y0) y0 = y; if (y > y1) y1 = y;
+    }
     if (x1 === x0) x1 = x0 + 1;
-    let y0 = Infinity, y1 = -Infinity;
-    for (const [, y] of pts) { if (y < y0) y0 = y; if (y > y1) y1 = y; }
     if (y1 === y0) { y0 -= Math.abs(y0) * 0.1 || 1; y1 += Math.abs(y1) * 0.1 || 1; }
     const span = y1 - y0, nonNegative = y0 >= 0;
     y0 -= span * 0.05; y1 += span * 0.05;
@@ -68,10 +91,25 @@ export class LineChart {
     g.strokeStyle = '#9ca3af';
     g.strokeRect(pad.l + 0.5, pad.t + 0.5, pw, ph);
     // The series, with a soft fill under it.
+    if (pts.length) this.drawMain(g, pts, X, Y, pad.t + ph);
+    if (second.length) {
+      // A validation point is one evaluation: a marker each, joined by a thin line.
+      g.beginPath();
+      second.forEach(([x, y], i) => (i ? g.lineTo(X(x), Y(y)) : g.moveTo(X(x), Y(y))));
+      g.strokeStyle = this.second.color; g.lineWidth = 1.5; g.stroke();
+      g.fillStyle = this.second.color;
+      for (const [x, y] of second) {
+        const cx = X(x), cy = Y(y);  // a diamond, so it reads apart from the training dots
+        g.beginPath(); g.moveTo(cx, cy - 4.5); g.lineTo(cx + 4.5, cy); g.lineTo(cx, cy + 4.5); g.lineTo(cx - 4.5, cy);
+        g.closePath(); g.fill();
+      }
+    }
+  }
+  drawMain(g, pts, X, Y, bottom) {
     g.beginPath();
     pts.forEach(([x, y], i) => (i ? g.lineTo(X(x), Y(y)) : g.moveTo(X(x), Y(y))));
     g.strokeStyle = this.color; g.lineWidth = 2; g.lineJoin = 'round'; g.stroke();
-    g.lineTo(X(pts[pts.length - 1][0]), pad.t + ph); g.lineTo(X(pts[0][0]), pad.t + ph); g.closePath();
+    g.lineTo(X(pts[pts.length - 1][0]), bottom); g.lineTo(X(pts[0][0]), bottom); g.closePath();
     g.globalAlpha = 0.08; g.fillStyle = this.color; g.fill(); g.globalAlpha = 1;
     if (pts.length <= 60) {
       g.fillStyle = this.color;

@@ -1,5 +1,5 @@
 // One job's live page: events read page by page since the last poll (events.js), the
-// loss and tokens/s charts, the compile table per region, expert load, restarts and
+// loss chart (training and validation loss) and the tokens/s chart, the compile table per region, expert load, restarts and
 // stalls, artifact downloads.
 
 import {Unauthorized, api, apiJson, showTokenPrompt} from './api.js';
@@ -9,7 +9,7 @@ import {eventKind, numericPayload, timeMs} from './events.js';
 import {Page} from './page.js';
 
 const POLL_MS = 1000;
-const EVENT_KINDS = 'step_metrics,compile,stall,job_state,checkpoint,artifact';
+const EVENT_KINDS = 'step_metrics,validation,compile,stall,job_state,checkpoint,artifact';
 const TERMINAL = new Set(['SUCCEEDED', 'FAILED', 'CANCELLED']);
 
 export class JobPage extends Page {
@@ -19,6 +19,8 @@ export class JobPage extends Page {
     this.afterSeq = 0;
     this.loss = new Map();       // step -> loss (the latest report of a step wins, as after a restart)
     this.tps = new Map();        // step -> tokens/s
+    this.valLoss = new Map();    // step -> validation loss (the latest evaluation of a step wins)
+    this.lastValidation = null;
     this.lastMetrics = null;
     this.lastLoad = null;        // {step, load, imbalance}
     this.regions = new Map();    // region -> compile stats
@@ -60,6 +62,14 @@ export class JobPage extends Page {
         if (m.expert_load.length) this.lastLoad = {step: m.step, load: m.expert_load, imbalance: m.imbalance, rank: e.rank};
         break;
       }
+      case 'validation': {
+        const v = numericPayload(d);
+        // As the training loss: a diverged model's NaN is named on the card, not charted.
+        if (Number.isFinite(v.loss)) this.valLoss.set(v.step, v.loss);
+        else this.valLoss.delete(v.step);
+        this.lastValidation = v;
+        break;
+      }
       case 'compile': {
         let r = this.regions.get(d.region);
         if (!r) {
@@ -93,7 +103,7 @@ export class JobPage extends Page {
   build() {
     this.head = h('div', {class: 'page-head'});
     this.cards = h('div', {class: 'cards', id: 'job-cards'});
-    this.lossChart = new LineChart('loss', '', '#2563eb');
+    this.lossChart = new LineChart('loss', '', '#2563eb', {key: 'validation', label: 'validation', color: '#d97706'});
     this.lossChart.canvas.id = 'loss-chart';
     this.tpsChart = new LineChart('tokens/s', 'tok/s', '#059669');
     this.tpsChart.canvas.id = 'tps-chart';
@@ -117,6 +127,7 @@ export class JobPage extends Page {
   render(job, artifacts) {
     if (!this.built) this.build();
     const m = this.lastMetrics;
+    const v = this.lastValidation;
     this.head.replaceChildren(
       h('h1', {}, job.id, ' ', h('span', {class: 'muted'}, job.name || '')), badge(job.state),
       h('span', {class: 'muted'}, `owner ${job.owner} · ${job.preset || 'custom'} · ${job.device} · dp ${job.dp} tp ${job.tp} ep ${job.ep}`));
@@ -128,7 +139,10 @@ export class JobPage extends Page {
     this.cards.replaceChildren(
       card('step', m ? `${m.step} / ${job.steps}` : `0 / ${job.steps}`,
            h('div', {class: 'progress'}, h('div', {style: `width:${m ? Math.min(100, (100 * m.step) / job.steps) : 0}%`}))),
-      card('loss', m ? (Number.isFinite(m.loss) ? fmtNum(m.loss, 4) : 'not finite') : '–', m ? `grad norm ${fmtNum(m.grad_norm)} · lr ${fmtNum(m.lr)}` : ''),
+      card('loss', m ? (Number.isFinite(m.loss) ? fmtNum(m.loss, 4) : 'not finite') : '–',
+           m ? `grad norm ${fmtNum(m.grad_norm)} · lr ${fmtNum(m.lr)}${m.epoch > 0 ? ` · epoch ${m.epoch}` : ''}` : ''),
+      card('validation loss', v ? (Number.isFinite(v.loss) ? fmtNum(v.loss, 4) : 'not finite') : '–',
+           v ? `at step ${v.step} · ${fmtNum(v.ms)} ms` : 'none reported'),
       card('tokens/s', m ? fmtNum(m.tokens_per_s) : '–', m ? `${fmtNum(m.step_ms)} ms/step · ${fmtNum(m.peak_rss_mb)} MB rss` : ''),
       card('attempt', String(job.attempt), `restarts ${job.restarts} of ${job.max_restarts}`),
       card('stalls', String(this.stalls.length), this.stalls.length ? this.stalls[this.stalls.length - 1].collective || 'step timeout' : 'none'),
@@ -138,7 +152,7 @@ export class JobPage extends Page {
            job.last_checkpoint ? fmtBytes(job.last_checkpoint.bytes) : ''),
       card('running for', job.start_time_ms ? fmtDuration(end - job.start_time_ms) : '–', `created ${fmtTime(job.create_time_ms)}`));
     const sorted = (map) => [...map.entries()].sort((a, b) => a[0] - b[0]);
-    this.lossChart.set(sorted(this.loss));
+    this.lossChart.set(sorted(this.loss), sorted(this.valLoss));
     this.tpsChart.set(sorted(this.tps));
     this.renderCompile();
     this.renderExperts();

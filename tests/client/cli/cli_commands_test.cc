@@ -204,6 +204,43 @@ TEST_F(CliCommandsTest, GetCancelAndWorkers) {
                                                  StartsWith("w1    4      2     yes")));
 }
 
+// A job with [validation]: watch prints each Validation as its own line, get shows the
+// newest one (step, loss) and the last step's epoch.
+TEST_F(CliCommandsTest, WatchAndGetShowValidations) {
+  v1::Job job = service_.AddJob("jv", v1::Job::SUCCEEDED, /*steps=*/20);
+  job.mutable_spec()->mutable_validation()->set_dataset("synthetic");
+  job.mutable_spec()->mutable_validation()->set_freq(10);
+  std::vector<v1::Event> events;
+  events.push_back(testing::FakeJobService::StateEvent("jv", 1, v1::Job::RUNNING));
+  auto validation = [](int64_t seq, int64_t step, double loss) {
+    v1::Event e = testing::FakeJobService::MakeEvent("jv", seq, 0);
+    e.mutable_validation()->set_step(step);
+    e.mutable_validation()->set_loss(loss);
+    e.mutable_validation()->set_tokens(2048);
+    e.mutable_validation()->set_ms(12.5);
+    return e;
+  };
+  events.push_back(validation(2, 0, 7.0));
+  events.push_back(testing::FakeJobService::StepEvent("jv", 3, 10, 5.5));
+  events.back().mutable_step_metrics()->set_epoch(2);
+  events.push_back(validation(4, 10, 5.8125));
+  events.push_back(testing::FakeJobService::StateEvent("jv", 5, v1::Job::SUCCEEDED));
+  service_.SetEvents("jv", events);
+  job.set_last_seq(5);
+  service_.PutJob(job);
+
+  EXPECT_EQ(Run({"watch", "jv"}), 0) << err_.str();
+  EXPECT_THAT(OutLines(), ::testing::ElementsAre(
+                              "seq=1 job RUNNING", "seq=2 rank=0 validation step 0 loss=7.0000 tokens=2048 ms=12",
+                              "seq=3 rank=0 step 10 loss=5.5000 grad_norm=0.00 lr=0.0e+00 tok/s=1000 step_ms=0 epoch=2",
+                              "seq=4 rank=0 validation step 10 loss=5.8125 tokens=2048 ms=12", "seq=5 job SUCCEEDED"));
+  EXPECT_EQ(Run({"get", "jv"}), 0) << err_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("\nmetrics    step 10/20 loss 5.5000"));
+  EXPECT_THAT(out_.str(), HasSubstr(" epoch 2 at "));
+  EXPECT_THAT(out_.str(), HasSubstr("\nvalidation step 10 loss 5.8125 (2048 tokens, 12 ms) at "));
+  EXPECT_THAT(out_.str(), HasSubstr("; 2 runs\n"));
+}
+
 TEST_F(CliCommandsTest, ResizeSendsTheDpAndPrintsTheJob) {
   v1::Job j1 = service_.AddJob("j1", v1::Job::RUNNING);
   j1.mutable_spec()->mutable_parallelism()->set_dp(2);  // the fake refuses --dp past it

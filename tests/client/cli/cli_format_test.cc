@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <limits>
+
 namespace trainyard::cli {
 namespace {
 
@@ -20,6 +22,29 @@ TEST(CliFormatTest, StepMetricsLine) {
   m->set_step_ms(1340.2);
   EXPECT_EQ(FormatEventText(e),
             "seq=12 rank=0 step 5 loss=6.8123 grad_norm=1.23 lr=4.0e-04 tok/s=1520 step_ms=1340");
+}
+
+// A dataset with epochs adds the step's epoch; a Validation is its own line.
+TEST(CliFormatTest, EpochAndValidationLines) {
+  v1::Event e;
+  e.set_seq(12);
+  e.set_rank(0);
+  e.mutable_step_metrics()->set_step(5);
+  e.mutable_step_metrics()->set_loss(6.5);
+  e.mutable_step_metrics()->set_epoch(3);
+  EXPECT_EQ(FormatEventText(e),
+            "seq=12 rank=0 step 5 loss=6.5000 grad_norm=0.00 lr=0.0e+00 tok/s=0 step_ms=0 epoch=3");
+  v1::Event v;
+  v.set_seq(13);
+  v.set_rank(0);
+  v.set_attempt(2);
+  v.mutable_validation()->set_step(50);
+  v.mutable_validation()->set_loss(4.81256);
+  v.mutable_validation()->set_tokens(8192);
+  v.mutable_validation()->set_ms(38.4);
+  EXPECT_EQ(FormatEventText(v), "seq=13 rank=0 attempt=2 validation step 50 loss=4.8126 tokens=8192 ms=38");
+  v.mutable_validation()->set_loss(std::numeric_limits<double>::quiet_NaN());
+  EXPECT_EQ(FormatEventText(v), "seq=13 rank=0 attempt=2 validation step 50 loss=nan tokens=8192 ms=38");
 }
 
 TEST(CliFormatTest, JobStateLineUsesJobAsSource) {

@@ -38,6 +38,20 @@ v1::Event StepEvent(int64_t seq, int64_t step, double loss, int64_t at_s, int at
   return e;
 }
 
+v1::Event ValEvent(int64_t seq, int64_t step, double loss, int64_t at_s, int attempt = 1) {
+  v1::Event e;
+  e.set_job_id("job-1");
+  e.set_seq(seq);
+  e.set_rank(0);
+  e.set_attempt(attempt);
+  *e.mutable_time() = At(at_s);
+  e.mutable_validation()->set_step(step);
+  e.mutable_validation()->set_loss(loss);
+  e.mutable_validation()->set_tokens(8192);
+  e.mutable_validation()->set_ms(41.6);
+  return e;
+}
+
 v1::Event StateEvent(int64_t seq, v1::Job::State state, const std::string& reason, int64_t at_s, int attempt = 0) {
   v1::Event e;
   e.set_job_id("job-1");
@@ -128,6 +142,15 @@ TEST(StatusLineTest, ShowsEveryPartAndDropsTailPartsToFit) {
   waiting.job_id = "job-8";
   waiting.state = v1::Job::PENDING;
   EXPECT_EQ(FormatStatusLine(waiting, 0), "job-8 PENDING  waiting for the first step");
+  // A dataset with epochs, and a validation run: both right after the training loss.
+  s.state = v1::Job::RUNNING;
+  s.epoch = 2;
+  s.have_validation = true;
+  s.val_loss = 4.25;
+  s.val_step = 10;
+  EXPECT_EQ(FormatStatusLine(s, 0),
+            "job-7 RUNNING  step 12/20 epoch 2  █▅▁ loss 4.0000  val 4.2500@10  1520 tok/s  MFU 31.2%  ETA 12s  "
+            "recompiles 2");
 }
 
 TEST(ExitCodeTest, OneTableForEveryStatus) {
@@ -273,6 +296,33 @@ TEST(JobHistoryTest, GetDescribesHistoryAttemptsMetricsAndArtifacts) {
   EXPECT_THAT(text, HasSubstr("checkpoints none"));
 }
 
+// `get` shows the newest validation (newest attempt, then highest step; a late resend
+// of an older step does not replace it), how many ran, and the last step's epoch.
+TEST(JobHistoryTest, GetShowsTheLastValidationAndTheEpoch) {
+  v1::Job job;
+  JobHistory h = RestartedJob(&job);
+  EXPECT_FALSE(h.last_validation().has_value());
+  EXPECT_THAT(FormatJobDescription(job, h, {}), Not(HasSubstr("validation"))) << "[validation] off: no line";
+  job.mutable_spec()->mutable_validation()->set_dataset("synthetic");
+  job.mutable_spec()->mutable_validation()->set_freq(2);
+  EXPECT_THAT(FormatJobDescription(job, h, {}), HasSubstr("\nvalidation none yet (every 2 steps on synthetic)\n"));
+
+  h.Add(ValEvent(100, 2, 5.75, 5, /*attempt=*/1));
+  h.Add(ValEvent(101, 2, 5.125, 11, /*attempt=*/2));
+  h.Add(ValEvent(102, 4, 3.0625, 12, /*attempt=*/2));
+  h.Add(ValEvent(103, 2, 9.0, 13, /*attempt=*/2));  // a late resend of step 2's
+  v1::Event step = StepEvent(104, 4, 3.0, 13, 2);
+  step.mutable_step_metrics()->set_epoch(3);
+  h.Add(step);
+  ASSERT_TRUE(h.last_validation().has_value());
+  EXPECT_EQ(h.last_validation()->validation().step(), 4);
+  EXPECT_EQ(h.validation_count(), 4);
+  const std::string text = FormatJobDescription(job, h, {});
+  EXPECT_THAT(text, HasSubstr("metrics    step 4/4 loss 3.0000"));
+  EXPECT_THAT(text, HasSubstr(" epoch 3 at 00:00:13\n"));
+  EXPECT_THAT(text, HasSubstr("\nvalidation step 4 loss 3.0625 (8192 tokens, 42 ms) at 00:00:12; 4 runs\n"));
+}
+
 TEST(JobHistoryTest, ExplainShowsCompileRestartsAndStalls) {
   v1::Job job;
   JobHistory h = RestartedJob(&job);
@@ -374,6 +424,28 @@ TEST(WatchDisplayTest, TerminalRedrawsOneLineAndPrintsNotableEventsAbove) {
   EXPECT_THAT(s, HasSubstr("step 1/3"));
   EXPECT_THAT(s, HasSubstr("step 2/3"));
   EXPECT_THAT(s, HasSubstr("ETA 1s"));  // 1 step left at 1 step/s, seen at step 2
+}
+
+// A Validation gets its own line above the status line, which then shows it; an older
+// step's evaluation arriving late (another rank's resend) does not replace the newest,
+// a new attempt's does.
+TEST(WatchDisplayTest, AValidationIsPrintedAboveAndShownOnTheStatusLine) {
+  std::ostringstream out, err;
+  WatchDisplay d(WatchDisplay::Mode::kTerminal, out, err, "job-1", 20, 200);
+  d.OnEvent(StepEvent(1, 10, 5.0, 1));
+  d.OnEvent(ValEvent(2, 10, 5.25, 2));
+  EXPECT_THAT(out.str(), HasSubstr("\r\x1b[2Kseq=2 rank=0 validation step 10 loss=5.2500 tokens=8192 ms=42\n"));
+  EXPECT_TRUE(d.status().have_validation);
+  EXPECT_EQ(d.status().val_loss, 5.25);
+  d.OnEvent(ValEvent(3, 20, 4.5, 3));
+  d.OnEvent(ValEvent(4, 10, 9.0, 4));
+  EXPECT_EQ(d.status().val_step, 20);
+  EXPECT_EQ(d.status().val_loss, 4.5);
+  d.OnEvent(ValEvent(5, 0, 6.0, 5, /*attempt=*/2));
+  EXPECT_EQ(d.status().val_step, 0) << "a restart evaluates again from its resumed step";
+  EXPECT_EQ(d.status().val_loss, 6.0);
+  d.Finish();
+  EXPECT_THAT(out.str(), HasSubstr("val 6.0000@0"));
 }
 
 TEST(WatchDisplayTest, PlainAndJsonModesPrintOneLinePerEvent) {

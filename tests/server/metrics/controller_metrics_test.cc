@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <prometheus/text_serializer.h>
 
+#include <limits>
 #include <string>
 
 namespace trainyard {
@@ -189,6 +190,40 @@ TEST(ControllerMetricsTest, ExpertSeriesAreSweptWithTheJob) {
   metrics.Sweep(ended + absl::Minutes(10), absl::Minutes(10));
   text = Scrape(metrics);
   EXPECT_EQ(text.find("job-9"), std::string::npos) << text;
+}
+
+// The last validation's loss (NaN included: a diverged model) and a count of them; the
+// epoch of the last step. All removed with the job's other series.
+TEST(ControllerMetricsTest, ValidationLossEvaluationsAndEpochAreSweptWithTheJob) {
+  ControllerMetrics metrics;
+  metrics.JobStateChanged("job-4", v1::Job::SCHEDULED, absl::FromUnixSeconds(10));
+  std::string text = Scrape(metrics);
+  EXPECT_TRUE(Has(text, "trainyard_job_validations_total{job_id=\"job-4\"} 0")) << "from placement on: " << text;
+  EXPECT_EQ(text.find("trainyard_job_validation_loss{"), std::string::npos) << "no loss before one ran: " << text;
+  v1::StepMetrics step;
+  step.set_step(30);
+  step.set_epoch(2);
+  metrics.StepReported("job-4", step);
+  v1::Validation v;
+  v.set_step(20);
+  v.set_loss(3.75);
+  metrics.ValidationReported("job-4", v);
+  v.set_step(30);
+  v.set_loss(3.5);
+  metrics.ValidationReported("job-4", v);
+  text = Scrape(metrics);
+  EXPECT_TRUE(Has(text, "trainyard_job_validation_loss{job_id=\"job-4\"} 3.5")) << text;
+  EXPECT_TRUE(Has(text, "trainyard_job_validations_total{job_id=\"job-4\"} 2")) << text;
+  EXPECT_TRUE(Has(text, "trainyard_job_epoch{job_id=\"job-4\"} 2")) << text;
+  v.set_loss(std::numeric_limits<double>::quiet_NaN());
+  metrics.ValidationReported("job-4", v);
+  text = Scrape(metrics);
+  EXPECT_TRUE(Has(text, "trainyard_job_validation_loss{job_id=\"job-4\"} Nan")) << text;
+  const absl::Time ended = absl::FromUnixSeconds(1000);
+  metrics.JobEnded("job-4", ended);
+  metrics.Sweep(ended + absl::Minutes(10), absl::Minutes(10));
+  text = Scrape(metrics);
+  EXPECT_EQ(text.find("job-4"), std::string::npos) << text;
 }
 
 TEST(ControllerMetricsTest, GrpcCallsAreCountedByMethodAndCodeWithBoundedLabels) {

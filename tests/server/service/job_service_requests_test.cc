@@ -5,6 +5,7 @@
 // every other caller. Health checking answers per service.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -332,6 +333,31 @@ TEST(RequestChecksTest, RegisterAndEventBatchLimits) {
   e.mutable_log()->set_message("m");
   e.set_job_id(std::string(65, 'j'));
   EXPECT_NE(request_validation::InvalidEvent(e).find("more than the 64"), std::string::npos);
+}
+
+// A Validation's ranges name the field and the value; its loss may be anything (a
+// diverged model's NaN is an outcome, not a broken rank).
+TEST(RequestChecksTest, AValidationNeedsNonNegativeCountsAndAFiniteDuration) {
+  v1::Event e;
+  e.set_job_id("job-1");
+  e.set_attempt(1);
+  v1::Validation* v = e.mutable_validation();
+  v->set_loss(std::numeric_limits<double>::quiet_NaN());
+  EXPECT_EQ(request_validation::InvalidEvent(e), "") << "step 0 (before the first), NaN loss, 0 tokens, 0 ms";
+  v->set_loss(-std::numeric_limits<double>::infinity());
+  EXPECT_EQ(request_validation::InvalidEvent(e), "");
+  v->set_step(-3);
+  EXPECT_EQ(request_validation::InvalidEvent(e), "validation.step must be >= 0, got -3");
+  v->set_step(10);
+  v->set_tokens(-4096);
+  EXPECT_EQ(request_validation::InvalidEvent(e), "validation.tokens must be >= 0, got -4096");
+  v->set_tokens(4096);
+  v->set_ms(-1.5);
+  EXPECT_EQ(request_validation::InvalidEvent(e), "validation.ms must be a finite number >= 0, got -1.5");
+  v->set_ms(std::numeric_limits<double>::infinity());
+  EXPECT_EQ(request_validation::InvalidEvent(e), "validation.ms must be a finite number >= 0, got inf");
+  v->set_ms(812.5);
+  EXPECT_EQ(request_validation::ValidationProblem(*v), "");
 }
 
 }  // namespace

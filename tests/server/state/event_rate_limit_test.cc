@@ -89,6 +89,8 @@ TEST(EventRateLimiterTest, OnlyLogAndCompileEventsAreLimited) {
   EXPECT_FALSE(IsRateLimitedKind(e));
   e.mutable_stall();
   EXPECT_FALSE(IsRateLimitedKind(e));
+  e.mutable_validation()->set_step(10);
+  EXPECT_FALSE(IsRateLimitedKind(e)) << "the job's record: one per validation.freq steps";
 }
 
 class EventCapManagerTest : public ManagerFixture {};

@@ -5,13 +5,15 @@
 //   1. Without a token the job page shows the token prompt (the API said 401); an
 //      unknown token brings it back, saying it was refused.
 //   2. With a viewer token the loss chart gets points, then more points (it grows while
-//      the job trains), the tokens/s chart has points, the compile table has rows, and
-//      the canvas really has something drawn on it.
+//      the job trains), its validation series gets points ([validation] on, every 5
+//      steps), the tokens/s chart has points, the compile table has rows, and the
+//      canvas really has both curves drawn on it.
 //   3. The fleet page lists the worker, the jobs list the job (the token kept).
 //   4. A screenshot of the job page is saved (--screenshot), kept by CI as an artifact.
 //   5. The job cancelled, its events are the proto3 JSON of trainyard.v1.Event (every
 //      field by its .proto name, 64-bit integers as strings), and the job page's charts
-//      hold exactly the steps the API served, the step card the last one.
+//      hold exactly the steps (and validation runs) the API served, the step card the
+//      last one.
 //
 // Run by ctest (tests/server/web/CMakeLists.txt, label `web`):
 //   node job_page.test.mjs --controller BIN --worker BIN --cli BIN --job-file TOML
@@ -136,17 +138,21 @@ await waitFor('worker w1 to connect', () => {
 }, 20_000);
 
 // A job that outlasts the test however fast the machine (it is cancelled at the end):
-// the tiny preset, every step reported, and compile summaries often enough to fill the
-// table's hit counts.
+// the tiny preset, every step reported, compile summaries often enough to fill the
+// table's hit counts, and a one-batch validation every 5 steps for the loss chart's
+// second series.
 const submit = cli(['submit', jobFile, '--set', 'model.preset=tiny', '--set', 'training.steps=50000',
-                    '--set', 'training.log_freq=1', '--set', 'compile.summary_every=5', '--output', 'json']);
+                    '--set', 'training.log_freq=1', '--set', 'compile.summary_every=5',
+                    '--set', 'validation.dataset=synthetic', '--set', 'validation.freq=5', '--set', 'validation.steps=1',
+                    '--output', 'json']);
 if (submit.status !== 0) fail(`trainyard submit failed: ${submit.stderr}`);
 const jobId = JSON.parse(submit.stdout.split('\n').find((l) => l.startsWith('{'))).id;
 log(`submitted ${jobId}`);
 
 // StepMetrics' fields by their .proto names (proto/trainyard/v1/event.proto), sorted.
 const STEP_METRICS_FIELDS = ['step', 'loss', 'grad_norm', 'lr', 'tokens_per_s', 'model_tflops', 'mfu', 'step_ms',
-                             'data_ms', 'peak_rss_mb', 'expert_load', 'imbalance', 'tokens'].sort().join(',');
+                             'data_ms', 'peak_rss_mb', 'expert_load', 'imbalance', 'tokens', 'epoch'].sort().join(',');
+const VALIDATION_FIELDS = ['step', 'loss', 'tokens', 'ms'].sort().join(',');
 // Every event of the job of `kinds`, page by page, as the API serves them.
 async function jobEvents(base, id, token, kinds) {
   const out = [];
@@ -197,6 +203,11 @@ try {
   await page.click('#token-form button[type=submit]');
   await page.locator('#token-prompt').waitFor({state: 'hidden', timeout: 5_000});
   const points = (id) => page.evaluate((sel) => Number(document.querySelector(sel)?.dataset.points || 0), id);
+  // The loss chart's second series: a count the page sets once it has the series at all.
+  const valPoints = () => page.evaluate(() => {
+    const v = document.querySelector('#loss-chart')?.dataset.validationPoints;
+    return v === undefined ? -1 : Number(v);
+  });
   const first = await waitFor('the loss chart to have 3 points', async () => {
     const n = await points('#loss-chart');
     return n >= 3 ? n : 0;
@@ -208,6 +219,12 @@ try {
   }, 30_000);
   log(`loss chart grew to ${later} points`);
   if ((await points('#tps-chart')) < 1) fail('the tokens/s chart has no points');
+  if ((await valPoints()) < 0) fail('the loss chart has no validation series (data-validation-points)');
+  const firstVal = await waitFor('the loss chart\'s validation series to have 2 points', async () => {
+    const n = await valPoints();
+    return n >= 2 ? n : 0;
+  }, 30_000);
+  log(`validation series has ${firstVal} points`);
   const compileRows = await waitFor('rows in the compile table', async () =>
     page.locator('#compile-table tbody tr').count(), 20_000);
   log(`compile table has ${compileRows} row(s)`);
@@ -216,12 +233,18 @@ try {
     const c = document.querySelector('#loss-chart');
     const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
     let blue = 0;
-    for (let i = 0; i < d.length; i += 4) if (d[i + 2] > 200 && d[i] < 80 && d[i + 3] > 200) ++blue;
-    return blue;
+    let orange = 0;  // the validation markers, #d97706
+    for (let i = 0; i < d.length; i += 4) {
+      if (d[i + 3] < 200) continue;
+      if (d[i + 2] > 200 && d[i] < 80) ++blue;
+      if (d[i] > 190 && d[i + 1] > 90 && d[i + 1] < 150 && d[i + 2] < 60) ++orange;
+    }
+    return {blue, orange};
   });
-  if (drawn < 50) fail(`the loss canvas has ${drawn} pixels of the curve's colour`);
+  if (drawn.blue < 50) fail(`the loss canvas has ${drawn.blue} pixels of the curve's colour`);
+  if (drawn.orange < 20) fail(`the loss canvas has ${drawn.orange} pixels of the validation markers' colour`);
   const state = await page.locator('.page-head .badge').first().textContent();
-  log(`job state on the page: ${state}; ${drawn} curve pixels`);
+  log(`job state on the page: ${state}; ${drawn.blue} curve and ${drawn.orange} validation pixels`);
 
   // 4. The screenshot CI keeps.
   fs.mkdirSync(path.dirname(screenshot), {recursive: true});
@@ -262,21 +285,31 @@ try {
     if (typeof m.loss === 'number') loss.add(m.step);
     if (typeof m.tokens_per_s === 'number' && m.tokens_per_s > 0) tps.add(m.step);
   }
+  const validations = await jobEvents(base, jobId, viewerToken, 'validation');
+  const valSteps = new Set();
+  for (const e of validations) {
+    const fields = Object.keys(e.validation).sort().join(',');
+    if (fields !== VALIDATION_FIELDS) fail(`validation has the fields ${fields}, not ${VALIDATION_FIELDS}`);
+    if (e.rank !== 0 || !/^[0-9]+$/.test(e.validation.step)) fail(`a validation event: ${JSON.stringify(e)}`);
+    if (typeof e.validation.loss === 'number') valSteps.add(e.validation.step);
+  }
   // A long job's events may take the page a few polls to read (each poll reads at most
   // 50 pages); the charts only grow, up to what the API served.
   let shown = {};
   for (const until = Date.now() + 15_000; Date.now() < until;) {
-    shown = {loss: await points('#loss-chart'), tps: await points('#tps-chart')};
-    if (shown.loss === loss.size && shown.tps === tps.size) break;
+    shown = {loss: await points('#loss-chart'), tps: await points('#tps-chart'), validation: await valPoints()};
+    if (shown.loss === loss.size && shown.tps === tps.size && shown.validation === valSteps.size) break;
     await new Promise((r) => setTimeout(r, 250));
   }
-  if (shown.loss !== loss.size || shown.tps !== tps.size) {
-    fail(`the charts show ${JSON.stringify(shown)} points; the API served ${loss.size} loss and ${tps.size} tokens/s steps`);
+  if (shown.loss !== loss.size || shown.tps !== tps.size || shown.validation !== valSteps.size) {
+    fail(`the charts show ${JSON.stringify(shown)} points; the API served ${loss.size} loss, ${tps.size} tokens/s ` +
+         `and ${valSteps.size} validation steps`);
   }
   const lastStep = served.length ? served[served.length - 1].step_metrics.step : '0';
   const stepCard = await page.locator('#job-cards .card-value').first().textContent();
   if (!stepCard.startsWith(`${lastStep} / `)) fail(`the step card says ${JSON.stringify(stepCard)}, the last step is ${lastStep}`);
-  log(`${served.length} step_metrics events as proto3 JSON; the charts hold their ${loss.size} steps`);
+  log(`${served.length} step_metrics and ${validations.length} validation events as proto3 JSON; the charts hold ` +
+      `their ${loss.size} and ${valSteps.size} steps`);
   if (consoleErrors.length) fail(`errors in the page: ${consoleErrors.join(' | ')}`);
 } catch (e) {
   fail(e.stack || String(e));

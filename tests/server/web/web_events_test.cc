@@ -77,6 +77,7 @@ TEST_F(WebApiTest, AnEventIsTheProto3JsonOfTrainyardV1Event) {
   step.mutable_step_metrics()->set_grad_norm(0.5);
   step.mutable_step_metrics()->set_mfu(0.125);
   step.mutable_step_metrics()->set_step_ms(40.5);
+  step.mutable_step_metrics()->set_epoch(3);
   v1::Event artifact;
   artifact.set_job_id(alice_job_);
   artifact.set_rank(1);
@@ -111,7 +112,8 @@ TEST_F(WebApiTest, AnEventIsTheProto3JsonOfTrainyardV1Event) {
       {"step_metrics",
        {{"step", "7"}, {"loss", 2.25}, {"grad_norm", 0.5}, {"lr", 0}, {"tokens_per_s", 1536.5},
         {"model_tflops", 0}, {"mfu", 0.125}, {"step_ms", 40.5}, {"data_ms", 0}, {"peak_rss_mb", 0},
-        {"expert_load", {"5", "9", "1", "3"}}, {"imbalance", 0}, {"tokens", "1099511627776"}}}};
+        {"expert_load", {"5", "9", "1", "3"}}, {"imbalance", 0}, {"tokens", "1099511627776"},
+        {"epoch", "3"}}}};
   EXPECT_EQ(body["events"][0], expected_step);
   const json expected_artifact = {
       {"job_id", alice_job_}, {"seq", std::to_string(first + 1)}, {"rank", 1}, {"attempt", 2}, {"source_seq", "9"},
@@ -197,6 +199,60 @@ TEST_F(WebApiTest, NonFiniteMetricsAreProto3JsonStringsInValidJson) {
   EXPECT_EQ(d["lr"], "-Infinity") << d;
   EXPECT_EQ(d["step"], "1");
   EXPECT_EQ(body["events"][1]["step_metrics"]["loss"], 2.5);
+}
+
+// A Validation (rank 0, every validation.freq steps) is served as the proto3 JSON of
+// its payload, under "validation", filtered by that kind like any other; a diverged
+// model's NaN loss is the string "NaN".
+TEST_F(WebApiTest, ValidationEventsAreServedUnderTheirKind) {
+  v1::Event val = Step(alice_job_, 0, 0, 0);
+  val.clear_step_metrics();
+  val.mutable_validation()->set_step(40);
+  val.mutable_validation()->set_loss(3.125);
+  val.mutable_validation()->set_tokens(int64_t{3} << 33);
+  val.mutable_validation()->set_ms(812.5);
+  v1::Event diverged = val;
+  diverged.set_source_seq(++source_seq_);
+  diverged.mutable_validation()->set_step(80);
+  diverged.mutable_validation()->set_loss(std::numeric_limits<double>::quiet_NaN());
+  const int64_t first = store_->LastSeq(alice_job_) + 1;
+  Append(alice_job_, {Step(alice_job_, 40, 3.5, 100), val, Step(alice_job_, 41, 3.4, 100), diverged});
+
+  WebResponse r = Call("/api/jobs/" + alice_job_ + "/events?kinds=validation", kViewer);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json body = Body(r);
+  ASSERT_EQ(body["events"].size(), 2u) << r.body;
+  EXPECT_EQ(body["events"][0]["seq"], std::to_string(first + 1));
+  EXPECT_EQ(body["events"][0]["validation"],
+            (json{{"step", "40"}, {"loss", 3.125}, {"tokens", "25769803776"}, {"ms", 812.5}}));
+  EXPECT_EQ(body["events"][1]["validation"]["step"], "80");
+  EXPECT_EQ(body["events"][1]["validation"]["loss"], "NaN");
+  // Both kinds at once, in seq order.
+  const json both = Body(Call("/api/jobs/" + alice_job_ + "/events?kinds=validation,step_metrics&after_seq=" +
+                                  std::to_string(first - 1),
+                              kViewer));
+  std::vector<std::string> kinds;
+  for (const auto& e : both["events"]) kinds.push_back(e.contains("validation") ? "validation" : "step_metrics");
+  EXPECT_EQ(kinds, (std::vector<std::string>{"step_metrics", "validation", "step_metrics", "validation"}));
+}
+
+// The job page asks for the kinds it charts in one query: that query names validation
+// (the loss chart's second series) and every kind in it is one the API knows, so the
+// page's request is answered, not refused with a 400.
+TEST_F(WebApiTest, TheJobPageAsksForValidationEvents) {
+  WebResponse page = Call("/job_page.js", "");
+  ASSERT_EQ(page.status, 200);
+  const std::string marker = "const EVENT_KINDS = '";
+  const size_t at = page.body.find(marker);
+  ASSERT_NE(at, std::string::npos) << "job_page.js names its kinds in EVENT_KINDS";
+  const size_t start = at + marker.size();
+  const std::string kinds = page.body.substr(start, page.body.find('\'', start) - start);
+  EXPECT_NE(("," + kinds + ",").find(",validation,"), std::string::npos) << kinds;
+  EXPECT_NE(("," + kinds + ",").find(",step_metrics,"), std::string::npos) << kinds;
+  WebResponse r = Call("/api/jobs/" + alice_job_ + "/events?kinds=" + kinds, kViewer);
+  EXPECT_EQ(r.status, 200) << kinds << " -> " << r.body.substr(0, 300);
+  // That the loss chart draws them (data-validation-points) is the browser test's
+  // (job_page.test.mjs).
 }
 
 }  // namespace

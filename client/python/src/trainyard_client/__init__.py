@@ -15,7 +15,7 @@ from .errors import (AlreadyExists, Cancelled, DataLoss, DeadlineExceeded, Faile
                      TrainyardError, Unauthenticated, Unavailable, Unimplemented)
 from .results import (ArtifactInfo, ArtifactRef, CheckpointRef, CheckpointSaved, CompileEvent, Event,
                     Job, JobState, JobStateChange, LogLine, Placement, RankPlacement, RankState,
-                    Stall, StepMetrics, WorkerInfo)
+                    Stall, StepMetrics, Validation, WorkerInfo)
 
 __version__ = "0.9.0"
 
