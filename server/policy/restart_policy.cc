@@ -31,10 +31,15 @@ absl::Duration RestartPolicy::Backoff(const v1::RestartSpec& spec, int k) {
 }
 
 RestartDecision RestartPolicy::Decide(const v1::RestartSpec& spec, int restarts_used,
-                                      const std::vector<std::string>& causes) {
+                                      const std::vector<std::string>& causes, bool permanent) {
   const int max_restarts = spec.max_restarts();
   const std::string cause = causes.empty() ? std::string("unknown cause") : causes.back();
   RestartDecision d;
+  if (permanent) {
+    d.reason = absl::StrCat(cause, " (permanent: the job's inputs are wrong, a restart cannot succeed",
+                            restarts_used < max_restarts ? "; restarts left unused)" : ")");
+    return d;
+  }
   if (restarts_used < max_restarts) {
     d.restart = true;
     d.reason = absl::StrCat(cause, "; restart ", restarts_used + 1, " of ", max_restarts);

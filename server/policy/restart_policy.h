@@ -50,8 +50,12 @@ class RestartPolicy {
   // spec.max_restarts (unset counts as 0), else fails: with the cause alone when it is
   // the only one, else with "failed N attempts (restart.max_restarts=M): attempt 1:
   // ... | attempt 2: ...", the newest kCausesInReason listed.
+  // `permanent`: the failure cannot pass on a retry (a rank exited with
+  // kRankExitInputError, common/events/rank_exit.h: the job's dataset or initial
+  // weights are wrong), so the job fails at once whatever restarts remain, its reason
+  // saying so.
   static RestartDecision Decide(const v1::RestartSpec& spec, int restarts_used,
-                                const std::vector<std::string>& causes);
+                                const std::vector<std::string>& causes, bool permanent = false);
 
   // A PENDING job's reason while restart k of `max_restarts` backs off:
   // "restarting: backing off until 2023-11-14T22:13:21Z (restart 1 of 3)".

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/events/rank_exit.h"
 #include "common/proto_time.h"
 #include "common/spec/rules.h"
 #include "common/base/status_macros.h"
@@ -429,7 +430,11 @@ void JobLifecycle::ApplyRankState(TrackedJob& rt, const v1::Event& event, Effect
       RankEnded(rt, r, fx);
       if (!IsTerminal(rt.job.state()) && !rt.tearing_down) {
         const char* what = rs.state() == v1::RankState::FAILED ? " failed: " : " was killed: ";
-        FailAttempt(rt, absl::StrCat(where, what, rs.message()), WorkerOf(rt, r), fx);
+        // Bad job inputs fail the same on any worker: no restart, no worker blamed.
+        const bool permanent = rs.state() == v1::RankState::FAILED && rs.signal() == 0 &&
+                               rs.exit_code() == kRankExitInputError;
+        FailAttempt(rt, absl::StrCat(where, what, rs.message()), permanent ? std::string() : WorkerOf(rt, r), fx,
+                    permanent);
       }
       break;
     }
@@ -456,14 +461,14 @@ void JobLifecycle::RankEnded(TrackedJob& rt, int rank, Effects* fx) {
 }
 
 void JobLifecycle::FailAttempt(TrackedJob& rt, const std::string& cause, const std::string& worker,
-                               Effects* fx) {
+                               Effects* fx, bool permanent) {
   rt.tearing_down = true;
   SendCancel(rt, cause, fx);
   if (!worker.empty()) ++rt.failures_on[worker];
   std::vector<std::string> causes(rt.job.failure_causes().begin(), rt.job.failure_causes().end());
   RestartPolicy::AppendCause(cause, &causes);
   rt.job.mutable_failure_causes()->Assign(causes.begin(), causes.end());
-  const RestartDecision d = RestartPolicy::Decide(rt.job.spec().restart(), RestartsUsed(rt), causes);
+  const RestartDecision d = RestartPolicy::Decide(rt.job.spec().restart(), RestartsUsed(rt), causes, permanent);
   if (d.restart) {
     const absl::Time now = clock_->Now();
     metrics_->JobRestarted(rt.job.id());

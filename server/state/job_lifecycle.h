@@ -122,7 +122,9 @@ class JobLifecycle {
   void RankEnded(TrackedJob& rt, int rank, Effects* fx);
   // Ends the attempt as failed with `cause`, blamed on `worker` ("": none), and
   // restarts it or fails the job (RestartPolicy).
-  void FailAttempt(TrackedJob& rt, const std::string& cause, const std::string& worker, Effects* fx);
+  // `permanent` (a rank's kRankExitInputError): FAILED at once, restarts unused.
+  void FailAttempt(TrackedJob& rt, const std::string& cause, const std::string& worker, Effects* fx,
+                   bool permanent = false);
   // Ends each rank of an active attempt placed on `worker` (but the attempts in
   // `still_running`, as (job, attempt)) and fails its attempt with `cause(rank)`,
   // blamed on `worker`, unless it is already ending.

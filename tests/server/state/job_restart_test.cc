@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 
+#include "common/events/rank_exit.h"
 #include "tests/server/state/manager_fixture.h"
 
 namespace trainyard::testing {
@@ -331,6 +332,37 @@ TEST_F(JobRestartTest, ElasticShrinkKeepsTheGlobalBatchAndTheNextRestartGrowsBac
   ASSERT_EQ(w2b.channel->Of(Msg::kAssign).size(), 1u);
   EXPECT_EQ(w2b.channel->Of(Msg::kAssign)[0].assign().spec().parallelism().dp(), 4);
   EXPECT_EQ(LastReason(id, v1::Job::SCHEDULED), "placed on w1×2, w2×2");
+}
+
+// A rank that exits with kRankExitInputError (its dataset or initial weights are wrong)
+// fails the job at once: restarts left unused, no worker blamed, nothing re-placed.
+// Exit code 1 with the same spec restarts as before.
+TEST_F(JobRestartTest, AnInputErrorFailsTheJobWithoutSpendingRestarts) {
+  Conn w1 = Connect("w1", 2);
+  v1::JobSpec spec = Spec(2, 1, /*max_restarts=*/3);
+  spec.mutable_restart()->set_backoff_s(0);
+  const std::string id = Submit(spec);
+  v1::EventBatch batch = RankStates(w1, id, 1, {1}, v1::RankState::FAILED,
+                                    "exit code 87: dataset \"tokens\" (/d/a.idx): bad magic at offset 0");
+  batch.mutable_events(0)->mutable_rank_state()->set_exit_code(kRankExitInputError);
+  ASSERT_TRUE(manager_->IngestEvents(w1.id, batch).ok());
+  Report(w1, id, 1, {0}, v1::RankState::KILLED);
+  const v1::Job job = Job(id);
+  EXPECT_EQ(job.state(), v1::Job::FAILED);
+  EXPECT_EQ(job.attempt(), 1);
+  EXPECT_THAT(job.failure_reason(), HasSubstr("bad magic at offset 0"));
+  EXPECT_THAT(job.failure_reason(), HasSubstr("permanent: the job's inputs are wrong"));
+  EXPECT_THAT(job.failure_reason(), HasSubstr("restarts left unused"));
+  EXPECT_EQ(w1.channel->Of(Msg::kAssign).size(), 1u) << "never re-placed";
+
+  // The same failure with exit code 1 (or a signal) is transient: it restarts.
+  const std::string other = Submit(spec);
+  v1::EventBatch transient = RankStates(w1, other, 1, {1}, v1::RankState::FAILED, "exit code 1");
+  transient.mutable_events(0)->mutable_rank_state()->set_exit_code(kRankExitError);
+  ASSERT_TRUE(manager_->IngestEvents(w1.id, transient).ok());
+  Report(w1, other, 1, {0}, v1::RankState::KILLED);
+  manager_->Tick();
+  EXPECT_EQ(Job(other).attempt(), 2);
 }
 
 }  // namespace
