@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/cli/cli_format.h"
 #include "client/cli/command_runner.h"
+#include "client/cli/export_command.h"
 #include "client/cli/preflight_command.h"
 
 namespace trainyard::cli {
@@ -208,6 +209,35 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
           "not start).\n"
           "Example: trainyard preflight examples/debug.toml --shrink");
 
+  ExportCommandOptions export_options;
+  int64_t export_step = -1;
+  CLI::App* export_cmd = app.add_subcommand(
+      "export", "Write a job's trained model (every parameter and buffer of its newest complete checkpoint, or "
+                "of --step) to ONE safetensors file");
+  export_cmd->add_option("job", export_options.job_id,
+                         "Job id: its checkpoints are read from spec.checkpoint.dir/JOB/ on this machine");
+  export_cmd->add_option("--checkpoint", export_options.checkpoint,
+                         "Read this checkpoint directory (holding manifest.json) or folder of them instead; "
+                         "needs no controller when no job id is given");
+  export_cmd->add_option("--step", export_step, "Export the checkpoint of this step (default: the newest complete one)")
+      ->check(CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()));
+  export_cmd->add_option("-o,--output-file", export_options.output, "The .safetensors file to write")->required();
+  export_cmd->add_option("--names", export_options.names,
+                         "Tensor names: torchtitan (the checkpoint's own, loadable as checkpoint.initial_load_path) or "
+                         "hf (Hugging Face DeepSeek-V3 layout, experts split)")
+      ->check(CLI::IsMember({"torchtitan", "hf"}))
+      ->capture_default_str();
+  export_cmd->add_flag("--force", export_options.force, "Replace the output file if it exists (else refused)");
+  example(export_cmd,
+          "Runs where the checkpoint folder is readable. The file holds the model's tensors only (no optimizer "
+          "moments, no RNG states), in fp32 as trained, and __metadata__ with format=pt, trainyard.step, "
+          "trainyard.source (the checkpoint directory), trainyard.names and, given a job id, trainyard.job_id and "
+          "trainyard.spec (the job's spec as JSON). It is written to a hidden temporary file next to it and renamed "
+          "into place when complete. --output json prints one JSON object. Memory stays bounded (a 4 MiB copy "
+          "buffer) whatever the model's size. See docs/checkpoints.md, \"Export\".\n"
+          "Examples: trainyard export job-3 -o model.safetensors\n"
+          "          trainyard export --checkpoint /ck/job-3 --step 200 --names hf -o hf/model.safetensors");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -222,12 +252,18 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
     return RunPreflightCommand(preflight_options, env.launcher, env.clock, *env.out, *env.err);
   }
   common.timeout_given = app.get_option("--timeout")->count() > 0;
+  if (export_cmd->parsed()) {
+    export_options.json = common.Json();
+    if (export_step > 0) export_options.step = export_step;
+    if (export_options.job_id.empty()) return RunExportCommand(export_options, nullptr, *env.out, *env.err);
+  }
 
   absl::StatusOr<std::unique_ptr<JobClient>> client = MakeClient(common, env);
   if (!client.ok()) {
     *env.err << FormatError(client.status()) << std::endl;
     return ExitCodeForStatus(client.status());
   }
+  if (export_cmd->parsed()) return RunExportCommand(export_options, client->get(), *env.out, *env.err);
   Runner runner(common, env, std::move(*client));
   if (submit->parsed()) return runner.Submit(file, sets, wait);
   if (list->parsed()) return runner.List(states, limit);

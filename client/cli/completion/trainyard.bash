@@ -28,28 +28,33 @@ _trainyard() {
   fi
 
   local global="--controller --timeout --tls-ca --token-file --output -o --json --help -h --version"
-  local commands="submit list get explain watch logs workers cancel resize artifacts preflight"
+  local commands="submit list get explain watch logs workers cancel resize artifacts preflight export"
 
   # Values of flags.
   case "$prev" in
     --output | -o)
-      # -o of `artifacts pull` is a directory.
+      # -o of `artifacts pull` is a directory, of `export` a file.
       if [[ " ${words[*]} " == *" pull "* ]]; then
         COMPREPLY=($(compgen -d -- "$cur"))
+      elif [[ " ${words[*]} " == *" export "* ]]; then
+        COMPREPLY=($(compgen -f -- "$cur"))
       else
         COMPREPLY=($(compgen -W "text json" -- "$cur"))
       fi
       return ;;
-    --tls-ca | --token-file | --train-binary)
+    --tls-ca | --token-file | --train-binary | --output-file)
       COMPREPLY=($(compgen -f -- "$cur"))
       return ;;
-    --output-dir)
+    --output-dir | --checkpoint)
       COMPREPLY=($(compgen -d -- "$cur"))
+      return ;;
+    --names)
+      COMPREPLY=($(compgen -W "torchtitan hf" -- "$cur"))
       return ;;
     --state)
       COMPREPLY=($(compgen -W "PENDING SCHEDULED RUNNING RESTARTING SUCCEEDED FAILED CANCELLED" -- "${cur^^}"))
       return ;;
-    --controller | --timeout | --set | --limit | --reason | --dp | --from-seq | --reconnect-for | --rank)
+    --controller | --timeout | --set | --limit | --reason | --dp | --from-seq | --reconnect-for | --rank | --step)
       return ;;
   esac
 
@@ -60,7 +65,8 @@ _trainyard() {
     w="${words[i]}"
     case "$w" in
       --controller | --timeout | --tls-ca | --token-file | --output | -o | --set | --state | --limit | \
-        --reason | --dp | --from-seq | --reconnect-for | --rank | --output-dir | --train-binary)
+        --reason | --dp | --from-seq | --reconnect-for | --rank | --output-dir | --train-binary | \
+        --checkpoint | --step | --output-file | --names)
         ((i++)) ;;
       -*) ;;
       *)
@@ -97,6 +103,7 @@ _trainyard() {
       fi
       [[ "$sub" == pull ]] && flags="--output-dir -o" ;;
     preflight) flags="--set --shrink --json --train-binary --timeout" ;;
+    export) flags="--checkpoint --step --output-file -o --names --force" ;;
   esac
 
   if [[ "$cur" == -* ]]; then
@@ -107,7 +114,7 @@ _trainyard() {
     submit | preflight)
       COMPREPLY=($(compgen -f -X '!*.toml' -- "$cur") $(compgen -f -X '!*.json' -- "$cur")
         $(compgen -d -- "$cur")) ;;
-    get | explain | watch | logs | cancel | resize | artifacts)
+    get | explain | watch | logs | cancel | resize | artifacts | export)
       COMPREPLY=($(compgen -W "$(_trainyard_job_ids)" -- "$cur")) ;;
   esac
 }

@@ -1,10 +1,12 @@
 // Loads a checkpoint written under any (dp, tp, ep) layout into this rank's shards
 // (docs/checkpoints.md): verifies the manifest and every file it names (sizes, step,
-// attempt, rank, layout, slice metadata), then assembles each local tensor from the
-// slices that overlap it (hyper-rectangle intersection; only overlapping slices are
-// read) and checks that they cover it completely. Restores this process's RNG states
-// from the file of the same rank (rank 0's when the checkpoint had fewer ranks).
-// No collectives. A free function; not thread-safe with respect to `state`'s tensors.
+// attempt, rank, layout, slice metadata: checkpoint_index.h), then assembles each local
+// tensor from the slices that overlap it (hyper-rectangle intersection; only
+// overlapping slices are read) and checks that they cover it completely. A resume also
+// restores this process's RNG states from the file of the same rank (rank 0's when the
+// checkpoint had fewer ranks); a weights-only load (LoadInitialWeights: a job that
+// starts from where another ended) takes the model's parameters and buffers alone.
+// No collectives. Free functions; not thread-safe with respect to `state`'s tensors.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +15,7 @@
 
 #include "worker/engine/checkpoint/checkpoint_layout.h"
 #include "worker/engine/checkpoint/train_state.h"
+#include "worker/engine/model/transformer_model.h"
 
 namespace trainyard::engine {
 
@@ -31,5 +34,23 @@ struct CheckpointExpectations {
 // covered by slices, a data position this run would not continue).
 CheckpointManifest LoadCheckpoint(const std::string& dir, const std::vector<StateTensor>& state, int rank,
                                   const CheckpointExpectations& expect);
+
+// Weights only: copies the checkpoint's model tensors into `state` (CollectModelState:
+// parameters and buffers), ignoring its optim.* moments, RNG states and data position,
+// so the optimizer starts fresh at step 0. Throws std::runtime_error as LoadCheckpoint.
+CheckpointManifest LoadCheckpointWeights(const std::string& dir, const std::vector<StateTensor>& state);
+
+// checkpoint.initial_load_path / trainyard-rank --load: the starting weights from
+//   - a safetensors file of full tensors under torchtitan names (--save-init,
+//     --save-final, `trainyard export`): ReadSafetensors + LoadFullState;
+//   - a checkpoint directory (holding manifest.json), written under any layout;
+//   - a folder of checkpoints (a job's checkpoint root): its newest complete one
+//     (export's SelectCheckpoint: a damaged newest one is an error, not skipped);
+// resharded into this rank's shards. Only parameters and buffers are set. Returns what
+// it loaded from, for a log line ("checkpoint /ck/job-3/step-00000020-attempt-1 (step
+// 20, written under dp=2 tp=1 ep=2)"). Throws std::invalid_argument("initial weights
+// PATH: PROBLEM") for a missing, unreadable or invalid path or one that does not fit
+// the model (a permanent failure: retrying cannot help).
+std::string LoadInitialWeights(const std::string& path, TransformerModelImpl& model);
 
 }  // namespace trainyard::engine

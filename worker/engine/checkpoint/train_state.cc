@@ -5,6 +5,29 @@
 #include "worker/engine/parallel/parameter_sharding.h"
 
 namespace trainyard::engine {
+namespace {
+
+// `local` under global `name`, laid out as the parameter `param_name` is.
+StateTensor Entry(const ParallelContext& ctx, const std::string& name, const std::string& param_name,
+                  const torch::Tensor& local) {
+  const ShardKind kind = ShardKindOf(param_name);
+  return StateTensor{name, local, FullShape(kind, local.sizes(), ctx), ShardOffsets(kind, local.sizes(), ctx),
+                     OwnsShard(kind, ctx)};
+}
+
+}  // namespace
+
+std::vector<StateTensor> CollectModelState(TransformerModelImpl& model) {
+  const ParallelContext& ctx = model.parallel();
+  std::vector<StateTensor> state;
+  for (const auto& item : model.named_parameters(/*recurse=*/true)) {
+    state.push_back(Entry(ctx, item.key(), item.key(), item.value()));
+  }
+  for (const auto& item : model.named_buffers(/*recurse=*/true)) {
+    state.push_back(Entry(ctx, item.key(), item.key(), item.value()));
+  }
+  return state;
+}
 
 std::vector<StateTensor> CollectTrainState(TransformerModelImpl& model, const AdamW& optimizer) {
   const ParallelContext& ctx = model.parallel();
@@ -14,9 +37,7 @@ std::vector<StateTensor> CollectTrainState(TransformerModelImpl& model, const Ad
                            " parameters, the model " + std::to_string(params.size()));
   }
   auto entry = [&](const std::string& name, const std::string& param_name, const torch::Tensor& local) {
-    const ShardKind kind = ShardKindOf(param_name);
-    return StateTensor{name, local, FullShape(kind, local.sizes(), ctx), ShardOffsets(kind, local.sizes(), ctx),
-                       OwnsShard(kind, ctx)};
+    return Entry(ctx, name, param_name, local);
   };
   std::vector<StateTensor> state;
   for (const auto& item : params) state.push_back(entry(item.key(), item.key(), item.value()));

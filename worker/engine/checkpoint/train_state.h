@@ -30,4 +30,7 @@ struct StateTensor {
 // Trainer does). Order: parameters, optim.m.*, optim.v.*, buffers.
 std::vector<StateTensor> CollectTrainState(TransformerModelImpl& model, const AdamW& optimizer);
 
+// The model's part of it alone, for a weights-only load: parameters, then buffers.
+std::vector<StateTensor> CollectModelState(TransformerModelImpl& model);
+
 }  // namespace trainyard::engine

@@ -1,0 +1,329 @@
+#include "worker/engine/checkpoint/checkpoint_export.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/status.h"
+#include "common/base/file_io.h"
+#include "common/base/text.h"
+
+namespace trainyard::engine {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Errno() { return std::strerror(errno); }
+
+// An error that already carries its status code (any other failure of an export is
+// DATA_LOSS: the checkpoint code throws std::runtime_error for a damaged checkpoint).
+struct ExportFailure {
+  absl::Status status;
+};
+
+[[noreturn]] void Fail(absl::Status status) { throw ExportFailure{std::move(status)}; }
+
+// A read-only descriptor closed on every way out.
+class ReadFd {
+ public:
+  explicit ReadFd(const std::string& path) : fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {
+    if (fd_ < 0) FailCheckpoint(path, "cannot open: " + Errno());
+  }
+  ~ReadFd() { ::close(fd_); }
+  ReadFd(const ReadFd&) = delete;
+  ReadFd& operator=(const ReadFd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+void ReadAt(int fd, char* p, std::size_t n, std::uint64_t offset, const std::string& path) {
+  while (n > 0) {
+    const ssize_t r = ::pread(fd, p, n, static_cast<off_t>(offset));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) FailCheckpoint(path, "read failed at byte " + std::to_string(offset) + ": " + Errno());
+    if (r == 0) FailCheckpoint(path, "ended at byte " + std::to_string(offset) + " (truncated while exporting?)");
+    p += r;
+    n -= static_cast<std::size_t>(r);
+    offset += static_cast<std::uint64_t>(r);
+  }
+}
+
+void WriteAt(int fd, const char* p, std::size_t n, std::uint64_t offset, const std::string& path) {
+  while (n > 0) {
+    const ssize_t r = ::pwrite(fd, p, n, static_cast<off_t>(offset));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) Fail(absl::InternalError(path + ": write failed at byte " + std::to_string(offset) + ": " + Errno()));
+    p += r;
+    n -= static_cast<std::size_t>(r);
+    offset += static_cast<std::uint64_t>(r);
+  }
+}
+
+// The output's temporary file: hidden, next to the output (so the rename stays in one
+// filesystem), removed unless Commit renamed it into place.
+class TempFile {
+ public:
+  explicit TempFile(const std::string& output) : output_(output) {
+    const fs::path out(output);
+    for (int n = 0; fd_ < 0; ++n) {
+      path_ = (out.parent_path() /
+               ("." + out.filename().string() + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(n)))
+                  .string();
+      // 0666 less the umask, as a plain create (and AtomicFileWriter) gives.
+      fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+      if (fd_ < 0 && (errno != EEXIST || n >= 100)) Fail(absl::InternalError(path_ + ": cannot create: " + Errno()));
+    }
+  }
+  ~TempFile() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!committed_) ::unlink(path_.c_str());
+  }
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+  int fd() const { return fd_; }
+  const std::string& path() const { return path_; }
+
+  // fsync, rename over the output, fsync of its folder.
+  void Commit() {
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0) Fail(absl::InternalError(path_ + ": close failed: " + Errno()));
+    if (absl::Status s = RenameDurably(path_, output_); !s.ok()) {
+      Fail(absl::InternalError(output_ + ": " + std::string(s.message())));
+    }
+    committed_ = true;
+  }
+
+ private:
+  std::string output_, path_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+// Copies the part of `slice` inside `t`'s window to its place in the output (whose data
+// for `t` starts at byte `out_begin`), through `buf`. Runs are the longest stretches
+// contiguous in both the slice and the window; consecutive runs are read with one
+// pread as far as the buffer allows.
+void CopySlice(const CheckpointSlice& slice, int src_fd, const std::string& src_path, const ExportTensor& t,
+               std::uint64_t out_begin, int out_fd, const std::string& out_path, std::vector<char>& buf) {
+  const size_t k = slice.shape.size();
+  const std::uint64_t item = SafetensorsDtypeSize(slice.dtype);
+  std::vector<int64_t> lo(k), len(k);
+  for (size_t d = 0; d < k; ++d) {
+    lo[d] = std::max(slice.offsets[d], t.window_offsets[d]);
+    const int64_t hi = std::min(slice.offsets[d] + slice.shape[d], t.window_offsets[d] + t.window_shape[d]);
+    if (hi <= lo[d]) return;  // no overlap (or nothing to copy)
+    len[d] = hi - lo[d];
+  }
+  // Row-major element strides of the slice (source) and the window (destination).
+  std::vector<int64_t> ss(k, 1), ds(k, 1);
+  for (size_t d = k; d-- > 1;) {
+    ss[d - 1] = ss[d] * slice.shape[d];
+    ds[d - 1] = ds[d] * t.window_shape[d];
+  }
+  // A run spans dims [j, k): those after j cover the slice's and the window's extent.
+  size_t j = k == 0 ? 0 : k - 1;
+  int64_t run = k == 0 ? 1 : len[k - 1];
+  while (j > 0 && len[j] == slice.shape[j] && len[j] == t.window_shape[j]) run *= len[--j];
+  const std::uint64_t run_bytes = static_cast<std::uint64_t>(run) * item;
+  int64_t src_last = 0;  // element offset of the box's last element in the slice
+  for (size_t d = 0; d < k; ++d) src_last += (lo[d] - slice.offsets[d] + len[d] - 1) * ss[d];
+  const std::uint64_t span_end = slice.data_begin + static_cast<std::uint64_t>(src_last + 1) * item;
+  std::vector<int64_t> idx(j, 0);  // the run's index over dims [0, j)
+  std::uint64_t buf_lo = 0, buf_hi = 0;
+  while (true) {
+    int64_t src = 0, dst = 0;
+    for (size_t d = 0; d < k; ++d) {
+      const int64_t g = lo[d] + (d < j ? idx[d] : 0);
+      src += (g - slice.offsets[d]) * ss[d];
+      dst += (g - t.window_offsets[d]) * ds[d];
+    }
+    const std::uint64_t src_byte = slice.data_begin + static_cast<std::uint64_t>(src) * item;
+    const std::uint64_t dst_byte = out_begin + static_cast<std::uint64_t>(dst) * item;
+    if (run_bytes > buf.size()) {  // a run longer than the buffer: piece by piece
+      for (std::uint64_t done = 0; done < run_bytes;) {
+        const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), run_bytes - done));
+        ReadAt(src_fd, buf.data(), n, src_byte + done, src_path);
+        WriteAt(out_fd, buf.data(), n, dst_byte + done, out_path);
+        done += n;
+      }
+    } else {
+      if (src_byte < buf_lo || src_byte + run_bytes > buf_hi) {
+        const std::uint64_t n = std::min<std::uint64_t>(buf.size(), span_end - src_byte);
+        ReadAt(src_fd, buf.data(), static_cast<std::size_t>(n), src_byte, src_path);
+        buf_lo = src_byte;
+        buf_hi = src_byte + n;
+      }
+      WriteAt(out_fd, buf.data() + (src_byte - buf_lo), static_cast<std::size_t>(run_bytes), dst_byte, out_path);
+    }
+    size_t d = j;  // odometer over dims [0, j)
+    while (d > 0 && ++idx[d - 1] == len[d - 1]) idx[--d] = 0;
+    if (d == 0) break;
+  }
+}
+
+// The output's header: every tensor's entry in plan order, then __metadata__, padded
+// with spaces to a multiple of 8 bytes (as the reference writer does).
+std::string HeaderText(const std::vector<ExportTensor>& plan, const std::map<std::string, std::string>& metadata,
+                       std::vector<std::uint64_t>* begins, std::uint64_t* buffer_bytes) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  std::uint64_t offset = 0;
+  for (const ExportTensor& t : plan) {
+    const std::uint64_t bytes = static_cast<std::uint64_t>(NumElements(t.shape)) * SafetensorsDtypeSize(t.dtype);
+    header[t.name] = {{"dtype", SafetensorsDtypeName(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    begins->push_back(offset);
+    offset += bytes;
+  }
+  header["__metadata__"] = nlohmann::ordered_json::object();
+  for (const auto& [key, value] : metadata) header["__metadata__"][key] = value;
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  *buffer_bytes = offset;
+  return text;
+}
+
+void CheckOutput(const ExportOptions& o) {
+  if (o.output.empty()) Fail(absl::InvalidArgumentError("no output file given"));
+  std::error_code ec;
+  const fs::path out(o.output);
+  const fs::path folder = out.parent_path().empty() ? fs::path(".") : out.parent_path();
+  if (!fs::is_directory(folder, ec)) {
+    Fail(absl::NotFoundError("output folder " + Quoted(folder.string()) + " does not exist (create it first)"));
+  }
+  if (fs::is_directory(out, ec)) Fail(absl::InvalidArgumentError("output " + Quoted(o.output) + " is a directory"));
+  if (fs::exists(fs::symlink_status(out, ec)) && !o.force) {
+    Fail(absl::AlreadyExistsError("output " + Quoted(o.output) + " exists (give --force to replace it)"));
+  }
+}
+
+ExportResult Export(const ExportOptions& o) {
+  CheckOutput(o);
+  absl::StatusOr<std::string> dir = SelectCheckpoint(o.checkpoint, o.step);
+  if (!dir.ok()) Fail(dir.status());
+  std::error_code ec;
+  if (fs::equivalent(fs::absolute(o.output).parent_path(), *dir, ec)) {
+    Fail(absl::InvalidArgumentError("output " + Quoted(o.output) + " is inside the checkpoint it exports"));
+  }
+  const CheckpointIndex index = ReadCheckpointIndex(*dir);
+  for (const std::string& name : index.names) {
+    if (!IsTrainingOnlyTensor(name)) CheckExactCover(index.dir, name, index.slices.at(name), index);
+  }
+  std::vector<ExportTensor> plan;
+  try {
+    plan = PlanExport(index, o.names);
+  } catch (const std::runtime_error& e) {
+    Fail(absl::InvalidArgumentError(e.what()));
+  }
+  if (plan.empty()) Fail(absl::DataLossError("checkpoint " + index.dir + ": holds no model tensor"));
+  std::map<std::string, std::string> metadata = o.metadata;
+  metadata["format"] = "pt";
+  metadata["trainyard.step"] = std::to_string(index.manifest.step);
+  metadata["trainyard.source"] = index.dir;
+  metadata["trainyard.names"] = ExportNamesText(o.names);
+  std::vector<std::uint64_t> begins;
+  std::uint64_t buffer_bytes = 0;
+  const std::string header = HeaderText(plan, metadata, &begins, &buffer_bytes);
+  const std::uint64_t start = 8 + header.size();
+
+  TempFile tmp(o.output);
+  if (::ftruncate(tmp.fd(), static_cast<off_t>(start + buffer_bytes)) != 0) {
+    Fail(absl::InternalError(tmp.path() + ": cannot size to " + std::to_string(start + buffer_bytes) + " bytes: " + Errno()));
+  }
+  char len_bytes[8];
+  for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<char>(static_cast<std::uint64_t>(header.size()) >> (8 * i));
+  WriteAt(tmp.fd(), len_bytes, 8, 0, tmp.path());
+  WriteAt(tmp.fd(), header.data(), header.size(), 8, tmp.path());
+  std::vector<char> buf(kExportBufferBytes);
+  std::vector<std::unique_ptr<ReadFd>> sources(index.files.size());
+  for (size_t i = 0; i < plan.size(); ++i) {
+    for (const CheckpointSlice& s : index.slices.at(plan[i].source)) {
+      const std::string& path = index.files[s.file].path;
+      if (!sources[s.file]) sources[s.file] = std::make_unique<ReadFd>(path);
+      CopySlice(s, sources[s.file]->get(), path, plan[i], start + begins[i], tmp.fd(), tmp.path(), buf);
+    }
+  }
+  tmp.Commit();
+  ExportResult r;
+  r.checkpoint_dir = index.dir;
+  r.step = index.manifest.step;
+  r.dp = index.manifest.dp;
+  r.tp = index.manifest.tp;
+  r.ep = index.manifest.ep;
+  r.tensors = plan.size();
+  r.bytes = start + buffer_bytes;
+  return r;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> SelectCheckpoint(const std::string& path, std::optional<int64_t> step) {
+  std::error_code ec;
+  if (path.empty()) return absl::InvalidArgumentError("no checkpoint folder given");
+  if (!fs::exists(path, ec)) return absl::NotFoundError("checkpoint folder " + Quoted(path) + " does not exist");
+  if (!fs::is_directory(path, ec)) return absl::InvalidArgumentError(Quoted(path) + " is not a directory");
+  if (fs::exists(fs::path(path) / kManifestName, ec)) {
+    int64_t dir_step = 0;
+    int attempt = 0;
+    const std::string name = fs::path(path).lexically_normal().filename().string();
+    if (step && spec::ParseCheckpointDirName(name, &dir_step, &attempt) && dir_step != *step) {
+      return absl::NotFoundError(Quoted(path) + " is the checkpoint of step " + std::to_string(dir_step) + ", not " +
+                                 std::to_string(*step));
+    }
+    return path;
+  }
+  int64_t own_step = 0;
+  int own_attempt = 0;
+  if (spec::ParseCheckpointDirName(fs::path(path).lexically_normal().filename().string(), &own_step, &own_attempt)) {
+    return absl::NotFoundError(Quoted(path) + " is incomplete: no manifest.json (a write that never finished)");
+  }
+  const std::vector<CheckpointDirEntry> dirs = ListCheckpointDirs(path);
+  std::vector<std::string> steps, incomplete;
+  for (const auto& d : dirs) {
+    if (!d.complete) {
+      incomplete.push_back(fs::path(d.path).filename().string());
+    } else if (steps.empty() || steps.back() != std::to_string(d.step)) {
+      steps.push_back(std::to_string(d.step));
+    }
+  }
+  auto join = [](const std::vector<std::string>& v) {
+    std::string out;
+    for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
+    return out;
+  };
+  const std::string skipped = incomplete.empty() ? "" : "; incomplete (no manifest.json): " + join(incomplete);
+  // Newest first; with `step`, only that step's (its newest attempt first).
+  for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) {
+    if (it->complete && (!step || it->step == *step)) return it->path;
+  }
+  if (step) {
+    return absl::NotFoundError("no complete checkpoint of step " + std::to_string(*step) + " under " + Quoted(path) +
+                               "; steps present: " + (steps.empty() ? "none" : join(steps)) + skipped);
+  }
+  return absl::NotFoundError("no complete checkpoint under " + Quoted(path) + " (no step-*-attempt-*/manifest.json)" +
+                             skipped);
+}
+
+absl::StatusOr<ExportResult> ExportCheckpoint(const ExportOptions& options) {
+  try {
+    return Export(options);
+  } catch (const ExportFailure& f) {
+    return f.status;
+  } catch (const std::runtime_error& e) {
+    return absl::DataLossError(e.what());
+  }
+}
+
+}  // namespace trainyard::engine

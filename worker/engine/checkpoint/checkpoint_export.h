@@ -1,0 +1,63 @@
+// `trainyard export`'s engine, without torch: turns one sharded checkpoint (any dp, tp,
+// ep) into ONE safetensors file of the model's full parameters and buffers (never
+// optim.* or rng.*), under torchtitan or Hugging Face names (export_names.h). The
+// output header is computed from the shards' slice metadata first; then each slice's
+// bytes are copied to their strided place in the output with pread/pwrite through one
+// bounded buffer (kExportBufferBytes), so memory stays bounded whatever the model's
+// size. The file is written to a hidden temporary name in the output's folder,
+// fsynced and renamed into place (common/base/file_io.h's RenameDurably): a failure at
+// any point leaves no output and no temporary file. Free functions; thread-safe as long
+// as two calls do not write the same output.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "worker/engine/checkpoint/checkpoint_index.h"
+#include "worker/engine/checkpoint/export_names.h"
+
+namespace trainyard::engine {
+
+// The copy buffer: the most tensor data an export holds in memory at once.
+inline constexpr std::size_t kExportBufferBytes = 4 << 20;
+
+struct ExportOptions {
+  // A checkpoint directory (holding manifest.json) or a folder of them (a job's
+  // checkpoint root, step-*-attempt-*/ inside).
+  std::string checkpoint;
+  std::optional<int64_t> step;  // that step's checkpoint; else the newest complete one
+  std::string output;           // the .safetensors file to write
+  ExportNames names = ExportNames::kTorchtitan;
+  bool force = false;  // replace an existing output (else refused)
+  // Added to __metadata__ next to format=pt, trainyard.step, trainyard.source and
+  // trainyard.names (the CLI adds trainyard.spec and trainyard.job_id).
+  std::map<std::string, std::string> metadata;
+};
+
+struct ExportResult {
+  std::string checkpoint_dir;  // the checkpoint exported
+  int64_t step = 0;
+  int dp = 1, tp = 1, ep = 1;
+  std::size_t tensors = 0;
+  std::uint64_t bytes = 0;  // of the output file
+};
+
+// The checkpoint directory `path` means: `path` itself when it holds manifest.json
+// (then `step`, if given, must be its step), else under `path` the complete checkpoint
+// of `step` (its newest attempt that verifies) or the newest complete one. NOT_FOUND
+// when `path` is missing or holds no complete checkpoint (naming the incomplete
+// directories it skipped) or none of `step` (listing the steps it has).
+absl::StatusOr<std::string> SelectCheckpoint(const std::string& path, std::optional<int64_t> step);
+
+// Exports as above. Errors: INVALID_ARGUMENT (an empty output, an output that is a
+// directory, a tensor with no Hugging Face name), NOT_FOUND (no checkpoint as above, the
+// output's folder missing), ALREADY_EXISTS (the output exists and not `force`),
+// DATA_LOSS (a damaged checkpoint: a truncated or missing file, bad metadata, slices
+// that overlap or leave a gap), INTERNAL (a write error). Each message names the file,
+// and the tensor and offset where it applies.
+absl::StatusOr<ExportResult> ExportCheckpoint(const ExportOptions& options);
+
+}  // namespace trainyard::engine
