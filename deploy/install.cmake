@@ -6,7 +6,8 @@
 #               worker execs it from its own folder), trainyard-train (local runs and
 #               the controller's compile preflight), trainyard-bench
 #                                             + its systemd unit and /etc/trainyard/worker.env
-#   cli         trainyard, its bash completion, the example job files and make-certs.sh
+#   cli         trainyard, trainyard-tokenize, its bash completion, the example job files
+#               and make-certs.sh
 #
 # `cpack --config build/CPackConfig.cmake` makes trainyard-controller_VERSION_ARCH.deb,
 # trainyard-worker_... and trainyard-cli_...; tests/package/ builds and inspects them.
@@ -20,7 +21,7 @@ include(GNUInstallDirs)
 install(TARGETS trainyard-controller RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT controller)
 install(TARGETS trainyard-worker trainyard-rank trainyard-train trainyard-bench
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT worker)
-install(TARGETS trainyard RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT cli)
+install(TARGETS trainyard trainyard-tokenize RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT cli)
 
 # --- CLI extras.
 set(_ty_completion ${PROJECT_SOURCE_DIR}/client/cli/completion/trainyard.bash)
@@ -128,7 +129,8 @@ trainyard submits, lists, explains, watches, resizes and cancels jobs on a
 trainyard-controller and pulls their artifacts. With it come example job
 files (/usr/share/trainyard/examples) and make-certs.sh, which makes a
 fleet's TLS certificates with openssl. `trainyard preflight` runs
-trainyard-train (package trainyard-worker).")
+trainyard-train (package trainyard-worker). trainyard-tokenize turns text
+files into the Megatron indexed datasets that jobs train on.")
 set(CPACK_DEBIAN_CLI_PACKAGE_RECOMMENDS "bash-completion, openssl")
 set(CPACK_DEBIAN_CLI_PACKAGE_SUGGESTS "trainyard-worker (= ${_ty_v})")
 

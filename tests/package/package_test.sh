@@ -46,7 +46,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-PROGRAMS=(trainyard-controller trainyard-worker trainyard-rank trainyard-train trainyard-bench trainyard)
+PROGRAMS=(trainyard-controller trainyard-worker trainyard-rank trainyard-train trainyard-bench trainyard
+          trainyard-tokenize)
 for p in "${PROGRAMS[@]}"; do
   if [[ ! -x "$BIN_DIR/$p" ]]; then
     echo "package_test: $BIN_DIR/$p is not built; build the tree first (cmake --build build)" >&2
@@ -114,6 +115,7 @@ depends_has worker 'adduser' yes "postinst makes the trainyard user"
 depends_has cli 'libgrpc\+\+[0-9.]+' yes "JobService client"
 depends_has cli 'libtorch[0-9.]*' no "no LibTorch outside the engine"
 depends_has cli 'libsqlite3-0' no "the store is the controller's"
+depends_has cli 'libsentencepiece0' yes "trainyard-tokenize"
 
 # --- Contents: exactly these files and links (directories aside).
 expect_files() {  # COMPONENT: the expected paths, sorted
@@ -126,7 +128,7 @@ expect_files() {  # COMPONENT: the expected paths, sorted
         ./usr/bin/trainyard-train ./usr/bin/trainyard-worker \
         ./usr/lib/systemd/system/trainyard-worker.service ;;
     cli)
-      echo ./usr/bin/trainyard
+      printf '%s\n' ./usr/bin/trainyard ./usr/bin/trainyard-tokenize
       if [[ -f "$SRC/client/cli/completion/trainyard.bash" ]]; then
         echo ./usr/share/bash-completion/completions/trainyard
       fi
