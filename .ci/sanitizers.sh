@@ -20,7 +20,7 @@ BUILD=${BUILD_DIR:-build-san}
 FUZZ_SECONDS=${FUZZ_SECONDS:-60}
 JOBS=${JOBS:-2}
 ARTIFACTS=${ARTIFACTS:-$BUILD/fuzz-artifacts}
-ALL_TARGETS="job_file_fuzz submit_request_fuzz event_batch_fuzz safetensors_header_fuzz checkpoint_manifest_fuzz"
+ALL_TARGETS="job_file_fuzz submit_request_fuzz event_batch_fuzz safetensors_header_fuzz checkpoint_manifest_fuzz indexed_index_fuzz"
 TARGETS=${FUZZ_TARGETS:-$ALL_TARGETS}
 
 for tool in clang++ cmake ninja; do

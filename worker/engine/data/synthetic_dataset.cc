@@ -16,8 +16,8 @@ double Uniform01(std::uint64_t& state) {
 
 }  // namespace
 
-SyntheticDataset::SyntheticDataset(std::uint64_t seed, int64_t vocab_size, int64_t seq_len)
-    : seed_(seed), vocab_size_(vocab_size), seq_len_(seq_len) {
+SyntheticDataset::SyntheticDataset(std::uint64_t seed, int64_t vocab_size, int64_t seq_len, int64_t first_index)
+    : seed_(seed), vocab_size_(vocab_size), seq_len_(seq_len), first_index_(first_index) {
   successors_.resize(static_cast<size_t>(vocab_size * kSuccessors));
   cumulative_.resize(successors_.size());
   std::uint64_t state = seed ^ 0x5eed5eed5eed5eedULL;
@@ -39,7 +39,7 @@ SyntheticDataset::SyntheticDataset(std::uint64_t seed, int64_t vocab_size, int64
 }
 
 void SyntheticDataset::Sample(int64_t index, int64_t* out) const {
-  std::uint64_t state = seed_ * 0xd1342543de82ef95ULL + static_cast<std::uint64_t>(index);
+  std::uint64_t state = seed_ * 0xd1342543de82ef95ULL + static_cast<std::uint64_t>(first_index_ + index);
   SplitMix64(state);  // decorrelate neighbouring indices
   int64_t tok = static_cast<int64_t>(SplitMix64(state) % static_cast<std::uint64_t>(vocab_size_));
   out[0] = tok;
@@ -51,6 +51,12 @@ void SyntheticDataset::Sample(int64_t index, int64_t* out) const {
     tok = successors_[tok * kSuccessors + j];
     out[t] = tok;
   }
+}
+
+std::string SyntheticDataset::Describe() const {
+  return "synthetic Markov chain (seed " + std::to_string(seed_) + ", vocab " + std::to_string(vocab_size_) + ", " +
+         std::to_string(kSuccessors) + " successors per token" +
+         (first_index_ != 0 ? ", samples from " + std::to_string(first_index_) : std::string()) + ")";
 }
 
 }  // namespace trainyard::engine
