@@ -78,7 +78,7 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
   std::string job_id;
   CLI::App* get = app.add_subcommand(
       "get", "Describe one job: spec, state history, attempts and their causes, workers, last "
-             "metrics, checkpoints, artifacts (--output json: the Job message)");
+             "metrics (and epoch), last validation, checkpoints, artifacts (--output json: the Job message)");
   get->add_option("job", job_id, "Job id")->required();
   example(get, "Example: trainyard get job-3");
 
@@ -118,8 +118,8 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
   WatchOptions watch_options;
   std::vector<std::string> watch_ids;
   CLI::App* watch = app.add_subcommand(
-      "watch", "Follow jobs until they end: a live status line per job on a terminal (step, "
-               "loss sparkline, tokens/s, MFU, ETA, recompiles), one line per event when piped");
+      "watch", "Follow jobs until they end: a live status line per job on a terminal (step, epoch, "
+               "loss sparkline, validation loss, tokens/s, MFU, ETA, recompiles), one line per event when piped");
   watch->add_option("job", watch_ids, "Job id(s)")->required();
   watch->add_option("--from-seq", watch_options.from_seq, "First event seq to show (default: from the start)")
       ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()));

@@ -431,8 +431,7 @@ void JobLifecycle::ApplyRankState(TrackedJob& rt, const v1::Event& event, Effect
       if (!IsTerminal(rt.job.state()) && !rt.tearing_down) {
         const char* what = rs.state() == v1::RankState::FAILED ? " failed: " : " was killed: ";
         // Bad job inputs fail the same on any worker: no restart, no worker blamed.
-        const bool permanent = rs.state() == v1::RankState::FAILED && rs.signal() == 0 &&
-                               rs.exit_code() == kRankExitInputError;
+        const bool permanent = rs.state() == v1::RankState::FAILED && rs.exit_code() == kRankExitInputError;
         FailAttempt(rt, absl::StrCat(where, what, rs.message()), permanent ? std::string() : WorkerOf(rt, r), fx,
                     permanent);
       }

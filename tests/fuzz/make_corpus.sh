@@ -97,3 +97,6 @@ write("bad-samples", manifest(samples_consumed=3))
 m = manifest(); m["files"][1]["name"] = "../rank-00001.safetensors"; write("traversal", m)
 write("float-step", manifest(step=1.5))
 PY
+
+# Megatron .idx files: valid ones and near misses, from the data tests' own writer.
+python3 "$root/tests/common/data/write_indexed.py" --fuzz-seeds "$c/indexed_index_fuzz"

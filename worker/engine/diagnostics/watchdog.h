@@ -36,13 +36,14 @@
 #include <string>
 #include <thread>
 
+#include "common/events/rank_exit.h"
 #include "common/flight/flight_ring.h"
 #include "worker/engine/train/event_writer.h"
 
 namespace trainyard::engine {
 
 // The exit code of a rank that reported a Stall (distinct from 1, a plain error).
-inline constexpr int kStallExitCode = 86;
+inline constexpr int kStallExitCode = kRankExitStall;  // common/events/rank_exit.h
 
 struct WatchdogOptions {
   std::string artifacts_dir;  // RUN_DIR/artifacts

@@ -1,12 +1,15 @@
 // trainyard-rank: one training rank. stdout carries only trainyard.v1.Event JSON lines;
 // human-readable diagnostics go to stderr. Exit 0 after the last step, 1 on any error
-// (after a final "error" log event).
+// (after a final "error" log event), kRankExitInputError (87) when the error is in the
+// job's own inputs — its dataset, its initial weights (engine::InputError): the
+// controller fails the job then instead of restarting it (common/events/rank_exit.h).
 //
 // Checkpoints (docs/checkpoints.md): every checkpoint.interval steps each rank writes
 // its shards under --checkpoint-dir (default checkpoint.dir) in
 // step-<8 digits>-attempt-<--attempt>/; --resume DIR continues from one written under
 // any layout. Without --resume, --load or checkpoint.initial_load_path (full
-// torchtitan-named weights) sets the starting weights. Test hook: the environment
+// torchtitan-named weights, a checkpoint directory or a folder of them, under any
+// layout: LoadInitialWeights) sets the starting weights. Test hook: the environment
 // variable TRAINYARD_TEST_PAUSE_CHECKPOINT_AT_STEP=N stops each rank's checkpoint
 // writer mid-file at step N until the rank is killed, in attempt 1 only (so the restart
 // that follows the kill runs through).
@@ -40,7 +43,10 @@
 #include <CLI/CLI.hpp>
 #include <torch/torch.h>
 
+#include "common/events/rank_exit.h"
 #include "common/flight/flight_ring.h"
+#include "worker/engine/base/input_error.h"
+#include "worker/engine/checkpoint/checkpoint_loader.h"
 #include "worker/engine/config/engine_config.h"
 #include "worker/engine/diagnostics/watchdog.h"
 #include "worker/engine/io/safetensors_file.h"
@@ -154,7 +160,12 @@ void RunRank(const RankFlags& f, EventWriter& events) {
   if (!f.resume.empty()) {
     trainer.Resume(f.resume);
   } else if (!initial.empty()) {
-    LoadFullState(*trainer.model(), ReadSafetensors(initial));
+    // A missing or unloadable path is the job's input error: permanent.
+    try {
+      events.Log("info", "initial weights: " + LoadInitialWeights(initial, *trainer.model()));
+    } catch (const std::invalid_argument& e) {
+      throw InputError(std::string("checkpoint.initial_load_path: ") + e.what());
+    }
   }
   if (!f.save_init.empty()) SaveFull(trainer, f.save_init);
   if (f.rank == 0) {
@@ -208,7 +219,9 @@ int main(int argc, char** argv) {
   app.add_option("--attempt", f.attempt, "attempt number, in checkpoint directory and artifact names")->capture_default_str();
   app.add_option("--threads", f.threads, "intra-op CPU threads")->capture_default_str()->check(CLI::Range(1, 1024));
   app.add_option("--save-init", f.save_init, "write the full initial weights (safetensors) before step 1; give it to every rank");
-  app.add_option("--load", f.load, "start from these full weights (safetensors, torchtitan names)");
+  app.add_option("--load", f.load,
+                 "start from these weights: a full safetensors file (torchtitan names), a checkpoint directory "
+                 "(holding manifest.json) or a folder of them (its newest), written under any layout");
   app.add_option("--save-final", f.save_final, "write the full weights (safetensors) after the last step; give it to every rank");
   app.add_option("--resume", f.resume,
                  "continue from this checkpoint directory (step-S-attempt-A, holding manifest.json), written under "
@@ -220,7 +233,9 @@ int main(int argc, char** argv) {
                  "and profiler traces to DIR/artifacts/ (default: $TMPDIR/trainyard-run-pPORT-aATTEMPT, or "
                  "-pidPID for one rank)");
   app.footer("Exit status: 0 done, 1 error, " + std::to_string(kStallExitCode) +
-             " hang detected (a Stall event and a flight-recorder dump were written).\n"
+             " hang detected (a Stall event and a flight-recorder dump were written), " +
+             std::to_string(trainyard::kRankExitInputError) +
+             " the job's inputs are wrong (dataset, initial weights: a retry cannot succeed).\n"
              "Test-only environment (attempt 1 only): TRAINYARD_TEST_STALL_RANK=R and "
              "TRAINYARD_TEST_STALL_AT_STEP=S stall rank R before step S's data fetch; "
              "TRAINYARD_TEST_PAUSE_CHECKPOINT_AT_STEP=N pauses the checkpoint writer at step N.");
@@ -239,6 +254,12 @@ int main(int argc, char** argv) {
   try {
     RunRank(f, events);
     return 0;
+  } catch (const InputError& e) {
+    // The job's own inputs are wrong (its dataset, its initial weights): permanent, so
+    // the controller fails the job instead of restarting it (common/events/rank_exit.h).
+    std::cerr << "trainyard-rank " << f.rank << ": input error: " << e.what() << std::endl;
+    events.Log("error", e.what());
+    return trainyard::kRankExitInputError;
   } catch (const c10::Error& e) {
     error = e.what_without_backtrace();
   } catch (const std::exception& e) {

@@ -82,6 +82,14 @@ void PreflightConfig(EngineConfig& config, bool shrink) {
   if (config.compile.backend == "cudagraph") config.compile.backend = "jit";
   config.compile.summary_every = 3;
   config.resources.device = "cpu";
+  // The compile structure does not depend on the tokens, and the controller's machine
+  // need not reach the job's dataset: the preflight trains on synthetic data, without
+  // evaluation, checkpoints or initial weights.
+  config.training.dataset = "synthetic";
+  config.training.dataset_path.clear();
+  config.training.shuffle = false;
+  config.validation = trainyard::spec::ValidationSpec();
+  config.checkpoint.initial_load_path.clear();
   if (shrink) Shrink(config);
 }
 
@@ -100,8 +108,13 @@ void PrintHuman(const trainyard::v1::Event& event) {
   const int rank = event.rank();
   if (event.has_step_metrics()) {
     const auto& m = event.step_metrics();
-    std::printf("step %5lld  loss %.4f  grad_norm %.4f  lr %.3e  tok/s %.0f  step_ms %.1f\n",
-                static_cast<long long>(m.step()), m.loss(), m.grad_norm(), m.lr(), m.tokens_per_s(), m.step_ms());
+    std::printf("step %5lld  loss %.4f  grad_norm %.4f  lr %.3e  tok/s %.0f  step_ms %.1f%s\n",
+                static_cast<long long>(m.step()), m.loss(), m.grad_norm(), m.lr(), m.tokens_per_s(), m.step_ms(),
+                m.epoch() > 0 ? ("  epoch " + std::to_string(m.epoch())).c_str() : "");
+  } else if (event.has_validation()) {
+    const auto& v = event.validation();
+    std::printf("validation after step %lld  loss %.4f  tokens %lld  ms %.1f\n", static_cast<long long>(v.step()),
+                v.loss(), static_cast<long long>(v.tokens()), v.ms());
   } else if (event.has_compile()) {
     const auto& c = event.compile();
     std::printf("rank %d  %-18s %s layers=%s%s%s\n", rank, trainyard::v1::CompileEvent::Kind_Name(c.kind()).c_str(),
@@ -202,7 +215,8 @@ int main(int argc, char** argv) {
                  "step is the fused CPU one: the worker daemon's rule, worker/launch/rank_launch.h)")
       ->check(CLI::Range(1, 1024));
   app.add_option("--save-init", f.save_init, "rank writes the initial weights to this .safetensors");
-  app.add_option("--load", f.load, "ranks start from the weights in this .safetensors");
+  app.add_option("--load", f.load, "ranks start from these weights: a full .safetensors file, a checkpoint directory or a folder of them "
+                 "(its newest), written under any layout");
   app.add_option("--resume", f.resume, "ranks continue from this checkpoint directory (written under any layout)");
   app.add_option("--run-dir", f.run_dir,
                  "ranks keep flight-recorder rings in DIR/flight and write flight dumps and profiler traces "

@@ -38,6 +38,12 @@ void EventWriter::Compile(const v1::CompileEvent& compile) {
   Emit(std::move(e));
 }
 
+void EventWriter::Validation(const v1::Validation& validation) {
+  v1::Event e;
+  *e.mutable_validation() = validation;
+  Emit(std::move(e));
+}
+
 void EventWriter::Checkpoint(const v1::CheckpointSaved& checkpoint) {
   v1::Event e;
   *e.mutable_checkpoint() = checkpoint;

@@ -116,6 +116,13 @@ Trainer::Trainer(const EngineConfig& config, ProcessMesh& mesh, EventWriter& eve
   if (!router.empty()) grad_syncs_.push_back(std::make_unique<GradientSynchronizer>(router, mesh.world(), inv_dp));
   if (!expert.empty()) grad_syncs_.push_back(std::make_unique<GradientSynchronizer>(expert, mesh.expert_dp(), inv_dp));
   optimizer_ = std::make_unique<AdamW>(params_, AdamWOptions{kBeta1, kBeta2, kEps, kWeightDecay});
+  if (!config_.validation.dataset.empty()) {
+    evaluator_ = std::make_unique<Evaluator>(config_, mesh, model_, events, options.device);
+  }
+  if (ctx.rank == 0) {
+    events.Log("info", "training data: " + DescribeDataset(*dataset_, GlobalBatch()));
+    if (evaluator_) events.Log("info", "validation data: " + DescribeDataset(evaluator_->dataset(), GlobalBatch()));
+  }
 }
 
 std::pair<double, double> Trainer::ClipGradients(double max_norm) {
@@ -197,6 +204,7 @@ void Trainer::Run() {
   // Every step's tokens count, reported or not: a report carries those since the last.
   int64_t tokens_since_report = 0;
   const int64_t step_tokens = GlobalBatch() * t.seq_len;
+  if (evaluator_ && start_step_ == 0) evaluator_->Run(0);
   for (int step = static_cast<int>(start_step_) + 1; step <= t.steps; ++step) {
     v1::StepMetrics m;
     if (options_.flight != nullptr) options_.flight->SetStep(step);
@@ -214,6 +222,7 @@ void Trainer::Run() {
       tokens_since_report = 0;
       events_.Step(m);
     }
+    if (evaluator_ && evaluator_->DueAfter(step)) evaluator_->Run(step);
     if (step % config_.compile.summary_every == 0 || step == t.steps) compile_->Summary();
     if (checkpoints) {
       checkpoints->ThrowIfFailed();
@@ -351,6 +360,7 @@ v1::StepMetrics Trainer::Step(int step) {
 
   v1::StepMetrics m;
   m.set_step(step);
+  m.set_epoch(EpochOfStep(*dataset_, step - 1, GlobalBatch()));
   m.set_loss(stats[0].item<double>() / ctx.world);
   m.set_grad_norm(grad_norm);
   m.set_lr(lr);

@@ -28,6 +28,7 @@
 #include "worker/engine/optim/lr_schedule.h"
 #include "worker/engine/parallel/gradient_synchronizer.h"
 #include "worker/engine/parallel/mesh/process_mesh.h"
+#include "worker/engine/train/evaluator.h"
 #include "worker/engine/train/event_writer.h"
 #include "worker/engine/train/flops_model.h"
 
@@ -98,8 +99,8 @@ class Trainer {
   ProcessMesh& mesh_;
   EventWriter& events_;
   TrainerOptions options_;
-  int next_peak_reprobe_ = 0;
-  int64_t start_step_ = 0;  // the last step done before Run (a resumed checkpoint's)  // first step that may re-measure a peak it beat
+  int next_peak_reprobe_ = 0;  // first step that may re-measure a peak it beat
+  int64_t start_step_ = 0;  // the last step done before Run (a resumed checkpoint's)
   FlopsModel flops_;
   LrSchedule schedule_;
   std::unique_ptr<Dataset> dataset_;
@@ -113,6 +114,7 @@ class Trainer {
   std::unique_ptr<AdamW> optimizer_;
   std::vector<bool> owned_;  // per params_: counted in the grad norm on this rank
   std::vector<std::unique_ptr<GradientSynchronizer>> grad_syncs_;
+  std::unique_ptr<Evaluator> evaluator_;  // null without [validation]
 
   // Global L2 norm over every shard (each element once) and the clip coefficient of
   // torch::nn::utils::clip_grad_norm_ (at most 1), which the optimizer step applies.

@@ -54,6 +54,7 @@ std::vector<v1::Event> EveryEngineEvent() {
   for (int64_t load : {1, 2, 3}) m->add_expert_load(load);
   m->set_imbalance(1.5);
   m->set_tokens(int64_t{1} << 40);
+  m->set_epoch(3);
   events.push_back(step);
 
   for (int kind = v1::CompileEvent::COMPILE; kind <= v1::CompileEvent::SUMMARY; ++kind) {
@@ -81,6 +82,14 @@ std::vector<v1::Event> EveryEngineEvent() {
   ck->set_ep(4);
   events.push_back(checkpoint);
 
+  v1::Event validation;
+  v1::Validation* v = validation.mutable_validation();
+  v->set_step(40);
+  v->set_loss(5.125);
+  v->set_tokens(8192);
+  v->set_ms(130.5);
+  events.push_back(validation);
+
   v1::Event stall;
   v1::Stall* st = stall.mutable_stall();
   st->set_collective("dp0:allreduce");
@@ -106,6 +115,7 @@ void Write(EventWriter& w, const v1::Event& e) {
   if (e.has_step_metrics()) w.Step(e.step_metrics());
   if (e.has_compile()) w.Compile(e.compile());
   if (e.has_checkpoint()) w.Checkpoint(e.checkpoint());
+  if (e.has_validation()) w.Validation(e.validation());
   if (e.has_stall()) w.Stall(e.stall());
   if (e.has_artifact()) w.Artifact(e.artifact());
 }
