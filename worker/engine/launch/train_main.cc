@@ -47,6 +47,7 @@ struct TrainFlags {
   int nproc = 0;  // 0: dp*tp from the config
   int threads = 0;  // 0: cores / nproc
   std::string save_init;
+  std::string save_final;
   std::string load;
   std::string resume;
   std::string run_dir;  // the ranks' --run-dir (flight rings, dumps, profiler traces)
@@ -166,6 +167,7 @@ int Train(const TrainFlags& f) {
   opts.run_dir = f.run_dir;
   opts.resume_path = f.resume;
   if (!f.save_init.empty()) opts.rank_args.insert(opts.rank_args.end(), {"--save-init", f.save_init});
+  if (!f.save_final.empty()) opts.rank_args.insert(opts.rank_args.end(), {"--save-final", f.save_final});
   if (!f.load.empty()) opts.rank_args.insert(opts.rank_args.end(), {"--load", f.load});
   if (config.checkpoint.interval > 0 && !f.preflight) opts.attempt = NextCheckpointAttempt(config.checkpoint.dir);
 
@@ -215,6 +217,8 @@ int main(int argc, char** argv) {
                  "step is the fused CPU one: the worker daemon's rule, worker/launch/rank_launch.h)")
       ->check(CLI::Range(1, 1024));
   app.add_option("--save-init", f.save_init, "rank writes the initial weights to this .safetensors");
+  app.add_option("--save-final", f.save_final,
+                 "rank 0 writes the full weights after the last step to this .safetensors (torchtitan names)");
   app.add_option("--load", f.load, "ranks start from these weights: a full .safetensors file, a checkpoint directory or a folder of them "
                  "(its newest), written under any layout");
   app.add_option("--resume", f.resume, "ranks continue from this checkpoint directory (written under any layout)");

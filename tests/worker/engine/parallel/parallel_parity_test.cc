@@ -171,7 +171,8 @@ TEST(LoadTest, WrongShapeFailsNamingTheTensor) {
   WriteSafetensors(bad, {{"tok_embeddings.weight", torch::zeros({3, 3})}});
   const std::string config = WriteLayoutSpec(dir + "load_bad.json", {1, 1, 1}, kBatch, 1);
   const std::string out = dir + "load_bad_r0.jsonl";
-  EXPECT_EQ(WaitExit(SpawnRank(config, 0, 1, FreePort(), out, {"--load", bad})), 1);
+  // Weights that do not fit are the job's input error: permanent (common/events/rank_exit.h).
+  EXPECT_EQ(WaitExit(SpawnRank(config, 0, 1, FreePort(), out, {"--load", bad})), 87);
   const std::string message = LastError(ReadRankEvents(out));
   EXPECT_NE(message.find("tok_embeddings.weight has shape [3, 3]"), std::string::npos) << message;
 }
