@@ -184,17 +184,19 @@ absl::Status IndexedDatasetWriter::Commit(std::vector<AtomicFileWriter>* also) {
   TY_ASSIGN_OR_RETURN(AtomicFileWriter idx,
                       AtomicFileWriter::Create(idx_path_, UniqueTemp()));
   TY_RETURN_IF_ERROR(WriteIndex(idx));
-  // An older .idx must not outlive its .bin: gone first, so a crash between the two
-  // renames below leaves no index at all rather than one that names the new .bin.
-  if (::unlink(idx_path_.c_str()) != 0 && errno != ENOENT) {
-    return absl::InternalError(absl::StrCat("cannot remove the older ", idx_path_, ": ", std::strerror(errno)));
+  // The .bin goes last, after its .idx, and any older .bin is removed first: a crash
+  // between the renames leaves an index without its .bin (a reader refuses it, naming
+  // the missing file), never a .bin without an index, which a reader would take for a
+  // flat uint16 (nanoGPT) file, and never an index naming an older .bin.
+  if (::unlink(bin_path_.c_str()) != 0 && errno != ENOENT) {
+    return absl::InternalError(absl::StrCat("cannot remove the older ", bin_path_, ": ", std::strerror(errno)));
   }
   TY_RETURN_IF_ERROR(FsyncPath(DirectoryOf(idx_path_), /*directory=*/true));
   if (also != nullptr) {
     for (AtomicFileWriter& w : *also) TY_RETURN_IF_ERROR(w.Commit());
   }
-  TY_RETURN_IF_ERROR(bin_.Commit());
-  return idx.Commit();
+  TY_RETURN_IF_ERROR(idx.Commit());
+  return bin_.Commit();
 }
 
 }  // namespace trainyard::tokenize

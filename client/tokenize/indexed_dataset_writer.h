@@ -17,9 +17,11 @@
 // memory does not grow with the corpus.
 //
 // Crash safety: both files are written under hidden temporary names
-// (.NAME.tmp-XXXXXX, AtomicFileWriter) and renamed into place only by Commit, the .idx
-// last: a run that dies leaves any earlier dataset under PREFIX untouched, or (killed
-// inside Commit) a PREFIX.bin without a PREFIX.idx, never an .idx that names the wrong
+// (.NAME.tmp-XXXXXX, AtomicFileWriter) and renamed into place only by Commit, after
+// any older PREFIX.bin is removed, the .bin last: a run that dies leaves any earlier
+// dataset under PREFIX untouched, or (killed inside Commit) a PREFIX.idx without its
+// PREFIX.bin, which a reader refuses naming the missing file; never a .bin without an
+// index (a reader would take it for flat nanoGPT uint16) or an index naming another
 // .bin. Destroyed without Commit, the temporary files are removed.
 //
 // Thread contract: not thread-safe; one writer per output, used by one thread.
@@ -63,8 +65,8 @@ class IndexedDatasetWriter {
   std::int64_t open_document_tokens() const { return open_tokens_; }
 
   // Writes PREFIX.idx and puts the dataset in place: removes an older PREFIX.idx,
-  // commits each of `also` (a model file that belongs with the dataset), then
-  // PREFIX.bin, then PREFIX.idx. FAILED_PRECONDITION when a document is still open or
+  // removes an older PREFIX.bin, commits each of `also` (a model file that belongs with
+  // the dataset), then PREFIX.idx, then PREFIX.bin. FAILED_PRECONDITION when a document is still open or
   // there is none.
   absl::Status Commit(std::vector<AtomicFileWriter>* also = nullptr);
 

@@ -24,13 +24,17 @@ absl::StatusOr<std::unique_ptr<PreadFile>> PreadFile::Open(const std::string& pa
   if (fd < 0) {
     const int err = errno;
     if (err == ENOENT) return absl::NotFoundError(absl::StrCat(path, ": no such file"));
-    return absl::InternalError(absl::StrCat(path, ": cannot open: ", std::strerror(err)));
+    if (err == EACCES || err == EPERM || err == ENOTDIR || err == ELOOP || err == ENAMETOOLONG) {
+      return absl::PermissionDeniedError(absl::StrCat(path, ": cannot open: ", std::strerror(err)));
+    }
+    // EIO, ESTALE, EMFILE, ENOMEM, ...: the filesystem or the process, not the file.
+    return absl::UnavailableError(absl::StrCat(path, ": cannot open: ", std::strerror(err)));
   }
   struct stat st;
   if (::fstat(fd, &st) != 0) {
     const int err = errno;
     ::close(fd);
-    return absl::InternalError(absl::StrCat(path, ": cannot stat: ", std::strerror(err)));
+    return absl::UnavailableError(absl::StrCat(path, ": cannot stat: ", std::strerror(err)));
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
@@ -48,7 +52,7 @@ absl::Status PreadFile::ReadAt(std::uint64_t offset, std::size_t n, void* out) c
     const ssize_t got = ::pread(fd_, dst + done, n - done, static_cast<off_t>(offset + done));
     if (got < 0) {
       if (errno == EINTR) continue;
-      return absl::InternalError(
+      return absl::UnavailableError(
           absl::StrCat(path_, ": cannot read at byte offset ", offset + done, ": ", std::strerror(errno)));
     }
     if (got == 0) {

@@ -29,14 +29,16 @@ class ByteSource {
   virtual std::uint64_t size() const = 0;
   // Exactly `n` bytes from `offset` into `out`; DATA_LOSS "<name>: short read at byte
   // offset X: ..." when the source ends first (a file truncated since it was opened),
-  // INTERNAL with strerror on an I/O error.
+  // UNAVAILABLE with strerror on an I/O error (EIO, ESTALE: may pass on a retry).
   virtual absl::Status ReadAt(std::uint64_t offset, std::size_t n, void* out) const = 0;
 };
 
 class PreadFile : public ByteSource {
  public:
   // Opens `path` read-only. NOT_FOUND when it does not exist, FAILED_PRECONDITION when it
-  // is not a regular file, INTERNAL otherwise; messages name the path.
+  // is not a regular file, PERMISSION_DENIED when it cannot be reached (EACCES, ENOTDIR,
+  // ...), UNAVAILABLE otherwise (EIO, ESTALE, EMFILE: the filesystem or the process, not
+  // the file); messages name the path.
   static absl::StatusOr<std::unique_ptr<PreadFile>> Open(const std::string& path);
   ~PreadFile() override;
   PreadFile(const PreadFile&) = delete;

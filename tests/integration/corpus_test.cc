@@ -311,6 +311,28 @@ TEST_F(CorpusTest, TwoRanksAndOneRankWithTwoMicroBatchesSeeTheSameShuffledSample
   EXPECT_GT(std::abs(other_seed.at(1) - dp2.at(1)), 1e-3) << "another seed's samples must give another loss";
 }
 
+// Evaluation is invisible to training: under the jit backend (whose region guards hold
+// the grad mode), a run with [validation] has the losses of a run without, bit for bit,
+// and compiles nothing again.
+TEST_F(CorpusTest, ValidationLeavesTheTrainingLossesAndTheCompiledRegionsAlone) {
+  const std::vector<std::string> jit = With(CorpusJob(4), {"compile.backend=jit", "validation.freq=2"});
+  const std::vector<json> with = TrainLocally(jit);
+  const std::vector<json> without =
+      TrainLocally(With(jit, {"validation.dataset=\"\"", "validation.dataset_path=\"\""}));
+  EXPECT_EQ(ValidationByStep(with, 0).size(), 3u) << "before step 1, after steps 2 and 4";
+  EXPECT_TRUE(ValidationByStep(without, 0).empty());
+  const std::map<int64_t, double> want = LossesByStep(without, 0);
+  ASSERT_EQ(want.size(), 4u);
+  EXPECT_EQ(LossesByStep(with, 0), want);
+  auto recompiles = [](const std::vector<json>& events) {
+    int n = 0;
+    for (const json& e : events) n += e.contains("compile") && e.at("compile").value("kind", "") == "RECOMPILE";
+    return n;
+  };
+  EXPECT_EQ(recompiles(with), recompiles(without));
+  EXPECT_EQ(recompiles(with), 0);
+}
+
 // The corpus is read in windows, never held: a rank training over a 2 GiB token file
 // peaks within 200 MiB of the same rank over a 10 MiB one (sparse files; zeros are
 // valid tokens; shuffled, so the reads land all over the big file).

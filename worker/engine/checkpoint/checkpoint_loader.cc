@@ -142,6 +142,12 @@ std::string LoadInitialWeights(const std::string& path, TransformerModelImpl& mo
   if (path.empty()) fail("no path given");
   std::error_code ec;
   const fs::file_status st = fs::status(path, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory && ec != std::errc::not_a_directory &&
+      ec != std::errc::permission_denied) {
+    // EIO, ESTALE, ...: the filesystem, not the path; may pass on a retry.
+    throw std::runtime_error("initial weights " + Quoted(path) + ": cannot stat: " + ec.message());
+  }
+  if (ec == std::errc::permission_denied) fail("cannot be reached: " + ec.message());
   if (!fs::exists(st)) fail("does not exist");
   std::string loaded;
   try {
@@ -168,7 +174,13 @@ std::string LoadInitialWeights(const std::string& path, TransformerModelImpl& mo
     }
   } catch (const InitialWeightsError&) {
     throw;
+  } catch (const std::bad_alloc&) {
+    throw;  // memory, not the weights
+  } catch (const c10::Error&) {
+    throw;  // a device error (CUDA out of memory) while copying
   } catch (const std::exception& e) {
+    // A malformed file, a checkpoint missing a rank's file, a tensor of another shape:
+    // the weights named are wrong.
     fail(e.what());
   }
   return loaded;

@@ -49,8 +49,11 @@ CheckpointManifest LoadCheckpointWeights(const std::string& dir, const std::vect
 // resharded into this rank's shards. Only parameters and buffers are set. Returns what
 // it loaded from, for a log line ("checkpoint /ck/job-3/step-00000020-attempt-1 (step
 // 20, written under dp=2 tp=1 ep=2)"). Throws std::invalid_argument("initial weights
-// PATH: PROBLEM") for a missing, unreadable or invalid path or one that does not fit
-// the model (a permanent failure: retrying cannot help).
+// PATH: PROBLEM") for a missing, unreachable or invalid path or one that does not fit
+// the model (a permanent failure: retrying cannot help); std::runtime_error when the
+// filesystem fails to stat it (EIO, ESTALE), and rethrows std::bad_alloc and
+// c10::Error (memory), which a retry may pass. Each rank picks a folder's newest
+// checkpoint on its own: the caller makes the ranks agree (trainyard-rank does).
 std::string LoadInitialWeights(const std::string& path, TransformerModelImpl& model);
 
 }  // namespace trainyard::engine

@@ -32,6 +32,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <functional>
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
@@ -46,6 +48,7 @@
 #include "common/events/rank_exit.h"
 #include "common/flight/flight_ring.h"
 #include "worker/engine/base/input_error.h"
+#include "worker/engine/checkpoint/checkpoint_export.h"
 #include "worker/engine/checkpoint/checkpoint_loader.h"
 #include "worker/engine/config/engine_config.h"
 #include "worker/engine/diagnostics/watchdog.h"
@@ -98,6 +101,29 @@ using namespace trainyard::engine;
 void SaveFull(Trainer& trainer, const std::string& path) {
   NamedTensors full = GatherFullState(*trainer.model(), trainer.mesh());
   if (trainer.mesh().world().rank() == 0) WriteSafetensors(path, full);
+}
+
+// A folder of checkpoints as initial weights: each rank picks its newest on its own, so
+// a folder that a job is still writing could start the ranks from different steps.
+// The ranks compare their picks (a 20-bit hash of the path, its sum and sum of squares
+// over the world: equal exactly when every rank picked the same) and refuse to start
+// apart; a plain file or one checkpoint directory passes through unchanged.
+std::string AgreedInitialCheckpoint(const std::string& path, ProcessMesh& mesh, const c10::Device& device) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(path, ec) || fs::exists(fs::path(path) / "manifest.json", ec)) return path;
+  absl::StatusOr<std::string> picked = SelectCheckpoint(path, std::nullopt);
+  if (!picked.ok()) return path;  // LoadInitialWeights reports it, on every rank
+  const double h = static_cast<double>(std::hash<std::string>{}(*picked) & 0xfffff);
+  auto t = torch::tensor({1.0, h, h * h}, torch::TensorOptions().dtype(torch::kFloat64)).to(device);
+  mesh.world().AllReduceSum(t);
+  t = t.cpu();
+  const double n = t[0].item<double>();
+  if (t[1].item<double>() != n * h || t[2].item<double>() != n * h * h) {
+    throw std::runtime_error("checkpoint.initial_load_path " + path + ": the ranks picked different newest "
+                             "checkpoints (this rank " + *picked + "); is a job still writing that folder?");
+  }
+  return *picked;
 }
 
 // Keeps freed tensor memory in the heap for the next step. By default glibc serves
@@ -156,7 +182,8 @@ void RunRank(const RankFlags& f, EventWriter& events) {
   options.artifacts_dir = run_dir + "/artifacts";
   options.test_stall_at_step = f.test_stall_at_step;
   Trainer trainer(config, *mesh, events, options);
-  const std::string initial = f.load.empty() ? config.checkpoint.initial_load_path : f.load;
+  std::string initial = f.load.empty() ? config.checkpoint.initial_load_path : f.load;
+  if (f.resume.empty() && !initial.empty()) initial = AgreedInitialCheckpoint(initial, *mesh, device);
   if (!f.resume.empty()) {
     trainer.Resume(f.resume);
   } else if (!initial.empty()) {

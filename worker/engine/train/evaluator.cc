@@ -9,8 +9,8 @@
 namespace trainyard::engine {
 
 Evaluator::Evaluator(const EngineConfig& config, ProcessMesh& mesh, TransformerModel& model, EventWriter& events,
-                     c10::Device device)
-    : config_(config), mesh_(mesh), model_(model), events_(events), device_(device) {
+                     c10::Device device, flight::FlightRing* flight)
+    : config_(config), mesh_(mesh), model_(model), events_(events), device_(device), flight_(flight) {
   dataset_ = MakeValidationDataset(config.validation, config.training, config.model);
 }
 
@@ -25,7 +25,6 @@ v1::Validation Evaluator::Run(int64_t step) {
   const int batch = config_.training.batch_size;
   const int seq = config_.training.seq_len;
   const int steps = config_.validation.steps;
-  torch::NoGradGuard no_grad;
   // fp64 sum of the per-batch mean losses of this rank (each TP rank of a DP rank holds
   // the same loss: the world sum over-counts by tp, divided out below).
   auto sum = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
@@ -33,6 +32,7 @@ v1::Validation Evaluator::Run(int64_t step) {
     torch::Tensor tokens = LoadEvalBatch(*dataset_, b, ctx.dp_rank, ctx.dp, batch).to(device_);
     ModelOutput out = model_(tokens.narrow(1, 0, seq), tokens.narrow(1, 1, seq));
     sum += out.loss.detach().to(torch::kFloat64).reshape({1});
+    if (flight_ != nullptr) flight_->MarkProgress();
   }
   mesh_.world().AllReduceSum(sum);
   compat::Synchronize(device_);

@@ -6,8 +6,13 @@
 // The batches are read in file order, never shuffled (data/dataset.h, LoadEvalBatch),
 // so every evaluation sees the same samples and the curve compares like with like. It
 // consumes no random numbers and changes no parameter, buffer or optimizer state:
-// training losses are bit-identical with and without it. Every rank must call Run at
-// the same steps (it runs one collective). Not thread-safe; owned by the Trainer.
+// training losses are bit-identical with and without it. The forward is the training
+// forward, grad mode on and no backward (its graph is dropped batch by batch): under
+// NoGradGuard every compiled region would compile a second, no-grad variant (grad mode
+// is in their guards), spending recompile_limit and reporting RECOMPILEs that are not
+// the user's. Each batch marks progress in the flight ring, so a long evaluation is
+// not a step timeout. Every rank must call Run at the same steps (it runs one
+// collective). Not thread-safe; owned by the Trainer.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +20,7 @@
 
 #include <torch/torch.h>
 
+#include "common/flight/flight_ring.h"
 #include "worker/engine/config/engine_config.h"
 #include "worker/engine/data/dataset.h"
 #include "worker/engine/model/transformer_model.h"
@@ -27,8 +33,9 @@ namespace trainyard::engine {
 class Evaluator {
  public:
   // Opens and validates the validation dataset (throws InputError naming it).
+  // `flight`: this rank's ring (null: none).
   Evaluator(const EngineConfig& config, ProcessMesh& mesh, TransformerModel& model, EventWriter& events,
-            c10::Device device);
+            c10::Device device, flight::FlightRing* flight);
 
   // Whether an evaluation is due after `step` optimizer steps (0: before the first).
   bool DueAfter(int64_t step) const;
@@ -43,6 +50,7 @@ class Evaluator {
   TransformerModel& model_;
   EventWriter& events_;
   c10::Device device_;
+  flight::FlightRing* flight_;
   std::unique_ptr<Dataset> dataset_;
 };
 

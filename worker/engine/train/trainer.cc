@@ -117,7 +117,7 @@ Trainer::Trainer(const EngineConfig& config, ProcessMesh& mesh, EventWriter& eve
   if (!expert.empty()) grad_syncs_.push_back(std::make_unique<GradientSynchronizer>(expert, mesh.expert_dp(), inv_dp));
   optimizer_ = std::make_unique<AdamW>(params_, AdamWOptions{kBeta1, kBeta2, kEps, kWeightDecay});
   if (!config_.validation.dataset.empty()) {
-    evaluator_ = std::make_unique<Evaluator>(config_, mesh, model_, events, options.device);
+    evaluator_ = std::make_unique<Evaluator>(config_, mesh, model_, events, options.device, options.flight);
   }
   if (ctx.rank == 0) {
     events.Log("info", "training data: " + DescribeDataset(*dataset_, GlobalBatch()));
