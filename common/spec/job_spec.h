@@ -55,8 +55,11 @@ struct TrainingSpec {
   std::string dataset_path;
   int log_freq = 1;
   int grad_accum_steps = 1;  // micro-batches per optimizer step
-  double step_timeout_s = 0;  // no step progress outside a collective for this long: Stall; 0 = off
+  // No step progress outside a collective for this long: Stall; 0 = off. Not given:
+  // 0 on CPU, kDefaultCudaStepTimeoutS for resources.device="cuda" (presets.h).
+  double step_timeout_s = 0;
   bool shuffle = false;  // seeded permutation of the samples per epoch
+  std::string mixed_precision = "fp32";  // "fp32" | "bf16" (runs only where the engine has bf16)
 };
 
 struct ParallelismSpec {
@@ -173,6 +176,7 @@ void ForEachField(Spec& s, Visit&& visit) {
   visit("training", "grad_accum_steps", s.training.grad_accum_steps);
   visit("training", "step_timeout_s", s.training.step_timeout_s);
   visit("training", "shuffle", s.training.shuffle);
+  visit("training", "mixed_precision", s.training.mixed_precision);
 
   visit("parallelism", "dp", s.parallelism.dp);
   visit("parallelism", "tp", s.parallelism.tp);

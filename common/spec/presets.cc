@@ -103,6 +103,9 @@ Result<JobSpec> Resolve(const SpecInput& input) {
   if (input.Find("training", "warmup_steps") == nullptr) {
     spec.training.warmup_steps = std::max(0, std::min(kDefaultWarmupSteps, spec.training.steps));
   }
+  if (input.Find("training", "step_timeout_s") == nullptr && spec.resources.device == "cuda") {
+    spec.training.step_timeout_s = kDefaultCudaStepTimeoutS;
+  }
   return spec;
 }
 

@@ -15,6 +15,14 @@ inline constexpr const char* kDefaultPreset = "debug";
 // training.warmup_steps when not given: min(10, steps).
 inline constexpr int kDefaultWarmupSteps = 10;
 
+// training.step_timeout_s when not given and resources.device is "cuda" (CPU jobs: 0,
+// off). On CUDA a collective's wait() does not block the host, so a hang can sit in a
+// host-side synchronisation (a step's device synchronize, a .item()) outside any
+// collective the watchdog can see; 600 s is far above any step of the configurations
+// this engine trains (seconds) and the first step's warm-up, and well under what a
+// silent hang costs a GPU fleet (docs/diagnostics.md).
+inline constexpr double kDefaultCudaStepTimeoutS = 600;
+
 // Known preset names, in order ("debug", "tiny").
 std::vector<std::string> PresetNames();
 
@@ -32,7 +40,8 @@ std::vector<std::string> PresetNames();
 //
 // Resolve: start from the defaults, apply the preset named by model.preset (default
 // "debug"), then every given key (given keys always win). warmup_steps, when not
-// given, is min(10, steps). After an OK return model.preset names the preset used.
+// given, is min(10, steps); step_timeout_s, when not given, is kDefaultCudaStepTimeoutS
+// for resources.device="cuda" and 0 otherwise. After an OK return model.preset names the preset used.
 // Error: model.preset names no preset. Values are not range-checked here (Validate).
 Result<JobSpec> Resolve(const SpecInput& input);
 

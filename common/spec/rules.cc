@@ -238,6 +238,7 @@ Check Training(const TrainingSpec& t, const ModelSpec& m) {
   TY_SPEC_CHECK(IntRange("training.log_freq", t.log_freq, 1, 1000000000));
   TY_SPEC_CHECK(IntRange("training.grad_accum_steps", t.grad_accum_steps, 1, 1024));
   TY_SPEC_CHECK(InRange("training.step_timeout_s", t.step_timeout_s, 0, 1e7));
+  TY_SPEC_CHECK(OneOf("training.mixed_precision", t.mixed_precision, MixedPrecisions()));
   return std::nullopt;
 }
 
@@ -364,6 +365,10 @@ const std::vector<std::string>& ScoreFuncs() {
 }
 const std::vector<std::string>& Datasets() {
   static const std::vector<std::string> v = {"synthetic", "text", "tokens"};
+  return v;
+}
+const std::vector<std::string>& MixedPrecisions() {
+  static const std::vector<std::string> v = {"fp32", "bf16"};
   return v;
 }
 const std::vector<std::string>& Backends() {

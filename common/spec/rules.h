@@ -4,7 +4,9 @@
 //
 // Rules that depend on the fleet (world size against connected slots, which devices
 // workers have) are the controller's (server/admission_policy); rules that depend on
-// the build (a CUDA LibTorch) are the engine's (DevicePlacement). Everything else is
+// the build (a CUDA LibTorch, a bf16 path) are the engine's (DevicePlacement, and
+// worker/engine/launch/engine_capabilities.h, which refuses what
+// `trainyard-rank --capabilities` reports false). Everything else is
 // here, once, so the controller never admits a job that every rank refuses.
 #pragma once
 
@@ -21,6 +23,7 @@ namespace trainyard::spec {
 // Allowed values of the enumerated keys.
 const std::vector<std::string>& ScoreFuncs();        // sigmoid, softmax
 const std::vector<std::string>& Datasets();          // synthetic, text, tokens
+const std::vector<std::string>& MixedPrecisions();   // fp32, bf16
 const std::vector<std::string>& Backends();          // eager, jit, cudagraph
 const std::vector<std::string>& RegionModes();       // per_layer, model
 const std::vector<std::string>& SideEffectPolicies();  // error, fallback

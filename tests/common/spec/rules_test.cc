@@ -150,6 +150,10 @@ INSTANTIATE_TEST_SUITE_P(
              "model.score_func: unknown value \"relu\" (known: sigmoid, softmax)"},
         Case{"Dataset", {"training.dataset=web"}, "training.dataset", "one_of",
              "training.dataset: unknown value \"web\" (known: synthetic, text, tokens)"},
+        Case{"MixedPrecision", {"training.mixed_precision=fp16"}, "training.mixed_precision", "one_of",
+             "training.mixed_precision: unknown value \"fp16\" (known: fp32, bf16)"},
+        Case{"MixedPrecisionCase", {"training.mixed_precision=BF16"}, "training.mixed_precision", "one_of",
+             "training.mixed_precision: unknown value \"BF16\" (known: fp32, bf16)"},
         Case{"Regions", {"compile.regions=all"}, "compile.regions", "one_of",
              "compile.regions: unknown value \"all\" (known: per_layer, model)"},
         Case{"SideEffect", {"compile.on_side_effect=ignore"}, "compile.on_side_effect", "one_of",
@@ -279,6 +283,41 @@ TEST(RulesTest, ProfilingAndStepTimeoutAreAccepted) {
   ASSERT_TRUE(spec.ok()) << spec.error().ToString();
   EXPECT_TRUE(spec.value().profiling.enable);
   EXPECT_EQ(spec.value().training.step_timeout_s, 30);
+}
+
+TEST(RulesTest, MixedPrecisionDefaultsToFp32AndTakesBf16) {
+  // The spec core accepts both values on any device: whether bf16 runs is the engine's
+  // capability (trainyard-rank --capabilities), checked by the controller and the engine.
+  EXPECT_EQ(FromPreset("tiny").value().training.mixed_precision, "fp32");
+  for (const char* device : {"cpu", "cuda"}) {
+    Result<JobSpec> spec =
+        FromPreset("tiny", {"training.mixed_precision=bf16", std::string("resources.device=") + device});
+    ASSERT_TRUE(spec.ok()) << spec.error().ToString();
+    EXPECT_EQ(spec.value().training.mixed_precision, "bf16");
+  }
+}
+
+TEST(RulesTest, CudaJobsGetAStepTimeoutByDefault) {
+  // Not given: 600 s on CUDA (a hang outside a collective is otherwise invisible there),
+  // off on CPU. Given: the value given, 0 included.
+  EXPECT_EQ(FromPreset("tiny").value().training.step_timeout_s, 0);
+  EXPECT_EQ(FromPreset("tiny", {"resources.device=cpu"}).value().training.step_timeout_s, 0);
+  EXPECT_EQ(FromPreset("tiny", {"resources.device=cuda"}).value().training.step_timeout_s, 600);
+  EXPECT_EQ(FromPreset("tiny", {"resources.device=cuda", "training.step_timeout_s=0"}).value().training.step_timeout_s,
+            0);
+  EXPECT_EQ(FromPreset("tiny", {"resources.device=cuda", "training.step_timeout_s=45"}).value().training.step_timeout_s,
+            45);
+  // The normalised spec (every key given, as the controller stores it and a rank reads
+  // it) keeps the default: resolving it again changes nothing.
+  const JobSpec cuda = FromPreset("tiny", {"resources.device=cuda"}).value();
+  Result<JobSpec> again = Resolve(AllKeys(cuda));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again.value().training.step_timeout_s, 600);
+  // A normalised CPU spec has step_timeout_s=0 given, so it keeps 0 even when its
+  // device is changed to cuda afterwards: only a key not given takes the default.
+  SpecInput stored = AllKeys(FromPreset("tiny").value());
+  ASSERT_FALSE(stored.Set("resources", "device", RawValue{std::string("cuda"), std::nullopt}, "").has_value());
+  EXPECT_EQ(Resolve(stored).value().training.step_timeout_s, 0);
 }
 
 TEST(RulesTest, HostileTextIsQuotedShortAndEscaped) {
