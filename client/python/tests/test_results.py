@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 from google.protobuf.descriptor import FieldDescriptor
 
 import trainyard_client as ty
-from trainyard_client._stubs import event_pb2, job_pb2, job_service_pb2
+from trainyard_client._stubs import device_pb2, event_pb2, job_pb2, job_service_pb2
 
 
 def _fill(msg, base):
@@ -133,6 +133,57 @@ class JobTest(unittest.TestCase):
         expected = _fill(w, 100)
         worker = ty.WorkerInfo.from_proto(w)
         self.assertEqual({name: getattr(worker, name) for name in expected}, expected)
+
+
+
+class GpuTest(unittest.TestCase):
+    def test_a_gpu_workers_devices_samples_and_capabilities(self):
+        w = job_service_pb2.WorkerInfo(name="g1", slots=2, free_slots=1, device="cuda",
+                                       memory_bytes=1 << 40, free_gpus=[1], unhealthy_gpus=[0],
+                                       gpu_driver_version="550.54.15", cuda_driver_version="12.4",
+                                       nvlink_topology_known=True, nccl_env=["NCCL_IB_DISABLE=1"])
+        for i in range(2):
+            w.gpus.add(index=i, uuid=f"GPU-{i}", name="NVIDIA H200", memory_bytes=143771 << 20,
+                       nvlink_domain=1)
+        w.gpu_samples.add(index=0, utilization=-1.0, memory_used_bytes=-1, power_watts=-1.0,
+                          temperature_celsius=-1.0, ecc_uncorrected=3, xid_errors=1, last_xid=48,
+                          healthy=False, unhealthy_reason="uncorrectable ECC error")
+        w.gpu_samples.add(index=1, utilization=0.75, memory_used_bytes=40 << 30, power_watts=512.5,
+                          temperature_celsius=61.0, healthy=True)
+        w.capabilities.CopyFrom(device_pb2.EngineCapabilities(
+            libtorch_version="2.4.0", cuda=True, cuda_version="12.4", nccl=True, bf16=True, cudagraph=False))
+        info = ty.WorkerInfo.from_proto(w)
+        self.assertEqual((info.device, info.memory_bytes, info.free_gpus, info.unhealthy_gpus),
+                         ("cuda", 1 << 40, [1], [0]))
+        self.assertEqual([(g.index, g.uuid, g.name, g.memory_bytes, g.nvlink_domain) for g in info.gpus],
+                         [(0, "GPU-0", "NVIDIA H200", 150754820096, 1), (1, "GPU-1", "NVIDIA H200", 150754820096, 1)])
+        self.assertIsInstance(info.gpus[0], ty.GpuDevice)
+        bad, good = info.gpu_samples
+        self.assertIsInstance(bad, ty.GpuSample)
+        self.assertEqual((bad.healthy, bad.unhealthy_reason, bad.ecc_uncorrected, bad.last_xid, bad.utilization),
+                         (False, "uncorrectable ECC error", 3, 48, -1.0))
+        self.assertEqual((good.utilization, good.memory_used_bytes, good.power_watts, good.temperature_celsius),
+                         (0.75, 40 << 30, 512.5, 61.0))
+        self.assertEqual(info.capabilities, ty.EngineCapabilities(
+            libtorch_version="2.4.0", cuda=True, cuda_version="12.4", nccl=True, bf16=True, cudagraph=False))
+        self.assertEqual((info.gpu_driver_version, info.cuda_driver_version, info.nvlink_topology_known,
+                          info.nccl_env), ("550.54.15", "12.4", True, ["NCCL_IB_DISABLE=1"]))
+        # A worker that sent no capabilities (an older one): None, not an empty record.
+        self.assertIsNone(ty.WorkerInfo.from_proto(job_service_pb2.WorkerInfo(name="c1")).capabilities)
+        # Every field of the messages, by its .proto name.
+        for cls, msg in ((ty.GpuDevice, device_pb2.GpuDevice), (ty.GpuSample, device_pb2.GpuSample),
+                         (ty.EngineCapabilities, device_pb2.EngineCapabilities)):
+            self.assertEqual(list(cls.__dataclass_fields__), [f.name for f in msg.DESCRIPTOR.fields])
+
+    def test_a_ranks_gpu_is_none_on_cpu_and_gpu_0_is_a_gpu(self):
+        msg = job_pb2.Job(id="j")
+        msg.placement.ranks.add(rank=0, worker="g1", gpu=0, gpu_uuid="GPU-0")
+        msg.placement.ranks.add(rank=1, worker="c1")
+        msg.placement.worker_env.add(worker="g1", nccl_env=["NCCL_SOCKET_IFNAME=eth0"])
+        p = ty.Job.from_proto(msg).placement
+        self.assertEqual([(r.rank, r.worker, r.gpu, r.gpu_uuid) for r in p.ranks],
+                         [(0, "g1", 0, "GPU-0"), (1, "c1", None, "")])
+        self.assertEqual(p.worker_env, [ty.WorkerEnv(worker="g1", nccl_env=["NCCL_SOCKET_IFNAME=eth0"])])
 
 
 if __name__ == "__main__":

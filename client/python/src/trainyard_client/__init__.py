@@ -13,9 +13,10 @@ from .client import (DEFAULT_CONTROLLER, Client, SpecError, check_token, is_loop
 from .errors import (AlreadyExists, Cancelled, DataLoss, DeadlineExceeded, FailedPrecondition,
                      Internal, InvalidArgument, NotFound, PermissionDenied, ResourceExhausted,
                      TrainyardError, Unauthenticated, Unavailable, Unimplemented)
-from .results import (ArtifactInfo, ArtifactRef, CheckpointRef, CheckpointSaved, CompileEvent, Event,
-                    Job, JobState, JobStateChange, LogLine, Placement, RankPlacement, RankState,
-                    Stall, StepMetrics, Validation, WorkerInfo)
+from .results import (ArtifactInfo, ArtifactRef, CheckpointRef, CheckpointSaved, CompileEvent,
+                      EngineCapabilities, Event, GpuDevice, GpuSample, Job, JobState, JobStateChange,
+                      LogLine, Placement, RankPlacement, RankState, Stall, StepMetrics, Validation,
+                      WorkerEnv, WorkerInfo)
 
 __version__ = "0.9.0"
 

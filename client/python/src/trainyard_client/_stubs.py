@@ -19,7 +19,7 @@ _HOWTO = (
 
 
 def _load():
-    names = ("spec_pb2", "job_pb2", "event_pb2", "job_service_pb2", "job_service_pb2_grpc")
+    names = ("device_pb2", "spec_pb2", "job_pb2", "event_pb2", "job_service_pb2", "job_service_pb2_grpc")
     extra = os.environ.get("TRAINYARD_PYTHON_STUBS", "")
     if extra and extra not in sys.path:
         sys.path.insert(0, extra)
@@ -29,4 +29,4 @@ def _load():
         raise ImportError(f"{_HOWTO}\n({e})") from None
 
 
-spec_pb2, job_pb2, event_pb2, job_service_pb2, job_service_pb2_grpc = _load()
+device_pb2, spec_pb2, job_pb2, event_pb2, job_service_pb2, job_service_pb2_grpc = _load()

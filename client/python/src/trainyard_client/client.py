@@ -258,6 +258,9 @@ class Client:
         return self.get(job_id)
 
     def workers(self) -> List[WorkerInfo]:
+        """Every worker the controller knows: slots, and for a GPU worker its gpus,
+        gpu_samples (the newest reading of each), free_gpus, unhealthy_gpus and
+        capabilities (WorkerInfo in results.py)."""
         response = self._call("ListWorkers", job_service_pb2.ListWorkersRequest())
         return [WorkerInfo.from_proto(w) for w in response.workers]
 

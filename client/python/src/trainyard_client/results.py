@@ -5,7 +5,8 @@ payloads, ArtifactInfo, ...), so its fields are the .proto fields, by their .pro
 (proto/trainyard/v1/*.proto documents each), and a field added there appears here.
 Job.State becomes JobState, other enums their .proto value names, timestamps
 timezone-aware datetimes (None when unset), a nested message its own dataclass (None
-when unset; a Job's spec a dict in the job file's shape), repeated fields lists."""
+when unset; a Job's spec a dict in the job file's shape), repeated fields lists, and a
+proto3 `optional` scalar (Placement.Rank.gpu) None when unset, so GPU 0 is not "no GPU"."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Any, Callable, Dict, List, Optional, Union
 from google.protobuf import json_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
-from ._stubs import event_pb2, job_pb2, job_service_pb2
+from ._stubs import device_pb2, event_pb2, job_pb2, job_service_pb2
 
 
 class JobState(enum.IntEnum):
@@ -87,6 +88,13 @@ def _converter(f: FieldDescriptor) -> Callable[[Any], Any]:
     return lambda v: v
 
 
+def _optional_scalar(f: FieldDescriptor) -> bool:
+    """A proto3 `optional` scalar: its presence is tracked (a synthetic oneof "_name")."""
+    o = f.containing_oneof
+    return (f.type != FieldDescriptor.TYPE_MESSAGE and o is not None and o.name == "_" + f.name
+            and len(o.fields) == 1)
+
+
 def _annotation(f: FieldDescriptor) -> Any:
     if f.type == FieldDescriptor.TYPE_ENUM:
         t: Any = JobState if f.enum_type.full_name == _JOB_STATE else str
@@ -101,6 +109,8 @@ def _annotation(f: FieldDescriptor) -> Any:
     if f.label == FieldDescriptor.LABEL_REPEATED:
         return List[t]
     if f.type == FieldDescriptor.TYPE_MESSAGE and f.message_type.full_name not in _ALWAYS_SET:
+        return Optional[t]
+    if _optional_scalar(f):
         return Optional[t]
     return t
 
@@ -124,6 +134,8 @@ def _dataclass(descriptor: Descriptor, name: Optional[str] = None,
             elif (f.type == FieldDescriptor.TYPE_MESSAGE
                   and f.message_type.full_name not in _ALWAYS_SET and not msg.HasField(f.name)):
                 values[f.name] = None
+            elif _optional_scalar(f) and not msg.HasField(f.name):
+                values[f.name] = None
             else:
                 values[f.name] = convert(v)
         return cls(**values)
@@ -142,8 +154,12 @@ def _dataclass(descriptor: Descriptor, name: Optional[str] = None,
 # ---- Jobs ----
 
 CheckpointRef = _dataclass(job_pb2.CheckpointRef.DESCRIPTOR)
+# A rank's worker, and on a CUDA job its GPU there: gpu (NVML index; None on CPU) and
+# gpu_uuid (what the rank got as CUDA_VISIBLE_DEVICES).
 RankPlacement = _dataclass(job_pb2.Placement.DESCRIPTOR.fields_by_name["ranks"].message_type,
                            "RankPlacement")
+# A placed worker's --nccl-env settings as its ranks got them (Placement.worker_env).
+WorkerEnv = _dataclass(job_pb2.Placement.DESCRIPTOR.fields_by_name["worker_env"].message_type, "WorkerEnv")
 Placement = _dataclass(job_pb2.Placement.DESCRIPTOR)
 # Job.spec is the normalised spec (preset and defaults applied) in the job file's shape:
 # {"model": {"preset": "tiny", "dim": 64, ...}, "training": {...}, ...}.
@@ -205,4 +221,14 @@ Event.__module__ = __name__
 # ---- Artifacts and workers ----
 
 ArtifactInfo = _dataclass(job_service_pb2.ArtifactInfo.DESCRIPTOR)
+# What a worker offers (device.proto): its GPUs (index, uuid, name, memory_bytes,
+# nvlink_domain), their newest readings (utilization 0..1, memory_used_bytes,
+# power_watts, temperature_celsius, ECC and XID counts, healthy, unhealthy_reason; -1
+# where NVML does not report a value) and what its rank binary runs.
+GpuDevice = _dataclass(device_pb2.GpuDevice.DESCRIPTOR)
+GpuSample = _dataclass(device_pb2.GpuSample.DESCRIPTOR)
+EngineCapabilities = _dataclass(device_pb2.EngineCapabilities.DESCRIPTOR)
+# A worker: slots, device ("cpu" | "cuda"), gpus, gpu_samples, free_gpus and
+# unhealthy_gpus (NVML indices), capabilities (None when the worker sent none), driver
+# versions, nvlink_topology_known, nccl_env.
 WorkerInfo = _dataclass(job_service_pb2.WorkerInfo.DESCRIPTOR)
