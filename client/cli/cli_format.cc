@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "client/cli/gpu_format.h"
 
 namespace trainyard::cli {
 namespace {
@@ -217,16 +219,6 @@ std::string FormatJobsTable(const std::vector<v1::Job>& jobs) {
   return Columns(rows);
 }
 
-std::string FormatWorkersTable(const std::vector<v1::WorkerInfo>& workers) {
-  std::vector<std::vector<std::string>> rows;
-  rows.push_back({"NAME", "SLOTS", "FREE", "CONNECTED", "ADDRESS"});
-  for (const v1::WorkerInfo& w : workers) {
-    rows.push_back({w.name(), absl::StrCat(w.slots()), absl::StrCat(w.free_slots()),
-                    w.connected() ? "yes" : "no", w.address()});
-  }
-  return Columns(rows);
-}
-
 std::string FormatBytes(int64_t bytes) {
   if (bytes < 1024) return absl::StrCat(bytes, " B");
   const char* units[] = {"KiB", "MiB", "GiB", "TiB"};
@@ -405,7 +397,8 @@ std::string FormatExplain(const v1::Job& job, const std::vector<v1::Job>& pendin
                       "\n");
     } else {
       absl::StrAppend(&out, "placed:     attempt ", job.attempt(), " on ",
-                      ranks.empty() ? "(no ranks)" : CountWorkers(ranks), "\n");
+                      ranks.empty() ? "(no ranks)" : CountWorkers(ranks), "\n",
+                      FormatPlacementGpus(job.placement(), "gpus:       ", "nccl env:   "));
     }
     return out + FormatJobDetails(job);
   }
@@ -430,7 +423,10 @@ std::string FormatExplain(const v1::Job& job, const std::vector<v1::Job>& pendin
   }
   std::vector<std::string> fleet;
   for (const auto& w : workers) {
-    if (w.connected()) fleet.push_back(absl::StrCat(w.name(), " ", w.free_slots(), "/", w.slots()));
+    if (!w.connected()) continue;
+    std::string free = absl::StrCat(w.name(), " ", w.free_slots(), "/", w.slots());
+    if (w.gpus_size() > 0) absl::StrAppend(&free, " (GPUs ", w.free_gpus_size(), "/", w.gpus_size(), ")");
+    fleet.push_back(std::move(free));
   }
   absl::StrAppend(&out, "fleet free: ", fleet.empty() ? "no workers connected" : absl::StrJoin(fleet, ", "),
                   "\n");

@@ -54,8 +54,7 @@ std::string FormatJobsTable(const std::vector<v1::Job>& jobs);
 //     1. rank 1 on worker w1 failed: exit code 1: ...
 // "" when it has neither. Ends with a newline otherwise.
 std::string FormatJobDetails(const v1::Job& job);
-// NAME SLOTS FREE CONNECTED ADDRESS. Ends with a newline.
-std::string FormatWorkersTable(const std::vector<v1::WorkerInfo>& workers);
+// `trainyard workers`' table: FormatWorkersTable in client/cli/gpu_format.h.
 
 // NAME KIND ATTEMPT RANK SIZE SHA256 TIME: RANK "-" for a worker's own file (rank -1),
 // SIZE in B/KiB/MiB/GiB, the first 12 hex digits of SHA256, TIME in UTC
@@ -81,7 +80,9 @@ std::string FormatError(const absl::Status& status);
 // `trainyard explain`: why `job` is where it is. For a PENDING job: the scheduler's
 // sentence, its place among the `pending` jobs (scheduling order: priority, then
 // submission), its estimated start relative to `now`, the slots reserved for it and the
-// fleet's free slots. For any other state, a line saying where it runs or how it ended.
+// fleet's free slots (and free GPUs of the workers that offer them). For any other
+// state, a line saying where it runs (with each rank's GPU and the workers' NCCL
+// settings, FormatPlacementGpus) or how it ended.
 std::string FormatExplain(const v1::Job& job, const std::vector<v1::Job>& pending,
                           const std::vector<v1::WorkerInfo>& workers, absl::Time now);
 // Its 1-based place in scheduling order among `pending`, or 0 when it is not there.

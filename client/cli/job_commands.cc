@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "client/cli/cli_format.h"
+#include "client/cli/gpu_format.h"
 #include "common/events/proto_json.h"
 #include "common/job_file.h"
 

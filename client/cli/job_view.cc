@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/cli/cli_format.h"
+#include "client/cli/gpu_format.h"
 #include "client/cli/watch_display.h"
 
 namespace trainyard::cli {
@@ -331,6 +332,7 @@ std::string FormatJobDescription(const v1::Job& job, const JobHistory& history,
     absl::StrAppend(&out, "  (rendezvous ", job.placement().master_addr(), ":", job.placement().master_port(), ")");
   }
   out += "\n";
+  out += FormatPlacementGpus(job.placement(), "gpus       ", "nccl env   ");
 
   if (history.last_step().has_value()) {
     const v1::StepMetrics& m = history.last_step()->step_metrics();

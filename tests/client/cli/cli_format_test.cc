@@ -1,4 +1,5 @@
 #include "client/cli/cli_format.h"
+#include "client/cli/gpu_format.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -130,9 +131,11 @@ TEST(CliFormatTest, WorkersTable) {
   w.set_free_slots(3);
   w.set_connected(true);
   w.set_address("10.0.0.5:7071");
+  // A worker that sent no device or capabilities (an older one) shows "-" for them;
+  // without GPUs in the fleet there are no GPU columns.
   EXPECT_EQ(FormatWorkersTable({w}),
-            "NAME  SLOTS  FREE  CONNECTED  ADDRESS\n"
-            "w1    4      3     yes        10.0.0.5:7071\n");
+            "NAME  SLOTS  FREE  CONNECTED  ADDRESS        DEVICE  CAPABILITIES\n"
+            "w1    4      3     yes        10.0.0.5:7071  -       -\n");
 }
 
 TEST(CliFormatTest, ExitCodesAndStates) {
