@@ -247,6 +247,9 @@ void ControllerLink::WriteLoop(Stream *stream) {
     if (clock_->Now() >= next_heartbeat) {
       v1::WorkerMessage m;
       m.mutable_heartbeat()->set_free_slots(runner_->FreeSlots());
+      if (options_.gpu_samples) {
+        for (v1::GpuSample &s : options_.gpu_samples()) *m.mutable_heartbeat()->add_gpus() = std::move(s);
+      }
       if (!stream->rw->Write(m)) return fail("Heartbeat");
       next_heartbeat = clock_->Now() + interval;
     }

@@ -2,9 +2,11 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -53,6 +55,9 @@ class ControllerLink {
     // How often the writer looks for events added to the outbox since it last
     // looked (adding an event does not wake it).
     absl::Duration outbox_poll = absl::Milliseconds(20);
+    // The newest reading of each offered GPU (GpuSampler::Latest), sent with every
+    // Heartbeat; empty (no GPUs) when unset. Called on the writer thread.
+    std::function<std::vector<trainyard::v1::GpuSample>()> gpu_samples;
   };
 
   // Insecure channel with keepalive, so a dead controller breaks the stream.

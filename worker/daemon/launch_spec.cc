@@ -2,12 +2,14 @@
 
 #include <cctype>
 #include <filesystem>
+#include <map>
 #include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/file_io.h"
 #include "common/base/status_macros.h"
+#include "common/base/text.h"
 #include "common/events/proto_json.h"
 
 namespace trainyard {
@@ -70,8 +72,55 @@ absl::Status LaunchSpecBuilder::Validate(const v1::Assign &assign) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::vector<std::string>> LaunchSpecBuilder::RankDevices(const v1::Assign &assign) const {
+  const std::string &device = assign.spec().resources().device();
+  if (device != "cuda") {
+    if (!assign.gpus().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("assign of a ", device.empty() ? "cpu" : device,
+                                                     " job names ", assign.gpus_size(), " GPU(s); only cuda jobs get GPUs"));
+    }
+    return std::vector<std::string>(assign.ranks_size(), "");
+  }
+  if (options_.gpus.empty()) {
+    return absl::InvalidArgumentError("assign of a cuda job to a worker that offers no GPUs");
+  }
+  std::map<int, const v1::GpuDevice *> offered;
+  for (const auto &g : options_.gpus) offered[g.index()] = &g;
+  std::set<int> ranks(assign.ranks().begin(), assign.ranks().end());
+  std::map<int, std::string> uuid_of_rank;
+  std::map<int, int> rank_of_gpu;
+  for (const v1::Assign::RankGpu &g : assign.gpus()) {
+    if (!ranks.count(g.rank())) {
+      return absl::InvalidArgumentError(absl::StrCat("assign gives a GPU to rank ", g.rank(), ", which it does not assign here"));
+    }
+    auto it = offered.find(g.index());
+    if (it == offered.end() || it->second->uuid() != g.uuid()) {
+      return absl::InvalidArgumentError(absl::StrCat("assign gives rank ", g.rank(), " GPU ", g.index(), " ",
+                                                     Quoted(g.uuid()), ", which this worker does not offer"));
+    }
+    if (auto [at, added] = rank_of_gpu.emplace(g.index(), g.rank()); !added) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("assign gives GPU ", g.index(), " to ranks ", at->second, " and ", g.rank()));
+    }
+    if (!uuid_of_rank.emplace(g.rank(), g.uuid()).second) {
+      return absl::InvalidArgumentError(absl::StrCat("assign gives rank ", g.rank(), " more than one GPU"));
+    }
+  }
+  std::vector<std::string> devices;
+  for (int r : assign.ranks()) {
+    auto it = uuid_of_rank.find(r);
+    if (it == uuid_of_rank.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("assign of a cuda job gives rank ", r, " no GPU"));
+    }
+    devices.push_back(it->second);
+  }
+  return devices;
+}
+
 absl::StatusOr<AttemptLaunch> LaunchSpecBuilder::Build(const v1::Assign &assign) const {
   if (absl::Status valid = Validate(assign); !valid.ok()) return valid;
+  absl::StatusOr<std::vector<std::string>> devices = RankDevices(assign);
+  if (!devices.ok()) return devices.status();
   namespace fs = std::filesystem;
   AttemptLaunch launch;
   const fs::path dir =
@@ -86,11 +135,13 @@ absl::StatusOr<AttemptLaunch> LaunchSpecBuilder::Build(const v1::Assign &assign)
   const auto env = RankThreadEnv(options_.threads_per_rank, openblas_threads, options_.parent_env);
   int local_rank = 0;
   for (int r : assign.ranks()) {
+    const std::string &cuda_visible_devices = (*devices)[local_rank];
     RankProcess p;
     p.rank_binary = options_.rank_binary;
     p.config_path = launch.config_path;
     p.rank = r;
     p.local_rank = local_rank++;
+    p.local_world_size = assign.ranks_size();
     p.world_size = assign.world_size();
     p.master_addr = assign.master_addr();
     p.master_port = assign.master_port();
@@ -103,6 +154,9 @@ absl::StatusOr<AttemptLaunch> LaunchSpecBuilder::Build(const v1::Assign &assign)
     p.checkpoint_dir = assign.checkpoint_dir();
     p.resume_path = assign.resume_path();
     p.env = env;
+    p.env.insert(p.env.end(), options_.nccl_env.begin(), options_.nccl_env.end());
+    // Set even when "" (a CPU job, or no GPU here), so the worker's own value never leaks.
+    p.env.emplace_back("CUDA_VISIBLE_DEVICES", cuda_visible_devices);
     launch.ranks.push_back(RankLaunch{r, RankLaunchRequest(p)});
   }
   return launch;

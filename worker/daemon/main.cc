@@ -19,9 +19,12 @@
 #include "common/worker_identity.h"
 #include "worker/daemon/artifact_uploader.h"
 #include "worker/daemon/controller_link.h"
+#include "worker/daemon/engine_capabilities.h"
 #include "worker/daemon/event_outbox.h"
 #include "worker/daemon/health_server.h"
 #include "worker/daemon/rank_supervisor.h"
+#include "worker/daemon/worker_gpus.h"
+#include "worker/gpu/gpu_sampler.h"
 #include "worker/launch/rank_launch.h"
 
 namespace {
@@ -43,7 +46,13 @@ struct Options {
   std::string address = "127.0.0.1";
   std::string rendezvous_ports = "29500-29999";
   int port_min = 0, port_max = 0;  // parsed from rendezvous_ports
-  int slots = 1;
+  int slots = 0;  // resolved by ParseFlags (ResolveSlots)
+  std::string gpus = "all";
+  std::vector<std::string> nccl_env_flags;
+  std::vector<std::pair<std::string, std::string>> nccl_env;  // parsed
+  std::string nvml_library = trainyard::NvmlLibrary::kDefaultPath;
+  double gpu_sample_interval_s = 5;
+  trainyard::WorkerGpus worker_gpus;
   double memory_gib = 0;  // 0: MemTotal of /proc/meminfo
   int threads_per_rank = 0;
   std::string health_listen;  // resolved by ParseFlags; "" = no health endpoint
@@ -57,9 +66,27 @@ std::optional<int> ParseFlags(int argc, char **argv, Options &opt) {
   CLI::App app{"trainyard-worker: runs Trainyard rank processes assigned by the controller"};
   app.add_option("--controller", opt.controller, "Controller WorkerService address, HOST:PORT")
       ->required();
-  app.add_option("--slots", opt.slots, "Rank processes this worker may run at once")
-      ->required()
+  app.add_option("--slots", opt.slots,
+                 "Rank processes this worker may run at once. Required without GPUs; with GPUs "
+                 "it defaults to their number and may not exceed it (one rank per GPU)")
       ->check(CLI::PositiveNumber);
+  app.add_option("--gpus", opt.gpus,
+                 "GPUs to offer: all (every GPU NVML reports; none found or no NVML: a CPU "
+                 "worker), none, or a comma list of NVML indices (0,2,3) or UUIDs (GPU-...)")
+      ->capture_default_str();
+  app.add_option("--nvml-library", opt.nvml_library,
+                 "NVML shared library, loaded at start with dlopen (a name is searched as "
+                 "dlopen searches)")
+      ->capture_default_str();
+  app.add_option("--gpu-sample-interval", opt.gpu_sample_interval_s,
+                 "Seconds between GPU readings (utilisation, memory, power, temperature, ECC, "
+                 "XID), sent with heartbeats")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 3600.0));
+  app.add_option("--nccl-env", opt.nccl_env_flags,
+                 "NAME=VALUE added to every rank's environment, NAME matching "
+                 "(TORCH_)?NCCL_[A-Z0-9_]+ (e.g. NCCL_SOCKET_IFNAME=eth0); repeatable")
+      ->take_all();
   app.add_option("--memory-gib", opt.memory_gib,
                  "Memory its ranks may use together, reported to the controller, which refuses "
                  "a job whose estimated per-rank memory exceeds every worker's (default: "
@@ -155,6 +182,27 @@ std::optional<int> ParseFlags(int argc, char **argv, Options &opt) {
     std::fprintf(stderr, "--work-dir: %s\n", ec.message().c_str());
     return 2;
   }
+  for (const std::string &setting : opt.nccl_env_flags) {
+    absl::StatusOr<std::pair<std::string, std::string>> parsed = trainyard::ParseNcclEnvSetting(setting);
+    if (!parsed.ok()) {
+      std::fprintf(stderr, "trainyard-worker: %s\n", std::string(parsed.status().message()).c_str());
+      return 2;
+    }
+    opt.nccl_env.push_back(std::move(*parsed));
+  }
+  absl::StatusOr<trainyard::WorkerGpus> gpus = trainyard::SetUpGpus(opt.gpus, opt.nvml_library);
+  if (!gpus.ok()) {
+    std::fprintf(stderr, "trainyard-worker: %s\n", std::string(gpus.status().message()).c_str());
+    return 2;
+  }
+  opt.worker_gpus = std::move(*gpus);
+  absl::StatusOr<int> slots = trainyard::ResolveSlots(
+      app.count("--slots") ? std::optional<int>(opt.slots) : std::nullopt, opt.worker_gpus.offered.size());
+  if (!slots.ok()) {
+    std::fprintf(stderr, "trainyard-worker: %s\n", std::string(slots.status().message()).c_str());
+    return 2;
+  }
+  opt.slots = *slots;
   if (opt.threads_per_rank <= 0) {
     opt.threads_per_rank = trainyard::DefaultRankThreads(trainyard::OnlineCores(), opt.slots);
   }
@@ -165,9 +213,10 @@ std::optional<int> ParseFlags(int argc, char **argv, Options &opt) {
 
 int main(int argc, char **argv) {
   using namespace trainyard;
+  spdlog::set_default_logger(spdlog::stderr_color_mt("worker"));
   Options opt;
   if (std::optional<int> status = ParseFlags(argc, argv, opt)) return *status;
-  spdlog::set_default_logger(spdlog::stderr_color_mt("worker"));
+  for (const std::string &note : opt.worker_gpus.notes) spdlog::warn("{}", note);
   // Every thread inherits this mask; the main thread takes the signals with sigwait.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
@@ -179,6 +228,35 @@ int main(int argc, char **argv) {
   Clock *clock = SystemClock();
   EventOutbox outbox({});
   PosixProcessLauncher launcher;
+  const std::vector<v1::GpuDevice> &offered = opt.worker_gpus.offered;
+  // What the rank binary can run; a failed probe registers no capabilities (no CUDA
+  // jobs are placed here) and the worker keeps serving CPU jobs.
+  v1::EngineCapabilities capabilities;
+  if (absl::StatusOr<v1::EngineCapabilities> probed =
+          ProbeEngineCapabilities(&launcher, opt.rank_binary, kCapabilitiesDeadline, clock);
+      probed.ok()) {
+    capabilities = std::move(*probed);
+    spdlog::info("rank binary capabilities: libtorch={} cuda={} ({}) nccl={} bf16={} cudagraph={}",
+                 capabilities.libtorch_version(), capabilities.cuda(), capabilities.cuda_version(),
+                 capabilities.nccl(), capabilities.bf16(), capabilities.cudagraph());
+  } else {
+    spdlog::error("{}; registering with no capabilities (no CUDA job is placed on this worker)",
+                  std::string(probed.status().message()));
+  }
+  if (!offered.empty() && !capabilities.cuda()) {
+    spdlog::warn("{} GPU(s) offered but the rank binary has no CUDA: only CPU jobs will run here", offered.size());
+  }
+  std::unique_ptr<GpuSampler> sampler;
+  if (!offered.empty()) {
+    for (const v1::GpuDevice &g : offered) {
+      spdlog::info("offering GPU {} {} {} ({} MiB, NVLink domain {})", g.index(), g.uuid(), g.name(),
+                   g.memory_bytes() >> 20, g.nvlink_domain());
+    }
+    sampler = std::make_unique<GpuSampler>(
+        opt.worker_gpus.nvml.get(), offered,
+        GpuSampler::Options{absl::Milliseconds(static_cast<int64_t>(opt.gpu_sample_interval_s * 1000))}, clock);
+    sampler->Start();
+  }
   // One channel (same target and credentials) for Connect and the artifact uploads.
   std::shared_ptr<grpc::Channel> channel =
       opt.tls_material ? ControllerLink::MakeChannel(opt.controller, MakeChannelCredentials(*opt.tls_material))
@@ -193,7 +271,8 @@ int main(int argc, char **argv) {
        .artifact_sink =
            [&uploader](std::string path, v1::ArtifactHeader header) {
              uploader.Enqueue(std::move(path), std::move(header));
-           }},
+           },
+       .gpus = offered, .nccl_env = opt.nccl_env},
       &launcher, clock, [&](v1::Event e) { outbox.Add(std::move(e), clock->Now()); });
 
   ControllerLink::Options link_opt;
@@ -203,12 +282,19 @@ int main(int argc, char **argv) {
   reg.set_address(opt.address);
   reg.set_rendezvous_port_min(opt.port_min);
   reg.set_rendezvous_port_max(opt.port_max);
-  reg.set_device("cpu");
+  reg.set_device(offered.empty() ? "cpu" : "cuda");
+  for (const v1::GpuDevice &g : offered) *reg.add_gpus() = g;
+  reg.set_gpu_driver_version(opt.worker_gpus.inventory.driver_version);
+  reg.set_cuda_driver_version(opt.worker_gpus.inventory.cuda_driver_version);
+  reg.set_nvlink_topology_known(!offered.empty() && opt.worker_gpus.inventory.nvlink_topology_known);
+  *reg.mutable_capabilities() = capabilities;
+  for (const std::string &setting : opt.nccl_env_flags) reg.add_nccl_env(setting);
+  if (sampler) link_opt.gpu_samples = [&sampler] { return sampler->Latest(); };
   reg.set_memory_bytes(opt.memory_gib > 0 ? static_cast<int64_t>(opt.memory_gib * (1ull << 30)) : HostMemoryBytes());
   ControllerLink link(link_opt, channel, &supervisor, &outbox, clock);
-  spdlog::info("worker {} starting: controller={} ({}) slots={} rank_binary={} work_dir={} threads={}",
+  spdlog::info("worker {} starting: controller={} ({}) slots={} gpus={} rank_binary={} work_dir={} threads={}",
                opt.name, opt.controller, opt.tls_material ? "mutual TLS" : "plaintext", opt.slots,
-               opt.rank_binary, opt.work_dir, opt.threads_per_rank);
+               offered.size(), opt.rank_binary, opt.work_dir, opt.threads_per_rank);
   if (opt.insecure) {
     spdlog::warn("--insecure: a --health-listen beyond loopback is allowed (plaintext, no authentication)");
   }
@@ -232,6 +318,7 @@ int main(int argc, char **argv) {
   supervisor.KillAll("worker shutting down");
   if (!link.Drain(absl::Seconds(2))) spdlog::warn("exiting with unacknowledged events");
   link.Stop();
+  if (sampler) sampler->Stop();
   uploader.Stop();
   return 0;
 }

@@ -49,7 +49,8 @@ RankSupervisor::RankSupervisor(Options options, ProcessLauncher *launcher, Clock
                                EventSink sink)
     : options_(std::move(options)),
       builder_(LaunchSpecBuilder::Options{options_.rank_binary, options_.work_dir,
-                                          options_.gloo_host, options_.threads_per_rank}),
+                                          options_.gloo_host, options_.threads_per_rank,
+                                          ProcessEnvironment(), options_.gpus, options_.nccl_env}),
       launcher_(launcher),
       clock_(clock),
       sink_(std::move(sink)) {

@@ -69,6 +69,10 @@ class RankSupervisor : public JobRunner {
     int stderr_lines_per_second = 50;
     int stderr_tail_lines = 20;
     ArtifactSink artifact_sink;  // empty: ArtifactRef events are refused
+    // The GPUs this worker offers and its --nccl-env settings, for each rank's
+    // environment (LaunchSpecBuilder: CUDA_VISIBLE_DEVICES, LOCAL_RANK, ...).
+    std::vector<trainyard::v1::GpuDevice> gpus = {};
+    std::vector<std::pair<std::string, std::string>> nccl_env = {};
   };
 
   RankSupervisor(Options options, ProcessLauncher *launcher, Clock *clock, EventSink sink);

@@ -55,6 +55,10 @@ LaunchRequest RankLaunchRequest(const RankProcess& p) {
   if (!p.resume_path.empty()) request.args.insert(request.args.end(), {"--resume", p.resume_path});
   request.args.insert(request.args.end(), p.extra_args.begin(), p.extra_args.end());
   request.env = p.env;
+  if (p.local_world_size > 0) {
+    request.env.emplace_back("LOCAL_RANK", std::to_string(p.local_rank));
+    request.env.emplace_back("LOCAL_WORLD_SIZE", std::to_string(p.local_world_size));
+  }
   return request;
 }
 

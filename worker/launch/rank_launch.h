@@ -59,6 +59,9 @@ struct RankProcess {
   std::string config_path;  // the normalised JobSpec as proto3 JSON
   int rank = 0;
   int local_rank = 0;  // its index among the gang's ranks on this machine
+  // The number of those ranks; > 0 adds LOCAL_RANK and LOCAL_WORLD_SIZE (torchrun's
+  // names) to the environment, after `env`. 0: neither is set.
+  int local_world_size = 0;
   int world_size = 1;
   std::string master_addr = "127.0.0.1";  // rank 0's TCPStore
   int master_port = 0;
@@ -75,7 +78,7 @@ struct RankProcess {
 // The launch of `p`: `rank_binary --config C --rank R --world-size W --master-addr A
 // --master-port P --gloo-host H --attempt N --threads T [--run-dir D] --local-rank L
 // [--checkpoint-dir C] [--resume R] EXTRA...` with `p.env` added to the inherited
-// environment.
+// environment, then LOCAL_RANK=L and LOCAL_WORLD_SIZE=N when p.local_world_size > 0.
 LaunchRequest RankLaunchRequest(const RankProcess& p);
 
 }  // namespace trainyard

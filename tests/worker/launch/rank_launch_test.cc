@@ -79,6 +79,10 @@ TEST(RankLaunchTest, ArgvIsTheSameForEveryLauncher) {
                                               "--local-rank", "1", "--resume", "/ck/job/step-00000010-attempt-1",
                                               "--load", "/init.safetensors"}));
   EXPECT_EQ(r.env, (Env{{"OMP_NUM_THREADS", "5"}}));
+  // With the number of the gang's ranks on this machine: torchrun's LOCAL_* names last.
+  p.local_world_size = 3;
+  EXPECT_EQ(RankLaunchRequest(p).env,
+            (Env{{"OMP_NUM_THREADS", "5"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "3"}}));
 }
 
 // What a spawned rank sees: the request's variables on top of the launcher's own
