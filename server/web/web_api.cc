@@ -143,7 +143,7 @@ WebResponse WebApi::Fleet(const Query& query, const Caller& caller, const std::s
     return ErrorResponse(absl::PermissionDeniedError("this role cannot see the fleet"));
   }
   json workers = json::array();
-  int64_t slots = 0, free_slots = 0, connected = 0;
+  int64_t slots = 0, free_slots = 0, connected = 0, gpus = 0, free_gpus = 0, unhealthy_gpus = 0;
   std::map<std::string, json> jobs_on;  // worker -> visible running job ids
   const std::vector<v1::Job> jobs = manager_->List({}, std::numeric_limits<int>::max(), owner_filter);
   std::map<std::string, int> by_state;
@@ -168,12 +168,15 @@ WebResponse WebApi::Fleet(const Query& query, const Caller& caller, const std::s
     free_slots += w.free_slots();
     connected += w.connected() ? 1 : 0;
     json running = jobs_on.count(w.name()) ? jobs_on[w.name()] : json::array();
-    workers.push_back({{"name", w.name()},
-                       {"slots", w.slots()},
-                       {"free_slots", w.free_slots()},
-                       {"connected", w.connected()},
-                       {"address", w.address()},
-                       {"jobs", std::move(running)}});
+    json worker = WorkerJson(w);
+    // The totals count what the page shows of each GPU (WorkerJson's free and healthy).
+    for (const json& g : worker["gpus"]) {
+      ++gpus;
+      free_gpus += g["free"].get<bool>() ? 1 : 0;
+      unhealthy_gpus += g["healthy"].get<bool>() ? 0 : 1;
+    }
+    worker["jobs"] = std::move(running);
+    workers.push_back(std::move(worker));
   }
   // The scheduler's order: priority first, then the oldest.
   std::stable_sort(pending.begin(), pending.end(), [](const v1::Job* a, const v1::Job* b) {
@@ -193,6 +196,9 @@ WebResponse WebApi::Fleet(const Query& query, const Caller& caller, const std::s
   return JsonResponse(200, {{"workers", std::move(workers)},
                     {"slots", slots},
                     {"free_slots", free_slots},
+                    {"gpus", gpus},
+                    {"free_gpus", free_gpus},
+                    {"unhealthy_gpus", unhealthy_gpus},
                     {"connected_workers", connected},
                     {"jobs_by_state", by_state},
                     {"queue", std::move(queue)},

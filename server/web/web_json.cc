@@ -1,6 +1,11 @@
 #include "server/web/web_json.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
 
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/util/json_util.h>
@@ -93,11 +98,91 @@ json JobDetailJson(const v1::Job& job) {
     j["spec"] = nullptr;
   }
   json placement = json::array();
-  for (const auto& r : job.placement().ranks()) placement.push_back({{"rank", r.rank()}, {"worker", r.worker()}});
+  for (const auto& r : job.placement().ranks()) {
+    placement.push_back({{"rank", r.rank()},
+                         {"worker", r.worker()},
+                         {"gpu", r.has_gpu() ? json(r.gpu()) : json(nullptr)},
+                         {"gpu_uuid", r.gpu_uuid()}});
+  }
   j["placement"] = std::move(placement);
+  json worker_env = json::array();
+  for (const auto& e : job.placement().worker_env()) {
+    worker_env.push_back({{"worker", e.worker()}, {"nccl_env", e.nccl_env()}});
+  }
+  j["worker_env"] = std::move(worker_env);
   j["failure_causes"] = job.failure_causes();
   j["reserved_workers"] = job.reserved_workers();
   return j;
+}
+
+namespace {
+
+// A reading NVML does not report is -1 (device.proto): null for the page.
+json Reading(double v) { return v < 0 ? json(nullptr) : json(v); }
+json Reading(int64_t v) { return v < 0 ? json(nullptr) : json(v); }
+
+json SampleJson(const v1::GpuSample& s) {
+  return {{"utilization", Reading(s.utilization())},
+          {"memory_used_bytes", Reading(s.memory_used_bytes())},
+          {"power_watts", Reading(s.power_watts())},
+          {"temperature_celsius", Reading(s.temperature_celsius())},
+          {"ecc_uncorrected", Reading(s.ecc_uncorrected())},
+          {"ecc_corrected", Reading(s.ecc_corrected())},
+          {"xid_errors", Reading(s.xid_errors())},
+          {"last_xid", s.last_xid()},
+          {"healthy", s.healthy()},
+          {"unhealthy_reason", s.unhealthy_reason()}};
+}
+
+}  // namespace
+
+json WorkerJson(const v1::WorkerInfo& w) {
+  std::map<int32_t, const v1::GpuSample*> samples;
+  for (const v1::GpuSample& s : w.gpu_samples()) samples[s.index()] = &s;
+  const std::set<int32_t> free(w.free_gpus().begin(), w.free_gpus().end());
+  const std::set<int32_t> out_of_service(w.unhealthy_gpus().begin(), w.unhealthy_gpus().end());
+  std::vector<const v1::GpuDevice*> devices;
+  for (const v1::GpuDevice& g : w.gpus()) devices.push_back(&g);
+  std::stable_sort(devices.begin(), devices.end(), [](auto* a, auto* b) { return a->index() < b->index(); });
+  json gpus = json::array();
+  for (const v1::GpuDevice* g : devices) {
+    auto it = samples.find(g->index());
+    const v1::GpuSample* s = it == samples.end() ? nullptr : it->second;
+    const bool healthy = out_of_service.count(g->index()) == 0 && (s == nullptr || s->healthy());
+    std::string reason = s != nullptr ? s->unhealthy_reason() : "";
+    if (!healthy && reason.empty()) reason = "taken out of service by the controller";
+    gpus.push_back({{"index", g->index()},
+                    {"uuid", g->uuid()},
+                    {"name", g->name()},
+                    {"memory_bytes", g->memory_bytes()},
+                    {"nvlink_domain", g->nvlink_domain()},
+                    {"free", free.count(g->index()) > 0},
+                    {"healthy", healthy},
+                    {"unhealthy_reason", healthy ? std::string() : reason},
+                    {"sample", s != nullptr ? SampleJson(*s) : json(nullptr)}});
+  }
+  json capabilities = nullptr;
+  if (w.has_capabilities()) {
+    const v1::EngineCapabilities& c = w.capabilities();
+    capabilities = {{"libtorch_version", c.libtorch_version()}, {"cuda", c.cuda()},
+                    {"cuda_version", c.cuda_version()},         {"nccl", c.nccl()},
+                    {"bf16", c.bf16()},                         {"cudagraph", c.cudagraph()}};
+  }
+  return {{"name", w.name()},
+          {"slots", w.slots()},
+          {"free_slots", w.free_slots()},
+          {"connected", w.connected()},
+          {"address", w.address()},
+          {"device", w.device()},
+          {"memory_bytes", w.memory_bytes()},
+          {"gpus", std::move(gpus)},
+          {"free_gpus", w.free_gpus()},
+          {"unhealthy_gpus", w.unhealthy_gpus()},
+          {"capabilities", std::move(capabilities)},
+          {"gpu_driver_version", w.gpu_driver_version()},
+          {"cuda_driver_version", w.cuda_driver_version()},
+          {"nvlink_topology_known", w.nvlink_topology_known()},
+          {"nccl_env", w.nccl_env()}};
 }
 
 // The oneof's case is its field's number.

@@ -31,8 +31,17 @@ WebResponse NotFoundResponse(std::string_view path);
 // A job as the jobs list shows it: identity, state and reasons, attempt and restarts,
 // shape, times (ms since the epoch, null when unset), the last checkpoint.
 json JobSummaryJson(const v1::Job& job);
-// The summary plus the normalised spec, placement, failure causes, reserved workers.
+// The summary plus the normalised spec, placement (each rank's worker, and on a CUDA
+// job its gpu index and gpu_uuid, null on CPU), the workers' NCCL settings
+// (worker_env: [{worker, nccl_env}]), failure causes, reserved workers.
 json JobDetailJson(const v1::Job& job);
+// A worker as the fleet page shows it: name, slots, link, address, device, host memory,
+// capabilities (null when it sent none), driver versions, NCCL settings, free_gpus and
+// unhealthy_gpus, and its gpus in index order, each with its newest sample joined in
+// ("sample": null when none came; a reading NVML does not report is null), "free"
+// and "healthy" (false when the controller took it out of service or its sample says
+// so) with "unhealthy_reason".
+json WorkerJson(const v1::WorkerInfo& worker);
 // A complete artifact's index entry.
 json ArtifactJson(const v1::ArtifactInfo& artifact);
 

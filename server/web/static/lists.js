@@ -2,6 +2,7 @@
 
 import {apiJson} from './api.js';
 import {badge, card, fmtDuration, fmtTime, h, table} from './dom.js';
+import {deviceCell, gpuSection, gpusCell} from './gpus.js';
 import {Page} from './page.js';
 
 const LIST_POLL_MS = 3000;
@@ -40,6 +41,7 @@ export class FleetPage extends Page {
       h('td', {}, h('div', {class: 'slotbar', title: `${w.slots - w.free_slots} of ${w.slots} slots busy`},
                     h('div', {style: `width:${w.slots ? (100 * (w.slots - w.free_slots)) / w.slots : 0}%`})),
         h('span', {class: 'small muted'}, ` ${w.slots - w.free_slots} / ${w.slots}`)),
+      deviceCell(w), gpusCell(w),
       h('td', {}, w.jobs.length ? w.jobs.map((id) => h('a', {href: `#/jobs/${encodeURIComponent(id)}`, class: 'chip'}, id)) : '–')));
     const queue = f.queue.map((j, i) => h('tr', {},
       h('td', {class: 'num'}, i + 1), h('td', {}, h('a', {href: `#/jobs/${encodeURIComponent(j.id)}`}, j.id)),
@@ -52,11 +54,13 @@ export class FleetPage extends Page {
       h('div', {class: 'cards'},
         card('workers', `${f.connected_workers} / ${f.workers.length}`, 'connected / known'),
         card('slots busy', `${used} / ${f.slots}`, h('div', {class: 'progress'}, h('div', {style: `width:${f.slots ? (100 * used) / f.slots : 0}%`}))),
-        card('queue', String(f.queue_length), 'pending jobs')),
+        card('queue', String(f.queue_length), 'pending jobs'),
+        f.gpus ? card('GPUs free', `${f.free_gpus} / ${f.gpus}`, f.unhealthy_gpus ? `${f.unhealthy_gpus} unhealthy` : 'all healthy') : null),
       h('section', {}, h('h2', {}, 'Jobs by state'), h('div', {class: 'states'}, states)),
       h('section', {}, h('h2', {}, 'Workers'), f.workers.length
-        ? table(['name', 'address', 'link', 'slots', 'jobs'], workers, {class: 'grid', id: 'workers-table'})
+        ? table(['name', 'address', 'link', 'slots', 'device', 'GPUs', 'jobs'], workers, {class: 'grid', id: 'workers-table'})
         : h('p', {class: 'muted'}, 'No worker has registered.')),
+      gpuSection(f.workers),
       h('section', {}, h('h2', {}, 'Queue'), f.queue.length
         ? table(['#', 'job', 'owner', 'priority', 'ranks', 'estimated start', 'why it waits'], queue, {class: 'grid'})
         : h('p', {class: 'muted'}, 'Nothing is waiting.')));

@@ -8,7 +8,11 @@
 //      the job trains), its validation series gets points ([validation] on, every 5
 //      steps), the tokens/s chart has points, the compile table has rows, and the
 //      canvas really has both curves drawn on it.
-//   3. The fleet page lists the worker, the jobs list the job (the token kept).
+//   3. The fleet page lists the worker, the jobs list the job (the token kept). With
+//      /api/fleet answered as the controller does plus a GPU worker (gpu_worker.json,
+//      the JSON web_api_test.cc pins WorkerJson to), the page shows its models, free
+//      and unhealthy GPUs, capabilities, and each GPU's utilisation, memory,
+//      temperature, power, errors and state; saves web-fleet-gpus.png beside --screenshot.
 //   4. A screenshot of the job page is saved (--screenshot), kept by CI as an artifact.
 //   5. The job cancelled, its events are the proto3 JSON of trainyard.v1.Event (every
 //      field by its .proto name, 64-bit integers as strings), and the job page's charts
@@ -35,6 +39,47 @@ function arg(name, fallback) {
   fail(`missing --${name}`);
 }
 function log(msg) { console.log(`[web ${((Date.now() - started) / 1000).toFixed(1)}s] ${msg}`); }
+
+// The text of `locator` (waited for) must hold every string of `want`.
+async function expectText(locator, what, want) {
+  await locator.first().waitFor({timeout: 10_000});
+  const text = (await locator.first().textContent()).replace(/\s+/g, ' ');
+  for (const w of want) if (!text.includes(w)) fail(`${what}: no ${JSON.stringify(w)} in ${JSON.stringify(text)}`);
+}
+
+// 3b. The fleet page with a GPU worker (see the header).
+async function checkGpuFleet(page) {
+  const gpuWorker = JSON.parse(fs.readFileSync(new URL('./gpu_worker.json', import.meta.url), 'utf8'));
+  await page.route('**/api/fleet', async (route) => {
+    const response = await route.fetch();
+    const body = await response.json();
+    body.workers.push({...gpuWorker, jobs: []});
+    body.connected_workers += 1;
+    body.slots += gpuWorker.slots;
+    body.free_slots += gpuWorker.free_slots;
+    body.gpus += 3;
+    body.free_gpus += 1;
+    body.unhealthy_gpus += 2;
+    await route.fulfill({response, json: body});
+  });
+  const row = page.locator('#workers-table tbody tr', {hasText: 'g1'});
+  await row.waitFor({timeout: 10_000});  // the page polls every 3 s
+  await expectText(row, 'the GPU worker\'s row',
+                   ['3× NVIDIA H200 140 GiB', '1 free', '2 unhealthy', 'cuda 12.4', 'nccl', 'bf16',
+                    'driver 550.54.15 · CUDA 12.4']);
+  if ((await row.textContent()).includes('cudagraph')) fail('g1 shows cudagraph, which its rank binary lacks');
+  await expectText(page.locator('#workers-table tbody tr', {hasText: 'w1'}).locator('td.gpus'), 'w1\'s GPUs', ['–']);
+  const gpu = (i) => page.locator(`#gpus-table tbody tr[data-worker="g1"][data-gpu="${i}"]`);
+  await expectText(gpu(0), 'GPU 0', ['NVIDIA H200', 'GPU-0', '25%', '40.0 GiB / 140.4 GiB', '55 °C', '312 W',
+                                     'ECC 0 · XID 0', 'free']);
+  await expectText(gpu(1), 'GPU 1', ['unhealthy', 'taken out of service by the controller']);
+  await expectText(gpu(2), 'GPU 2', ['ECC 4 · XID 2 (last 48)', 'unhealthy', 'uncorrectable ECC error']);
+  await expectText(gpu(2).locator('td.gpu-temp'), 'GPU 2\'s temperature (NVML gave none)', ['–']);
+  await expectText(page.locator('.card', {hasText: 'GPUs free'}), 'the GPUs card', ['1 / 3', '2 unhealthy']);
+  await page.screenshot({path: path.join(path.dirname(screenshot), 'web-fleet-gpus.png'), fullPage: true});
+  await page.unroute('**/api/fleet');
+  log('fleet page shows the GPU worker g1: models, free/unhealthy GPUs, capabilities, per-GPU samples');
+}
 
 const children = [];
 let workDir = null;
@@ -256,6 +301,7 @@ try {
   await page.locator('#workers-table tbody tr', {hasText: 'w1'}).waitFor({timeout: 10_000});
   if (await page.locator('#token-prompt').isVisible()) fail('the token was not kept for the tab');
   log('fleet page lists w1');
+  await checkGpuFleet(page);
   await page.goto(`${base}/#/jobs`);
   await page.locator('#jobs-table tbody tr a', {hasText: jobId}).waitFor({timeout: 10_000});
   log(`jobs list shows ${jobId}`);

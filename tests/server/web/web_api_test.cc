@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "server/web/web_json.h"
 #include "tests/server/web/web_api_fixture.h"
 
 namespace trainyard::testing {
@@ -203,6 +204,96 @@ TEST_F(WebApiTest, FleetCountsWorkersSlotsAndOnlyVisibleJobs) {
   for (const auto& [state, n] : alice["jobs_by_state"].items()) total += n.get<int>();
   EXPECT_EQ(total, 1);
   EXPECT_EQ(alice["workers"].size(), 1u);
+  // w1 offers no GPUs: none in the fleet, an empty list on the worker.
+  EXPECT_EQ(admin["gpus"].get<int>(), 0);
+  EXPECT_EQ(admin["free_gpus"].get<int>(), 0);
+  EXPECT_EQ(admin["workers"][0]["gpus"], json::array());
+}
+
+// The fleet page's worker JSON of a GPU worker: every GPU in index order with its
+// newest sample joined, -1 readings as null, free / healthy from the controller's lists
+// and the samples, capabilities and the drivers; a worker without capabilities: null.
+TEST(WebJsonTest, WorkerJsonJoinsEachGpuWithItsSample) {
+  v1::WorkerInfo w;
+  w.set_name("g1");
+  w.set_slots(3);
+  w.set_free_slots(1);
+  w.set_connected(true);
+  w.set_address("10.0.0.7:7071");
+  w.set_device("cuda");
+  w.set_memory_bytes(int64_t{1} << 40);
+  for (int i : {2, 0, 1}) {
+    v1::GpuDevice* g = w.add_gpus();
+    g->set_index(i);
+    g->set_uuid("GPU-" + std::to_string(i));
+    g->set_name("NVIDIA H200");
+    g->set_memory_bytes(int64_t{143771} << 20);
+    g->set_nvlink_domain(i < 2 ? 1 : 0);
+  }
+  v1::GpuSample* s0 = w.add_gpu_samples();
+  s0->set_index(0);
+  s0->set_utilization(0.25);
+  s0->set_memory_used_bytes(int64_t{40} << 30);
+  s0->set_power_watts(312);
+  s0->set_temperature_celsius(55);
+  s0->set_healthy(true);
+  v1::GpuSample* s2 = w.add_gpu_samples();
+  s2->set_index(2);
+  s2->set_utilization(-1);
+  s2->set_memory_used_bytes(-1);
+  s2->set_power_watts(-1);
+  s2->set_temperature_celsius(-1);
+  s2->set_ecc_uncorrected(4);
+  s2->set_xid_errors(2);
+  s2->set_last_xid(48);
+  s2->set_healthy(false);
+  s2->set_unhealthy_reason("uncorrectable ECC error");
+  w.add_free_gpus(0);
+  w.add_unhealthy_gpus(1);  // out of service, its sample not come yet
+  w.mutable_capabilities()->set_libtorch_version("2.4.0");
+  w.mutable_capabilities()->set_cuda(true);
+  w.mutable_capabilities()->set_cuda_version("12.4");
+  w.mutable_capabilities()->set_nccl(true);
+  w.mutable_capabilities()->set_bf16(true);
+  w.set_gpu_driver_version("550.54.15");
+  w.set_cuda_driver_version("12.4");
+  w.set_nvlink_topology_known(true);
+  w.add_nccl_env("NCCL_IB_DISABLE=1");
+
+  // The expected JSON is a file the browser test (job_page.test.mjs) serves as a GPU
+  // worker of /api/fleet, so the page is checked against this very shape.
+  std::ifstream in(std::string(TRAINYARD_SOURCE_DIR) + "/tests/server/web/gpu_worker.json");
+  ASSERT_TRUE(in.good());
+  const json expected = json::parse(in);
+  EXPECT_EQ(web::WorkerJson(w), expected) << web::WorkerJson(w).dump(2);
+
+  v1::WorkerInfo cpu;
+  cpu.set_name("c1");
+  const json c = web::WorkerJson(cpu);
+  EXPECT_TRUE(c["capabilities"].is_null());
+  EXPECT_EQ(c["gpus"], json::array());
+}
+
+// A CUDA job's placement: each rank's GPU (null on CPU, 0 is a GPU) and the workers'
+// NCCL settings.
+TEST(WebJsonTest, JobDetailShowsEachRanksGpuAndTheWorkersNcclSettings) {
+  v1::Job job;
+  job.set_id("j");
+  v1::Placement::Rank* r0 = job.mutable_placement()->add_ranks();
+  r0->set_rank(0);
+  r0->set_worker("g1");
+  r0->set_gpu(0);
+  r0->set_gpu_uuid("GPU-0");
+  v1::Placement::Rank* r1 = job.mutable_placement()->add_ranks();
+  r1->set_rank(1);
+  r1->set_worker("c1");
+  v1::Placement::WorkerEnv* e = job.mutable_placement()->add_worker_env();
+  e->set_worker("g1");
+  e->add_nccl_env("NCCL_SOCKET_IFNAME=eth0");
+  const json j = web::JobDetailJson(job);
+  EXPECT_EQ(j["placement"], json::parse(R"([{"rank": 0, "worker": "g1", "gpu": 0, "gpu_uuid": "GPU-0"},
+                                             {"rank": 1, "worker": "c1", "gpu": null, "gpu_uuid": ""}])"));
+  EXPECT_EQ(j["worker_env"], json::parse(R"([{"worker": "g1", "nccl_env": ["NCCL_SOCKET_IFNAME=eth0"]}])"));
 }
 
 TEST_F(WebApiTest, StaticFilesAreEmbedded) {
@@ -210,6 +301,7 @@ TEST_F(WebApiTest, StaticFilesAreEmbedded) {
            {"/", "text/html; charset=utf-8"},
            {"/index.html", "text/html; charset=utf-8"},
            {"/app.js", "text/javascript; charset=utf-8"},
+           {"/gpus.js", "text/javascript; charset=utf-8"},
            {"/style.css", "text/css; charset=utf-8"},
            {"/favicon.svg", "image/svg+xml"}}) {
     WebResponse r = Call(path, "");
