@@ -26,10 +26,7 @@ bool NcclName(absl::string_view name) {
 absl::StatusOr<WorkerGpus> SetUpGpus(const std::string &selection, const std::string &nvml_library) {
   WorkerGpus out;
   const std::string chosen(absl::StripAsciiWhitespace(selection));
-  if (chosen == "none") {
-    out.notes.push_back("--gpus none: no GPUs offered (NVML not loaded)");
-    return out;
-  }
+  if (chosen == "none") return out;  // NVML is not loaded
   absl::StatusOr<std::unique_ptr<NvmlLibrary>> nvml = NvmlLibrary::Open(nvml_library);
   if (!nvml.ok()) {
     if (nvml.status().code() == absl::StatusCode::kNotFound && chosen == "all") {
