@@ -183,6 +183,25 @@ TEST(OverrideTest, ErrorsNameTheFlag) {
   EXPECT_TRUE(in.assignments().empty());  // nothing half-applied
 }
 
+TEST(JobFileReaderTest, MixedPrecisionReadsFromTomlJsonAndSet) {
+  // The same key through every reader, and a wrong value named where it came from.
+  Result<SpecInput> toml = ParseJobText("[training]\nmixed_precision = \"bf16\"\n", "job.toml");
+  ASSERT_TRUE(toml.ok()) << toml.error().ToString();
+  EXPECT_EQ(ResolveAndValidate(toml.value()).value().training.mixed_precision, "bf16");
+  Result<SpecInput> json = ParseJobText(R"({"training": {"mixed_precision": "bf16"}})", "job.json");
+  ASSERT_TRUE(json.ok()) << json.error().ToString();
+  EXPECT_EQ(ResolveAndValidate(json.value()).value().training.mixed_precision, "bf16");
+  Result<SpecInput> set = ParseJobText("", "empty.toml", {"training.mixed_precision=bf16"});
+  ASSERT_TRUE(set.ok()) << set.error().ToString();
+  EXPECT_EQ(ResolveAndValidate(set.value()).value().training.mixed_precision, "bf16");
+  Result<SpecInput> bad = ParseJobText("[training]\nmixed_precision = \"fp8\"\n", "job.toml");
+  ASSERT_TRUE(bad.ok());
+  EXPECT_EQ(ResolveAndValidate(bad.value()).error().ToString(),
+            "job.toml:2:19: training.mixed_precision: unknown value \"fp8\" (known: fp32, bf16)");
+  Result<SpecInput> wrong_kind = ParseJobText(R"({"training": {"mixed_precision": 16}})", "job.json");
+  EXPECT_FALSE(wrong_kind.ok());
+}
+
 TEST(JobFileReaderTest, ChoosesJsonOrTomlAndKeepsPositions) {
   Result<SpecInput> toml = ParseJobText("[training]\n\nlr = 20.0\n", "job.toml");
   ASSERT_TRUE(toml.ok());

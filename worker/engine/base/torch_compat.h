@@ -38,8 +38,14 @@
 #if defined(TRAINYARD_TORCH_CUDA) && defined(USE_C10D_NCCL)
 #define TRAINYARD_TORCH_NCCL 1
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#include <thread>
 #else
 #define TRAINYARD_TORCH_NCCL 0
+#endif
+
+// CUDA_VERSION (cuda.h) names the CUDA a CUDA LibTorch build compiles against.
+#if defined(TRAINYARD_TORCH_CUDA) && __has_include(<cuda.h>)
+#include <cuda.h>
 #endif
 
 namespace trainyard::engine::compat {
@@ -97,6 +103,38 @@ inline BackendPtr MakeGlooGroup(const StorePtr& store, int rank, int world_size,
 
 // "1.13.1" / "2.11.0": the LibTorch this engine was compiled against.
 inline std::string TorchVersion() { return TORCH_VERSION; }
+
+// Compile-time facts of this build, as `trainyard-rank --capabilities` reports them
+// (launch/engine_capabilities.h).
+// "MAJOR.MINOR.PATCH" of the LibTorch headers (TORCH_VERSION_MAJOR/MINOR/PATCH).
+inline std::string TorchVersionNumber() {
+  return std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) + "." +
+         std::to_string(TORCH_VERSION_PATCH);
+}
+// Built against a CUDA LibTorch (TRAINYARD_TORCH_CUDA, from TorchConfig.cmake's
+// TORCH_CUDA_LIBRARIES).
+#if defined(TRAINYARD_TORCH_CUDA)
+inline constexpr bool kBuiltWithCuda = true;
+#else
+inline constexpr bool kBuiltWithCuda = false;
+#endif
+// c10d's ProcessGroupNCCL compiled in (USE_C10D_NCCL: a CUDA LibTorch with nccl.h).
+#if defined(USE_C10D_NCCL)
+inline constexpr bool kBuiltWithNccl = true;
+#else
+inline constexpr bool kBuiltWithNccl = false;
+#endif
+// "12.8" from CUDA_VERSION (1000 * major + 10 * minor) of a CUDA build (CUDART_VERSION,
+// the same encoding, when cuda.h is not on the include path); "" without CUDA.
+inline std::string CudaBuildVersion() {
+#if defined(TRAINYARD_TORCH_CUDA) && defined(CUDA_VERSION)
+  return std::to_string(CUDA_VERSION / 1000) + "." + std::to_string(CUDA_VERSION % 1000 / 10);
+#elif defined(TRAINYARD_TORCH_CUDA) && defined(CUDART_VERSION)
+  return std::to_string(CUDART_VERSION / 1000) + "." + std::to_string(CUDART_VERSION % 1000 / 10);
+#else
+  return "";
+#endif
+}
 
 // Empty when this process can put tensors on CUDA, else why not, in words that name
 // the build or the device count ("this engine was built against LibTorch 1.13.1
@@ -191,11 +229,41 @@ inline BackendPtr MakeNcclGroup(const StorePtr& store, int rank, int world_size,
 }
 #endif
 
-// Blocking in-place sum over the group. Under NCCL the wait makes the current CUDA
-// stream wait for the collective, so later kernels see the sum.
+// Waits for one collective's work until it has ended. Gloo's wait() returns once the
+// collective is done. NCCL's wait() only makes the current CUDA stream wait for it and
+// returns at once, so for CUDA tensors the host then polls Work::isCompleted(), which
+// for c10d's WorkNCCL is `exception() || finishedGPUExecutionInternal()`, a query of
+// the work's end CUDA event (ncclEndEvent_, recorded on the NCCL stream after the
+// collective; ProcessGroupNCCL.cpp in LibTorch 2.x). So the caller's end of the
+// collective (the flight recorder's Exit) is the GPU's end, and a hung NCCL collective
+// stays in flight where the watchdog sees it. An NCCL error or NCCL's own timeout
+// completes the work with its exception, rethrown here. The CPU path is wait() alone.
+template <class WorkPtr>
+inline void WaitCollective(const WorkPtr& work, const at::Tensor& tensor) {
+  work->wait();
+#if TRAINYARD_TORCH_NCCL
+  if (tensor.is_cuda()) {
+    for (int polls = 0; !work->isCompleted(); ++polls) {
+      // Yield first (a collective usually ends within microseconds of the stream
+      // reaching it), then sleep so a long wait does not spin a core.
+      if (polls < 1000) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+    }
+    if (std::exception_ptr e = work->exception()) std::rethrow_exception(e);
+  }
+#else
+  (void)tensor;
+#endif
+}
+
+// Blocking in-place sum over the group; under NCCL until the GPU has finished it
+// (WaitCollective), so later kernels and the host both see the sum.
 inline void AllReduceSum(CollectiveBackend& group, at::Tensor& tensor) {
   std::vector<at::Tensor> tensors{tensor};
-  group.allreduce(tensors)->wait();
+  WaitCollective(group.allreduce(tensors), tensor);
 }
 
 // Blocking all-to-all along dim 0 with explicit row counts per peer. Both tensors must
@@ -203,7 +271,7 @@ inline void AllReduceSum(CollectiveBackend& group, at::Tensor& tensor) {
 // vectors mean "equal split". 1.13 and 2.x take non-const references.
 inline void AllToAll(CollectiveBackend& group, at::Tensor& output, at::Tensor& input,
                      std::vector<int64_t> output_splits, std::vector<int64_t> input_splits) {
-  group.alltoall_base(output, input, output_splits, input_splits)->wait();
+  WaitCollective(group.alltoall_base(output, input, output_splits, input_splits), output);
 }
 
 }  // namespace trainyard::engine::compat

@@ -29,6 +29,7 @@
 #include "common/spec/json_io.h"
 #include "worker/engine/config/engine_config.h"
 #include "worker/engine/kernels/cpu/cpu_blas.h"
+#include "worker/engine/launch/engine_capabilities.h"
 #include "worker/engine/launch/local_launcher.h"
 #include "worker/launch/rank_launch.h"
 #include "worker/engine/parallel/mesh/device_placement.h"
@@ -78,6 +79,7 @@ json Measure(const BenchFlags& f, const std::string& backend) {
     RequireValid(engine);
   }
   DevicePlacement::RequireUsable(engine.resources);
+  RequireSupported(engine);
   const int world = engine.parallelism.world_size();
   if (f.nproc != 0 && f.nproc != world) {
     throw std::invalid_argument("--nproc " + std::to_string(f.nproc) + " disagrees with parallelism.dp*tp = " +

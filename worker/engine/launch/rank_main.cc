@@ -28,6 +28,11 @@
 // TRAINYARD_TEST_STALL_AT_STEP=S makes rank R sleep forever before step S's data fetch
 // (outside any collective). A default run folder loses its ring after a clean run and
 // is removed once empty.
+//
+// `trainyard-rank --capabilities` prints what this build can run, one line of proto3
+// JSON of trainyard.v1.EngineCapabilities, and exits 0; it needs no --config
+// (launch/engine_capabilities.h). A config asking for what it reports false (bf16,
+// cudagraph) is refused right after loading, with exit 87.
 #include <unistd.h>
 
 #include <cstdio>
@@ -54,6 +59,7 @@
 #include "worker/engine/diagnostics/watchdog.h"
 #include "worker/engine/io/safetensors_file.h"
 #include "worker/engine/io/state_dict_io.h"
+#include "worker/engine/launch/engine_capabilities.h"
 #include "worker/engine/kernels/cpu/cpu_blas.h"
 #include "worker/engine/kernels/cpu/fused_cpu_kernels.h"
 #include "worker/engine/parallel/mesh/collective_group.h"
@@ -66,6 +72,7 @@
 namespace {
 
 struct RankFlags {
+  bool capabilities = false;  // print EngineCapabilities JSON and exit
   std::string config_path;
   int rank = 0;
   int local_rank = -1;  // -1: --rank (all ranks on one machine)
@@ -141,6 +148,12 @@ void RunRank(const RankFlags& f, EventWriter& events) {
   KeepFreedMemoryInHeap();
   fused::SetEnabledFromEnvironment();
   const EngineConfig config = LoadEngineConfigFile(f.config_path);
+  // What this build cannot run fails the same way on every attempt: permanent.
+  try {
+    RequireSupported(config);
+  } catch (const std::invalid_argument& e) {
+    throw InputError(e.what());
+  }
   const c10::Device device =
       DevicePlacement::ForLocalRank(config.resources, f.local_rank >= 0 ? f.local_rank : f.rank);
   at::set_num_threads(f.threads);
@@ -234,7 +247,11 @@ void RunRank(const RankFlags& f, EventWriter& events) {
 int main(int argc, char** argv) {
   RankFlags f;
   CLI::App app{"trainyard-rank: one training rank (dp x tp mesh, EP carved from it) of a Trainyard job"};
-  app.add_option("--config", f.config_path, "JobSpec as proto3 JSON (proto field names)")->required();
+  app.add_flag("--capabilities", f.capabilities,
+               "print what this engine build can run (one line of trainyard.v1.EngineCapabilities JSON: "
+               "libtorch_version, cuda, cuda_version, nccl, bf16, cudagraph) and exit 0; needs no --config");
+  // Required unless --capabilities: checked after parsing.
+  app.add_option("--config", f.config_path, "JobSpec as proto3 JSON (proto field names); required");
   app.add_option("--rank", f.rank, "this rank, 0-based")->capture_default_str();
   app.add_option("--local-rank", f.local_rank,
                  "index of this rank among the ranks on this machine; with resources.device=cuda it trains on "
@@ -267,6 +284,11 @@ int main(int argc, char** argv) {
              "TRAINYARD_TEST_STALL_AT_STEP=S stall rank R before step S's data fetch; "
              "TRAINYARD_TEST_PAUSE_CHECKPOINT_AT_STEP=N pauses the checkpoint writer at step N.");
   CLI11_PARSE(app, argc, argv);
+  if (f.capabilities) {
+    std::cout << CapabilitiesJson() << std::endl;
+    return 0;
+  }
+  if (f.config_path.empty()) return app.exit(CLI::RequiredError("--config"));
   if (const char* pause = std::getenv("TRAINYARD_TEST_PAUSE_CHECKPOINT_AT_STEP")) {
     if (f.attempt == 1) f.pause_checkpoint_at_step = std::atoll(pause);
   }

@@ -9,7 +9,8 @@
 // --preflight runs 3 steps of the job's exact structure (layers, regions, layout,
 // activation checkpointing, backend; jit in place of cudagraph) on local CPU ranks
 // and exits 0 when clean, 3 when a rank reported UNSAFE_SIDE_EFFECT or
-// RECOMPILE_LIMIT, 1 when a rank failed otherwise, 2 on bad input. --shrink scales the
+// RECOMPILE_LIMIT, 1 when a rank failed otherwise, 2 on bad input (training.mixed_precision
+// = "bf16" too: no engine has a bf16 path yet). --shrink scales the
 // widths down (dim, hidden sizes, vocab, sequence, batch) but keeps the structure.
 //
 // --resume DIR continues from a checkpoint directory (any layout); the run writes its
@@ -33,6 +34,7 @@
 #include "common/spec/json_io.h"
 #include "worker/engine/checkpoint/checkpoint_layout.h"
 #include "worker/engine/config/engine_config.h"
+#include "worker/engine/launch/engine_capabilities.h"
 #include "worker/engine/launch/local_launcher.h"
 #include "worker/engine/parallel/mesh/device_placement.h"
 #include "worker/launch/rank_launch.h"
@@ -146,8 +148,11 @@ int Train(const TrainFlags& f) {
     PreflightConfig(config, f.shrink);
     RequireValid(config);
   }
-  // A device this build or machine cannot use is refused here, before any rank starts.
+  // A device this build or machine cannot use, or a setting this build reports false in
+  // `trainyard-rank --capabilities` (bf16; cudagraph outside a preflight, which checks it
+  // through jit), is refused here, before any rank starts: exit 2.
   DevicePlacement::RequireUsable(config.resources);
+  RequireSupported(config);
   const std::string config_json = trainyard::spec::ToJson(config);
   if (f.print_config) {
     std::cout << config_json << std::endl;

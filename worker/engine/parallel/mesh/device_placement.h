@@ -1,6 +1,8 @@
 // Where a rank's tensors live, from resources.device: "cpu", or "cuda", where the rank
 // with local index r (its index among the ranks of one machine) trains on GPU
-// r % device_count. The model, RoPE tables, masks, batches and every tensor handed to
+// r % device_count. The worker starts each rank with CUDA_VISIBLE_DEVICES=<the uuid of
+// its GPU>, so there device_count is 1 and every rank takes device 0, its own GPU;
+// trainyard-train leaves every GPU visible and rank i takes GPU i. The model, RoPE tables, masks, batches and every tensor handed to
 // a collective live there, and its process groups are NCCL (CollectiveGroup). Whether
 // this process can use CUDA depends on the build (a CUDA LibTorch with NCCL headers)
 // and on the machine (a visible GPU); both are checked at config time, before any rank

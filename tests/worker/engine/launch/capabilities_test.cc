@@ -1,0 +1,154 @@
+// `trainyard-rank --capabilities` against the compile-time facts of this test's own
+// build (the same LibTorch headers and definitions as the engine's: this file is
+// compiled with trainyard_engine_base's flags), and the config-time refusals of what it
+// reports false: training.mixed_precision=bf16 in the rank (exit 87) and in
+// trainyard-train, preflight included (exit 2).
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <torch/version.h>
+
+#include "common/events/proto_json.h"
+#include "trainyard/v1/device.pb.h"
+
+#if defined(TRAINYARD_TORCH_CUDA) && __has_include(<cuda.h>)
+#include <cuda.h>
+#endif
+
+namespace trainyard {
+namespace {
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream buf;
+  buf << in.rdbuf();
+  return buf.str();
+}
+
+std::string TempFile(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + "capabilities_" + std::to_string(::getpid()) + "_" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+struct Outcome {
+  int exit_code;
+  std::string out;
+  std::string err;
+};
+
+// Runs `program args` from an empty folder (no job file, no config around it).
+Outcome RunProgram(const std::string& program, const std::string& args, const std::string& tag) {
+  const std::string dir = ::testing::TempDir() + "capabilities_cwd_" + std::to_string(::getpid());
+  const std::string out = ::testing::TempDir() + "capabilities_" + tag + ".out";
+  const std::string err = ::testing::TempDir() + "capabilities_" + tag + ".err";
+  const std::string cmd = "mkdir -p " + dir + " && cd " + dir + " && " + program + " " + args + " > " + out +
+                          " 2> " + err + " < /dev/null";
+  const int status = std::system(cmd.c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, Slurp(out), Slurp(err)};
+}
+
+// What this build is, from the macros alone (not through the engine's helpers).
+std::string ExpectedTorchVersion() {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%d.%d.%d", TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR, TORCH_VERSION_PATCH);
+  return buf;
+}
+
+#if defined(TRAINYARD_TORCH_CUDA)
+constexpr bool kCuda = true;
+#else
+constexpr bool kCuda = false;
+#endif
+#if defined(USE_C10D_NCCL)
+constexpr bool kNccl = true;
+#else
+constexpr bool kNccl = false;
+#endif
+
+TEST(RankCapabilitiesTest, PrintsOneLineOfThisBuildsFactsWithoutAConfig) {
+  const Outcome o = RunProgram(TRAINYARD_RANK, "--capabilities", "caps");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  // Exactly one line.
+  ASSERT_FALSE(o.out.empty());
+  EXPECT_EQ(o.out.back(), '\n');
+  EXPECT_EQ(o.out.find('\n'), o.out.size() - 1) << o.out;
+
+  const nlohmann::json caps = nlohmann::json::parse(o.out);
+  std::set<std::string> keys;
+  for (const auto& item : caps.items()) keys.insert(item.key());
+  // Every field printed, false and "" included, under its .proto name.
+  EXPECT_EQ(keys, (std::set<std::string>{"libtorch_version", "cuda", "cuda_version", "nccl", "bf16", "cudagraph"}));
+  EXPECT_EQ(caps.at("libtorch_version"), ExpectedTorchVersion());
+  EXPECT_EQ(caps.at("cuda"), kCuda);
+  EXPECT_EQ(caps.at("nccl"), kNccl);
+  // No engine has a bf16 path or a cudagraph backend yet.
+  EXPECT_EQ(caps.at("bf16"), false);
+  EXPECT_EQ(caps.at("cudagraph"), false);
+#if defined(TRAINYARD_TORCH_CUDA) && defined(CUDA_VERSION)
+  EXPECT_EQ(caps.at("cuda_version"), std::to_string(CUDA_VERSION / 1000) + "." +
+                                         std::to_string((CUDA_VERSION % 1000) / 10));
+#elif defined(TRAINYARD_TORCH_CUDA)
+  EXPECT_TRUE(caps.at("cuda_version").is_string());
+#else
+  EXPECT_EQ(caps.at("cuda_version"), "");
+#endif
+
+  // The worker reads it with the strict proto3 JSON parser.
+  v1::EngineCapabilities parsed;
+  std::string line = o.out.substr(0, o.out.size() - 1);
+  ASSERT_TRUE(FromJson(line, &parsed).ok()) << line;
+  EXPECT_EQ(parsed.libtorch_version(), ExpectedTorchVersion());
+  EXPECT_EQ(parsed.cuda(), kCuda);
+
+  // The same line every time.
+  EXPECT_EQ(RunProgram(TRAINYARD_RANK, "--capabilities", "caps2").out, o.out);
+}
+
+TEST(RankCapabilitiesTest, WithoutCapabilitiesAConfigIsStillRequired) {
+  const Outcome o = RunProgram(TRAINYARD_RANK, "", "noconfig");
+  EXPECT_NE(o.exit_code, 0);
+  EXPECT_NE(o.err.find("--config is required"), std::string::npos) << o.err;
+  EXPECT_EQ(o.out, "");
+}
+
+constexpr const char* kBf16Message =
+    "config: training.mixed_precision=bf16: this engine has no bf16 path yet (trainyard-rank --capabilities "
+    "reports bf16=false)";
+
+TEST(RankCapabilitiesTest, RankRefusesBf16AsAPermanentInputError) {
+  const std::string config = TempFile(
+      "bf16.json", R"({"model": {"preset": "tiny"}, "training": {"steps": 1, "mixed_precision": "bf16"}})");
+  const Outcome o = RunProgram(TRAINYARD_RANK, "--config " + config, "rank_bf16");
+  EXPECT_EQ(o.exit_code, 87) << o.err;  // kRankExitInputError: the controller does not retry it
+  EXPECT_NE(o.err.find(kBf16Message), std::string::npos) << o.err;
+  // The error reaches the controller as the rank's last event.
+  EXPECT_NE(o.out.find("this engine has no bf16 path yet"), std::string::npos) << o.out;
+  EXPECT_EQ(o.out.find("step_metrics"), std::string::npos) << o.out;
+}
+
+TEST(RankCapabilitiesTest, TrainAndItsPreflightRefuseBf16BeforeAnyRankStarts) {
+  const std::string job = TempFile("job.toml", "[model]\npreset = \"tiny\"\n[training]\nsteps = 2\n");
+  for (const std::string& flags : {std::string("--json"), std::string("--preflight --shrink")}) {
+    const Outcome o = RunProgram(TRAINYARD_TRAIN, job + " --set training.mixed_precision=bf16 " + flags, "train_bf16");
+    EXPECT_EQ(o.exit_code, 2) << flags << ": " << o.err;
+    EXPECT_NE(o.err.find(kBf16Message), std::string::npos) << o.err;
+    EXPECT_EQ(o.out, "") << flags;  // no rank ran
+  }
+  // fp32, the default, is what runs; the normalised spec says so.
+  const Outcome fp32 = RunProgram(TRAINYARD_TRAIN, job + " --print-config", "train_fp32");
+  ASSERT_EQ(fp32.exit_code, 0) << fp32.err;
+  EXPECT_EQ(nlohmann::json::parse(fp32.out).at("training").at("mixed_precision"), "fp32") << fp32.out;
+}
+
+}  // namespace
+}  // namespace trainyard

@@ -1,0 +1,37 @@
+#include "worker/engine/launch/engine_capabilities.h"
+
+#include <stdexcept>
+
+#include "common/events/proto_json.h"
+#include "worker/engine/base/torch_compat.h"
+
+namespace trainyard::engine {
+
+v1::EngineCapabilities BuildCapabilities() {
+  v1::EngineCapabilities caps;
+  caps.set_libtorch_version(compat::TorchVersionNumber());
+  caps.set_cuda(compat::kBuiltWithCuda);
+  caps.set_cuda_version(compat::CudaBuildVersion());
+  caps.set_nccl(compat::kBuiltWithNccl);
+  caps.set_bf16(kHasBf16Path);
+  caps.set_cudagraph(kHasCudaGraphBackend);
+  return caps;
+}
+
+std::string CapabilitiesJson() { return ToJsonLine(BuildCapabilities()); }
+
+void RequireSupported(const EngineConfig& config) {
+  if (config.training.mixed_precision == "bf16" && !kHasBf16Path) {
+    throw std::invalid_argument(
+        "config: training.mixed_precision=bf16: this engine has no bf16 path yet (trainyard-rank --capabilities "
+        "reports bf16=false)");
+  }
+  if (config.compile.backend == "cudagraph" && !kHasCudaGraphBackend) {
+    throw std::invalid_argument(
+        "config: compile.backend=cudagraph: this engine has no cudagraph backend (CUDA-graph capture of regions "
+        "with autograd is not implemented; trainyard-rank --capabilities reports cudagraph=false); use "
+        "compile.backend=jit");
+  }
+}
+
+}  // namespace trainyard::engine
