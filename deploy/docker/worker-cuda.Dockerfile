@@ -94,7 +94,9 @@ RUN ldconfig \
  && rm -rf /var/lib/apt/lists/* /tmp/pkg \
  && install -d -o trainyard -g trainyard -m 0750 /var/lib/trainyard-worker /etc/trainyard/tls \
  && ldd /usr/bin/trainyard-rank | { ! grep -v 'libcuda.so' | grep 'not found'; }
-# The NVIDIA Container Toolkit mounts the driver (libcuda) and the GPUs given by --gpus.
+# The NVIDIA Container Toolkit mounts the driver and the GPUs given by --gpus (docker) or
+# the device plugin (Kubernetes): libcuda for the ranks (compute) and libnvidia-ml.so.1
+# (utility), which the worker loads to find, offer and sample those GPUs (--gpus all).
 ENV NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility
 USER ${TRAINYARD_UID}:${TRAINYARD_UID}
 VOLUME /var/lib/trainyard-worker

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Renders deploy/k8s with `kubectl kustomize` and checks the objects against what
 docs/operations.md promises: the kinds, one Recreate controller on its PVC, the worker
-DaemonSet on GPU nodes with hostNetwork and as many GPUs as slots, probes on ports the
+DaemonSet on GPU nodes with hostNetwork, offering the pod's GPUs (no --slots), probes on ports the
 containers really serve, Secrets mounted where the flags point, and every flag in the
 manifests accepted by the binary it is passed to (its --help lists it).
 
@@ -128,8 +128,13 @@ def main():
     known = binary_flags(a.worker)
     for flag in f:
         check(flag in known, f"trainyard-worker does not know {flag} (not in its --help)")
+    # The worker offers the GPUs the device plugin gives the pod (NVML, --gpus all, its
+    # default) and takes one slot per GPU: no --slots, which could only disagree.
     gpus = c.get("resources", {}).get("limits", {}).get("nvidia.com/gpu")
-    check(gpus is not None and str(gpus) == f.get("--slots"), f"nvidia.com/gpu {gpus} != --slots {f.get('--slots')}: one GPU per slot")
+    check(gpus is not None and str(gpus).isdigit() and int(str(gpus)) > 0, f"worker asks for no GPUs: nvidia.com/gpu {gpus}")
+    check(f.get("--gpus", "all") == "all", f"--gpus {f.get('--gpus')}: the pod's GPUs are chosen by nvidia.com/gpu, offer them all")
+    check("--slots" not in f, f"--slots {f.get('--slots')}: with GPUs the worker takes one slot per GPU it is given")
+    check("--nvml-library" not in f, "--nvml-library: the NVIDIA Container Toolkit mounts libnvidia-ml.so.1 where dlopen finds it")
     check(f.get("--controller", "").startswith("trainyard-controller.trainyard.svc:"), f"--controller {f.get('--controller')}")
     for flag in ("--tls-cert", "--tls-key", "--tls-ca"):
         check(flag in f and mounted_secret(pod, c, f[flag]) is not None, f"worker {flag} is not on a Secret mount")
@@ -160,7 +165,7 @@ def report():
             print("FAIL:", x)
         return 1
     print("deploy/k8s renders: Namespace, PVC, controller Deployment (1, Recreate), Service, NetworkPolicy, "
-          "worker DaemonSet (hostNetwork, GPUs = slots, gRPC probes); every flag known to its binary")
+          "worker DaemonSet (hostNetwork, the pod's GPUs offered through NVML, gRPC probes); every flag known to its binary")
     return 0
 
 
