@@ -14,29 +14,6 @@
 namespace trainyard::cli {
 namespace {
 
-// Renders rows as columns separated by two spaces; the last column is not padded.
-std::string Columns(const std::vector<std::vector<std::string>>& rows) {
-  std::vector<size_t> widths;
-  for (const auto& row : rows) {
-    if (widths.size() < row.size()) widths.resize(row.size(), 0);
-    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
-  }
-  std::string out;
-  for (const auto& row : rows) {
-    std::string line;
-    for (size_t i = 0; i < row.size(); ++i) {
-      if (i > 0) line += "  ";
-      line += row[i];
-      if (i + 1 < row.size()) line.append(widths[i] - row[i].size(), ' ');
-    }
-    // Rows whose trailing cells are empty would otherwise end in spaces.
-    line.erase(line.find_last_not_of(' ') + 1);
-    out += line;
-    out += '\n';
-  }
-  return out;
-}
-
 std::string Source(const v1::Event& event) {
   if (event.rank() < 0) return "job";
   return absl::StrCat("rank=", event.rank());
@@ -80,7 +57,36 @@ std::string FormatRankState(const v1::RankState& r) {
   return line;
 }
 
+// Display width: the bytes that start a UTF-8 character ("×" is one column).
+size_t DisplayWidth(const std::string& s) {
+  size_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80 ? 1 : 0;
+  return n;
+}
+
 }  // namespace
+
+std::string FormatColumns(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> widths;
+  for (const auto& row : rows) {
+    if (widths.size() < row.size()) widths.resize(row.size(), 0);
+    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], DisplayWidth(row[i]));
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      if (i > 0) line += "  ";
+      line += row[i];
+      if (i + 1 < row.size()) line.append(widths[i] - DisplayWidth(row[i]), ' ');
+    }
+    // Rows whose trailing cells are empty would otherwise end in spaces.
+    line.erase(line.find_last_not_of(' ') + 1);
+    out += line;
+    out += '\n';
+  }
+  return out;
+}
 
 int WatchExitCode(v1::Job::State state) {
   switch (state) {
@@ -216,7 +222,7 @@ std::string FormatJobsTable(const std::vector<v1::Job>& jobs) {
     rows.push_back({job.id(), job.spec().job().name(), StateName(job.state()),
                     absl::StrCat(job.world_size()), job.owner(), reason});
   }
-  return Columns(rows);
+  return FormatColumns(rows);
 }
 
 std::string FormatBytes(int64_t bytes) {
@@ -244,7 +250,7 @@ std::string FormatArtifactsTable(const std::vector<v1::ArtifactInfo>& artifacts)
                     a.rank() < 0 ? "-" : absl::StrCat(a.rank()), FormatBytes(a.size_bytes()),
                     a.sha256().substr(0, 12), time});
   }
-  return Columns(rows);
+  return FormatColumns(rows);
 }
 
 std::string FormatError(const absl::Status& status) {

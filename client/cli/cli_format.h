@@ -29,6 +29,11 @@ int ExitCodeForStatus(const absl::Status& status);
 // The table above as `--help` prints it, one "  N  meaning" line each, newline-ended.
 std::string ExitCodeTable();
 
+// `rows` as columns separated by two spaces, each as wide as its widest cell (in
+// characters of UTF-8); the last column is not padded and no line ends in spaces. Each
+// row ends with a newline.
+std::string FormatColumns(const std::vector<std::vector<std::string>>& rows);
+
 // IsTerminal (client/job_watch.h) says which states end a job.
 // kExitOk for SUCCEEDED, kExitJobFailed for FAILED or CANCELLED, else kExitError.
 int WatchExitCode(v1::Job::State state);

@@ -15,35 +15,6 @@ namespace {
 
 constexpr int64_t kGiB = int64_t{1} << 30;
 
-// Columns separated by two spaces; the last column is not padded and a row's trailing
-// spaces are dropped (as cli_format's tables).
-std::string Columns(const std::vector<std::vector<std::string>>& rows) {
-  std::vector<size_t> widths;
-  auto width = [](const std::string& s) {
-    // Display width of UTF-8: count the bytes that start a character ("×" is one).
-    size_t n = 0;
-    for (unsigned char c : s) n += (c & 0xC0) != 0x80 ? 1 : 0;
-    return n;
-  };
-  for (const auto& row : rows) {
-    if (widths.size() < row.size()) widths.resize(row.size(), 0);
-    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], width(row[i]));
-  }
-  std::string out;
-  for (const auto& row : rows) {
-    std::string line;
-    for (size_t i = 0; i < row.size(); ++i) {
-      if (i > 0) line += "  ";
-      line += row[i];
-      if (i + 1 < row.size()) line.append(widths[i] - width(row[i]), ' ');
-    }
-    line.erase(line.find_last_not_of(' ') + 1);
-    out += line;
-    out += '\n';
-  }
-  return out;
-}
-
 bool ShowsGpus(const v1::WorkerInfo& w) { return w.gpus_size() > 0 || w.unhealthy_gpus_size() > 0; }
 
 }  // namespace
@@ -149,7 +120,7 @@ std::string FormatWorkersTable(const std::vector<v1::WorkerInfo>& workers) {
       rows.back().insert(rows.back().end(), {FormatGpuModels(w), FormatFreeGpus(w), FormatUnhealthyGpus(w)});
     }
   }
-  return Columns(rows);
+  return FormatColumns(rows);
 }
 
 std::string FormatPlacementGpus(const v1::Placement& placement, std::string_view gpus_label,
