@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "server/metrics/gpu_metrics.h"
 #include "trainyard/v1/event.pb.h"
 #include "trainyard/v1/job.pb.h"
 
@@ -83,6 +84,8 @@ class ControllerMetrics {
   void JobEnded(const std::string& job_id, absl::Time now);
   // Drops the series of jobs that ended more than `grace` ago.
   void Sweep(absl::Time now, absl::Duration grace);
+  // The trainyard_worker_gpu_* gauges (gpu_metrics.h).
+  GpuMetrics& gpus() { return gpus_; }
 
  private:
   // Counters (and trainyard_job_running) exist from the job's first placement; the
@@ -155,6 +158,8 @@ class ControllerMetrics {
   prometheus::Family<prometheus::Counter>& preflights_family_;
   absl::flat_hash_map<std::string, prometheus::Counter*> preflights_;  // by outcome
   prometheus::Histogram& preflight_seconds_;
+
+  GpuMetrics gpus_{*registry_};
 
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, JobSeries> jobs_ ABSL_GUARDED_BY(mu_);

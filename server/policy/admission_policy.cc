@@ -1,6 +1,8 @@
 #include "server/policy/admission_policy.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -23,7 +25,76 @@ std::string Bytes(double b) {
   return absl::StrFormat("%.3g %s", b, units[u]);
 }
 
-absl::Status CheckFleet(const v1::JobSpec& s, const FleetView& fleet) {
+// "w1: libtorch 1.13.0, cuda=false, cudagraph=false; w2: ..." (at most 8 named), with
+// the capability `cap` after cuda ("" for none) and the GPU count when `gpus`.
+std::string Considered(const FleetView& fleet, const std::string& cap, bool gpus) {
+  std::string out;
+  size_t i = 0;
+  for (const auto& w : fleet.workers) {
+    if (i == 8) {
+      absl::StrAppend(&out, "; and ", fleet.workers.size() - 8, " more");
+      break;
+    }
+    absl::StrAppend(&out, i++ == 0 ? "" : "; ", w.name, ": libtorch ",
+                    w.libtorch_version.empty() ? "unknown" : w.libtorch_version, ", cuda=", w.cuda ? "true" : "false");
+    if (cap == "cudagraph") absl::StrAppend(&out, ", cudagraph=", w.cudagraph ? "true" : "false");
+    if (cap == "bf16") absl::StrAppend(&out, ", bf16=", w.bf16 ? "true" : "false");
+    if (gpus) absl::StrAppend(&out, ", ", w.gpus, " GPUs");
+  }
+  return out;
+}
+
+std::string NoneHasIt(const FleetView& fleet, const char* it) {
+  return fleet.workers.empty() ? std::string("no worker is connected")
+                               : absl::StrCat("none of the ", fleet.workers.size(), " connected workers ", it);
+}
+
+// resources.device=cuda, compile.backend=cudagraph, training.mixed_precision=bf16
+// against the connected workers' engines and GPUs.
+absl::Status CheckDevices(const DeviceNeeds& needs, const FleetView& fleet) {
+  auto any = [&](auto pred) { return std::any_of(fleet.workers.begin(), fleet.workers.end(), pred); };
+  if (needs.cuda && !any([](const FleetWorker& w) { return w.gpus > 0 && w.cuda; })) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "resources.device=cuda needs a worker that offers GPUs and whose engine has the cuda capability; ",
+        NoneHasIt(fleet, "has both"), fleet.workers.empty() ? "" : absl::StrCat(" (", Considered(fleet, "", true), ")")));
+  }
+  if (needs.cudagraph && !any([](const FleetWorker& w) { return w.cudagraph; })) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "compile.backend=cudagraph needs a worker whose engine has the cudagraph capability; ",
+        NoneHasIt(fleet, "has it"),
+        fleet.workers.empty() ? "" : absl::StrCat(" (", Considered(fleet, "cudagraph", false), ")")));
+  }
+  if (needs.bf16 && !any([](const FleetWorker& w) { return w.bf16; })) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "training.mixed_precision=bf16 needs a worker whose engine has the bf16 capability; ",
+        NoneHasIt(fleet, "has it"), fleet.workers.empty() ? "" : absl::StrCat(" (", Considered(fleet, "bf16", false), ")")));
+  }
+  return absl::OkStatus();
+}
+
+// The memory one rank of `s` may use: the largest GPU of the workers that can run it
+// (CUDA jobs), else the largest host memory reported. {0, ""} when none is known.
+std::pair<int64_t, std::string> MemoryLimit(const v1::JobSpec& s, const DeviceNeeds& needs, const FleetView& fleet) {
+  if (!needs.cuda) {
+    return {fleet.largest_memory_bytes, absl::StrCat("the largest worker has (", fleet.largest_memory_worker, ": ",
+                                                     Bytes(static_cast<double>(fleet.largest_memory_bytes)), ")")};
+  }
+  const FleetWorker* best = nullptr;
+  for (const auto& w : fleet.workers) {
+    const bool eligible = w.gpus > 0 && w.cuda && (!needs.cudagraph || w.cudagraph) && (!needs.bf16 || w.bf16);
+    if (eligible && w.largest_gpu_memory_bytes > 0 &&
+        (best == nullptr || w.largest_gpu_memory_bytes > best->largest_gpu_memory_bytes)) {
+      best = &w;
+    }
+  }
+  if (best == nullptr) return {0, ""};
+  return {best->largest_gpu_memory_bytes,
+          absl::StrCat("the largest GPU of the eligible workers has (", best->name, " GPU ", best->largest_gpu_index,
+                       ", ", best->largest_gpu_name, ": ", Bytes(static_cast<double>(best->largest_gpu_memory_bytes)),
+                       ")")};
+}
+
+absl::Status CheckFleet(const v1::JobSpec& s, const DeviceNeeds& needs, const FleetView& fleet) {
   const int64_t world = static_cast<int64_t>(s.parallelism().dp()) * s.parallelism().tp();
   if (world > fleet.connected_slots) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -31,6 +102,7 @@ absl::Status CheckFleet(const v1::JobSpec& s, const FleetView& fleet) {
         " slots of all connected workers (lower parallelism.dp=", s.parallelism().dp(),
         " or parallelism.tp=", s.parallelism().tp(), ", or connect more workers)"));
   }
+  TY_RETURN_IF_ERROR(CheckDevices(needs, fleet));
   if (!fleet.idle_workers.empty()) {
     const GangDecision idle = GangScheduler::Place("admission", s, fleet.idle_workers);
     if (!idle.placed) {
@@ -40,28 +112,21 @@ absl::Status CheckFleet(const v1::JobSpec& s, const FleetView& fleet) {
           idle.pending_reason, "), so it would wait forever"));
     }
   }
-  if (fleet.largest_memory_bytes > 0) {
+  if (const auto [limit, where] = MemoryLimit(s, needs, fleet); limit > 0) {
     auto core = ResolveAndValidateCore(s);
     if (core.ok()) {
       const spec::MemoryEstimate e = spec::EstimateRankMemory(*core);
-      if (e.total_bytes() > static_cast<double>(fleet.largest_memory_bytes)) {
+      if (e.total_bytes() > static_cast<double>(limit)) {
         return absl::InvalidArgumentError(absl::StrCat(
             "model: one rank needs an estimated ", Bytes(e.total_bytes()), " (", Bytes(e.state_bytes),
             " for ", absl::StrFormat("%.3g", e.rank_params),
             " parameters with gradients and AdamW state, ", Bytes(e.activation_bytes),
             " of activations for training.batch_size=", s.training().batch_size(),
-            " x training.seq_len=", s.training().seq_len(), "), more than the largest worker has (",
-            fleet.largest_memory_worker, ": ", Bytes(static_cast<double>(fleet.largest_memory_bytes)),
-            "); shrink the model or the batch, raise parallelism.tp or parallelism.ep, or set "
+            " x training.seq_len=", s.training().seq_len(), "), more than ", where,
+            "; shrink the model or the batch, raise parallelism.tp or parallelism.ep, or set "
             "activation_checkpoint.mode"));
       }
     }
-  }
-  if (s.resources().device() != "cpu") {
-    return absl::UnimplementedError(
-        absl::StrCat("resources.device=", s.resources().device(),
-                     ": the workers of this controller are CPU-only (GPU workers are not built "
-                     "yet; trainyard-train runs CUDA on a GPU machine)"));
   }
   return absl::OkStatus();
 }
@@ -71,7 +136,11 @@ absl::Status CheckFleet(const v1::JobSpec& s, const FleetView& fleet) {
 absl::StatusOr<v1::JobSpec> AdmissionPolicy::Admit(const v1::JobSpec& submitted,
                                                    const FleetView& fleet) {
   TY_ASSIGN_OR_RETURN(v1::JobSpec normalised, ResolveAndValidateProto(submitted));
-  TY_RETURN_IF_ERROR(CheckFleet(normalised, fleet));
+  DeviceNeeds needs = NeedsOf(normalised);
+  // The submitted value counts too: a spec core that does not carry mixed_precision
+  // yet must not let a bf16 job through to a worker that cannot run it.
+  needs.bf16 = needs.bf16 || submitted.training().mixed_precision() == "bf16";
+  TY_RETURN_IF_ERROR(CheckFleet(normalised, needs, fleet));
   return normalised;
 }
 

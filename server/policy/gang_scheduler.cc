@@ -25,26 +25,42 @@ std::optional<absl::Duration> Bound(const v1::JobSpec& spec) {
   return absl::Seconds(spec.job().time_limit_s());
 }
 
-// Free slots by worker name, for simulations.
-using Pool = std::map<std::string, int>;
+// Free slots and GPUs by worker name, for simulations.
+using Pool = std::map<std::string, WorkerSnapshot>;
 
 std::vector<WorkerSnapshot> Snapshot(const Pool& pool) {
   std::vector<WorkerSnapshot> out;
-  for (const auto& [name, n] : pool) out.push_back({name, n});
+  for (const auto& [name, w] : pool) out.push_back(w);
   return out;
 }
 
-void Take(Pool* pool, const std::vector<std::string>& rank_workers, int sign) {
-  for (const auto& w : rank_workers) {
-    auto it = pool->find(w);
-    if (it != pool->end()) it->second -= sign;  // a disconnected worker's slots never return
+// Takes (sign +1) or gives back (-1) the slot of each rank in `rank_workers` and its GPU
+// in `rank_gpus` (same order; empty or -1: none). False when that over-commits the pool:
+// a slot count below zero or a GPU taken twice.
+bool Take(Pool* pool, const std::vector<std::string>& rank_workers, const std::vector<int>& rank_gpus, int sign) {
+  bool ok = true;
+  for (size_t i = 0; i < rank_workers.size(); ++i) {
+    auto it = pool->find(rank_workers[i]);
+    if (it == pool->end()) continue;  // a disconnected worker's slots never return
+    WorkerSnapshot& w = it->second;
+    w.free_slots -= sign;
+    if (w.free_slots < 0) ok = false;
+    const int gpu = i < rank_gpus.size() ? rank_gpus[i] : -1;
+    if (gpu < 0) continue;
+    for (auto& g : w.gpus) {
+      if (g.index != gpu) continue;
+      if (sign > 0 && g.held) ok = false;
+      g.held = sign > 0;
+    }
   }
+  return ok;
 }
 
 struct Release {
   absl::Duration at;
   std::vector<std::string> rank_workers;
   std::string job_id;
+  std::vector<int> rank_gpus;
 };
 
 // Walks `jobs` in order over a timeline that starts from `pool` and gains each
@@ -76,14 +92,14 @@ Simulation Simulate(const std::vector<const QueuedJob*>& jobs, Pool pool, std::v
       GangDecision d = GangScheduler::PlaceQueued(*jobs[j], Snapshot(pool));
       if (d.placed) {
         sim.starts.push_back(now);
-        Take(&pool, d.rank_workers, +1);
+        Take(&pool, d.rank_workers, d.rank_gpus, +1);
         if (j == 0) {
           sim.first_placement = d.rank_workers;
           sim.first_leftover = pool;
           sim.first_waits_for = last_freed_by;
         }
         if (auto bound = Bound(*jobs[j]->spec)) {
-          Release r{now + *bound, d.rank_workers, jobs[j]->id};
+          Release r{now + *bound, d.rank_workers, jobs[j]->id, d.rank_gpus};
           releases.insert(std::upper_bound(releases.begin() + next, releases.end(), r, by_time), r);
         }
         break;
@@ -94,7 +110,7 @@ Simulation Simulate(const std::vector<const QueuedJob*>& jobs, Pool pool, std::v
         break;
       }
       now = std::max(now, releases[next].at);
-      Take(&pool, releases[next].rank_workers, -1);
+      Take(&pool, releases[next].rank_workers, releases[next].rank_gpus, -1);
       last_freed_by = releases[next].job_id;
       ++next;
     }
@@ -112,40 +128,75 @@ GangDecision GangScheduler::Place(const std::string& job_id, const v1::JobSpec& 
   const int dp = spec.parallelism().dp();
   const int world = dp * tp;
   const int per_worker_cap = spec.resources().ranks_per_worker();  // 0: no cap
+  const DeviceNeeds needs = NeedsOf(spec);
+  const char* unit = needs.cuda ? " GPUs" : " slots";
 
   if (workers.empty()) {
-    decision.pending_reason = absl::StrCat("needs ", world, " slots; no workers connected");
+    decision.pending_reason = absl::StrCat("needs ", world, unit, "; no workers connected");
     return decision;
   }
-  // Most free first, so a gang lands on as few workers as possible; name breaks ties
-  // so the decision is deterministic.
+  // Workers that can run it at all; most capacity first, so a gang lands on as few
+  // workers as possible; name breaks ties so the decision is deterministic.
   std::vector<const WorkerSnapshot*> order;
-  for (const auto& w : workers) order.push_back(&w);
-  std::sort(order.begin(), order.end(), [](const WorkerSnapshot* a, const WorkerSnapshot* b) {
-    if (a->free_slots != b->free_slots) return a->free_slots > b->free_slots;
+  std::string not_eligible;
+  int excluded = 0;
+  for (const auto& w : workers) {
+    if (std::string missing = WhatIsMissing(w, needs); !missing.empty()) {
+      if (excluded++ < 8) absl::StrAppend(&not_eligible, excluded == 1 ? "" : "; ", w.name, ": ", missing);
+      continue;
+    }
+    order.push_back(&w);
+  }
+  if (excluded > 8) absl::StrAppend(&not_eligible, "; and ", excluded - 8, " more");
+  if (order.empty()) {
+    decision.pending_reason = absl::StrCat("needs ", world, unit, "; none of the ", workers.size(),
+                                           " connected workers can run it (", not_eligible, ")");
+    return decision;
+  }
+  auto capacity = [&](const WorkerSnapshot* w) {
+    const int c = RankCapacity(*w, needs);
+    return per_worker_cap > 0 ? std::min(c, per_worker_cap) : c;
+  };
+  std::sort(order.begin(), order.end(), [&](const WorkerSnapshot* a, const WorkerSnapshot* b) {
+    const int ca = RankCapacity(*a, needs), cb = RankCapacity(*b, needs);
+    if (ca != cb) return ca > cb;
     return a->name < b->name;
   });
 
   int total_free = 0;
   int blocks_available = 0;
   for (const auto* w : order) {
-    int usable = per_worker_cap > 0 ? std::min(w->free_slots, per_worker_cap) : w->free_slots;
-    total_free += w->free_slots;
-    blocks_available += usable / tp;
+    total_free += RankCapacity(*w, needs);
+    blocks_available += capacity(w) / tp;
   }
   if (blocks_available < dp) {
-    decision.pending_reason = absl::StrCat("needs ", world, " slots");
+    decision.pending_reason = absl::StrCat("needs ", world, unit);
     if (tp > 1) absl::StrAppend(&decision.pending_reason, " with TP=", tp, " inside one worker");
     if (per_worker_cap > 0) absl::StrAppend(&decision.pending_reason, ", at most ", per_worker_cap, " per worker");
-    absl::StrAppend(&decision.pending_reason, "; ", total_free, " free: ", FreeList(order));
+    if (needs.cuda) {
+      absl::StrAppend(&decision.pending_reason, "; free GPUs: ");
+      for (size_t i = 0; i < order.size() && i < 8; ++i) {
+        absl::StrAppend(&decision.pending_reason, i == 0 ? "" : ", ", GpuFreeEntry(*order[i]));
+      }
+      if (order.size() > 8) absl::StrAppend(&decision.pending_reason, " and ", order.size() - 8, " more");
+    } else {
+      absl::StrAppend(&decision.pending_reason, "; ", total_free, " free: ", FreeList(order));
+    }
+    if (excluded > 0) absl::StrAppend(&decision.pending_reason, "; not eligible: ", not_eligible);
     return decision;
   }
   decision.rank_workers.reserve(world);
+  decision.rank_gpus.reserve(world);
   int blocks_left = dp;
   for (const auto* w : order) {
-    int usable = per_worker_cap > 0 ? std::min(w->free_slots, per_worker_cap) : w->free_slots;
-    for (int b = usable / tp; b > 0 && blocks_left > 0; --b, --blocks_left) {
-      for (int t = 0; t < tp; ++t) decision.rank_workers.push_back(w->name);
+    std::vector<GpuView> free_gpus = FreeGpus(*w);
+    for (int b = capacity(w) / tp; b > 0 && blocks_left > 0; --b, --blocks_left) {
+      std::vector<int> gpus = needs.cuda ? PickGpus(&free_gpus, tp, w->nvlink_topology_known)
+                                         : std::vector<int>(tp, -1);
+      for (int t = 0; t < tp; ++t) {
+        decision.rank_workers.push_back(w->name);
+        decision.rank_gpus.push_back(gpus[t]);
+      }
     }
   }
   decision.placed = true;
@@ -196,16 +247,18 @@ std::vector<GangDecision> GangScheduler::PlanQueue(const std::vector<QueuedJob>&
                                                    const std::vector<RunningJob>& running) {
   std::vector<GangDecision> out(queue.size());
   Pool pool;
-  for (const auto& w : workers) pool[w.name] = w.free_slots;
+  for (const auto& w : workers) pool[w.name] = w;
   std::vector<Release> releases;
   for (const auto& r : running) {
-    if (r.remaining) releases.push_back({std::max(*r.remaining, absl::ZeroDuration()), r.rank_workers, r.id});
+    if (r.remaining) {
+      releases.push_back({std::max(*r.remaining, absl::ZeroDuration()), r.rank_workers, r.id, r.rank_gpus});
+    }
   }
-  Pool capacity = pool;  // every connected slot: free, running or placed in this pass
-  for (const auto& r : running) Take(&capacity, r.rank_workers, -1);
+  Pool capacity = pool;  // every connected slot and GPU: free, running or placed in this pass
+  for (const auto& r : running) Take(&capacity, r.rank_workers, r.rank_gpus, -1);
   auto start_now = [&](size_t i, GangDecision d) {
-    Take(&pool, d.rank_workers, +1);
-    if (auto bound = Bound(*queue[i].spec)) releases.push_back({*bound, d.rank_workers, queue[i].id});
+    Take(&pool, d.rank_workers, d.rank_gpus, +1);
+    if (auto bound = Bound(*queue[i].spec)) releases.push_back({*bound, d.rank_workers, queue[i].id, d.rank_gpus});
     out[i] = std::move(d);
   };
 
@@ -261,8 +314,8 @@ std::vector<GangDecision> GangScheduler::PlanQueue(const std::vector<QueuedJob>&
     if (!fits) {
       // Still running at the reservation: it may take only slots the head leaves free.
       Pool after = leftover_at_reservation;
-      Take(&after, d.rank_workers, +1);
-      fits = std::all_of(after.begin(), after.end(), [](const auto& kv) { return kv.second >= 0; });
+      fits = Take(&after, d.rank_workers, d.rank_gpus, +1) &&
+             std::all_of(after.begin(), after.end(), [](const auto& kv) { return kv.second.free_slots >= 0; });
       if (fits) leftover_at_reservation = after;
     }
     if (!fits) {

@@ -3,17 +3,29 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/time/time.h"
+#include "server/policy/gpu_placement.h"
 #include "trainyard/v1/spec.pb.h"
 
 namespace trainyard {
 
-// Free capacity of one connected worker, as the controller accounts it.
+// Free capacity of one connected worker, as the controller accounts it, and what it can
+// run. A CPU job takes slots only; a CUDA job (resources.device = "cuda") takes one slot
+// and one free healthy GPU per rank, on workers whose engine reports CUDA.
 struct WorkerSnapshot {
+  WorkerSnapshot() = default;
+  WorkerSnapshot(std::string worker, int free) : name(std::move(worker)), free_slots(free) {}
   std::string name;
   int free_slots = 0;
+  std::vector<GpuView> gpus;  // every GPU it offers; empty: a CPU worker
+  bool nvlink_topology_known = false;  // GpuView.nvlink_domain was read, not assumed
+  // Its engine's capabilities (trainyard-rank --capabilities).
+  bool engine_cuda = false;
+  bool engine_cudagraph = false;
+  bool engine_bf16 = false;
 };
 
 struct QueuedJob {
@@ -32,6 +44,7 @@ struct RunningJob {
   std::string id;
   std::vector<std::string> rank_workers;  // the worker of each rank it holds
   std::optional<absl::Duration> remaining;
+  std::vector<int> rank_gpus;  // the GPU of each of rank_workers (-1: none); empty: none at all
 };
 
 // For one job: either the worker of every global rank, or why it must wait.
@@ -40,6 +53,9 @@ struct GangDecision {
   bool placed = false;
   bool backfilled = false;  // placed ahead of a blocked job without delaying it
   std::vector<std::string> rank_workers;  // index = global rank
+  // Placed jobs: the NVML index of each rank's GPU on its worker (index = global rank);
+  // -1 for every rank of a CPU job.
+  std::vector<int> rank_gpus;
   std::string pending_reason;
   // Unplaced jobs: the estimated time from now until it starts (nullopt: cannot be
   // estimated, because a job it waits for has no time limit and no measured step time,
@@ -57,11 +73,17 @@ struct GangDecision {
 // Pure queue-order and placement policy: no I/O, no locks, no clock. Ranks are
 // numbered dp-major (rank = d·tp + t), so a TP group is tp consecutive ranks and must
 // sit inside one worker; DP (and EP, which is carved from dp×tp) may span workers. A
-// gang starts whole or not at all.
+// gang starts whole or not at all. A CUDA job's capacity on a worker is
+// min(free slots, free healthy GPUs), and each TP group gets its GPUs by PickGpus (one
+// NVLink domain when the topology is known and a domain has room). Workers that cannot
+// run a job at all (WhatIsMissing: no GPUs, an engine without CUDA, cudagraph or bf16)
+// are left out, and its pending reason names them.
 class GangScheduler {
  public:
   // Places one job against `workers` (not modified). The pending reason is a sentence
-  // about the fleet: "needs 4 slots with TP=2 inside one worker; free: w1=1, w2=1".
+  // about the fleet: "needs 4 slots with TP=2 inside one worker; 2 free: w1=1, w2=1", or
+  // for CUDA jobs "needs 4 GPUs with TP=4 inside one worker; free GPUs: w1=0 (8 GPUs,
+  // 8 held)".
   static GangDecision Place(const std::string& job_id, const v1::JobSpec& spec,
                             const std::vector<WorkerSnapshot>& workers);
 

@@ -10,6 +10,7 @@
 #include "common/spec/rules.h"
 #include "common/spec/spec_error.h"
 #include "common/worker_identity.h"
+#include "server/policy/device_validation.h"
 
 namespace trainyard::request_validation {
 namespace {
@@ -120,7 +121,7 @@ absl::Status Check(const v1::Register& request) {
       if (auto s = CheckRank("Register.running.ranks", r); !s.ok()) return s;
     }
   }
-  return absl::OkStatus();
+  return CheckDevices(request);
 }
 
 absl::Status Check(const v1::EventBatch& request) {

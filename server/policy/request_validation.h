@@ -38,8 +38,9 @@ absl::Status Check(const v1::ResizeJobRequest& request);
 absl::Status Check(const v1::ListJobsRequest& request);   // known states, each once; limit in [0, 1000]
 
 // WorkerService. Register: name and address as common/worker_identity.h says, device "", "cpu" or "cuda", at most 4096
-// reported attempts with valid job ids, attempts >= 1 and ranks in [0, 65536). The slot
-// and port ranges are the registry's.
+// reported attempts with valid job ids, attempts >= 1 and ranks in [0, 65536), and its
+// GPUs, engine and NCCL settings as device_validation.h says. The slot and port ranges
+// are the registry's.
 absl::Status Check(const v1::Register& request);
 // EventBatch: at most 10,000 events (a worker sends 64); more ends the stream.
 absl::Status Check(const v1::EventBatch& request);

@@ -80,6 +80,7 @@ int64_t JobLifecycle::Recover(v1::Job job, const std::vector<v1::Event>& events,
   for (const auto& r : placement.ranks()) {
     workers_->ExpectReconnect(r.worker());
     workers_->Reserve(r.worker());
+    if (r.has_gpu()) workers_->HoldGpu(r.worker(), r.gpu(), GpuHolder{id, rt.job.attempt(), r.rank()});
   }
   if (placement.ranks_size() > 0) {
     workers_->HoldPort(placement.ranks(0).worker(), placement.master_port());
@@ -229,105 +230,6 @@ void JobLifecycle::FillEstimate(const std::string& id, v1::Job* job) const {
   for (const auto& w : it->second.reserved_workers) job->add_reserved_workers(w);
 }
 
-void JobLifecycle::WorkerRegistered(const v1::Register& reg,
-                                    const std::shared_ptr<WorkerChannel>& channel,
-                                    Effects* fx) {
-  // Reconcile what the worker runs with what the controller believes.
-  std::set<std::pair<std::string, int>> reported;
-  for (const auto& ra : reg.running()) {
-    reported.insert({ra.job_id(), ra.attempt()});
-    // Ended while the controller was away: nothing to cancel, and the ranks' final
-    // states follow on this stream (the worker resends what was not acknowledged).
-    if (ra.ended()) continue;
-    auto it = jobs_.find(ra.job_id());
-    bool wanted = it != jobs_.end() && it->second.job.attempt() == ra.attempt() &&
-                  IsActive(it->second) && !it->second.tearing_down;
-    if (!wanted) {
-      v1::ControllerMessage cancel;
-      cancel.mutable_cancel()->set_job_id(ra.job_id());
-      cancel.mutable_cancel()->set_attempt(ra.attempt());
-      cancel.mutable_cancel()->set_reason("the controller does not run this attempt");
-      fx->Send(channel, std::move(cancel));
-    }
-  }
-  EndRanksOn(reg.name(), &reported, fx, [&](int rank) {
-    return absl::StrCat("rank ", rank, " on worker ", reg.name(), " is gone (the worker restarted)");
-  });
-}
-
-void JobLifecycle::WorkerLost(const std::string& name, const std::string& why, Effects* fx) {
-  EndRanksOn(name, nullptr, fx,
-             [&](int rank) { return absl::StrCat("worker ", name, " lost (", why, ") running rank ", rank); });
-}
-
-void JobLifecycle::EndRanksOn(const std::string& worker, const std::set<std::pair<std::string, int>>* still_running,
-                              Effects* fx, const std::function<std::string(int rank)>& cause) {
-  for (auto& [id, rt] : jobs_) {
-    if (rt.live == 0 || (still_running != nullptr && still_running->count({id, rt.job.attempt()}))) continue;
-    for (const auto& r : rt.job.placement().ranks()) {
-      if (r.worker() != worker || !HasRank(rt, r.rank()) || rt.ranks[r.rank()] == RankPhase::kEnded) continue;
-      RankEnded(rt, r.rank(), fx);
-      if (!IsTerminal(rt.job.state()) && !rt.tearing_down) FailAttempt(rt, cause(r.rank()), worker, fx);
-    }
-  }
-}
-
-void JobLifecycle::Schedule(Effects* fx) {
-  const absl::Time now = clock_->Now();
-  std::vector<QueuedJob> queue;
-  std::vector<WorkerSnapshot> free;
-  bool free_read = false;
-  for (auto& [id, rt] : jobs_) {
-    if (rt.job.state() != v1::Job::PENDING) continue;
-    rt.layout.reset();
-    if (now < rt.not_before) {  // backing off: not a candidate, and holds nobody back
-      rt.estimated_start.reset();
-      rt.reserved_workers.clear();
-      if (std::string why = RestartPendingReason(rt, now); why != rt.job.pending_reason()) {
-        SetState(rt, v1::Job::PENDING, why, fx);
-      }
-      continue;
-    }
-    QueuedJob q{id, &rt.job.spec(), rt.order, AvoidedWorkers(rt)};
-    if (rt.resize_dp) {
-      if (const v1::JobSpec* resized = ResizedSpec(rt)) q.spec = resized;
-    } else if (std::optional<absl::Time> from = ElasticFrom(rt); from && now >= *from) {
-      if (!free_read) free = workers_->ConnectedFree();
-      free_read = true;
-      // The full dp first: a gang grows back once slots return.
-      if (!GangScheduler::PlaceQueued(q, free).placed) {
-        rt.layout = ElasticPolicy::Shrink(id, rt.job.spec(), free);
-        if (rt.layout) q.spec = &rt.layout->spec;
-      }
-    }
-    queue.push_back(std::move(q));
-  }
-  if (queue.empty()) return;
-  GangScheduler::OrderQueue(&queue);
-  std::vector<RunningJob> running;
-  for (const auto& [id, rt] : jobs_) {
-    if (rt.live > 0) running.push_back(RunningJobOf(rt, now));
-  }
-  auto decisions = GangScheduler::PlanQueue(queue, workers_->ConnectedFree(), running);
-  for (size_t i = 0; i < decisions.size(); ++i) {
-    TrackedJob& rt = jobs_.at(queue[i].id);
-    const GangDecision& d = decisions[i];
-    if (d.placed) {
-      if (d.backfilled) spdlog::info("job={} backfilled ahead of the queue's head", rt.job.id());
-      rt.estimated_start.reset();
-      rt.reserved_workers.clear();
-      StartAttempt(rt, d, fx);
-      continue;
-    }
-    rt.estimated_start.reset();
-    if (d.estimated_start) rt.estimated_start = now + *d.estimated_start;
-    rt.reserved_workers = d.reserved_workers;
-    if (std::string why = PendingReasonOf(rt, d, now); why != rt.job.pending_reason()) {
-      SetState(rt, v1::Job::PENDING, why, fx);
-    }
-  }
-}
-
 // ---- private ----
 
 void JobLifecycle::SetState(TrackedJob& rt, v1::Job::State state, const std::string& reason,
@@ -353,49 +255,6 @@ void JobLifecycle::SetState(TrackedJob& rt, v1::Job::State state, const std::str
     metrics_->JobEnded(job.id(), now);
     if (rt.live == 0) fx->Settle(job.id());
   }
-}
-
-void JobLifecycle::StartAttempt(TrackedJob& rt, const GangDecision& decision, Effects* fx) {
-  v1::Job& job = rt.job;
-  const std::vector<std::string>& rank_workers = decision.rank_workers;
-  const int world = static_cast<int>(rank_workers.size());
-  const std::string note = PlacementNote(rt, decision, clock_->Now());
-  rt.resize_dp.reset();  // a resize holds for one placement; a failure restart tries the full dp
-  metrics_->JobPlaced(clock_->Now() - rt.queued_at);
-  rt.attempt_started = clock_->Now();
-  rt.last_step = 0;
-  rt.step_seconds = 0;
-  if (job.attempt() > 0) {
-    std::vector<std::string>& past = rt.past_placements[job.attempt()];
-    for (const auto& r : job.placement().ranks()) past.push_back(r.worker());  // rank i at index i
-    while (rt.past_placements.size() > kMaxPastPlacements) rt.past_placements.erase(rt.past_placements.begin());
-  }
-  job.set_attempt(job.attempt() + 1);
-  job.set_world_size(world);  // the spec's dp·tp, or the elastic layout's
-  job.clear_placement();
-  std::map<std::string, std::vector<int>> by_worker;
-  for (int r = 0; r < world; ++r) {
-    auto* pr = job.mutable_placement()->add_ranks();
-    pr->set_rank(r);
-    pr->set_worker(rank_workers[r]);
-    by_worker[rank_workers[r]].push_back(r);
-    workers_->Reserve(rank_workers[r]);
-  }
-  job.mutable_placement()->set_master_addr(workers_->Address(rank_workers[0]));
-  job.mutable_placement()->set_master_port(workers_->AllocatePort(rank_workers[0]));
-  rt.ranks.assign(world, RankPhase::kAssigned);
-  rt.live = world;
-  rt.running = 0;
-  rt.exited_ok = 0;
-  rt.tearing_down = false;
-
-  std::vector<std::string> parts;
-  for (const auto& [name, ranks] : by_worker) {
-    parts.push_back(absl::StrCat(name, "×", ranks.size()));
-  }
-  SetState(rt, v1::Job::SCHEDULED, absl::StrCat("placed on ", absl::StrJoin(parts, ", "), note), fx);
-  // Recorded after the SCHEDULED writes, so they go out once those are committed.
-  for (const auto& [name, ranks] : by_worker) fx->Send(workers_->Channel(name), AssignFor(rt, ranks));
 }
 
 void JobLifecycle::ApplyRankState(TrackedJob& rt, const v1::Event& event, Effects* fx) {
@@ -447,7 +306,11 @@ void JobLifecycle::RankEnded(TrackedJob& rt, int rank, Effects* fx) {
   if (rt.ranks[rank] == RankPhase::kEnded) return;
   rt.ranks[rank] = RankPhase::kEnded;
   const auto& placement = rt.job.placement();
-  if (rank < placement.ranks_size()) workers_->Release(placement.ranks(rank).worker());
+  if (rank < placement.ranks_size()) {
+    const auto& pr = placement.ranks(rank);
+    workers_->Release(pr.worker());
+    if (pr.has_gpu()) workers_->ReleaseGpu(pr.worker(), pr.gpu(), rt.job.id());
+  }
   if (--rt.live > 0) return;
   if (placement.ranks_size() > 0) {
     workers_->ReleasePort(placement.ranks(0).worker(), placement.master_port());

@@ -102,6 +102,12 @@ class JobLifecycle {
                         Effects* fx);
   // The registry declared `name` lost: its ranks end, their gangs fail.
   void WorkerLost(const std::string& name, const std::string& why, Effects* fx);
+  // GPUs a heartbeat took out of service: the active attempt with a rank on one fails
+  // ("GPU 3 (GPU-...) of worker w1 unhealthy: <reason> (rank 2 ran on it)") through
+  // the restart policy, like any failure (it uses one of restart.max_restarts), blamed
+  // on no worker; the next placement cannot use the GPU (WorkerRegistry keeps it out
+  // of service).
+  void GpusUnhealthy(const std::vector<GpuFault>& faults, Effects* fx);
   // Places pending jobs onto free slots: in queue order (priority, then FIFO), with EASY
   // backfill (GangScheduler::PlanQueue) over the running jobs' estimated ends; updates
   // the pending reason of those that must wait and their estimated start.

@@ -73,6 +73,7 @@ FleetView JobManager::FleetLocked() {
   fleet.connected_slots = registry_.ConnectedSlots();
   fleet.idle_workers = registry_.ConnectedTotal();
   std::tie(fleet.largest_memory_worker, fleet.largest_memory_bytes) = registry_.LargestMemory();
+  fleet.workers = registry_.ConnectedFleet();
   return fleet;
 }
 
@@ -200,14 +201,31 @@ absl::Status JobManager::RegisterWorker(int64_t conn, const v1::Register& reg,
     lifecycle_.WorkerRegistered(reg, registry_.Channel(reg.name()), &fx);
     lifecycle_.Schedule(&fx);
     UpdateSlotMetricsLocked();
+    UpdateGpuMetricsLocked(reg.name());
   }
   Run(std::move(fx)).IgnoreError();  // logged by Run
   return absl::OkStatus();
 }
 
 void JobManager::Heartbeat(int64_t conn, const v1::Heartbeat& heartbeat) {
-  absl::MutexLock lock(&mu_);
-  registry_.Touch(conn);
+  std::vector<GpuFault> faults;
+  {
+    absl::MutexLock lock(&mu_);
+    faults = registry_.Heartbeat(conn, heartbeat);
+    if (std::optional<std::string> name = registry_.NameOf(conn)) UpdateGpuMetricsLocked(*name);
+  }
+  if (faults.empty()) return;
+  // A GPU went out of service: a writer's path, for the attempts on it. Their holds
+  // are read again under the lock, so a rank that ended in between is left alone.
+  absl::MutexLock commit(&commit_mu_);
+  Effects fx;
+  {
+    absl::MutexLock lock(&mu_);
+    lifecycle_.GpusUnhealthy(faults, &fx);
+    lifecycle_.Schedule(&fx);
+    UpdateSlotMetricsLocked();
+  }
+  Run(std::move(fx)).IgnoreError();  // logged by Run
 }
 
 absl::Status JobManager::IngestEvents(int64_t conn, const v1::EventBatch& batch) {
@@ -314,7 +332,10 @@ void JobManager::Tick() {
     {
       absl::MutexLock lock(&mu_);
       std::vector<LostWorker> lost = registry_.Tick(&fx);
-      for (const auto& l : lost) lifecycle_.WorkerLost(l.name, l.why, &fx);
+      for (const auto& l : lost) {
+        lifecycle_.WorkerLost(l.name, l.why, &fx);
+        metrics_->gpus().RemoveWorker(l.name);
+      }
       if (!lost.empty()) metrics_->WorkersLost(static_cast<int>(lost.size()));
       lifecycle_.EnforceTimeLimits(&fx);
       // Every tick: estimates move with time and measured step times, and a job may
@@ -360,6 +381,14 @@ absl::StatusOr<bool> JobManager::AppendControllerEvent(const std::string& job_id
   }
   hub_->Notify(job_id);
   return true;
+}
+
+void JobManager::UpdateGpuMetricsLocked(const std::string& worker) {
+  std::vector<GpuReading> readings;
+  for (auto& g : registry_.GpuStates(worker)) {
+    readings.push_back({g.device.index(), g.healthy, g.device.memory_bytes(), std::move(g.sample)});
+  }
+  metrics_->gpus().SetWorker(worker, readings);
 }
 
 void JobManager::UpdateSlotMetricsLocked() {

@@ -53,7 +53,8 @@ struct JobManagerOptions {
 //   mu_         the state lock over registry_, lifecycle_ and views_. Held only for
 //               in-memory work; never across a store call or a send.
 // Readers (Get, List, Workers) and the in-memory-only calls (Heartbeat, StreamClosed)
-// take only mu_, so they never wait for an fsync.
+// take only mu_, so they never wait for an fsync; a heartbeat that takes a GPU out of
+// service then becomes a writer (commit_mu_, then mu_) to fail the attempts on it.
 //
 // Ordering and durability. A writer changes state under mu_, recording what must
 // happen outside in an Effects value: store writes, then worker messages, then
@@ -106,6 +107,8 @@ class JobManager {
   // WorkerService. A connection id names one Connect stream.
   absl::Status RegisterWorker(int64_t conn, const v1::Register& reg,
                               std::shared_ptr<WorkerChannel> channel);
+  // Touches the worker and takes its GPU samples (WorkerRegistry::Heartbeat); a GPU
+  // newly out of service fails the attempt with a rank on it (JobLifecycle::GpusUnhealthy).
   void Heartbeat(int64_t conn, const v1::Heartbeat& heartbeat);
   // Commits the batch (each job's events in one transaction), then acts on them.
   absl::Status IngestEvents(int64_t conn, const v1::EventBatch& batch);
@@ -137,6 +140,8 @@ class JobManager {
   FleetView FleetLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::Job ViewLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateSlotMetricsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The worker's trainyard_worker_gpu_* gauges from the registry.
+  void UpdateGpuMetricsLocked(const std::string& worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Carries out `fx` in order (see above); returns the first store error.
   absl::Status Run(Effects fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(commit_mu_)
       ABSL_LOCKS_EXCLUDED(mu_);

@@ -24,7 +24,14 @@ v1::ControllerMessage AssignFor(const TrackedJob& rt, const std::vector<int>& ra
   assign->set_attempt(job.attempt());
   *assign->mutable_spec() = rt.layout ? rt.layout->spec : job.spec();
   assign->set_world_size(job.world_size());
-  for (int r : ranks) assign->add_ranks(r);
+  for (int r : ranks) {
+    assign->add_ranks(r);
+    if (r < 0 || r >= job.placement().ranks_size() || !job.placement().ranks(r).has_gpu()) continue;
+    auto* gpu = assign->add_gpus();
+    gpu->set_rank(r);
+    gpu->set_index(job.placement().ranks(r).gpu());
+    gpu->set_uuid(job.placement().ranks(r).gpu_uuid());
+  }
   assign->set_master_addr(job.placement().master_addr());
   assign->set_master_port(job.placement().master_port());
   if (job.spec().checkpoint().interval() > 0) assign->set_checkpoint_dir(CheckpointDirOf(job.spec(), job.id()));
@@ -213,10 +220,12 @@ void RestorePastPlacements(TrackedJob& rt, const std::vector<v1::Event>& events)
 }
 
 RunningJob RunningJobOf(const TrackedJob& rt, absl::Time now) {
-  RunningJob r{rt.job.id(), {}, RemainingTime(rt, now)};
+  RunningJob r{rt.job.id(), {}, RemainingTime(rt, now), {}};
   const auto& placement = rt.job.placement();
   for (size_t rank = 0; rank < rt.ranks.size() && static_cast<int>(rank) < placement.ranks_size(); ++rank) {
-    if (rt.ranks[rank] != RankPhase::kEnded) r.rank_workers.push_back(placement.ranks(rank).worker());
+    if (rt.ranks[rank] == RankPhase::kEnded) continue;
+    r.rank_workers.push_back(placement.ranks(rank).worker());
+    r.rank_gpus.push_back(placement.ranks(rank).has_gpu() ? placement.ranks(rank).gpu() : -1);
   }
   return r;
 }

@@ -56,6 +56,7 @@ absl::Status WorkerRegistry::Register(int64_t conn, const v1::Register& reg,
   if (w.connected && w.conn != conn && w.channel) {
     fx->Close(w.channel, "replaced by a newer connection of the same worker (the old one fell silent)");
   }
+  AdoptGpus(w, reg);
   w.conn = conn;
   w.reg = reg;
   w.channel = std::move(channel);
@@ -68,8 +69,8 @@ absl::Status WorkerRegistry::Register(int64_t conn, const v1::Register& reg,
   ack.mutable_register_ack()->set_heartbeat_interval_ms(
       static_cast<int32_t>(absl::ToInt64Milliseconds(heartbeat_interval_)));
   fx->Send(w.channel, std::move(ack));
-  spdlog::info("worker={} registered slots={} address={} running_attempts={}", reg.name(),
-               reg.slots(), reg.address(), reg.running_size());
+  spdlog::info("worker={} registered slots={} address={} gpus={} running_attempts={}", reg.name(),
+               reg.slots(), reg.address(), reg.gpus_size(), reg.running_size());
   return absl::OkStatus();
 }
 
@@ -169,7 +170,7 @@ std::pair<std::string, int64_t> WorkerRegistry::LargestMemory() const {
 std::vector<WorkerSnapshot> WorkerRegistry::ConnectedFree() const {
   std::vector<WorkerSnapshot> out;
   for (const auto& [name, w] : workers_) {
-    if (w.connected) out.push_back({name, FreeSlots(name)});
+    if (w.connected) out.push_back(SnapshotOf(name, w, false));
   }
   return out;
 }
@@ -177,7 +178,7 @@ std::vector<WorkerSnapshot> WorkerRegistry::ConnectedFree() const {
 std::vector<WorkerSnapshot> WorkerRegistry::ConnectedTotal() const {
   std::vector<WorkerSnapshot> out;
   for (const auto& [name, w] : workers_) {
-    if (w.connected) out.push_back({name, w.reg.slots()});
+    if (w.connected) out.push_back(SnapshotOf(name, w, true));
   }
   return out;
 }
@@ -238,6 +239,22 @@ std::vector<v1::WorkerInfo> WorkerRegistry::List() const {
     info.set_free_slots(FreeSlots(name));
     info.set_connected(w.connected);
     info.set_address(w.reg.address());
+    info.set_device(!w.reg.device().empty() ? w.reg.device() : (w.reg.gpus_size() > 0 ? "cuda" : "cpu"));
+    info.set_memory_bytes(w.reg.memory_bytes());
+    *info.mutable_gpus() = w.reg.gpus();
+    for (const auto& g : w.reg.gpus()) {
+      if (auto s = w.samples.find(g.index()); s != w.samples.end()) *info.add_gpu_samples() = s->second;
+      if (w.faults.count(g.index())) {
+        info.add_unhealthy_gpus(g.index());
+      } else if (!w.gpu_holds.count(g.index())) {
+        info.add_free_gpus(g.index());
+      }
+    }
+    if (w.reg.has_capabilities()) *info.mutable_capabilities() = w.reg.capabilities();
+    info.set_gpu_driver_version(w.reg.gpu_driver_version());
+    info.set_cuda_driver_version(w.reg.cuda_driver_version());
+    info.set_nvlink_topology_known(w.reg.nvlink_topology_known());
+    *info.mutable_nccl_env() = w.reg.nccl_env();
     out.push_back(std::move(info));
   }
   return out;

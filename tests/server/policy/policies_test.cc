@@ -157,12 +157,15 @@ TEST(AdmissionPolicyTest, PassesSpecErrorsThroughUnchanged) {
 }
 
 TEST(AdmissionPolicyTest, TheFleetRefusesWhatItsWorkersCannotRun) {
+  // No worker offers GPUs (gpu_admission_test.cc has the GPU fleets).
   v1::JobSpec cuda = Tiny(1);
   cuda.mutable_compile()->set_backend("cudagraph");
   cuda.mutable_resources()->set_device("cuda");
   auto gpu = AdmissionPolicy::Admit(cuda, Slots(8));
-  EXPECT_EQ(gpu.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(std::string(gpu.status().message()), HasSubstr("resources.device=cuda: the workers of this controller are CPU-only"));
+  EXPECT_EQ(gpu.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(gpu.status().message(),
+            "resources.device=cuda needs a worker that offers GPUs and whose engine has the cuda capability; no "
+            "worker is connected");
 
   v1::JobSpec text = Tiny(1);
   text.mutable_training()->set_dataset("text");
