@@ -103,15 +103,6 @@ absl::Status CheckFleet(const v1::JobSpec& s, const DeviceNeeds& needs, const Fl
         " or parallelism.tp=", s.parallelism().tp(), ", or connect more workers)"));
   }
   TY_RETURN_IF_ERROR(CheckDevices(needs, fleet));
-  if (!fleet.idle_workers.empty()) {
-    const GangDecision idle = GangScheduler::Place("admission", s, fleet.idle_workers);
-    if (!idle.placed) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "parallelism.tp=", s.parallelism().tp(), ", parallelism.dp=", s.parallelism().dp(),
-          ": this job cannot be placed even with every connected worker idle (",
-          idle.pending_reason, "), so it would wait forever"));
-    }
-  }
   if (const auto [limit, where] = MemoryLimit(s, needs, fleet); limit > 0) {
     auto core = ResolveAndValidateCore(s);
     if (core.ok()) {
@@ -126,6 +117,22 @@ absl::Status CheckFleet(const v1::JobSpec& s, const DeviceNeeds& needs, const Fl
             "; shrink the model or the batch, raise parallelism.tp or parallelism.ep, or set "
             "activation_checkpoint.mode"));
       }
+    }
+  }
+  if (!fleet.idle_workers.empty()) {
+    // A CUDA rank fits only a GPU with its estimated memory (the scheduler's rule).
+    int64_t rank_bytes = 0;
+    if (needs.cuda) {
+      if (auto core = ResolveAndValidateCore(s); core.ok()) {
+        rank_bytes = static_cast<int64_t>(spec::EstimateRankMemory(*core).total_bytes());
+      }
+    }
+    const GangDecision idle = GangScheduler::Place("admission", s, fleet.idle_workers, rank_bytes);
+    if (!idle.placed) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parallelism.tp=", s.parallelism().tp(), ", parallelism.dp=", s.parallelism().dp(),
+          ": this job cannot be placed even with every connected worker idle (",
+          idle.pending_reason, "), so it would wait forever"));
     }
   }
   return absl::OkStatus();

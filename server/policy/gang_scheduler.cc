@@ -121,14 +121,14 @@ Simulation Simulate(const std::vector<const QueuedJob*>& jobs, Pool pool, std::v
 }  // namespace
 
 GangDecision GangScheduler::Place(const std::string& job_id, const v1::JobSpec& spec,
-                                  const std::vector<WorkerSnapshot>& workers) {
+                                  const std::vector<WorkerSnapshot>& workers, int64_t rank_memory_bytes) {
   GangDecision decision;
   decision.job_id = job_id;
   const int tp = spec.parallelism().tp();
   const int dp = spec.parallelism().dp();
   const int world = dp * tp;
   const int per_worker_cap = spec.resources().ranks_per_worker();  // 0: no cap
-  const DeviceNeeds needs = NeedsOf(spec);
+  const DeviceNeeds needs = NeedsOf(spec, rank_memory_bytes);
   const char* unit = needs.cuda ? " GPUs" : " slots";
 
   if (workers.empty()) {
@@ -176,7 +176,7 @@ GangDecision GangScheduler::Place(const std::string& job_id, const v1::JobSpec& 
     if (needs.cuda) {
       absl::StrAppend(&decision.pending_reason, "; free GPUs: ");
       for (size_t i = 0; i < order.size() && i < 8; ++i) {
-        absl::StrAppend(&decision.pending_reason, i == 0 ? "" : ", ", GpuFreeEntry(*order[i]));
+        absl::StrAppend(&decision.pending_reason, i == 0 ? "" : ", ", GpuFreeEntry(*order[i], needs.rank_memory_bytes));
       }
       if (order.size() > 8) absl::StrAppend(&decision.pending_reason, " and ", order.size() - 8, " more");
     } else {
@@ -189,7 +189,7 @@ GangDecision GangScheduler::Place(const std::string& job_id, const v1::JobSpec& 
   decision.rank_gpus.reserve(world);
   int blocks_left = dp;
   for (const auto* w : order) {
-    std::vector<GpuView> free_gpus = FreeGpus(*w);
+    std::vector<GpuView> free_gpus = FreeGpus(*w, needs.rank_memory_bytes);
     for (int b = capacity(w) / tp; b > 0 && blocks_left > 0; --b, --blocks_left) {
       std::vector<int> gpus = needs.cuda ? PickGpus(&free_gpus, tp, w->nvlink_topology_known)
                                          : std::vector<int>(tp, -1);
@@ -213,7 +213,7 @@ void GangScheduler::OrderQueue(std::vector<QueuedJob>* queue) {
 }
 
 GangDecision GangScheduler::PlaceQueued(const QueuedJob& job, const std::vector<WorkerSnapshot>& workers) {
-  if (job.avoid.empty()) return Place(job.id, *job.spec, workers);
+  if (job.avoid.empty()) return Place(job.id, *job.spec, workers, job.rank_memory_bytes);
   auto avoided = [&](const std::string& name) {
     return std::find(job.avoid.begin(), job.avoid.end(), name) != job.avoid.end();
   };
@@ -226,12 +226,12 @@ GangDecision GangScheduler::PlaceQueued(const QueuedJob& job, const std::vector<
       present.push_back(w.name);
     }
   }
-  GangDecision d = Place(job.id, *job.spec, others);
+  GangDecision d = Place(job.id, *job.spec, others, job.rank_memory_bytes);
   if (d.placed) {
     d.kept_off = present;
     return d;
   }
-  d = Place(job.id, *job.spec, workers);
+  d = Place(job.id, *job.spec, workers, job.rank_memory_bytes);
   if (d.placed) {
     for (const auto& w : present) {
       if (std::find(d.rank_workers.begin(), d.rank_workers.end(), w) != d.rank_workers.end()) {

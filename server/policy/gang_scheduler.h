@@ -35,6 +35,8 @@ struct QueuedJob {
   // Workers this job's attempts failed on repeatedly: it is placed without them when
   // it can be, else on them (GangDecision says which).
   std::vector<std::string> avoid;
+  // CUDA jobs: one rank's estimated memory; GPUs reporting less are not used for it.
+  int64_t rank_memory_bytes = 0;
 };
 
 // A job holding slots now, and how long until it gives them back: estimated from its
@@ -84,8 +86,10 @@ class GangScheduler {
   // about the fleet: "needs 4 slots with TP=2 inside one worker; 2 free: w1=1, w2=1", or
   // for CUDA jobs "needs 4 GPUs with TP=4 inside one worker; free GPUs: w1=0 (8 GPUs,
   // 8 held)".
+  // `rank_memory_bytes` (CUDA jobs, 0: unchecked): GPUs reporting less memory are not
+  // used.
   static GangDecision Place(const std::string& job_id, const v1::JobSpec& spec,
-                            const std::vector<WorkerSnapshot>& workers);
+                            const std::vector<WorkerSnapshot>& workers, int64_t rank_memory_bytes = 0);
 
   // Sorts `queue` into scheduling order: higher spec.job.priority first, then lower
   // `order` (FIFO).

@@ -4,12 +4,14 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "server/policy/gang_scheduler.h"
 
 namespace trainyard {
 
-DeviceNeeds NeedsOf(const v1::JobSpec& spec) {
+DeviceNeeds NeedsOf(const v1::JobSpec& spec, int64_t rank_memory_bytes) {
   DeviceNeeds n;
+  n.rank_memory_bytes = rank_memory_bytes;
   n.cuda = spec.resources().device() == "cuda";
   n.cudagraph = spec.compile().backend() == "cudagraph";
   n.bf16 = spec.training().mixed_precision() == "bf16";
@@ -27,10 +29,16 @@ std::string WhatIsMissing(const WorkerSnapshot& w, const DeviceNeeds& needs) {
   return out;
 }
 
-std::vector<GpuView> FreeGpus(const WorkerSnapshot& w) {
+namespace {
+bool BigEnough(const GpuView& g, int64_t min_memory) {
+  return min_memory <= 0 || g.memory_bytes <= 0 || g.memory_bytes >= min_memory;
+}
+}  // namespace
+
+std::vector<GpuView> FreeGpus(const WorkerSnapshot& w, int64_t min_memory) {
   std::vector<GpuView> out;
   for (const auto& g : w.gpus) {
-    if (g.healthy && !g.held) out.push_back(g);
+    if (g.healthy && !g.held && BigEnough(g, min_memory)) out.push_back(g);
   }
   std::sort(out.begin(), out.end(), [](const GpuView& a, const GpuView& b) { return a.index < b.index; });
   return out;
@@ -40,7 +48,7 @@ int RankCapacity(const WorkerSnapshot& w, const DeviceNeeds& needs) {
   if (!WhatIsMissing(w, needs).empty()) return 0;
   const int slots = std::max(0, w.free_slots);
   if (!needs.cuda) return slots;
-  return std::min(slots, static_cast<int>(FreeGpus(w).size()));
+  return std::min(slots, static_cast<int>(FreeGpus(w, needs.rank_memory_bytes).size()));
 }
 
 std::vector<int> PickGpus(std::vector<GpuView>* free, int count, bool topology_known) {
@@ -68,18 +76,24 @@ std::vector<int> PickGpus(std::vector<GpuView>* free, int count, bool topology_k
   return out;
 }
 
-std::string GpuFreeEntry(const WorkerSnapshot& w) {
-  const int free = static_cast<int>(FreeGpus(w).size());
-  int held = 0, unhealthy = 0;
+std::string GpuFreeEntry(const WorkerSnapshot& w, int64_t min_memory) {
+  const int free = static_cast<int>(FreeGpus(w, min_memory).size());
+  int held = 0, unhealthy = 0, small = 0;
   for (const auto& g : w.gpus) {
     if (!g.healthy) {
       ++unhealthy;
     } else if (g.held) {
       ++held;
+    } else if (!BigEnough(g, min_memory)) {
+      ++small;
     }
   }
   std::string out = absl::StrCat(w.name, "=", free, " (", w.gpus.size(), " GPUs, ", held, " held");
   if (unhealthy > 0) absl::StrAppend(&out, ", ", unhealthy, " unhealthy");
+  if (small > 0) {
+    absl::StrAppend(&out, ", ", small, " smaller than the ",
+                    absl::StrFormat("%.3g GiB", static_cast<double>(min_memory) / (1 << 30)), " a rank needs");
+  }
   if (w.free_slots < free) absl::StrAppend(&out, ", ", std::max(0, w.free_slots), " free slots");
   absl::StrAppend(&out, ")");
   return out;

@@ -4,6 +4,7 @@
 // Pure: plain values in, plain values out.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,7 @@ struct GpuView {
   int nvlink_domain = 0;  // GpuDevice.nvlink_domain; 0: no NVLink peer or unknown
   bool healthy = true;    // false: taken out of service (ECC, XID, lost)
   bool held = false;      // a rank that has not ended holds it
+  int64_t memory_bytes = 0;  // GpuDevice.memory_bytes; 0: not reported
 };
 
 // What a job needs of a worker besides slots.
@@ -26,16 +28,21 @@ struct DeviceNeeds {
   bool cuda = false;       // resources.device = "cuda": one free healthy GPU per rank
   bool cudagraph = false;  // compile.backend = "cudagraph"
   bool bf16 = false;       // training.mixed_precision = "bf16"
+  // CUDA jobs: one rank's estimated memory (spec::EstimateRankMemory); a GPU that
+  // reports less is not used for it. 0: not checked.
+  int64_t rank_memory_bytes = 0;
 };
 
-DeviceNeeds NeedsOf(const v1::JobSpec& spec);
+// What `spec` needs, with rank_memory_bytes as given.
+DeviceNeeds NeedsOf(const v1::JobSpec& spec, int64_t rank_memory_bytes = 0);
 
 // Why `w` cannot run a job with `needs` at all (whatever is free), "" when it can:
 // "no GPUs", "its engine is not built with CUDA", "its engine lacks cudagraph".
 std::string WhatIsMissing(const WorkerSnapshot& w, const DeviceNeeds& needs);
 
-// Free healthy GPUs of `w`, lowest index first.
-std::vector<GpuView> FreeGpus(const WorkerSnapshot& w);
+// Free healthy GPUs of `w` with at least `min_memory` bytes (or unreported memory),
+// lowest index first.
+std::vector<GpuView> FreeGpus(const WorkerSnapshot& w, int64_t min_memory = 0);
 
 // Ranks of a job with `needs` that `w` can take now: its free slots, and for CUDA jobs
 // at most its free healthy GPUs. 0 when WhatIsMissing is not empty.
@@ -49,8 +56,9 @@ int RankCapacity(const WorkerSnapshot& w, const DeviceNeeds& needs);
 // (no topology, tp = 1, or no domain has room) the lowest free indices.
 std::vector<int> PickGpus(std::vector<GpuView>* free, int count, bool topology_known);
 
-// "w1=0 (8 GPUs, 8 held)" for one worker: free healthy GPUs, then what the rest are;
-// the free slots are named when they are fewer than the free GPUs.
-std::string GpuFreeEntry(const WorkerSnapshot& w);
+// "w1=0 (8 GPUs, 8 held)" for one worker: free healthy GPUs large enough for a rank of
+// `min_memory` bytes, then what the rest are ("2 unhealthy", "3 smaller than the 90
+// GiB a rank needs"); the free slots are named when they are fewer than the free GPUs.
+std::string GpuFreeEntry(const WorkerSnapshot& w, int64_t min_memory = 0);
 
 }  // namespace trainyard

@@ -38,6 +38,7 @@ void JobLifecycle::Schedule(Effects* fx) {
         if (rt.layout) q.spec = &rt.layout->spec;
       }
     }
+    q.rank_memory_bytes = RankMemoryOf(rt, *q.spec);
     queue.push_back(std::move(q));
   }
   if (queue.empty()) return;

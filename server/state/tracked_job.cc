@@ -8,6 +8,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/proto_time.h"
+#include "common/spec/memory_estimate.h"
+#include "common/spec_proto.h"
 #include "common/spec/rules.h"
 #include "server/policy/event_fencing.h"
 #include "server/policy/resize_policy.h"
@@ -37,6 +39,16 @@ v1::ControllerMessage AssignFor(const TrackedJob& rt, const std::vector<int>& ra
   if (job.spec().checkpoint().interval() > 0) assign->set_checkpoint_dir(CheckpointDirOf(job.spec(), job.id()));
   if (job.last_checkpoint().step() > 0) assign->set_resume_path(job.last_checkpoint().path());
   return msg;
+}
+
+int64_t RankMemoryOf(TrackedJob& rt, const v1::JobSpec& spec) {
+  if (spec.resources().device() != "cuda") return 0;
+  const bool own = &spec == &rt.job.spec();
+  if (own && rt.rank_memory) return *rt.rank_memory;
+  absl::StatusOr<spec::JobSpec> core = ResolveAndValidateCore(spec);
+  const int64_t bytes = core.ok() ? static_cast<int64_t>(spec::EstimateRankMemory(*core).total_bytes()) : 0;
+  if (own) rt.rank_memory = bytes;
+  return bytes;
 }
 
 void NoteStep(TrackedJob& rt, const v1::StepMetrics& step) {

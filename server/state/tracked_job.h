@@ -47,6 +47,8 @@ struct TrackedJob {
   // restart rebuilt from the stored RankState events (which the event screen let in
   // only from the rank's worker). The last kMaxPastPlacements attempts are kept.
   std::map<int, std::vector<std::string>> past_placements;
+  // One rank's estimated memory under job.spec (RankMemoryOf), once computed.
+  std::optional<int64_t> rank_memory;
 };
 
 inline constexpr int kMaxPastPlacements = 64;
@@ -71,6 +73,11 @@ std::optional<absl::Duration> RemainingTime(const TrackedJob& rt, absl::Time now
 const v1::JobSpec* ResizedSpec(TrackedJob& rt);
 // Restarts of restart.max_restarts used by the attempts before the current one.
 int RestartsUsed(const TrackedJob& rt);
+
+// A CUDA job's estimated memory of one rank under `spec` (spec::EstimateRankMemory),
+// which the scheduler compares with each GPU's; 0 for a CPU job or a spec the core
+// refuses. Computed once per job for its own spec (TrackedJob::rank_memory).
+int64_t RankMemoryOf(TrackedJob& rt, const v1::JobSpec& spec);
 
 // The worker of `rank` in the current placement, or "".
 std::string WorkerOf(const TrackedJob& rt, int rank);

@@ -135,6 +135,7 @@ WorkerSnapshot WorkerRegistry::SnapshotOf(const std::string& name, const Worker&
     v.nvlink_domain = g.nvlink_domain();
     v.healthy = w.faults.count(g.index()) == 0;
     v.held = !idle && w.gpu_holds.count(g.index()) > 0;
+    v.memory_bytes = g.memory_bytes();
     s.gpus.push_back(v);
   }
   return s;

@@ -172,3 +172,33 @@ TEST(GpuSchedulerTest, BackfillCountsGpus) {
 
 }  // namespace
 }  // namespace trainyard
+
+namespace trainyard {
+namespace {
+
+// A mixed fleet: a rank that needs 40 GiB never lands on a 24 GiB GPU.
+TEST(GpuSchedulerMemoryTest, GpusSmallerThanARankAreNotUsed) {
+  WorkerSnapshot small("s1", 4), large("l1", 2);
+  small.engine_cuda = large.engine_cuda = true;
+  for (int i = 0; i < 4; ++i) small.gpus.push_back({i, 0, true, false, int64_t{24} << 30});
+  for (int i = 0; i < 2; ++i) large.gpus.push_back({i, 0, true, false, int64_t{80} << 30});
+  v1::JobSpec spec;
+  spec.mutable_parallelism()->set_dp(2);
+  spec.mutable_parallelism()->set_tp(1);
+  spec.mutable_resources()->set_device("cuda");
+  const int64_t need = int64_t{40} << 30;
+  auto d = GangScheduler::Place("j", spec, {small, large}, need);
+  ASSERT_TRUE(d.placed) << d.pending_reason;
+  EXPECT_EQ(d.rank_workers, (std::vector<std::string>{"l1", "l1"})) << "s1 has more free GPUs, all too small";
+  spec.mutable_parallelism()->set_dp(3);
+  auto wait = GangScheduler::Place("j", spec, {small, large}, need);
+  EXPECT_FALSE(wait.placed);
+  EXPECT_EQ(wait.pending_reason,
+            "needs 3 GPUs; free GPUs: l1=2 (2 GPUs, 0 held), s1=0 (4 GPUs, 0 held, 4 smaller than the 40 GiB a rank "
+            "needs)");
+  // Without an estimate every GPU counts.
+  EXPECT_TRUE(GangScheduler::Place("j", spec, {small, large}).placed);
+}
+
+}  // namespace
+}  // namespace trainyard
