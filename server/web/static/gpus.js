@@ -83,3 +83,20 @@ export function gpuSection(workers) {
     table(['worker', 'gpu', 'model', 'utilisation', 'memory', 'temperature', 'power', 'errors', 'state'], rows,
           {class: 'grid', id: 'gpus-table'}));
 }
+
+// A job's ranks card subtitle: each worker once, in rank order, with its ranks' GPUs on
+// a CUDA job ("g1 gpu 4,5 · g2 gpu 0"); the title holds each rank's GPU UUID and each
+// worker's NCCL settings.
+export function placementSummary(job) {
+  const placement = job.placement || [];
+  if (!placement.length) return {text: 'not placed', title: null};
+  const byWorker = new Map();
+  for (const p of placement) {
+    if (!byWorker.has(p.worker)) byWorker.set(p.worker, []);
+    if (p.gpu !== null && p.gpu !== undefined) byWorker.get(p.worker).push(p.gpu);
+  }
+  const text = [...byWorker.entries()].map(([w, gpus]) => (gpus.length ? `${w} gpu ${gpus.join(',')}` : w)).join(' · ');
+  const lines = placement.filter((p) => p.gpu_uuid).map((p) => `rank ${p.rank}: ${p.worker} gpu ${p.gpu} ${p.gpu_uuid}`);
+  for (const e of job.worker_env || []) lines.push(`${e.worker} NCCL: ${e.nccl_env.length ? e.nccl_env.join(' ') : 'none'}`);
+  return {text, title: lines.length ? lines.join('\n') : null};
+}

@@ -6,6 +6,7 @@ import {Unauthorized, api, apiJson, showTokenPrompt} from './api.js';
 import {LineChart, expertLoadSvg} from './charts.js';
 import {badge, card, fmtBytes, fmtDuration, fmtNum, fmtTime, h, table} from './dom.js';
 import {eventKind, numericPayload, timeMs} from './events.js';
+import {placementSummary} from './gpus.js';
 import {Page} from './page.js';
 
 const POLL_MS = 1000;
@@ -136,6 +137,7 @@ export class JobPage extends Page {
       job.pending_reason ? h('div', {class: 'note'}, `pending: ${job.pending_reason}`) : '',
       job.failure_reason ? h('div', {class: 'error'}, job.failure_reason, causes.length ? h('ul', {}, causes) : '') : '');
     const end = job.end_time_ms || Date.now();
+    const placed = placementSummary(job);
     this.cards.replaceChildren(
       card('step', m ? `${m.step} / ${job.steps}` : `0 / ${job.steps}`,
            h('div', {class: 'progress'}, h('div', {style: `width:${m ? Math.min(100, (100 * m.step) / job.steps) : 0}%`}))),
@@ -146,8 +148,7 @@ export class JobPage extends Page {
       card('tokens/s', m ? fmtNum(m.tokens_per_s) : '–', m ? `${fmtNum(m.step_ms)} ms/step · ${fmtNum(m.peak_rss_mb)} MB rss` : ''),
       card('attempt', String(job.attempt), `restarts ${job.restarts} of ${job.max_restarts}`),
       card('stalls', String(this.stalls.length), this.stalls.length ? this.stalls[this.stalls.length - 1].collective || 'step timeout' : 'none'),
-      card('ranks', String(job.world_size || job.dp * job.tp), (job.placement || []).length
-        ? [...new Set(job.placement.map((p) => p.worker))].join(', ') : 'not placed'),
+      card('ranks', String(job.world_size || job.dp * job.tp), h('span', {class: 'placement', title: placed.title}, placed.text)),
       card('checkpoint', job.last_checkpoint ? `step ${job.last_checkpoint.step}` : '–',
            job.last_checkpoint ? fmtBytes(job.last_checkpoint.bytes) : ''),
       card('running for', job.start_time_ms ? fmtDuration(end - job.start_time_ms) : '–', `created ${fmtTime(job.create_time_ms)}`));

@@ -291,6 +291,28 @@ try {
   const state = await page.locator('.page-head .badge').first().textContent();
   log(`job state on the page: ${state}; ${drawn.blue} curve and ${drawn.orange} validation pixels`);
 
+  // The ranks card: this CPU job's worker, no GPU; then the same job as a CUDA job
+  // would come (its rank 0 on GPU 0 of w1, w1's NCCL settings), through the API's JSON.
+  const ranksCard = page.locator('#job-cards .card').filter({has: page.locator('.card-label', {hasText: /^ranks$/})});
+  await expectText(ranksCard, 'the ranks card', ['w1']);
+  if ((await ranksCard.textContent()).includes('gpu')) fail('a CPU job\'s ranks card names a GPU');
+  const isJob = (url) => new URL(url).pathname === `/api/jobs/${jobId}`;
+  await page.route(isJob, async (route) => {
+    const response = await route.fetch();
+    const job = await response.json();
+    job.placement = job.placement.map((p) => ({...p, gpu: 0, gpu_uuid: 'GPU-5f0c6a4e-test'}));
+    job.worker_env = [{worker: 'w1', nccl_env: ['NCCL_SOCKET_IFNAME=lo']}];
+    await route.fulfill({response, json: job});
+  });
+  await waitFor('the ranks card to show the rank\'s GPU', async () =>
+    ((await ranksCard.textContent()).includes('w1 gpu 0') ? 1 : 0), 10_000);
+  const title = await ranksCard.locator('.placement').getAttribute('title');
+  for (const want of ['rank 0: w1 gpu 0 GPU-5f0c6a4e-test', 'w1 NCCL: NCCL_SOCKET_IFNAME=lo']) {
+    if (!(title || '').includes(want)) fail(`the ranks card's title ${JSON.stringify(title)} lacks ${JSON.stringify(want)}`);
+  }
+  await page.unroute(isJob);
+  log('the ranks card shows the worker, and a rank\'s GPU and the NCCL settings when the job has them');
+
   // 4. The screenshot CI keeps.
   fs.mkdirSync(path.dirname(screenshot), {recursive: true});
   await page.screenshot({path: screenshot, fullPage: true});
