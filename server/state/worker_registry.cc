@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/spec/rules.h"
 #include "common/spec/spec_error.h"
+#include "server/policy/device_validation.h"
 #include "spdlog/spdlog.h"
 
 namespace trainyard {
@@ -29,6 +30,9 @@ absl::Status WorkerRegistry::Register(int64_t conn, const v1::Register& reg,
         absl::StrCat("register: bad rendezvous port range ", reg.rendezvous_port_min(), "-",
                      reg.rendezvous_port_max()));
   }
+  // The GPU part is checked here too (the service checked it already): the accounting
+  // below relies on unique indices and UUIDs.
+  if (absl::Status s = request_validation::CheckDevices(reg); !s.ok()) return s;
   // Every gang whose rank 0 sits here holds one port, and each holds a slot here.
   if (reg.rendezvous_port_max() - reg.rendezvous_port_min() + 1 < reg.slots()) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -56,8 +56,8 @@ class WorkerRegistry {
   // known worker keeps its slot usage and port rotation. While another stream holds the
   // name and was heard from within three heartbeat intervals (at most the timeout),
   // ALREADY_EXISTS and nothing changes (running jobs are untouched); an older stream
-  // silent for longer is closed and replaced, keeping the worker's jobs. INVALID_ARGUMENT for an empty name, slots <= 0 or a bad rendezvous
-  // port range (nothing changes then).
+  // silent for longer is closed and replaced, keeping the worker's jobs. INVALID_ARGUMENT for an empty name, slots <= 0, a bad rendezvous
+  // port range or GPUs request_validation::CheckDevices refuses (nothing changes then).
   absl::Status Register(int64_t conn, const v1::Register& reg,
                         std::shared_ptr<WorkerChannel> channel, Effects* fx);
   // The worker connected on `conn`, if any.

@@ -67,6 +67,16 @@ TEST_F(GpuRegistryTest, HoldsAreAccountedPerRankAndReleasedOnlyByTheirJob) {
   EXPECT_EQ(FreeGpus(registry_.ConnectedTotal()[0]).size(), 4u);
 }
 
+TEST_F(GpuRegistryTest, ARegisterWithDuplicateGpusChangesNothing) {
+  v1::Register dup = GpuReg("g1", 2);
+  dup.mutable_gpus(1)->set_uuid("GPU-g1-0");
+  Effects fx;
+  absl::Status s = registry_.Register(1, dup, std::make_shared<FakeWorkerChannel>(), &fx);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "Register.gpus.uuid: lists GPU-g1-0 twice");
+  EXPECT_THAT(registry_.List(), IsEmpty());
+}
+
 TEST_F(GpuRegistryTest, AnUnhealthySampleTakesTheGpuOutForTheRegistration) {
   Register(1, GpuReg("g1", 2));
   EXPECT_THAT(registry_.Heartbeat(1, Beat({Sample(0), Sample(1)})), IsEmpty());
