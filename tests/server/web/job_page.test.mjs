@@ -8,7 +8,9 @@
 //      the job trains), its validation series gets points ([validation] on, every 5
 //      steps), the tokens/s chart has points, the compile table has rows, and the
 //      canvas really has both curves drawn on it.
-//   3. The fleet page lists the worker, the jobs list the job (the token kept). With
+//   3. The fleet page lists the worker, the jobs list the job (the token kept). A second
+//      real worker on the fake NVML's two GPUs joins: `trainyard workers` and the fleet
+//      page show its GPUs and their samples as the controller has them. With
 //      /api/fleet answered as the controller does plus a GPU worker (gpu_worker.json,
 //      the JSON web_api_test.cc pins WorkerJson to), the page shows its models, free
 //      and unhealthy GPUs, capabilities, and each GPU's utilisation, memory,
@@ -21,7 +23,7 @@
 //
 // Run by ctest (tests/server/web/CMakeLists.txt, label `web`):
 //   node job_page.test.mjs --controller BIN --worker BIN --cli BIN --job-file TOML
-//        --screenshot PNG [--chromium /usr/bin/chromium]
+//        --screenshot PNG --fake-nvml LIBNVIDIA-ML.SO.1 [--chromium /usr/bin/chromium]
 // playwright-core comes from tests/server/web/node_modules: `npm ci --prefix tests/server/web`.
 import {spawn, spawnSync} from 'node:child_process';
 import {createHash, randomBytes} from 'node:crypto';
@@ -47,8 +49,47 @@ async function expectText(locator, what, want) {
   for (const w of want) if (!text.includes(w)) fail(`${what}: no ${JSON.stringify(w)} in ${JSON.stringify(text)}`);
 }
 
+// The fleet page's row of worker `name` (its first cell is the name).
+function workerRow(page, name) {
+  return page.locator('#workers-table tbody tr').filter({has: page.locator('td:first-child', {hasText: new RegExp(`^${name}$`)})});
+}
+
+// 3a. A real GPU worker: trainyard-worker on two H200s of the fake NVML (--fake-nvml),
+//     registered with the controller and heartbeating samples; `trainyard workers` and
+//     the fleet page show what the controller made of them.
+async function checkRealGpuWorker(page) {
+  const config = path.join(workDir, 'fake_nvml.conf');
+  fs.writeFileSync(config, 'count 2\nname NVIDIA H200\nmemory_mib 143771\ndriver 580.159.04\ncuda 13000\n' +
+                   'nvlink all\nutil 0 0.5\nutil 1 0.25\ntemp 0 61\npower_mw 0 350000\nmem_used_mib 0 40960\n');
+  const ports = rendezvous + 10;
+  start('gpu-worker', [bins.worker, '--controller', `127.0.0.1:${grpcPort}`, '--name', 'gw',
+                       '--rendezvous-ports', `${ports}-${ports + 9}`, '--work-dir', path.join(workDir, 'gw'),
+                       '--nvml-library', fakeNvml, '--gpu-sample-interval', '0.2'],
+        {FAKE_NVML_CONFIG: config});
+  await waitFor('worker gw to connect with its GPU samples', () => {
+    const r = cli(['workers', '--output', 'json']);
+    return r.status === 0 && r.stdout.split('\n').some((l) => {
+      try { const w = JSON.parse(l); return w.name === 'gw' && w.connected && (w.gpu_samples || []).length === 2; } catch { return false; }
+    });
+  }, 30_000);
+  const table = cli(['workers']);
+  const line = table.stdout.split('\n').find((l) => l.startsWith('gw '));
+  if (!line) fail(`trainyard workers lists no gw:\n${table.stdout}`);
+  for (const want of ['cuda', '2× NVIDIA H200 140 GiB', '2 (0,1)']) {
+    if (!line.includes(want)) fail(`trainyard workers' gw line lacks ${JSON.stringify(want)}: ${line}`);
+  }
+  const row = workerRow(page, 'gw');
+  await expectText(row, 'gw\'s row', ['cuda', '2× NVIDIA H200 140 GiB', '2 free', 'driver 580.159.04']);
+  const gpu = (i) => page.locator(`#gpus-table tbody tr[data-worker="gw"][data-gpu="${i}"]`);
+  await expectText(gpu(0), 'gw GPU 0', ['NVIDIA H200', 'GPU-00000000-0000-0000-0000-000000000000', '50%',
+                                        '40.0 GiB / 140.4 GiB', '61 °C', '350 W', 'free']);
+  await expectText(gpu(1), 'gw GPU 1', ['25%', 'free']);
+  log(`a real GPU worker: trainyard workers says "${line.replace(/\s+/g, ' ')}"; the fleet page shows its GPUs' samples`);
+}
+
 // 3b. The fleet page with a GPU worker (see the header).
 async function checkGpuFleet(page) {
+  await checkRealGpuWorker(page);
   const gpuWorker = JSON.parse(fs.readFileSync(new URL('./gpu_worker.json', import.meta.url), 'utf8'));
   await page.route('**/api/fleet', async (route) => {
     const response = await route.fetch();
@@ -62,20 +103,21 @@ async function checkGpuFleet(page) {
     body.unhealthy_gpus += 2;
     await route.fulfill({response, json: body});
   });
-  const row = page.locator('#workers-table tbody tr', {hasText: 'g1'});
+  const row = workerRow(page, 'g1');
   await row.waitFor({timeout: 10_000});  // the page polls every 3 s
   await expectText(row, 'the GPU worker\'s row',
                    ['3× NVIDIA H200 140 GiB', '1 free', '2 unhealthy', 'cuda 12.4', 'nccl', 'bf16',
                     'driver 550.54.15 · CUDA 12.4']);
   if ((await row.textContent()).includes('cudagraph')) fail('g1 shows cudagraph, which its rank binary lacks');
-  await expectText(page.locator('#workers-table tbody tr', {hasText: 'w1'}).locator('td.gpus'), 'w1\'s GPUs', ['–']);
+  await expectText(workerRow(page, 'w1').locator('td.gpus'), 'w1\'s GPUs', ['–']);
   const gpu = (i) => page.locator(`#gpus-table tbody tr[data-worker="g1"][data-gpu="${i}"]`);
   await expectText(gpu(0), 'GPU 0', ['NVIDIA H200', 'GPU-0', '25%', '40.0 GiB / 140.4 GiB', '55 °C', '312 W',
                                      'ECC 0 · XID 0', 'free']);
   await expectText(gpu(1), 'GPU 1', ['unhealthy', 'taken out of service by the controller']);
   await expectText(gpu(2), 'GPU 2', ['ECC 4 · XID 2 (last 48)', 'unhealthy', 'uncorrectable ECC error']);
   await expectText(gpu(2).locator('td.gpu-temp'), 'GPU 2\'s temperature (NVML gave none)', ['–']);
-  await expectText(page.locator('.card', {hasText: 'GPUs free'}), 'the GPUs card', ['1 / 3', '2 unhealthy']);
+  // gw's two free GPUs and g1's one free of three.
+  await expectText(page.locator('.card', {hasText: 'GPUs free'}), 'the GPUs card', ['3 / 5', '2 unhealthy']);
   await page.screenshot({path: path.join(path.dirname(screenshot), 'web-fleet-gpus.png'), fullPage: true});
   await page.unroute('**/api/fleet');
   log('fleet page shows the GPU worker g1: models, free/unhealthy GPUs, capabilities, per-GPU samples');
@@ -96,7 +138,7 @@ function fail(message) {
   console.error(`FAIL: ${message}`);
   if (workDir) {
     keepDir = true;
-    for (const name of ['controller.log', 'worker.log']) {
+    for (const name of ['controller.log', 'worker.log', 'gpu-worker.log']) {
       const p = path.join(workDir, name);
       if (fs.existsSync(p)) {
         const text = fs.readFileSync(p, 'utf8');
@@ -122,6 +164,8 @@ const bins = {controller: arg('controller'), worker: arg('worker'), cli: arg('cl
 for (const [k, v] of Object.entries(bins)) if (!fs.existsSync(v)) fail(`the ${k} binary ${v} is not built`);
 const jobFile = arg('job-file');
 const screenshot = arg('screenshot');
+const fakeNvml = arg('fake-nvml');
+if (!fs.existsSync(fakeNvml)) fail(`the fake NVML ${fakeNvml} is not built (target fake_nvml)`);
 
 workDir = fs.mkdtempSync(path.join(os.tmpdir(), 'ty-web-'));
 const watchdog = setTimeout(() => fail(`the test ran past ${DEADLINE_MS / 1000} s`), DEADLINE_MS);
@@ -134,10 +178,11 @@ const tokenFile = path.join(workDir, 'tokens');
 fs.writeFileSync(tokenFile, `${sha(adminToken)} admin root\n${sha(viewerToken)} viewer dashboard\n`, {mode: 0o600});
 
 // ---- a controller and a worker ----
-function start(name, argv) {
+function start(name, argv, env) {
   const out = fs.openSync(path.join(workDir, `${name}.log`), 'a');
   // Its own process group, so cleanup ends it and whatever it started.
-  const child = spawn(argv[0], argv.slice(1), {stdio: ['ignore', out, out], detached: true});
+  const child = spawn(argv[0], argv.slice(1), {stdio: ['ignore', out, out], detached: true,
+                                               env: {...process.env, ...(env || {})}});
   children.push(child);
   child.on('exit', (code, signal) => { child.exited = {code, signal}; });
   return child;
