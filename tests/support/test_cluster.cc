@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <sstream>
@@ -199,6 +200,13 @@ void TestCluster::StartWorker(const WorkerOptions& options) {
                              (cert_dir / (base_name + ".key")).string(), "--tls-ca",
                              (certs_dir() / "ca.pem").string()});
   }
+  // A test asks for GPUs (the fake NVML) explicitly; others run CPU workers even on a
+  // host whose NVML would offer its GPUs (and then cap --slots at their number).
+  const bool gpus_asked = std::find_if(options.extra_args.begin(), options.extra_args.end(), [](const std::string& a) {
+                            return a == "--gpus" || a == "--nvml-library";
+                          }) != options.extra_args.end();
+  if (!gpus_asked) argv.insert(argv.end(), {"--gpus", "none"});
+  argv.insert(argv.end(), options.extra_args.begin(), options.extra_args.end());
   workers_[options.name] =
       std::make_unique<TestProcess>(argv, (dir_ / ("worker-" + options.name + ".log")).string());
 }

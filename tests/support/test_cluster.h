@@ -45,6 +45,8 @@ struct WorkerOptions {
   std::string tls_cert_base;
   // Leave out --name, so the worker takes it from its certificate (TLS only).
   bool name_from_certificate = false;
+  // More worker flags, appended last (--gpus, --nccl-env, --rank-binary, ...).
+  std::vector<std::string> extra_args;
 };
 
 #if defined(TRAINYARD_CONTROLLER) && defined(TRAINYARD_WORKER) && defined(TRAINYARD_CLI)
