@@ -143,10 +143,7 @@ absl::Status CheckFleet(const v1::JobSpec& s, const DeviceNeeds& needs, const Fl
 absl::StatusOr<v1::JobSpec> AdmissionPolicy::Admit(const v1::JobSpec& submitted,
                                                    const FleetView& fleet) {
   TY_ASSIGN_OR_RETURN(v1::JobSpec normalised, ResolveAndValidateProto(submitted));
-  DeviceNeeds needs = NeedsOf(normalised);
-  // The submitted value counts too: a spec core that does not carry mixed_precision
-  // yet must not let a bf16 job through to a worker that cannot run it.
-  needs.bf16 = needs.bf16 || submitted.training().mixed_precision() == "bf16";
+  const DeviceNeeds needs = NeedsOf(normalised);
   TY_RETURN_IF_ERROR(CheckFleet(normalised, needs, fleet));
   return normalised;
 }

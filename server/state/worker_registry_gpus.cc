@@ -81,7 +81,15 @@ std::vector<GpuFault> WorkerRegistry::Heartbeat(int64_t conn, const v1::Heartbea
   auto problem = [&](const std::string& p) {
     if (problem_count++ < 4) absl::StrAppend(&problems, problems.empty() ? "" : "; ", p);
   };
+  int read = 0;
   for (const auto& raw : heartbeat.gpus()) {
+    // At most one sample per registered GPU is read: a heartbeat of many more is
+    // hostile or broken, and scanning it all would hold the state lock.
+    if (read++ == w->reg.gpus_size()) {
+      problem(absl::StrCat(heartbeat.gpus_size() - w->reg.gpus_size(), " samples beyond the ",
+                           w->reg.gpus_size(), " registered GPUs dropped"));
+      break;
+    }
     const v1::GpuDevice* device = Device(*w, raw.index());
     if (device == nullptr) {
       problem(absl::StrCat("a sample for GPU ", raw.index(), ", which it did not register, dropped"));

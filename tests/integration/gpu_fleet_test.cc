@@ -266,7 +266,13 @@ TEST_F(GpuFleetTest, AnUncorrectableEccErrorMidJobRestartsTheJobOnOtherGpusAndMa
   EXPECT_EQ(job.value("attempt", 0), 2) << job.dump();
   const std::string causes = job.value("failure_causes", json::array()).dump();
   EXPECT_NE(causes.find("GPU " + std::to_string(bad)), std::string::npos) << causes;
-  for (const auto& [rank, gpu] : RankGpus(id)) EXPECT_NE(gpu, bad) << "rank " << rank << " back on the bad GPU";
+  // Three healthy GPUs are left in the bad one's NVLink domain: the group of four goes
+  // to the other domain whole.
+  const int other_domain = bad / 4 == 0 ? 1 : 0;
+  for (const auto& [rank, gpu] : RankGpus(id)) {
+    EXPECT_NE(gpu, bad) << "rank " << rank << " back on the bad GPU";
+    EXPECT_EQ(gpu / 4, other_domain) << "rank " << rank << " on GPU " << gpu;
+  }
 
   // The restart resumed from a checkpoint and trained exactly as the first attempt did.
   const std::map<int64_t, double> one = LossesByStep(all, 1), two = LossesByStep(all, 2);

@@ -182,6 +182,11 @@ std::optional<int> ParseFlags(int argc, char **argv, Options &opt) {
     std::fprintf(stderr, "--work-dir: %s\n", ec.message().c_str());
     return 2;
   }
+  if (opt.nccl_env_flags.size() > 64) {  // the controller's limit (device_validation.h)
+    std::fprintf(stderr, "trainyard-worker: --nccl-env given %zu times; at most 64 settings\n",
+                 opt.nccl_env_flags.size());
+    return 2;
+  }
   for (const std::string &setting : opt.nccl_env_flags) {
     absl::StatusOr<std::pair<std::string, std::string>> parsed = trainyard::ParseNcclEnvSetting(setting);
     if (!parsed.ok()) {

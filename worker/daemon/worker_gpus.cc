@@ -10,7 +10,9 @@ namespace trainyard {
 
 namespace {
 
-constexpr size_t kMaxNcclValueBytes = 4096;
+// The controller refuses a Register with a NAME=VALUE over 1024 bytes or more than 64
+// of them (server/policy/device_validation.h): refused here at start instead.
+constexpr size_t kMaxNcclSettingBytes = 1024;
 
 bool NcclName(absl::string_view name) {
   if (absl::StartsWith(name, "TORCH_")) name.remove_prefix(6);
@@ -66,9 +68,9 @@ absl::StatusOr<std::pair<std::string, std::string>> ParseNcclEnvSetting(const st
                                                    ": expected NAME=VALUE with NAME matching (TORCH_)?NCCL_[A-Z0-9_]+"));
   }
   std::string value = setting.substr(eq + 1);
-  if (value.size() > kMaxNcclValueBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("--nccl-env ", name, ": the value is longer than ",
-                                                   kMaxNcclValueBytes, " bytes"));
+  if (setting.size() > kMaxNcclSettingBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("--nccl-env ", name, ": NAME=VALUE is longer than ",
+                                                   kMaxNcclSettingBytes, " bytes"));
   }
   for (char c : value) {
     const unsigned char u = static_cast<unsigned char>(c);

@@ -15,7 +15,8 @@
 //   lost G                  every call about GPU G returns NVML_ERROR_GPU_IS_LOST
 //   util G F / power_mw G N / temp G N / mem_used_mib G N   readings of GPU G
 //   unsupported power|util|temp|ecc|events   that call returns NVML_ERROR_NOT_SUPPORTED
-//   fail init|count|handle|uuid|name|memory|driver   that call returns NVML_ERROR_UNKNOWN
+//   fail init|count|handle|uuid|name|memory|driver   that call fails: init with
+//                           NVML_ERROR_DRIVER_NOT_LOADED, the others NVML_ERROR_UNKNOWN
 // An unreadable file or an unknown line makes nvmlInit_v2 fail with NVML_ERROR_UNKNOWN
 // (the reason on stderr). UUIDs are GPU-00000000-0000-0000-0000-0000000000NN (NN the
 // index in decimal, zero-padded).

@@ -135,6 +135,17 @@ TEST_F(GpuRegistryTest, HostileSamplesAreDroppedNeverStored) {
   EXPECT_LT(Info("g1").gpu_samples(1).unhealthy_reason().size(), 200u);
 }
 
+TEST_F(GpuRegistryTest, AHeartbeatIsReadOnlyAsFarAsOneSamplePerRegisteredGpu) {
+  Register(1, GpuReg("g1", 2));
+  // Two GPUs registered: only the first two samples are read, however many follow (a
+  // huge heartbeat must not hold the state lock), so the unhealthy third is not seen.
+  std::vector<v1::GpuSample> samples = {Broken(7, "x"), Broken(8, "y"), Broken(1, "z")};
+  for (int i = 0; i < 100000; ++i) samples.push_back(Broken(1, "flood"));
+  EXPECT_THAT(registry_.Heartbeat(1, Beat(samples)), IsEmpty());
+  EXPECT_THAT(FreeOf("g1"), ElementsAre(0, 1));
+  EXPECT_EQ(Info("g1").gpu_samples_size(), 0);
+}
+
 TEST_F(GpuRegistryTest, ListWorkersShowsDevicesSamplesAndAccounting) {
   v1::Register reg = GpuReg("g1", 3, {1, 1, 0});
   reg.add_nccl_env("NCCL_IB_DISABLE=1");

@@ -10,7 +10,8 @@ namespace trainyard::engine {
 v1::EngineCapabilities BuildCapabilities() {
   v1::EngineCapabilities caps;
   caps.set_libtorch_version(compat::TorchVersionNumber());
-  caps.set_cuda(compat::kBuiltWithCuda);
+  // cuda: resources.device=cuda runs, which needs NCCL too (CudaUnavailableReason).
+  caps.set_cuda(compat::kBuiltWithCuda && compat::kBuiltWithNccl);
   caps.set_cuda_version(compat::CudaBuildVersion());
   caps.set_nccl(compat::kBuiltWithNccl);
   caps.set_bf16(kHasBf16Path);

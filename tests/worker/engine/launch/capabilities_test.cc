@@ -89,7 +89,7 @@ TEST(RankCapabilitiesTest, PrintsOneLineOfThisBuildsFactsWithoutAConfig) {
   // Every field printed, false and "" included, under its .proto name.
   EXPECT_EQ(keys, (std::set<std::string>{"libtorch_version", "cuda", "cuda_version", "nccl", "bf16", "cudagraph"}));
   EXPECT_EQ(caps.at("libtorch_version"), ExpectedTorchVersion());
-  EXPECT_EQ(caps.at("cuda"), kCuda);
+  EXPECT_EQ(caps.at("cuda"), kCuda && kNccl);  // CUDA jobs need NCCL too
   EXPECT_EQ(caps.at("nccl"), kNccl);
   // No engine has a bf16 path or a cudagraph backend yet.
   EXPECT_EQ(caps.at("bf16"), false);
@@ -108,7 +108,7 @@ TEST(RankCapabilitiesTest, PrintsOneLineOfThisBuildsFactsWithoutAConfig) {
   std::string line = o.out.substr(0, o.out.size() - 1);
   ASSERT_TRUE(FromJson(line, &parsed).ok()) << line;
   EXPECT_EQ(parsed.libtorch_version(), ExpectedTorchVersion());
-  EXPECT_EQ(parsed.cuda(), kCuda);
+  EXPECT_EQ(parsed.cuda(), kCuda && kNccl);
 
   // The same line every time.
   EXPECT_EQ(RunProgram(TRAINYARD_RANK, "--capabilities", "caps2").out, o.out);
