@@ -17,6 +17,7 @@ struct JobMeta {
   std::string name = "job";
   int priority = 0;
   int time_limit_s = 0;  // 0: none
+  bool preemptible = true;  // false: never preempted (priority > 0 then needs admin)
 };
 
 struct ModelSpec {
@@ -143,6 +144,7 @@ void ForEachField(Spec& s, Visit&& visit) {
   visit("job", "name", s.job.name);
   visit("job", "priority", s.job.priority);
   visit("job", "time_limit_s", s.job.time_limit_s);
+  visit("job", "preemptible", s.job.preemptible);
 
   visit("model", "preset", s.model.preset);
   visit("model", "vocab_size", s.model.vocab_size);
