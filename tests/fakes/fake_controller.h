@@ -1,6 +1,7 @@
 // The worker's controller end of WorkerService.Connect, in process, for the
 // ControllerLink tests: it records every Register, heartbeat and EventBatch, and does
-// on each stream what the test's Plan says (ack or not, close, hold, send an Assign).
+// on each stream what the test's Plan says (ack or not, close, hold, send an Assign and
+// a CheckpointRequest).
 // Times are read from the injected clock (a RecordingClock or the real one).
 #pragma once
 
@@ -26,6 +27,7 @@ struct Plan {
   bool ack_events = true;
   bool close_on_first_batch = false;  // end the stream, unacked, on its first EventBatch
   std::optional<v1::Assign> assign;   // sent right after the RegisterAck
+  std::optional<v1::CheckpointRequest> checkpoint;  // sent right after the Assign
 };
 
 class FakeController final : public v1::WorkerService::Service {
@@ -63,6 +65,11 @@ class FakeController final : public v1::WorkerService::Service {
       v1::ControllerMessage assign;
       *assign.mutable_assign() = *plan.assign;
       stream->Write(assign);
+    }
+    if (plan.checkpoint) {
+      v1::ControllerMessage checkpoint;
+      *checkpoint.mutable_checkpoint() = *plan.checkpoint;
+      stream->Write(checkpoint);
     }
     while (stream->Read(&msg)) {
       if (msg.has_heartbeat()) {

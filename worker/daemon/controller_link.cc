@@ -162,6 +162,11 @@ void ControllerLink::ServeStream() {
                      msg.cancel().reason());
         runner_->Cancel(msg.cancel());
         break;
+      case v1::ControllerMessage::kCheckpoint:
+        spdlog::info("job={} attempt={} checkpoint requested", msg.checkpoint().job_id(),
+                     msg.checkpoint().attempt());
+        runner_->RequestCheckpoint(msg.checkpoint());
+        break;
       case v1::ControllerMessage::kEventAck: {
         absl::MutexLock lock(&mu_);  // so that Drain's condition is re-evaluated
         outbox_->Ack(msg.event_ack().batch_id());

@@ -23,17 +23,17 @@ namespace trainyard {
 // each stream it sends Register (with the attempts still running here), waits
 // for RegisterAck, resends every unacknowledged event batch in order, then
 // sends new batches as the outbox seals them and a Heartbeat at the interval
-// the controller asked for. Assign and Cancel go to the JobRunner; EventAck to
-// the outbox.
+// the controller asked for. Assign, Cancel and CheckpointRequest go to the JobRunner;
+// EventAck to the outbox.
 //
 // Every time it reads or waits for (reconnect backoff, heartbeat and flush
 // timing, Drain's timeout) comes from the injected Clock.
 //
 // Thread contract: public methods are thread-safe. One long-lived thread connects
-// and reads (so Assign/Cancel run on it); one writer thread per stream does every
-// Write, so no lock is held across an RPC. mu_ guards the link's state and is taken
-// before the outbox's own lock (never the other way round); EventAck is applied to
-// the outbox under mu_ so that Drain's wait sees it.
+// and reads (so Assign, Cancel and RequestCheckpoint run on it); one writer thread per
+// stream does every Write, so no lock is held across an RPC. mu_ guards the link's
+// state and is taken before the outbox's own lock (never the other way round);
+// EventAck is applied to the outbox under mu_ so that Drain's wait sees it.
 class ControllerLink {
  public:
   // Reconnect backoff bounds, for the link and for gRPC's own subchannel (ChannelArgs).

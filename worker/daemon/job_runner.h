@@ -18,6 +18,10 @@ class JobRunner {
   // Kills the ranks of one attempt (attempt 0: every attempt); unknown jobs are
   // ignored.
   virtual void Cancel(const trainyard::v1::Cancel &cancel) = 0;
+  // Asks the live ranks of one attempt here to save a checkpoint at their next step
+  // ("checkpoint now", docs/checkpoints.md); an attempt with no live rank here is
+  // ignored. Returns without waiting for the checkpoint.
+  virtual void RequestCheckpoint(const trainyard::v1::CheckpointRequest &request) = 0;
   virtual int FreeSlots() const = 0;
   // Attempts with ranks still alive here, for Register after a reconnect.
   virtual std::vector<trainyard::v1::RunningAttempt> Running() const = 0;

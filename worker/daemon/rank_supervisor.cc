@@ -4,10 +4,12 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/base/file_io.h"
 #include "common/base/line_reader.h"
 #include "common/base/text.h"
 #include "common/events/rank_line.h"
@@ -28,6 +30,8 @@ struct RankSupervisor::Rank {
   const int rank;
   // attempt_dir/artifacts; set before the rank's threads start, then read-only.
   std::string artifacts_dir;
+  // attempt_dir, the rank's --run-dir; set with artifacts_dir, then read-only.
+  std::string run_dir;
 
   // Guarded by the supervisor's mu_.
   pid_t pid = -1;
@@ -129,7 +133,10 @@ absl::Status RankSupervisor::Assign(const v1::Assign &assign) {
         absl::MutexLock rank_lock(&rank->mu);
         rank->next_seq = last_seq_[key] + 1;
       }
-      if (launch.ok()) rank->artifacts_dir = launch->artifacts_dir;
+      if (launch.ok()) {
+        rank->artifacts_dir = launch->artifacts_dir;
+        rank->run_dir = launch->attempt_dir;
+      }
       reserved.push_back(rank.get());
       if (rejected.ok()) {
         alive_[key] = std::move(rank);
@@ -326,6 +333,37 @@ void RankSupervisor::Cancel(const v1::Cancel &cancel) {
   if (n == 0) {
     spdlog::info("job={} attempt={} cancel ignored: no ranks of it run here", cancel.job_id(),
                  cancel.attempt());
+  }
+}
+
+void RankSupervisor::RequestCheckpoint(const v1::CheckpointRequest &request) {
+  std::set<std::string> run_dirs;  // an attempt's ranks here share one
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto &[key, rank] : alive_) {
+      if (std::get<0>(key) != request.job_id() || std::get<1>(key) != request.attempt()) continue;
+      // Live: started (its run dir and config exist) and not being killed.
+      if (rank->pid > 0 && !rank->killed) run_dirs.insert(rank->run_dir);
+    }
+  }
+  if (run_dirs.empty()) {
+    spdlog::info("job={} attempt={} checkpoint request ignored: no live rank of it here",
+                 request.job_id(), request.attempt());
+    return;
+  }
+  // Written outside mu_ (file I/O); a rank that exits meanwhile leaves a file that only
+  // a later run in the same folder could see, and that run removes it as stale.
+  for (const std::string &dir : run_dirs) {
+    const std::string path = absl::StrCat(dir, "/", kCheckpointRequestFile);
+    absl::Status written = WriteFileAtomically(
+        path, absl::StrCat("job=", request.job_id(), " attempt=", request.attempt(), "\n"));
+    if (written.ok()) {
+      spdlog::info("job={} attempt={} checkpoint request written: {}", request.job_id(),
+                   request.attempt(), path);
+    } else {
+      spdlog::warn("job={} attempt={} checkpoint request not written: {}", request.job_id(),
+                   request.attempt(), written.ToString());
+    }
   }
 }
 

@@ -39,6 +39,11 @@ namespace trainyard {
 // announces the stored artifact itself); otherwise the rank gets a warn LogLine saying
 // why. Without an artifact sink every ArtifactRef is refused that way.
 //
+// RequestCheckpoint ("checkpoint now") creates the file `checkpoint.request`
+// (kCheckpointRequestFile) in the run dir (--run-dir, the attempt's folder, which all
+// of an attempt's ranks here share) of the attempt's live ranks, atomically; the ranks
+// remove it at their next step and agree among themselves on the step to save after.
+//
 // Every event of one (job, attempt, rank) goes to the sink in source_seq order,
 // from one of that rank's threads at a time; the sink must be thread-safe and
 // must not call back into the supervisor. A rank's exit state is emitted after
@@ -53,6 +58,8 @@ namespace trainyard {
 class RankSupervisor : public JobRunner {
  public:
   using EventSink = std::function<void(trainyard::v1::Event)>;
+  // The file in a rank's run dir that asks it for a checkpoint (trainyard-rank reads it).
+  static constexpr const char *kCheckpointRequestFile = "checkpoint.request";
   // Takes a checked rank file to upload (the ArtifactUploader's Enqueue); called on a
   // rank's stdout thread; must be thread-safe and must not call back into the supervisor.
   using ArtifactSink =
@@ -83,6 +90,7 @@ class RankSupervisor : public JobRunner {
 
   absl::Status Assign(const trainyard::v1::Assign &assign) override;
   void Cancel(const trainyard::v1::Cancel &cancel) override;
+  void RequestCheckpoint(const trainyard::v1::CheckpointRequest &request) override;
   int FreeSlots() const override;
   std::vector<trainyard::v1::RunningAttempt> Running() const override;
 

@@ -23,6 +23,7 @@ class FakeRunner : public JobRunner {
  public:
   absl::Status Assign(const v1::Assign &) override { return absl::OkStatus(); }
   void Cancel(const v1::Cancel &) override {}
+  void RequestCheckpoint(const v1::CheckpointRequest &) override {}
   int FreeSlots() const override { return 3; }
   std::vector<v1::RunningAttempt> Running() const override {
     v1::RunningAttempt a;

@@ -3,6 +3,9 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <optional>
+#include <string>
+
 #include "common/base/posix_process_launcher.h"
 #include "tests/fakes/fake_controller.h"
 #include "tests/worker/daemon/test_util.h"
@@ -17,11 +20,14 @@ using testing::TempDir;
 
 class ControllerLinkTest : public ::testing::Test {
  protected:
-  void StartAll(bool drop_first_stream) {
-    std::string script = dir_.WriteScript("rank.sh", R"(
+  // The rank is `script_body` (default: one step event, exit 0); `checkpoint` is sent
+  // right after the Assign on stream 0.
+  void StartAll(bool drop_first_stream, const std::string &script_body = R"(
 echo '{"step_metrics":{"step":1,"loss":1.5}}'
 exit 0
-)");
+)",
+                std::optional<v1::CheckpointRequest> checkpoint = std::nullopt) {
+    std::string script = dir_.WriteScript("rank.sh", script_body);
     v1::Assign assign;
     assign.set_job_id("job7");
     assign.set_attempt(2);
@@ -31,12 +37,13 @@ exit 0
     assign.set_master_port(29500);
     // The worker registers; stream 0 gets the Assign, and with drop_first_stream it
     // closes, unacked, as soon as the first EventBatch arrives.
-    controller_ = std::make_unique<FakeController>(&clock_, [assign, drop_first_stream](int stream) {
+    controller_ = std::make_unique<FakeController>(&clock_, [assign, drop_first_stream, checkpoint](int stream) {
       Plan plan;
       plan.heartbeat_interval_ms = 50;
       if (stream == 0) {
         plan.assign = assign;
         plan.close_on_first_batch = drop_first_stream;
+        plan.checkpoint = checkpoint;
       }
       return plan;
     });
@@ -156,6 +163,39 @@ TEST_F(ControllerLinkTest, ResendsUnackedBatchAfterReconnect) {
   EXPECT_EQ(c->batches_[1].first, 1);
   EXPECT_EQ(c->batches_[1].second.SerializeAsString(), c->batches_[0].second.SerializeAsString());
   EXPECT_EQ(c->batches_[0].second.events(0).source_seq(), 1);
+}
+
+// The link hands a CheckpointRequest to the runner: the supervisor creates the request
+// file in the rank's run dir, which the rank (a script that waits for it) then sees.
+TEST_F(ControllerLinkTest, CheckpointRequestReachesTheRanksRunDir) {
+  v1::CheckpointRequest request;
+  request.set_job_id("job7");
+  request.set_attempt(2);
+  StartAll(/*drop_first_stream=*/false, R"(
+run_dir=
+while [ $# -gt 0 ]; do
+  if [ "$1" = --run-dir ]; then run_dir=$2; fi
+  shift
+done
+i=0
+while [ ! -e "$run_dir/checkpoint.request" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
+if [ -e "$run_dir/checkpoint.request" ]; then echo "saw $run_dir/checkpoint.request"; fi
+exit 0
+)",
+           request);
+  FakeController *c = controller_.get();
+  ASSERT_TRUE(c->WaitFor([c]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    for (auto &[i, b] : c->batches_) {
+      for (auto &e : b.events()) {
+        if (e.rank_state().state() == v1::RankState::EXITED) return true;
+      }
+    }
+    return false;
+  }));
+  const std::string want = "saw " + dir_.path() + "/work/job7/2/checkpoint.request";
+  bool saw = false;
+  for (const v1::Event &e : Received()) saw = saw || (e.has_log() && e.log().message() == want);
+  EXPECT_TRUE(saw) << "the rank never saw its request file";
 }
 
 }  // namespace

@@ -94,10 +94,12 @@ void CheckpointWriter::Write(const CheckpointStep& step, std::vector<std::pair<s
   }
   SafetensorsWriteOptions write;
   write.metadata["trainyard.checkpoint"] = std::move(metadata);
-  if (options_.pause_at_step == step.step) {
+  const bool hang = step.requested && options_.hang_requested;
+  if (options_.pause_at_step == step.step || hang) {
     write.after_first_tensor = [&] {
       if (options_.on_log) {
-        options_.on_log("test hook: checkpoint write paused at step " + std::to_string(step.step) + " (rank " +
+        const char* what = hang ? "requested checkpoint write hung" : "checkpoint write paused";
+        options_.on_log(std::string("test hook: ") + what + " at step " + std::to_string(step.step) + " (rank " +
                         std::to_string(options_.rank) + ", " + dir + ")");
       }
       for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
@@ -149,7 +151,8 @@ void CheckpointWriter::Write(const CheckpointStep& step, std::vector<std::pair<s
   // Reported before pruning: the controller then knows this checkpoint before any
   // older one it may have recorded is removed.
   if (options_.on_saved) {
-    options_.on_saved({step.step, dir, m.total_bytes, blocked_ms, write_ms, options_.dp, options_.tp, options_.ep});
+    options_.on_saved({step.step, dir, m.total_bytes, blocked_ms, write_ms, options_.dp, options_.tp, options_.ep,
+                       step.requested});
   }
   std::vector<std::string> failures;
   for (const std::string& removed : PruneCheckpoints(options_.root, options_.keep, options_.attempt, dir, &failures)) {

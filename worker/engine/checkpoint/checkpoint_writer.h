@@ -28,6 +28,7 @@ struct CheckpointSavedInfo {
   double blocked_ms = 0;
   double write_ms = 0;
   int dp = 1, tp = 1, ep = 1;
+  bool requested = false;  // saved on request ("checkpoint now"), not for the interval
 };
 
 struct CheckpointWriterOptions {
@@ -38,6 +39,9 @@ struct CheckpointWriterOptions {
   int keep = 3;
   double wait_for_ranks_s = 300;  // rank 0: the longest wait for the other ranks' files
   int64_t pause_at_step = 0;      // test hook (TRAINYARD_TEST_PAUSE_CHECKPOINT_AT_STEP); 0: off
+  // Test hook (TRAINYARD_TEST_HANG_REQUESTED_CHECKPOINT): the write of every requested
+  // checkpoint stops mid-file, as pause_at_step does, and sleeps until killed.
+  bool hang_requested = false;
   std::function<void(const CheckpointSavedInfo&)> on_saved;  // rank 0, after the manifest landed
   std::function<void(const std::string&)> on_log;            // informational lines
 };
@@ -49,6 +53,7 @@ struct CheckpointStep {
   int64_t global_batch = 0;  // samples per step
   std::string dataset;
   uint64_t seed = 0;
+  bool requested = false;  // asked for ("checkpoint now"); reported in CheckpointSavedInfo
 };
 
 class CheckpointWriter {

@@ -14,6 +14,13 @@
 // writer mid-file at step N until the rank is killed, in attempt 1 only (so the restart
 // that follows the kill runs through).
 //
+// Checkpoint now: the worker asks for a checkpoint by creating RUN_DIR/checkpoint.request
+// (see --run-dir); the trainer removes it at its next step and every rank saves after
+// that step (CheckpointSaved.requested), also with checkpoint.interval = 0. A request
+// file older than --config is left from an earlier run in that folder and is removed at
+// start. Test hook: TRAINYARD_TEST_HANG_REQUESTED_CHECKPOINT=1 stops each rank's writer
+// of a requested checkpoint mid-file until the rank is killed, in attempt 1 only.
+//
 // Hang detection and profiling (docs/diagnostics.md): --run-dir DIR is the attempt's
 // folder (the worker passes it). The rank keeps its flight ring in DIR/flight/
 // rank-RRRRR.ring and writes artifacts (flight dumps, profiler traces) to
@@ -33,6 +40,7 @@
 // JSON of trainyard.v1.EngineCapabilities, and exits 0; it needs no --config
 // (launch/engine_capabilities.h). A config asking for what it reports false (bf16,
 // cudagraph) is refused right after loading, with exit 87.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -88,6 +96,7 @@ struct RankFlags {
   std::string resume;          // a checkpoint directory to continue from
   std::string checkpoint_dir;  // where checkpoints go (default checkpoint.dir)
   int64_t pause_checkpoint_at_step = 0;  // test hook, from the environment
+  bool hang_requested_checkpoint = false;  // test hook, from the environment
   std::string run_dir;                   // the attempt's folder: flight/, artifacts/
   int64_t test_stall_at_step = 0;        // test hook, from the environment
 };
@@ -103,6 +112,22 @@ std::string DefaultRunDir(const RankFlags& f) {
 }
 
 using namespace trainyard::engine;
+
+// The worker writes config.json before it starts the ranks, and creates a checkpoint
+// request only for ranks that run, so a request file older than the config was left by
+// an earlier run in this folder (killed before its next step) and is removed; a newer
+// one (or one of the same time) came for this attempt, maybe while this rank was still
+// starting, and stays for the trainer's first step.
+void RemoveStaleCheckpointRequest(const std::string& request, const std::string& config_path, EventWriter& events) {
+  struct stat req {}, cfg {};
+  if (::stat(request.c_str(), &req) != 0 || ::stat(config_path.c_str(), &cfg) != 0) return;
+  const auto older = [](const timespec& a, const timespec& b) {
+    return a.tv_sec < b.tv_sec || (a.tv_sec == b.tv_sec && a.tv_nsec < b.tv_nsec);
+  };
+  if (older(req.st_mtim, cfg.st_mtim) && ::unlink(request.c_str()) == 0) {
+    events.Log("info", "removed a stale checkpoint request (older than " + config_path + "): " + request);
+  }
+}
 
 // Collective: every rank gathers, rank 0 writes.
 void SaveFull(Trainer& trainer, const std::string& path) {
@@ -163,6 +188,8 @@ void RunRank(const RankFlags& f, EventWriter& events) {
   if (f.run_dir.empty()) {
     events.Log("info", "no --run-dir: flight ring and artifacts under " + run_dir);
   }
+  const std::string checkpoint_request = run_dir + "/checkpoint.request";
+  RemoveStaleCheckpointRequest(checkpoint_request, f.config_path, events);
   std::string ring_error;
   auto ring = trainyard::flight::FlightRing::Create(run_dir + "/flight", f.rank, f.world_size, &ring_error);
   if (ring == nullptr) throw std::runtime_error("flight recorder: " + ring_error);
@@ -191,6 +218,8 @@ void RunRank(const RankFlags& f, EventWriter& events) {
   options.checkpoint_dir = f.checkpoint_dir.empty() ? config.checkpoint.dir : f.checkpoint_dir;
   options.attempt = f.attempt;
   options.pause_checkpoint_at_step = f.pause_checkpoint_at_step;
+  options.hang_requested_checkpoint = f.hang_requested_checkpoint;
+  options.checkpoint_request_path = checkpoint_request;
   options.flight = ring.get();
   options.artifacts_dir = run_dir + "/artifacts";
   options.test_stall_at_step = f.test_stall_at_step;
@@ -271,18 +300,20 @@ int main(int argc, char** argv) {
                  "continue from this checkpoint directory (step-S-attempt-A, holding manifest.json), written under "
                  "any layout; --load and checkpoint.initial_load_path are ignored then");
   app.add_option("--checkpoint-dir", f.checkpoint_dir,
-                 "write checkpoints (every checkpoint.interval steps) under this directory (default: checkpoint.dir)");
+                 "write checkpoints (every checkpoint.interval steps, and on request) under this directory "
+                 "(default: checkpoint.dir)");
   app.add_option("--run-dir", f.run_dir,
                  "this attempt's folder: the flight-recorder ring goes to DIR/flight/rank-RRRRR.ring, flight dumps "
-                 "and profiler traces to DIR/artifacts/ (default: $TMPDIR/trainyard-run-pPORT-aATTEMPT, or "
-                 "-pidPID for one rank)");
+                 "and profiler traces to DIR/artifacts/; DIR/checkpoint.request asks for a checkpoint after the "
+                 "next step (default: $TMPDIR/trainyard-run-pPORT-aATTEMPT, or -pidPID for one rank)");
   app.footer("Exit status: 0 done, 1 error, " + std::to_string(kStallExitCode) +
              " hang detected (a Stall event and a flight-recorder dump were written), " +
              std::to_string(trainyard::kRankExitInputError) +
              " the job's inputs are wrong (dataset, initial weights: a retry cannot succeed).\n"
              "Test-only environment (attempt 1 only): TRAINYARD_TEST_STALL_RANK=R and "
              "TRAINYARD_TEST_STALL_AT_STEP=S stall rank R before step S's data fetch; "
-             "TRAINYARD_TEST_PAUSE_CHECKPOINT_AT_STEP=N pauses the checkpoint writer at step N.");
+             "TRAINYARD_TEST_PAUSE_CHECKPOINT_AT_STEP=N pauses the checkpoint writer at step N; "
+             "TRAINYARD_TEST_HANG_REQUESTED_CHECKPOINT=1 hangs the writer of every requested checkpoint.");
   CLI11_PARSE(app, argc, argv);
   if (f.capabilities) {
     std::cout << CapabilitiesJson() << std::endl;
@@ -291,6 +322,9 @@ int main(int argc, char** argv) {
   if (f.config_path.empty()) return app.exit(CLI::RequiredError("--config"));
   if (const char* pause = std::getenv("TRAINYARD_TEST_PAUSE_CHECKPOINT_AT_STEP")) {
     if (f.attempt == 1) f.pause_checkpoint_at_step = std::atoll(pause);
+  }
+  if (const char* hang = std::getenv("TRAINYARD_TEST_HANG_REQUESTED_CHECKPOINT")) {
+    f.hang_requested_checkpoint = f.attempt == 1 && std::string(hang) == "1";
   }
   const char* stall_rank = std::getenv("TRAINYARD_TEST_STALL_RANK");
   const char* stall_step = std::getenv("TRAINYARD_TEST_STALL_AT_STEP");

@@ -174,7 +174,8 @@ int Train(const TrainFlags& f) {
   if (!f.save_init.empty()) opts.rank_args.insert(opts.rank_args.end(), {"--save-init", f.save_init});
   if (!f.save_final.empty()) opts.rank_args.insert(opts.rank_args.end(), {"--save-final", f.save_final});
   if (!f.load.empty()) opts.rank_args.insert(opts.rank_args.end(), {"--load", f.load});
-  if (config.checkpoint.interval > 0 && !f.preflight) opts.attempt = NextCheckpointAttempt(config.checkpoint.dir);
+  // Also with interval 0: a requested checkpoint (RUN_DIR/checkpoint.request) goes there.
+  if (!config.checkpoint.dir.empty() && !f.preflight) opts.attempt = NextCheckpointAttempt(config.checkpoint.dir);
 
   LocalLauncher::InstallSignalHandlers();
   int findings = 0;

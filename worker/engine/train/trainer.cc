@@ -1,6 +1,7 @@
 #include "worker/engine/train/trainer.h"
 
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -169,9 +170,11 @@ int64_t Trainer::Resume(const std::string& checkpoint_dir) {
 void Trainer::Run() {
   const TrainingConfig& t = config_.training;
   const ParallelContext& ctx = mesh_.context();
+  // A writer whenever there is a root, also with interval 0: a requested checkpoint
+  // ("checkpoint now") needs one.
   std::unique_ptr<CheckpointWriter> checkpoints;
   const int interval = config_.checkpoint.interval;
-  if (interval > 0 && !options_.checkpoint_dir.empty()) {
+  if (!options_.checkpoint_dir.empty()) {
     CheckpointWriterOptions o;
     o.root = options_.checkpoint_dir;
     o.attempt = options_.attempt;
@@ -182,6 +185,7 @@ void Trainer::Run() {
     o.keep = config_.checkpoint.keep;
     o.wait_for_ranks_s = config_.parallelism.collective_timeout_s;
     o.pause_at_step = options_.pause_checkpoint_at_step;
+    o.hang_requested = options_.hang_requested_checkpoint;
     o.on_log = [this](const std::string& line) { events_.Log("info", line); };
     if (ctx.rank == 0) {
       o.on_saved = [this](const CheckpointSavedInfo& s) {
@@ -194,6 +198,7 @@ void Trainer::Run() {
         saved.set_dp(s.dp);
         saved.set_tp(s.tp);
         saved.set_ep(s.ep);
+        saved.set_requested(s.requested);
         events_.Checkpoint(saved);
       };
     }
@@ -226,9 +231,17 @@ void Trainer::Run() {
     if (step % config_.compile.summary_every == 0 || step == t.steps) compile_->Summary();
     if (checkpoints) {
       checkpoints->ThrowIfFailed();
-      if (step % interval == 0) {
-        checkpoints->Save({step, optimizer_->steps(), GlobalBatch(), t.dataset, t.seed}, state);
+      // Every rank read the same reduced flag, so all save this step or none do; an
+      // interval step that was also asked for saves once, as requested.
+      if (checkpoint_requested_ && mesh_.world().rank() == 0) {
+        events_.Log("info", "checkpoint requested: saving after step " + std::to_string(step));
       }
+      if (checkpoint_requested_ || (interval > 0 && step % interval == 0)) {
+        checkpoints->Save({step, optimizer_->steps(), GlobalBatch(), t.dataset, t.seed, checkpoint_requested_}, state);
+      }
+    } else if (checkpoint_requested_ && mesh_.world().rank() == 0) {
+      events_.Log("warning", "checkpoint requested at step " + std::to_string(step) +
+                                 " but this rank has no checkpoint directory (checkpoint.dir); none written");
     }
   }
   if (checkpoints) checkpoints->Wait();
@@ -331,7 +344,14 @@ v1::StepMetrics Trainer::Step(int step) {
   // Every TP rank holds its DP rank's loss, so the world sum over-counts by tp; the
   // counts cover disjoint token slices, so their world sum is the global count (over
   // every micro-batch). fp64 keeps the counts exact.
-  auto stats = torch::cat({loss_sum, counts_sum});
+  //
+  // "Checkpoint now" rides in the same all-reduce: one more element, 1 when this rank
+  // found (and removed) its request file. The world sum is > 0 exactly when some rank
+  // was asked, so every rank decides the same at the same step with no collective of
+  // its own; the per-step cost is one unlink.
+  const std::string& request = options_.checkpoint_request_path;
+  const bool asked = !request.empty() && ::unlink(request.c_str()) == 0;
+  auto stats = torch::cat({loss_sum, counts_sum, torch::full({1}, asked ? 1.0 : 0.0, loss_sum.options())});
   {
     RECORD_USER_SCOPE("trainyard::gradient_sync");
     mesh_.world().AllReduceSum(stats);
@@ -349,7 +369,7 @@ v1::StepMetrics Trainer::Step(int step) {
     optimizer_->Step(lr, clip_scale);
   }
 
-  auto global_counts = stats.narrow(0, 1, stats.numel() - 1).reshape(counts_shape);
+  auto global_counts = stats.narrow(0, 1, stats.numel() - 2).reshape(counts_shape);
   if (mc.n_moe_layers() > 0) {
     RECORD_USER_SCOPE("trainyard::expert_bias");
     model_->UpdateExpertBiases(global_counts, mc.load_balance_coeff);
@@ -362,6 +382,7 @@ v1::StepMetrics Trainer::Step(int step) {
   m.set_step(step);
   m.set_epoch(EpochOfStep(*dataset_, step - 1, GlobalBatch()));
   m.set_loss(stats[0].item<double>() / ctx.world);
+  checkpoint_requested_ = stats[stats.numel() - 1].item<double>() > 0;
   m.set_grad_norm(grad_norm);
   m.set_lr(lr);
   const double step_s = std::max(1e-9, Ms(start, end) / 1000.0);

@@ -40,13 +40,20 @@ struct TrainerOptions {
   // Where the model, batches and collective buffers live; must be the mesh's device
   // (DevicePlacement::ForLocalRank).
   c10::Device device = c10::Device(c10::DeviceType::CPU);
-  // Checkpoints every checkpoint.interval steps go under this root (trainyard-rank
-  // --checkpoint-dir, default checkpoint.dir); "" writes none.
+  // Checkpoints (every checkpoint.interval steps, and on request) go under this root
+  // (trainyard-rank --checkpoint-dir, default checkpoint.dir); "" writes none.
   std::string checkpoint_dir;
+  // "Checkpoint now" (docs/checkpoints.md): the file the worker creates to ask for a
+  // checkpoint (trainyard-rank: RUN_DIR/checkpoint.request). Each step removes it if it
+  // is there, and the ranks agree through the step's stats all-reduce; "": never asked.
+  std::string checkpoint_request_path;
   int attempt = 1;  // in checkpoint directory names and metadata
   // Test hook (TRAINYARD_TEST_PAUSE_CHECKPOINT_AT_STEP): the writer of this step's
   // checkpoint stops mid-file and sleeps until killed; 0: off.
   int64_t pause_checkpoint_at_step = 0;
+  // Test hook (TRAINYARD_TEST_HANG_REQUESTED_CHECKPOINT): the writer of every requested
+  // checkpoint stops mid-file and sleeps until killed.
+  bool hang_requested_checkpoint = false;
   // This rank's flight ring (trainyard-rank --run-dir); the trainer marks each step and
   // its progress in it for the watchdog. Null: none.
   flight::FlightRing* flight = nullptr;
@@ -82,12 +89,17 @@ class Trainer {
   int64_t Resume(const std::string& checkpoint_dir);
 
   // Runs the steps after the resumed one (or 1) up to training.steps, checkpointing
-  // every checkpoint.interval steps; before returning waits for the last checkpoint
-  // write. Throws on any failure, with the step (or the checkpoint path) in the message.
+  // every checkpoint.interval steps and after every step at which any rank found its
+  // checkpoint request (once per step: CheckpointSaved.requested then); before
+  // returning waits for the last checkpoint write. Throws on any failure, with the step
+  // (or the checkpoint path) in the message.
   void Run();
 
-  // One optimizer step (1-based). Returns the metrics that rank 0 reports.
+  // One optimizer step (1-based). Returns the metrics that rank 0 reports. Removes this
+  // rank's checkpoint request file, if any, before the step's stats all-reduce; after
+  // it, checkpoint_requested() says whether any rank of the world had one.
   v1::StepMetrics Step(int step);
+  bool checkpoint_requested() const { return checkpoint_requested_; }
 
   TransformerModel& model() { return model_; }
   ProcessMesh& mesh() { return mesh_; }
@@ -101,6 +113,7 @@ class Trainer {
   TrainerOptions options_;
   int next_peak_reprobe_ = 0;  // first step that may re-measure a peak it beat
   int64_t start_step_ = 0;  // the last step done before Run (a resumed checkpoint's)
+  bool checkpoint_requested_ = false;  // the last Step's world-wide request flag
   FlopsModel flops_;
   LrSchedule schedule_;
   std::unique_ptr<Dataset> dataset_;
