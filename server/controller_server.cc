@@ -1,5 +1,7 @@
 #include "server/controller_server.h"
 
+#include "server/policy/policy_file.h"
+
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/server_builder.h>
@@ -88,6 +90,13 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
   }
   s->manager_ = std::make_unique<JobManager>(s->store_.get(), &s->hub_, s->metrics_.get(),
                                              s->clock_, options.manager);
+  // The policy is in force before the first scheduling pass (Recover's); a bad file
+  // fails the start.
+  s->policy_file_ = options.policy_file;
+  if (!options.policy_file.empty()) {
+    TY_ASSIGN_OR_RETURN(SharingPolicy policy, LoadPolicyFile(options.policy_file));
+    s->manager_->SetPolicy(std::move(policy));
+  }
   TY_RETURN_IF_ERROR(s->manager_->Recover());
   TY_ASSIGN_OR_RETURN(s->artifacts_,
                       ArtifactStore::Open(options.data_dir, s->manager_.get(), s->clock_, options.artifacts));
@@ -160,6 +169,19 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
 }
 
 absl::Status ControllerServer::ReloadTokens() { return authorizer_->Reload(); }
+
+absl::Status ControllerServer::ReloadPolicy() {
+  if (policy_file_.empty()) return absl::OkStatus();
+  absl::StatusOr<SharingPolicy> policy = LoadPolicyFile(policy_file_);
+  if (!policy.ok()) {
+    spdlog::error("--policy-file not reloaded, the policy in force stays: {}", std::string(policy.status().message()));
+    return policy.status();
+  }
+  spdlog::info("--policy-file {} reloaded: {} group(s), {} owner(s), half-life {} h", policy_file_,
+               policy->groups.size(), policy->owners.size(), policy->half_life_hours);
+  manager_->SetPolicy(*std::move(policy));
+  return absl::OkStatus();
+}
 
 void ControllerServer::Shutdown() {
   {

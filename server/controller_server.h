@@ -49,6 +49,9 @@ struct ControllerOptions {
   std::string preflight_binary;
   absl::Duration preflight_timeout = absl::Seconds(300);
   ArtifactStoreOptions artifacts;  // --artifact-bytes-per-job
+  // --policy-file: quotas, groups and fair-share weights (server/policy/policy_file.h);
+  // empty: no quotas, every owner weight 1. Re-read on SIGHUP.
+  std::string policy_file;
 };
 
 // The whole controller wired together: store, manager, gRPC services (with health
@@ -70,6 +73,9 @@ class ControllerServer {
   // Re-reads --token-file (SIGHUP); a bad file keeps the tokens in force and is the
   // error. OK without a change when authorization is off.
   absl::Status ReloadTokens();
+  // Re-reads --policy-file (SIGHUP); a bad file keeps the policy in force, logs why and
+  // is the error. OK without a change when there is no policy file.
+  absl::Status ReloadPolicy();
 
  private:
   ControllerServer() = default;
@@ -90,6 +96,7 @@ class ControllerServer {
   std::unique_ptr<web::WebApi> web_api_;
   std::unique_ptr<web::WebServer> web_server_;  // stopped before web_api_ goes
   int port_ = 0;
+  std::string policy_file_;
   absl::Mutex stop_mu_;
   bool stopping_ ABSL_GUARDED_BY(stop_mu_) = false;
   std::thread ticker_;

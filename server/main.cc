@@ -78,6 +78,21 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_option("--port-file", port_file, "Write the bound gRPC port to this file");
+  app.add_option("--policy-file", options.policy_file,
+                 "Quotas (running slots and GPUs per owner and per group) and fair-share weights, "
+                 "TOML (docs/sharing.md). Re-read on SIGHUP (a bad file keeps the policy in force). "
+                 "Without it: no quotas, every owner weight 1");
+  double grace_s = absl::ToDoubleSeconds(options.manager.sharing.preemption_grace);
+  app.add_option("--preemption-grace", grace_s,
+                 "Seconds a preempted (or drained) job gets to save its checkpoint before it is "
+                 "stopped anyway and resumes from its previous one")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 86400.0));
+  app.add_option("--max-preemptions-per-job", options.manager.sharing.max_preemptions_per_hour,
+                 "A job preempted this many times in the last hour is not preempted again until "
+                 "the oldest of them is an hour old (0: never preempt)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000));
   app.add_option("--preflight-binary", options.preflight_binary,
                  "Runner of the compile preflight that jobs with compile.preflight=true must "
                  "pass before they are created (trainyard-train; run as `BINARY SPEC.json "
@@ -103,6 +118,7 @@ int main(int argc, char** argv) {
       "submit fail with FAILED_PRECONDITION and no job is stored.");
   CLI11_PARSE(app, argc, argv);
   options.manager.heartbeat_timeout = absl::Seconds(heartbeat_timeout_s);
+  options.manager.sharing.preemption_grace = absl::Seconds(grace_s);
   options.preflight_timeout = absl::Seconds(preflight_timeout_s);
   // Fail-stop: memory ahead of the store must not act further; a restart recovers.
   options.manager.on_lost_write = [](const absl::Status& status) {
@@ -139,6 +155,7 @@ int main(int argc, char** argv) {
     if (g_reload) {
       g_reload = 0;
       (*server)->ReloadTokens().IgnoreError();  // logged by the authorizer, either way
+      (*server)->ReloadPolicy().IgnoreError();  // logged, either way
     }
   }
   spdlog::info("trainyard-controller shutting down");

@@ -111,4 +111,8 @@ bool Authorizer::CanCancel(const Caller& caller, const std::string& owner) {
 
 bool Authorizer::CanSeeFleet(const Caller&) { return true; }
 
+bool Authorizer::CanManageFleet(const Caller& caller) { return caller.role == Role::kAdmin; }
+
+bool Authorizer::CanSubmitNonPreemptible(const Caller& caller) { return caller.role == Role::kAdmin; }
+
 }  // namespace trainyard

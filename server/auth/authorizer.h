@@ -66,6 +66,11 @@ class Authorizer {
   static bool CanCancel(const Caller& caller, const std::string& owner);
   // Read the fleet (ListWorkers): every role.
   static bool CanSeeFleet(const Caller& caller);
+  // Cordon, uncordon and drain workers: admin.
+  static bool CanManageFleet(const Caller& caller);
+  // Submit a job that opts out of preemption (job.preemptible = false) above priority
+  // 0: admin.
+  static bool CanSubmitNonPreemptible(const Caller& caller);
 
  private:
   Authorizer(std::string path, std::shared_ptr<const TokenTable> table)

@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/metrics/gpu_metrics.h"
+#include "server/metrics/sharing_metrics.h"
 #include "trainyard/v1/event.pb.h"
 #include "trainyard/v1/job.pb.h"
 
@@ -86,6 +87,8 @@ class ControllerMetrics {
   void Sweep(absl::Time now, absl::Duration grace);
   // The trainyard_worker_gpu_* gauges (gpu_metrics.h).
   GpuMetrics& gpus() { return gpus_; }
+  // Preemptions, drains and the owners' slots and usage (sharing_metrics.h).
+  SharingMetrics& sharing() { return sharing_; }
 
  private:
   // Counters (and trainyard_job_running) exist from the job's first placement; the
@@ -160,6 +163,7 @@ class ControllerMetrics {
   prometheus::Histogram& preflight_seconds_;
 
   GpuMetrics gpus_{*registry_};
+  SharingMetrics sharing_{*registry_};
 
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, JobSeries> jobs_ ABSL_GUARDED_BY(mu_);

@@ -26,6 +26,9 @@ struct WorkerSnapshot {
   bool engine_cuda = false;
   bool engine_cudagraph = false;
   bool engine_bf16 = false;
+  // Cordoned (CordonWorker, DrainWorker): takes no new ranks. Its free_slots are still
+  // reported as held; the scheduler and preemption leave it out.
+  bool cordoned = false;
 };
 
 struct QueuedJob {

@@ -20,6 +20,7 @@ DeviceNeeds NeedsOf(const v1::JobSpec& spec, int64_t rank_memory_bytes) {
 
 std::string WhatIsMissing(const WorkerSnapshot& w, const DeviceNeeds& needs) {
   std::vector<std::string> missing;
+  if (w.cordoned) missing.push_back("cordoned");
   if (needs.cuda && w.gpus.empty()) missing.push_back("no GPUs");
   if (needs.cuda && !w.engine_cuda) missing.push_back("its engine is not built with CUDA");
   if (needs.cudagraph && !w.engine_cudagraph) missing.push_back("its engine lacks cudagraph");

@@ -37,7 +37,7 @@ struct DeviceNeeds {
 DeviceNeeds NeedsOf(const v1::JobSpec& spec, int64_t rank_memory_bytes = 0);
 
 // Why `w` cannot run a job with `needs` at all (whatever is free), "" when it can:
-// "no GPUs", "its engine is not built with CUDA", "its engine lacks cudagraph".
+// "cordoned", "no GPUs", "its engine is not built with CUDA", "its engine lacks cudagraph".
 std::string WhatIsMissing(const WorkerSnapshot& w, const DeviceNeeds& needs);
 
 // Free healthy GPUs of `w` with at least `min_memory` bytes (or unreported memory),

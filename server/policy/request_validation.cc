@@ -35,20 +35,44 @@ absl::Status CheckJobId(std::string_view field, std::string_view id) {
 
 absl::Status Check(const v1::GetJobRequest& request) { return CheckJobId("GetJobRequest.id", request.id()); }
 
-absl::Status Check(const v1::CancelJobRequest& request) {
-  if (auto s = CheckJobId("CancelJobRequest.id", request.id()); !s.ok()) return s;
-  const std::string& reason = request.reason();
+// A free-text reason a person gives (a cancel, a cordon, a drain).
+static absl::Status CheckReason(std::string_view field, const std::string& reason) {
   if (reason.size() > kMaxCancelReasonBytes) {
-    return Invalid("CancelJobRequest.reason", absl::StrCat("is ", reason.size(), " bytes, more than the ",
-                                                           kMaxCancelReasonBytes, " allowed: ",
-                                                           Quote(reason)));
+    return Invalid(field, absl::StrCat("is ", reason.size(), " bytes, more than the ", kMaxCancelReasonBytes,
+                                       " allowed: ", Quote(reason)));
   }
   for (unsigned char c : reason) {
     if ((c < 0x20 && c != '\t' && c != '\n') || c == 0x7f) {
-      return Invalid("CancelJobRequest.reason", absl::StrCat("holds a control character: ", Quote(reason)));
+      return Invalid(field, absl::StrCat("holds a control character: ", Quote(reason)));
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status Check(const v1::CancelJobRequest& request) {
+  if (auto s = CheckJobId("CancelJobRequest.id", request.id()); !s.ok()) return s;
+  return CheckReason("CancelJobRequest.reason", request.reason());
+}
+
+absl::Status Check(const v1::CheckpointJobRequest& request) {
+  if (auto s = CheckJobId("CheckpointJobRequest.job_id", request.job_id()); !s.ok()) return s;
+  const double t = request.timeout_s();
+  if (!std::isfinite(t) || t < 0 || t > kMaxCheckpointTimeoutS) {
+    return Invalid("CheckpointJobRequest.timeout_s",
+                   absl::StrCat("must be in [0, ", kMaxCheckpointTimeoutS, "] seconds (0: ",
+                                kDefaultCheckpointTimeoutS, "), got ", t));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Check(const v1::CordonWorkerRequest& request) {
+  if (std::string p = WorkerNameProblem(request.name()); !p.empty()) return Invalid("CordonWorkerRequest.name", p);
+  return CheckReason("CordonWorkerRequest.reason", request.reason());
+}
+
+absl::Status Check(const v1::DrainWorkerRequest& request) {
+  if (std::string p = WorkerNameProblem(request.name()); !p.empty()) return Invalid("DrainWorkerRequest.name", p);
+  return CheckReason("DrainWorkerRequest.reason", request.reason());
 }
 
 absl::Status Check(const v1::WatchJobRequest& request) {

@@ -36,6 +36,14 @@ absl::Status Check(const v1::WatchJobRequest& request);   // from_seq ≥ 0
 // dp in [1, spec::kMaxWorldSize]; the job's own bounds are ResizePolicy's.
 absl::Status Check(const v1::ResizeJobRequest& request);
 absl::Status Check(const v1::ListJobsRequest& request);   // known states, each once; limit in [0, 1000]
+// timeout_s finite, in [0, 3600] (0: kDefaultCheckpointTimeoutS).
+absl::Status Check(const v1::CheckpointJobRequest& request);
+// name as common/worker_identity.h says; reason as CancelJobRequest's.
+absl::Status Check(const v1::CordonWorkerRequest& request);
+absl::Status Check(const v1::DrainWorkerRequest& request);
+
+inline constexpr double kDefaultCheckpointTimeoutS = 300;
+inline constexpr double kMaxCheckpointTimeoutS = 3600;
 
 // WorkerService. Register: name and address as common/worker_identity.h says, device "", "cpu" or "cuda", at most 4096
 // reported attempts with valid job ids, attempts >= 1 and ranks in [0, 65536), and its

@@ -17,22 +17,11 @@
 #include "common/grpc_status.h"
 #include "common/base/status_macros.h"
 #include "server/policy/request_validation.h"
+#include "server/service/unary_call.h"
 #include "server/service/wire_codec.h"
 
 namespace trainyard {
 namespace {
-
-// What a caller of `role` is refused with when the role does not allow `what`.
-absl::Status Denied(const Caller& caller, const char* what, const char* needs) {
-  return absl::PermissionDeniedError(absl::StrCat(caller.owner, " has the ", RoleName(caller.role),
-                                                  " role, which cannot ", what, "; that needs ", needs));
-}
-
-grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx, const absl::Status& status) {
-  auto* reactor = ctx->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
-}
 
 // A SubmitJob waiting for its preflight. The gate's thread finishes it; OnCancel only
 // flags that the client went away, so the gate kills the runner and creates no job.
@@ -155,21 +144,6 @@ class WatchReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-// A unary method over raw bytes: authenticate the caller, parse the request, run
-// `handle(caller, request, &response)` and send the response when it succeeded.
-template <class Request, class Response, class Handle>
-grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* ctx, const Authorizer& authorizer,
-                                const grpc::ByteBuffer* in, grpc::ByteBuffer* out, Handle handle) {
-  auto caller = authorizer.Authenticate(*ctx);
-  if (!caller.ok()) return Done(ctx, caller.status());
-  Request request;
-  if (auto s = ParseRequest(*in, &request); !s.ok()) return Done(ctx, s);
-  Response response;
-  absl::Status status = handle(*caller, request, &response);
-  if (status.ok()) status = SerializeResponse(response, out);
-  return Done(ctx, status);
-}
-
 class FailedWatch : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   explicit FailedWatch(const absl::Status& s) { Finish(ToGrpcStatus(s)); }
@@ -260,6 +234,13 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
   if (!Authorizer::CanSubmit(caller)) return Done(ctx, Denied(caller, "submit jobs", "submitter or admin"));
   v1::SubmitJobRequest request;
   if (auto s = ParseRequest(*in, &request); !s.ok()) return Done(ctx, s);
+  const v1::JobMeta& meta = request.spec().job();
+  if (meta.has_preemptible() && !meta.preemptible() && meta.priority() > 0 &&
+      !Authorizer::CanSubmitNonPreemptible(caller)) {
+    return Done(ctx, Denied(caller, absl::StrCat("submit a job with job.preemptible = false above priority 0 "
+                                                 "(this one has priority ", meta.priority(), ")").c_str(),
+                            "admin"));
+  }
   if (!request.spec().compile().preflight()) {
     auto job = manager_->Submit(request.spec(), caller.owner);
     absl::Status status = job.status();

@@ -39,12 +39,21 @@ struct JobServiceOptions {
 // the very message of a job that does not exist (so ids of others' jobs cannot be
 // probed) in GetJob, CancelJob, ResizeJob, WatchJob, ListArtifacts and PullArtifact,
 // and absent from ListJobs.
+// Sharing the fleet (job_service_sharing.cc): CheckpointJob (a submitter: its own jobs)
+// answers once the ranks' checkpoint is committed; CordonWorker and DrainWorker need the
+// admin role. A submitter's SubmitJob of a non-preemptible job above priority 0 is
+// PERMISSION_DENIED: opting out of preemption at a high priority would let one user
+// hold the fleet.
 using JobServiceBase = v1::JobService::WithRawCallbackMethod_SubmitJob<
     v1::JobService::WithRawCallbackMethod_GetJob<v1::JobService::WithRawCallbackMethod_ListJobs<
         v1::JobService::WithRawCallbackMethod_CancelJob<v1::JobService::WithRawCallbackMethod_ResizeJob<
             v1::JobService::WithRawCallbackMethod_WatchJob<
                 v1::JobService::WithRawCallbackMethod_ListWorkers<v1::JobService::WithRawCallbackMethod_ListArtifacts<
-                    v1::JobService::WithRawCallbackMethod_PullArtifact<v1::JobService::Service>>>>>>>>>;
+                    v1::JobService::WithRawCallbackMethod_PullArtifact<
+                        v1::JobService::WithRawCallbackMethod_CheckpointJob<
+                            v1::JobService::WithRawCallbackMethod_CordonWorker<
+                                v1::JobService::WithRawCallbackMethod_DrainWorker<
+                                    v1::JobService::Service>>>>>>>>>>>>;
 
 class JobServiceImpl final : public JobServiceBase {
  public:
@@ -70,6 +79,12 @@ class JobServiceImpl final : public JobServiceBase {
                                           grpc::ByteBuffer* response) override;
   grpc::ServerWriteReactor<grpc::ByteBuffer>* PullArtifact(grpc::CallbackServerContext* ctx,
                                                            const grpc::ByteBuffer* request) override;
+  grpc::ServerUnaryReactor* CheckpointJob(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* CordonWorker(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* DrainWorker(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                        grpc::ByteBuffer* response) override;
 
  private:
   // The job `id` if `caller` may see it; NOT_FOUND as for a missing job otherwise.

@@ -195,9 +195,10 @@ void JobLifecycle::ApplyEvents(const std::string& job_id,
     if (e.has_stall()) ApplyStall(rt, e, fx);
     if (e.has_checkpoint() && RecordCheckpoint(rt, e)) {
       fx->PutJob(rt.job);
-      spdlog::info("job={} attempt={} checkpoint step={} path={}", job_id, e.attempt(), e.checkpoint().step(),
-                   e.checkpoint().path());
+      spdlog::info("job={} attempt={} checkpoint step={} path={}{}", job_id, e.attempt(), e.checkpoint().step(),
+                   e.checkpoint().path(), e.checkpoint().requested() ? " (requested)" : "");
     }
+    if (e.has_checkpoint()) RequestedCheckpointSaved(rt, e, fx);
     if (e.has_step_metrics()) NoteStep(rt, e.step_metrics());
   }
 }

@@ -15,6 +15,8 @@
 #include "server/state/effects.h"
 #include "server/state/event_rate_limit.h"
 #include "server/policy/event_fencing.h"
+#include "server/policy/sharing_policy.h"
+#include "server/store/job_store.h"
 #include "server/state/tracked_job.h"
 #include "server/state/worker_channel.h"
 #include "server/state/worker_registry.h"
@@ -23,6 +25,23 @@
 #include "trainyard/v1/worker_service.pb.h"
 
 namespace trainyard {
+
+// How the controller shares its fleet (controller flags; docs/sharing.md).
+struct SharingOptions {
+  // A victim of a preemption (or a drain) with checkpoint.dir gets this long to save a
+  // checkpoint on request before it is stopped anyway (--preemption-grace).
+  absl::Duration preemption_grace = absl::Seconds(120);
+  // A job preempted this many times in the last hour is not preempted again until the
+  // oldest of those is an hour old (--max-preemptions-per-job).
+  int max_preemptions_per_hour = 3;
+};
+
+// What a requested checkpoint must be to answer a CheckpointJob: one of `attempt`, at
+// or after `min_step` (the step after the last one the controller had heard of).
+struct CheckpointWant {
+  int attempt = 0;
+  int64_t min_step = 0;
+};
 
 // The job state machine: PENDING → SCHEDULED → RUNNING → SUCCEEDED | FAILED |
 // CANCELLED, with RESTARTING after a failure while the restart policy allows. It keeps
@@ -118,6 +137,34 @@ class JobLifecycle {
   // for its ranks (the queue's head only), written into `job`. No-op for other jobs.
   void FillEstimate(const std::string& id, v1::Job* job) const;
 
+  // ---- Sharing the fleet (job_lifecycle_sharing.cc) ----
+  void ConfigureSharing(const SharingOptions& options) { sharing_ = options; }
+  // CheckpointJob: sends a CheckpointRequest to the workers of the job's running
+  // attempt; the ranks save at their next step boundary. NOT_FOUND for an unknown job;
+  // FAILED_PRECONDITION when it has no checkpoint.dir, is not RUNNING or is stopping.
+  absl::StatusOr<CheckpointWant> RequestCheckpoint(const std::string& id, Effects* fx);
+  // Whether the job's attempt `want.attempt` is still one that can answer it (the
+  // current attempt, active and not torn down).
+  bool CheckpointStillPossible(const std::string& id, const CheckpointWant& want, std::string* why) const;
+  // DrainWorker, after the cordon: evicts every active job with a rank not ended on
+  // `worker` (checkpoint first when it can, then stop; no restart used). Returns their
+  // ids; NOT_FOUND for a worker the registry does not know.
+  absl::StatusOr<std::vector<std::string>> Drain(const std::string& worker, const std::string& reason, Effects* fx);
+  // Stops evicted attempts whose grace ended without their checkpoint (Tick).
+  void EnforceEvictions(Effects* fx);
+  // Quotas, weights and the usage half-life (--policy-file); in force from the next
+  // scheduling pass.
+  void SetPolicy(SharingPolicy policy);
+  // Adds each owner's running slots since the last call to its fair-share usage and
+  // updates the owner gauges (Tick).
+  void AccrueUsage();
+  // The usage ledger, to store and to restore after a restart.
+  std::map<std::string, StoredUsage> UsageSnapshot() const;
+  void RestoreUsage(const std::map<std::string, StoredUsage>& usage);
+  // Where the job's owner stands (Job.share): quota, usage, fair share, and for a
+  // PENDING job its place in the queue of the last pass.
+  void FillShare(const std::string& id, v1::Job* job) const;
+
  private:
   static bool IsTerminal(v1::Job::State s);
   static bool IsActive(const TrackedJob& rt);
@@ -139,10 +186,44 @@ class JobLifecycle {
 
   void SendCancel(TrackedJob& rt, const std::string& reason, Effects* fx);
 
+  // Sharing (job_lifecycle_sharing.cc).
+  // Sends a CheckpointRequest to every worker with a live rank of the attempt.
+  void SendCheckpointRequest(TrackedJob& rt, Effects* fx);
+  // Asks the attempt to checkpoint and stop (a preemption or a drain): with
+  // checkpoint.dir while RUNNING it stops once the requested checkpoint is committed or
+  // at the grace deadline; otherwise it stops now. No-op for an attempt already ending.
+  void Evict(TrackedJob& rt, const std::string& reason, bool preemption, Effects* fx);
+  // Ends the evicted attempt like a resize does: no backoff, no restart used, no worker
+  // blamed; the job goes back to PENDING behind `reason` and keeps its FIFO place.
+  void StopEvicted(TrackedJob& rt, const std::string& reason, bool preemption, const std::string& note,
+                   Effects* fx);
+  // A committed requested checkpoint of the current attempt: answers its request and
+  // stops an eviction waiting for it.
+  void RequestedCheckpointSaved(TrackedJob& rt, const v1::Event& event, Effects* fx);
+  // After a scheduling pass: lets the first waiting job that a set of lower-priority
+  // victims would make room for preempt them (PreemptionPolicy), when no preemption is
+  // under way.
+  void MaybePreempt(const std::vector<QueuedJob>& queue, const std::vector<GangDecision>& decisions,
+                    Effects* fx);
+  int PreemptionsInLastHour(const TrackedJob& rt) const;
+  // Slots and GPUs held by each owner's ranks that have not ended.
+  std::map<std::string, SlotUse> InUseByOwner() const;
+  // What a queued job needs under its (maybe resized) spec.
+  static SlotUse NeedsOf(const v1::JobSpec& spec);
+  // Takes the queued jobs over their owner's or group's quota out of `queue` (with
+  // `placed_use` held), giving each its quota reason.
+  void HoldOverQuota(std::vector<QueuedJob>* queue, const std::map<std::string, SlotUse>& in_use, Effects* fx);
+  void QuotaHold(TrackedJob& rt, const std::string& why, Effects* fx);
+
   WorkerRegistry* const workers_;
   ControllerMetrics* const metrics_;
   Clock* const clock_;
   EventRateLimiter rate_;
+  SharingOptions sharing_;
+  SharingPolicy policy_;
+  UsageLedger ledger_;
+  absl::Time usage_until_ = absl::InfinitePast();  // the ledger holds usage up to here
+  int queue_length_ = 0;  // PENDING jobs queued at the last pass
   std::map<std::string, TrackedJob> jobs_;
   int64_t next_order_ = 0;
 };

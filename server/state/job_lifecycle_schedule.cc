@@ -18,6 +18,7 @@ void JobLifecycle::Schedule(Effects* fx) {
   for (auto& [id, rt] : jobs_) {
     if (rt.job.state() != v1::Job::PENDING) continue;
     rt.layout.reset();
+    rt.queue_position = 0;
     if (now < rt.not_before) {  // backing off: not a candidate, and holds nobody back
       rt.estimated_start.reset();
       rt.reserved_workers.clear();
@@ -41,16 +42,51 @@ void JobLifecycle::Schedule(Effects* fx) {
     q.rank_memory_bytes = RankMemoryOf(rt, *q.spec);
     queue.push_back(std::move(q));
   }
+  // Quotas: a job over its owner's or group's limit waits apart, holding nothing back.
+  const std::map<std::string, SlotUse> in_use = InUseByOwner();
+  HoldOverQuota(&queue, in_use, fx);
+  queue_length_ = static_cast<int>(queue.size());
   if (queue.empty()) return;
-  GangScheduler::OrderQueue(&queue);
+  // Priority, then the owner's fair share (decayed usage / weight), then FIFO.
+  OrderQueueByFairShare(&queue, [&](const QueuedJob& q) {
+    const std::string& owner = jobs_.at(q.id).job.owner();
+    return FairShare(policy_, owner, ledger_.Value(owner, now));
+  });
   std::vector<RunningJob> running;
   for (const auto& [id, rt] : jobs_) {
     if (rt.live > 0) running.push_back(RunningJobOf(rt, now));
   }
-  auto decisions = GangScheduler::PlanQueue(queue, workers_->ConnectedFree(), running);
+  const std::vector<WorkerSnapshot> fleet = workers_->ConnectedFree();
+  std::vector<GangDecision> decisions;
+  while (true) {
+    decisions = GangScheduler::PlanQueue(queue, fleet, running);
+    // Two jobs of one owner placed in the same pass may pass its quota together: the
+    // later one waits, and the pass is planned again without it.
+    std::map<std::string, SlotUse> use = in_use;
+    size_t over = decisions.size();
+    std::string why;
+    for (size_t i = 0; i < decisions.size() && over == decisions.size(); ++i) {
+      if (!decisions[i].placed) continue;
+      const std::string& owner = jobs_.at(queue[i].id).job.owner();
+      const SlotUse needs = NeedsOf(*queue[i].spec);
+      why = QuotaCheck(policy_, use, owner, needs);
+      if (!why.empty()) {
+        over = i;
+      } else {
+        use[owner].slots += needs.slots;
+        use[owner].gpus += needs.gpus;
+      }
+    }
+    if (over == decisions.size()) break;
+    QuotaHold(jobs_.at(queue[over].id), why, fx);
+    queue.erase(queue.begin() + static_cast<std::ptrdiff_t>(over));
+    if (queue.empty()) return;
+  }
+  queue_length_ = static_cast<int>(queue.size());
   for (size_t i = 0; i < decisions.size(); ++i) {
     TrackedJob& rt = jobs_.at(queue[i].id);
     const GangDecision& d = decisions[i];
+    rt.queue_position = static_cast<int>(i) + 1;
     if (d.placed) {
       if (d.backfilled) spdlog::info("job={} backfilled ahead of the queue's head", rt.job.id());
       rt.estimated_start.reset();
@@ -65,6 +101,7 @@ void JobLifecycle::Schedule(Effects* fx) {
       SetState(rt, v1::Job::PENDING, why, fx);
     }
   }
+  MaybePreempt(queue, decisions, fx);
 }
 
 void JobLifecycle::StartAttempt(TrackedJob& rt, const GangDecision& decision, Effects* fx) {
@@ -73,6 +110,11 @@ void JobLifecycle::StartAttempt(TrackedJob& rt, const GangDecision& decision, Ef
   const int world = static_cast<int>(rank_workers.size());
   const std::string note = PlacementNote(rt, decision, clock_->Now());
   rt.resize_dp.reset();  // a resize holds for one placement; a failure restart tries the full dp
+  rt.evicted_reason.clear();
+  rt.preempting.clear();
+  rt.eviction.reset();
+  rt.checkpoint_request_attempt = 0;
+  rt.queue_position = 0;
   metrics_->JobPlaced(clock_->Now() - rt.queued_at);
   rt.attempt_started = clock_->Now();
   rt.last_step = 0;

@@ -33,10 +33,14 @@ JobManager::JobManager(JobStore* store, EventHub* hub, ControllerMetrics* metric
       clock_(clock),
       options_(options),
       registry_(clock, options.heartbeat_interval, options.heartbeat_timeout),
-      lifecycle_(&registry_, metrics, clock, options.max_events_per_s_per_rank) {}
+      lifecycle_(&registry_, metrics, clock, options.max_events_per_s_per_rank) {
+  lifecycle_.ConfigureSharing(options.sharing);
+}
 
 absl::Status JobManager::Recover() {
   TY_ASSIGN_OR_RETURN(auto jobs, store_->LoadJobs());
+  TY_ASSIGN_OR_RETURN(auto cordons, store_->LoadCordons());
+  TY_ASSIGN_OR_RETURN(auto usage, store_->LoadUsage());
   std::vector<std::vector<v1::Event>> events(jobs.size());
   std::vector<int64_t> last_seq(jobs.size());
   for (size_t i = 0; i < jobs.size(); ++i) {
@@ -49,6 +53,8 @@ absl::Status JobManager::Recover() {
   Effects fx;
   {
     absl::MutexLock lock(&mu_);
+    registry_.RestoreCordons(std::move(cordons));
+    lifecycle_.RestoreUsage(usage);
     for (size_t i = 0; i < jobs.size(); ++i) {
       const std::string id = jobs[i].id();
       JobView view{jobs[i], 0, last_seq[i]};
@@ -124,6 +130,7 @@ v1::Job JobManager::ViewLocked(const std::string& id) {
   v1::Job out = view.job;
   out.set_last_seq(view.last_seq);
   lifecycle_.FillEstimate(id, &out);
+  lifecycle_.FillShare(id, &out);
   return out;
 }
 
@@ -304,6 +311,7 @@ absl::Status JobManager::IngestEvents(int64_t conn, const v1::EventBatch& batch)
     committed[job_id] = std::move(*stored);
   }
   if (!by_job.empty()) metrics_->IngestBatch(absl::Now() - started);
+  std::vector<Answer> answers;
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [job_id, events] : committed) {
@@ -312,11 +320,15 @@ absl::Status JobManager::IngestEvents(int64_t conn, const v1::EventBatch& batch)
         view.last_seq = std::max(view.last_seq, events.back().seq());
       }
       lifecycle_.ApplyEvents(job_id, events, &fx);
+      if (!checkpoint_waiters_.empty()) {
+        for (auto& a : TakeAnsweredLocked(job_id, events)) answers.push_back(std::move(a));
+      }
     }
     lifecycle_.Schedule(&fx);
     UpdateSlotMetricsLocked();
   }
   Run(std::move(fx)).IgnoreError();  // follow-up transitions; logged by Run
+  Deliver(std::move(answers));  // the checkpoint events they name are committed
   return status;
 }
 
@@ -326,6 +338,7 @@ void JobManager::StreamClosed(int64_t conn) {
 }
 
 void JobManager::Tick() {
+  std::vector<Answer> answers;
   {
     absl::MutexLock commit(&commit_mu_);
     Effects fx;
@@ -338,13 +351,28 @@ void JobManager::Tick() {
       }
       if (!lost.empty()) metrics_->WorkersLost(static_cast<int>(lost.size()));
       lifecycle_.EnforceTimeLimits(&fx);
+      lifecycle_.EnforceEvictions(&fx);
+      lifecycle_.AccrueUsage();
       // Every tick: estimates move with time and measured step times, and a job may
       // now backfill.
       lifecycle_.Schedule(&fx);
       UpdateSlotMetricsLocked();
+      if (!checkpoint_waiters_.empty()) answers = TakeAnsweredLocked("", {});
     }
     Run(std::move(fx)).IgnoreError();  // logged by Run
+    if (clock_->Now() - usage_saved_ >= options_.usage_save_interval) {
+      std::map<std::string, StoredUsage> usage;
+      {
+        absl::MutexLock lock(&mu_);
+        usage = lifecycle_.UsageSnapshot();
+      }
+      if (absl::Status s = store_->SaveUsage(usage); !s.ok()) {
+        spdlog::error("storing the owners' fair-share usage: {}", std::string(s.message()));
+      }
+      usage_saved_ = clock_->Now();
+    }
   }
+  Deliver(std::move(answers));
   metrics_->Sweep(clock_->Now(), options_.metrics_grace);
 }
 

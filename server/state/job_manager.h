@@ -40,7 +40,15 @@ struct JobManagerOptions {
   // a supervisor restarts it and Recover rebuilds the state from the store; tests
   // record the call. Unset: only logged.
   std::function<void(const absl::Status&)> on_lost_write;
+  // Preemption grace and guard (JobLifecycle).
+  SharingOptions sharing;
+  // How often Tick stores the owners' fair-share usage (a crash loses at most this
+  // much of it).
+  absl::Duration usage_save_interval = absl::Seconds(30);
 };
+
+// The answer to a CheckpointJob: the checkpoint, or why there is none.
+using CheckpointDone = std::function<void(absl::StatusOr<v1::CheckpointRef>)>;
 
 // The controller's job and worker service, behind JobService and WorkerService:
 // admission (AdmissionPolicy), the worker registry (WorkerRegistry) and the job state
@@ -104,6 +112,20 @@ class JobManager {
   absl::StatusOr<v1::Job> Resize(const std::string& id, int dp);
   std::vector<v1::WorkerInfo> Workers();
 
+  // Sharing the fleet (job_manager_sharing.cc).
+  // CheckpointJob: asks the running attempt to checkpoint (JobLifecycle's errors come
+  // back at once) and calls `done` once a requested checkpoint of it is committed;
+  // DEADLINE_EXCEEDED after `timeout`, ABORTED when the attempt ends first. `done` runs
+  // outside every lock, on the thread that commits the checkpoint (or Tick's).
+  void RequestCheckpoint(const std::string& job_id, absl::Duration timeout, CheckpointDone done);
+  // CordonWorker: stored first, then in force (WorkerRegistry::Cordon); NOT_FOUND for
+  // an unknown worker.
+  absl::StatusOr<v1::WorkerInfo> Cordon(const std::string& name, bool cordon, const std::string& reason);
+  // DrainWorker: cordons, then evicts every job with a rank there (JobLifecycle::Drain).
+  absl::StatusOr<v1::DrainWorkerResponse> Drain(const std::string& name, const std::string& reason);
+  // The --policy-file's quotas and weights, in force from the next scheduling pass.
+  void SetPolicy(SharingPolicy policy);
+
   // WorkerService. A connection id names one Connect stream.
   absl::Status RegisterWorker(int64_t conn, const v1::Register& reg,
                               std::shared_ptr<WorkerChannel> channel);
@@ -142,6 +164,20 @@ class JobManager {
   void UpdateSlotMetricsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The worker's trainyard_worker_gpu_* gauges from the registry.
   void UpdateGpuMetricsLocked(const std::string& worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // CheckpointJob callers waiting for a requested checkpoint.
+  struct CheckpointWaiter {
+    std::string job_id;
+    CheckpointWant want;
+    absl::Time deadline;
+    CheckpointDone done;
+  };
+  // Takes out the waiters that `committed` (one job's new events) answers, or that
+  // timed out or can no longer be answered (job_id "": every job), with their answers.
+  using Answer = std::pair<CheckpointDone, absl::StatusOr<v1::CheckpointRef>>;
+  std::vector<Answer> TakeAnsweredLocked(const std::string& job_id, const std::vector<v1::Event>& committed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static void Deliver(std::vector<Answer> answers);
+
   // Carries out `fx` in order (see above); returns the first store error.
   absl::Status Run(Effects fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(commit_mu_)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -157,6 +193,8 @@ class JobManager {
   WorkerRegistry registry_ ABSL_GUARDED_BY(mu_);
   JobLifecycle lifecycle_ ABSL_GUARDED_BY(mu_);  // uses registry_
   std::map<std::string, JobView> views_ ABSL_GUARDED_BY(mu_);
+  std::vector<CheckpointWaiter> checkpoint_waiters_ ABSL_GUARDED_BY(mu_);
+  absl::Time usage_saved_ ABSL_GUARDED_BY(commit_mu_) = absl::InfinitePast();
 };
 
 }  // namespace trainyard

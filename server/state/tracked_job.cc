@@ -4,6 +4,7 @@
 #include <cmath>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -36,7 +37,9 @@ v1::ControllerMessage AssignFor(const TrackedJob& rt, const std::vector<int>& ra
   }
   assign->set_master_addr(job.placement().master_addr());
   assign->set_master_port(job.placement().master_port());
-  if (job.spec().checkpoint().interval() > 0) assign->set_checkpoint_dir(CheckpointDirOf(job.spec(), job.id()));
+  // With a directory the ranks can checkpoint on request (CheckpointJob, a preemption)
+  // even when checkpoint.interval is 0.
+  if (!job.spec().checkpoint().dir().empty()) assign->set_checkpoint_dir(CheckpointDirOf(job.spec(), job.id()));
   if (job.last_checkpoint().step() > 0) assign->set_resume_path(job.last_checkpoint().path());
   return msg;
 }
@@ -71,6 +74,10 @@ std::optional<absl::Duration> RemainingTime(const TrackedJob& rt, absl::Time now
     const absl::Duration by_limit = std::max(absl::ZeroDuration(), rt.attempt_started + absl::Seconds(limit) - now);
     out = out ? std::min(*out, by_limit) : by_limit;
   }
+  if (rt.eviction) {  // stopped at the latest when its grace ends
+    const absl::Duration by_grace = std::max(absl::ZeroDuration(), rt.eviction->deadline - now);
+    out = out ? std::min(*out, by_grace) : by_grace;
+  }
   return out;
 }
 
@@ -87,7 +94,9 @@ const v1::JobSpec* ResizedSpec(TrackedJob& rt) {
   return &rt.layout->spec;
 }
 
-int RestartsUsed(const TrackedJob& rt) { return std::max(0, rt.job.attempt() - 1 - rt.resizes); }
+int RestartsUsed(const TrackedJob& rt) {
+  return std::max(0, rt.job.attempt() - 1 - rt.resizes - rt.job.preemptions());
+}
 
 std::string PlacementNote(const TrackedJob& rt, const GangDecision& decision, absl::Time now) {
   std::vector<std::string> notes;
@@ -130,6 +139,7 @@ std::string WorkerOf(const TrackedJob& rt, int rank) {
 }
 
 std::string RestartPendingReason(const TrackedJob& rt, absl::Time now) {
+  if (!rt.evicted_reason.empty()) return absl::StrCat(rt.evicted_reason, "; waiting for slots");
   const std::string resize = rt.resize_dp ? absl::StrCat(" at dp=", *rt.resize_dp, " (resize requested)") : "";
   if (now < rt.not_before) {
     return absl::StrCat(RestartPolicy::BackoffReason(rt.not_before, RestartsUsed(rt) + 1,
@@ -185,14 +195,19 @@ void RestoreBackoff(TrackedJob& rt, const std::vector<v1::Event>& events) {
     if (!e.has_job_state()) continue;
     const v1::JobStateChange& change = e.job_state();
     const std::optional<int> target = ResizePolicy::TargetOf(change.reason());
+    const std::string evicted = EvictionOf(change.reason());
     const bool current = e.attempt() == rt.job.attempt();
     if (change.state() == v1::Job::RESTARTING && ended.insert(e.attempt()).second) {
       if (target) ++rt.resizes;  // ended by a resize, not a failure
       if (current) {
         const absl::Time at = FromProtoTime(e.time());
-        // A resize restarts without backoff; a failure's restart k waits Backoff(k).
-        rt.not_before = target ? at : at + RestartPolicy::Backoff(rt.job.spec().restart(), RestartsUsed(rt) + 1);
+        // A resize or an eviction restarts without backoff; a failure's restart k waits
+        // Backoff(k). (Evictions are counted in the row: Job.preemptions.)
+        rt.not_before = target || !evicted.empty()
+                            ? at
+                            : at + RestartPolicy::Backoff(rt.job.spec().restart(), RestartsUsed(rt) + 1);
         if (rt.job.state() == v1::Job::PENDING) rt.queued_at = at;
+        rt.evicted_reason = evicted;
       }
     }
     if (current && target) rt.resize_dp = target;  // the newest resize of this attempt
@@ -231,6 +246,13 @@ void RestorePastPlacements(TrackedJob& rt, const std::vector<v1::Event>& events)
   while (rt.past_placements.size() > kMaxPastPlacements) rt.past_placements.erase(rt.past_placements.begin());
 }
 
+std::string EvictionOf(const std::string& reason) {
+  for (const char* prefix : {"preempted by job-", "drained from "}) {
+    if (absl::StartsWith(reason, prefix)) return reason;
+  }
+  return "";
+}
+
 RunningJob RunningJobOf(const TrackedJob& rt, absl::Time now) {
   RunningJob r{rt.job.id(), {}, RemainingTime(rt, now), {}};
   const auto& placement = rt.job.placement();
@@ -243,7 +265,15 @@ RunningJob RunningJobOf(const TrackedJob& rt, absl::Time now) {
 }
 
 std::string PendingReasonOf(const TrackedJob& rt, const GangDecision& decision, absl::Time now) {
-  std::string why = decision.pending_reason;
+  std::string why = rt.evicted_reason.empty() ? decision.pending_reason
+                                              : absl::StrCat(rt.evicted_reason, "; ", decision.pending_reason);
+  if (!rt.preempting.empty()) {
+    absl::StrAppend(&why, "; preempting ", absl::StrJoin(rt.preempting, ", "),
+                    rt.preempting_until > now
+                        ? absl::StrCat(" (checkpointing, stopped at the latest at ",
+                                       absl::FormatTime("%H:%M:%SZ", rt.preempting_until, absl::UTCTimeZone()), ")")
+                        : std::string(" (stopping)"));
+  }
   if (rt.resize_dp) {
     absl::StrAppend(&why, "; resize to dp=", *rt.resize_dp, " of ", rt.job.spec().parallelism().dp(), " requested");
   } else if (std::optional<absl::Time> from = ElasticFrom(rt); from && now < *from) {

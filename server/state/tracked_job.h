@@ -21,6 +21,17 @@
 namespace trainyard {
 
 enum class RankPhase { kAssigned, kRunning, kEnded };
+
+// An attempt being evicted (a preemption or a drain): it was asked to checkpoint and
+// stops once a requested checkpoint of at least `min_step` is committed, or at
+// `deadline` whatever happened.
+struct Eviction {
+  std::string reason;  // "preempted by job-5 (priority 10)", "drained from w1: ..."
+  absl::Time deadline;
+  int64_t min_step = 0;
+  bool preemption = true;  // counted against --max-preemptions-per-job (a drain is not)
+};
+
 struct TrackedJob {
   v1::Job job;
   int64_t order = 0;  // FIFO position
@@ -49,6 +60,20 @@ struct TrackedJob {
   std::map<int, std::vector<std::string>> past_placements;
   // One rank's estimated memory under job.spec (RankMemoryOf), once computed.
   std::optional<int64_t> rank_memory;
+
+  // Sharing (job_lifecycle_sharing.cc). A CheckpointRequest sent to this attempt and
+  // not yet answered by a requested checkpoint of at least the step recorded.
+  int checkpoint_request_attempt = 0;
+  int64_t checkpoint_request_min_step = 0;
+  std::optional<Eviction> eviction;  // the running attempt is being evicted
+  // PENDING after an eviction ("preempted by job-5 (priority 10)"): leads its pending
+  // reason until the next attempt is placed.
+  std::string evicted_reason;
+  // PENDING and preempting: the victims it waits for and when their grace ends.
+  std::vector<std::string> preempting;
+  absl::Time preempting_until;
+  // PENDING: place in scheduling order at the last pass (1-based; 0: not queued).
+  int queue_position = 0;
 };
 
 inline constexpr int kMaxPastPlacements = 64;
@@ -71,7 +96,8 @@ std::optional<absl::Duration> RemainingTime(const TrackedJob& rt, absl::Time now
 // dp (the spec as submitted), or when the stored target is no longer valid (then the
 // resize is dropped and logged).
 const v1::JobSpec* ResizedSpec(TrackedJob& rt);
-// Restarts of restart.max_restarts used by the attempts before the current one.
+// Restarts of restart.max_restarts used by the attempts before the current one (those
+// ended by a resize or an eviction used none).
 int RestartsUsed(const TrackedJob& rt);
 
 // A CUDA job's estimated memory of one rank under `spec` (spec::EstimateRankMemory),
@@ -111,6 +137,10 @@ void RestoreBackoff(TrackedJob& rt, const std::vector<v1::Event>& events);
 // RankState events (which event fencing let in only from the rank's worker); the
 // newest kMaxPastPlacements attempts are kept.
 void RestorePastPlacements(TrackedJob& rt, const std::vector<v1::Event>& events);
+// The eviction a RESTARTING reason is ("preempted by job-5 (priority 10)", "drained
+// from w1: kernel update"; JobLifecycle::StopEvicted writes exactly that), "" for any
+// other reason.
+std::string EvictionOf(const std::string& reason);
 // An active job as the scheduler sees it: the workers of its ranks still running, and
 // when it is expected to give them back.
 RunningJob RunningJobOf(const TrackedJob& rt, absl::Time now);

@@ -259,6 +259,10 @@ std::vector<v1::WorkerInfo> WorkerRegistry::List() const {
     info.set_cuda_driver_version(w.reg.cuda_driver_version());
     info.set_nvlink_topology_known(w.reg.nvlink_topology_known());
     *info.mutable_nccl_env() = w.reg.nccl_env();
+    if (auto c = cordons_.find(name); c != cordons_.end()) {
+      info.set_cordoned(true);
+      info.set_cordon_reason(c->second);
+    }
     out.push_back(std::move(info));
   }
   return out;
@@ -273,6 +277,36 @@ WorkerRegistry::Totals WorkerRegistry::Count() const {
     t.free += FreeSlots(name);
   }
   return t;
+}
+
+void WorkerRegistry::RestoreCordons(std::map<std::string, std::string> cordons) { cordons_ = std::move(cordons); }
+
+absl::Status WorkerRegistry::Cordon(const std::string& name, bool cordoned, const std::string& reason) {
+  if (!workers_.count(name) && !cordons_.count(name)) {
+    return absl::NotFoundError(absl::StrCat("worker ", Quoted(name), " is not known to this controller"));
+  }
+  if (cordoned) {
+    cordons_[name] = reason;
+  } else {
+    cordons_.erase(name);
+  }
+  return absl::OkStatus();
+}
+
+bool WorkerRegistry::Cordoned(const std::string& name) const { return cordons_.count(name) > 0; }
+
+std::optional<v1::WorkerInfo> WorkerRegistry::Info(const std::string& name) const {
+  for (auto& info : List()) {
+    if (info.name() == name) return info;
+  }
+  if (auto c = cordons_.find(name); c != cordons_.end()) {  // cordoned, gone from the fleet
+    v1::WorkerInfo info;
+    info.set_name(name);
+    info.set_cordoned(true);
+    info.set_cordon_reason(c->second);
+    return info;
+  }
+  return std::nullopt;
 }
 
 }  // namespace trainyard

@@ -125,6 +125,16 @@ class WorkerRegistry {
   void HoldPort(const std::string& worker, int port);  // recovery: a live gang's port
   void ReleasePort(const std::string& worker, int port);
 
+  // Cordons (CordonWorker, DrainWorker): a cordoned worker takes no new ranks
+  // (WorkerSnapshot.cordoned); its running ranks are left alone. Kept by name, apart
+  // from the worker's entry, so a cordon outlives the worker being lost and returning.
+  // Cordon: NOT_FOUND for a name neither registered nor cordoned.
+  void RestoreCordons(std::map<std::string, std::string> cordons);
+  absl::Status Cordon(const std::string& name, bool cordoned, const std::string& reason);
+  bool Cordoned(const std::string& name) const;
+  // The worker as List shows it; a cordoned worker no longer known shows only its cordon.
+  std::optional<v1::WorkerInfo> Info(const std::string& name) const;
+
   bool IsConnected(const std::string& worker) const;
   std::string Address(const std::string& worker) const;
   // The worker's stream while connected, else null.
@@ -172,6 +182,7 @@ class WorkerRegistry {
   const absl::Duration heartbeat_timeout_;
   std::map<std::string, Worker> workers_;
   std::map<std::string, std::set<int>> held_ports_;  // by worker name
+  std::map<std::string, std::string> cordons_;  // cordoned worker -> reason
 };
 
 }  // namespace trainyard

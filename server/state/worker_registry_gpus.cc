@@ -133,6 +133,7 @@ WorkerSnapshot WorkerRegistry::SnapshotOf(const std::string& name, const Worker&
   WorkerSnapshot s;
   s.name = name;
   s.free_slots = idle ? w.reg.slots() : FreeSlots(name);
+  s.cordoned = !idle && cordons_.count(name) > 0;
   s.nvlink_topology_known = w.reg.nvlink_topology_known();
   s.engine_cuda = w.reg.capabilities().cuda();
   s.engine_cudagraph = w.reg.capabilities().cudagraph();

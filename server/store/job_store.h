@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,12 @@
 #include "trainyard/v1/job.pb.h"
 
 namespace trainyard {
+
+// One owner's decayed fair-share usage as last saved (server/policy/sharing_policy.h).
+struct StoredUsage {
+  double slot_seconds = 0;
+  int64_t as_of_unix_ms = 0;
+};
 
 // The controller's durable state as JobManager and the WatchJob stream use it: jobs
 // and their per-job event logs. SqliteJobStore (SQLite) is the implementation; tests wrap it
@@ -38,6 +45,14 @@ class JobStore {
                                                             int64_t from_seq, int limit) = 0;
   // The highest committed seq of the job (0 when none).
   virtual int64_t LastSeq(const std::string& job_id) = 0;
+
+  // Fleet settings that outlive a controller restart. Cordoned workers, by name, with
+  // the reason given; PutCordon(name, false, ...) removes one.
+  virtual absl::Status PutCordon(const std::string& worker, bool cordoned, const std::string& reason) = 0;
+  virtual absl::StatusOr<std::map<std::string, std::string>> LoadCordons() = 0;
+  // Owners' fair-share usage: SaveUsage replaces every row in one transaction.
+  virtual absl::Status SaveUsage(const std::map<std::string, StoredUsage>& usage) = 0;
+  virtual absl::StatusOr<std::map<std::string, StoredUsage>> LoadUsage() = 0;
 };
 
 }  // namespace trainyard

@@ -59,6 +59,9 @@ SqliteStatement::~SqliteStatement() { sqlite3_finalize(stmt_); }
 void SqliteStatement::BindInt(int index, int64_t value) {
   sqlite3_bind_int64(stmt_, index, value);
 }
+void SqliteStatement::BindDouble(int index, double value) {
+  sqlite3_bind_double(stmt_, index, value);
+}
 void SqliteStatement::BindText(int index, std::string_view value) {
   sqlite3_bind_text(stmt_, index, value.data(), static_cast<int>(value.size()),
                     SQLITE_TRANSIENT);
@@ -88,6 +91,7 @@ void SqliteStatement::Reset() {
 }
 
 int64_t SqliteStatement::ColumnInt(int index) { return sqlite3_column_int64(stmt_, index); }
+double SqliteStatement::ColumnDouble(int index) { return sqlite3_column_double(stmt_, index); }
 
 std::string SqliteStatement::ColumnText(int index) {
   const unsigned char* text = sqlite3_column_text(stmt_, index);

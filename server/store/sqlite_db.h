@@ -42,6 +42,7 @@ class SqliteStatement {
   ~SqliteStatement();
 
   void BindInt(int index, int64_t value);
+  void BindDouble(int index, double value);
   void BindText(int index, std::string_view value);
   void BindBlob(int index, std::string_view value);
   void BindNull(int index);
@@ -52,6 +53,7 @@ class SqliteStatement {
   void Reset();
 
   int64_t ColumnInt(int index);
+  double ColumnDouble(int index);
   std::string ColumnText(int index);
   std::string ColumnBlob(int index);
 

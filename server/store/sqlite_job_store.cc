@@ -46,6 +46,15 @@ absl::Status SqliteJobStore::InitSchema() {
     );
     CREATE UNIQUE INDEX IF NOT EXISTS events_source
       ON events (job_id, attempt, rank, source_seq);
+    CREATE TABLE IF NOT EXISTS worker_cordons (
+      name   TEXT PRIMARY KEY,
+      reason TEXT NOT NULL
+    );
+    CREATE TABLE IF NOT EXISTS owner_usage (
+      owner        TEXT PRIMARY KEY,
+      slot_seconds REAL NOT NULL,
+      as_of_ms     INTEGER NOT NULL
+    );
   )sql");
 }
 
@@ -215,6 +224,62 @@ int64_t SqliteJobStore::LastSeq(const std::string& job_id) {
   stmt->BindText(1, job_id);
   auto row = stmt->Step();
   return row.ok() && *row ? stmt->ColumnInt(0) : 0;
+}
+
+absl::Status SqliteJobStore::PutCordon(const std::string& worker, bool cordoned, const std::string& reason) {
+  absl::MutexLock lock(&write_mu_);
+  TY_ASSIGN_OR_RETURN(auto stmt, writer_->Prepare(cordoned ? "INSERT OR REPLACE INTO worker_cordons (name, reason) "
+                                                             "VALUES (?1, ?2)"
+                                                           : "DELETE FROM worker_cordons WHERE name = ?1"));
+  stmt.BindText(1, worker);
+  if (cordoned) stmt.BindText(2, reason);
+  return stmt.Run();
+}
+
+absl::StatusOr<std::map<std::string, std::string>> SqliteJobStore::LoadCordons() {
+  absl::MutexLock lock(&write_mu_);
+  TY_ASSIGN_OR_RETURN(auto stmt, writer_->Prepare("SELECT name, reason FROM worker_cordons"));
+  std::map<std::string, std::string> out;
+  while (true) {
+    TY_ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (!row) break;
+    out[stmt.ColumnText(0)] = stmt.ColumnText(1);
+  }
+  return out;
+}
+
+absl::Status SqliteJobStore::SaveUsage(const std::map<std::string, StoredUsage>& usage) {
+  absl::MutexLock lock(&write_mu_);
+  TY_RETURN_IF_ERROR(writer_->Exec("BEGIN IMMEDIATE"));
+  auto body = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_) -> absl::Status {
+    TY_RETURN_IF_ERROR(writer_->Exec("DELETE FROM owner_usage"));
+    TY_ASSIGN_OR_RETURN(auto stmt, writer_->Prepare(
+        "INSERT INTO owner_usage (owner, slot_seconds, as_of_ms) VALUES (?1, ?2, ?3)"));
+    for (const auto& [owner, u] : usage) {
+      stmt.Reset();
+      stmt.BindText(1, owner);
+      stmt.BindDouble(2, u.slot_seconds);
+      stmt.BindInt(3, u.as_of_unix_ms);
+      TY_RETURN_IF_ERROR(stmt.Run());
+    }
+    return absl::OkStatus();
+  };
+  absl::Status status = body();
+  if (status.ok()) status = writer_->Exec("COMMIT");
+  if (!status.ok()) writer_->Exec("ROLLBACK").IgnoreError();
+  return status;
+}
+
+absl::StatusOr<std::map<std::string, StoredUsage>> SqliteJobStore::LoadUsage() {
+  absl::MutexLock lock(&write_mu_);
+  TY_ASSIGN_OR_RETURN(auto stmt, writer_->Prepare("SELECT owner, slot_seconds, as_of_ms FROM owner_usage"));
+  std::map<std::string, StoredUsage> out;
+  while (true) {
+    TY_ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (!row) break;
+    out[stmt.ColumnText(0)] = StoredUsage{stmt.ColumnDouble(1), stmt.ColumnInt(2)};
+  }
+  return out;
 }
 
 }  // namespace trainyard

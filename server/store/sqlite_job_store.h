@@ -38,6 +38,10 @@ class SqliteJobStore final : public JobStore {
   absl::StatusOr<std::vector<v1::Event>> ReadEvents(const std::string& job_id,
                                                     int64_t from_seq, int limit) override;
   int64_t LastSeq(const std::string& job_id) override;
+  absl::Status PutCordon(const std::string& worker, bool cordoned, const std::string& reason) override;
+  absl::StatusOr<std::map<std::string, std::string>> LoadCordons() override;
+  absl::Status SaveUsage(const std::map<std::string, StoredUsage>& usage) override;
+  absl::StatusOr<std::map<std::string, StoredUsage>> LoadUsage() override;
 
  private:
   explicit SqliteJobStore(std::unique_ptr<SqliteDb> writer) : writer_(std::move(writer)) {}

@@ -76,6 +76,14 @@ class TestJobStore : public JobStore {
     return inner_->ReadEvents(job_id, from_seq, limit);
   }
   int64_t LastSeq(const std::string& job_id) override { return inner_->LastSeq(job_id); }
+  absl::Status PutCordon(const std::string& worker, bool cordoned, const std::string& reason) override {
+    return inner_->PutCordon(worker, cordoned, reason);
+  }
+  absl::StatusOr<std::map<std::string, std::string>> LoadCordons() override { return inner_->LoadCordons(); }
+  absl::Status SaveUsage(const std::map<std::string, StoredUsage>& usage) override {
+    return inner_->SaveUsage(usage);
+  }
+  absl::StatusOr<std::map<std::string, StoredUsage>> LoadUsage() override { return inner_->LoadUsage(); }
 
  private:
   struct Failure {

@@ -142,14 +142,17 @@ TEST(CheckpointPathTest, TheJobsOwnDirectoryOnly) {
   EXPECT_EQ(CheckpointDirOf(job.spec(), job.id()), "/job-3");
 }
 
-TEST(AssignTest, CarriesTheCheckpointDirWhenOnAndTheResumePointWhenRecorded) {
+TEST(AssignTest, CarriesTheCheckpointDirWhenSetAndTheResumePointWhenRecorded) {
   TrackedJob rt;
   rt.job.set_id("job-8");
   rt.job.set_attempt(2);
   rt.job.set_world_size(1);
+  v1::ControllerMessage none = AssignFor(rt, {0});
+  EXPECT_EQ(none.assign().checkpoint_dir(), "") << "no checkpoint.dir: nowhere to write";
   rt.job.mutable_spec()->mutable_checkpoint()->set_dir("/shared/ckpt");
   v1::ControllerMessage off = AssignFor(rt, {0});
-  EXPECT_EQ(off.assign().checkpoint_dir(), "") << "interval 0: no checkpoints";
+  EXPECT_EQ(off.assign().checkpoint_dir(), "/shared/ckpt/job-8")
+      << "interval 0: no interval checkpoints, but the ranks can checkpoint on request";
   EXPECT_EQ(off.assign().resume_path(), "");
   rt.job.mutable_spec()->mutable_checkpoint()->set_interval(50);
   rt.job.mutable_last_checkpoint()->set_step(150);

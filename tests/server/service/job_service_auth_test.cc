@@ -13,6 +13,8 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -285,6 +287,111 @@ TEST_F(JobServiceAuthTest, WatchStreamsPerOwnerAreCappedAndReleasedWhenAStreamEn
   }
   EXPECT_TRUE(reopened.ok()) << reopened.error_message();
   EXPECT_EQ(OpenWatch(kAlice, id).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+}
+
+}  // namespace
+}  // namespace trainyard::testing
+
+namespace trainyard::testing {
+namespace {
+
+// Sharing the fleet: CheckpointJob follows the job's owner like CancelJob; cordon and
+// drain are the admin's; opting out of preemption above priority 0 is the admin's; the
+// requests are checked before anything happens.
+class SharingAuthTest : public JobServiceAuthTest {
+ protected:
+  grpc::Status Checkpoint(const std::string& token, const std::string& id, double timeout_s = 1) {
+    v1::CheckpointJobRequest req;
+    req.set_job_id(id);
+    req.set_timeout_s(timeout_s);
+    v1::CheckpointJobResponse resp;
+    return stub_->CheckpointJob(Ctx(token).get(), req, &resp);
+  }
+  grpc::Status Cordon(const std::string& token, const std::string& name, bool cordon, const std::string& reason = "") {
+    v1::CordonWorkerRequest req;
+    req.set_name(name);
+    req.set_cordon(cordon);
+    req.set_reason(reason);
+    v1::WorkerInfo info;
+    return stub_->CordonWorker(Ctx(token).get(), req, &info);
+  }
+  grpc::Status Drain(const std::string& token, const std::string& name) {
+    v1::DrainWorkerRequest req;
+    req.set_name(name);
+    v1::DrainWorkerResponse resp;
+    return stub_->DrainWorker(Ctx(token).get(), req, &resp);
+  }
+  grpc::Status SubmitPinned(const std::string& token, int priority) {
+    v1::SubmitJobRequest req;
+    *req.mutable_spec() = Spec();
+    req.mutable_spec()->mutable_job()->set_priority(priority);
+    req.mutable_spec()->mutable_job()->set_preemptible(false);
+    v1::Job job;
+    return stub_->SubmitJob(Ctx(token).get(), req, &job);
+  }
+};
+
+TEST_F(SharingAuthTest, CheckpointFollowsTheOwnerAndTheFleetIsTheAdmins) {
+  const std::string mine = SubmitOk(kAlice);
+  const std::string theirs = SubmitOk(kBob);
+  ExpectCode(Checkpoint("", mine), grpc::StatusCode::UNAUTHENTICATED, "no bearer token");
+  ExpectCode(Cordon("", "w1", true), grpc::StatusCode::UNAUTHENTICATED, "no bearer token");
+  ExpectCode(Drain("", "w1"), grpc::StatusCode::UNAUTHENTICATED, "no bearer token");
+
+  ExpectCode(Checkpoint(kViewer, mine), grpc::StatusCode::PERMISSION_DENIED,
+             "dashboard has the viewer role, which cannot checkpoint jobs; that needs submitter or admin");
+  ExpectCode(Checkpoint(kAlice, theirs), grpc::StatusCode::NOT_FOUND, "job " + theirs + " not found");
+  // Her own job has no checkpoint.dir: refused for what it is, not for who asks.
+  const grpc::Status own = Checkpoint(kAlice, mine);
+  EXPECT_EQ(own.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << own.error_message();
+  EXPECT_NE(own.error_message().find("sets no checkpoint.dir"), std::string::npos) << own.error_message();
+
+  for (const char* token : {kViewer, kAlice}) {
+    const std::string who = token == kViewer ? "dashboard has the viewer" : "alice has the submitter";
+    ExpectCode(Cordon(token, "w1", true), grpc::StatusCode::PERMISSION_DENIED,
+               who + " role, which cannot cordon workers; that needs admin");
+    ExpectCode(Cordon(token, "w1", false), grpc::StatusCode::PERMISSION_DENIED,
+               who + " role, which cannot uncordon workers; that needs admin");
+    ExpectCode(Drain(token, "w1"), grpc::StatusCode::PERMISSION_DENIED,
+               who + " role, which cannot drain workers; that needs admin");
+  }
+  for (const auto& w : manager_->Workers()) EXPECT_FALSE(w.cordoned()) << "nothing was cordoned";
+
+  ExpectCode(Cordon(kAdmin, "w9", true), grpc::StatusCode::NOT_FOUND, "worker 'w9' is not known to this controller");
+  ExpectCode(Drain(kAdmin, "w9"), grpc::StatusCode::NOT_FOUND, "worker 'w9' is not known to this controller");
+  ASSERT_TRUE(Cordon(kAdmin, "w1", true, "fan").ok());
+  EXPECT_TRUE(manager_->Workers()[0].cordoned());
+  EXPECT_EQ(manager_->Workers()[0].cordon_reason(), "fan");
+}
+
+TEST_F(SharingAuthTest, OnlyAnAdminOptsOutOfPreemptionAbovePriorityZero) {
+  ExpectCode(SubmitPinned(kAlice, 5), grpc::StatusCode::PERMISSION_DENIED,
+             "alice has the submitter role, which cannot submit a job with job.preemptible = false above priority "
+             "0 (this one has priority 5); that needs admin");
+  EXPECT_TRUE(ListIds(kAdmin).empty()) << "nothing was created";
+  EXPECT_TRUE(SubmitPinned(kAlice, 0).ok());
+  EXPECT_TRUE(SubmitPinned(kAdmin, 5).ok());
+}
+
+TEST_F(SharingAuthTest, SharingRequestsAreCheckedBeforeAnythingHappens) {
+  const std::string id = SubmitOk(kAlice);
+  for (double t : {-1.0, std::nan(""), std::numeric_limits<double>::infinity(), 3601.0}) {
+    const grpc::Status s = Checkpoint(kAdmin, id, t);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << t;
+    EXPECT_EQ(s.error_message().rfind("CheckpointJobRequest.timeout_s: must be in [0, 3600]", 0), 0u)
+        << s.error_message();
+  }
+  EXPECT_EQ(Checkpoint(kAdmin, std::string(65, 'j')).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Checkpoint(kAdmin, "").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  for (const std::string& name : {std::string(), std::string(300, 'w'), std::string("w 1"), std::string("w\n1")}) {
+    EXPECT_EQ(Cordon(kAdmin, name, true).error_code(), grpc::StatusCode::INVALID_ARGUMENT) << name;
+    EXPECT_EQ(Drain(kAdmin, name).error_code(), grpc::StatusCode::INVALID_ARGUMENT) << name;
+  }
+  const grpc::Status long_reason = Cordon(kAdmin, "w1", true, std::string(2000, 'r'));
+  EXPECT_EQ(long_reason.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_LT(long_reason.error_message().size(), 300u) << "quotes at most ~100 characters";
+  EXPECT_EQ(Cordon(kAdmin, "w1", true, "bell\a").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  for (const auto& w : manager_->Workers()) EXPECT_FALSE(w.cordoned());
 }
 
 }  // namespace

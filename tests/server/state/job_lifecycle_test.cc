@@ -410,7 +410,9 @@ TEST_F(JobLifecycleTest, AJobPastItsTimeLimitEndsFailedAndItsRanksAreCancelled) 
 
 TEST_F(JobLifecycleTest, HigherPriorityGoesFirstThenFifoAndTheHeadHoldsTheRestBack) {
   Conn w1 = Connect("w1", 1);
-  const std::string first = Submit(Spec(1));
+  v1::JobSpec pinned = Spec(1);
+  pinned.mutable_job()->set_preemptible(false);  // the order alone, no preemption
+  const std::string first = Submit(pinned);
   const std::string low = Submit(Spec(1, 1, 0, /*priority=*/0));
   const std::string high = Submit(Spec(1, 1, 0, /*priority=*/5));
   EXPECT_EQ(Job(high).pending_reason(),

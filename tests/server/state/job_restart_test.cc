@@ -164,7 +164,8 @@ TEST_F(JobRestartTest, OutOfRangeOrForeignCheckpointsAreRefusedAndTheNewestIsRec
   EXPECT_EQ(assigns[0].assign().resume_path(), "");
   EXPECT_EQ(assigns[1].assign().attempt(), 2);
   EXPECT_EQ(assigns[1].assign().resume_path(), "/ckpt/job-1/step-00000007-attempt-1");
-  EXPECT_EQ(assigns[1].assign().checkpoint_dir(), "") << "checkpoint.interval is 0";
+  EXPECT_EQ(assigns[1].assign().checkpoint_dir(), "/ckpt/job-1")
+      << "checkpoint.interval is 0, but a requested checkpoint needs the directory";
 
   // A controller restart keeps the checkpoint and the cause; attempt 2 moves it on.
   Restart();

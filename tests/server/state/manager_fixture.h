@@ -7,6 +7,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -44,8 +45,11 @@ class ManagerFixture : public ::testing::Test {
     options.heartbeat_interval = absl::Seconds(2);
     options.heartbeat_timeout = absl::Seconds(15);
     options.max_events_per_s_per_rank = max_events_per_s_per_rank_;
+    options.sharing = sharing_;
     options.on_lost_write = [this](const absl::Status& s) { Log("lost write: " + std::string(s.message())); };
-    return std::make_unique<JobManager>(store_.get(), hub_.get(), &metrics_, &clock_, options);
+    auto manager = std::make_unique<JobManager>(store_.get(), hub_.get(), &metrics_, &clock_, options);
+    if (policy_) manager->SetPolicy(*policy_);  // as the controller: before Recover
+    return manager;
   }
 
   // A controller restart: a new store over the same directory, a new hub and a new
@@ -110,8 +114,8 @@ class ManagerFixture : public ::testing::Test {
     return spec;
   }
 
-  std::string Submit(const v1::JobSpec& spec) {
-    auto job = manager_->Submit(spec, "alice");
+  std::string Submit(const v1::JobSpec& spec, const std::string& owner = "alice") {
+    auto job = manager_->Submit(spec, owner);
     EXPECT_TRUE(job.ok()) << job.status();
     return job.ok() ? job->id() : "";
   }
@@ -207,6 +211,8 @@ class ManagerFixture : public ::testing::Test {
   std::vector<std::string> journal_ ABSL_GUARDED_BY(journal_mu_);
   FakeClock clock_;
   double max_events_per_s_per_rank_ = 0;  // set before NewManager() for a capped manager
+  SharingOptions sharing_;  // preemption grace and guard, read by NewManager()
+  std::optional<SharingPolicy> policy_;  // the --policy-file, given by NewManager()
   std::unique_ptr<EventHub> hub_ = std::make_unique<EventHub>();
   ControllerMetrics metrics_;
   std::unique_ptr<SqliteJobStore> db_;

@@ -1,0 +1,135 @@
+// JobManager: sharing the fleet. Checkpoints on request (and their waiting callers),
+// cordons and drains.
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+#include "common/base/text.h"
+#include "server/state/job_manager.h"
+#include "spdlog/spdlog.h"
+
+namespace trainyard {
+namespace {
+
+// CheckpointJob callers one job may have waiting at once.
+constexpr size_t kMaxWaitersPerJob = 64;
+
+}  // namespace
+
+void JobManager::RequestCheckpoint(const std::string& job_id, absl::Duration timeout, CheckpointDone done) {
+  absl::StatusOr<CheckpointWant> want;
+  {
+    absl::MutexLock commit(&commit_mu_);
+    Effects fx;
+    {
+      absl::MutexLock lock(&mu_);
+      const size_t waiting = std::count_if(checkpoint_waiters_.begin(), checkpoint_waiters_.end(),
+                                           [&](const CheckpointWaiter& w) { return w.job_id == job_id; });
+      if (waiting >= kMaxWaitersPerJob) {
+        want = absl::ResourceExhaustedError(
+            absl::StrCat("job ", job_id, " already has ", waiting, " checkpoint requests waiting"));
+      } else {
+        want = lifecycle_.RequestCheckpoint(job_id, &fx);
+      }
+      if (want.ok()) checkpoint_waiters_.push_back({job_id, *want, clock_->Now() + timeout, std::move(done)});
+    }
+    if (want.ok()) {
+      absl::Status sent = Run(std::move(fx));
+      if (!sent.ok()) spdlog::error("job={} checkpoint request not sent: {}", job_id, std::string(sent.message()));
+    }
+  }
+  if (!want.ok()) done(want.status());
+}
+
+std::vector<JobManager::Answer> JobManager::TakeAnsweredLocked(const std::string& job_id,
+                                                              const std::vector<v1::Event>& committed) {
+  std::vector<Answer> out;
+  const absl::Time now = clock_->Now();
+  auto answered = [&](const CheckpointWaiter& w) -> std::optional<absl::StatusOr<v1::CheckpointRef>> {
+    if (!job_id.empty() && w.job_id != job_id) return std::nullopt;
+    for (const auto& e : committed) {
+      const v1::CheckpointSaved& ck = e.checkpoint();
+      if (e.has_checkpoint() && ck.requested() && e.rank() == 0 && e.attempt() == w.want.attempt &&
+          ck.step() >= w.want.min_step) {
+        v1::CheckpointRef ref;
+        ref.set_step(ck.step());
+        ref.set_path(ck.path());
+        ref.set_attempt(e.attempt());
+        ref.set_bytes(ck.bytes());
+        return ref;
+      }
+    }
+    if (std::string why; !lifecycle_.CheckpointStillPossible(w.job_id, w.want, &why)) {
+      return absl::AbortedError(why);
+    }
+    if (now >= w.deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("job ", w.job_id, "'s checkpoint was not complete in time (its ranks save at their next "
+                       "step boundary; a long step or a slow write takes longer)"));
+    }
+    return std::nullopt;
+  };
+  for (auto it = checkpoint_waiters_.begin(); it != checkpoint_waiters_.end();) {
+    if (auto a = answered(*it)) {
+      out.emplace_back(std::move(it->done), std::move(*a));
+      it = checkpoint_waiters_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return out;
+}
+
+void JobManager::Deliver(std::vector<Answer> answers) {
+  for (auto& [done, answer] : answers) done(std::move(answer));
+}
+
+absl::StatusOr<v1::WorkerInfo> JobManager::Cordon(const std::string& name, bool cordon, const std::string& reason) {
+  absl::MutexLock commit(&commit_mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    if (!registry_.Info(name)) {
+      return absl::NotFoundError(absl::StrCat("worker ", Quoted(name), " is not known to this controller"));
+    }
+  }
+  // Stored before it is in force: a restart never forgets a cordon it acted on.
+  TY_RETURN_IF_ERROR(store_->PutCordon(name, cordon, reason));
+  Effects fx;
+  {
+    absl::MutexLock lock(&mu_);
+    TY_RETURN_IF_ERROR(registry_.Cordon(name, cordon, reason));
+    spdlog::info("worker={} {}{}", name, cordon ? "cordoned" : "uncordoned", reason.empty() ? "" : ": " + reason);
+    lifecycle_.Schedule(&fx);
+    UpdateSlotMetricsLocked();
+  }
+  Run(std::move(fx)).IgnoreError();  // logged by Run
+  absl::MutexLock lock(&mu_);
+  return *registry_.Info(name);
+}
+
+absl::StatusOr<v1::DrainWorkerResponse> JobManager::Drain(const std::string& name, const std::string& reason) {
+  TY_RETURN_IF_ERROR(Cordon(name, true, reason.empty() ? "draining" : reason).status());
+  absl::MutexLock commit(&commit_mu_);
+  Effects fx;
+  v1::DrainWorkerResponse response;
+  {
+    absl::MutexLock lock(&mu_);
+    TY_ASSIGN_OR_RETURN(std::vector<std::string> moved, lifecycle_.Drain(name, reason, &fx));
+    for (auto& id : moved) response.add_job_ids(std::move(id));
+    spdlog::info("worker={} drained: {} job(s) move", name, response.job_ids_size());
+    lifecycle_.Schedule(&fx);
+    UpdateSlotMetricsLocked();
+  }
+  TY_RETURN_IF_ERROR(Run(std::move(fx)));
+  absl::MutexLock lock(&mu_);
+  *response.mutable_worker() = *registry_.Info(name);
+  return response;
+}
+
+void JobManager::SetPolicy(SharingPolicy policy) {
+  absl::MutexLock lock(&mu_);
+  lifecycle_.SetPolicy(std::move(policy));
+}
+
+}  // namespace trainyard
