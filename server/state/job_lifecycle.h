@@ -162,7 +162,7 @@ class JobLifecycle {
   std::map<std::string, StoredUsage> UsageSnapshot() const;
   void RestoreUsage(const std::map<std::string, StoredUsage>& usage);
   // Where the job's owner stands (Job.share): quota, usage, fair share, and for a
-  // PENDING job its place in the queue of the last pass.
+  // PENDING job its place in the queue, as of the last scheduling pass.
   void FillShare(const std::string& id, v1::Job* job) const;
 
  private:
@@ -224,6 +224,9 @@ class JobLifecycle {
   UsageLedger ledger_;
   absl::Time usage_until_ = absl::InfinitePast();  // the ledger holds usage up to here
   int queue_length_ = 0;  // PENDING jobs queued at the last pass
+  // Each owner's slots and GPUs at the last scheduling pass or usage accrual, for
+  // FillShare (a GetJob need not walk every job).
+  std::map<std::string, SlotUse> owner_use_;
   std::map<std::string, TrackedJob> jobs_;
   int64_t next_order_ = 0;
 };

@@ -59,6 +59,7 @@ void JobLifecycle::HoldOverQuota(std::vector<QueuedJob>* queue, const std::map<s
 void JobLifecycle::AccrueUsage() {
   const absl::Time now = clock_->Now();
   const std::map<std::string, SlotUse> in_use = InUseByOwner();
+  owner_use_ = in_use;
   if (usage_until_ != absl::InfinitePast() && now > usage_until_) {
     for (const auto& [owner, use] : in_use) ledger_.Accrue(owner, use.slots, usage_until_, now);
   }
@@ -87,7 +88,7 @@ void JobLifecycle::FillShare(const std::string& id, v1::Job* job) const {
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return;
   const std::string& owner = it->second.job.owner();
-  v1::ShareInfo share = ShareStanding(policy_, InUseByOwner(), owner, ledger_.Value(owner, clock_->Now()));
+  v1::ShareInfo share = ShareStanding(policy_, owner_use_, owner, ledger_.Value(owner, clock_->Now()));
   if (it->second.job.state() == v1::Job::PENDING && it->second.queue_position > 0) {
     share.set_queue_position(it->second.queue_position);
     share.set_queue_length(queue_length_);

@@ -44,6 +44,7 @@ void JobLifecycle::Schedule(Effects* fx) {
   }
   // Quotas: a job over its owner's or group's limit waits apart, holding nothing back.
   const std::map<std::string, SlotUse> in_use = InUseByOwner();
+  owner_use_ = in_use;
   HoldOverQuota(&queue, in_use, fx);
   queue_length_ = static_cast<int>(queue.size());
   if (queue.empty()) return;
@@ -101,6 +102,7 @@ void JobLifecycle::Schedule(Effects* fx) {
       SetState(rt, v1::Job::PENDING, why, fx);
     }
   }
+  owner_use_ = InUseByOwner();  // with what this pass placed
   MaybePreempt(queue, decisions, fx);
 }
 

@@ -136,6 +136,21 @@ group = "heavy"
   EXPECT_EQ(sa.queue_position(), 3);
   EXPECT_EQ(sa.queue_length(), 3);
 
+  // The owner gauges, as Prometheus scrapes them after a tick.
+  Pass(absl::Seconds(0), {w1});
+  std::map<std::string, double> slots, usage;
+  for (const auto& f : metrics_.registry()->Collect()) {
+    for (const auto& m : f.metric) {
+      if (m.label.empty() || m.label[0].name != "owner") continue;
+      if (f.name == "trainyard_owner_slots_in_use") slots[m.label[0].value] = m.gauge.value;
+      if (f.name == "trainyard_owner_usage_slot_seconds") usage[m.label[0].value] = m.gauge.value;
+    }
+  }
+  EXPECT_EQ(slots.at("erin"), 2);
+  EXPECT_EQ(slots.at("alice"), 0);
+  EXPECT_NEAR(usage["alice"], alice_now, 1e-6 * alice_now);
+  EXPECT_NEAR(usage["dave"], dave_now, 1e-6 * dave_now);
+
   // Usage is stored by Tick and read back after a restart, decayed from when it was saved.
   Pass(absl::Seconds(31), {w1});
   const double before = Job(qa).share().usage_slot_seconds();

@@ -176,6 +176,12 @@ TEST_F(JobSharingTest, AnUrgentJobPreemptsAfterTheVictimsCheckpointAndTheVictimR
   v1::Job pending = Job(urgent);
   ASSERT_EQ(pending.state(), v1::Job::PENDING);
   EXPECT_THAT(pending.pending_reason(), HasSubstr("preempting job-1 (checkpointing, stopped at the latest at "));
+  // Its start is estimated from the victim's grace, and the slots are reserved for it.
+  Pass(absl::Seconds(1), {w1});
+  pending = Job(urgent);
+  ASSERT_TRUE(pending.has_estimated_start_time());
+  EXPECT_LE(pending.estimated_start_time().seconds(), absl::ToUnixSeconds(clock_.Now() + absl::Seconds(119)));
+  EXPECT_THAT(pending.reserved_workers(), ::testing::ElementsAre("w1", "w1"));
   auto requests = w1.channel->Of(Msg::kCheckpoint);
   ASSERT_THAT(requests, SizeIs(1));
   EXPECT_EQ(requests[0].checkpoint().job_id(), low);
