@@ -97,7 +97,9 @@ TestCluster::TestCluster(ClusterBinaries bins, const std::string& tag) : bins_(s
   fs::remove_all(dir_);
   fs::create_directories(dir_);
   // A rendezvous port range per test process, so parallel test processes do not collide.
-  next_port_base_ = 33000 + (getpid() % 1500) * 20;
+  // Below the kernel's ephemeral ports (32768-60999 here), which outgoing connections
+  // take: a rank's store port must never be one a connection already holds.
+  next_port_base_ = 10000 + (getpid() % 1000) * 20;
 }
 
 TestCluster::~TestCluster() {
