@@ -6,6 +6,7 @@
 #include <grpcpp/security/credentials.h>
 
 #include <cctype>
+#include <cmath>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -147,6 +148,49 @@ absl::StatusOr<std::vector<v1::WorkerInfo>> JobClient::ListWorkers() {
   grpc::Status status = stub_->ListWorkers(&context, v1::ListWorkersRequest(), &response);
   if (!status.ok()) return FromGrpcStatus(status);
   return std::vector<v1::WorkerInfo>(response.workers().begin(), response.workers().end());
+}
+
+absl::StatusOr<v1::CheckpointRef> JobClient::CheckpointJob(const std::string& id, double timeout_s) {
+  grpc::ClientContext context;
+  const double waits_s = timeout_s > 0 ? timeout_s : kCheckpointDefaultTimeoutS;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::milliseconds(static_cast<int64_t>(std::ceil(waits_s * 1000))) +
+                       kCheckpointDeadlineMargin);
+  Authorize(&context);
+  v1::CheckpointJobRequest request;
+  request.set_job_id(id);
+  request.set_timeout_s(timeout_s);
+  v1::CheckpointJobResponse response;
+  grpc::Status status = stub_->CheckpointJob(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return std::move(*response.mutable_checkpoint());
+}
+
+absl::StatusOr<v1::WorkerInfo> JobClient::CordonWorker(const std::string& name, bool cordon,
+                                                       const std::string& reason) {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  v1::CordonWorkerRequest request;
+  request.set_name(name);
+  request.set_cordon(cordon);
+  request.set_reason(reason);
+  v1::WorkerInfo worker;
+  grpc::Status status = stub_->CordonWorker(&context, request, &worker);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return worker;
+}
+
+absl::StatusOr<v1::DrainWorkerResponse> JobClient::DrainWorker(const std::string& name,
+                                                               const std::string& reason) {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  v1::DrainWorkerRequest request;
+  request.set_name(name);
+  request.set_reason(reason);
+  v1::DrainWorkerResponse response;
+  grpc::Status status = stub_->DrainWorker(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response;
 }
 
 absl::StatusOr<std::vector<v1::ArtifactInfo>> JobClient::ListArtifacts(

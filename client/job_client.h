@@ -66,6 +66,20 @@ class JobClient {
   absl::StatusOr<v1::Job> ResizeJob(const std::string& id, int dp);
   absl::StatusOr<std::vector<v1::WorkerInfo>> ListWorkers();
 
+  // Asks the job's ranks to save a checkpoint at their next step boundary and waits for
+  // it: the controller gives up after `timeout_s` (0: its default, 300 s; it takes at
+  // most 3600), and this call's deadline is that plus kCheckpointDeadlineMargin, so the
+  // controller's own DEADLINE_EXCEEDED (which says how far the ranks got) arrives
+  // rather than the client's.
+  static constexpr double kCheckpointDefaultTimeoutS = 300;
+  static constexpr double kCheckpointMaxTimeoutS = 3600;
+  static constexpr std::chrono::seconds kCheckpointDeadlineMargin{30};
+  absl::StatusOr<v1::CheckpointRef> CheckpointJob(const std::string& id, double timeout_s);
+  // Admin only. `cordon` false uncordons (and clears the reason).
+  absl::StatusOr<v1::WorkerInfo> CordonWorker(const std::string& name, bool cordon, const std::string& reason);
+  // Admin only: cordons the worker and moves every job with a rank there.
+  absl::StatusOr<v1::DrainWorkerResponse> DrainWorker(const std::string& name, const std::string& reason);
+
   // The job's complete artifacts, oldest first.
   absl::StatusOr<std::vector<v1::ArtifactInfo>> ListArtifacts(const std::string& job_id);
 

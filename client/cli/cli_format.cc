@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "client/cli/fleet_format.h"
 #include "client/cli/gpu_format.h"
 
 namespace trainyard::cli {
@@ -203,6 +204,8 @@ std::string FormatEventText(const v1::Event& event) {
       const v1::CheckpointSaved& c = event.checkpoint();
       absl::StrAppend(&line, "checkpoint step ", c.step(), " at ", c.path(), " (", FormatBytes(c.bytes()),
                       absl::StrFormat(", write %.0f ms)", c.write_ms()));
+      // Saved for `trainyard checkpoint`, a preemption or a drain, outside the interval.
+      if (c.requested()) line += " on request";
       break;
     }
     case v1::Event::PAYLOAD_NOT_SET:
@@ -351,17 +354,6 @@ int QueuePosition(const v1::Job& job, const std::vector<v1::Job>& pending) {
 
 namespace {
 
-std::string Ordinal(int n) {
-  const char* suffix = "th";
-  if (n % 100 < 11 || n % 100 > 13) {
-    if (n % 10 == 1) suffix = "st";
-    if (n % 10 == 2) suffix = "nd";
-    if (n % 10 == 3) suffix = "rd";
-  }
-  return absl::StrCat(n, suffix);
-}
-
-
 std::string FormatIn(absl::Duration d) {
   if (d <= absl::ZeroDuration()) return "now";
   const int64_t s = absl::ToInt64Seconds(d);
@@ -406,10 +398,15 @@ std::string FormatExplain(const v1::Job& job, const std::vector<v1::Job>& pendin
                       ranks.empty() ? "(no ranks)" : CountWorkers(ranks), "\n",
                       FormatPlacementGpus(job.placement(), "gpus:       ", "nccl env:   "));
     }
-    return out + FormatJobDetails(job);
+    return out + FormatShare(job) + FormatJobDetails(job);
   }
   absl::StrAppend(&out, "why:        ", job.pending_reason(), "\n");
-  if (const int pos = QueuePosition(job, pending); pos > 0) {
+  // The controller's own place (Job.share, with fair share among equal priority) when it
+  // sends one; an older controller's order is priority, then submission.
+  if (job.share().queue_position() > 0) {
+    absl::StrAppend(&out, "queue:      ", Ordinal(job.share().queue_position()), " of ", job.share().queue_length(),
+                    " pending (higher priority first, then fair share, then submission order)\n");
+  } else if (const int pos = QueuePosition(job, pending); pos > 0) {
     absl::StrAppend(&out, "queue:      ", Ordinal(pos), " of ", pending.size(),
                     " pending (higher priority first, then submission order)\n");
   }
@@ -432,11 +429,13 @@ std::string FormatExplain(const v1::Job& job, const std::vector<v1::Job>& pendin
     if (!w.connected()) continue;
     std::string free = absl::StrCat(w.name(), " ", w.free_slots(), "/", w.slots());
     if (w.gpus_size() > 0) absl::StrAppend(&free, " (GPUs ", w.free_gpus_size(), "/", w.gpus_size(), ")");
+    // Its free slots take no new ranks.
+    if (w.cordoned()) free += " cordoned";
     fleet.push_back(std::move(free));
   }
   absl::StrAppend(&out, "fleet free: ", fleet.empty() ? "no workers connected" : absl::StrJoin(fleet, ", "),
                   "\n");
-  return out + FormatJobDetails(job);
+  return out + FormatShare(job) + FormatJobDetails(job);
 }
 
 std::string CountWorkers(const std::vector<std::string>& rank_workers) {

@@ -85,12 +85,16 @@ std::string FormatError(const absl::Status& status);
 // `trainyard explain`: why `job` is where it is. For a PENDING job: the scheduler's
 // sentence, its place among the `pending` jobs (scheduling order: priority, then
 // submission), its estimated start relative to `now`, the slots reserved for it and the
-// fleet's free slots (and free GPUs of the workers that offer them). For any other
-// state, a line saying where it runs (with each rank's GPU and the workers' NCCL
-// settings, FormatPlacementGpus) or how it ended.
+// fleet's free slots (and free GPUs of the workers that offer them; "cordoned" after a
+// cordoned worker's). The place is Job.share's queue_position (the controller's order,
+// fair share among equal priority) when set. For any other state, a line saying where it
+// runs (with each rank's GPU and the workers' NCCL settings, FormatPlacementGpus) or how
+// it ended. Then, for every state, the owner's quota and usage (FormatShare, when the
+// controller sent Job.share) and FormatJobDetails.
 std::string FormatExplain(const v1::Job& job, const std::vector<v1::Job>& pending,
                           const std::vector<v1::WorkerInfo>& workers, absl::Time now);
-// Its 1-based place in scheduling order among `pending`, or 0 when it is not there.
+// Its 1-based place in scheduling order (priority, then submission) among `pending`, or
+// 0 when it is not there: what explain shows when the controller sends no queue_position.
 int QueuePosition(const v1::Job& job, const std::vector<v1::Job>& pending);
 
 // "w1×4, w2×2": how many ranks each worker holds, workers in first-rank order.

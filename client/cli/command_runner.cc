@@ -52,7 +52,9 @@ void AddGlobalOptions(CLI::App* app, CommonOptions* options) {
                                 " (the address goes right after --controller)");
           },
           "HOST:PORT"));
-  app->add_option("--timeout", options->timeout_s, "Deadline of each call, in seconds")
+  app->add_option("--timeout", options->timeout_s,
+                  "Deadline of each call, in seconds (checkpoint: how long the controller waits for the "
+                  "checkpoint, default 300)")
       ->check(SecondsCheck(/*zero_allowed=*/false))
       ->capture_default_str();
   app->add_option("--tls-ca", options->tls_ca,

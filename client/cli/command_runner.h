@@ -5,6 +5,7 @@
 //   job_commands.cc       submit, list, get, cancel, resize, explain, workers
 //   watch_commands.cc     watch, logs (JobWatch from client/job_watch.h)
 //   artifact_commands.cc  artifacts list, artifacts pull
+//   fleet_commands.cc     checkpoint, workers cordon / uncordon / drain
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <functional>
@@ -74,6 +75,12 @@ class Runner {
   int Resize(const std::string& id, int dp);
   int Explain(const std::string& id);
   int Workers();
+  // Waits until the job's requested checkpoint is complete (or the controller's
+  // deadline, --timeout when given); prints where it is.
+  int Checkpoint(const std::string& id);
+  // `cordon` false: uncordon.
+  int Cordon(const std::string& name, bool cordon, const std::string& reason);
+  int Drain(const std::string& name, const std::string& reason);
 
   int ListArtifacts(const std::string& id);
   // One artifact, or every one of the job when `name` is empty; goes on past a failed

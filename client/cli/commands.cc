@@ -35,7 +35,8 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
       "  trainyard submit examples/debug.toml --set training.steps=50 --wait\n"
       "  trainyard --controller 10.0.0.5:7070 list --state running\n"
       "  trainyard watch job-3\n"
-      "  trainyard explain job-3\n\n"
+      "  trainyard explain job-3\n"
+      "  trainyard workers drain w1 --reason 'kernel update'\n\n"
       "Exit status (every command):\n",
       ExitCodeTable()));
 
@@ -89,10 +90,47 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
   explain->add_option("job", job_id, "Job id")->required();
   example(explain, "Example: trainyard explain job-3");
 
-  CLI::App* workers = app.add_subcommand("workers", "List workers and their free slots");
-  example(workers, "Example: trainyard workers");
-
   std::string reason;
+  CLI::App* workers = app.add_subcommand(
+      "workers", "List workers and their free slots (and cordoned ones with the reason); cordon, uncordon or "
+                 "drain one (admin)");
+  workers->require_subcommand(0, 1);
+  example(workers,
+          "Without a subcommand: the table; a CORDONED column appears when a worker is cordoned.\n"
+          "Example: trainyard workers");
+  std::string worker_name;
+  CLI::App* cordon = workers->add_subcommand(
+      "cordon", "Admin: the worker takes no new ranks; what runs there keeps running. Survives a controller restart");
+  cordon->add_option("name", worker_name, "Worker name")->required();
+  cordon->add_option("--reason", reason, "Why (shown by `trainyard workers` and the web fleet page)");
+  example(cordon, "Prints the worker's new state (--output json: its WorkerInfo).\n"
+                  "Example: trainyard workers cordon w1 --reason 'disk swap'");
+  CLI::App* uncordon = workers->add_subcommand("uncordon", "Admin: the worker takes new ranks again");
+  uncordon->add_option("name", worker_name, "Worker name")->required();
+  example(uncordon, "Example: trainyard workers uncordon w1");
+  CLI::App* drain = workers->add_subcommand(
+      "drain", "Admin: cordon the worker, then move every job with a rank there: each saves a checkpoint, "
+               "stops and is rescheduled elsewhere");
+  drain->add_option("name", worker_name, "Worker name")->required();
+  drain->add_option("--reason", reason, "Why (the moved jobs' reason reads `drained from W: REASON`)");
+  example(drain,
+          "A drained job is stopped as a preemption is: it uses no restart of restart.max_restarts and blames "
+          "no worker; a job without checkpoint.dir restarts from its start. Prints the jobs it moves, one per "
+          "line (--output json: the DrainWorkerResponse). The worker stays cordoned until `workers uncordon`.\n"
+          "Example: trainyard workers drain w1 --reason 'kernel update'");
+
+  CLI::App* checkpoint = app.add_subcommand(
+      "checkpoint", "Save a checkpoint of a running job now, at its next step boundary, and print where it is");
+  checkpoint->add_option("job", job_id, "Job id")->required();
+  example(checkpoint,
+          "The job needs checkpoint.dir (checkpoint.interval may be 0). Waits until the checkpoint is complete: "
+          "--timeout (the global flag) is how long the controller waits, at most 3600 seconds (default 300); "
+          "the call's own deadline is 30 s more. Prints 'JOB: checkpoint at step N: PATH (BYTES bytes)' "
+          "(--output json: the CheckpointJobResponse). FAILED_PRECONDITION for a job that is not RUNNING or "
+          "has no checkpoint.dir, DEADLINE_EXCEEDED when the ranks did not save in time, ABORTED when the "
+          "attempt ended first.\n"
+          "Example: trainyard checkpoint job-3 --timeout 600");
+
   CLI::App* cancel = app.add_subcommand("cancel", "Cancel a job");
   cancel->add_option("job", job_id, "Job id")->required();
   cancel->add_option("--reason", reason, "Why (stored as the job's failure reason)");
@@ -269,7 +307,11 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
   if (list->parsed()) return runner.List(states, limit);
   if (get->parsed()) return runner.Get(job_id);
   if (explain->parsed()) return runner.Explain(job_id);
+  if (cordon->parsed()) return runner.Cordon(worker_name, /*cordon=*/true, reason);
+  if (uncordon->parsed()) return runner.Cordon(worker_name, /*cordon=*/false, "");
+  if (drain->parsed()) return runner.Drain(worker_name, reason);
   if (workers->parsed()) return runner.Workers();
+  if (checkpoint->parsed()) return runner.Checkpoint(job_id);
   if (cancel->parsed()) return runner.Cancel(job_id, reason);
   if (resize->parsed()) return runner.Resize(job_id, resize_dp);
   if (watch->parsed()) return runner.Watch(watch_ids, watch_options);

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/cli/cli_format.h"
+#include "client/cli/fleet_format.h"
 
 namespace trainyard::cli {
 namespace {
@@ -109,9 +110,12 @@ std::string FormatCapabilities(const v1::WorkerInfo& worker) {
 
 std::string FormatWorkersTable(const std::vector<v1::WorkerInfo>& workers) {
   const bool gpu_columns = std::any_of(workers.begin(), workers.end(), ShowsGpus);
+  const bool cordon_column =
+      std::any_of(workers.begin(), workers.end(), [](const v1::WorkerInfo& w) { return w.cordoned(); });
   std::vector<std::vector<std::string>> rows;
   rows.push_back({"NAME", "SLOTS", "FREE", "CONNECTED", "ADDRESS", "DEVICE", "CAPABILITIES"});
   if (gpu_columns) rows.back().insert(rows.back().end(), {"GPUS", "FREE-GPUS", "UNHEALTHY"});
+  if (cordon_column) rows.back().push_back("CORDONED");
   for (const v1::WorkerInfo& w : workers) {
     rows.push_back({w.name(), absl::StrCat(w.slots()), absl::StrCat(w.free_slots()), w.connected() ? "yes" : "no",
                     w.address().empty() ? "-" : w.address(), w.device().empty() ? "-" : w.device(),
@@ -119,6 +123,8 @@ std::string FormatWorkersTable(const std::vector<v1::WorkerInfo>& workers) {
     if (gpu_columns) {
       rows.back().insert(rows.back().end(), {FormatGpuModels(w), FormatFreeGpus(w), FormatUnhealthyGpus(w)});
     }
+    // Last: the reason is free text of any length.
+    if (cordon_column) rows.back().push_back(FormatCordoned(w));
   }
   return FormatColumns(rows);
 }

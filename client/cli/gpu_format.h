@@ -18,7 +18,8 @@ namespace trainyard::cli {
 //   NAME  SLOTS  FREE  CONNECTED  ADDRESS      DEVICE  CAPABILITIES                  GPUS                   FREE-GPUS    UNHEALTHY
 //   g1    8      6     yes        10.0.0.7:71  cuda    cuda=12.4,nccl,bf16,cudagraph 8× NVIDIA H200 140 GiB 5 (0-2,4,6)  3: XID 79
 //   c1    4      4     yes        10.0.0.5:71  cpu     cpu                           -                      -            -
-// "-" where a worker has nothing to show. Ends with a newline.
+// "-" where a worker has nothing to show. When any worker is cordoned, a last column
+// CORDONED: "yes (REASON)", "yes" without a reason, "-" for the others. Ends with a newline.
 std::string FormatWorkersTable(const std::vector<v1::WorkerInfo>& workers);
 
 // The GPU models of a worker, grouped by name and memory in index order:

@@ -1,14 +1,17 @@
 #include "client/cli/job_view.h"
 
 #include <algorithm>
+#include <set>
 #include <tuple>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/cli/cli_format.h"
+#include "client/cli/fleet_format.h"
 #include "client/cli/gpu_format.h"
 #include "client/cli/watch_display.h"
 
@@ -241,10 +244,26 @@ std::vector<RegionCompileStats> JobHistory::Regions() const {
   return out;
 }
 
+bool IsPreemptionReason(const std::string& reason) {
+  return absl::StartsWith(reason, "preempted by ") || absl::StartsWith(reason, "drained from ");
+}
+
 int JobHistory::restarts() const {
   return static_cast<int>(std::count_if(states_.begin(), states_.end(), [](const StateChangeRecord& s) {
-    return s.state == v1::Job::RESTARTING;
+    return s.state == v1::Job::RESTARTING && !IsPreemptionReason(s.reason);
   }));
+}
+
+std::vector<StateChangeRecord> JobHistory::preemptions() const {
+  std::vector<StateChangeRecord> out;
+  std::set<int> attempts;
+  for (const StateChangeRecord& s : states_) {
+    if ((s.state == v1::Job::RESTARTING || s.state == v1::Job::PENDING) && IsPreemptionReason(s.reason) &&
+        attempts.insert(s.attempt).second) {
+      out.push_back(s);
+    }
+  }
+  return out;
 }
 
 namespace {
@@ -287,6 +306,7 @@ std::string FormatJobDescription(const v1::Job& job, const JobHistory& history,
     absl::StrAppend(&out, "pending    ", job.pending_reason(), "  (see `trainyard explain ", job.id(), "`)\n");
   }
   if (!job.failure_reason().empty()) absl::StrAppend(&out, "reason     ", job.failure_reason(), "\n");
+  out += FormatPreemptedLine(job);
   out += SpecSummary(job.spec());
   const absl::Time created = job.has_create_time() ? ToTime(job.create_time()) : absl::InfinitePast();
   const absl::Time started = job.has_start_time() ? ToTime(job.start_time()) : absl::InfinitePast();
@@ -372,7 +392,8 @@ std::string FormatJobDescription(const v1::Job& job, const JobHistory& history,
     for (const v1::Event& e : history.checkpoints()) {
       const v1::CheckpointSaved& c = e.checkpoint();
       absl::StrAppend(&out, "  step ", c.step(), "  ", c.path(), "  ", FormatBytes(c.bytes()), "  attempt ",
-                      e.attempt(), "  dp ", c.dp(), " tp ", c.tp(), " ep ", c.ep(), "\n");
+                      e.attempt(), "  dp ", c.dp(), " tp ", c.tp(), " ep ", c.ep(), c.requested() ? "  on request" : "",
+                      "\n");
     }
   }
   if (!artifacts_error.empty()) {
@@ -417,8 +438,18 @@ std::string FormatExplainHistory(const v1::Job& job, const JobHistory& history) 
     absl::StrAppend(&out, "\nrestarts: ", restarts, " (restart.max_restarts ", job.spec().restart().max_restarts(),
                     ")\n");
     for (const StateChangeRecord& s : history.states()) {
-      if (s.state != v1::Job::RESTARTING) continue;
+      if (s.state != v1::Job::RESTARTING || IsPreemptionReason(s.reason)) continue;
       absl::StrAppend(&out, "  ", Clock(s.time), "  after attempt ", s.attempt, ": ", Clip(s.reason, 200), "\n");
+    }
+  }
+  // Job.preemptions is the controller's count; the history says when and why.
+  const std::vector<StateChangeRecord> preempted = history.preemptions();
+  if (job.preemptions() > 0 || !preempted.empty()) {
+    absl::StrAppend(&out, "\npreemptions: ", std::max<int64_t>(job.preemptions(), preempted.size()),
+                    " (not failures: none used a restart of restart.max_restarts)\n");
+    for (const StateChangeRecord& s : preempted) {
+      absl::StrAppend(&out, "  ", Clock(s.time), s.attempt > 0 ? absl::StrCat("  after attempt ", s.attempt) : "",
+                      ": ", Clip(s.reason, 200), "\n");
     }
   }
   if (!history.stalls().empty()) {

@@ -83,7 +83,13 @@ class JobHistory {
   int64_t stall_count() const { return stall_count_; }
   int recompiles() const { return recompiles_; }
   int64_t last_seq() const { return last_seq_; }
-  int restarts() const;  // RESTARTING state changes
+  // RESTARTING state changes, less those of preemptions (IsPreemptionReason): a
+  // preemption is no failure and uses no restart.
+  int restarts() const;
+  // The state change that stopped each preempted attempt: the first RESTARTING or PENDING
+  // one of an attempt whose reason IsPreemptionReason (the controller repeats the reason,
+  // with more after it, while the job waits), oldest first.
+  std::vector<StateChangeRecord> preemptions() const;
 
   static constexpr size_t kMaxLosses = 256;
   static constexpr size_t kMaxListed = 20;
@@ -109,6 +115,10 @@ class JobHistory {
   int64_t last_seq_ = 0;
 };
 
+// A state change's reason when the controller stopped the attempt for a higher-priority
+// job ("preempted by job-N (priority P)") or a drain ("drained from W: REASON").
+bool IsPreemptionReason(const std::string& reason);
+
 // hits and misses out of a SUMMARY reason "hits=12 misses=1 eager_fallbacks=0 ...";
 // false when either is missing.
 bool ParseSummaryCounts(const std::string& reason, int64_t* hits, int64_t* misses);
@@ -120,6 +130,7 @@ std::string CompileHint(const std::string& reason);
 
 // `trainyard get`: the whole job, e.g.
 //   job-3  moe-debug  SUCCEEDED  owner local  attempt 1
+//   preempted  2 times, last ...  (only when Job.preemptions > 0)
 //   spec        preset debug: dim 256, 4 layers (1 dense), 8 experts top-2 ...
 //   state history ... attempts ... workers ... last metrics (and epoch) ... last
 //   validation ... checkpoints ... artifacts
@@ -130,8 +141,9 @@ std::string FormatJobDescription(const v1::Job& job, const JobHistory& history,
                                  const std::string& artifacts_error = "");
 
 // What `explain` adds after the scheduler part: the compile summary per region with a
-// hint per known cause, the restarts with their causes, and the stalls. "" when the job
-// has none of them. Ends with a newline otherwise.
+// hint per known cause, the restarts with their causes, the preemptions (Job.preemptions,
+// and each PENDING state change "preempted by ..." or "drained from ..." with its time),
+// and the stalls. "" when the job has none of them. Ends with a newline otherwise.
 std::string FormatExplainHistory(const v1::Job& job, const JobHistory& history);
 
 }  // namespace trainyard::cli

@@ -161,6 +161,8 @@ class JobLifecycle {
   // The usage ledger, to store and to restore after a restart.
   std::map<std::string, StoredUsage> UsageSnapshot() const;
   void RestoreUsage(const std::map<std::string, StoredUsage>& usage);
+  // The ids of the last pass's queue, in scheduling order.
+  const std::vector<std::string>& queue_order() const { return queue_order_; }
   // Where the job's owner stands (Job.share): quota, usage, fair share, and for a
   // PENDING job its place in the queue, as of the last scheduling pass.
   void FillShare(const std::string& id, v1::Job* job) const;
@@ -224,6 +226,7 @@ class JobLifecycle {
   UsageLedger ledger_;
   absl::Time usage_until_ = absl::InfinitePast();  // the ledger holds usage up to here
   int queue_length_ = 0;  // PENDING jobs queued at the last pass
+  std::vector<std::string> queue_order_;  // their ids, in order
   // Each owner's slots and GPUs at the last scheduling pass or usage accrual, for
   // FillShare (a GetJob need not walk every job).
   std::map<std::string, SlotUse> owner_use_;

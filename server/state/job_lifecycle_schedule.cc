@@ -46,7 +46,8 @@ void JobLifecycle::Schedule(Effects* fx) {
   const std::map<std::string, SlotUse> in_use = InUseByOwner();
   owner_use_ = in_use;
   HoldOverQuota(&queue, in_use, fx);
-  queue_length_ = static_cast<int>(queue.size());
+  queue_length_ = 0;
+  queue_order_.clear();
   if (queue.empty()) return;
   // Priority, then the owner's fair share (decayed usage / weight), then FIFO.
   OrderQueueByFairShare(&queue, [&](const QueuedJob& q) {
@@ -83,11 +84,16 @@ void JobLifecycle::Schedule(Effects* fx) {
     queue.erase(queue.begin() + static_cast<std::ptrdiff_t>(over));
     if (queue.empty()) return;
   }
-  queue_length_ = static_cast<int>(queue.size());
+  // Positions count the jobs that still wait, in scheduling order.
+  for (size_t i = 0; i < decisions.size(); ++i) {
+    if (decisions[i].placed) continue;
+    queue_order_.push_back(queue[i].id);
+    jobs_.at(queue[i].id).queue_position = static_cast<int>(queue_order_.size());
+  }
+  queue_length_ = static_cast<int>(queue_order_.size());
   for (size_t i = 0; i < decisions.size(); ++i) {
     TrackedJob& rt = jobs_.at(queue[i].id);
     const GangDecision& d = decisions[i];
-    rt.queue_position = static_cast<int>(i) + 1;
     if (d.placed) {
       if (d.backfilled) spdlog::info("job={} backfilled ahead of the queue's head", rt.job.id());
       rt.estimated_start.reset();

@@ -125,6 +125,8 @@ class JobManager {
   absl::StatusOr<v1::DrainWorkerResponse> Drain(const std::string& name, const std::string& reason);
   // The --policy-file's quotas and weights, in force from the next scheduling pass.
   void SetPolicy(SharingPolicy policy);
+  // The PENDING jobs the last scheduling pass queued, in its order.
+  std::vector<std::string> QueueOrder();
 
   // WorkerService. A connection id names one Connect stream.
   absl::Status RegisterWorker(int64_t conn, const v1::Register& reg,

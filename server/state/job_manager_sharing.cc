@@ -132,4 +132,9 @@ void JobManager::SetPolicy(SharingPolicy policy) {
   lifecycle_.SetPolicy(std::move(policy));
 }
 
+std::vector<std::string> JobManager::QueueOrder() {
+  absl::MutexLock lock(&mu_);
+  return lifecycle_.queue_order();
+}
+
 }  // namespace trainyard

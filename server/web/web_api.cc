@@ -178,8 +178,14 @@ WebResponse WebApi::Fleet(const Query& query, const Caller& caller, const std::s
     worker["jobs"] = std::move(running);
     workers.push_back(std::move(worker));
   }
-  // The scheduler's order: priority first, then the oldest.
-  std::stable_sort(pending.begin(), pending.end(), [](const v1::Job* a, const v1::Job* b) {
+  // The scheduler's order of its last pass (priority, fair share, FIFO); jobs it did not
+  // queue (held by a quota or a restart backoff) after them, by priority, then the oldest.
+  std::map<std::string, size_t> position;
+  for (const std::string& id : manager_->QueueOrder()) position.emplace(id, position.size());
+  std::stable_sort(pending.begin(), pending.end(), [&](const v1::Job* a, const v1::Job* b) {
+    auto pa = position.find(a->id()), pb = position.find(b->id());
+    if ((pa != position.end()) != (pb != position.end())) return pa != position.end();
+    if (pa != position.end()) return pa->second < pb->second;
     if (a->spec().job().priority() != b->spec().job().priority()) {
       return a->spec().job().priority() > b->spec().job().priority();
     }

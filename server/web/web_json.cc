@@ -59,8 +59,10 @@ json JobSummaryJson(const v1::Job& job) {
       {"pending_reason", job.pending_reason()},
       {"failure_reason", job.failure_reason()},
       {"attempt", job.attempt()},
-      // Every attempt after the first is a restart (after a failure, or a resize).
-      {"restarts", std::max(0, job.attempt() - 1)},
+      // Every attempt after the first is a restart (after a failure, or a resize), except
+      // those after a preemption or a drain, which are no failure.
+      {"restarts", std::max(0, job.attempt() - 1 - job.preemptions())},
+      {"preemptions", job.preemptions()},
       {"max_restarts", spec.restart().max_restarts()},
       {"world_size", job.world_size()},
       {"dp", spec.parallelism().dp()},
@@ -83,6 +85,24 @@ json JobSummaryJson(const v1::Job& job) {
     j["last_checkpoint"] = nullptr;
   }
   return j;
+}
+
+json ShareJson(const v1::ShareInfo& s) {
+  return {{"owner", s.owner()},
+          {"group", s.group()},
+          {"owner_slots_in_use", s.owner_slots_in_use()},
+          {"owner_slot_limit", s.owner_slot_limit()},
+          {"owner_gpus_in_use", s.owner_gpus_in_use()},
+          {"owner_gpu_limit", s.owner_gpu_limit()},
+          {"group_slots_in_use", s.group_slots_in_use()},
+          {"group_slot_limit", s.group_slot_limit()},
+          {"group_gpus_in_use", s.group_gpus_in_use()},
+          {"group_gpu_limit", s.group_gpu_limit()},
+          {"weight", s.weight()},
+          {"usage_slot_seconds", s.usage_slot_seconds()},
+          {"fair_share", s.fair_share()},
+          {"queue_position", s.queue_position()},
+          {"queue_length", s.queue_length()}};
 }
 
 json JobDetailJson(const v1::Job& job) {
@@ -112,6 +132,10 @@ json JobDetailJson(const v1::Job& job) {
   j["worker_env"] = std::move(worker_env);
   j["failure_causes"] = job.failure_causes();
   j["reserved_workers"] = job.reserved_workers();
+  json preempt_times = json::array();
+  for (const auto& t : job.preempt_times()) preempt_times.push_back(Millis(t));
+  j["preempt_times_ms"] = std::move(preempt_times);
+  j["share"] = job.has_share() ? ShareJson(job.share()) : json(nullptr);
   return j;
 }
 
@@ -182,7 +206,9 @@ json WorkerJson(const v1::WorkerInfo& w) {
           {"gpu_driver_version", w.gpu_driver_version()},
           {"cuda_driver_version", w.cuda_driver_version()},
           {"nvlink_topology_known", w.nvlink_topology_known()},
-          {"nccl_env", w.nccl_env()}};
+          {"nccl_env", w.nccl_env()},
+          {"cordoned", w.cordoned()},
+          {"cordon_reason", w.cordon_reason()}};
 }
 
 // The oneof's case is its field's number.

@@ -28,19 +28,25 @@ WebResponse ErrorResponse(const absl::Status& status);
 // 404 naming `path` (quoted, bounded).
 WebResponse NotFoundResponse(std::string_view path);
 
-// A job as the jobs list shows it: identity, state and reasons, attempt and restarts,
-// shape, times (ms since the epoch, null when unset), the last checkpoint.
+// A job as the jobs list shows it: identity, state and reasons, attempt, restarts
+// (attempts after the first that no preemption started) and preemptions, shape, times
+// (ms since the epoch, null when unset), the last checkpoint.
 json JobSummaryJson(const v1::Job& job);
 // The summary plus the normalised spec, placement (each rank's worker, and on a CUDA
 // job its gpu index and gpu_uuid, null on CPU), the workers' NCCL settings
-// (worker_env: [{worker, nccl_env}]), failure causes, reserved workers.
+// (worker_env: [{worker, nccl_env}]), failure causes, reserved workers, preempt_times_ms
+// and share (ShareJson; null when the job carries none).
 json JobDetailJson(const v1::Job& job);
+// The owner's quota and fair-share standing (trainyard.v1.ShareInfo), every field by its
+// .proto name: limits 0 mean none, usage_slot_seconds is decayed, queue_position 0 when
+// the job is not PENDING.
+json ShareJson(const v1::ShareInfo& share);
 // A worker as the fleet page shows it: name, slots, link, address, device, host memory,
 // capabilities (null when it sent none), driver versions, NCCL settings, free_gpus and
 // unhealthy_gpus, and its gpus in index order, each with its newest sample joined in
 // ("sample": null when none came; a reading NVML does not report is null), "free"
 // and "healthy" (false when the controller took it out of service or its sample says
-// so) with "unhealthy_reason".
+// so) with "unhealthy_reason"; cordoned and cordon_reason.
 json WorkerJson(const v1::WorkerInfo& worker);
 // A complete artifact's index entry.
 json ArtifactJson(const v1::ArtifactInfo& artifact);

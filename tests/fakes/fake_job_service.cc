@@ -1,6 +1,7 @@
 #include "tests/fakes/fake_job_service.h"
 
 #include <algorithm>
+#include <chrono>
 #include <optional>
 #include <utility>
 
@@ -141,6 +142,36 @@ void FakeJobService::ClearLastResize() {
   last_resize_.Clear();
 }
 
+void FakeJobService::SetCheckpointAnswer(const std::string& id, const v1::CheckpointRef& checkpoint) {
+  absl::MutexLock lock(&mu_);
+  checkpoint_answers_[id] = checkpoint;
+}
+
+v1::CheckpointJobRequest FakeJobService::LastCheckpoint() {
+  absl::MutexLock lock(&mu_);
+  return last_checkpoint_;
+}
+
+absl::Duration FakeJobService::LastCheckpointDeadline() {
+  absl::MutexLock lock(&mu_);
+  return last_checkpoint_deadline_;
+}
+
+v1::CordonWorkerRequest FakeJobService::LastCordon() {
+  absl::MutexLock lock(&mu_);
+  return last_cordon_;
+}
+
+v1::DrainWorkerRequest FakeJobService::LastDrain() {
+  absl::MutexLock lock(&mu_);
+  return last_drain_;
+}
+
+std::vector<v1::WorkerInfo> FakeJobService::Workers() {
+  absl::MutexLock lock(&mu_);
+  return workers_;
+}
+
 void FakeJobService::Hold(absl::Duration limit) {
   absl::MutexLock lock(&mu_);
   auto released = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return released_; };
@@ -234,6 +265,95 @@ grpc::Status FakeJobService::ListWorkers(grpc::ServerContext*, const v1::ListWor
                                          v1::ListWorkersResponse* response) {
   absl::MutexLock lock(&mu_);
   for (const v1::WorkerInfo& w : workers_) *response->add_workers() = w;
+  return grpc::Status::OK;
+}
+
+grpc::Status FakeJobService::CheckpointJob(grpc::ServerContext* context, const v1::CheckpointJobRequest* request,
+                                           v1::CheckpointJobResponse* response) {
+  {
+    absl::MutexLock lock(&mu_);
+    last_checkpoint_ = *request;
+    const auto deadline = context->deadline();
+    last_checkpoint_deadline_ = deadline == std::chrono::system_clock::time_point::max()
+                                    ? absl::InfiniteDuration()
+                                    : absl::FromChrono(deadline - std::chrono::system_clock::now());
+  }
+  grpc::Status status;
+  if (Scripted("CheckpointJob", request->job_id(), &status)) return status;
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(request->job_id());
+  if (it == jobs_.end()) return NotFound(request->job_id());
+  const v1::Job& job = it->second;
+  const std::string state = v1::Job::State_Name(job.state());
+  if (job.state() == v1::Job::SUCCEEDED || job.state() == v1::Job::FAILED || job.state() == v1::Job::CANCELLED) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "job " + job.id() + " already ended " + state);
+  }
+  if (job.spec().checkpoint().dir().empty()) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "job " + job.id() + " sets no checkpoint.dir, so its ranks have nowhere to write a checkpoint");
+  }
+  if (job.state() != v1::Job::RUNNING) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "job " + job.id() + " is " + state + ": only a running attempt can checkpoint");
+  }
+  auto answer = checkpoint_answers_.find(job.id());
+  *response->mutable_checkpoint() = answer != checkpoint_answers_.end() ? answer->second : job.last_checkpoint();
+  return grpc::Status::OK;
+}
+
+namespace {
+
+v1::WorkerInfo* FindWorker(std::vector<v1::WorkerInfo>& workers, const std::string& name) {
+  for (v1::WorkerInfo& w : workers) {
+    if (w.name() == name) return &w;
+  }
+  return nullptr;
+}
+
+grpc::Status WorkerNotFound(const std::string& name) {
+  return grpc::Status(grpc::StatusCode::NOT_FOUND, "worker '" + name + "' is not known to this controller");
+}
+
+}  // namespace
+
+grpc::Status FakeJobService::CordonWorker(grpc::ServerContext*, const v1::CordonWorkerRequest* request,
+                                          v1::WorkerInfo* worker) {
+  {
+    absl::MutexLock lock(&mu_);
+    last_cordon_ = *request;
+  }
+  grpc::Status status;
+  if (Scripted("CordonWorker", request->name(), &status)) return status;
+  absl::MutexLock lock(&mu_);
+  v1::WorkerInfo* w = FindWorker(workers_, request->name());
+  if (w == nullptr) return WorkerNotFound(request->name());
+  w->set_cordoned(request->cordon());
+  w->set_cordon_reason(request->cordon() ? request->reason() : "");
+  *worker = *w;
+  return grpc::Status::OK;
+}
+
+grpc::Status FakeJobService::DrainWorker(grpc::ServerContext*, const v1::DrainWorkerRequest* request,
+                                         v1::DrainWorkerResponse* response) {
+  {
+    absl::MutexLock lock(&mu_);
+    last_drain_ = *request;
+  }
+  grpc::Status status;
+  if (Scripted("DrainWorker", request->name(), &status)) return status;
+  absl::MutexLock lock(&mu_);
+  v1::WorkerInfo* w = FindWorker(workers_, request->name());
+  if (w == nullptr) return WorkerNotFound(request->name());
+  w->set_cordoned(true);
+  w->set_cordon_reason(request->reason());
+  *response->mutable_worker() = *w;
+  for (const auto& [id, job] : jobs_) {
+    if (job.state() != v1::Job::RUNNING && job.state() != v1::Job::SCHEDULED) continue;
+    const auto& ranks = job.placement().ranks();
+    if (std::any_of(ranks.begin(), ranks.end(), [&](const auto& r) { return r.worker() == request->name(); })) {
+      response->add_job_ids(id);
+    }
+  }
   return grpc::Status::OK;
 }
 

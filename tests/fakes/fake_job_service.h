@@ -70,6 +70,16 @@ class FakeJobService final : public v1::JobService::Service {
   v1::CancelJobRequest LastCancel();
   v1::ResizeJobRequest LastResize();
   void ClearLastResize();
+  // CheckpointJob of `id` answers `checkpoint` (else the job's last_checkpoint) once the
+  // job passes the controller's checks (RUNNING, checkpoint.dir set).
+  void SetCheckpointAnswer(const std::string& id, const v1::CheckpointRef& checkpoint);
+  v1::CheckpointJobRequest LastCheckpoint();
+  // The time the last CheckpointJob call had left before its deadline when it arrived
+  // (absl::InfiniteDuration() for none).
+  absl::Duration LastCheckpointDeadline();
+  v1::CordonWorkerRequest LastCordon();
+  v1::DrainWorkerRequest LastDrain();
+  std::vector<v1::WorkerInfo> Workers();
 
   grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* request, v1::Job* job) override;
   grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest* request, v1::Job* job) override;
@@ -80,6 +90,19 @@ class FakeJobService final : public v1::JobService::Service {
                          v1::ResizeJobResponse* response) override;
   grpc::Status ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,
                            v1::ListWorkersResponse* response) override;
+  // As the controller (server/state, issue 29) answers, in its words: NOT_FOUND for an
+  // unknown job or worker, FAILED_PRECONDITION for an ended job, one without
+  // checkpoint.dir, or one not RUNNING (in that order). No role checks: the fake has no
+  // tokens. Scriptable by FailCall/HoldCall under the job id or
+  // worker name.
+  grpc::Status CheckpointJob(grpc::ServerContext* context, const v1::CheckpointJobRequest* request,
+                             v1::CheckpointJobResponse* response) override;
+  grpc::Status CordonWorker(grpc::ServerContext*, const v1::CordonWorkerRequest* request,
+                            v1::WorkerInfo* worker) override;
+  // Cordons the worker and names every RUNNING or SCHEDULED job with a rank there (in id
+  // order); the jobs themselves are left as they are.
+  grpc::Status DrainWorker(grpc::ServerContext*, const v1::DrainWorkerRequest* request,
+                           v1::DrainWorkerResponse* response) override;
   grpc::Status ListArtifacts(grpc::ServerContext*, const v1::ListArtifactsRequest* request,
                              v1::ListArtifactsResponse* response) override;
   grpc::Status PullArtifact(grpc::ServerContext*, const v1::PullArtifactRequest* request,
@@ -113,6 +136,11 @@ class FakeJobService final : public v1::JobService::Service {
   v1::ListJobsRequest last_list_ ABSL_GUARDED_BY(mu_);
   v1::CancelJobRequest last_cancel_ ABSL_GUARDED_BY(mu_);
   v1::ResizeJobRequest last_resize_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, v1::CheckpointRef> checkpoint_answers_ ABSL_GUARDED_BY(mu_);
+  v1::CheckpointJobRequest last_checkpoint_ ABSL_GUARDED_BY(mu_);
+  absl::Duration last_checkpoint_deadline_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
+  v1::CordonWorkerRequest last_cordon_ ABSL_GUARDED_BY(mu_);
+  v1::DrainWorkerRequest last_drain_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace trainyard::testing

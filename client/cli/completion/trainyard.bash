@@ -16,6 +16,17 @@ _trainyard_job_ids() {
   trainyard list --timeout 2 --output text "${args[@]}" 2>/dev/null | awk 'NR > 1 { print $1 }'
 }
 
+_trainyard_worker_names() {
+  # Worker names of the controller named on the command line, as for job ids.
+  local args=() i
+  for ((i = 1; i < ${#COMP_WORDS[@]} - 1; i++)); do
+    case "${COMP_WORDS[i]}" in
+      --controller | --tls-ca | --token-file) args+=("${COMP_WORDS[i]}" "${COMP_WORDS[i + 1]}") ;;
+    esac
+  done
+  trainyard workers --timeout 2 --output text "${args[@]}" 2>/dev/null | awk 'NR > 1 { print $1 }'
+}
+
 _trainyard() {
   local cur prev words cword
   if declare -F _init_completion >/dev/null; then
@@ -28,7 +39,7 @@ _trainyard() {
   fi
 
   local global="--controller --timeout --tls-ca --token-file --output -o --json --help -h --version"
-  local commands="submit list get explain watch logs workers cancel resize artifacts preflight export"
+  local commands="submit list get explain watch logs workers cancel resize checkpoint artifacts preflight export"
 
   # Values of flags.
   case "$prev" in
@@ -58,8 +69,8 @@ _trainyard() {
       return ;;
   esac
 
-  # The subcommand (and sub-subcommand of artifacts): the first words that are not
-  # flags or flag values.
+  # The subcommand (and sub-subcommand of artifacts and workers): the first words that
+  # are not flags or flag values.
   local cmd="" sub="" i w
   for ((i = 1; i < cword; i++)); do
     w="${words[i]}"
@@ -72,7 +83,7 @@ _trainyard() {
       *)
         if [[ -z "$cmd" ]]; then
           cmd="$w"
-        elif [[ "$cmd" == artifacts && -z "$sub" ]]; then
+        elif [[ ( "$cmd" == artifacts || "$cmd" == workers ) && -z "$sub" ]]; then
           sub="$w"
         fi ;;
     esac
@@ -91,7 +102,16 @@ _trainyard() {
   case "$cmd" in
     submit) flags="--set --wait" ;;
     list) flags="--state --limit" ;;
-    get | explain | workers) flags="" ;;
+    get | explain | checkpoint) flags="" ;;
+    workers)
+      if [[ -z "$sub" ]]; then
+        if [[ "$cur" != -* ]]; then
+          COMPREPLY=($(compgen -W "cordon uncordon drain" -- "$cur"))
+          return
+        fi
+      elif [[ "$sub" == cordon || "$sub" == drain ]]; then
+        flags="--reason"
+      fi ;;
     watch) flags="--from-seq --reconnect-for --plain" ;;
     logs) flags="--rank --follow -f --reconnect-for" ;;
     cancel) flags="--reason" ;;
@@ -114,8 +134,10 @@ _trainyard() {
     submit | preflight)
       COMPREPLY=($(compgen -f -X '!*.toml' -- "$cur") $(compgen -f -X '!*.json' -- "$cur")
         $(compgen -d -- "$cur")) ;;
-    get | explain | watch | logs | cancel | resize | artifacts | export)
+    get | explain | watch | logs | cancel | resize | checkpoint | artifacts | export)
       COMPREPLY=($(compgen -W "$(_trainyard_job_ids)" -- "$cur")) ;;
+    workers)
+      [[ -n "$sub" ]] && COMPREPLY=($(compgen -W "$(_trainyard_worker_names)" -- "$cur")) ;;
   esac
 }
 

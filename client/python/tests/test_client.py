@@ -164,7 +164,22 @@ class JobFlowTest(unittest.TestCase):
 
     def test_workers(self):
         workers = self.c.workers()
-        self.assertEqual([(w.name, w.slots, w.connected) for w in workers], [("w1", 1, True)])
+        self.assertEqual([(w.name, w.slots, w.connected, w.cordoned) for w in workers], [("w1", 1, True, False)])
+
+    def test_an_ended_job_cannot_checkpoint(self):
+        with self.assertRaises(ty.FailedPrecondition) as e:
+            self.c.checkpoint(self.submitted.id, timeout_s=10)
+        self.assertEqual(e.exception.rpc, "CheckpointJob")
+        self.assertIn(self.submitted.id, e.exception.message)
+
+    def test_get_tells_the_owners_share(self):
+        # No --policy-file: no group, weight 1, no limits; an ended job has no queue place.
+        share = self.final.share
+        self.assertIsInstance(share, ty.ShareInfo)
+        self.assertEqual((share.owner, share.group, share.weight, share.owner_slot_limit, share.queue_position),
+                         ("alice", "", 1.0, 0, 0))
+        self.assertGreaterEqual(share.usage_slot_seconds, 0)
+        self.assertEqual((self.final.preemptions, self.final.preempt_times), (0, []))
 
 
 class CancelTest(unittest.TestCase):
@@ -210,6 +225,9 @@ class ErrorTest(unittest.TestCase):
             self.c.cancel("job-987654")
         with self.assertRaises(ty.NotFound):
             self.c.artifacts("job-987654")
+        with self.assertRaises(ty.NotFound) as e:
+            self.c.checkpoint("job-987654")
+        self.assertEqual(e.exception.message, "job job-987654 not found")
 
     def test_bad_spec_is_invalid_argument_naming_the_field(self):
         before = len(self.c.list(limit=1000))
@@ -254,8 +272,21 @@ class AuthTest(unittest.TestCase):
                         viewer.cancel(job.id)
                     with self.assertRaises(ty.PermissionDenied):
                         viewer.submit({"model": {"preset": "tiny"}})
+                    with self.assertRaises(ty.PermissionDenied):
+                        viewer.checkpoint(job.id)
             finally:
                 alice.cancel(job.id)
+
+    def test_only_an_admin_may_cordon_or_drain(self):
+        with client() as alice:  # a submitter
+            for call in (lambda: alice.cordon("w1", "test"), lambda: alice.uncordon("w1"),
+                         lambda: alice.drain("w1", "test")):
+                with self.assertRaises(ty.PermissionDenied):
+                    call()
+            self.assertEqual([(w.name, w.cordoned) for w in alice.workers()], [("w1", False)])
+        with client(os.environ["TRAINYARD_TEST_VIEWER_TOKEN_FILE"]) as viewer:
+            with self.assertRaises(ty.PermissionDenied):
+                viewer.drain("w1")
 
     def test_plaintext_without_tls_is_unavailable(self):
         with ty.Client(os.environ["TRAINYARD_TEST_CONTROLLER"], timeout=20) as c:

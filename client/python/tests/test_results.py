@@ -135,6 +135,37 @@ class JobTest(unittest.TestCase):
         self.assertEqual({name: getattr(worker, name) for name in expected}, expected)
 
 
+    def test_share_preemptions_and_a_cordoned_worker(self):
+        msg = job_pb2.Job(id="j1", state=job_pb2.Job.PENDING, preemptions=2)
+        msg.preempt_times.add(seconds=1796083200)
+        msg.preempt_times.add(seconds=1796083260)
+        expected = _fill(msg.share, 200)
+        job = ty.Job.from_proto(msg)
+        self.assertIsInstance(job.share, ty.ShareInfo)
+        self.assertEqual({name: getattr(job.share, name) for name in expected}, expected)
+        self.assertEqual(list(ty.ShareInfo.__dataclass_fields__),
+                         [f.name for f in job_pb2.ShareInfo.DESCRIPTOR.fields])
+        self.assertEqual(job.preemptions, 2)
+        self.assertEqual(job.preempt_times, [datetime(2026, 12, 1, tzinfo=timezone.utc),
+                                             datetime(2026, 12, 1, 0, 1, tzinfo=timezone.utc)])
+        # ListJobs leaves the share unset: None, not a record of zeros.
+        self.assertIsNone(ty.Job.from_proto(job_pb2.Job(id="j2")).share)
+        share = ty.Job.from_proto(job_pb2.Job(id="j3", share=job_pb2.ShareInfo(
+            owner="alice", owner_slots_in_use=6, owner_slot_limit=8, weight=2.0, usage_slot_seconds=45000.0,
+            fair_share=22500.0, queue_position=3, queue_length=5))).share
+        self.assertEqual((share.owner, share.group, share.owner_slots_in_use, share.owner_slot_limit,
+                          share.owner_gpu_limit, share.weight, share.fair_share, share.queue_position,
+                          share.queue_length), ("alice", "", 6, 8, 0, 2.0, 22500.0, 3, 5))
+
+        w = ty.WorkerInfo.from_proto(job_service_pb2.WorkerInfo(name="w1", cordoned=True, cordon_reason="disk swap"))
+        self.assertEqual((w.name, w.cordoned, w.cordon_reason), ("w1", True, "disk swap"))
+        self.assertFalse(ty.WorkerInfo.from_proto(job_service_pb2.WorkerInfo(name="w2")).cordoned)
+        drained = ty.DrainResult.from_proto(job_service_pb2.DrainWorkerResponse(
+            worker=job_service_pb2.WorkerInfo(name="w1", cordoned=True), job_ids=["job-3", "job-5"]))
+        self.assertIsInstance(drained.worker, ty.WorkerInfo)
+        self.assertEqual((drained.worker.name, drained.worker.cordoned, drained.job_ids),
+                         ("w1", True, ["job-3", "job-5"]))
+
 
 class GpuTest(unittest.TestCase):
     def test_a_gpu_workers_devices_samples_and_capabilities(self):

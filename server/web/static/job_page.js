@@ -1,12 +1,13 @@
 // One job's live page: events read page by page since the last poll (events.js), the
-// loss chart (training and validation loss) and the tokens/s chart, the compile table per region, expert load, restarts and
-// stalls, artifact downloads.
+// loss chart (training and validation loss) and the tokens/s chart, the compile table per region, expert load, restarts,
+// preemptions and stalls, the owner's quota and fair share (share.js), artifact downloads.
 
 import {Unauthorized, api, apiJson, showTokenPrompt} from './api.js';
 import {LineChart, expertLoadSvg} from './charts.js';
 import {badge, card, fmtBytes, fmtDuration, fmtNum, fmtTime, h, table} from './dom.js';
 import {eventKind, numericPayload, timeMs} from './events.js';
 import {placementSummary} from './gpus.js';
+import {isPreemption, shareCards} from './share.js';
 import {Page} from './page.js';
 
 const POLL_MS = 1000;
@@ -120,7 +121,7 @@ export class JobPage extends Page {
       h('section', {}, h('h2', {}, 'Compile regions'), this.compile),
       h('div', {class: 'two'},
         h('section', {}, h('h2', {}, 'Expert load'), this.experts),
-        h('section', {}, h('h2', {}, 'Restarts and stalls'), this.history)),
+        h('section', {}, h('h2', {}, 'Restarts, preemptions and stalls'), this.history)),
       h('section', {}, h('h2', {}, 'Artifacts'), this.artifactsEl));
     this.built = true;
   }
@@ -146,12 +147,14 @@ export class JobPage extends Page {
       card('validation loss', v ? (Number.isFinite(v.loss) ? fmtNum(v.loss, 4) : 'not finite') : '–',
            v ? `at step ${v.step} · ${fmtNum(v.ms)} ms` : 'none reported'),
       card('tokens/s', m ? fmtNum(m.tokens_per_s) : '–', m ? `${fmtNum(m.step_ms)} ms/step · ${fmtNum(m.peak_rss_mb)} MB rss` : ''),
-      card('attempt', String(job.attempt), `restarts ${job.restarts} of ${job.max_restarts}`),
+      card('attempt', String(job.attempt), `restarts ${job.restarts} of ${job.max_restarts}` +
+           (job.preemptions ? ` · preempted ${job.preemptions}×` : '')),
       card('stalls', String(this.stalls.length), this.stalls.length ? this.stalls[this.stalls.length - 1].collective || 'step timeout' : 'none'),
       card('ranks', String(job.world_size || job.dp * job.tp), h('span', {class: 'placement', title: placed.title}, placed.text)),
       card('checkpoint', job.last_checkpoint ? `step ${job.last_checkpoint.step}` : '–',
            job.last_checkpoint ? fmtBytes(job.last_checkpoint.bytes) : ''),
-      card('running for', job.start_time_ms ? fmtDuration(end - job.start_time_ms) : '–', `created ${fmtTime(job.create_time_ms)}`));
+      card('running for', job.start_time_ms ? fmtDuration(end - job.start_time_ms) : '–', `created ${fmtTime(job.create_time_ms)}`),
+      ...shareCards(job));
     const sorted = (map) => [...map.entries()].sort((a, b) => a[0] - b[0]);
     this.lossChart.set(sorted(this.loss), sorted(this.valLoss));
     this.tpsChart.set(sorted(this.tps));
@@ -191,8 +194,15 @@ export class JobPage extends Page {
 
   renderHistory() {
     const rows = [];
+    const preempted = new Set();  // attempts: the first change of each names its preemption
     for (const s of this.states) {
-      if (s.state === 'RESTARTING' || s.state === 'FAILED' || s.state === 'CANCELLED') {
+      if (isPreemption(s)) {
+        if (preempted.has(s.attempt)) continue;
+        preempted.add(s.attempt);
+        rows.push(h('tr', {class: 'preemption'}, h('td', {}, fmtTime(s.time_ms)),
+                    h('td', {}, h('span', {class: 'badge st-preempted'}, 'PREEMPTED')),
+                    h('td', {class: 'num'}, s.attempt), h('td', {class: 'reason'}, s.reason)));
+      } else if (s.state === 'RESTARTING' || s.state === 'FAILED' || s.state === 'CANCELLED') {
         rows.push(h('tr', {}, h('td', {}, fmtTime(s.time_ms)), h('td', {}, badge(s.state)),
                     h('td', {class: 'num'}, s.attempt), h('td', {class: 'reason'}, s.reason || '–')));
       }
@@ -205,7 +215,7 @@ export class JobPage extends Page {
     }
     this.history.replaceChildren(rows.length
       ? table(['time', 'what', 'attempt', 'detail'], rows, {class: 'grid'})
-      : h('p', {class: 'muted'}, 'No restarts and no stalls.'));
+      : h('p', {class: 'muted'}, 'No restarts, no preemptions and no stalls.'));
   }
 
   renderArtifacts(list) {

@@ -1,4 +1,5 @@
-// The jobs list and the fleet page, each refreshed every 3 s.
+// The jobs list and the fleet page (cordoned workers marked with the reason), each
+// refreshed every 3 s.
 
 import {apiJson} from './api.js';
 import {badge, card, fmtDuration, fmtTime, h, table} from './dom.js';
@@ -37,7 +38,10 @@ export class FleetPage extends Page {
     const used = f.slots - f.free_slots;
     const workers = f.workers.map((w) => h('tr', {},
       h('td', {class: 'mono'}, w.name), h('td', {}, w.address),
-      h('td', {}, h('span', {class: `badge ${w.connected ? 'st-running' : 'st-failed'}`}, w.connected ? 'connected' : 'lost')),
+      h('td', {class: 'link'}, h('span', {class: `badge ${w.connected ? 'st-running' : 'st-failed'}`}, w.connected ? 'connected' : 'lost'),
+        // A cordoned worker takes no new ranks (trainyard workers cordon / drain).
+        w.cordoned ? [' ', h('span', {class: 'badge st-cordoned'}, 'cordoned'),
+                      w.cordon_reason ? h('div', {class: 'small reason cordon-reason'}, w.cordon_reason) : null] : null),
       h('td', {}, h('div', {class: 'slotbar', title: `${w.slots - w.free_slots} of ${w.slots} slots busy`},
                     h('div', {style: `width:${w.slots ? (100 * (w.slots - w.free_slots)) / w.slots : 0}%`})),
         h('span', {class: 'small muted'}, ` ${w.slots - w.free_slots} / ${w.slots}`)),

@@ -41,19 +41,27 @@ for cmd in $help_commands; do
   # Global flags are offered after any subcommand.
   grep -qx -- "--controller" <<<"$got" || { echo "trainyard $cmd: --controller not completed"; fail=1; }
 done
-for sub in list pull; do
-  flags=$("$cli" artifacts "$sub" --help | grep -oE '^\s+(-[a-zA-Z],)?--[a-z-]+' | grep -oE -- '--[a-z-]+' | { grep -v -- '--help' || true; } | sort -u)
-  got=$(complete_words trainyard artifacts "$sub" j1 "--")
+for pair in artifacts:list artifacts:pull workers:cordon workers:uncordon workers:drain; do
+  cmd=${pair%%:*} sub=${pair#*:}
+  flags=$("$cli" "$cmd" "$sub" --help | grep -oE '^\s+(-[a-zA-Z],)?--[a-z-]+' | grep -oE -- '--[a-z-]+' | { grep -v -- '--help' || true; } | sort -u)
+  got=$(complete_words trainyard "$cmd" "$sub" x1 "--")
   for f in $flags; do
-    grep -qx -- "$f" <<<"$got" || { echo "trainyard artifacts $sub: flag $f is not completed"; fail=1; }
+    grep -qx -- "$f" <<<"$got" || { echo "trainyard $cmd $sub: flag $f is not completed"; fail=1; }
   done
 done
+# Sub-subcommands: those `workers --help` lists.
+workers_subs=$("$cli" workers --help | awk '/^Subcommands:/ { on = 1; next } on && /^  [a-z]/ { print $1 } on && /^$/ { on = 0 }' | sort)
+[[ "$workers_subs" == "$(complete_words trainyard workers "")" ]] ||
+  { echo "workers subcommands differ: --help has [$(echo $workers_subs)], completion offers [$(complete_words trainyard workers "" | tr '\n' ' ')]"; fail=1; }
+[[ -n "$workers_subs" ]] || { echo "no workers subcommands parsed from --help"; fail=1; }
 
 # Values.
 [[ "$(complete_words trainyard list --state RUN)" == "RUNNING" ]] || { echo "--state RUN"; fail=1; }
 [[ "$(complete_words trainyard --output j)" == "json" ]] || { echo "--output j"; fail=1; }
 [[ "$(complete_words trainyard --controller x:1 wa)" == "watch" ]] || { echo "global flag before the subcommand"; fail=1; }
 [[ "$(complete_words trainyard artifacts p)" == "pull" ]] || { echo "artifacts p"; fail=1; }
+[[ "$(complete_words trainyard workers dr)" == "drain" ]] || { echo "workers dr"; fail=1; }
+[[ "$(complete_words trainyard workers un)" == "uncordon" ]] || { echo "workers un"; fail=1; }
 
 if [[ $fail -eq 0 ]]; then echo "completion: ok ($(echo $help_commands | wc -w) subcommands)"; fi
 exit $fail

@@ -15,6 +15,8 @@
 //      the JSON web_api_test.cc pins WorkerJson to), the page shows its models, free
 //      and unhealthy GPUs, capabilities, and each GPU's utilisation, memory,
 //      temperature, power, errors and state; saves web-fleet-gpus.png beside --screenshot.
+//      g1 is cordoned: its row says so with the reason. The job's JSON given a
+//      preemption and its owner's share, the attempt, quota and fair share cards show them.
 //   4. A screenshot of the job page is saved (--screenshot), kept by CI as an artifact.
 //   5. The job cancelled, its events are the proto3 JSON of trainyard.v1.Event (every
 //      field by its .proto name, 64-bit integers as strings), and the job page's charts
@@ -109,6 +111,9 @@ async function checkGpuFleet(page) {
                    ['3× NVIDIA H200 140 GiB', '1 free', '2 unhealthy', 'cuda 12.4', 'nccl', 'bf16',
                     'driver 550.54.15 · CUDA 12.4']);
   if ((await row.textContent()).includes('cudagraph')) fail('g1 shows cudagraph, which its rank binary lacks');
+  // g1 is cordoned (gpu_worker.json): marked, with the reason; w1 is not.
+  await expectText(row.locator('td.link'), 'the cordoned worker\'s link cell', ['connected', 'cordoned', 'ECC errors: RMA pending']);
+  if ((await workerRow(page, 'w1').textContent()).includes('cordoned')) fail('w1 is marked cordoned');
   await expectText(workerRow(page, 'w1').locator('td.gpus'), 'w1\'s GPUs', ['–']);
   const gpu = (i) => page.locator(`#gpus-table tbody tr[data-worker="g1"][data-gpu="${i}"]`);
   await expectText(gpu(0), 'GPU 0', ['NVIDIA H200', 'GPU-0', '25%', '40.0 GiB / 140.4 GiB', '55 °C', '312 W',
@@ -347,16 +352,29 @@ try {
     const job = await response.json();
     job.placement = job.placement.map((p) => ({...p, gpu: 0, gpu_uuid: 'GPU-5f0c6a4e-test'}));
     job.worker_env = [{worker: 'w1', nccl_env: ['NCCL_SOCKET_IFNAME=lo']}];
+    // And as a job preempted once whose owner has a quota and a place in the queue.
+    job.preemptions = 1;
+    job.share = {owner: 'viewer-test', group: 'research', owner_slots_in_use: 6, owner_slot_limit: 8,
+                 owner_gpus_in_use: 0, owner_gpu_limit: 0, group_slots_in_use: 10, group_slot_limit: 16,
+                 group_gpus_in_use: 4, group_gpu_limit: 8, weight: 2, usage_slot_seconds: 45000,
+                 fair_share: 22500, queue_position: 3, queue_length: 5};
     await route.fulfill({response, json: job});
   });
   await waitFor('the ranks card to show the rank\'s GPU', async () =>
     ((await ranksCard.textContent()).includes('w1 gpu 0') ? 1 : 0), 10_000);
+  const jobCard = (label) => page.locator('#job-cards .card').filter({has: page.locator('.card-label', {hasText: new RegExp(`^${label}$`)})});
+  await expectText(jobCard('attempt'), 'the attempt card', ['preempted 1×']);
+  await expectText(jobCard('quota'), 'the quota card', ['6 / 8 slots', 'owner viewer-test', '0 GPUs (no limit)',
+                                                        'group research: 10 / 16 slots, 4 / 8 GPUs']);
+  await expectText(jobCard('fair share'), 'the fair share card', ['3rd of 5 pending', '12.50 slot-hours used (decayed)',
+                                                                  'weight 2', 'share 6.25']);
   const title = await ranksCard.locator('.placement').getAttribute('title');
   for (const want of ['rank 0: w1 gpu 0 GPU-5f0c6a4e-test', 'w1 NCCL: NCCL_SOCKET_IFNAME=lo']) {
     if (!(title || '').includes(want)) fail(`the ranks card's title ${JSON.stringify(title)} lacks ${JSON.stringify(want)}`);
   }
   await page.unroute(isJob);
-  log('the ranks card shows the worker, and a rank\'s GPU and the NCCL settings when the job has them');
+  log('the ranks card shows the worker, and a rank\'s GPU and the NCCL settings when the job has them; ' +
+      'the attempt card the preemptions, the quota and fair share cards the owner\'s share');
 
   // 4. The screenshot CI keeps.
   fs.mkdirSync(path.dirname(screenshot), {recursive: true});

@@ -259,6 +259,8 @@ TEST(WebJsonTest, WorkerJsonJoinsEachGpuWithItsSample) {
   w.set_cuda_driver_version("12.4");
   w.set_nvlink_topology_known(true);
   w.add_nccl_env("NCCL_IB_DISABLE=1");
+  w.set_cordoned(true);
+  w.set_cordon_reason("ECC errors: RMA pending");
 
   // The expected JSON is a file the browser test (job_page.test.mjs) serves as a GPU
   // worker of /api/fleet, so the page is checked against this very shape.
@@ -296,6 +298,53 @@ TEST(WebJsonTest, JobDetailShowsEachRanksGpuAndTheWorkersNcclSettings) {
   EXPECT_EQ(j["worker_env"], json::parse(R"([{"worker": "g1", "nccl_env": ["NCCL_SOCKET_IFNAME=eth0"]}])"));
 }
 
+// Sharing a fleet: a preempted job's restarts leave its preemptions out, its
+// preemption times are milliseconds, and its owner's share is every ShareInfo field (null
+// without one).
+TEST(WebJsonTest, JobJsonShowsPreemptionsAndTheOwnersShare) {
+  v1::Job job;
+  job.set_id("j");
+  job.set_attempt(4);  // 1 + a failure's restart + 2 preemptions
+  job.set_preemptions(2);
+  job.add_preempt_times()->set_seconds(1796083200);
+  job.add_preempt_times()->set_seconds(1796083260);
+  job.mutable_preempt_times(1)->set_nanos(250'000'000);
+  json j = web::JobDetailJson(job);
+  EXPECT_EQ(j["restarts"], 1);
+  EXPECT_EQ(j["preemptions"], 2);
+  EXPECT_EQ(j["preempt_times_ms"], json::parse("[1796083200000, 1796083260250]"));
+  EXPECT_TRUE(j["share"].is_null());
+  EXPECT_EQ(web::JobSummaryJson(job)["restarts"], 1);
+
+  v1::ShareInfo* s = job.mutable_share();
+  s->set_owner("alice");
+  s->set_group("research");
+  s->set_owner_slots_in_use(6);
+  s->set_owner_slot_limit(8);
+  s->set_owner_gpus_in_use(1);
+  s->set_owner_gpu_limit(0);
+  s->set_group_slots_in_use(10);
+  s->set_group_slot_limit(16);
+  s->set_group_gpus_in_use(4);
+  s->set_group_gpu_limit(8);
+  s->set_weight(2);
+  s->set_usage_slot_seconds(45000.5);
+  s->set_fair_share(22500.25);
+  s->set_queue_position(3);
+  s->set_queue_length(5);
+  EXPECT_EQ(web::JobDetailJson(job)["share"], json::parse(R"({
+      "owner": "alice", "group": "research", "owner_slots_in_use": 6, "owner_slot_limit": 8,
+      "owner_gpus_in_use": 1, "owner_gpu_limit": 0, "group_slots_in_use": 10, "group_slot_limit": 16,
+      "group_gpus_in_use": 4, "group_gpu_limit": 8, "weight": 2.0, "usage_slot_seconds": 45000.5,
+      "fair_share": 22500.25, "queue_position": 3, "queue_length": 5})"));
+  // Every ShareInfo field is there, by its .proto name.
+  const json share = web::ShareJson(*s);
+  EXPECT_EQ(share.size(), static_cast<size_t>(v1::ShareInfo::descriptor()->field_count()));
+  for (int i = 0; i < v1::ShareInfo::descriptor()->field_count(); ++i) {
+    EXPECT_TRUE(share.contains(v1::ShareInfo::descriptor()->field(i)->name())) << i;
+  }
+}
+
 TEST_F(WebApiTest, StaticFilesAreEmbedded) {
   for (const auto& [path, type] : std::vector<std::pair<std::string, std::string>>{
            {"/", "text/html; charset=utf-8"},
@@ -311,7 +360,7 @@ TEST_F(WebApiTest, StaticFilesAreEmbedded) {
   }
   // The embedded bytes are the source files', every ES module the page loads included.
   for (const char* name : {"index.html", "style.css", "favicon.svg", "app.js", "api.js", "charts.js", "dom.js",
-                           "events.js", "job_page.js", "lists.js", "page.js"}) {
+                           "events.js", "gpus.js", "job_page.js", "lists.js", "page.js", "share.js"}) {
     std::ifstream source(std::string(TRAINYARD_SOURCE_DIR) + "/server/web/static/" + name, std::ios::binary);
     ASSERT_TRUE(source.good()) << name;
     const std::string text((std::istreambuf_iterator<char>(source)), std::istreambuf_iterator<char>());

@@ -10,13 +10,13 @@
 
 from .client import (DEFAULT_CONTROLLER, Client, SpecError, check_token, is_loopback,
                      load_job_file, read_token_file, spec_from_dict)
-from .errors import (AlreadyExists, Cancelled, DataLoss, DeadlineExceeded, FailedPrecondition,
+from .errors import (Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceeded, FailedPrecondition,
                      Internal, InvalidArgument, NotFound, PermissionDenied, ResourceExhausted,
                      TrainyardError, Unauthenticated, Unavailable, Unimplemented)
 from .results import (ArtifactInfo, ArtifactRef, CheckpointRef, CheckpointSaved, CompileEvent,
-                      EngineCapabilities, Event, GpuDevice, GpuSample, Job, JobState, JobStateChange,
-                      LogLine, Placement, RankPlacement, RankState, Stall, StepMetrics, Validation,
-                      WorkerEnv, WorkerInfo)
+                      DrainResult, EngineCapabilities, Event, GpuDevice, GpuSample, Job, JobState,
+                      JobStateChange, LogLine, Placement, RankPlacement, RankState, ShareInfo, Stall,
+                      StepMetrics, Validation, WorkerEnv, WorkerInfo)
 
 __version__ = "0.9.0"
 

@@ -1,4 +1,5 @@
-"""Client of the controller's JobService: submit, get, list, watch, cancel, artifacts."""
+"""Client of the controller's JobService: submit, get, list, watch, cancel, checkpoint,
+artifacts, and the fleet: workers, cordon, uncordon, drain."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from google.protobuf import json_format
 
 from ._stubs import job_pb2, job_service_pb2, job_service_pb2_grpc, spec_pb2
 from .errors import DataLoss, TrainyardError, from_rpc_error
-from .results import ArtifactInfo, Event, Job, JobState, WorkerInfo
+from .results import ArtifactInfo, CheckpointRef, DrainResult, Event, Job, JobState, WorkerInfo
 
 DEFAULT_CONTROLLER = "127.0.0.1:7070"
 # A token travels as an HTTP/2 header value: printable ASCII without spaces. The CLI
@@ -27,6 +28,13 @@ _ARTIFACT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 # figures, JobWatch::Options in client/job_watch.h).
 _FIRST_BACKOFF_S = 0.25
 _MAX_BACKOFF_S = 5.0
+# checkpoint(): the controller waits at most this long (0 asks for its default, 300 s),
+# and the call's deadline is the wait plus a margin so that the controller's own
+# DEADLINE_EXCEEDED, which says how far the ranks got, arrives first (the CLI's figures,
+# client/job_client.h).
+_CHECKPOINT_DEFAULT_TIMEOUT_S = 300.0
+_CHECKPOINT_MAX_TIMEOUT_S = 3600.0
+_CHECKPOINT_DEADLINE_MARGIN_S = 30.0
 # A ListJobs answer of 1000 jobs with their specs outgrows gRPC's 4 MiB default.
 _MAX_RECEIVE_BYTES = 64 * 1024 * 1024
 
@@ -194,6 +202,21 @@ class Client:
         request = job_service_pb2.ResizeJobRequest(job_id=job_id, dp=dp)
         return Job.from_proto(self._call("ResizeJob", request).job)
 
+    def checkpoint(self, job_id: str, timeout_s: float = 0.0) -> CheckpointRef:
+        """Asks a RUNNING job's ranks to save a checkpoint at their next step boundary
+        (outside checkpoint.interval, which may be 0; the job needs checkpoint.dir) and
+        returns it once complete: step, path, attempt, bytes. The controller waits up to
+        `timeout_s` (0: its default, 300 s; at most 3600) and then raises
+        DeadlineExceeded; FailedPrecondition for a job that is not RUNNING or has no
+        checkpoint.dir, Aborted when the attempt ends first."""
+        timeout_s = float(timeout_s)
+        if not 0.0 <= timeout_s <= _CHECKPOINT_MAX_TIMEOUT_S:  # NaN fails both
+            raise ValueError(f"timeout_s must be in [0, {_CHECKPOINT_MAX_TIMEOUT_S:g}] seconds, got {timeout_s!r}")
+        request = job_service_pb2.CheckpointJobRequest(job_id=job_id, timeout_s=timeout_s)
+        waits = timeout_s or _CHECKPOINT_DEFAULT_TIMEOUT_S
+        response = self._call("CheckpointJob", request, waits + _CHECKPOINT_DEADLINE_MARGIN_S)
+        return CheckpointRef.from_proto(response.checkpoint)
+
     def watch(self, job_id: str, from_seq: int = 0, *, timeout: Optional[float] = None,
               reconnect_for: float = 300.0) -> Iterator[Event]:
         """The job's events in seq order: the stored ones from `from_seq` (0 or 1: from the
@@ -263,6 +286,27 @@ class Client:
         capabilities (WorkerInfo in results.py)."""
         response = self._call("ListWorkers", job_service_pb2.ListWorkersRequest())
         return [WorkerInfo.from_proto(w) for w in response.workers]
+
+    def cordon(self, name: str, reason: str = "") -> WorkerInfo:
+        """Admin only: the worker takes no new ranks (what runs there keeps running) until
+        uncordon(); survives a controller restart. Returns the worker (cordoned,
+        cordon_reason). NotFound for an unknown worker, PermissionDenied without the
+        admin role."""
+        request = job_service_pb2.CordonWorkerRequest(name=name, cordon=True, reason=reason)
+        return WorkerInfo.from_proto(self._call("CordonWorker", request))
+
+    def uncordon(self, name: str) -> WorkerInfo:
+        """Admin only: the worker takes new ranks again."""
+        request = job_service_pb2.CordonWorkerRequest(name=name, cordon=False)
+        return WorkerInfo.from_proto(self._call("CordonWorker", request))
+
+    def drain(self, name: str, reason: str = "") -> DrainResult:
+        """Admin only: cordons the worker, then asks every job with a rank there to save a
+        checkpoint and stop, as a preemption does (no restart used), so that it is
+        rescheduled elsewhere. Returns DrainResult(worker, job_ids): the jobs it moves.
+        It does not wait for them to move: watch() them."""
+        request = job_service_pb2.DrainWorkerRequest(name=name, reason=reason)
+        return DrainResult.from_proto(self._call("DrainWorker", request))
 
     # ---- Artifacts ----
 

@@ -53,6 +53,11 @@ class FailedPrecondition(TrainyardError):
     code = grpc.StatusCode.FAILED_PRECONDITION
 
 
+class Aborted(TrainyardError):
+    """checkpoint(): the job's attempt ended before the checkpoint was complete."""
+    code = grpc.StatusCode.ABORTED
+
+
 class Unimplemented(TrainyardError):
     code = grpc.StatusCode.UNIMPLEMENTED
 
@@ -76,14 +81,14 @@ class Unauthenticated(TrainyardError):
 _BY_CODE = {
     cls.code: cls
     for cls in (Cancelled, InvalidArgument, DeadlineExceeded, NotFound, AlreadyExists,
-                PermissionDenied, ResourceExhausted, FailedPrecondition, Unimplemented,
+                PermissionDenied, ResourceExhausted, FailedPrecondition, Aborted, Unimplemented,
                 Internal, Unavailable, DataLoss, Unauthenticated)
 }
 
 
 def from_rpc_error(error: grpc.RpcError, rpc: str) -> TrainyardError:
     """The typed error of a failed call (codes without a class of their own, such as
-    ABORTED or UNKNOWN, are a plain TrainyardError with that code)."""
+    UNKNOWN, are a plain TrainyardError with that code)."""
     code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
     message = error.details() if hasattr(error, "details") else str(error)
     cls = _BY_CODE.get(code, TrainyardError)

@@ -163,6 +163,14 @@ WorkerEnv = _dataclass(job_pb2.Placement.DESCRIPTOR.fields_by_name["worker_env"]
 Placement = _dataclass(job_pb2.Placement.DESCRIPTOR)
 # Job.spec is the normalised spec (preset and defaults applied) in the job file's shape:
 # {"model": {"preset": "tiny", "dim": 64, ...}, "training": {...}, ...}.
+# Where a job's owner stands under the controller's --policy-file (Job.share, filled by
+# get(); None from list()): owner, group ("" for none), owner/group slots and GPUs in use
+# and their limits (0: no limit), weight, usage_slot_seconds (decayed), fair_share
+# (usage / weight: lower is served first among equal priority), queue_position (1-based
+# while PENDING, else 0) and queue_length.
+ShareInfo = _dataclass(job_pb2.ShareInfo.DESCRIPTOR)
+# preemptions counts attempts stopped for a higher-priority job or a drain (not failures),
+# preempt_times the newest of them.
 Job = _dataclass(job_pb2.Job.DESCRIPTOR,
                  namespace={"terminal": property(lambda self: self.state.terminal)})
 
@@ -230,5 +238,8 @@ GpuSample = _dataclass(device_pb2.GpuSample.DESCRIPTOR)
 EngineCapabilities = _dataclass(device_pb2.EngineCapabilities.DESCRIPTOR)
 # A worker: slots, device ("cpu" | "cuda"), gpus, gpu_samples, free_gpus and
 # unhealthy_gpus (NVML indices), capabilities (None when the worker sent none), driver
-# versions, nvlink_topology_known, nccl_env.
+# versions, nvlink_topology_known, nccl_env; cordoned and cordon_reason (a cordoned worker
+# takes no new ranks).
 WorkerInfo = _dataclass(job_service_pb2.WorkerInfo.DESCRIPTOR)
+# drain()'s answer: the worker (now cordoned) and job_ids, the jobs it moves.
+DrainResult = _dataclass(job_service_pb2.DrainWorkerResponse.DESCRIPTOR, "DrainResult")
