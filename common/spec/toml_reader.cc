@@ -7,6 +7,7 @@
 
 #if TRAINYARD_HAVE_TOMLPP
 #include <toml++/toml.h>
+#include "common/spec/toml_type_name.h"
 #endif
 
 namespace trainyard::spec {
@@ -22,31 +23,6 @@ struct Problem {
   SpecError error;
 };
 
-const char* TypeName(toml::node_type type) {
-  switch (type) {
-    case toml::node_type::table:
-      return "table";
-    case toml::node_type::array:
-      return "array";
-    case toml::node_type::string:
-      return "string";
-    case toml::node_type::integer:
-      return "integer";
-    case toml::node_type::floating_point:
-      return "float";
-    case toml::node_type::boolean:
-      return "boolean";
-    case toml::node_type::date:
-      return "date";
-    case toml::node_type::time:
-      return "time";
-    case toml::node_type::date_time:
-      return "date-time";
-    case toml::node_type::none:
-      break;
-  }
-  return "nothing";
-}
 
 std::string Position(std::string_view source, const toml::source_position& p) {
   return std::string(source) + ":" + std::to_string(p.line) + ":" + std::to_string(p.column);
@@ -86,7 +62,7 @@ Result<SpecInput> ParseToml(std::string_view text, std::string_view source_name)
     }
     if (!section_node.is_table()) {
       add(section_node.source(),
-          Invalid(section, "type", section + ": expected table, got " + TypeName(section_node.type())));
+          Invalid(section, "type", section + ": expected table, got " + TomlTypeName(section_node.type())));
       continue;
     }
     for (auto&& [key, node] : *section_node.as_table()) {
@@ -108,7 +84,7 @@ Result<SpecInput> ParseToml(std::string_view text, std::string_view source_name)
       } else {
         add(node.source(), Invalid(field->path(), "type",
                                    field->path() + ": expected " + KindName(field->kind) + ", got " +
-                                       TypeName(node.type())));
+                                       TomlTypeName(node.type())));
         continue;
       }
       // The key's origin is its value's position, for errors found after resolving.

@@ -16,35 +16,11 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/file_io.h"
 #include "common/base/text.h"
+#include "common/spec/toml_type_name.h"
 
 namespace trainyard {
 namespace {
 
-const char* TypeName(toml::node_type type) {
-  switch (type) {
-    case toml::node_type::table:
-      return "table";
-    case toml::node_type::array:
-      return "array";
-    case toml::node_type::string:
-      return "string";
-    case toml::node_type::integer:
-      return "integer";
-    case toml::node_type::floating_point:
-      return "float";
-    case toml::node_type::boolean:
-      return "boolean";
-    case toml::node_type::date:
-      return "date";
-    case toml::node_type::time:
-      return "time";
-    case toml::node_type::date_time:
-      return "date-time";
-    case toml::node_type::none:
-      break;
-  }
-  return "nothing";
-}
 
 // `x` as an operator wrote it: integral values without an exponent (1000000, not 1e+06).
 std::string Number(double x) {
@@ -93,7 +69,7 @@ class Reader {
   std::optional<int> Limit(const toml::node& node, const std::string& what) {
     const auto* v = node.as_integer();
     if (v == nullptr) {
-      Add(node.source(), absl::StrCat(what, ": expected an integer, got ", TypeName(node.type())));
+      Add(node.source(), absl::StrCat(what, ": expected an integer, got ", spec::TomlTypeName(node.type())));
       return std::nullopt;
     }
     const int64_t n = v->get();
@@ -112,7 +88,7 @@ class Reader {
     } else if (const auto* f = node.as_floating_point()) {
       x = f->get();
     } else {
-      Add(node.source(), absl::StrCat(what, ": expected a number, got ", TypeName(node.type())));
+      Add(node.source(), absl::StrCat(what, ": expected a number, got ", spec::TomlTypeName(node.type())));
       return std::nullopt;
     }
     if (!std::isfinite(x) || x <= 0 || x > max) {
@@ -127,7 +103,7 @@ class Reader {
   std::optional<std::string> Name(const toml::node& node, const std::string& what) {
     const auto* s = node.as_string();
     if (s == nullptr) {
-      Add(node.source(), absl::StrCat(what, ": expected a string, got ", TypeName(node.type())));
+      Add(node.source(), absl::StrCat(what, ": expected a string, got ", spec::TomlTypeName(node.type())));
       return std::nullopt;
     }
     const std::string& name = s->get();
@@ -157,7 +133,7 @@ class Reader {
     if (array == nullptr || !array->is_array_of_tables()) {
       Add(array == nullptr ? node.source() : key.source(),
           absl::StrCat(kind, ": expected an array of tables ([[", kind, "]]), got ",
-                       array == nullptr ? TypeName(node.type()) : "an array of values"));
+                       array == nullptr ? spec::TomlTypeName(node.type()) : "an array of values"));
       return out;
     }
     for (const auto& element : *array) out.push_back(element.as_table());
@@ -228,7 +204,7 @@ absl::StatusOr<SharingPolicy> ParsePolicyFile(std::string_view text, const std::
     } else if (k == "defaults") {
       const auto* table = node.as_table();
       if (table == nullptr) {
-        r.Add(node.source(), absl::StrCat("defaults: expected a table ([defaults]), got ", TypeName(node.type())));
+        r.Add(node.source(), absl::StrCat("defaults: expected a table ([defaults]), got ", spec::TomlTypeName(node.type())));
         continue;
       }
       for (auto&& [dk, dv] : *table) {

@@ -24,11 +24,6 @@ class JobQuotaTest : public ManagerFixture {
     policy_ = *policy;  // a restart keeps it, as the controller re-reads its file
     manager_->SetPolicy(*policy);
   }
-  void Pass(absl::Duration d, const std::vector<Conn>& alive) {
-    clock_.Advance(d);
-    for (const auto& c : alive) manager_->Heartbeat(c.id, v1::Heartbeat());
-    manager_->Tick();
-  }
 };
 
 TEST_F(JobQuotaTest, AJobOverItsQuotaWaitsWithTheReasonAndHoldsNobodyBack) {

@@ -30,37 +30,6 @@ class JobResizeTest : public ManagerFixture {
     spec.mutable_restart()->set_backoff_s(0);
     return spec;
   }
-  void SaveCheckpoint(const Conn& c, const std::string& job, int attempt, int64_t step) {
-    v1::EventBatch batch;
-    batch.set_batch_id(next_batch_++);
-    v1::Event* e = batch.add_events();
-    e->set_job_id(job);
-    e->set_attempt(attempt);
-    e->set_rank(0);
-    e->set_source_seq(++source_seq_[{job, attempt, 0}]);
-    auto* ck = e->mutable_checkpoint();
-    ck->set_step(step);
-    char name[64];
-    std::snprintf(name, sizeof name, "/step-%08lld-attempt-%d", static_cast<long long>(step), static_cast<int>(attempt));
-    ck->set_path("/ckpt/" + job + name);
-    ck->set_bytes(4096);
-    ck->set_dp(1);
-    ck->set_tp(1);
-    ck->set_ep(1);
-    ASSERT_TRUE(manager_->IngestEvents(c.id, batch).ok());
-  }
-  void Pass(absl::Duration d, const std::vector<Conn>& alive) {
-    clock_.Advance(d);
-    for (const auto& c : alive) manager_->Heartbeat(c.id, v1::Heartbeat());
-    manager_->Tick();
-  }
-  std::string LastReason(const std::string& id, v1::Job::State state) {
-    std::string out;
-    for (const auto& e : Stored(id)) {
-      if (e.has_job_state() && e.job_state().state() == state) out = e.job_state().reason();
-    }
-    return out;
-  }
   static std::string Message(const absl::Status& s) { return std::string(s.message()); }
 };
 

@@ -48,23 +48,10 @@ class JobRestartTest : public ManagerFixture {
     e.mutable_step_metrics()->set_step(step);
     return e;
   }
-  // Moves the fake clock, keeping `alive` heartbeating, and runs the controller tick.
-  void Pass(absl::Duration d, const std::vector<Conn>& alive) {
-    clock_.Advance(d);
-    for (const auto& c : alive) manager_->Heartbeat(c.id, v1::Heartbeat());
-    manager_->Tick();
-  }
   int StoredCount(const std::string& id, v1::Event::PayloadCase kind) {
     int n = 0;
     for (const auto& e : Stored(id)) n += e.payload_case() == kind;
     return n;
-  }
-  std::string LastReason(const std::string& id, v1::Job::State state) {
-    std::string out;
-    for (const auto& e : Stored(id)) {
-      if (e.has_job_state() && e.job_state().state() == state) out = e.job_state().reason();
-    }
-    return out;
   }
 };
 

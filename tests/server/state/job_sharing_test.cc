@@ -34,25 +34,6 @@ class JobSharingTest : public ManagerFixture {
     spec.mutable_training()->set_steps(100);
     return spec;
   }
-  // A CheckpointSaved of rank 0, as the rank writes it.
-  void SaveCheckpoint(const Conn& c, const std::string& job, int attempt, int64_t step, bool requested) {
-    v1::Event e;
-    e.set_job_id(job);
-    e.set_attempt(attempt);
-    e.set_rank(0);
-    e.set_source_seq(++source_seq_[{job, attempt, 0}]);
-    auto* ck = e.mutable_checkpoint();
-    ck->set_step(step);
-    char name[64];
-    std::snprintf(name, sizeof name, "/step-%08lld-attempt-%d", static_cast<long long>(step), attempt);
-    ck->set_path("/ckpt/" + job + name);
-    ck->set_bytes(4096);
-    ck->set_dp(1);
-    ck->set_tp(1);
-    ck->set_ep(1);
-    ck->set_requested(requested);
-    Send(c, {e});
-  }
   void Step(const Conn& c, const std::string& job, int attempt, int64_t step) {
     v1::Event e;
     e.set_job_id(job);
@@ -62,18 +43,6 @@ class JobSharingTest : public ManagerFixture {
     e.mutable_step_metrics()->set_step(step);
     e.mutable_step_metrics()->set_step_ms(100);
     Send(c, {e});
-  }
-  void Pass(absl::Duration d, const std::vector<Conn>& alive) {
-    clock_.Advance(d);
-    for (const auto& c : alive) manager_->Heartbeat(c.id, v1::Heartbeat());
-    manager_->Tick();
-  }
-  std::string LastReason(const std::string& id, v1::Job::State state) {
-    std::string out;
-    for (const auto& e : Stored(id)) {
-      if (e.has_job_state() && e.job_state().state() == state) out = e.job_state().reason();
-    }
-    return out;
   }
   std::vector<std::string> Logs(const std::string& id) {
     std::vector<std::string> out;

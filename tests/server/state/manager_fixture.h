@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <optional>
@@ -153,6 +154,41 @@ class ManagerFixture : public ::testing::Test {
     absl::Status s =
         manager_->IngestEvents(c.id, RankStates(c, job, attempt, ranks, state, message));
     EXPECT_TRUE(s.ok()) << s;
+  }
+
+  // A CheckpointSaved of rank 0 for `step` at its exact path under /ckpt, as the rank
+  // reports it (requested: saved on a CheckpointRequest).
+  void SaveCheckpoint(const Conn& c, const std::string& job, int attempt, int64_t step, bool requested = false) {
+    v1::Event e;
+    e.set_job_id(job);
+    e.set_attempt(attempt);
+    e.set_rank(0);
+    e.set_source_seq(++source_seq_[{job, attempt, 0}]);
+    auto* ck = e.mutable_checkpoint();
+    ck->set_step(step);
+    char name[64];
+    std::snprintf(name, sizeof name, "/step-%08lld-attempt-%d", static_cast<long long>(step), attempt);
+    ck->set_path("/ckpt/" + job + name);
+    ck->set_bytes(4096);
+    ck->set_dp(1);
+    ck->set_tp(1);
+    ck->set_ep(1);
+    ck->set_requested(requested);
+    Send(c, {e});
+  }
+  // Moves the fake clock, keeping `alive` heartbeating, and runs the controller tick.
+  void Pass(absl::Duration d, const std::vector<Conn>& alive) {
+    clock_.Advance(d);
+    for (const auto& c : alive) manager_->Heartbeat(c.id, v1::Heartbeat());
+    manager_->Tick();
+  }
+  // The reason of the job's last committed change to `state` ("" when none).
+  std::string LastReason(const std::string& id, v1::Job::State state) {
+    std::string out;
+    for (const auto& e : Stored(id)) {
+      if (e.has_job_state() && e.job_state().state() == state) out = e.job_state().reason();
+    }
+    return out;
   }
 
   v1::Job Job(const std::string& id) {
