@@ -190,9 +190,10 @@ void ControllerServer::Shutdown() {
   }
   // No new web requests; those in flight finish (they only read).
   if (web_server_) web_server_->Stop();
-  // Finishes every SubmitJob waiting for a preflight, which the server's shutdown
-  // would otherwise wait for.
+  // Finishes every SubmitJob waiting for a preflight and every CheckpointJob waiting for
+  // its checkpoint, which the server's shutdown would otherwise wait for.
   if (preflight_) preflight_->Stop();
+  if (manager_) manager_->AbortCheckpointWaiters();
   // Probes see NOT_SERVING for every service from here on.
   if (server_ && server_->GetHealthCheckService() != nullptr) server_->GetHealthCheckService()->Shutdown();
   // In-flight calls get 2 s (of the injected clock) to finish.

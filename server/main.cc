@@ -89,8 +89,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1.0, 86400.0));
   app.add_option("--max-preemptions-per-job", options.manager.sharing.max_preemptions_per_hour,
-                 "A job preempted this many times in the last hour is not preempted again until "
-                 "the oldest of them is an hour old (0: never preempt)")
+                 "A job preempted more than this many times in the last hour is not preempted "
+                 "again until the oldest of them is an hour old (job.preemptible = false opts a "
+                 "job out altogether)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1000));
   app.add_option("--preflight-binary", options.preflight_binary,

@@ -26,8 +26,8 @@ struct WorkerSnapshot {
   bool engine_cuda = false;
   bool engine_cudagraph = false;
   bool engine_bf16 = false;
-  // Cordoned (CordonWorker, DrainWorker): takes no new ranks. Its free_slots are still
-  // reported as held; the scheduler and preemption leave it out.
+  // Cordoned (CordonWorker, DrainWorker): takes no new ranks. Its free slots are what
+  // they are; placement (WhatIsMissing: "cordoned") and preemption leave it out.
   bool cordoned = false;
 };
 

@@ -8,7 +8,8 @@
 namespace trainyard {
 
 bool PreemptionPolicy::Eligible(const PreemptionCandidate& c, int priority, int max_preemptions_per_hour) {
-  return c.priority < priority && c.preemptible && c.preemptions_last_hour < max_preemptions_per_hour;
+  // "Preempted more than N times in an hour is not preempted again": N times is still fine.
+  return c.priority < priority && c.preemptible && c.preemptions_last_hour <= max_preemptions_per_hour;
 }
 
 std::vector<WorkerSnapshot> PreemptionPolicy::Freed(const std::vector<WorkerSnapshot>& workers,
@@ -55,6 +56,12 @@ std::optional<PreemptionPlan> PreemptionPolicy::Plan(const QueuedJob& pending,
     return std::make_tuple(a->priority, b->attempt_started, b->id) <
            std::make_tuple(b->priority, a->attempt_started, a->id);
   });
+
+  // Fewest first: one victim alone when one makes room (the cheapest such).
+  for (const PreemptionCandidate* c : order) {
+    GangDecision alone = GangScheduler::PlaceQueued(pending, Freed(workers, {c}));
+    if (alone.placed) return PreemptionPlan{{c->id}, std::move(alone)};
+  }
 
   std::vector<const PreemptionCandidate*> victims;
   bool placed = false;

@@ -4,13 +4,16 @@
 // The rule (issue 29):
 // - A candidate may be a victim only when its priority is strictly lower than the
 //   pending job's (spec.job.priority), it is preemptible (job.preemptible), and it was
-//   preempted fewer than `max_preemptions_per_hour` times in the last hour (so a cap of
-//   0 or less preempts nothing).
-// - Eligible candidates are taken in order: priority ascending, then the start of
-//   their current attempt descending (the most recently started loses least work),
-//   then id descending; they are added one by one, each giving back its ranks'
-//   capacity, until GangScheduler::PlaceQueued places the pending job on the free plus
-//   freed capacity.
+//   preempted at most `max_preemptions_per_hour` times in the last hour (a job
+//   preempted more than that is not preempted again; a negative cap preempts nothing).
+// - Eligible candidates are ordered: priority ascending, then the start of their
+//   current attempt descending (the most recently started loses least work), then id
+//   descending.
+// - Fewest first: the first candidate in that order whose capacity alone places the
+//   pending job (GangScheduler::PlaceQueued on the free plus freed capacity) is the one
+//   victim.
+// - Else they are added one by one in that order, each giving back its ranks'
+//   capacity, until the pending job places.
 // - Then every victim whose capacity turns out not to be needed is dropped, the
 //   newest-added first: the job is placed again without it, and if it still places the
 //   victim is spared.

@@ -1,6 +1,7 @@
 // JobService: the methods of sharing the fleet. CheckpointJob waits for the ranks'
 // checkpoint (the manager finishes the call from the thread that commits it);
 // CordonWorker and DrainWorker are the admin's.
+#include <atomic>
 #include <memory>
 #include <utility>
 
@@ -13,6 +14,22 @@
 #include "server/service/unary_call.h"
 
 namespace trainyard {
+namespace {
+
+// A CheckpointJob waiting for its checkpoint. The manager finishes it exactly once;
+// OnCancel only flags that the client went away, so the manager drops its wait at its
+// next tick (answering CANCELLED) instead of holding it to the deadline.
+class CheckpointReactor : public grpc::ServerUnaryReactor {
+ public:
+  std::shared_ptr<std::atomic<bool>> gone() const { return gone_; }
+  void OnCancel() override { gone_->store(true); }
+  void OnDone() override { delete this; }
+
+ private:
+  const std::shared_ptr<std::atomic<bool>> gone_ = std::make_shared<std::atomic<bool>>(false);
+};
+
+}  // namespace
 
 grpc::ServerUnaryReactor* JobServiceImpl::CheckpointJob(grpc::CallbackServerContext* ctx,
                                                         const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
@@ -29,19 +46,21 @@ grpc::ServerUnaryReactor* JobServiceImpl::CheckpointJob(grpc::CallbackServerCont
   }
   const double timeout_s =
       request.timeout_s() > 0 ? request.timeout_s() : request_validation::kDefaultCheckpointTimeoutS;
-  auto* reactor = ctx->DefaultReactor();
+  auto* reactor = new CheckpointReactor();
   // `out` lives until the call is done, which is after Finish; the manager calls back
-  // exactly once (answered, failed, timed out or aborted).
-  manager_->RequestCheckpoint(request.job_id(), absl::Seconds(timeout_s),
-                              [reactor, out](absl::StatusOr<v1::CheckpointRef> ref) {
-                                absl::Status status = ref.status();
-                                if (ref.ok()) {
-                                  v1::CheckpointJobResponse response;
-                                  *response.mutable_checkpoint() = std::move(*ref);
-                                  status = SerializeResponse(response, out);
-                                }
-                                reactor->Finish(ToGrpcStatus(status));
-                              });
+  // exactly once (answered, failed, timed out, aborted, cancelled or stopping).
+  manager_->RequestCheckpoint(
+      request.job_id(), absl::Seconds(timeout_s),
+      [reactor, out](absl::StatusOr<v1::CheckpointRef> ref) {
+        absl::Status status = ref.status();
+        if (ref.ok()) {
+          v1::CheckpointJobResponse response;
+          *response.mutable_checkpoint() = std::move(*ref);
+          status = SerializeResponse(response, out);
+        }
+        reactor->Finish(ToGrpcStatus(status));
+      },
+      reactor->gone());
   return reactor;
 }
 

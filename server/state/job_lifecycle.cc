@@ -145,14 +145,12 @@ absl::Status JobLifecycle::Resize(const std::string& id, int dp, Effects* fx) {
   if (plan.no_op) return absl::OkStatus();
   const std::string why = ResizePolicy::Reason(rt.job, live, plan.from_dp, dp);
   rt.resize_dp = dp;
-  if (live) {  // else only the restart to come changes; its event lets Recover read it back
-    rt.tearing_down = true;
+  if (live) {
     ++rt.resizes;
-    rt.not_before = clock_->Now();  // no backoff: nothing failed
-    SendCancel(rt, ResizePolicy::CancelReason(dp), fx);
+    RestartWithoutFailure(rt, ResizePolicy::CancelReason(dp), why, fx);
+  } else {  // only the restart to come changes; its event lets Recover read it back
+    SetState(rt, rt.job.state(), why, fx);
   }
-  SetState(rt, live ? v1::Job::RESTARTING : rt.job.state(), why, fx);
-  if (live && rt.live == 0) SetState(rt, v1::Job::PENDING, RestartPendingReason(rt, clock_->Now()), fx);
   return absl::OkStatus();
 }
 
@@ -341,6 +339,15 @@ void JobLifecycle::FailAttempt(TrackedJob& rt, const std::string& cause, const s
   } else {
     SetState(rt, v1::Job::FAILED, d.reason, fx);
   }
+}
+
+void JobLifecycle::RestartWithoutFailure(TrackedJob& rt, const std::string& cancel_reason, const std::string& why,
+                                         Effects* fx) {
+  rt.tearing_down = true;
+  rt.not_before = clock_->Now();  // no backoff: nothing failed
+  SendCancel(rt, cancel_reason, fx);
+  SetState(rt, v1::Job::RESTARTING, why, fx);
+  if (rt.live == 0) SetState(rt, v1::Job::PENDING, RestartPendingReason(rt, clock_->Now()), fx);
 }
 
 void JobLifecycle::SendCancel(TrackedJob& rt, const std::string& reason, Effects* fx) {

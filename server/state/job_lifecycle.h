@@ -31,8 +31,8 @@ struct SharingOptions {
   // A victim of a preemption (or a drain) with checkpoint.dir gets this long to save a
   // checkpoint on request before it is stopped anyway (--preemption-grace).
   absl::Duration preemption_grace = absl::Seconds(120);
-  // A job preempted this many times in the last hour is not preempted again until the
-  // oldest of those is an hour old (--max-preemptions-per-job).
+  // A job preempted more than this many times in the last hour is not preempted again
+  // until the oldest of those is an hour old (--max-preemptions-per-job).
   int max_preemptions_per_hour = 3;
 };
 
@@ -147,9 +147,11 @@ class JobLifecycle {
   // current attempt, active and not torn down).
   bool CheckpointStillPossible(const std::string& id, const CheckpointWant& want, std::string* why) const;
   // DrainWorker, after the cordon: evicts every active job with a rank not ended on
-  // `worker` (checkpoint first when it can, then stop; no restart used). Returns their
-  // ids; NOT_FOUND for a worker the registry does not know.
-  absl::StatusOr<std::vector<std::string>> Drain(const std::string& worker, const std::string& reason, Effects* fx);
+  // `worker` (checkpoint first when it can, then stop; no restart used), whatever its
+  // priority or job.preemptible; a job already being preempted is moved by that
+  // eviction, which the drain keeps even if its preemptor stops waiting. Returns their
+  // ids.
+  std::vector<std::string> Drain(const std::string& worker, const std::string& reason, Effects* fx);
   // Stops evicted attempts whose grace ended without their checkpoint (Tick).
   void EnforceEvictions(Effects* fx);
   // Quotas, weights and the usage half-life (--policy-file); in force from the next
@@ -187,14 +189,25 @@ class JobLifecycle {
                   Effects* fx, const std::function<std::string(int rank)>& cause);
 
   void SendCancel(TrackedJob& rt, const std::string& reason, Effects* fx);
+  // Ends the running attempt without a failure (a resize, an eviction): its ranks get
+  // a Cancel with `cancel_reason`, the job goes RESTARTING with `why` and, once they are
+  // gone, PENDING, with no backoff; the caller counts the attempt where it belongs, so
+  // it uses no restart of restart.max_restarts and no worker is blamed.
+  void RestartWithoutFailure(TrackedJob& rt, const std::string& cancel_reason, const std::string& why, Effects* fx);
 
   // Sharing (job_lifecycle_sharing.cc).
-  // Sends a CheckpointRequest to every worker with a live rank of the attempt.
-  void SendCheckpointRequest(TrackedJob& rt, Effects* fx);
-  // Asks the attempt to checkpoint and stop (a preemption or a drain): with
-  // checkpoint.dir while RUNNING it stops once the requested checkpoint is committed or
-  // at the grace deadline; otherwise it stops now. No-op for an attempt already ending.
-  void Evict(TrackedJob& rt, const std::string& reason, bool preemption, Effects* fx);
+  // Sends a CheckpointRequest to every worker with a live rank of the attempt; returns
+  // the step a requested checkpoint must reach to answer it (the step after the last
+  // one the controller has heard of).
+  int64_t SendCheckpointRequest(TrackedJob& rt, Effects* fx);
+  // Asks the attempt to checkpoint and stop (a preemption by job `by`, or a drain with
+  // `by` ""): with checkpoint.dir while RUNNING it stops once the requested checkpoint is
+  // committed or at the grace deadline; otherwise it stops now. No-op for an attempt
+  // already ending.
+  void Evict(TrackedJob& rt, const std::string& reason, const std::string& by, Effects* fx);
+  // Whether an eviction under way must still stop its attempt: a drain always; a
+  // preemption while its preemptor still waits for this attempt (else it is called off).
+  bool EvictionStillWanted(const TrackedJob& rt) const;
   // Ends the evicted attempt like a resize does: no backoff, no restart used, no worker
   // blamed; the job goes back to PENDING behind `reason` and keeps its FIFO place.
   void StopEvicted(TrackedJob& rt, const std::string& reason, bool preemption, const std::string& note,
@@ -202,11 +215,12 @@ class JobLifecycle {
   // A committed requested checkpoint of the current attempt: answers its request and
   // stops an eviction waiting for it.
   void RequestedCheckpointSaved(TrackedJob& rt, const v1::Event& event, Effects* fx);
-  // After a scheduling pass: lets the first waiting job that a set of lower-priority
-  // victims would make room for preempt them (PreemptionPolicy), when no preemption is
-  // under way.
+  // After a scheduling pass: lets the queue's head (its first job that waits) preempt
+  // the lower-priority victims PreemptionPolicy finds, when no preemption is under way.
+  // Jobs placed in this pass (`placed_now`) are no victims; slots of attempts already
+  // stopping count as free.
   void MaybePreempt(const std::vector<QueuedJob>& queue, const std::vector<GangDecision>& decisions,
-                    Effects* fx);
+                    const std::set<std::string>& placed_now, Effects* fx);
   int PreemptionsInLastHour(const TrackedJob& rt) const;
   // Slots and GPUs held by each owner's ranks that have not ended.
   std::map<std::string, SlotUse> InUseByOwner() const;
@@ -225,8 +239,7 @@ class JobLifecycle {
   SharingPolicy policy_;
   UsageLedger ledger_;
   absl::Time usage_until_ = absl::InfinitePast();  // the ledger holds usage up to here
-  int queue_length_ = 0;  // PENDING jobs queued at the last pass
-  std::vector<std::string> queue_order_;  // their ids, in order
+  std::vector<std::string> queue_order_;  // the PENDING jobs the last pass queued, in order
   // Each owner's slots and GPUs at the last scheduling pass or usage accrual, for
   // FillShare (a GetJob need not walk every job).
   std::map<std::string, SlotUse> owner_use_;

@@ -38,7 +38,7 @@ void JobLifecycle::QuotaHold(TrackedJob& rt, const std::string& why, Effects* fx
   rt.estimated_start.reset();
   rt.reserved_workers.clear();
   rt.queue_position = 0;
-  const std::string reason = rt.evicted_reason.empty() ? why : absl::StrCat(rt.evicted_reason, "; ", why);
+  const std::string reason = AfterEviction(rt, why);
   if (reason != rt.job.pending_reason()) SetState(rt, v1::Job::PENDING, reason, fx);
 }
 
@@ -91,7 +91,7 @@ void JobLifecycle::FillShare(const std::string& id, v1::Job* job) const {
   v1::ShareInfo share = ShareStanding(policy_, owner_use_, owner, ledger_.Value(owner, clock_->Now()));
   if (it->second.job.state() == v1::Job::PENDING && it->second.queue_position > 0) {
     share.set_queue_position(it->second.queue_position);
-    share.set_queue_length(queue_length_);
+    share.set_queue_length(static_cast<int>(queue_order_.size()));
   }
   *job->mutable_share() = std::move(share);
 }

@@ -46,7 +46,6 @@ void JobLifecycle::Schedule(Effects* fx) {
   const std::map<std::string, SlotUse> in_use = InUseByOwner();
   owner_use_ = in_use;
   HoldOverQuota(&queue, in_use, fx);
-  queue_length_ = 0;
   queue_order_.clear();
   if (queue.empty()) return;
   // Priority, then the owner's fair share (decayed usage / weight), then FIFO.
@@ -90,11 +89,12 @@ void JobLifecycle::Schedule(Effects* fx) {
     queue_order_.push_back(queue[i].id);
     jobs_.at(queue[i].id).queue_position = static_cast<int>(queue_order_.size());
   }
-  queue_length_ = static_cast<int>(queue_order_.size());
+  std::set<std::string> placed_now;
   for (size_t i = 0; i < decisions.size(); ++i) {
     TrackedJob& rt = jobs_.at(queue[i].id);
     const GangDecision& d = decisions[i];
     if (d.placed) {
+      placed_now.insert(rt.job.id());
       if (d.backfilled) spdlog::info("job={} backfilled ahead of the queue's head", rt.job.id());
       rt.estimated_start.reset();
       rt.reserved_workers.clear();
@@ -109,7 +109,7 @@ void JobLifecycle::Schedule(Effects* fx) {
     }
   }
   owner_use_ = InUseByOwner();  // with what this pass placed
-  MaybePreempt(queue, decisions, fx);
+  MaybePreempt(queue, decisions, placed_now, fx);
 }
 
 void JobLifecycle::StartAttempt(TrackedJob& rt, const GangDecision& decision, Effects* fx) {
@@ -121,7 +121,6 @@ void JobLifecycle::StartAttempt(TrackedJob& rt, const GangDecision& decision, Ef
   rt.evicted_reason.clear();
   rt.preempting.clear();
   rt.eviction.reset();
-  rt.checkpoint_request_attempt = 0;
   rt.queue_position = 0;
   metrics_->JobPlaced(clock_->Now() - rt.queued_at);
   rt.attempt_started = clock_->Now();

@@ -48,8 +48,7 @@ absl::StatusOr<CheckpointWant> JobLifecycle::RequestCheckpoint(const std::string
                                                       rt.tearing_down ? " and stopping" : "",
                                                       ": only a running attempt can checkpoint"));
   }
-  SendCheckpointRequest(rt, fx);
-  return CheckpointWant{rt.job.attempt(), rt.checkpoint_request_min_step};
+  return CheckpointWant{rt.job.attempt(), SendCheckpointRequest(rt, fx)};
 }
 
 bool JobLifecycle::CheckpointStillPossible(const std::string& id, const CheckpointWant& want,
@@ -63,11 +62,9 @@ bool JobLifecycle::CheckpointStillPossible(const std::string& id, const Checkpoi
   return false;
 }
 
-void JobLifecycle::SendCheckpointRequest(TrackedJob& rt, Effects* fx) {
+int64_t JobLifecycle::SendCheckpointRequest(TrackedJob& rt, Effects* fx) {
   // A request already sent is sent again: the ranks save once at their next step either
   // way, and the new one's step floor is the newer.
-  rt.checkpoint_request_attempt = rt.job.attempt();
-  rt.checkpoint_request_min_step = rt.last_step + 1;
   std::set<std::string> targets;
   for (const auto& r : rt.job.placement().ranks()) {
     if (HasRank(rt, r.rank()) && rt.ranks[r.rank()] != RankPhase::kEnded) targets.insert(r.worker());
@@ -80,27 +77,35 @@ void JobLifecycle::SendCheckpointRequest(TrackedJob& rt, Effects* fx) {
   }
   spdlog::info("job={} attempt={} checkpoint requested (after step {})", rt.job.id(), rt.job.attempt(),
                rt.last_step);
+  return rt.last_step + 1;
 }
 
 void JobLifecycle::RequestedCheckpointSaved(TrackedJob& rt, const v1::Event& event, Effects* fx) {
   const v1::CheckpointSaved& ck = event.checkpoint();
   if (event.rank() != 0 || !ck.requested() || event.attempt() != rt.job.attempt()) return;
-  if (rt.checkpoint_request_attempt == event.attempt() && ck.step() >= rt.checkpoint_request_min_step) {
-    rt.checkpoint_request_attempt = 0;
-  }
-  if (rt.eviction && ck.step() >= rt.eviction->min_step && !rt.tearing_down) {
-    const Eviction e = *rt.eviction;
-    StopEvicted(rt, e.reason, e.preemption, absl::StrCat(" after its checkpoint at step ", ck.step()), fx);
-  }
+  if (!rt.eviction || ck.step() < rt.eviction->min_step || rt.tearing_down) return;
+  if (!EvictionStillWanted(rt)) return;
+  const Eviction e = *rt.eviction;
+  StopEvicted(rt, e.reason, e.preemption, absl::StrCat(" after its checkpoint at step ", ck.step()), fx);
 }
 
-void JobLifecycle::Evict(TrackedJob& rt, const std::string& reason, bool preemption, Effects* fx) {
+bool JobLifecycle::EvictionStillWanted(const TrackedJob& rt) const {
+  if (!rt.eviction->preemption) return true;
+  auto by = jobs_.find(rt.eviction->by);
+  if (by == jobs_.end() || by->second.job.state() != v1::Job::PENDING) return false;
+  for (const Victim& v : by->second.preempting) {
+    if (v.id == rt.job.id() && v.attempt == rt.job.attempt()) return true;
+  }
+  return false;
+}
+
+void JobLifecycle::Evict(TrackedJob& rt, const std::string& reason, const std::string& by, Effects* fx) {
   if (!IsActive(rt) || rt.tearing_down || rt.eviction) return;
   const absl::Time now = clock_->Now();
+  const bool preemption = !by.empty();
   if (rt.job.state() == v1::Job::RUNNING && !rt.job.spec().checkpoint().dir().empty()) {
-    rt.eviction = Eviction{reason, now + sharing_.preemption_grace, rt.last_step + 1, preemption};
-    SendCheckpointRequest(rt, fx);
-    rt.eviction->min_step = rt.checkpoint_request_min_step;
+    const int64_t min_step = SendCheckpointRequest(rt, fx);
+    rt.eviction = Eviction{reason, now + sharing_.preemption_grace, min_step, preemption, by};
     const std::string message = absl::StrCat(reason, ": saving a checkpoint before stopping (grace until ",
                                              TimeOfDay(rt.eviction->deadline), ")");
     spdlog::info("job={} attempt={} {}", rt.job.id(), rt.job.attempt(), message);
@@ -117,23 +122,18 @@ void JobLifecycle::StopEvicted(TrackedJob& rt, const std::string& reason, bool p
                                Effects* fx) {
   const absl::Time now = clock_->Now();
   rt.eviction.reset();
-  rt.checkpoint_request_attempt = 0;
-  rt.tearing_down = true;
-  rt.not_before = now;  // no backoff: nothing failed
   rt.evicted_reason = reason;
   v1::Job& job = rt.job;
-  job.set_preemptions(job.preemptions() + 1);
+  job.set_preemptions(job.preemptions() + 1);  // before the RESTARTING row is written
   if (preemption) {
     *job.add_preempt_times() = ToProtoTime(now);
     while (job.preempt_times_size() > kKeptPreemptTimes) job.mutable_preempt_times()->erase(job.preempt_times().begin());
   }
   metrics_->sharing().Evicted(preemption);
-  SendCancel(rt, reason, fx);
   // The RESTARTING reason is the eviction alone (EvictionOf reads it back at recovery);
   // how it went is a log line of the job's.
   fx->AppendEvent(job.id(), ControllerLog("info", absl::StrCat(reason, ": stopping", note), job.attempt(), now));
-  SetState(rt, v1::Job::RESTARTING, reason, fx);
-  if (rt.live == 0) SetState(rt, v1::Job::PENDING, RestartPendingReason(rt, now), fx);
+  RestartWithoutFailure(rt, reason, reason, fx);
 }
 
 void JobLifecycle::EnforceEvictions(Effects* fx) {
@@ -141,6 +141,15 @@ void JobLifecycle::EnforceEvictions(Effects* fx) {
   for (auto& [id, rt] : jobs_) {
     if (!rt.eviction) continue;
     if (!IsActive(rt) || rt.tearing_down) {  // cancelled, failed or finished meanwhile
+      rt.eviction.reset();
+      continue;
+    }
+    if (!EvictionStillWanted(rt)) {
+      spdlog::info("job={} attempt={} eviction called off ({}): {} no longer waits for it", id, rt.job.attempt(),
+                   rt.eviction->reason, rt.eviction->by);
+      fx->AppendEvent(id, ControllerLog("info", absl::StrCat(rt.eviction->reason, ": called off, ",
+                                                             rt.eviction->by, " no longer waits for it"),
+                                        rt.job.attempt(), now));
       rt.eviction.reset();
       continue;
     }
@@ -155,8 +164,7 @@ void JobLifecycle::EnforceEvictions(Effects* fx) {
   }
 }
 
-absl::StatusOr<std::vector<std::string>> JobLifecycle::Drain(const std::string& worker, const std::string& reason,
-                                                             Effects* fx) {
+std::vector<std::string> JobLifecycle::Drain(const std::string& worker, const std::string& reason, Effects* fx) {
   std::vector<std::string> moved;
   const std::string why = absl::StrCat("drained from ", worker, reason.empty() ? "" : ": ", reason);
   for (auto& [id, rt] : jobs_) {
@@ -167,12 +175,13 @@ absl::StatusOr<std::vector<std::string>> JobLifecycle::Drain(const std::string& 
     }
     if (!here) continue;
     moved.push_back(id);
-    if (!rt.eviction) {
-      Evict(rt, why, /*preemption=*/false, fx);
-    } else {
-      // Already being preempted: the drain only shortens nothing; its checkpoint moves it.
-      spdlog::info("job={} drained from {} while already being evicted ({})", id, worker, rt.eviction->reason);
+    if (rt.eviction) {
+      // Already being preempted: that eviction moves it, whatever its preemptor does now.
+      rt.eviction->preemption = false;
+      rt.eviction->by.clear();
+      continue;
     }
+    Evict(rt, why, /*by=*/"", fx);
   }
   return moved;
 }
@@ -187,16 +196,16 @@ int JobLifecycle::PreemptionsInLastHour(const TrackedJob& rt) const {
 }
 
 void JobLifecycle::MaybePreempt(const std::vector<QueuedJob>& queue, const std::vector<GangDecision>& decisions,
-                                Effects* fx) {
-  // One preemption at a time: while a preemptor waits for its victims, the slots they
-  // give back are its (it is first in queue order), and no other victims are taken.
+                                const std::set<std::string>& placed_now, Effects* fx) {
+  // One preemption at a time: while a preemptor waits for its victims' attempts to
+  // stop, no other victims are taken (what they give back is not counted yet).
   bool waiting = false;
   for (auto& [id, rt] : jobs_) {
     if (rt.preempting.empty()) continue;
     bool live = false;
-    for (const std::string& v : rt.preempting) {
-      auto vt = jobs_.find(v);
-      if (vt != jobs_.end() && vt->second.live > 0) live = true;
+    for (const Victim& v : rt.preempting) {
+      auto vt = jobs_.find(v.id);
+      if (vt != jobs_.end() && vt->second.job.attempt() == v.attempt && vt->second.live > 0) live = true;
     }
     if (live && rt.job.state() == v1::Job::PENDING) {
       waiting = true;
@@ -205,45 +214,57 @@ void JobLifecycle::MaybePreempt(const std::vector<QueuedJob>& queue, const std::
     }
   }
   if (waiting) return;
-  std::vector<PreemptionCandidate> candidates;
-  for (const auto& [id, rt] : jobs_) {
-    if (!IsActive(rt) || rt.tearing_down || rt.eviction || rt.live == 0) continue;
+  // Only the queue's head preempts: a later job could not start on what its victims give
+  // back ahead of the head, whose reservation covers them (EASY backfill).
+  size_t head = 0;
+  while (head < decisions.size() && decisions[head].placed) ++head;
+  if (head >= decisions.size() || head >= queue.size()) return;
+  TrackedJob& rt = jobs_.at(queue[head].id);
+  const int priority = rt.job.spec().job().priority();
+  const absl::Time now = clock_->Now();
+  std::vector<PreemptionCandidate> candidates, stopping;
+  for (const auto& [id, other] : jobs_) {
+    if (!IsActive(other) || other.live == 0 || placed_now.count(id)) continue;
+    const RunningJob running = RunningJobOf(other, now);
     PreemptionCandidate c;
     c.id = id;
-    c.priority = rt.job.spec().job().priority();
-    c.preemptible = rt.job.spec().job().preemptible();
-    c.preemptions_last_hour = PreemptionsInLastHour(rt);
-    c.attempt_started = rt.attempt_started;
-    const RunningJob running = RunningJobOf(rt, clock_->Now());
     c.rank_workers = running.rank_workers;
     c.rank_gpus = running.rank_gpus;
+    if (other.tearing_down || other.eviction) {  // on its way out: its slots count as free
+      stopping.push_back(std::move(c));
+      continue;
+    }
+    if (other.job.spec().job().priority() >= priority) continue;
+    c.priority = other.job.spec().job().priority();
+    // Specs stored before job.preemptible existed have it unset: preemptible.
+    c.preemptible = !other.job.spec().job().has_preemptible() || other.job.spec().job().preemptible();
+    c.preemptions_last_hour = PreemptionsInLastHour(other);
+    c.attempt_started = other.attempt_started;
     candidates.push_back(std::move(c));
   }
   if (candidates.empty()) return;
-  const std::vector<WorkerSnapshot> free = workers_->ConnectedFree();
-  for (size_t i = 0; i < decisions.size() && i < queue.size(); ++i) {
-    if (decisions[i].placed) continue;
-    TrackedJob& rt = jobs_.at(queue[i].id);
-    const int priority = rt.job.spec().job().priority();
-    std::optional<PreemptionPlan> plan =
-        PreemptionPolicy::Plan(queue[i], free, candidates, sharing_.max_preemptions_per_hour);
-    if (!plan || plan->victims.empty()) continue;
-    const std::string reason = absl::StrCat("preempted by ", rt.job.id(), " (priority ", priority, ")");
-    absl::Time until = clock_->Now();
-    std::vector<std::string> named;
-    for (const std::string& v : plan->victims) {
-      TrackedJob& victim = jobs_.at(v);
-      Evict(victim, reason, /*preemption=*/true, fx);
-      if (victim.eviction) until = std::max(until, victim.eviction->deadline);
-      named.push_back(v);
-    }
-    rt.preempting = plan->victims;
-    rt.preempting_until = until;
-    spdlog::info("job={} preempts {}", rt.job.id(), absl::StrJoin(named, ", "));
-    if (std::string why = PendingReasonOf(rt, decisions[i], clock_->Now()); why != rt.job.pending_reason()) {
-      SetState(rt, v1::Job::PENDING, why, fx);
-    }
-    return;
+  std::vector<const PreemptionCandidate*> ending;
+  for (const auto& c : stopping) ending.push_back(&c);
+  const std::vector<WorkerSnapshot> free = PreemptionPolicy::Freed(workers_->ConnectedFree(), ending);
+  std::optional<PreemptionPlan> plan =
+      PreemptionPolicy::Plan(queue[head], free, candidates, sharing_.max_preemptions_per_hour);
+  if (!plan || plan->victims.empty()) return;
+  const std::string reason = absl::StrCat("preempted by ", rt.job.id(), " (priority ", priority, ")");
+  absl::Time until = now;
+  rt.preempting.clear();
+  for (const std::string& v : plan->victims) {
+    TrackedJob& victim = jobs_.at(v);
+    rt.preempting.push_back(Victim{v, victim.job.attempt()});
+  }
+  for (const std::string& v : plan->victims) {
+    TrackedJob& victim = jobs_.at(v);
+    Evict(victim, reason, rt.job.id(), fx);
+    if (victim.eviction) until = std::max(until, victim.eviction->deadline);
+  }
+  rt.preempting_until = until;
+  spdlog::info("job={} preempts {}", rt.job.id(), absl::StrJoin(plan->victims, ", "));
+  if (std::string why = PendingReasonOf(rt, decisions[head], now); why != rt.job.pending_reason()) {
+    SetState(rt, v1::Job::PENDING, why, fx);
   }
 }
 

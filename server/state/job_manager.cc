@@ -251,7 +251,9 @@ absl::Status JobManager::IngestEvents(int64_t conn, const v1::EventBatch& batch)
   }
   if (invalid > 0) metrics_->EventsDropped("invalid", invalid);
 
-  absl::MutexLock commit(&commit_mu_);
+  // Released before the CheckpointJob answers are delivered (they run outside every lock).
+  std::optional<absl::MutexLock> commit;
+  commit.emplace(&commit_mu_);
   {
     absl::MutexLock lock(&mu_);
     std::optional<std::string> worker = registry_.NameOf(conn);
@@ -328,6 +330,7 @@ absl::Status JobManager::IngestEvents(int64_t conn, const v1::EventBatch& batch)
     UpdateSlotMetricsLocked();
   }
   Run(std::move(fx)).IgnoreError();  // follow-up transitions; logged by Run
+  commit.reset();
   Deliver(std::move(answers));  // the checkpoint events they name are committed
   return status;
 }

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -115,9 +116,14 @@ class JobManager {
   // Sharing the fleet (job_manager_sharing.cc).
   // CheckpointJob: asks the running attempt to checkpoint (JobLifecycle's errors come
   // back at once) and calls `done` once a requested checkpoint of it is committed;
-  // DEADLINE_EXCEEDED after `timeout`, ABORTED when the attempt ends first. `done` runs
-  // outside every lock, on the thread that commits the checkpoint (or Tick's).
-  void RequestCheckpoint(const std::string& job_id, absl::Duration timeout, CheckpointDone done);
+  // DEADLINE_EXCEEDED after `timeout`, ABORTED when the attempt ends first, CANCELLED
+  // once `*gone` (the caller went away; may be null) is set. `done` is called exactly
+  // once, outside every lock, on the thread that commits the checkpoint (or Tick's).
+  void RequestCheckpoint(const std::string& job_id, absl::Duration timeout, CheckpointDone done,
+                         std::shared_ptr<std::atomic<bool>> gone = nullptr);
+  // Answers every waiting CheckpointJob with UNAVAILABLE, and every later one at once
+  // (the controller is stopping: its gRPC server waits for every call to finish).
+  void AbortCheckpointWaiters();
   // CordonWorker: stored first, then in force (WorkerRegistry::Cordon); NOT_FOUND for
   // an unknown worker.
   absl::StatusOr<v1::WorkerInfo> Cordon(const std::string& name, bool cordon, const std::string& reason);
@@ -172,6 +178,7 @@ class JobManager {
     CheckpointWant want;
     absl::Time deadline;
     CheckpointDone done;
+    std::shared_ptr<std::atomic<bool>> gone;
   };
   // Takes out the waiters that `committed` (one job's new events) answers, or that
   // timed out or can no longer be answered (job_id "": every job), with their answers.
@@ -196,6 +203,7 @@ class JobManager {
   JobLifecycle lifecycle_ ABSL_GUARDED_BY(mu_);  // uses registry_
   std::map<std::string, JobView> views_ ABSL_GUARDED_BY(mu_);
   std::vector<CheckpointWaiter> checkpoint_waiters_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;  // AbortCheckpointWaiters was called
   absl::Time usage_saved_ ABSL_GUARDED_BY(commit_mu_) = absl::InfinitePast();
 };
 

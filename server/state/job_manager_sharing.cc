@@ -17,7 +17,8 @@ constexpr size_t kMaxWaitersPerJob = 64;
 
 }  // namespace
 
-void JobManager::RequestCheckpoint(const std::string& job_id, absl::Duration timeout, CheckpointDone done) {
+void JobManager::RequestCheckpoint(const std::string& job_id, absl::Duration timeout, CheckpointDone done,
+                                   std::shared_ptr<std::atomic<bool>> gone) {
   absl::StatusOr<CheckpointWant> want;
   {
     absl::MutexLock commit(&commit_mu_);
@@ -26,13 +27,17 @@ void JobManager::RequestCheckpoint(const std::string& job_id, absl::Duration tim
       absl::MutexLock lock(&mu_);
       const size_t waiting = std::count_if(checkpoint_waiters_.begin(), checkpoint_waiters_.end(),
                                            [&](const CheckpointWaiter& w) { return w.job_id == job_id; });
-      if (waiting >= kMaxWaitersPerJob) {
+      if (stopping_) {
+        want = absl::UnavailableError("the controller is stopping");
+      } else if (waiting >= kMaxWaitersPerJob) {
         want = absl::ResourceExhaustedError(
             absl::StrCat("job ", job_id, " already has ", waiting, " checkpoint requests waiting"));
       } else {
         want = lifecycle_.RequestCheckpoint(job_id, &fx);
       }
-      if (want.ok()) checkpoint_waiters_.push_back({job_id, *want, clock_->Now() + timeout, std::move(done)});
+      if (want.ok()) {
+        checkpoint_waiters_.push_back({job_id, *want, clock_->Now() + timeout, std::move(done), std::move(gone)});
+      }
     }
     if (want.ok()) {
       absl::Status sent = Run(std::move(fx));
@@ -47,6 +52,7 @@ std::vector<JobManager::Answer> JobManager::TakeAnsweredLocked(const std::string
   std::vector<Answer> out;
   const absl::Time now = clock_->Now();
   auto answered = [&](const CheckpointWaiter& w) -> std::optional<absl::StatusOr<v1::CheckpointRef>> {
+    if (w.gone && w.gone->load()) return absl::CancelledError("the caller went away");
     if (!job_id.empty() && w.job_id != job_id) return std::nullopt;
     for (const auto& e : committed) {
       const v1::CheckpointSaved& ck = e.checkpoint();
@@ -79,6 +85,19 @@ std::vector<JobManager::Answer> JobManager::TakeAnsweredLocked(const std::string
     }
   }
   return out;
+}
+
+void JobManager::AbortCheckpointWaiters() {
+  std::vector<Answer> answers;
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    for (auto& w : checkpoint_waiters_) {
+      answers.emplace_back(std::move(w.done), absl::UnavailableError("the controller is stopping"));
+    }
+    checkpoint_waiters_.clear();
+  }
+  Deliver(std::move(answers));
 }
 
 void JobManager::Deliver(std::vector<Answer> answers) {
@@ -115,8 +134,7 @@ absl::StatusOr<v1::DrainWorkerResponse> JobManager::Drain(const std::string& nam
   v1::DrainWorkerResponse response;
   {
     absl::MutexLock lock(&mu_);
-    TY_ASSIGN_OR_RETURN(std::vector<std::string> moved, lifecycle_.Drain(name, reason, &fx));
-    for (auto& id : moved) response.add_job_ids(std::move(id));
+    for (auto& id : lifecycle_.Drain(name, reason, &fx)) response.add_job_ids(std::move(id));
     spdlog::info("worker={} drained: {} job(s) move", name, response.job_ids_size());
     lifecycle_.Schedule(&fx);
     UpdateSlotMetricsLocked();

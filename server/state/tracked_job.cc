@@ -139,7 +139,7 @@ std::string WorkerOf(const TrackedJob& rt, int rank) {
 }
 
 std::string RestartPendingReason(const TrackedJob& rt, absl::Time now) {
-  if (!rt.evicted_reason.empty()) return absl::StrCat(rt.evicted_reason, "; waiting for slots");
+  if (!rt.evicted_reason.empty()) return AfterEviction(rt, "waiting for slots");
   const std::string resize = rt.resize_dp ? absl::StrCat(" at dp=", *rt.resize_dp, " (resize requested)") : "";
   if (now < rt.not_before) {
     return absl::StrCat(RestartPolicy::BackoffReason(rt.not_before, RestartsUsed(rt) + 1,
@@ -264,11 +264,16 @@ RunningJob RunningJobOf(const TrackedJob& rt, absl::Time now) {
   return r;
 }
 
+std::string AfterEviction(const TrackedJob& rt, const std::string& why) {
+  return rt.evicted_reason.empty() ? why : absl::StrCat(rt.evicted_reason, "; ", why);
+}
+
 std::string PendingReasonOf(const TrackedJob& rt, const GangDecision& decision, absl::Time now) {
-  std::string why = rt.evicted_reason.empty() ? decision.pending_reason
-                                              : absl::StrCat(rt.evicted_reason, "; ", decision.pending_reason);
+  std::string why = AfterEviction(rt, decision.pending_reason);
   if (!rt.preempting.empty()) {
-    absl::StrAppend(&why, "; preempting ", absl::StrJoin(rt.preempting, ", "),
+    std::vector<std::string> ids;
+    for (const Victim& v : rt.preempting) ids.push_back(v.id);
+    absl::StrAppend(&why, "; preempting ", absl::StrJoin(ids, ", "),
                     rt.preempting_until > now
                         ? absl::StrCat(" (checkpointing, stopped at the latest at ",
                                        absl::FormatTime("%H:%M:%SZ", rt.preempting_until, absl::UTCTimeZone()), ")")

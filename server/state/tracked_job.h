@@ -30,6 +30,13 @@ struct Eviction {
   absl::Time deadline;
   int64_t min_step = 0;
   bool preemption = true;  // counted against --max-preemptions-per-job (a drain is not)
+  std::string by;  // the preemptor; "" for a drain
+};
+
+// A victim a preemptor waits for: that job's attempt.
+struct Victim {
+  std::string id;
+  int attempt = 0;
 };
 
 struct TrackedJob {
@@ -61,16 +68,13 @@ struct TrackedJob {
   // One rank's estimated memory under job.spec (RankMemoryOf), once computed.
   std::optional<int64_t> rank_memory;
 
-  // Sharing (job_lifecycle_sharing.cc). A CheckpointRequest sent to this attempt and
-  // not yet answered by a requested checkpoint of at least the step recorded.
-  int checkpoint_request_attempt = 0;
-  int64_t checkpoint_request_min_step = 0;
+  // Sharing (job_lifecycle_sharing.cc).
   std::optional<Eviction> eviction;  // the running attempt is being evicted
   // PENDING after an eviction ("preempted by job-5 (priority 10)"): leads its pending
   // reason until the next attempt is placed.
   std::string evicted_reason;
   // PENDING and preempting: the victims it waits for and when their grace ends.
-  std::vector<std::string> preempting;
+  std::vector<Victim> preempting;
   absl::Time preempting_until;
   // PENDING: place in scheduling order at the last pass (1-based; 0: not queued).
   int queue_position = 0;
@@ -144,8 +148,12 @@ std::string EvictionOf(const std::string& reason);
 // An active job as the scheduler sees it: the workers of its ranks still running, and
 // when it is expected to give them back.
 RunningJob RunningJobOf(const TrackedJob& rt, absl::Time now);
+// `why` led by the eviction that sent the job back to PENDING, if one did
+// ("preempted by job-5 (priority 10); <why>").
+std::string AfterEviction(const TrackedJob& rt, const std::string& why);
 // A PENDING job's reason: the scheduler's, plus what a requested resize or an elastic
-// restart adds ("; resize to dp=1 of 2 requested", "; elastic: may restart at ...").
+// restart adds ("; resize to dp=1 of 2 requested", "; elastic: may restart at ..."),
+// and the victims it preempts.
 std::string PendingReasonOf(const TrackedJob& rt, const GangDecision& decision, absl::Time now);
 // The failure cause a Stall names: "rank 2 stalled in allreduce #42 for 300 s waiting
 // for rank 3: <message>".

@@ -265,6 +265,16 @@ std::vector<v1::WorkerInfo> WorkerRegistry::List() const {
     }
     out.push_back(std::move(info));
   }
+  // Cordoned workers that are gone (lost, or not back since a controller restart): the
+  // cordon still holds for when they return.
+  for (const auto& [name, reason] : cordons_) {
+    if (workers_.count(name)) continue;
+    v1::WorkerInfo info;
+    info.set_name(name);
+    info.set_cordoned(true);
+    info.set_cordon_reason(reason);
+    out.push_back(std::move(info));
+  }
   return out;
 }
 
@@ -298,13 +308,6 @@ bool WorkerRegistry::Cordoned(const std::string& name) const { return cordons_.c
 std::optional<v1::WorkerInfo> WorkerRegistry::Info(const std::string& name) const {
   for (auto& info : List()) {
     if (info.name() == name) return info;
-  }
-  if (auto c = cordons_.find(name); c != cordons_.end()) {  // cordoned, gone from the fleet
-    v1::WorkerInfo info;
-    info.set_name(name);
-    info.set_cordoned(true);
-    info.set_cordon_reason(c->second);
-    return info;
   }
   return std::nullopt;
 }

@@ -132,7 +132,8 @@ class WorkerRegistry {
   void RestoreCordons(std::map<std::string, std::string> cordons);
   absl::Status Cordon(const std::string& name, bool cordoned, const std::string& reason);
   bool Cordoned(const std::string& name) const;
-  // The worker as List shows it; a cordoned worker no longer known shows only its cordon.
+  // The worker as List shows it (which includes cordoned workers that are gone, with
+  // only their name and cordon).
   std::optional<v1::WorkerInfo> Info(const std::string& name) const;
 
   bool IsConnected(const std::string& worker) const;

@@ -198,7 +198,9 @@ TEST_F(SharingTest, AVictimWhoseCheckpointHangsIsStoppedAtTheGraceAndResumesFrom
     newest = std::max<int64_t>(newest, JsonInt(e["checkpoint"]["step"]));
   }
   ASSERT_GE(newest, 10);
-  EXPECT_EQ(LossesByStep(all, 2).begin()->first, newest + 1);
+  const std::map<int64_t, double> second = LossesByStep(all, 2);
+  ASSERT_FALSE(second.empty());
+  EXPECT_EQ(second.begin()->first, newest + 1);
   bool told = false;
   for (const json& e : all) {
     if (e.contains("log") && e.value("rank", 0) == -1) {
@@ -207,7 +209,7 @@ TEST_F(SharingTest, AVictimWhoseCheckpointHangsIsStoppedAtTheGraceAndResumesFrom
     }
   }
   EXPECT_TRUE(told) << "the victim's stream says why it stopped without a new checkpoint";
-  ExpectLossesMatch(all, Reference(low_sets));
+  EXPECT_GE(ExpectLossesMatch(all, Reference(low_sets)), 300);
 }
 
 TEST_F(SharingTest, CheckpointNowWithoutAnIntervalAndItsRefusals) {

@@ -116,18 +116,34 @@ TEST(PreemptionPolicyTest, ANonPreemptibleJobIsNeverPreempted) {
   EXPECT_FALSE(PreemptionPolicy::Plan(Pending(spec), {{"w1", 0}}, {c}, kCap).has_value());
 }
 
-TEST(PreemptionPolicyTest, AJobAtTheHourlyCapIsNeverPreempted) {
+TEST(PreemptionPolicyTest, AJobPreemptedMoreThanTheHourlyCapIsNeverPreempted) {
   v1::JobSpec spec = Spec(1, 1, 5);
-  PreemptionCandidate at_cap = Cand("capped", 0, absl::Hours(2), {"w1"});
-  at_cap.preemptions_last_hour = kCap;
-  PreemptionCandidate below = Cand("below", 1, absl::Hours(1), {"w1"});
-  below.preemptions_last_hour = kCap - 1;
-  auto plan = PreemptionPolicy::Plan(Pending(spec), {{"w1", 0}}, {at_cap, below}, kCap);
+  PreemptionCandidate over = Cand("over", 0, absl::Hours(2), {"w1"});
+  over.preemptions_last_hour = kCap + 1;
+  PreemptionCandidate at_cap = Cand("at_cap", 1, absl::Hours(1), {"w1"});
+  at_cap.preemptions_last_hour = kCap;  // "more than N times" only stops the next one
+  auto plan = PreemptionPolicy::Plan(Pending(spec), {{"w1", 0}}, {over, at_cap}, kCap);
   ASSERT_TRUE(plan.has_value());
-  EXPECT_EQ(plan->victims, (std::vector<std::string>{"below"})) << "capped has the lower priority";
-  EXPECT_FALSE(PreemptionPolicy::Plan(Pending(spec), {{"w1", 0}}, {at_cap}, kCap).has_value());
-  EXPECT_FALSE(PreemptionPolicy::Plan(Pending(spec), {{"w1", 0}}, {below}, 0).has_value())
-      << "a cap of 0 preempts nothing";
+  EXPECT_EQ(plan->victims, (std::vector<std::string>{"at_cap"})) << "over has the lower priority";
+  EXPECT_FALSE(PreemptionPolicy::Plan(Pending(spec), {{"w1", 0}}, {over}, kCap).has_value());
+  PreemptionCandidate never = Cand("never", 0, absl::Hours(1), {"w1"});
+  EXPECT_TRUE(PreemptionPolicy::Plan(Pending(spec), {{"w1", 0}}, {never}, 0).has_value())
+      << "a cap of 0: once an hour";
+  EXPECT_FALSE(PreemptionPolicy::Plan(Pending(spec), {{"w1", 0}}, {never}, -1).has_value())
+      << "a negative cap preempts nothing";
+}
+
+TEST(PreemptionPolicyTest, OneVictimThatMakesRoomAloneIsPreferredToSeveral) {
+  // TP=2 inside one worker. w1 (2 slots): "a" and "b", one rank each, the newest; w2
+  // (2 slots): "c", older. Adding in order would take a and b; c alone is fewer.
+  v1::JobSpec spec = Spec(1, 2, 10);
+  const std::vector<PreemptionCandidate> cands = {Cand("a", 0, absl::Hours(3), {"w1"}),
+                                                  Cand("b", 0, absl::Hours(2), {"w1"}),
+                                                  Cand("c", 0, absl::Hours(1), {"w2", "w2"})};
+  auto plan = PreemptionPolicy::Plan(Pending(spec), {{"w1", 0}, {"w2", 0}}, cands, kCap);
+  ASSERT_TRUE(plan.has_value());
+  EXPECT_EQ(plan->victims, (std::vector<std::string>{"c"}));
+  EXPECT_EQ(plan->placement.rank_workers, (std::vector<std::string>{"w2", "w2"}));
 }
 
 TEST(PreemptionPolicyTest, CordonedWorkersGainNoCapacity) {

@@ -158,7 +158,7 @@ TEST_F(JobSharingTest, AnUrgentJobPreemptsAfterTheVictimsCheckpointAndTheVictimR
   EXPECT_THAT(w1.channel->Of(Msg::kCancel), SizeIs(0));
   EXPECT_THAT(Logs(low), ::testing::Contains(HasSubstr("preempted by job-2 (priority 5): saving a checkpoint")));
 
-  // A second urgent job does not take other victims while this preemption is under way.
+  // The victim's requested checkpoint: it stops.
   SaveCheckpoint(w1, low, 1, 13, /*requested=*/true);
   auto cancels = w1.channel->Of(Msg::kCancel);
   ASSERT_THAT(cancels, SizeIs(1));
@@ -225,14 +225,14 @@ TEST_F(JobSharingTest, OnlyStrictlyLowerPreemptibleJobsUnderTheHourlyCapArePreem
   ASSERT_TRUE(manager_->Cancel(a, "").ok());
   Report(w1, a, 1, {0}, v1::RankState::KILLED);
 
-  // Without a checkpoint directory the victim stops at once. Preempted three times in
-  // an hour, it is left alone the fourth time.
+  // Without a checkpoint directory the victim stops at once. Preempted more than three
+  // times (the cap) in an hour, it is left alone the fifth time.
   const std::string victim = Submit(Spec(1, 1, 0, 0), "bob");
-  for (int round = 1; round <= 4; ++round) {
+  for (int round = 1; round <= 5; ++round) {
     Report(w1, victim, Job(victim).attempt(), {0}, v1::RankState::RUNNING);
     ASSERT_EQ(Job(victim).state(), v1::Job::RUNNING) << round;
     const std::string urgent = Submit(Spec(1, 1, 0, 9), "alice");
-    if (round == 4) {
+    if (round == 5) {
       EXPECT_EQ(Job(victim).state(), v1::Job::RUNNING);
       EXPECT_EQ(Job(urgent).state(), v1::Job::PENDING);
       break;
@@ -245,10 +245,39 @@ TEST_F(JobSharingTest, OnlyStrictlyLowerPreemptibleJobsUnderTheHourlyCapArePreem
     ASSERT_EQ(Job(victim).state(), v1::Job::SCHEDULED) << round;
     Pass(absl::Minutes(5), {w1});
   }
-  EXPECT_EQ(Job(victim).preemptions(), 3);
+  EXPECT_EQ(Job(victim).preemptions(), 4);
   // An hour after the first, it may be preempted again.
   Pass(absl::Minutes(50), {w1});
   EXPECT_EQ(Job(victim).state(), v1::Job::RESTARTING);
+}
+
+TEST_F(JobSharingTest, OnlyTheQueuesHeadPreemptsAndItsVictimsAreCalledOffWhenItGoes) {
+  Conn w1 = Connect("w1", 4);
+  const std::string a = Submit(Checkpointed(2, 20), "carol");
+  const std::string l = Submit(Checkpointed(2, 0), "bob");
+  Report(w1, a, 1, {0, 1}, v1::RankState::RUNNING);
+  Report(w1, l, 1, {0, 1}, v1::RankState::RUNNING);
+  // The head needs all four slots; l alone is not enough, so it preempts nobody. The
+  // second job could make room by preempting l, but could not start ahead of the head.
+  const std::string head = Submit(Checkpointed(4, 20), "alice");
+  const std::string second = Submit(Checkpointed(2, 10), "alice");
+  EXPECT_EQ(Job(head).state(), v1::Job::PENDING);
+  EXPECT_EQ(Job(second).state(), v1::Job::PENDING);
+  EXPECT_THAT(w1.channel->Of(Msg::kCheckpoint), SizeIs(0)) << "no victim for a job behind the head";
+  ASSERT_TRUE(manager_->Cancel(head, "").ok());
+
+  // Now the second job is the head and preempts l; it is cancelled during l's grace:
+  // the eviction is called off and l trains on.
+  EXPECT_THAT(w1.channel->Of(Msg::kCheckpoint), SizeIs(1));
+  EXPECT_THAT(Job(second).pending_reason(), HasSubstr("preempting " + l));
+  ASSERT_TRUE(manager_->Cancel(second, "").ok());
+  Pass(absl::Seconds(1), {w1});
+  EXPECT_THAT(Logs(l), ::testing::Contains(HasSubstr("called off, " + second + " no longer waits for it")));
+  SaveCheckpoint(w1, l, 1, 6, /*requested=*/true);
+  Pass(absl::Seconds(130), {w1});
+  EXPECT_EQ(Job(l).state(), v1::Job::RUNNING);
+  EXPECT_THAT(w1.channel->Of(Msg::kCancel), SizeIs(0));
+  EXPECT_EQ(Job(l).preemptions(), 0);
 }
 
 TEST_F(JobSharingTest, DrainMovesTheJobThroughACheckpointAndTheCordonOutlivesARestart) {

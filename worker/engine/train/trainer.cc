@@ -1,6 +1,7 @@
 #include "worker/engine/train/trainer.h"
 
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -272,6 +273,18 @@ void Trainer::EndStepProfile(int step) {
   events_.Artifact(ArtifactRefOf(*a, name, "trace"));
 }
 
+bool Trainer::TakeCheckpointRequest() {
+  const std::string& request = options_.checkpoint_request_path;
+  struct stat st {};
+  if (request.empty() || ::stat(request.c_str(), &st) != 0 || ::unlink(request.c_str()) != 0) return false;
+  // The kernel stamps files from a coarse clock (a tick behind at most): only a file
+  // clearly older than the last agreed save is taken for one it already answered.
+  const auto written = std::chrono::system_clock::time_point(
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(
+          std::chrono::seconds(st.st_mtim.tv_sec) + std::chrono::nanoseconds(st.st_mtim.tv_nsec)));
+  return written + std::chrono::milliseconds(20) >= requests_served_until_;
+}
+
 v1::StepMetrics Trainer::Step(int step) {
   const TrainingConfig& t = config_.training;
   const ModelConfig& mc = config_.model;
@@ -349,8 +362,7 @@ v1::StepMetrics Trainer::Step(int step) {
   // found (and removed) its request file. The world sum is > 0 exactly when some rank
   // was asked, so every rank decides the same at the same step with no collective of
   // its own; the per-step cost is one unlink.
-  const std::string& request = options_.checkpoint_request_path;
-  const bool asked = !request.empty() && ::unlink(request.c_str()) == 0;
+  const bool asked = TakeCheckpointRequest();
   auto stats = torch::cat({loss_sum, counts_sum, torch::full({1}, asked ? 1.0 : 0.0, loss_sum.options())});
   {
     RECORD_USER_SCOPE("trainyard::gradient_sync");
@@ -381,8 +393,11 @@ v1::StepMetrics Trainer::Step(int step) {
   v1::StepMetrics m;
   m.set_step(step);
   m.set_epoch(EpochOfStep(*dataset_, step - 1, GlobalBatch()));
-  m.set_loss(stats[0].item<double>() / ctx.world);
-  checkpoint_requested_ = stats[stats.numel() - 1].item<double>() > 0;
+  // One copy to the host for the loss and the request flag.
+  const auto head = torch::stack({stats[0], stats[stats.numel() - 1]}).to(torch::kCPU);
+  m.set_loss(head[0].item<double>() / ctx.world);
+  checkpoint_requested_ = head[1].item<double>() > 0;
+  if (checkpoint_requested_) requests_served_until_ = std::chrono::system_clock::now();
   m.set_grad_norm(grad_norm);
   m.set_lr(lr);
   const double step_s = std::max(1e-9, Ms(start, end) / 1000.0);

@@ -10,6 +10,7 @@
 // parameter (as torchtitan does); max_norm <= 0 turns clipping off (norm still reported).
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <utility>
@@ -100,6 +101,10 @@ class Trainer {
   // it, checkpoint_requested() says whether any rank of the world had one.
   v1::StepMetrics Step(int step);
   bool checkpoint_requested() const { return checkpoint_requested_; }
+  // Takes this rank's request file, if there is one (TrainerOptions::checkpoint_request_path);
+  // false for none, and for one written before the last requested save the world
+  // agreed on, which answered it.
+  bool TakeCheckpointRequest();
 
   TransformerModel& model() { return model_; }
   ProcessMesh& mesh() { return mesh_; }
@@ -114,6 +119,9 @@ class Trainer {
   int next_peak_reprobe_ = 0;  // first step that may re-measure a peak it beat
   int64_t start_step_ = 0;  // the last step done before Run (a resumed checkpoint's)
   bool checkpoint_requested_ = false;  // the last Step's world-wide request flag
+  // When the world last agreed to save on request: a request file older than that asked
+  // for that save (another worker's rank carried the same request a step earlier).
+  std::chrono::system_clock::time_point requests_served_until_{};
   FlopsModel flops_;
   LrSchedule schedule_;
   std::unique_ptr<Dataset> dataset_;
