@@ -1,5 +1,7 @@
 #include "server/metrics/sharing_metrics.h"
 
+#include <set>
+
 namespace trainyard {
 namespace {
 
@@ -30,16 +32,16 @@ void SharingMetrics::Evicted(bool preemption) { (preemption ? preemptions_ : dra
 
 void SharingMetrics::SetOwners(const std::map<std::string, int>& slots, const std::map<std::string, double>& usage) {
   absl::MutexLock lock(&mu_);
-  auto series = [&](const std::string& owner) -> Owner& {
+  std::set<std::string> seen;
+  for (const auto& [owner, n] : slots) seen.insert(owner);
+  for (const auto& [owner, u] : usage) seen.insert(owner);
+  for (const std::string& owner : seen) {
     Owner& o = owners_[owner];
     if (o.slots == nullptr) {
       o.slots = &slots_family_.Add({{"owner", owner}});
       o.usage = &usage_family_.Add({{"owner", owner}});
     }
-    return o;
-  };
-  for (const auto& [owner, n] : slots) series(owner);
-  for (const auto& [owner, u] : usage) series(owner);
+  }
   for (auto& [owner, o] : owners_) {
     auto s = slots.find(owner);
     o.slots->Set(s == slots.end() ? 0 : s->second);

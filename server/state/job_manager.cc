@@ -236,6 +236,17 @@ void JobManager::Heartbeat(int64_t conn, const v1::Heartbeat& heartbeat) {
 }
 
 absl::Status JobManager::IngestEvents(int64_t conn, const v1::EventBatch& batch) {
+  std::vector<Answer> answers;
+  absl::Status status;
+  {
+    absl::MutexLock commit(&commit_mu_);
+    status = IngestEventsLocked(conn, batch, &answers);
+  }
+  Deliver(std::move(answers));  // outside every lock; the checkpoints they name are committed
+  return status;
+}
+
+absl::Status JobManager::IngestEventsLocked(int64_t conn, const v1::EventBatch& batch, std::vector<Answer>* answers) {
   // Group by job, keeping each job's order. An event no worker may send is dropped and
   // counted; the batch is still acknowledged (see request_validation::InvalidEvent).
   std::map<std::string, std::vector<v1::Event>> by_job;
@@ -251,9 +262,6 @@ absl::Status JobManager::IngestEvents(int64_t conn, const v1::EventBatch& batch)
   }
   if (invalid > 0) metrics_->EventsDropped("invalid", invalid);
 
-  // Released before the CheckpointJob answers are delivered (they run outside every lock).
-  std::optional<absl::MutexLock> commit;
-  commit.emplace(&commit_mu_);
   {
     absl::MutexLock lock(&mu_);
     std::optional<std::string> worker = registry_.NameOf(conn);
@@ -313,7 +321,6 @@ absl::Status JobManager::IngestEvents(int64_t conn, const v1::EventBatch& batch)
     committed[job_id] = std::move(*stored);
   }
   if (!by_job.empty()) metrics_->IngestBatch(absl::Now() - started);
-  std::vector<Answer> answers;
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [job_id, events] : committed) {
@@ -323,15 +330,13 @@ absl::Status JobManager::IngestEvents(int64_t conn, const v1::EventBatch& batch)
       }
       lifecycle_.ApplyEvents(job_id, events, &fx);
       if (!checkpoint_waiters_.empty()) {
-        for (auto& a : TakeAnsweredLocked(job_id, events)) answers.push_back(std::move(a));
+        for (auto& a : TakeAnsweredLocked(job_id, events)) answers->push_back(std::move(a));
       }
     }
     lifecycle_.Schedule(&fx);
     UpdateSlotMetricsLocked();
   }
   Run(std::move(fx)).IgnoreError();  // follow-up transitions; logged by Run
-  commit.reset();
-  Deliver(std::move(answers));  // the checkpoint events they name are committed
   return status;
 }
 

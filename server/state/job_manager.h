@@ -185,7 +185,16 @@ class JobManager {
   using Answer = std::pair<CheckpointDone, absl::StatusOr<v1::CheckpointRef>>;
   std::vector<Answer> TakeAnsweredLocked(const std::string& job_id, const std::vector<v1::Event>& committed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The answer `committed` (events of `job_id`, "" for none) or the time gives waiter
+  // `w`, or nullopt while it must wait on.
+  std::optional<absl::StatusOr<v1::CheckpointRef>> AnswerOfLocked(const CheckpointWaiter& w, const std::string& job_id,
+                                                                  const std::vector<v1::Event>& committed,
+                                                                  absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static void Deliver(std::vector<Answer> answers);
+  // IngestEvents under the commit lock; the CheckpointJob answers it produced go to
+  // `answers`, delivered by the caller once the lock is released.
+  absl::Status IngestEventsLocked(int64_t conn, const v1::EventBatch& batch, std::vector<Answer>* answers)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(commit_mu_);
 
   // Carries out `fx` in order (see above); returns the first store error.
   absl::Status Run(Effects fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(commit_mu_)

@@ -47,37 +47,39 @@ void JobManager::RequestCheckpoint(const std::string& job_id, absl::Duration tim
   if (!want.ok()) done(want.status());
 }
 
+std::optional<absl::StatusOr<v1::CheckpointRef>> JobManager::AnswerOfLocked(
+    const CheckpointWaiter& w, const std::string& job_id, const std::vector<v1::Event>& committed, absl::Time now) {
+  if (w.gone && w.gone->load()) return absl::CancelledError("the caller went away");
+  if (!job_id.empty() && w.job_id != job_id) return std::nullopt;
+  for (const auto& e : committed) {
+    const v1::CheckpointSaved& ck = e.checkpoint();
+    if (e.has_checkpoint() && ck.requested() && e.rank() == 0 && e.attempt() == w.want.attempt &&
+        ck.step() >= w.want.min_step) {
+      v1::CheckpointRef ref;
+      ref.set_step(ck.step());
+      ref.set_path(ck.path());
+      ref.set_attempt(e.attempt());
+      ref.set_bytes(ck.bytes());
+      return ref;
+    }
+  }
+  if (std::string why; !lifecycle_.CheckpointStillPossible(w.job_id, w.want, &why)) {
+    return absl::AbortedError(why);
+  }
+  if (now >= w.deadline) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("job ", w.job_id, "'s checkpoint was not complete in time (its ranks save at their next "
+                     "step boundary; a long step or a slow write takes longer)"));
+  }
+  return std::nullopt;
+}
+
 std::vector<JobManager::Answer> JobManager::TakeAnsweredLocked(const std::string& job_id,
                                                               const std::vector<v1::Event>& committed) {
   std::vector<Answer> out;
   const absl::Time now = clock_->Now();
-  auto answered = [&](const CheckpointWaiter& w) -> std::optional<absl::StatusOr<v1::CheckpointRef>> {
-    if (w.gone && w.gone->load()) return absl::CancelledError("the caller went away");
-    if (!job_id.empty() && w.job_id != job_id) return std::nullopt;
-    for (const auto& e : committed) {
-      const v1::CheckpointSaved& ck = e.checkpoint();
-      if (e.has_checkpoint() && ck.requested() && e.rank() == 0 && e.attempt() == w.want.attempt &&
-          ck.step() >= w.want.min_step) {
-        v1::CheckpointRef ref;
-        ref.set_step(ck.step());
-        ref.set_path(ck.path());
-        ref.set_attempt(e.attempt());
-        ref.set_bytes(ck.bytes());
-        return ref;
-      }
-    }
-    if (std::string why; !lifecycle_.CheckpointStillPossible(w.job_id, w.want, &why)) {
-      return absl::AbortedError(why);
-    }
-    if (now >= w.deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("job ", w.job_id, "'s checkpoint was not complete in time (its ranks save at their next "
-                       "step boundary; a long step or a slow write takes longer)"));
-    }
-    return std::nullopt;
-  };
   for (auto it = checkpoint_waiters_.begin(); it != checkpoint_waiters_.end();) {
-    if (auto a = answered(*it)) {
+    if (auto a = AnswerOfLocked(*it, job_id, committed, now)) {
       out.emplace_back(std::move(it->done), std::move(*a));
       it = checkpoint_waiters_.erase(it);
     } else {
