@@ -317,9 +317,8 @@ TEST_F(GpuFleetTest, AnUncorrectableEccErrorMidJobRestartsTheJobOnOtherGpusAndMa
   EXPECT_TRUE(reason) << w1.dump();
   std::printf("[figures] ECC on GPU %d: restarted from step %lld on GPUs", bad,
               static_cast<long long>(two.begin()->first - 1));
-  std::printf(" (%d steps compared with %s)", compared, overlap ? "attempt 1" : "trainyard-train");
   for (const auto& [rank, gpu] : RankGpus(id)) std::printf(" %d", gpu);
-  std::printf("\n");
+  std::printf(" (%d steps compared with %s)\n", compared, overlap ? "attempt 1" : "trainyard-train");
 }
 
 }  // namespace
