@@ -3,7 +3,8 @@
 # (openssl: deploy/make-certs.sh; clang, compiler-rt and llvm's symbolizer: the
 # sanitizer and fuzzing build of .ci/sanitizers.sh; kubernetes-client, yamllint and
 # prometheus's promtool: the deploy/ checks; tmux: the CLI's terminal test; chromium:
-# the web UI test; python3-grpcio: the Python client).
+# the web UI test; python3-grpcio: the Python client; iproute2: the multi-host tests'
+# network namespaces, veths, bridge and tc).
 # Idempotent: packages already present are skipped by apt; safe to run repeatedly.
 set -euo pipefail
 
@@ -16,6 +17,7 @@ PACKAGES=(
   libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libssl-dev libsentencepiece-dev
   prometheus
   openssl
+  iproute2
   clang libclang-rt-14-dev llvm
   yamllint tmux chromium
   python3 python3-grpcio python3-protobuf
