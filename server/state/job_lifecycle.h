@@ -1,5 +1,6 @@
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -82,7 +83,12 @@ class JobLifecycle {
   // the current attempt's RankState events are replayed, so transitions the crash cut
   // off (every rank exited, a rank failed) happen now, and the placement's workers are
   // expected to reconnect within the heartbeat timeout.
+  // `events` need not be the whole log (JobStore::ReadRecoveryEvents): every rank state,
+  // stall, job state and checkpoint event, and the current attempt's last
+  // RecoveryStepTail(job) step metrics (NoteStep keeps the highest step and the newest
+  // step time; a rank's steps only grow, and a tail of 4 per rank holds each one's last).
   int64_t Recover(v1::Job job, const std::vector<v1::Event>& events, Effects* fx);
+  static int RecoveryStepTail(const v1::Job& job) { return std::max(256, 4 * job.world_size()); }
   // Adopts a job whose PENDING row was just committed; returns its FIFO position.
   int64_t Add(v1::Job job);
   bool Contains(const std::string& id) const;

@@ -15,8 +15,7 @@
 namespace trainyard {
 namespace {
 
-// Jobs whose ranks may still run (their stored events rebuild the rank phases) or
-// that wait to restart (their last RESTARTING event starts the backoff).
+// Jobs whose ranks may still run or that wait to restart: Recover replays their events.
 bool NeedsEvents(const v1::Job& job) {
   const v1::Job::State s = job.state();
   return s == v1::Job::SCHEDULED || s == v1::Job::RUNNING || s == v1::Job::RESTARTING ||
@@ -44,8 +43,9 @@ absl::Status JobManager::Recover() {
   std::vector<std::vector<v1::Event>> events(jobs.size());
   std::vector<int64_t> last_seq(jobs.size());
   for (size_t i = 0; i < jobs.size(); ++i) {
-    if (NeedsEvents(jobs[i])) {
-      TY_ASSIGN_OR_RETURN(events[i], store_->ReadEvents(jobs[i].id(), 1, 1 << 30));
+    if (NeedsEvents(jobs[i])) {  // not the whole log: the kinds Recover uses, a tail of steps
+      const int tail = JobLifecycle::RecoveryStepTail(jobs[i]);
+      TY_ASSIGN_OR_RETURN(events[i], store_->ReadRecoveryEvents(jobs[i].id(), jobs[i].attempt(), tail));
     }
     last_seq[i] = store_->LastSeq(jobs[i].id());
   }

@@ -43,6 +43,13 @@ class JobStore {
   // Committed events with seq >= from_seq, in order, at most `limit`.
   virtual absl::StatusOr<std::vector<v1::Event>> ReadEvents(const std::string& job_id,
                                                             int64_t from_seq, int limit) = 0;
+  // What JobLifecycle::Recover needs of an active job's events, in seq order: every
+  // rank state, stall, job state and checkpoint event, and the last `step_tail` step
+  // metrics of attempt `attempt`. This default reads every event (tests' wrappers).
+  virtual absl::StatusOr<std::vector<v1::Event>> ReadRecoveryEvents(const std::string& job_id, int attempt,
+                                                                    int step_tail) {
+    return ReadEvents(job_id, 1, 1 << 30);
+  }
   // The highest committed seq of the job (0 when none).
   virtual int64_t LastSeq(const std::string& job_id) = 0;
 

@@ -3,10 +3,11 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 
 namespace trainyard {
 
-absl::StatusOr<std::unique_ptr<SqliteDb>> SqliteDb::Open(const std::string& path) {
+absl::StatusOr<std::unique_ptr<SqliteDb>> SqliteDb::Open(const std::string& path, bool configure) {
   sqlite3* db = nullptr;
   int rc = sqlite3_open_v2(path.c_str(), &db,
                            SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
@@ -16,14 +17,19 @@ absl::StatusOr<std::unique_ptr<SqliteDb>> SqliteDb::Open(const std::string& path
     sqlite3_close(db);
     return absl::UnavailableError(absl::StrCat("open database ", path, ": ", msg));
   }
-  std::unique_ptr<SqliteDb> out(new SqliteDb(db));
+  std::unique_ptr<SqliteDb> out(new SqliteDb(db, path));
   sqlite3_busy_timeout(db, 5000);
-  if (auto s = out->Exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; "
-                         "PRAGMA foreign_keys=ON;");
-      !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
-  }
+  if (configure) TY_RETURN_IF_ERROR(out->Configure());
   return out;
+}
+
+absl::Status SqliteDb::Configure() {
+  if (auto s = Exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; "
+                    "PRAGMA foreign_keys=ON;");
+      !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(path_, ": ", s.message()));
+  }
+  return absl::OkStatus();
 }
 
 SqliteDb::~SqliteDb() { sqlite3_close(db_); }

@@ -18,7 +18,10 @@ class SqliteStatement;
 // returned is on disk). Not thread-safe: the owner serialises access.
 class SqliteDb {
  public:
-  static absl::StatusOr<std::unique_ptr<SqliteDb>> Open(const std::string& path);
+  // configure=false opens without writing anything (no journal-mode change), so that a
+  // caller may look at the file (its schema version) first; Configure() does the rest.
+  static absl::StatusOr<std::unique_ptr<SqliteDb>> Open(const std::string& path, bool configure = true);
+  absl::Status Configure();
   ~SqliteDb();
   SqliteDb(const SqliteDb&) = delete;
   SqliteDb& operator=(const SqliteDb&) = delete;
@@ -29,8 +32,9 @@ class SqliteDb {
   sqlite3* raw() { return db_; }
 
  private:
-  explicit SqliteDb(sqlite3* db) : db_(db) {}
+  SqliteDb(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
   sqlite3* db_;
+  std::string path_;
 };
 
 // A prepared statement; Bind* use 1-based indexes as SQLite does.

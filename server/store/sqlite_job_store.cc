@@ -5,6 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
+#include "server/store/sqlite_schema.h"
+#include "spdlog/spdlog.h"
 
 namespace trainyard {
 
@@ -16,9 +18,15 @@ absl::StatusOr<std::unique_ptr<SqliteJobStore>> SqliteJobStore::Open(const std::
         absl::StrCat("--data-dir ", data_dir, ": ", ec.message()));
   }
   const std::string path = data_dir + "/trainyard.db";
-  TY_ASSIGN_OR_RETURN(auto writer, SqliteDb::Open(path));
+  // The version is read before anything is written: a newer store is refused untouched.
+  TY_ASSIGN_OR_RETURN(auto writer, SqliteDb::Open(path, /*configure=*/false));
+  TY_ASSIGN_OR_RETURN(const int version, ReadSchemaVersion(*writer, path));
+  TY_RETURN_IF_ERROR(CheckSchemaVersion(version, path));
+  // Only a new file can get incremental auto-vacuum (SQLite fixes it with the first table).
+  if (version == 0) TY_RETURN_IF_ERROR(writer->Exec("PRAGMA auto_vacuum = INCREMENTAL"));
+  TY_RETURN_IF_ERROR(writer->Configure());
   std::unique_ptr<SqliteJobStore> store(new SqliteJobStore(std::move(writer)));
-  TY_RETURN_IF_ERROR(store->InitSchema());
+  TY_RETURN_IF_ERROR(store->InitSchema(path));
   // The reader opens once the schema exists.
   TY_ASSIGN_OR_RETURN(auto reader, SqliteDb::Open(path));
   absl::MutexLock lock(&store->read_mu_);
@@ -26,36 +34,12 @@ absl::StatusOr<std::unique_ptr<SqliteJobStore>> SqliteJobStore::Open(const std::
   return store;
 }
 
-absl::Status SqliteJobStore::InitSchema() {
+absl::Status SqliteJobStore::InitSchema(const std::string& path) {
   absl::MutexLock lock(&write_mu_);
-  return writer_->Exec(R"sql(
-    CREATE TABLE IF NOT EXISTS jobs (
-      num   INTEGER PRIMARY KEY AUTOINCREMENT,
-      id    TEXT UNIQUE,
-      state INTEGER NOT NULL DEFAULT 0,
-      data  BLOB
-    );
-    CREATE TABLE IF NOT EXISTS events (
-      job_id     TEXT NOT NULL,
-      seq        INTEGER NOT NULL,
-      attempt    INTEGER NOT NULL,
-      rank       INTEGER NOT NULL,
-      source_seq INTEGER,
-      data       BLOB NOT NULL,
-      PRIMARY KEY (job_id, seq)
-    );
-    CREATE UNIQUE INDEX IF NOT EXISTS events_source
-      ON events (job_id, attempt, rank, source_seq);
-    CREATE TABLE IF NOT EXISTS worker_cordons (
-      name   TEXT PRIMARY KEY,
-      reason TEXT NOT NULL
-    );
-    CREATE TABLE IF NOT EXISTS owner_usage (
-      owner        TEXT PRIMARY KEY,
-      slot_seconds REAL NOT NULL,
-      as_of_ms     INTEGER NOT NULL
-    );
-  )sql");
+  int from = -1;
+  TY_RETURN_IF_ERROR(MigrateSchema(*writer_, path, &from));
+  if (from > 0) spdlog::info("store {}: migrated from schema version {} to {}", path, from, kSchemaVersion);
+  return LoadCompactedLocked();
 }
 
 absl::Status SqliteJobStore::CreateJob(v1::Job* job, std::vector<v1::Event>* events) {
@@ -92,15 +76,18 @@ absl::Status SqliteJobStore::CreateJob(v1::Job* job, std::vector<v1::Event>* eve
 
 absl::Status SqliteJobStore::PutJob(const v1::Job& job) {
   absl::MutexLock lock(&write_mu_);
-  TY_ASSIGN_OR_RETURN(auto stmt,
-                      writer_->Prepare("UPDATE jobs SET state = ?1, data = ?2 WHERE id = ?3"));
+  TY_ASSIGN_OR_RETURN(auto stmt, writer_->Prepare(
+      "UPDATE jobs SET state = ?1, data = ?2, compacted = ?4 WHERE id = ?3"));
   stmt.BindInt(1, job.state());
   stmt.BindBlob(2, job.SerializeAsString());
   stmt.BindText(3, job.id());
+  stmt.BindInt(4, job.has_compacted() ? 1 : 0);
   TY_RETURN_IF_ERROR(stmt.Run());
   if (writer_->Changes() != 1) {
     return absl::NotFoundError(absl::StrCat("job ", job.id(), " has no reserved row"));
   }
+  // Committed: from now on the job's events read as compacted, whatever rows remain.
+  if (job.has_compacted()) NoteCompacted(job);
   return absl::OkStatus();
 }
 
@@ -145,8 +132,8 @@ void SqliteJobStore::SetCommittedSeq(const std::string& job_id, int64_t seq) {
 absl::StatusOr<std::vector<v1::Event>> SqliteJobStore::InsertEventsLocked(
     const std::string& job_id, std::vector<v1::Event> events, int64_t* last) {
   TY_ASSIGN_OR_RETURN(auto stmt, writer_->Prepare(
-      "INSERT OR IGNORE INTO events (job_id, seq, attempt, rank, source_seq, data) "
-      "VALUES (?1, ?2, ?3, ?4, ?5, ?6)"));
+      "INSERT OR IGNORE INTO events (job_id, seq, attempt, rank, source_seq, data, kind) "
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"));
   std::vector<v1::Event> inserted;
   int64_t seq = *last;
   for (auto& event : events) {
@@ -163,6 +150,7 @@ absl::StatusOr<std::vector<v1::Event>> SqliteJobStore::InsertEventsLocked(
       stmt.BindNull(5);  // controller events: never deduplicated
     }
     stmt.BindBlob(6, event.SerializeAsString());
+    stmt.BindInt(7, static_cast<int>(event.payload_case()));
     TY_RETURN_IF_ERROR(stmt.Run());
     if (writer_->Changes() == 1) {
       ++seq;
@@ -191,6 +179,7 @@ absl::StatusOr<std::vector<v1::Event>> SqliteJobStore::AppendEvents(const std::s
 
 absl::StatusOr<std::vector<v1::Event>> SqliteJobStore::ReadEvents(const std::string& job_id,
                                                             int64_t from_seq, int limit) {
+  TY_RETURN_IF_ERROR(CompactedError(job_id));
   absl::MutexLock lock(&read_mu_);
   TY_ASSIGN_OR_RETURN(auto stmt, reader_->Prepare("SELECT data FROM events WHERE job_id = ?1 "
                                                   "AND seq >= ?2 ORDER BY seq LIMIT ?3"));
@@ -215,6 +204,8 @@ int64_t SqliteJobStore::LastSeq(const std::string& job_id) {
     absl::MutexLock lock(&seq_mu_);
     auto it = last_seq_.find(job_id);
     if (it != last_seq_.end()) return it->second;
+    auto compacted = compacted_.find(job_id);
+    if (compacted != compacted_.end()) return compacted->second.last_seq();
   }
   // Not written since the store opened: ask the reader (not cached here, so the cache
   // only ever holds values a writer committed).

@@ -42,10 +42,34 @@ class SqliteJobStore final : public JobStore {
   absl::StatusOr<std::map<std::string, std::string>> LoadCordons() override;
   absl::Status SaveUsage(const std::map<std::string, StoredUsage>& usage) override;
   absl::StatusOr<std::map<std::string, StoredUsage>> LoadUsage() override;
+  absl::StatusOr<std::vector<v1::Event>> ReadRecoveryEvents(const std::string& job_id, int attempt,
+                                                            int step_tail) override;
+
+  // Retention (server/state/retention.h). A job whose row was put with Job.compacted
+  // reads as compacted from then on (ReadEvents: FAILED_PRECONDITION), so its events
+  // may go in several transactions: DeleteCompactedEvents removes up to `max_rows` of
+  // them (refusing a job that is not compacted) and returns how many it removed.
+  absl::StatusOr<int64_t> DeleteCompactedEvents(const std::string& job_id, int max_rows);
+  // Compacted jobs that still have events (a compaction cut off by a stop or crash).
+  absl::StatusOr<std::vector<std::string>> CompactedWithEvents();
+  struct Stats {
+    int64_t size_bytes = 0;  // page_count * page_size of the main file
+    int64_t free_pages = 0;  // freelist_count
+    int64_t page_size = 0;
+    bool incremental_vacuum = false;  // auto_vacuum = INCREMENTAL (stores created since v2)
+  };
+  absl::StatusOr<Stats> GetStats();
+  // PRAGMA incremental_vacuum(max_pages) where the store has incremental auto-vacuum;
+  // returns the free pages given back to the file system (0 without it).
+  absl::StatusOr<int64_t> IncrementalVacuum(int max_pages);
 
  private:
   explicit SqliteJobStore(std::unique_ptr<SqliteDb> writer) : writer_(std::move(writer)) {}
-  absl::Status InitSchema();
+  absl::Status InitSchema(const std::string& path);
+  absl::Status LoadCompactedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  void NoteCompacted(const v1::Job& job) ABSL_LOCKS_EXCLUDED(seq_mu_);
+  // FAILED_PRECONDITION naming when and why, for a compacted job; OK otherwise.
+  absl::Status CompactedError(const std::string& job_id) ABSL_LOCKS_EXCLUDED(seq_mu_);
   // The job's last committed seq, from the cache or the writer connection.
   absl::StatusOr<int64_t> LastSeqForWriteLocked(const std::string& job_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
@@ -64,6 +88,8 @@ class SqliteJobStore final : public JobStore {
   absl::Mutex seq_mu_;
   // Last committed seq per job; written only after a COMMIT returned.
   absl::flat_hash_map<std::string, int64_t> last_seq_ ABSL_GUARDED_BY(seq_mu_);
+  // Compacted jobs (Job.compacted of their committed rows).
+  absl::flat_hash_map<std::string, v1::Compaction> compacted_ ABSL_GUARDED_BY(seq_mu_);
 };
 
 }  // namespace trainyard

@@ -75,6 +75,10 @@ class TestJobStore : public JobStore {
                                                     int64_t from_seq, int limit) override {
     return inner_->ReadEvents(job_id, from_seq, limit);
   }
+  absl::StatusOr<std::vector<v1::Event>> ReadRecoveryEvents(const std::string& job_id, int attempt,
+                                                            int step_tail) override {
+    return inner_->ReadRecoveryEvents(job_id, attempt, step_tail);
+  }
   int64_t LastSeq(const std::string& job_id) override { return inner_->LastSeq(job_id); }
   absl::Status PutCordon(const std::string& worker, bool cordoned, const std::string& reason) override {
     return inner_->PutCordon(worker, cordoned, reason);

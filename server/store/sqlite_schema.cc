@@ -1,0 +1,131 @@
+// Schema versions of trainyard.db and the forward migrations between them.
+//
+// The version is SQLite's PRAGMA user_version. A store written before versions were
+// recorded has user_version 0 and a `jobs` table: that is version 1. Open reads the
+// version without writing anything, refuses a newer one, and migrates an older one
+// forward in one transaction (either the whole migration commits or the file is as
+// it was).
+#include "server/store/sqlite_schema.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+#include "trainyard/v1/event.pb.h"
+
+namespace trainyard {
+namespace {
+
+// Version 1: the tables as they were before versions were recorded. IF NOT EXISTS: a
+// store of an earlier, unversioned release may lack the later tables.
+constexpr char kSchemaV1[] = R"sql(
+    CREATE TABLE IF NOT EXISTS jobs (
+      num   INTEGER PRIMARY KEY AUTOINCREMENT,
+      id    TEXT UNIQUE,
+      state INTEGER NOT NULL DEFAULT 0,
+      data  BLOB
+    );
+    CREATE TABLE IF NOT EXISTS events (
+      job_id     TEXT NOT NULL,
+      seq        INTEGER NOT NULL,
+      attempt    INTEGER NOT NULL,
+      rank       INTEGER NOT NULL,
+      source_seq INTEGER,
+      data       BLOB NOT NULL,
+      PRIMARY KEY (job_id, seq)
+    );
+    CREATE UNIQUE INDEX IF NOT EXISTS events_source
+      ON events (job_id, attempt, rank, source_seq);
+    CREATE TABLE IF NOT EXISTS worker_cordons (
+      name   TEXT PRIMARY KEY,
+      reason TEXT NOT NULL
+    );
+    CREATE TABLE IF NOT EXISTS owner_usage (
+      owner        TEXT PRIMARY KEY,
+      slot_seconds REAL NOT NULL,
+      as_of_ms     INTEGER NOT NULL
+    );
+)sql";
+
+// Version 2: events.kind (the payload's field number in v1::Event, 0 for none),
+// backfilled from each stored event; a partial index over the kinds recovery reads
+// (kRecoveryKinds); jobs.compacted (1 once retention removed the job's events).
+constexpr char kMigrateToV2[] = R"sql(
+    ALTER TABLE events ADD COLUMN kind INTEGER NOT NULL DEFAULT 0;
+    UPDATE events SET kind = ty_event_kind(data);
+    CREATE INDEX events_recovery ON events (job_id, seq) WHERE kind IN (12, 15, 16, 17);
+    ALTER TABLE jobs ADD COLUMN compacted INTEGER NOT NULL DEFAULT 0;
+)sql";
+
+// ty_event_kind(blob): the payload case of a serialized v1::Event (0 when unparsable).
+void EventKindFunction(sqlite3_context* ctx, int, sqlite3_value** argv) {
+  const void* blob = sqlite3_value_blob(argv[0]);
+  const int size = sqlite3_value_bytes(argv[0]);
+  v1::Event event;
+  if (blob == nullptr || !event.ParseFromArray(blob, size)) {
+    sqlite3_result_int(ctx, 0);
+    return;
+  }
+  sqlite3_result_int(ctx, static_cast<int>(event.payload_case()));
+}
+
+absl::StatusOr<int64_t> QueryInt(SqliteDb& db, const char* sql) {
+  TY_ASSIGN_OR_RETURN(auto stmt, db.Prepare(sql));
+  TY_ASSIGN_OR_RETURN(bool row, stmt.Step());
+  return row ? stmt.ColumnInt(0) : 0;
+}
+
+}  // namespace
+
+absl::StatusOr<int> ReadSchemaVersion(SqliteDb& db, const std::string& path) {
+  auto version = QueryInt(db, "PRAGMA user_version");
+  if (!version.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, " is not a readable trainyard store (", version.status().message(), "); it was left as it is"));
+  }
+  if (*version < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " has schema version ", *version, ", which no trainyard-controller writes: "
+                     "the file is damaged or not a trainyard store; it was left as it is"));
+  }
+  if (*version > 0) return static_cast<int>(*version);
+  TY_ASSIGN_OR_RETURN(int64_t tables,
+                      QueryInt(db, "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'jobs'"));
+  return tables > 0 ? 1 : 0;
+}
+
+absl::Status CheckSchemaVersion(int version, const std::string& path) {
+  if (version <= kSchemaVersion) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      path, " has schema version ", version, ", newer than this trainyard-controller's ", kSchemaVersion,
+      ": it was written by a newer release. Run that release (or a newer one) on it, or restore a backup "
+      "taken before the upgrade; the store was not read and nothing in it was changed"));
+}
+
+absl::Status MigrateSchema(SqliteDb& db, const std::string& path, int* migrated_from) {
+  *migrated_from = -1;
+  if (sqlite3_create_function_v2(db.raw(), "ty_event_kind", 1, SQLITE_UTF8 | SQLITE_DETERMINISTIC, nullptr,
+                                 &EventKindFunction, nullptr, nullptr, nullptr) != SQLITE_OK) {
+    return absl::InternalError(absl::StrCat("sqlite: register ty_event_kind: ", sqlite3_errmsg(db.raw())));
+  }
+  TY_RETURN_IF_ERROR(db.Exec("BEGIN IMMEDIATE"));
+  auto body = [&]() -> absl::Status {
+    // Again under the write lock: another process may have migrated meanwhile.
+    TY_ASSIGN_OR_RETURN(int version, ReadSchemaVersion(db, path));
+    TY_RETURN_IF_ERROR(CheckSchemaVersion(version, path));
+    if (version == kSchemaVersion) return absl::OkStatus();
+    *migrated_from = version;
+    if (version < 2) {
+      TY_RETURN_IF_ERROR(db.Exec(kSchemaV1));
+      TY_RETURN_IF_ERROR(db.Exec(kMigrateToV2));
+    }
+    return db.Exec(absl::StrCat("PRAGMA user_version = ", kSchemaVersion));
+  };
+  absl::Status status = body();
+  if (status.ok()) status = db.Exec("COMMIT");
+  if (!status.ok()) {
+    db.Exec("ROLLBACK").IgnoreError();
+    *migrated_from = -1;
+  }
+  return status;
+}
+
+}  // namespace trainyard
