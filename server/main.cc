@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   trainyard::ControllerOptions options;
   double heartbeat_timeout_s = absl::ToDoubleSeconds(trainyard::JobManagerOptions().heartbeat_timeout);
+  double reconnect_window_s = absl::ToDoubleSeconds(trainyard::JobManagerOptions().reconnect_window);
   double preflight_timeout_s = 300;
   options.preflight_binary = trainyard::ExecutableSibling("trainyard-train");
   std::string port_file;
@@ -73,10 +74,17 @@ int main(int argc, char** argv) {
                "Allow a --listen beyond loopback without TLS or --token-file, and a "
                "--metrics-listen or --web-listen beyond loopback; logs a warning at every start");
   app.add_option("--heartbeat-timeout", heartbeat_timeout_s,
-                 "Seconds without a heartbeat (or connection) before a worker is lost and "
-                 "its gangs are torn down")
+                 "Seconds without a heartbeat (or connection) before a worker is unreachable: "
+                 "its slots take no new ranks, its running attempts wait for it")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.add_option("--reconnect-window", reconnect_window_s,
+                 "Seconds an unreachable worker is waited for, counted from the heartbeat "
+                 "timeout, before it is lost and its gangs are torn down (restart policy); a "
+                 "worker back in time (heartbeat or re-register with its ranks alive) has its "
+                 "attempts re-adopted, no restart. 0: lost at the heartbeat timeout")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--port-file", port_file, "Write the bound gRPC port to this file");
   app.add_option("--policy-file", options.policy_file,
                  "Quotas (running slots and GPUs per owner and per group) and fair-share weights, "
@@ -119,6 +127,7 @@ int main(int argc, char** argv) {
       "submit fail with FAILED_PRECONDITION and no job is stored.");
   CLI11_PARSE(app, argc, argv);
   options.manager.heartbeat_timeout = absl::Seconds(heartbeat_timeout_s);
+  options.manager.reconnect_window = absl::Seconds(reconnect_window_s);
   options.manager.sharing.preemption_grace = absl::Seconds(grace_s);
   options.preflight_timeout = absl::Seconds(preflight_timeout_s);
   // Fail-stop: memory ahead of the store must not act further; a restart recovers.

@@ -127,6 +127,25 @@ class JobLifecycle {
                         Effects* fx);
   // The registry declared `name` lost: its ranks end, their gangs fail.
   void WorkerLost(const std::string& name, const std::string& why, Effects* fx);
+  // Unreachable workers (job_lifecycle_workers.cc). Newly unreachable: each active
+  // attempt with a live rank there keeps running and gets a warning in its stream
+  // ("worker w1 unreachable ...; waiting up to 25s ..."). Its fate: the worker comes
+  // back (WorkersReconnected), the window ends (WorkerLost), or the attempt ends for
+  // another reason first (ReleaseUnreachable).
+  void WorkersUnreachable(const std::vector<UnreachableWorker>& workers, Effects* fx);
+  // Workers heard from again: each attempt still running with a live rank there is
+  // re-adopted, as the job's stream says ("worker w1 reconnected after 18.2s; attempt
+  // 1 re-adopted"). Attempts the controller no longer runs were cancelled when the
+  // worker re-registered (WorkerRegistered) or by the Cancel queued on its stream.
+  void WorkersReconnected(const std::vector<ReconnectedWorker>& workers, Effects* fx);
+  // An attempt that is ending (failed, cancelled, resized, evicted: a rank elsewhere
+  // reported the gang broken) or a job that ended does not wait for its ranks on
+  // unreachable workers: they end now, as if their worker were lost, so a restart is
+  // placed at once. The Cancel stays queued on the worker's stream, and a worker that
+  // re-registers with the attempt is told to stop it.
+  void ReleaseUnreachable(Effects* fx);
+  // GetJob: Job.unreachable_reason while a worker of the running attempt is unreachable.
+  void FillUnreachable(const std::string& id, v1::Job* job) const;
   // GPUs a heartbeat took out of service: the active attempt with a rank on one fails
   // ("GPU 3 (GPU-...) of worker w1 unhealthy: <reason> (rank 2 ran on it)") through
   // the restart policy, like any failure (it uses one of restart.max_restarts), blamed

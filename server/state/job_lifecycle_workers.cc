@@ -1,13 +1,103 @@
-// JobLifecycle: what a worker's registration, loss or GPU fault does to the jobs placed on it.
+// JobLifecycle: what a worker's registration, unreachability, return, loss or GPU fault
+// does to the jobs placed on it.
 #include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/proto_time.h"
 #include "server/state/job_lifecycle.h"
 #include "spdlog/spdlog.h"
 
 namespace trainyard {
+namespace {
+
+std::string TimeOfDay(absl::Time t) { return absl::FormatTime("%H:%M:%SZ", t, absl::UTCTimeZone()); }
+
+// Ranks of the current attempt placed on `worker` that have not ended.
+std::vector<int> LiveRanksOn(const TrackedJob& rt, const std::string& worker) {
+  std::vector<int> out;
+  if (rt.live == 0) return out;
+  for (const auto& r : rt.job.placement().ranks()) {
+    if (r.worker() == worker && HasRank(rt, r.rank()) && rt.ranks[r.rank()] != RankPhase::kEnded) {
+      out.push_back(r.rank());
+    }
+  }
+  return out;
+}
+
+v1::Event WorkerLog(const std::string& level, const std::string& message, int attempt, absl::Time now) {
+  v1::Event event;
+  event.set_rank(-1);
+  event.set_attempt(attempt);
+  event.mutable_log()->set_level(level);
+  event.mutable_log()->set_message(message);
+  *event.mutable_time() = ToProtoTime(now);
+  return event;
+}
+
+}  // namespace
+
+void JobLifecycle::WorkersUnreachable(const std::vector<UnreachableWorker>& workers, Effects* fx) {
+  for (const UnreachableWorker& w : workers) {
+    for (auto& [id, rt] : jobs_) {
+      if (!IsActive(rt) || rt.tearing_down) continue;
+      const std::vector<int> ranks = LiveRanksOn(rt, w.name);
+      if (ranks.empty()) continue;
+      const std::string msg = absl::StrCat(
+          "worker ", w.name, " unreachable (", w.why, ") running rank", ranks.size() > 1 ? "s " : " ",
+          absl::StrJoin(ranks, ","), "; attempt ", rt.job.attempt(), " keeps running, waiting up to ",
+          absl::ToInt64Seconds(w.deadline - w.since), "s (until ", TimeOfDay(w.deadline), ") for it to reconnect");
+      spdlog::warn("job={} {}", id, msg);
+      fx->AppendEvent(id, WorkerLog("warn", msg, rt.job.attempt(), clock_->Now()));
+    }
+  }
+}
+
+void JobLifecycle::WorkersReconnected(const std::vector<ReconnectedWorker>& workers, Effects* fx) {
+  for (const ReconnectedWorker& w : workers) {
+    for (auto& [id, rt] : jobs_) {
+      if (!IsActive(rt) || rt.tearing_down || LiveRanksOn(rt, w.name).empty()) continue;
+      const std::string msg =
+          absl::StrFormat("worker %s reconnected after %.1fs%s; attempt %d re-adopted", w.name,
+                          absl::ToDoubleSeconds(w.silent), w.registered ? " (registered again)" : "",
+                          rt.job.attempt());
+      spdlog::info("job={} {}", id, msg);
+      fx->AppendEvent(id, WorkerLog("info", msg, rt.job.attempt(), clock_->Now()));
+    }
+  }
+}
+
+void JobLifecycle::ReleaseUnreachable(Effects* fx) {
+  if (!workers_->AnyUnreachable()) return;
+  for (auto& [id, rt] : jobs_) {
+    if (rt.live == 0 || (!rt.tearing_down && !IsTerminal(rt.job.state()))) continue;
+    for (const auto& r : rt.job.placement().ranks()) {
+      if (!HasRank(rt, r.rank()) || rt.ranks[r.rank()] == RankPhase::kEnded) continue;
+      if (!workers_->Unreachable(r.worker())) continue;
+      spdlog::warn("job={} attempt={}: rank {} on unreachable worker {} counted as ended (the attempt is ending)",
+                   id, rt.job.attempt(), r.rank(), r.worker());
+      RankEnded(rt, r.rank(), fx);
+    }
+  }
+}
+
+void JobLifecycle::FillUnreachable(const std::string& id, v1::Job* job) const {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end() || !IsActive(it->second) || it->second.tearing_down) return;
+  std::set<std::string> seen;
+  std::vector<std::string> parts;
+  for (const auto& r : it->second.job.placement().ranks()) {
+    if (!seen.insert(r.worker()).second || LiveRanksOn(it->second, r.worker()).empty()) continue;
+    const std::optional<UnreachableWorker> u = workers_->Unreachable(r.worker());
+    if (!u) continue;
+    parts.push_back(absl::StrCat("waiting up to ", absl::ToInt64Seconds(u->deadline - u->since), "s (until ",
+                                 TimeOfDay(u->deadline), ") for worker ", u->name, " to reconnect (unreachable since ",
+                                 TimeOfDay(u->since), ", ", u->why, ")"));
+  }
+  job->set_unreachable_reason(absl::StrJoin(parts, "; "));
+}
 
 void JobLifecycle::WorkerRegistered(const v1::Register& reg,
                                     const std::shared_ptr<WorkerChannel>& channel,

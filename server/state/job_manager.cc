@@ -31,7 +31,7 @@ JobManager::JobManager(JobStore* store, EventHub* hub, ControllerMetrics* metric
       metrics_(metrics),
       clock_(clock),
       options_(options),
-      registry_(clock, options.heartbeat_interval, options.heartbeat_timeout),
+      registry_(clock, options.heartbeat_interval, options.heartbeat_timeout, options.reconnect_window),
       lifecycle_(&registry_, metrics, clock, options.max_events_per_s_per_rank) {
   lifecycle_.ConfigureSharing(options.sharing);
 }
@@ -131,6 +131,7 @@ v1::Job JobManager::ViewLocked(const std::string& id) {
   out.set_last_seq(view.last_seq);
   lifecycle_.FillEstimate(id, &out);
   lifecycle_.FillShare(id, &out);
+  lifecycle_.FillUnreachable(id, &out);
   return out;
 }
 
@@ -352,12 +353,7 @@ void JobManager::Tick() {
     Effects fx;
     {
       absl::MutexLock lock(&mu_);
-      std::vector<LostWorker> lost = registry_.Tick(&fx);
-      for (const auto& l : lost) {
-        lifecycle_.WorkerLost(l.name, l.why, &fx);
-        metrics_->gpus().RemoveWorker(l.name);
-      }
-      if (!lost.empty()) metrics_->WorkersLost(static_cast<int>(lost.size()));
+      TickWorkersLocked(&fx);
       lifecycle_.EnforceTimeLimits(&fx);
       lifecycle_.EnforceEvictions(&fx);
       lifecycle_.AccrueUsage();

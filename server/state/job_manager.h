@@ -32,6 +32,11 @@ struct JobManagerOptions {
   // heartbeat intervals: long enough for a controller restart (workers reconnect within
   // ~3 s of it being back), short enough to fail a gang fast (Ray: >= 20 s).
   absl::Duration heartbeat_timeout = absl::Seconds(10);
+  // A worker silent past the heartbeat timeout is UNREACHABLE, not lost: its running
+  // attempts wait this much longer for it to heartbeat or register again (and are then
+  // re-adopted, no restart) before it is lost and they fail (--reconnect-window;
+  // Determined's agent reconnect window). Zero: lost at the heartbeat timeout.
+  absl::Duration reconnect_window = absl::Seconds(25);
   absl::Duration metrics_grace = absl::Minutes(10);
   // Step, compile and log events a second one job may store per rank (EventRateLimiter;
   // the excess is dropped and counted, the stream stays up). <= 0: no cap.
@@ -170,6 +175,9 @@ class JobManager {
   FleetView FleetLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::Job ViewLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateSlotMetricsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tick's worker part (job_manager_workers.cc): unreachable, reconnected and lost
+  // workers, and the ranks of ending attempts on unreachable workers.
+  void TickWorkersLocked(Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The worker's trainyard_worker_gpu_* gauges from the registry.
   void UpdateGpuMetricsLocked(const std::string& worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // CheckpointJob callers waiting for a requested checkpoint.

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/proto_time.h"
 #include "common/spec/rules.h"
 #include "common/spec/spec_error.h"
 #include "server/policy/device_validation.h"
@@ -12,10 +13,11 @@
 namespace trainyard {
 
 WorkerRegistry::WorkerRegistry(Clock* clock, absl::Duration heartbeat_interval,
-                               absl::Duration heartbeat_timeout)
+                               absl::Duration heartbeat_timeout, absl::Duration reconnect_window)
     : clock_(clock),
       heartbeat_interval_(heartbeat_interval),
-      heartbeat_timeout_(heartbeat_timeout) {}
+      heartbeat_timeout_(heartbeat_timeout),
+      reconnect_window_(std::max(reconnect_window, absl::ZeroDuration())) {}
 
 absl::Status WorkerRegistry::Register(int64_t conn, const v1::Register& reg,
                                       std::shared_ptr<WorkerChannel> channel, Effects* fx) {
@@ -65,7 +67,7 @@ absl::Status WorkerRegistry::Register(int64_t conn, const v1::Register& reg,
   w.reg = reg;
   w.channel = std::move(channel);
   w.connected = true;
-  w.last_seen = clock_->Now();
+  HeardFrom(reg.name(), w, true);
   if (w.next_port < reg.rendezvous_port_min() || w.next_port > reg.rendezvous_port_max()) {
     w.next_port = reg.rendezvous_port_min();
   }
@@ -98,15 +100,27 @@ std::optional<std::string> WorkerRegistry::NameOf(int64_t conn) const {
 bool WorkerRegistry::Touch(int64_t conn) {
   Worker* w = ByConn(conn);
   if (w == nullptr) return false;
-  w->last_seen = clock_->Now();
+  HeardFrom(w->reg.name(), *w, false);
   return true;
+}
+
+void WorkerRegistry::HeardFrom(const std::string& name, Worker& w, bool registered) {
+  const absl::Time now = clock_->Now();
+  if (w.unreachable_since.has_value()) {
+    const absl::Duration silent = now - w.last_seen;
+    spdlog::warn("worker={} reachable again after {:.1f}s of silence ({})", name, absl::ToDoubleSeconds(silent),
+                 registered ? "registered on a new stream" : "on its open stream");
+    reconnected_.push_back({name, silent, registered});
+    w.unreachable_since.reset();
+  }
+  w.last_seen = now;
 }
 
 bool WorkerRegistry::Disconnect(int64_t conn) {
   Worker* w = ByConn(conn);
   if (w == nullptr) return false;
-  spdlog::warn("worker={} disconnected; lost unless it reconnects within {}s", w->reg.name(),
-               absl::ToInt64Seconds(heartbeat_timeout_));
+  spdlog::warn("worker={} disconnected; unreachable unless it reconnects within {}s, lost {}s after that",
+               w->reg.name(), absl::ToInt64Seconds(heartbeat_timeout_), absl::ToInt64Seconds(reconnect_window_));
   w->connected = false;
   w->channel.reset();
   w->last_seen = clock_->Now();
@@ -121,22 +135,53 @@ void WorkerRegistry::ExpectReconnect(const std::string& name) {
   w.last_seen = clock_->Now();
 }
 
-std::vector<LostWorker> WorkerRegistry::Tick(Effects* fx) {
+WorkerChanges WorkerRegistry::Tick(Effects* fx) {
   const absl::Time now = clock_->Now();
-  std::vector<LostWorker> lost;
-  for (const auto& [name, w] : workers_) {
+  WorkerChanges out;
+  out.reconnected = std::move(reconnected_);
+  reconnected_.clear();
+  for (auto& [name, w] : workers_) {
     const absl::Duration silent = now - w.last_seen;
     if (silent <= heartbeat_timeout_) continue;
-    lost.push_back({name, absl::StrCat(w.connected ? "no heartbeat for " : "disconnected for ",
-                                       absl::ToInt64Seconds(silent), "s")});
+    const std::string why = absl::StrCat(w.connected ? "no heartbeat for " : "disconnected for ",
+                                         absl::ToInt64Seconds(silent), "s");
+    if (silent > heartbeat_timeout_ + reconnect_window_) {
+      out.lost.push_back({name, reconnect_window_ > absl::ZeroDuration()
+                                    ? absl::StrCat(why, ", not back within the ",
+                                                   absl::ToInt64Seconds(reconnect_window_), "s reconnect window")
+                                    : why});
+      continue;
+    }
+    if (w.unreachable_since.has_value()) continue;
+    w.unreachable_since = w.last_seen + heartbeat_timeout_;
+    out.unreachable.push_back({name, why, *w.unreachable_since, *w.unreachable_since + reconnect_window_});
+    spdlog::warn("worker={} unreachable: {}; its ranks are waited for until it is {}s past the heartbeat timeout",
+                 name, why, absl::ToInt64Seconds(reconnect_window_));
   }
-  for (const auto& l : lost) {
+  for (const auto& l : out.lost) {
     spdlog::error("worker={} lost: {}", l.name, l.why);
     auto it = workers_.find(l.name);
     fx->Close(it->second.channel, absl::StrCat("worker lost: ", l.why));
     workers_.erase(it);
   }
-  return lost;
+  return out;
+}
+
+bool WorkerRegistry::AnyUnreachable() const {
+  for (const auto& [name, w] : workers_) {
+    if (w.unreachable_since.has_value()) return true;
+  }
+  return false;
+}
+
+std::optional<UnreachableWorker> WorkerRegistry::Unreachable(const std::string& worker) const {
+  auto it = workers_.find(worker);
+  if (it == workers_.end() || !it->second.unreachable_since.has_value()) return std::nullopt;
+  const Worker& w = it->second;
+  return UnreachableWorker{worker,
+                           absl::StrCat(w.connected ? "no heartbeat for " : "disconnected for ",
+                                        absl::ToInt64Seconds(clock_->Now() - w.last_seen), "s"),
+                           *w.unreachable_since, *w.unreachable_since + reconnect_window_};
 }
 
 void WorkerRegistry::Reserve(const std::string& worker) {
@@ -174,7 +219,7 @@ std::pair<std::string, int64_t> WorkerRegistry::LargestMemory() const {
 std::vector<WorkerSnapshot> WorkerRegistry::ConnectedFree() const {
   std::vector<WorkerSnapshot> out;
   for (const auto& [name, w] : workers_) {
-    if (w.connected) out.push_back(SnapshotOf(name, w, false));
+    if (Usable(w)) out.push_back(SnapshotOf(name, w, false));
   }
   return out;
 }
@@ -262,6 +307,12 @@ std::vector<v1::WorkerInfo> WorkerRegistry::List() const {
     if (auto c = cordons_.find(name); c != cordons_.end()) {
       info.set_cordoned(true);
       info.set_cordon_reason(c->second);
+    }
+    if (w.last_seen != absl::Time()) *info.mutable_last_seen() = ToProtoTime(w.last_seen);
+    if (w.unreachable_since.has_value()) {
+      info.set_unreachable(true);
+      *info.mutable_unreachable_since() = ToProtoTime(*w.unreachable_since);
+      *info.mutable_reconnect_deadline() = ToProtoTime(*w.unreachable_since + reconnect_window_);
     }
     out.push_back(std::move(info));
   }

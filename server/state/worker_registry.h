@@ -25,6 +25,29 @@ struct LostWorker {
   std::string why;  // "no heartbeat for 16s", "disconnected for 16s"
 };
 
+// A worker silent past the heartbeat timeout: not lost yet, waited for until `deadline`.
+struct UnreachableWorker {
+  std::string name;
+  std::string why;  // "no heartbeat for 11s", "disconnected for 11s"
+  absl::Time since;     // when it became unreachable (last seen + heartbeat timeout)
+  absl::Time deadline;  // since + the reconnect window: lost after this
+};
+
+// A worker heard from again (a heartbeat, an event batch or a new registration) while
+// it was unreachable.
+struct ReconnectedWorker {
+  std::string name;
+  absl::Duration silent;  // from its last message before the partition to this one
+  bool registered = false;  // it came back on a new stream (Register), not the old one
+};
+
+// What WorkerRegistry::Tick found (and what happened since the last Tick).
+struct WorkerChanges {
+  std::vector<UnreachableWorker> unreachable;  // newly unreachable
+  std::vector<ReconnectedWorker> reconnected;  // back since the last Tick
+  std::vector<LostWorker> lost;                // removed
+};
+
 // A GPU a heartbeat took out of service (GpuSample.healthy = false).
 struct GpuFault {
   std::string worker;
@@ -42,15 +65,26 @@ struct GpuHolder {
 
 // The workers the controller knows, by name: their connection (one Connect stream at a
 // time), heartbeats, slot and GPU accounting, GPU health and samples, rendezvous-port
-// allocation and lost-worker detection. It knows nothing of jobs: the job lifecycle reserves and releases slots
+// allocation and unreachable and lost worker detection. It knows nothing of jobs: the job lifecycle reserves and releases slots
 // and ports for the ranks it places. Messages to workers are recorded in Effects, never
 // sent from here.
 //
 // Not thread-safe; owned by JobManager, which uses it only under its state mutex.
+//
+// A worker silent (or disconnected) for longer than the heartbeat timeout becomes
+// UNREACHABLE: it stays known (its stream, if still open, is kept, so a worker that
+// was only paused or partitioned resumes on it), takes no new ranks (ConnectedFree, the
+// scheduler's input, leaves it out; admission still counts it, as a worker that is
+// expected back), and is waited for during the
+// reconnect window, counted from the moment it became unreachable. A heartbeat, an
+// event batch or a registration in that time makes it reachable again (Tick reports it
+// as reconnected); silent past the window, it is LOST: removed, as before.
 class WorkerRegistry {
  public:
+  // reconnect_window zero: a worker is lost at the heartbeat timeout (no waiting).
   WorkerRegistry(Clock* clock, absl::Duration heartbeat_interval,
-                 absl::Duration heartbeat_timeout);
+                 absl::Duration heartbeat_timeout,
+                 absl::Duration reconnect_window = absl::ZeroDuration());
 
   // Records worker `reg.name()` as connected on `conn` and queues its RegisterAck. A
   // known worker keeps its slot usage and port rotation. While another stream holds the
@@ -77,9 +111,15 @@ class WorkerRegistry {
   // After a controller restart: a worker named in a recovered placement, expected to
   // reconnect within the heartbeat timeout (known, not connected, last seen now).
   void ExpectReconnect(const std::string& name);
-  // Removes every worker silent (or disconnected) for longer than the heartbeat
-  // timeout, queueing a Close of its stream, and returns them.
-  std::vector<LostWorker> Tick(Effects* fx);
+  // Marks unreachable every worker silent (or disconnected) for longer than the
+  // heartbeat timeout; removes every one silent for longer than the timeout plus the
+  // reconnect window, queueing a Close of its stream. Returns those, and the workers
+  // heard from again since the last Tick while they were unreachable.
+  WorkerChanges Tick(Effects* fx);
+  // The worker is unreachable now: since when and until when it is waited for.
+  std::optional<UnreachableWorker> Unreachable(const std::string& worker) const;
+  bool AnyUnreachable() const;
+  absl::Duration reconnect_window() const { return reconnect_window_; }
 
   // Slot accounting: one slot per placed rank that has not ended. Unknown workers are
   // ignored (a lost worker's ranks end after it was removed).
@@ -91,6 +131,7 @@ class WorkerRegistry {
   // much; {"", 0} when none reported any.
   std::pair<std::string, int64_t> LargestMemory() const;
   // Free slots and GPUs of each connected worker, by name: the scheduler's input.
+  // Unreachable workers are left out: they take no new ranks.
   std::vector<WorkerSnapshot> ConnectedFree() const;
   // The connected workers as if idle: every slot and every healthy GPU free.
   std::vector<WorkerSnapshot> ConnectedTotal() const;
@@ -169,6 +210,7 @@ class WorkerRegistry {
     std::map<int, Fault> faults;         // NVML index -> why it is out of service
     std::map<int, v1::GpuSample> samples;  // NVML index -> newest valid sample
     bool warned_bad_sample = false;      // one log line per registration
+    std::optional<absl::Time> unreachable_since;  // set by Tick, cleared when heard from
   };
   Worker* ByConn(int64_t conn);
   const Worker* ByConn(int64_t conn) const;
@@ -177,10 +219,16 @@ class WorkerRegistry {
   // (as carried), drops the samples of the previous registration.
   void AdoptGpus(Worker& w, const v1::Register& reg);
   WorkerSnapshot SnapshotOf(const std::string& name, const Worker& w, bool idle) const;
+  // Connected and not unreachable: may take new ranks.
+  static bool Usable(const Worker& w) { return w.connected && !w.unreachable_since.has_value(); }
+  // `w` was heard from now: clears its unreachable mark, noting the reconnection.
+  void HeardFrom(const std::string& name, Worker& w, bool registered);
 
   Clock* const clock_;
   const absl::Duration heartbeat_interval_;
   const absl::Duration heartbeat_timeout_;
+  const absl::Duration reconnect_window_;
+  std::vector<ReconnectedWorker> reconnected_;  // since the last Tick
   std::map<std::string, Worker> workers_;
   std::map<std::string, std::set<int>> held_ports_;  // by worker name
   std::map<std::string, std::string> cordons_;  // cordoned worker -> reason

@@ -74,7 +74,7 @@ std::vector<GpuFault> WorkerRegistry::Heartbeat(int64_t conn, const v1::Heartbea
   std::vector<GpuFault> out;
   Worker* w = ByConn(conn);
   if (w == nullptr) return out;
-  w->last_seen = clock_->Now();
+  HeardFrom(w->reg.name(), *w, false);
   std::set<int> seen;
   std::string problems;
   int problem_count = 0;

@@ -45,6 +45,7 @@ class ManagerFixture : public ::testing::Test {
     JobManagerOptions options;
     options.heartbeat_interval = absl::Seconds(2);
     options.heartbeat_timeout = absl::Seconds(15);
+    options.reconnect_window = reconnect_window_;
     options.max_events_per_s_per_rank = max_events_per_s_per_rank_;
     options.sharing = sharing_;
     options.on_lost_write = [this](const absl::Status& s) { Log("lost write: " + std::string(s.message())); };
@@ -248,6 +249,9 @@ class ManagerFixture : public ::testing::Test {
   FakeClock clock_;
   double max_events_per_s_per_rank_ = 0;  // set before NewManager() for a capped manager
   SharingOptions sharing_;  // preemption grace and guard, read by NewManager()
+  // Zero: a silent worker is lost at the heartbeat timeout, as before unreachable
+  // workers (the reconnect tests set a window before NewManager()).
+  absl::Duration reconnect_window_ = absl::ZeroDuration();
   std::optional<SharingPolicy> policy_;  // the --policy-file, given by NewManager()
   std::unique_ptr<EventHub> hub_ = std::make_unique<EventHub>();
   ControllerMetrics metrics_;

@@ -188,19 +188,34 @@ TEST_F(WorkerRegistryTest, PortsRotateThroughTheRangeAndSkipHeldOnes) {
 }
 
 // The controller's defaults (JobManagerOptions, and so trainyard-controller's
-// --heartbeat-timeout): a worker is lost after 10 s without a heartbeat (5 intervals).
-TEST(WorkerRegistryDefaultsTest, AWorkerIsLostAfterTenSilentSecondsByDefault) {
+// --heartbeat-timeout and --reconnect-window): a worker is unreachable after 10 s
+// without a heartbeat (5 intervals) and lost 25 s after that.
+TEST(WorkerRegistryDefaultsTest, AWorkerIsUnreachableAfterTenSilentSecondsAndLostTwentyFiveLater) {
   FakeClock clock;
   const JobManagerOptions defaults;
-  WorkerRegistry registry{&clock, defaults.heartbeat_interval, defaults.heartbeat_timeout};
+  WorkerRegistry registry{&clock, defaults.heartbeat_interval, defaults.heartbeat_timeout, defaults.reconnect_window};
   Effects fx;
   ASSERT_TRUE(registry.Register(1, Reg("w1", 1), std::make_shared<FakeWorkerChannel>(), &fx).ok());
+  const absl::Time registered = clock.Now();
   clock.Advance(absl::Seconds(10));
-  EXPECT_THAT(registry.Tick(&fx), IsEmpty());
+  WorkerChanges changes = registry.Tick(&fx);
+  EXPECT_THAT(changes.lost, IsEmpty());
+  EXPECT_THAT(changes.unreachable, IsEmpty());
   clock.Advance(absl::Seconds(1));
-  const auto lost = registry.Tick(&fx);
+  changes = registry.Tick(&fx);
+  EXPECT_THAT(changes.lost, IsEmpty());
+  ASSERT_EQ(changes.unreachable.size(), 1u);
+  EXPECT_EQ(changes.unreachable[0].why, "no heartbeat for 11s");
+  EXPECT_EQ(changes.unreachable[0].since, registered + absl::Seconds(10));
+  EXPECT_EQ(changes.unreachable[0].deadline, registered + absl::Seconds(35));
+  clock.Advance(absl::Seconds(24));  // 35 s silent: the window's last second
+  changes = registry.Tick(&fx);
+  EXPECT_THAT(changes.lost, IsEmpty());
+  EXPECT_THAT(changes.unreachable, IsEmpty()) << "reported once";
+  clock.Advance(absl::Seconds(1));
+  const auto lost = registry.Tick(&fx).lost;
   ASSERT_EQ(lost.size(), 1u);
-  EXPECT_EQ(lost[0].why, "no heartbeat for 11s");
+  EXPECT_EQ(lost[0].why, "no heartbeat for 36s, not back within the 25s reconnect window");
   EXPECT_EQ(defaults.heartbeat_interval, absl::Seconds(2));
 }
 
@@ -211,9 +226,9 @@ TEST_F(WorkerRegistryTest, ASilentWorkerIsLostAfterTheTimeoutAndItsStreamClosed)
   EXPECT_TRUE(registry_.Touch(1));
   clock_.Advance(absl::Seconds(5));  // w2 silent for exactly the timeout
   Effects fx;
-  EXPECT_THAT(registry_.Tick(&fx), IsEmpty());
+  EXPECT_THAT(registry_.Tick(&fx).lost, IsEmpty());
   clock_.Advance(absl::Seconds(1));
-  auto lost = registry_.Tick(&fx);
+  auto lost = registry_.Tick(&fx).lost;
   Deliver(fx);
   ASSERT_EQ(lost.size(), 1u);
   EXPECT_EQ(lost[0].name, "w2");
@@ -226,7 +241,7 @@ TEST_F(WorkerRegistryTest, ASilentWorkerIsLostAfterTheTimeoutAndItsStreamClosed)
   // A disconnected worker that does not come back is lost too.
   EXPECT_TRUE(registry_.Disconnect(1));
   clock_.Advance(absl::Seconds(16));
-  lost = registry_.Tick(&fx);
+  lost = registry_.Tick(&fx).lost;
   ASSERT_EQ(lost.size(), 1u);
   EXPECT_EQ(lost[0].why, "disconnected for 16s");
   EXPECT_THAT(registry_.List(), IsEmpty());
@@ -242,11 +257,11 @@ TEST_F(WorkerRegistryTest, AnExpectedWorkerWaitsForItsReconnect) {
   EXPECT_EQ(registry_.ConnectedSlots(), 0);
   clock_.Advance(absl::Seconds(15));
   Effects fx;
-  EXPECT_THAT(registry_.Tick(&fx), IsEmpty());
+  EXPECT_THAT(registry_.Tick(&fx).lost, IsEmpty());
   Register(3, Reg("w1", 2));
   EXPECT_EQ(registry_.FreeSlots("w1"), 1) << "the recovered rank keeps its slot";
   clock_.Advance(absl::Seconds(15));
-  EXPECT_THAT(registry_.Tick(&fx), IsEmpty()) << "registering counts as a heartbeat";
+  EXPECT_THAT(registry_.Tick(&fx).lost, IsEmpty()) << "registering counts as a heartbeat";
 }
 
 TEST_F(WorkerRegistryTest, BadRegisterValuesAreInvalidArgumentAndChangeNothing) {
