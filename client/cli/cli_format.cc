@@ -397,6 +397,7 @@ std::string FormatExplain(const v1::Job& job, const std::vector<v1::Job>& pendin
       absl::StrAppend(&out, "placed:     attempt ", job.attempt(), " on ",
                       ranks.empty() ? "(no ranks)" : CountWorkers(ranks), "\n",
                       FormatPlacementGpus(job.placement(), "gpus:       ", "nccl env:   "));
+      if (!job.unreachable_reason().empty()) absl::StrAppend(&out, "waiting:    ", job.unreachable_reason(), "\n");
     }
     return out + FormatShare(job) + FormatJobDetails(job);
   }

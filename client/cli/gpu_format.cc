@@ -8,6 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/time.h"
+#include "common/proto_time.h"
 #include "client/cli/cli_format.h"
 #include "client/cli/fleet_format.h"
 
@@ -108,6 +110,20 @@ std::string FormatCapabilities(const v1::WorkerInfo& worker) {
   return absl::StrJoin(flags, ",");
 }
 
+namespace {
+
+// CONNECTED: "yes", "no", or "UNREACHABLE since 04:50:47Z, lost at 04:51:12Z" while the
+// controller waits for the worker to reconnect.
+std::string FormatConnected(const v1::WorkerInfo& w) {
+  if (!w.unreachable()) return w.connected() ? "yes" : "no";
+  auto clock = [](const google::protobuf::Timestamp& t) {
+    return absl::FormatTime("%H:%M:%SZ", FromProtoTime(t), absl::UTCTimeZone());
+  };
+  return absl::StrCat("UNREACHABLE since ", clock(w.unreachable_since()), ", lost at ", clock(w.reconnect_deadline()));
+}
+
+}  // namespace
+
 std::string FormatWorkersTable(const std::vector<v1::WorkerInfo>& workers) {
   const bool gpu_columns = std::any_of(workers.begin(), workers.end(), ShowsGpus);
   const bool cordon_column =
@@ -117,7 +133,7 @@ std::string FormatWorkersTable(const std::vector<v1::WorkerInfo>& workers) {
   if (gpu_columns) rows.back().insert(rows.back().end(), {"GPUS", "FREE-GPUS", "UNHEALTHY"});
   if (cordon_column) rows.back().push_back("CORDONED");
   for (const v1::WorkerInfo& w : workers) {
-    rows.push_back({w.name(), absl::StrCat(w.slots()), absl::StrCat(w.free_slots()), w.connected() ? "yes" : "no",
+    rows.push_back({w.name(), absl::StrCat(w.slots()), absl::StrCat(w.free_slots()), FormatConnected(w),
                     w.address().empty() ? "-" : w.address(), w.device().empty() ? "-" : w.device(),
                     FormatCapabilities(w)});
     if (gpu_columns) {

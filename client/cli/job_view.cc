@@ -306,6 +306,7 @@ std::string FormatJobDescription(const v1::Job& job, const JobHistory& history,
     absl::StrAppend(&out, "pending    ", job.pending_reason(), "  (see `trainyard explain ", job.id(), "`)\n");
   }
   if (!job.failure_reason().empty()) absl::StrAppend(&out, "reason     ", job.failure_reason(), "\n");
+  if (!job.unreachable_reason().empty()) absl::StrAppend(&out, "waiting    ", job.unreachable_reason(), "\n");
   out += FormatPreemptedLine(job);
   out += SpecSummary(job.spec());
   const absl::Time created = job.has_create_time() ? ToTime(job.create_time()) : absl::InfinitePast();

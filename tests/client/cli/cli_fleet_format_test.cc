@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "common/proto_time.h"
 #include "client/cli/cli_format.h"
 #include "client/cli/fleet_format.h"
 #include "client/cli/gpu_format.h"
@@ -134,6 +135,20 @@ TEST(FleetFormatTest, WorkersTableGainsACordonedColumnOnlyWhenOneIsCordoned) {
             "w1    4      2     yes        -        -       -             yes (disk swap)\n"
             "w2    2      2     no         -        -       -             yes\n"
             "w3    1      1     yes        -        -       -             -\n");
+}
+
+TEST(FleetFormatTest, AnUnreachableWorkerSaysSinceWhenAndWhenItIsLostAndItsJobWhatItWaitsFor) {
+  v1::WorkerInfo w1 = Worker("w1", 2, 1);
+  w1.set_unreachable(true);
+  *w1.mutable_unreachable_since() = ToProtoTime(absl::FromUnixSeconds(3 * 3600 + 50 * 60 + 47));
+  *w1.mutable_reconnect_deadline() = ToProtoTime(absl::FromUnixSeconds(3 * 3600 + 51 * 60 + 12));
+  EXPECT_EQ(FormatWorkersTable({w1}),
+            "NAME  SLOTS  FREE  CONNECTED                                       ADDRESS  DEVICE  CAPABILITIES\n"
+            "w1    2      1     UNREACHABLE since 03:50:47Z, lost at 03:51:12Z  -        -       -\n");
+  v1::Job job = Job("job-1", v1::Job::RUNNING);
+  job.set_unreachable_reason("waiting up to 25s (until 03:51:12Z) for worker w1 to reconnect");
+  EXPECT_THAT(FormatJobDescription(job, JobHistory(), {}),
+              HasSubstr("\nwaiting    waiting up to 25s (until 03:51:12Z) for worker w1 to reconnect\n"));
 }
 
 TEST(FleetFormatTest, ExplainOfAPendingJobShowsTheControllersQueuePlaceQuotaAndUsage) {
