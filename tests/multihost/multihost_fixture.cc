@@ -59,16 +59,49 @@ int64_t LastStep(const std::vector<json>& events, int attempt) {
   return last;
 }
 
+std::string HostOfRank(const std::vector<json>& events, int attempt, int rank) {
+  for (const json& e : events) {
+    if (e.value("attempt", 0) != attempt || e.value("rank", -1) != rank || !e.contains("rank_state")) continue;
+    if (e.at("rank_state").value("state", "") == "RUNNING") return e.at("rank_state").value("worker", "");
+  }
+  return "";
+}
+
+std::vector<int64_t> CheckpointSteps(const std::vector<json>& events, int attempt) {
+  std::vector<int64_t> out;
+  for (const json& e : events) {
+    if (e.contains("checkpoint") && e.value("attempt", 0) == attempt) out.push_back(JsonInt(e.at("checkpoint").at("step")));
+  }
+  return out;
+}
+
+int64_t ResumedFrom(const JobOutcome& outcome, int attempt) {
+  auto it = outcome.steps.find(attempt);
+  return it == outcome.steps.end() || it->second.empty() ? -1 : it->second.begin()->first - 1;
+}
+
+void ExpectEveryStep(const JobOutcome& outcome, int64_t steps) {
+  const std::map<int64_t, int> all = outcome.AllSteps();
+  for (int64_t s = 1; s <= steps; ++s) EXPECT_EQ(all.count(s), 1u) << "no attempt reported step " << s;
+  ASSERT_FALSE(outcome.steps.empty());
+  EXPECT_EQ(outcome.steps.rbegin()->second.rbegin()->first, steps) << "the last attempt did not reach the end";
+}
+
 void MultihostTest::SetUp() {
   if (const std::string why = NetnsFabric::Unsupported(); !why.empty()) GTEST_SKIP() << why;
 }
 
-void MultihostTest::Start(const std::vector<std::string>& workers, const std::vector<std::string>& controller_args) {
+bool ControllerHasReconnectWindow() {
+  static const bool has = RunCommand({TRAINYARD_CONTROLLER, "--help"}).out.find("--reconnect-window") != std::string::npos;
+  return has;
+}
+
+void MultihostTest::Start(const std::vector<std::string>& workers, int reconnect_window_s) {
   const std::string tag = ::testing::UnitTest::GetInstance()->current_test_info()->name();
   cluster_ = std::make_unique<MultihostCluster>(tag, workers);
   ASSERT_TRUE(cluster_->ok());
   std::vector<std::string> args = {"--heartbeat-timeout", std::to_string(kHeartbeatTimeoutS)};
-  args.insert(args.end(), controller_args.begin(), controller_args.end());
+  if (ControllerHasReconnectWindow()) args.insert(args.end(), {"--reconnect-window", std::to_string(reconnect_window_s)});
   ASSERT_TRUE(cluster_->StartController(args)) << "the controller did not start; see " << cluster_->dir();
   for (const std::string& w : workers) cluster_->StartWorker(w);
   ASSERT_TRUE(cluster_->WaitConnected(workers, 30000)) << "workers never registered; see " << cluster_->dir();

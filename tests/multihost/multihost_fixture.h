@@ -21,6 +21,11 @@ namespace trainyard::testing {
 // loses the worker.
 inline constexpr int kHeartbeatTimeoutS = 3;
 
+// Whether this build's controller re-adopts the attempts of a worker that comes back
+// within its --reconnect-window (issue 30, "Partitions that cost nothing"): read from
+// its --help.
+bool ControllerHasReconnectWindow();
+
 // What a finished job's whole event stream says.
 struct JobOutcome {
   std::string state;  // of `trainyard get`
@@ -38,15 +43,24 @@ void CheckStream(const std::vector<nlohmann::json>& events, JobOutcome* outcome)
 
 // The latest step `attempt` reported in `events` (0: none).
 int64_t LastStep(const std::vector<nlohmann::json>& events, int attempt);
+// The worker that ran `rank` of `attempt` (its RUNNING rank_state), "" when none did.
+std::string HostOfRank(const std::vector<nlohmann::json>& events, int attempt, int rank);
+// The steps of the checkpoints `attempt` completed, in order.
+std::vector<int64_t> CheckpointSteps(const std::vector<nlohmann::json>& events, int attempt);
+// The step `attempt` resumed from: one before the first step it reported (-1: none).
+int64_t ResumedFrom(const JobOutcome& outcome, int attempt);
+// Every step 1..steps reported by some attempt, and the last attempt reached `steps`.
+void ExpectEveryStep(const JobOutcome& outcome, int64_t steps);
 
 class MultihostTest : public ::testing::Test {
  protected:
   static const std::string kTinyJob;
 
   void SetUp() override;
-  // Makes the hosts, starts the controller (heartbeat timeout kHeartbeatTimeoutS, plus
-  // `controller_args`) and a worker in each host; waits until all are connected.
-  void Start(const std::vector<std::string>& workers, const std::vector<std::string>& controller_args = {});
+  // Makes the hosts, starts the controller (heartbeat timeout kHeartbeatTimeoutS, a
+  // --reconnect-window of `reconnect_window_s` where the controller has one) and a worker
+  // in each host; waits until all are connected.
+  void Start(const std::vector<std::string>& workers, int reconnect_window_s = 2);
   // The job's --set list: tiny, dp=2, `steps`, a checkpoint every `interval` steps in the
   // shared folder, restarts without backoff; `extra` last.
   std::vector<std::string> Job(int steps, int interval, const std::vector<std::string>& extra = {}) const;
