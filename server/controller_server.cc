@@ -152,6 +152,10 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
     spdlog::info("web UI on http://{}:{}/ ({})", options.web_listen.substr(0, options.web_listen.rfind(':')),
                  s->web_server_->port(), s->authorizer_->enabled() ? "bearer tokens required" : "no authorization");
   }
+  // Retention runs on its own thread, never under the state lock (retention.h).
+  s->retention_ = std::make_unique<RetentionCompactor>(s->manager_.get(), s->store_.get(), s->metrics_.get(),
+                                                       s->clock_, options.retention);
+  s->retention_->Start();
   ControllerServer* raw = s.get();
   s->ticker_ = std::thread([raw] {
     while (true) {
@@ -198,6 +202,7 @@ void ControllerServer::Shutdown() {
   if (server_ && server_->GetHealthCheckService() != nullptr) server_->GetHealthCheckService()->Shutdown();
   // In-flight calls get 2 s (of the injected clock) to finish.
   if (server_) server_->Shutdown(absl::ToChronoTime(clock_->Now() + absl::Seconds(2)));
+  if (retention_) retention_->Stop();  // a pass stops between jobs
 }
 
 ControllerServer::~ControllerServer() {

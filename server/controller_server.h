@@ -23,6 +23,7 @@
 #include "server/web/web_api.h"
 #include "server/web/web_server.h"
 #include "server/service/worker_service.h"
+#include "server/state/retention.h"
 
 namespace trainyard {
 
@@ -52,6 +53,8 @@ struct ControllerOptions {
   // --policy-file: quotas, groups and fair-share weights (server/policy/policy_file.h);
   // empty: no quotas, every owner weight 1. Re-read on SIGHUP.
   std::string policy_file;
+  // --retain-finished and the compactor's pace (server/state/retention.h).
+  RetentionOptions retention;
 };
 
 // The whole controller wired together: store, manager, gRPC services (with health
@@ -86,6 +89,7 @@ class ControllerServer {
   EventHub hub_;
   std::unique_ptr<ControllerMetrics> metrics_;
   std::unique_ptr<JobManager> manager_;
+  std::unique_ptr<RetentionCompactor> retention_;  // stopped in Shutdown, before manager_ goes
   std::unique_ptr<ArtifactStore> artifacts_;
   std::unique_ptr<PreflightGate> preflight_;
   std::unique_ptr<Authorizer> authorizer_;  // outlives job_service_, which points at it

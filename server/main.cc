@@ -119,6 +119,17 @@ int main(int argc, char** argv) {
                  "log event naming the artifact")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  std::string retain_finished = "30d";
+  app.add_option("--retain-finished", retain_finished,
+                 "How long a finished job keeps its events after it ended: 30d, 12h, 90m, 3600s, or "
+                 "forever (or 0: never compacted). Older ones are compacted: the events go, the job's "
+                 "row (states, failure causes, checkpoint, placement) stays and `trainyard get` says "
+                 "so; watch and the web's event reads answer FAILED_PRECONDITION naming when")
+      ->capture_default_str()
+      ->check([](const std::string& text) {
+        auto parsed = trainyard::ParseRetainFinished(text);
+        return parsed.ok() ? std::string() : std::string(parsed.status().message());
+      });
   app.footer(
       "Preflight: a SubmitJob whose spec sets compile.preflight=true is validated, then "
       "the controller runs the preflight binary on 3 steps of the job on local CPU ranks "
@@ -130,6 +141,7 @@ int main(int argc, char** argv) {
   options.manager.reconnect_window = absl::Seconds(reconnect_window_s);
   options.manager.sharing.preemption_grace = absl::Seconds(grace_s);
   options.preflight_timeout = absl::Seconds(preflight_timeout_s);
+  options.retention.retain = *trainyard::ParseRetainFinished(retain_finished);  // checked above
   // Fail-stop: memory ahead of the store must not act further; a restart recovers.
   options.manager.on_lost_write = [](const absl::Status& status) {
     spdlog::critical("stopping: the store lost a write ({}); restart to recover from it",

@@ -307,6 +307,11 @@ std::string FormatJobDescription(const v1::Job& job, const JobHistory& history,
   }
   if (!job.failure_reason().empty()) absl::StrAppend(&out, "reason     ", job.failure_reason(), "\n");
   if (!job.unreachable_reason().empty()) absl::StrAppend(&out, "waiting    ", job.unreachable_reason(), "\n");
+  if (job.has_compacted()) {  // retention removed the events: no history, metrics or logs below
+    absl::StrAppend(&out, "compacted  ", job.compacted().events_removed(), " events removed ",
+                    FormatUtc(ToTime(job.compacted().time())), " after --retain-finished ",
+                    job.compacted().retain_finished(), "; what follows is the job's stored summary\n");
+  }
   out += FormatPreemptedLine(job);
   out += SpecSummary(job.spec());
   const absl::Time created = job.has_create_time() ? ToTime(job.create_time()) : absl::InfinitePast();

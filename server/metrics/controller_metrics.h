@@ -19,6 +19,7 @@
 #include "absl/time/time.h"
 #include "server/metrics/gpu_metrics.h"
 #include "server/metrics/sharing_metrics.h"
+#include "server/metrics/store_metrics.h"
 #include "trainyard/v1/event.pb.h"
 #include "trainyard/v1/job.pb.h"
 
@@ -89,6 +90,8 @@ class ControllerMetrics {
   GpuMetrics& gpus() { return gpus_; }
   // Preemptions, drains and the owners' slots and usage (sharing_metrics.h).
   SharingMetrics& sharing() { return sharing_; }
+  // trainyard_store_* (retention, file size, vacuum).
+  StoreMetrics& store() { return store_; }
 
  private:
   // Counters (and trainyard_job_running) exist from the job's first placement; the
@@ -164,6 +167,7 @@ class ControllerMetrics {
 
   GpuMetrics gpus_{*registry_};
   SharingMetrics sharing_{*registry_};
+  StoreMetrics store_{*registry_};
 
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, JobSeries> jobs_ ABSL_GUARDED_BY(mu_);

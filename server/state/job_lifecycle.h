@@ -89,6 +89,9 @@ class JobLifecycle {
   // step time; a rank's steps only grow, and a tail of 4 per rank holds each one's last).
   int64_t Recover(v1::Job job, const std::vector<v1::Event>& events, Effects* fx);
   static int RecoveryStepTail(const v1::Job& job) { return std::max(256, 4 * job.world_size()); }
+  // Retention marked the job compacted (JobManager::MarkCompacted; defined in
+  // job_manager_retention.cc): its row keeps the marker in every later write.
+  void MarkCompacted(const std::string& id, const v1::Compaction& compaction);
   // Adopts a job whose PENDING row was just committed; returns its FIFO position.
   int64_t Add(v1::Job job);
   bool Contains(const std::string& id) const;

@@ -163,6 +163,15 @@ class JobManager {
   // NOT_FOUND for an unknown job; the store's error when the commit fails.
   absl::StatusOr<bool> AppendControllerEvent(const std::string& job_id, v1::Event event);
 
+  // Retention (job_manager_retention.cc, server/state/retention.h). Finished, settled
+  // (JobLifecycle::Closed), not yet compacted jobs that ended before `cutoff`, oldest
+  // first. MarkCompacted commits the job's row with Job.compacted (`compaction`, its
+  // counts filled in here) and keeps it in memory: from then on the job's events read
+  // as compacted and the caller deletes them. FAILED_PRECONDITION for a job that is
+  // not one to compact; the store's error, with nothing changed, when the write fails.
+  std::vector<std::string> CompactionCandidates(absl::Time cutoff);
+  absl::StatusOr<v1::Job> MarkCompacted(const std::string& id, v1::Compaction compaction);
+
  private:
   // A job as last committed: what readers see.
   struct JobView {
