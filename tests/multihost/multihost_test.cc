@@ -95,7 +95,7 @@ TEST_F(MultihostTest, AWorkerCutOffShrinksAnElasticJobToTheHostLeft) {
 // ends): TCP rides it out, and the job finishes (restarts allowed, none required).
 TEST_F(MultihostTest, AJobFinishesOverAFlappingLink) {
   Start({"w1", "w2"});
-  constexpr int kSteps = 1500;
+  constexpr int kSteps = 1000;
   ASSERT_NO_FATAL_FAILURE(Submit(Job(kSteps, 250), "flapping"));
   ASSERT_TRUE(WaitStep(1, 10));
   const auto until = Clock::now() + std::chrono::seconds(20);
@@ -120,7 +120,7 @@ TEST_F(MultihostTest, AJobFinishesOverAFlappingLink) {
 TEST_F(MultihostTest, AJobFinishesOverASlowLink) {
   Start({"w1", "w2"});
   ASSERT_TRUE(cluster_->fabric().SetRate("w2", "1mbit")) << cluster_->fabric().error();
-  constexpr int kSteps = 4;
+  constexpr int kSteps = 3;
   ASSERT_NO_FATAL_FAILURE(Submit(Job(kSteps, 2, {"parallelism.collective_timeout_s=120"}), "slow"));
   const JobOutcome out = Finish();
   EXPECT_EQ(out.state, "SUCCEEDED");

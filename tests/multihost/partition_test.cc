@@ -37,7 +37,7 @@ constexpr int kReconnectWindowS = 20;
 TEST_F(MultihostTest, TheControllerCutOffWhileRanksKeepTraining) {
   const bool readoption = kRequireReadoption || ControllerHasReconnectWindow();
   Start({"w1", "w2"}, kReconnectWindowS);
-  constexpr int kSteps = 2500;
+  constexpr int kSteps = 2000;
   ASSERT_NO_FATAL_FAILURE(Submit(Job(kSteps, 500), "controller-cut"));
   ASSERT_TRUE(WaitStep(1, 20));
   const std::map<int, pid_t> ranks = RankPids(follow_->Events(), 1);
