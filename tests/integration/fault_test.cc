@@ -76,7 +76,9 @@ class FaultTest : public ::testing::Test {
  protected:
   void StartCluster(const std::vector<WorkerOptions>& workers) {
     cluster_ = std::make_unique<TestCluster>(kBuiltBinaries, "fault");
-    ASSERT_TRUE(cluster_->StartController({"--heartbeat-timeout", "3"}))
+    // A killed worker is lost 3 s + 2 s after its last heartbeat (unreachable, then past
+    // the reconnect window), as fast as before the window existed.
+    ASSERT_TRUE(cluster_->StartController({"--heartbeat-timeout", "3", "--reconnect-window", "2"}))
         << "controller did not start; see " << cluster_->dir() / "controller.log";
     std::vector<std::string> names;
     for (const WorkerOptions& w : workers) {

@@ -218,6 +218,11 @@ void TestCluster::KillWorker(const std::string& name) {
   if (it != workers_.end()) it->second->Kill();
 }
 
+void TestCluster::SignalWorker(const std::string& name, int signal) {
+  auto it = workers_.find(name);
+  if (it != workers_.end() && it->second->pid() > 0) ::kill(it->second->pid(), signal);
+}
+
 bool TestCluster::WaitConnected(const std::vector<std::string>& names, int timeout_ms) {
   for (int waited = 0; waited < timeout_ms; waited += 100) {
     const CommandResult r = Cli({"workers", "--output", "json"});

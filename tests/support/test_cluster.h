@@ -124,6 +124,9 @@ class TestCluster {
   void StartWorker(const WorkerOptions& options);
   // SIGKILLs the worker daemon (not its ranks, which run in their own groups).
   void KillWorker(const std::string& name);
+  // Sends `signal` to the worker daemon only (SIGSTOP/SIGCONT: a worker that falls
+  // silent while its ranks, in their own groups, train on).
+  void SignalWorker(const std::string& name, int signal);
   // Waits until `trainyard workers` lists every name as connected.
   bool WaitConnected(const std::vector<std::string>& names, int timeout_ms);
 
