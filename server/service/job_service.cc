@@ -10,6 +10,7 @@
 #include <deque>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -35,9 +36,12 @@ class PreflightSubmitReactor : public grpc::ServerUnaryReactor {
   const std::shared_ptr<std::atomic<bool>> cancelled_ = std::make_shared<std::atomic<bool>>(false);
 };
 
-// Replays stored events from `from_seq`, then follows new ones as the hub signals
-// them; finishes once the job is settled and everything stored has been sent. One
-// write is in flight at a time; new events only wake it.
+// Replays committed events from `from_seq`, then follows new ones as the hub signals
+// them; finishes once the job is settled and everything stored has been sent. Events
+// come from the hub's watch cache, serialized once for every watcher, when it holds
+// `next_seq_`; a watcher behind the cache's window (or of a job nothing was cached
+// for) reads the store itself, 128 events at a time. One write is in flight at a
+// time; new events only wake it, on the hub's fan-out thread.
 class WatchReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   // `lease` holds the caller's watcher slot until the stream is done.
@@ -90,25 +94,36 @@ class WatchReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     PumpLocked();
   }
 
+  // Fills buffer_ from next_seq_ on: from the cache when it answers for next_seq_
+  // (and `from_store` is false), else from the store.
+  absl::Status FillLocked(bool from_store) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    buffer_.clear();
+    pos_ = 0;
+    WatchCache* cache = hub_->cache();
+    if (!from_store && cache != nullptr && cache->Read(job_id_, next_seq_, kBatch, &buffer_)) {
+      return absl::OkStatus();
+    }
+    auto events = store_->ReadEvents(job_id_, next_seq_, kBatch);
+    if (!events.ok()) return events.status();
+    for (const v1::Event& e : *events) buffer_.push_back(WatchCache::Serialize(e));
+    return absl::OkStatus();
+  }
+
   void PumpLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (writing_ || finished_) return;
+    bool from_store = false;
     while (true) {
-      if (buffer_.empty()) {
-        auto events = store_->ReadEvents(job_id_, next_seq_, 128);
-        if (!events.ok()) {
-          FinishLocked(ToGrpcStatus(events.status()));
-          return;
-        }
-        for (auto& e : *events) buffer_.push_back(std::move(e));
-      }
-      if (!buffer_.empty()) {
-        const v1::Event event = std::move(buffer_.front());
-        buffer_.pop_front();
-        next_seq_ = event.seq() + 1;
-        if (auto s = SerializeResponse(event, &current_); !s.ok()) {
+      if (pos_ >= buffer_.size()) {
+        if (auto s = FillLocked(from_store); !s.ok()) {
           FinishLocked(ToGrpcStatus(s));
           return;
         }
+      }
+      if (pos_ < buffer_.size()) {
+        CachedEvent& event = buffer_[pos_++];
+        next_seq_ = event.seq + 1;
+        // The shared bytes, by reference: no copy, no serialization per watcher.
+        current_ = grpc::ByteBuffer(&event.bytes, 1);
         writing_ = true;
         // One write in flight, without WriteOptions::set_buffer_hint: a hinted write's
         // OnWriteDone waits for the flush that only the next write would cause.
@@ -121,6 +136,7 @@ class WatchReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
         FinishLocked(grpc::Status::OK);
         return;
       }
+      from_store = true;  // the cache may not have caught up yet
     }
   }
 
@@ -130,6 +146,8 @@ class WatchReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     Finish(std::move(status));
   }
 
+  static constexpr int kBatch = 128;
+
   JobStore* const store_;
   const std::string job_id_;
   absl::Mutex mu_;
@@ -138,7 +156,8 @@ class WatchReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   std::shared_ptr<Link> link_;
   std::unique_ptr<EventHub::Subscription> subscription_;
   const std::unique_ptr<WatcherCap::Lease> lease_;  // released with the reactor, in OnDone
-  std::deque<v1::Event> buffer_ ABSL_GUARDED_BY(mu_);
+  std::vector<CachedEvent> buffer_ ABSL_GUARDED_BY(mu_);  // from buffer_[pos_] on, unsent
+  size_t pos_ ABSL_GUARDED_BY(mu_) = 0;
   grpc::ByteBuffer current_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
@@ -214,7 +233,11 @@ JobServiceImpl::JobServiceImpl(JobManager* manager, JobStore* store, EventHub* h
     : manager_(manager), store_(store), hub_(hub), preflight_(preflight), artifacts_(artifacts),
       disabled_(options.authorizer == nullptr ? Authorizer::Disabled() : nullptr),
       authorizer_(options.authorizer != nullptr ? options.authorizer : disabled_.get()),
-      watchers_(options.max_watchers_per_owner) {}
+      watchers_(options.max_watchers_per_owner) {
+  hub_->AttachStore(store_);  // WatchJob's events come from its watch cache
+}
+
+JobServiceImpl::~JobServiceImpl() { hub_->DetachStore(); }
 
 absl::StatusOr<v1::Job> JobServiceImpl::VisibleJob(const Caller& caller, const std::string& id) {
   auto job = manager_->Get(id);

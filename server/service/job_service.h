@@ -59,6 +59,8 @@ class JobServiceImpl final : public JobServiceBase {
  public:
   JobServiceImpl(JobManager* manager, JobStore* store, EventHub* hub, PreflightGate* preflight,
                  ArtifactStore* artifacts, JobServiceOptions options = {});
+  // Detaches the hub's watch cache of `store` (EventHub::DetachStore).
+  ~JobServiceImpl() override;
 
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
                                       grpc::ByteBuffer* response) override;
