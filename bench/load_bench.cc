@@ -11,6 +11,10 @@
 //            events/s in all for --seconds: delivery lag (worker send -> watcher
 //            receive) p50/p99, deliveries/s, and p50/p99 SubmitJob latency of a client
 //            submitting (and cancelling) a job every 50 ms meanwhile.
+//            The same client also times a GetJob and a ListJobs after each submit.
+//   heartbeat: --heartbeat-workers simulated workers (Register, then a Heartbeat at the
+//            interval the controller's RegisterAck names, staggered evenly) for
+//            --heartbeat-seconds: the controller CPU they cost, as % of one core.
 //   controller: peak and final RSS, CPU seconds per phase. Its pid is printed first, for
 //            `perf record -g -p PID` while a phase runs.
 #include <unistd.h>
@@ -43,6 +47,7 @@
 namespace {
 
 namespace v1 = trainyard::v1;
+using trainyard::bench::HeartbeatWorker;
 using trainyard::bench::LatencyHistogram;
 using trainyard::bench::ReadProc;
 using trainyard::bench::ProcStat;
@@ -117,6 +122,8 @@ int main(int argc, char** argv) {
   int n_watchers = 1000;
   int rate = 1000;
   int seconds = 10;
+  int heartbeat_workers = 1000;
+  int heartbeat_seconds = 20;
   CLI::App app{"trainyard-load-bench: controller ingest, watcher fan-out and SubmitJob latency "
                "under load, over real gRPC on loopback"};
   app.add_option("--bin-dir", bin_dir, "Directory with trainyard-controller")->required();
@@ -127,6 +134,9 @@ int main(int argc, char** argv) {
   app.add_option("--watchers", n_watchers, "Fan-out phase: watchers over all jobs")->capture_default_str();
   app.add_option("--rate", rate, "Fan-out phase: events/s sent by the whole fleet")->capture_default_str();
   app.add_option("--seconds", seconds, "Fan-out phase: duration")->capture_default_str();
+  app.add_option("--heartbeat-workers", heartbeat_workers, "Heartbeat phase: simulated workers (0: no phase)")
+      ->capture_default_str();
+  app.add_option("--heartbeat-seconds", heartbeat_seconds, "Heartbeat phase: duration")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   namespace fs = std::filesystem;
@@ -216,6 +226,8 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::milliseconds(500));  // streams open
 
     LatencyHistogram submit_latency;
+    LatencyHistogram get_latency;
+    LatencyHistogram list_latency;
     std::atomic<bool> stop{false};
     std::thread submitter([&] {
       v1::JobSpec spec = BenchSpec();
@@ -223,6 +235,20 @@ int main(int argc, char** argv) {
         const absl::Time t0 = absl::Now();
         const std::string id = SubmitOrDie(jobs.get(), spec);  // PENDING: no free slot
         submit_latency.Add(absl::Now() - t0);
+        {
+          grpc::ClientContext get_ctx;
+          v1::GetJobRequest get;
+          get.set_id(id);
+          v1::Job got;
+          const absl::Time t1 = absl::Now();
+          if (jobs->GetJob(&get_ctx, get, &got).ok()) get_latency.Add(absl::Now() - t1);
+          grpc::ClientContext list_ctx;
+          v1::ListJobsRequest list;
+          list.set_limit(20);
+          v1::ListJobsResponse listed;
+          const absl::Time t2 = absl::Now();
+          if (jobs->ListJobs(&list_ctx, list, &listed).ok()) list_latency.Add(absl::Now() - t2);
+        }
         grpc::ClientContext ctx;
         v1::CancelJobRequest cancel;
         cancel.set_id(id);
@@ -265,6 +291,55 @@ int main(int argc, char** argv) {
     std::printf("submit under fan-out load: %lld SubmitJob calls, p50 %.2f ms p99 %.2f ms\n",
                 static_cast<long long>(submit_latency.count()), submit_latency.QuantileMs(0.5),
                 submit_latency.QuantileMs(0.99));
+    std::printf("reads under fan-out load: GetJob p50 %.2f ms p99 %.2f ms, ListJobs (20) p50 %.2f ms p99 %.2f ms\n",
+                get_latency.QuantileMs(0.5), get_latency.QuantileMs(0.99), list_latency.QuantileMs(0.5),
+                list_latency.QuantileMs(0.99));
+  }
+
+  // ---- heartbeats ----
+  if (heartbeat_workers > 0) {
+    std::vector<std::unique_ptr<v1::WorkerService::Stub>> stubs;
+    for (auto& c : watch_channels) stubs.push_back(v1::WorkerService::NewStub(c));
+    std::vector<std::unique_ptr<HeartbeatWorker>> fleet;
+    const ProcStat before_register = ReadProc(controller.pid());
+    const absl::Time register_start = absl::Now();
+    for (int i = 0; i < heartbeat_workers; ++i) {
+      fleet.push_back(std::make_unique<HeartbeatWorker>());
+      fleet.back()->Start(stubs[i % stubs.size()].get(), "hb-" + std::to_string(i));
+    }
+    int interval_ms = 0;
+    for (auto& w : fleet) {
+      while (w->interval_ms() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      interval_ms = w->interval_ms();
+    }
+    const absl::Duration register_took = absl::Now() - register_start;
+    const ProcStat before = ReadProc(controller.pid());
+    const absl::Time start = absl::Now();
+    const absl::Duration interval = absl::Milliseconds(interval_ms);
+    int64_t beats = 0, skipped = 0;
+    // Worker i beats at start + i/N of the interval, then every interval.
+    for (int64_t k = 0;; ++k) {
+      const absl::Time at = start + interval * (k / heartbeat_workers) +
+                            interval * static_cast<double>(k % heartbeat_workers) / heartbeat_workers;
+      if (at - start >= absl::Seconds(heartbeat_seconds)) break;
+      absl::SleepFor(at - absl::Now());
+      if (fleet[k % heartbeat_workers]->Beat()) {
+        ++beats;
+      } else {
+        ++skipped;
+      }
+    }
+    const absl::Duration took = absl::Now() - start;
+    const ProcStat after = ReadProc(controller.pid());
+    for (auto& w : fleet) w->Stop();
+    const double cpu = after.cpu_s - before.cpu_s;
+    std::printf("heartbeat: %d workers registered in %.2f s (controller CPU %.2f s); a heartbeat each every %d ms "
+                "(the controller's interval) for %.1f s: %lld heartbeats (%lld skipped, write in flight) = %.0f/s; "
+                "controller CPU %.2f s = %.1f %% of a core\n",
+                heartbeat_workers, absl::ToDoubleSeconds(register_took), before.cpu_s - before_register.cpu_s,
+                interval_ms, absl::ToDoubleSeconds(took), static_cast<long long>(beats),
+                static_cast<long long>(skipped), beats / absl::ToDoubleSeconds(took), cpu,
+                100.0 * cpu / absl::ToDoubleSeconds(took));
   }
   const ProcStat end = ReadProc(controller.pid());
   std::printf("controller RSS: %.1f MB now, %.1f MB peak (VmHWM)\n", end.rss_kb / 1024.0, end.hwm_kb / 1024.0);

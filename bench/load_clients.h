@@ -1,5 +1,5 @@
 // The load benchmark's clients (bench/load_bench.cc): synthetic workers that speak
-// WorkerService.Connect without ranks, watchers on the gRPC callback API that check
+// WorkerService.Connect without ranks, heartbeat-only workers, watchers on the gRPC callback API that check
 // every event arrives once and in order, a lock-free latency histogram and /proc reads.
 #pragma once
 
@@ -276,6 +276,86 @@ class Watcher : public grpc::ClientReadReactor<v1::Event> {
   LatencyHistogram* lag_ = nullptr;
   absl::Mutex mu_;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// One simulated worker for the heartbeat phase: a WorkerService.Connect stream on the
+// callback API (so 1,000 of them need no thread each) that registers with one CPU slot
+// and then sends a Heartbeat whenever Beat is called, as a worker's daemon does at the
+// interval the controller's RegisterAck names. Reads and drops what the controller sends.
+class HeartbeatWorker : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::ControllerMessage> {
+ public:
+  void Start(v1::WorkerService::Stub* stub, const std::string& name) {
+    v1::Register* reg = register_.mutable_register_();
+    reg->set_name(name);
+    reg->set_slots(1);
+    reg->set_address("127.0.0.1");
+    reg->set_rendezvous_port_min(40000);
+    reg->set_rendezvous_port_max(40099);
+    reg->set_device("cpu");
+    heartbeat_.mutable_heartbeat()->set_free_slots(1);
+    stub->async()->Connect(&ctx_, this);
+    StartRead(&in_);
+    {
+      absl::MutexLock lock(&mu_);
+      writing_ = true;
+    }
+    StartWrite(&register_);
+    StartCall();
+  }
+  // Sends one heartbeat; false (nothing sent) while the previous write is in flight.
+  bool Beat() {
+    {
+      absl::MutexLock lock(&mu_);
+      if (writing_ || done_) return false;
+      writing_ = true;
+    }
+    StartWrite(&heartbeat_);
+    return true;
+  }
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    if (ok) ++written_;
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok) return;
+    if (in_.has_register_ack()) {
+      absl::MutexLock lock(&mu_);
+      interval_ms_ = in_.register_ack().heartbeat_interval_ms();
+    }
+    StartRead(&in_);
+  }
+  void OnDone(const grpc::Status& s) override {
+    absl::MutexLock lock(&mu_);
+    status_ = s;
+    done_ = true;
+  }
+  // The controller's heartbeat interval, once it acknowledged the registration (0 until then).
+  int interval_ms() {
+    absl::MutexLock lock(&mu_);
+    return interval_ms_;
+  }
+  int64_t written() {
+    absl::MutexLock lock(&mu_);
+    return written_;
+  }
+  void Stop() {
+    ctx_.TryCancel();
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(&done_));
+  }
+
+ private:
+  grpc::ClientContext ctx_;
+  v1::WorkerMessage register_;
+  v1::WorkerMessage heartbeat_;
+  v1::ControllerMessage in_;
+  absl::Mutex mu_;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  int interval_ms_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t written_ ABSL_GUARDED_BY(mu_) = 0;
+  grpc::Status status_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace trainyard::bench
