@@ -190,7 +190,8 @@ void TestCluster::StartWorker(const WorkerOptions& options) {
   const int base = next_port_base_;
   next_port_base_ += 10;
   const std::vector<std::string> worker = {
-      bins_.worker, "--controller", address_, "--slots", std::to_string(options.slots),
+      bins_.worker, "--controller", options.controller.empty() ? address_ : options.controller,
+      "--slots", std::to_string(options.slots),
       "--rendezvous-ports", std::to_string(base) + "-" + std::to_string(base + 9),
       "--work-dir", (dir_ / ("worker-" + options.name)).string()};
   argv.insert(argv.end(), worker.begin(), worker.end());

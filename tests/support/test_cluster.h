@@ -47,6 +47,8 @@ struct WorkerOptions {
   bool name_from_certificate = false;
   // More worker flags, appended last (--gpus, --nccl-env, --rank-binary, ...).
   std::vector<std::string> extra_args;
+  // The --controller address ("": the cluster's), e.g. a proxy a test can cut.
+  std::string controller;
 };
 
 #if defined(TRAINYARD_CONTROLLER) && defined(TRAINYARD_WORKER) && defined(TRAINYARD_CLI)
