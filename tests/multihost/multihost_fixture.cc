@@ -141,7 +141,10 @@ bool MultihostTest::WaitEvent(const std::function<bool(const json&)>& pred, int 
 
 JobOutcome MultihostTest::Finish(int timeout_ms) {
   JobOutcome out;
+  const auto start = std::chrono::steady_clock::now();
+  auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   EXPECT_TRUE(WaitEvent(IsTerminalEvent, timeout_ms)) << "job " << id_ << " never ended; see " << cluster_->dir();
+  const double ended_s = seconds();
   const json job = cluster_->Get(id_);
   out.state = job.value("state", "");
   out.attempts = job.value("attempt", 0);
@@ -163,8 +166,8 @@ JobOutcome MultihostTest::Finish(int timeout_ms) {
       EXPECT_FALSE(ProcessAlive(pid)) << "rank " << rank << " of attempt " << attempt << " (pid " << pid << ")";
     }
   }
-  std::printf("[multihost] job %s: %s after %d attempt(s), %zu events\n", id_.c_str(), out.state.c_str(),
-              out.attempts, out.events.size());
+  std::printf("[multihost] job %s: %s after %d attempt(s), %zu events; ended %.1f s into Finish, ranks gone %.1f s\n",
+              id_.c_str(), out.state.c_str(), out.attempts, out.events.size(), ended_s, seconds());
   return out;
 }
 

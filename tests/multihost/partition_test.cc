@@ -29,7 +29,7 @@ constexpr bool kRequireReadoption = false;
 
 // How long the controller stays cut off: longer than the heartbeat timeout, well within
 // the reconnect window below.
-constexpr int kControllerCutS = 3 * kHeartbeatTimeoutS;
+constexpr int kControllerCutS = 2 * kHeartbeatTimeoutS;
 constexpr int kReconnectWindowS = 20;
 
 // The controller's host is cut off for kControllerCutS while both workers (and their
@@ -37,7 +37,7 @@ constexpr int kReconnectWindowS = 20;
 TEST_F(MultihostTest, TheControllerCutOffWhileRanksKeepTraining) {
   const bool readoption = kRequireReadoption || ControllerHasReconnectWindow();
   Start({"w1", "w2"}, kReconnectWindowS);
-  constexpr int kSteps = 2000;
+  constexpr int kSteps = 1500;
   ASSERT_NO_FATAL_FAILURE(Submit(Job(kSteps, 500), "controller-cut"));
   ASSERT_TRUE(WaitStep(1, 20));
   const std::map<int, pid_t> ranks = RankPids(follow_->Events(), 1);
