@@ -287,10 +287,11 @@ void JobLifecycle::ApplyRankState(TrackedJob& rt, const v1::Event& event, Effect
       if (rt.ranks[r] == RankPhase::kEnded) break;
       RankEnded(rt, r, fx);
       if (!IsTerminal(rt.job.state()) && !rt.tearing_down) {
-        const char* what = rs.state() == v1::RankState::FAILED ? " failed: " : " was killed: ";
+        const char* what = rs.state() == v1::RankState::FAILED ? " failed" : " was killed";
         // Bad job inputs fail the same on any worker: no restart, no worker blamed.
         const bool permanent = rs.state() == v1::RankState::FAILED && rs.exit_code() == kRankExitInputError;
-        FailAttempt(rt, absl::StrCat(where, what, rs.message()), permanent ? std::string() : WorkerOf(rt, r), fx,
+        const auto [blamed, note] = BlameRankFailure(rt, r);  // an unreachable worker of the gang, if any
+        FailAttempt(rt, absl::StrCat(where, what, note, ": ", rs.message()), permanent ? std::string() : blamed, fx,
                     permanent);
       }
       break;

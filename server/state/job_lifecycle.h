@@ -205,6 +205,11 @@ class JobLifecycle {
   void ApplyRankState(TrackedJob& rt, const v1::Event& event, Effects* fx);
   void ApplyStall(TrackedJob& rt, const v1::Event& event, Effects* fx);
   void RankEnded(TrackedJob& rt, int rank, Effects* fx);
+  // Whom a failed rank's failure is blamed on, and what the cause adds: while another
+  // worker with live ranks of the attempt is unreachable, that worker (the gang most
+  // likely broke on it) and " (worker w2 of the attempt unreachable: no heartbeat for
+  // 16s)"; else the rank's own worker and "" (job_lifecycle_workers.cc).
+  std::pair<std::string, std::string> BlameRankFailure(const TrackedJob& rt, int rank) const;
   // Ends the attempt as failed with `cause`, blamed on `worker` ("": none), and
   // restarts it or fails the job (RestartPolicy).
   // `permanent` (a rank's kRankExitInputError): FAILED at once, restarts unused.

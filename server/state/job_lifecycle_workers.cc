@@ -83,6 +83,17 @@ void JobLifecycle::ReleaseUnreachable(Effects* fx) {
   }
 }
 
+std::pair<std::string, std::string> JobLifecycle::BlameRankFailure(const TrackedJob& rt, int rank) const {
+  const std::string own = WorkerOf(rt, rank);
+  for (const auto& r : rt.job.placement().ranks()) {
+    if (r.worker() == own || !HasRank(rt, r.rank()) || rt.ranks[r.rank()] == RankPhase::kEnded) continue;
+    if (const std::optional<UnreachableWorker> u = workers_->Unreachable(r.worker())) {
+      return {u->name, absl::StrCat(" (worker ", u->name, " of the attempt unreachable: ", u->why, ")")};
+    }
+  }
+  return {own, ""};
+}
+
 void JobLifecycle::FillUnreachable(const std::string& id, v1::Job* job) const {
   auto it = jobs_.find(id);
   if (it == jobs_.end() || !IsActive(it->second) || it->second.tearing_down) return;

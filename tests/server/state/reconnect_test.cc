@@ -223,7 +223,8 @@ TEST_F(ReconnectTest, AJobCancelledWhileItsWorkerIsUnreachableEndsAtOnceAndTheRe
 
 // A two-worker gang, one worker unreachable: back in time, the gang goes on; but a rank
 // on the reachable worker reporting the gang broken (its collective timed out) fails the
-// attempt at once, and the restart does not wait for the unreachable worker's window.
+// attempt at once, blamed on the unreachable worker, and the restart does not wait for
+// that worker's window.
 TEST_F(ReconnectTest, AGangWithOneUnreachableWorkerWaitsUnlessItsOtherRanksReportItBroken) {
   Conn w1 = Connect("w1", 1);
   Conn w2 = Connect("w2", 1);
@@ -253,6 +254,10 @@ TEST_F(ReconnectTest, AGangWithOneUnreachableWorkerWaitsUnlessItsOtherRanksRepor
   EXPECT_EQ(job.state(), v1::Job::SCHEDULED);
   EXPECT_EQ(job.placement().ranks(0).worker(), "w1");
   EXPECT_EQ(job.placement().ranks(1).worker(), "w3");
+  // Blamed on the unreachable worker, not on w1 whose rank saw the gang break.
+  EXPECT_THAT(job.failure_causes(),
+              ElementsAre("rank 0 on worker w1 failed (worker w2 of the attempt unreachable: no heartbeat for 16s): "
+                          "exit code 1: collective timeout waiting for rank 1"));
   auto cancels = w2.channel->Of(Msg::kCancel);
   ASSERT_EQ(cancels.size(), 1u) << "queued on w2's open stream";
   EXPECT_EQ(cancels[0].cancel().attempt(), 1);
