@@ -45,12 +45,17 @@ constexpr char kSchemaV1[] = R"sql(
     );
 )sql";
 
-// Version 2: events.kind (the payload's field number in v1::Event, 0 for none),
-// backfilled from each stored event; a partial index over the kinds recovery reads
-// (kRecoveryKinds); jobs.compacted (1 once retention removed the job's events).
+// Version 2: events.kind (the payload's field number in v1::Event, 0 for none); a
+// partial index over the kinds recovery reads (ReadRecoveryEvents); jobs.compacted (1
+// once retention removed the job's events). The kinds are backfilled from the stored
+// events of jobs that have not ended (SUCCEEDED 4, FAILED 5, CANCELLED 6) only: only
+// theirs are ever read by kind, and a finished job never runs again. Rewriting every
+// row of a large store would cost about a minute per 10 million events; the finished
+// jobs' events keep kind 0 ("migrated, not classified").
 constexpr char kMigrateToV2[] = R"sql(
     ALTER TABLE events ADD COLUMN kind INTEGER NOT NULL DEFAULT 0;
-    UPDATE events SET kind = ty_event_kind(data);
+    UPDATE events SET kind = ty_event_kind(data)
+      WHERE job_id IN (SELECT id FROM jobs WHERE state NOT IN (4, 5, 6));
     CREATE INDEX events_recovery ON events (job_id, seq) WHERE kind IN (12, 15, 16, 17);
     ALTER TABLE jobs ADD COLUMN compacted INTEGER NOT NULL DEFAULT 0;
 )sql";

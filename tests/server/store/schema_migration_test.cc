@@ -118,6 +118,16 @@ TEST_F(SchemaMigrationTest, AVersionOneStoreIsMigratedWithItsDataIntact) {
                   (e.source_seq() > 0 ? std::to_string(e.source_seq()) : "NULL") + ", ?1)",
               {}, e.SerializeAsString());
   }
+  // A finished job's events are not classified by the migration (never read by kind).
+  v1::Job done;
+  done.set_id("job-2");
+  done.set_state(v1::Job::SUCCEEDED);
+  RawInsert("INSERT INTO jobs (id, state, data) VALUES (?1, 4, ?2)", {"job-2"}, done.SerializeAsString());
+  v1::Event old_step = V1Events()[2];
+  old_step.set_job_id("job-2");
+  old_step.set_seq(1);
+  RawInsert("INSERT INTO events (job_id, seq, attempt, rank, source_seq, data) VALUES ('job-2', 1, 1, 0, 1, ?1)",
+            {}, old_step.SerializeAsString());
   ASSERT_EQ(RawInt("PRAGMA user_version"), 0);
 
   {
@@ -125,7 +135,7 @@ TEST_F(SchemaMigrationTest, AVersionOneStoreIsMigratedWithItsDataIntact) {
     ASSERT_TRUE(store.ok()) << store.status();
     auto jobs = (*store)->LoadJobs();
     ASSERT_TRUE(jobs.ok());
-    ASSERT_EQ(jobs->size(), 1u);
+    ASSERT_EQ(jobs->size(), 2u);
     EXPECT_EQ((*jobs)[0].SerializeAsString(), job.SerializeAsString());
     auto events = (*store)->ReadEvents("job-1", 1, 100);
     ASSERT_TRUE(events.ok()) << events.status();
@@ -156,9 +166,10 @@ TEST_F(SchemaMigrationTest, AVersionOneStoreIsMigratedWithItsDataIntact) {
               want_kinds[seq - 1])
         << "seq " << seq;
   }
+  EXPECT_EQ(RawInt("SELECT kind FROM events WHERE job_id = 'job-2' AND seq = 1"), 0);
   // A second open finds the current version and migrates nothing again.
   ASSERT_TRUE(SqliteJobStore::Open(dir_.string()).ok());
-  EXPECT_EQ(RawInt("SELECT COUNT(*) FROM events"), 6);
+  EXPECT_EQ(RawInt("SELECT COUNT(*) FROM events"), 7);
 }
 
 TEST_F(SchemaMigrationTest, ANewStoreGetsTheCurrentVersionAndIncrementalVacuum) {
