@@ -22,10 +22,10 @@ using nlohmann::json;
 // controller's reconnect window and reports its attempt's ranks alive has that attempt
 // re-adopted: ONE attempt, no step lost or repeated. A controller without re-adoption
 // (no --reconnect-window flag) fails the attempt at the heartbeat timeout and restarts it
-// from its checkpoint: two attempts. The test asserts whichever this build's controller
-// promises; set kRequireReadoption to true once re-adoption is in for good, and a
-// controller without it fails the test instead.
-constexpr bool kRequireReadoption = false;
+// from its checkpoint: two attempts. Re-adoption has landed, so kRequireReadoption is
+// true: one attempt is asserted whatever the controller says it can do. Set it to false
+// to test a controller from before re-adoption (then two attempts are asserted).
+constexpr bool kRequireReadoption = true;
 
 // How long the controller stays cut off: longer than the heartbeat timeout, well within
 // the reconnect window below.
