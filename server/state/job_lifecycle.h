@@ -66,6 +66,9 @@ struct CheckpointWant {
 //
 // Not thread-safe; owned by JobManager, which uses it (and the registry it shares)
 // only under its state mutex.
+// A controller-written log line (rank -1) of `attempt`, for a job's event stream.
+v1::Event ControllerLog(const std::string& level, const std::string& message, int attempt, absl::Time now);
+
 class JobLifecycle {
  public:
   // max_events_per_s_per_rank: EventRateLimiter's rate for each rank of a job (<= 0:

@@ -19,6 +19,8 @@ constexpr int kKeptPreemptTimes = 16;
 
 std::string TimeOfDay(absl::Time t) { return absl::FormatTime("%H:%M:%SZ", t, absl::UTCTimeZone()); }
 
+}  // namespace
+
 v1::Event ControllerLog(const std::string& level, const std::string& message, int attempt, absl::Time now) {
   v1::Event event;
   event.set_rank(-1);
@@ -28,8 +30,6 @@ v1::Event ControllerLog(const std::string& level, const std::string& message, in
   *event.mutable_time() = ToProtoTime(now);
   return event;
 }
-
-}  // namespace
 
 absl::StatusOr<CheckpointWant> JobLifecycle::RequestCheckpoint(const std::string& id, Effects* fx) {
   auto it = jobs_.find(id);

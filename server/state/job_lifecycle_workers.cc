@@ -27,16 +27,6 @@ std::vector<int> LiveRanksOn(const TrackedJob& rt, const std::string& worker) {
   return out;
 }
 
-v1::Event WorkerLog(const std::string& level, const std::string& message, int attempt, absl::Time now) {
-  v1::Event event;
-  event.set_rank(-1);
-  event.set_attempt(attempt);
-  event.mutable_log()->set_level(level);
-  event.mutable_log()->set_message(message);
-  *event.mutable_time() = ToProtoTime(now);
-  return event;
-}
-
 }  // namespace
 
 void JobLifecycle::WorkersUnreachable(const std::vector<UnreachableWorker>& workers, Effects* fx) {
@@ -50,7 +40,7 @@ void JobLifecycle::WorkersUnreachable(const std::vector<UnreachableWorker>& work
           absl::StrJoin(ranks, ","), "; attempt ", rt.job.attempt(), " keeps running, waiting up to ",
           absl::ToInt64Seconds(w.deadline - w.since), "s (until ", TimeOfDay(w.deadline), ") for it to reconnect");
       spdlog::warn("job={} {}", id, msg);
-      fx->AppendEvent(id, WorkerLog("warn", msg, rt.job.attempt(), clock_->Now()));
+      fx->AppendEvent(id, ControllerLog("warn", msg, rt.job.attempt(), clock_->Now()));
     }
   }
 }
@@ -64,7 +54,7 @@ void JobLifecycle::WorkersReconnected(const std::vector<ReconnectedWorker>& work
                           absl::ToDoubleSeconds(w.silent), w.registered ? " (registered again)" : "",
                           rt.job.attempt());
       spdlog::info("job={} {}", id, msg);
-      fx->AppendEvent(id, WorkerLog("info", msg, rt.job.attempt(), clock_->Now()));
+      fx->AppendEvent(id, ControllerLog("info", msg, rt.job.attempt(), clock_->Now()));
     }
   }
 }
