@@ -124,6 +124,7 @@ int main(int argc, char** argv) {
   int seconds = 10;
   int heartbeat_workers = 1000;
   int heartbeat_seconds = 20;
+  std::string watch_rpc = "batched";
   CLI::App app{"trainyard-load-bench: controller ingest, watcher fan-out and SubmitJob latency "
                "under load, over real gRPC on loopback"};
   app.add_option("--bin-dir", bin_dir, "Directory with trainyard-controller")->required();
@@ -137,7 +138,13 @@ int main(int argc, char** argv) {
   app.add_option("--heartbeat-workers", heartbeat_workers, "Heartbeat phase: simulated workers (0: no phase)")
       ->capture_default_str();
   app.add_option("--heartbeat-seconds", heartbeat_seconds, "Heartbeat phase: duration")->capture_default_str();
+  app.add_option("--watch-rpc", watch_rpc,
+                 "How watchers watch: batched (WatchJobBatched, several events a message, what the clients "
+                 "use) or single (WatchJob, one event a message)")
+      ->check(CLI::IsMember({"batched", "single"}))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  const bool batched = watch_rpc == "batched";
 
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("trainyard_load_bench_" + std::to_string(getpid()));
@@ -184,7 +191,7 @@ int main(int argc, char** argv) {
     std::atomic<int> ready{0};
     for (int i = 0; i < n_jobs; ++i) {
       watchers[i].job_id = assigns[i].job_id();
-      watchers[i].Start(watch_stubs[i % watch_stubs.size()].get(), nullptr, &ready);
+      watchers[i].Start(watch_stubs[i % watch_stubs.size()].get(), batched, nullptr, &ready);
     }
     while (ready.load() < n_jobs) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     const ProcStat before = ReadProc(controller.pid());
@@ -220,7 +227,7 @@ int main(int argc, char** argv) {
     std::atomic<int> ready{0};
     for (int i = 0; i < n_watchers; ++i) {
       watchers[i].job_id = assigns[i % n_jobs].job_id();
-      watchers[i].Start(watch_stubs[i % watch_stubs.size()].get(), &lag, &ready);
+      watchers[i].Start(watch_stubs[i % watch_stubs.size()].get(), batched, &lag, &ready);
     }
     while (ready.load() < n_watchers) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     std::this_thread::sleep_for(std::chrono::milliseconds(500));  // streams open
@@ -258,6 +265,7 @@ int main(int argc, char** argv) {
       }
     });
 
+    const ProcStat bench_before = ReadProc(getpid());  // this process: the watchers, workers, submitter
     const ProcStat before = ReadProc(controller.pid());
     const int per_worker_per_tick = std::max(1, rate / n_jobs / 10);  // a batch every 100 ms
     const int ticks = seconds * 10;
@@ -284,6 +292,7 @@ int main(int argc, char** argv) {
     // Until every watcher had every event: what the deliveries cost in all, also when
     // the controller falls behind the fleet and delivers after the senders stop.
     const ProcStat after_all = ReadProc(controller.pid());
+    const ProcStat bench_after = ReadProc(getpid());
     const absl::Duration took_all = absl::Now() - start;
     std::printf("fan-out: %d watchers over %d jobs, %lld events/s sent in all for %.1f s -> %.0f "
                 "deliveries/s; lag send->receive p50 %.1f ms p99 %.1f ms max<=%.1f ms (%lld samples); "
@@ -292,11 +301,19 @@ int main(int argc, char** argv) {
                 absl::ToDoubleSeconds(took), lag.count() / absl::ToDoubleSeconds(took), lag.QuantileMs(0.5),
                 lag.QuantileMs(0.99), lag.QuantileMs(1.0), static_cast<long long>(lag.count()), ok, n_watchers,
                 after.cpu_s - before.cpu_s);
-    std::printf("fan-out cost: every watcher had every event %.1f s after the start; controller CPU %.2f s "
-                "until then = %.1f %% of a core, %.2f us per delivery\n",
-                absl::ToDoubleSeconds(took_all), after_all.cpu_s - before.cpu_s,
+    int64_t messages = 0;
+    for (const auto& w : watchers) messages += w.messages;
+    std::printf("fan-out cost (%s): every watcher had every event %.1f s after the start in %lld stream "
+                "messages (%.1f events each); controller CPU %.2f s until then = %.1f %% of a core, %.2f us per "
+                "delivery\n",
+                batched ? "WatchJobBatched" : "WatchJob", absl::ToDoubleSeconds(took_all),
+                static_cast<long long>(messages), static_cast<double>(lag.count()) / std::max<int64_t>(1, messages),
+                after_all.cpu_s - before.cpu_s,
                 100.0 * (after_all.cpu_s - before.cpu_s) / absl::ToDoubleSeconds(took_all),
                 1e6 * (after_all.cpu_s - before.cpu_s) / std::max<double>(1, lag.count()));
+    std::printf("load generator (this process, on the same cores): CPU %.2f s = %.1f %% of a core\n",
+                bench_after.cpu_s - bench_before.cpu_s,
+                100.0 * (bench_after.cpu_s - bench_before.cpu_s) / absl::ToDoubleSeconds(took_all));
     std::printf("submit under fan-out load: %lld SubmitJob calls, p50 %.2f ms p99 %.2f ms\n",
                 static_cast<long long>(submit_latency.count()), submit_latency.QuantileMs(0.5),
                 submit_latency.QuantileMs(0.99));

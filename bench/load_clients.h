@@ -17,6 +17,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <type_traits>
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -232,37 +233,31 @@ class SyntheticWorker {
 // step events, recording each one's lag from its worker's send time. gRPC's callback
 // API, so 1,000 watchers share gRPC's few threads as an async client would (a thread
 // per blocking reader costs this 2-core machine a context switch per event).
-class Watcher : public grpc::ClientReadReactor<v1::Event> {
+// WatchJobBatched (several events a message, what the clients use) or, with `batched`
+// false, WatchJob (one event a message), so the two can be compared.
+class Watcher {
  public:
   std::string job_id;
   int64_t steps = 0;
   int64_t gaps = 0;
   int64_t last_seq = 0;
+  int64_t messages = 0;
   grpc::Status status;
 
-  void Start(v1::JobService::Stub* stub, LatencyHistogram* lag, std::atomic<int>* ready) {
+  void Start(v1::JobService::Stub* stub, bool batched, LatencyHistogram* lag, std::atomic<int>* ready) {
     lag_ = lag;
     req_.set_id(job_id);
     req_.set_from_seq(1);
-    stub->async()->WatchJob(&ctx_, &req_, this);
-    StartRead(&event_);
-    StartCall();
-    ready->fetch_add(1);
-  }
-  void OnReadDone(bool ok) override {
-    if (!ok) return;  // OnDone follows with the status
-    if (event_.seq() != last_seq + 1) ++gaps;
-    last_seq = event_.seq();
-    if (event_.has_step_metrics()) {
-      ++steps;
-      if (lag_ != nullptr) lag_->Add(absl::Now() - FromProtoTime(event_.time()));
+    if (batched) {
+      batched_ = std::make_unique<Reactor<v1::WatchJobResponse>>(this);
+      stub->async()->WatchJobBatched(&ctx_, &req_, batched_.get());
+      batched_->Begin();
+    } else {
+      one_ = std::make_unique<Reactor<v1::Event>>(this);
+      stub->async()->WatchJob(&ctx_, &req_, one_.get());
+      one_->Begin();
     }
-    StartRead(&event_);
-  }
-  void OnDone(const grpc::Status& s) override {
-    absl::MutexLock lock(&mu_);
-    status = s;
-    done_ = true;
+    ready->fetch_add(1);
   }
   void Join() {
     absl::MutexLock lock(&mu_);
@@ -270,9 +265,49 @@ class Watcher : public grpc::ClientReadReactor<v1::Event> {
   }
 
  private:
+  template <typename Message>
+  class Reactor : public grpc::ClientReadReactor<Message> {
+   public:
+    explicit Reactor(Watcher* w) : w_(w) {}
+    void Begin() {
+      this->StartRead(&message_);
+      this->StartCall();
+    }
+    void OnReadDone(bool ok) override {
+      if (!ok) return;  // OnDone follows with the status
+      ++w_->messages;
+      if constexpr (std::is_same_v<Message, v1::Event>) {
+        w_->Count(message_);
+      } else {
+        for (const v1::Event& e : message_.events()) w_->Count(e);
+      }
+      this->StartRead(&message_);
+    }
+    void OnDone(const grpc::Status& s) override { w_->Done(s); }
+
+   private:
+    Watcher* const w_;
+    Message message_;
+  };
+
+  void Count(const v1::Event& event) {
+    if (event.seq() != last_seq + 1) ++gaps;
+    last_seq = event.seq();
+    if (event.has_step_metrics()) {
+      ++steps;
+      if (lag_ != nullptr) lag_->Add(absl::Now() - FromProtoTime(event.time()));
+    }
+  }
+  void Done(const grpc::Status& s) {
+    absl::MutexLock lock(&mu_);
+    status = s;
+    done_ = true;
+  }
+
   grpc::ClientContext ctx_;
   v1::WatchJobRequest req_;
-  v1::Event event_;
+  std::unique_ptr<Reactor<v1::Event>> one_;
+  std::unique_ptr<Reactor<v1::WatchJobResponse>> batched_;
   LatencyHistogram* lag_ = nullptr;
   absl::Mutex mu_;
   bool done_ ABSL_GUARDED_BY(mu_) = false;

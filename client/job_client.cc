@@ -1,5 +1,7 @@
 #include "client/job_client.h"
 
+#include <type_traits>
+
 #include "common/base/file_io.h"
 
 #include <grpcpp/create_channel.h>
@@ -231,6 +233,19 @@ absl::Status JobClient::PullArtifact(const std::string& job_id, const std::strin
 
 absl::Status JobClient::Watch(const std::string& id, int64_t from_seq,
                               const EventCallback& on_event) {
+  if (!one_per_message_.load()) {
+    bool unimplemented = false;
+    absl::Status s = WatchOnce<v1::WatchJobResponse>(id, from_seq, on_event, &unimplemented);
+    if (!unimplemented) return s;
+    // A controller older than WatchJobBatched: WatchJob, from now on.
+    one_per_message_.store(true);
+  }
+  return WatchOnce<v1::Event>(id, from_seq, on_event, nullptr);
+}
+
+template <typename Message>
+absl::Status JobClient::WatchOnce(const std::string& id, int64_t from_seq, const EventCallback& on_event,
+                                  bool* unimplemented) {
   grpc::ClientContext context;  // no deadline: the stream lives as long as the job
   Authorize(&context);
   {
@@ -241,17 +256,29 @@ absl::Status JobClient::Watch(const std::string& id, int64_t from_seq,
   v1::WatchJobRequest request;
   request.set_id(id);
   request.set_from_seq(from_seq);
-  std::unique_ptr<grpc::ClientReaderInterface<v1::Event>> reader =
-      stub_->WatchJob(&context, request);
+  std::unique_ptr<grpc::ClientReaderInterface<Message>> reader;
+  if constexpr (std::is_same_v<Message, v1::WatchJobResponse>) {
+    reader = stub_->WatchJobBatched(&context, request);
+  } else {
+    reader = stub_->WatchJob(&context, request);
+  }
   bool stopped = false;
-  v1::Event event;
-  while (reader->Read(&event)) {
-    if (!on_event(event)) {
-      stopped = true;
-      context.TryCancel();
-      break;
+  bool read_any = false;
+  Message message;
+  while (!stopped && reader->Read(&message)) {
+    read_any = true;
+    if constexpr (std::is_same_v<Message, v1::WatchJobResponse>) {
+      for (const v1::Event& event : message.events()) {
+        if (!on_event(event)) {
+          stopped = true;
+          break;
+        }
+      }
+    } else {
+      stopped = !on_event(message);
     }
   }
+  if (stopped) context.TryCancel();
   grpc::Status status = reader->Finish();
   bool cancelled;
   {
@@ -262,6 +289,7 @@ absl::Status JobClient::Watch(const std::string& id, int64_t from_seq,
   if ((stopped || cancelled) && status.error_code() == grpc::StatusCode::CANCELLED) {
     return absl::OkStatus();
   }
+  if (unimplemented != nullptr) *unimplemented = !read_any && status.error_code() == grpc::StatusCode::UNIMPLEMENTED;
   return FromGrpcStatus(status);
 }
 

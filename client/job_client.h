@@ -3,6 +3,7 @@
 #include <grpcpp/channel.h>
 #include <grpcpp/client_context.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -99,7 +100,9 @@ class JobClient {
   // Streams the job's events from `from_seq` (0 or 1: from the start) until the server
   // ends the stream (after the terminal job_state event), `on_event` returns false, or
   // CancelWatches() is called. The last two return OK; a broken stream returns its
-  // gRPC error (UNAVAILABLE, NOT_FOUND, ...).
+  // gRPC error (UNAVAILABLE, NOT_FOUND, ...). Uses WatchJobBatched (several events per
+  // stream message); against a controller without it (UNIMPLEMENTED before any event)
+  // falls back to WatchJob, and keeps to WatchJob for this client's later watches.
   absl::Status Watch(const std::string& id, int64_t from_seq, const EventCallback& on_event);
 
   // Ends every Watch in flight and every later one, as if its callback returned false.
@@ -108,11 +111,17 @@ class JobClient {
  private:
   void SetDeadline(grpc::ClientContext* context) const;  // and Authorize
   void Authorize(grpc::ClientContext* context) const;
+  // One watch stream: WatchJobBatched when Message is v1::WatchJobResponse, WatchJob
+  // when it is v1::Event. `*unimplemented` (may be null): the server has no such RPC.
+  template <typename Message>
+  absl::Status WatchOnce(const std::string& id, int64_t from_seq, const EventCallback& on_event,
+                         bool* unimplemented);
 
   std::unique_ptr<v1::JobService::StubInterface> stub_;
   const std::chrono::milliseconds timeout_;
   const std::string bearer_token_;
 
+  std::atomic<bool> one_per_message_{false};  // the controller has no WatchJobBatched
   absl::Mutex mu_;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   std::set<grpc::ClientContext*> watches_ ABSL_GUARDED_BY(mu_);

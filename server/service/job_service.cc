@@ -19,6 +19,7 @@
 #include "common/base/status_macros.h"
 #include "server/policy/request_validation.h"
 #include "server/service/unary_call.h"
+#include "server/service/watch_reactor.h"
 #include "server/service/wire_codec.h"
 
 namespace trainyard {
@@ -34,133 +35,6 @@ class PreflightSubmitReactor : public grpc::ServerUnaryReactor {
 
  private:
   const std::shared_ptr<std::atomic<bool>> cancelled_ = std::make_shared<std::atomic<bool>>(false);
-};
-
-// Replays committed events from `from_seq`, then follows new ones as the hub signals
-// them; finishes once the job is settled and everything stored has been sent. Events
-// come from the hub's watch cache, serialized once for every watcher, when it holds
-// `next_seq_`; a watcher behind the cache's window (or of a job nothing was cached
-// for) reads the store itself, 128 events at a time. One write is in flight at a
-// time; new events only wake it, on the hub's fan-out thread.
-class WatchReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
- public:
-  // `lease` holds the caller's watcher slot until the stream is done.
-  WatchReactor(JobStore* store, EventHub* hub, std::string job_id, int64_t from_seq,
-               std::unique_ptr<WatcherCap::Lease> lease)
-      : store_(store), job_id_(std::move(job_id)), next_seq_(std::max<int64_t>(from_seq, 1)),
-        hub_(hub), link_(std::make_shared<Link>()), lease_(std::move(lease)) {
-    link_->reactor = this;
-    subscription_ = hub->Subscribe(job_id_, [link = link_] { link->Wake(); });
-    Pump();
-  }
-
-  void OnWriteDone(bool ok) override {
-    absl::MutexLock lock(&mu_);
-    writing_ = false;
-    if (!ok) {
-      FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "watcher went away"));
-      return;
-    }
-    PumpLocked();
-  }
-
-  void OnCancel() override {
-    absl::MutexLock lock(&mu_);
-    FinishLocked(grpc::Status::CANCELLED);
-  }
-
-  void OnDone() override {
-    subscription_.reset();
-    {
-      absl::MutexLock lock(&link_->mu);
-      link_->reactor = nullptr;
-    }
-    delete this;
-  }
-
- private:
-  // Lets the hub wake this reactor without outliving it.
-  struct Link {
-    absl::Mutex mu;
-    WatchReactor* reactor ABSL_GUARDED_BY(mu) = nullptr;
-    void Wake() {
-      absl::MutexLock lock(&mu);
-      if (reactor != nullptr) reactor->Pump();
-    }
-  };
-
-  void Pump() {
-    absl::MutexLock lock(&mu_);
-    PumpLocked();
-  }
-
-  // Fills buffer_ from next_seq_ on: from the cache when it answers for next_seq_
-  // (and `from_store` is false), else from the store.
-  absl::Status FillLocked(bool from_store) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    buffer_.clear();
-    pos_ = 0;
-    WatchCache* cache = hub_->cache();
-    if (!from_store && cache != nullptr && cache->Read(job_id_, next_seq_, kBatch, &buffer_)) {
-      return absl::OkStatus();
-    }
-    auto events = store_->ReadEvents(job_id_, next_seq_, kBatch);
-    if (!events.ok()) return events.status();
-    for (const v1::Event& e : *events) buffer_.push_back(WatchCache::Serialize(e));
-    return absl::OkStatus();
-  }
-
-  void PumpLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (writing_ || finished_) return;
-    bool from_store = false;
-    while (true) {
-      if (pos_ >= buffer_.size()) {
-        if (auto s = FillLocked(from_store); !s.ok()) {
-          FinishLocked(ToGrpcStatus(s));
-          return;
-        }
-      }
-      if (pos_ < buffer_.size()) {
-        CachedEvent& event = buffer_[pos_++];
-        next_seq_ = event.seq + 1;
-        // The shared bytes, by reference: no copy, no serialization per watcher.
-        current_ = grpc::ByteBuffer(&event.bytes, 1);
-        writing_ = true;
-        // One write in flight, without WriteOptions::set_buffer_hint: a hinted write's
-        // OnWriteDone waits for the flush that only the next write would cause.
-        StartWrite(&current_);
-        return;
-      }
-      if (!hub_->IsSettled(job_id_)) return;  // the hub wakes us on the next event
-      // Settled: anything committed before settling is now readable; send it first.
-      if (store_->LastSeq(job_id_) < next_seq_) {
-        FinishLocked(grpc::Status::OK);
-        return;
-      }
-      from_store = true;  // the cache may not have caught up yet
-    }
-  }
-
-  void FinishLocked(grpc::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (finished_) return;
-    finished_ = true;
-    Finish(std::move(status));
-  }
-
-  static constexpr int kBatch = 128;
-
-  JobStore* const store_;
-  const std::string job_id_;
-  absl::Mutex mu_;
-  int64_t next_seq_ ABSL_GUARDED_BY(mu_);
-  EventHub* const hub_;
-  std::shared_ptr<Link> link_;
-  std::unique_ptr<EventHub::Subscription> subscription_;
-  const std::unique_ptr<WatcherCap::Lease> lease_;  // released with the reactor, in OnDone
-  std::vector<CachedEvent> buffer_ ABSL_GUARDED_BY(mu_);  // from buffer_[pos_] on, unsent
-  size_t pos_ ABSL_GUARDED_BY(mu_) = 0;
-  grpc::ByteBuffer current_ ABSL_GUARDED_BY(mu_);
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 class FailedWatch : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
@@ -367,6 +241,16 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListWorkers(grpc::CallbackServerContex
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* JobServiceImpl::WatchJob(grpc::CallbackServerContext* ctx,
                                                                      const grpc::ByteBuffer* in) {
+  return Watch(ctx, in, WatchFraming::kOnePerMessage);
+}
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* JobServiceImpl::WatchJobBatched(grpc::CallbackServerContext* ctx,
+                                                                            const grpc::ByteBuffer* in) {
+  return Watch(ctx, in, WatchFraming::kBatched);
+}
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* JobServiceImpl::Watch(grpc::CallbackServerContext* ctx,
+                                                                  const grpc::ByteBuffer* in, WatchFraming framing) {
   auto caller = authorizer_->Authenticate(*ctx);
   if (!caller.ok()) return new FailedWatch(caller.status());
   v1::WatchJobRequest request;
@@ -381,7 +265,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* JobServiceImpl::WatchJob(grpc::Callb
     if (!acquired.ok()) return new FailedWatch(acquired.status());
     lease = std::move(*acquired);
   }
-  return new WatchReactor(store_, hub_, request.id(), request.from_seq(), std::move(lease));
+  return StartWatch(store_, hub_, request.id(), request.from_seq(), framing, std::move(lease));
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::ListArtifacts(grpc::CallbackServerContext* ctx,

@@ -2,6 +2,7 @@
 
 #include <memory>
 
+#include "server/service/watch_reactor.h"
 #include "server/state/artifact_store.h"
 #include "server/auth/authorizer.h"
 #include "server/auth/watcher_cap.h"
@@ -22,8 +23,8 @@ struct JobServiceOptions {
 };
 
 // Thin gRPC adapter for JobService: parses, calls JobManager, converts the Status.
-// WatchJob streams committed events from the store, so a slow watcher never stalls
-// ingestion. A SubmitJob whose spec sets compile.preflight is validated, then handed
+// WatchJob and WatchJobBatched stream committed events (server/service/watch_reactor.h)
+// from the hub's watch cache or the store, so a slow watcher never stalls ingestion. A SubmitJob whose spec sets compile.preflight is validated, then handed
 // to the PreflightGate; the gate's thread creates the job (or not) and finishes the
 // call.
 // Every method takes its request as raw bytes and parses it with ParseRequest, so a
@@ -37,7 +38,7 @@ struct JobServiceOptions {
 // SubmitJob, CancelJob or ResizeJob is PERMISSION_DENIED; a submitter's job gets the
 // submitter as owner, and a job of another owner is, for a submitter, NOT_FOUND with
 // the very message of a job that does not exist (so ids of others' jobs cannot be
-// probed) in GetJob, CancelJob, ResizeJob, WatchJob, ListArtifacts and PullArtifact,
+// probed) in GetJob, CancelJob, ResizeJob, WatchJob(Batched), ListArtifacts and PullArtifact,
 // and absent from ListJobs.
 // Sharing the fleet (job_service_sharing.cc): CheckpointJob (a submitter: its own jobs)
 // answers once the ranks' checkpoint is committed; CordonWorker and DrainWorker need the
@@ -47,13 +48,13 @@ struct JobServiceOptions {
 using JobServiceBase = v1::JobService::WithRawCallbackMethod_SubmitJob<
     v1::JobService::WithRawCallbackMethod_GetJob<v1::JobService::WithRawCallbackMethod_ListJobs<
         v1::JobService::WithRawCallbackMethod_CancelJob<v1::JobService::WithRawCallbackMethod_ResizeJob<
-            v1::JobService::WithRawCallbackMethod_WatchJob<
+            v1::JobService::WithRawCallbackMethod_WatchJob<v1::JobService::WithRawCallbackMethod_WatchJobBatched<
                 v1::JobService::WithRawCallbackMethod_ListWorkers<v1::JobService::WithRawCallbackMethod_ListArtifacts<
                     v1::JobService::WithRawCallbackMethod_PullArtifact<
                         v1::JobService::WithRawCallbackMethod_CheckpointJob<
                             v1::JobService::WithRawCallbackMethod_CordonWorker<
                                 v1::JobService::WithRawCallbackMethod_DrainWorker<
-                                    v1::JobService::Service>>>>>>>>>>>>;
+                                    v1::JobService::Service>>>>>>>>>>>>>;
 
 class JobServiceImpl final : public JobServiceBase {
  public:
@@ -77,6 +78,8 @@ class JobServiceImpl final : public JobServiceBase {
                                         grpc::ByteBuffer* response) override;
   grpc::ServerWriteReactor<grpc::ByteBuffer>* WatchJob(grpc::CallbackServerContext* ctx,
                                                        const grpc::ByteBuffer* request) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* WatchJobBatched(grpc::CallbackServerContext* ctx,
+                                                              const grpc::ByteBuffer* request) override;
   grpc::ServerUnaryReactor* ListArtifacts(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
                                           grpc::ByteBuffer* response) override;
   grpc::ServerWriteReactor<grpc::ByteBuffer>* PullArtifact(grpc::CallbackServerContext* ctx,
@@ -91,6 +94,9 @@ class JobServiceImpl final : public JobServiceBase {
  private:
   // The job `id` if `caller` may see it; NOT_FOUND as for a missing job otherwise.
   absl::StatusOr<v1::Job> VisibleJob(const Caller& caller, const std::string& id);
+  // WatchJob and WatchJobBatched: the same checks, then a stream of that framing.
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Watch(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                                    WatchFraming framing);
 
   JobManager* const manager_;
   JobStore* const store_;

@@ -3,6 +3,11 @@
 #include <algorithm>
 #include <utility>
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/wire_format_lite.h>
+
+#include "trainyard/v1/job_service.pb.h"
+
 namespace trainyard {
 namespace {
 
@@ -15,10 +20,21 @@ WatchCache::WatchCache(JobStore* store, WatchCacheOptions options)
     : store_(store), options_(options) {}
 
 CachedEvent WatchCache::Serialize(const v1::Event& event) {
-  std::string bytes = event.SerializeAsString();
+  using google::protobuf::io::CodedOutputStream;
+  using google::protobuf::internal::WireFormatLite;
+  const size_t size = event.ByteSizeLong();  // an event is far below 2 GiB (ingest caps it)
+  const uint32_t tag = WireFormatLite::MakeTag(v1::WatchJobResponse::kEventsFieldNumber,
+                                               WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
+  const size_t header = CodedOutputStream::VarintSize32(tag) + CodedOutputStream::VarintSize32(static_cast<uint32_t>(size));
+  grpc::Slice framed(header + size);  // uninitialised; every byte is written below
+  auto* p = const_cast<uint8_t*>(framed.begin());
+  p = CodedOutputStream::WriteVarint32ToArray(tag, p);
+  p = CodedOutputStream::WriteVarint32ToArray(static_cast<uint32_t>(size), p);
+  event.SerializeWithCachedSizesToArray(p);
   CachedEvent out;
   out.seq = event.seq();
-  out.bytes = grpc::Slice(bytes);
+  out.bytes = framed.sub(header, header + size);
+  out.framed = std::move(framed);
   return out;
 }
 
@@ -63,12 +79,12 @@ void WatchCache::Append(const std::string& job_id, std::vector<CachedEvent> batc
     w.bytes = 0;
   }
   for (CachedEvent& e : batch) {
-    w.bytes += e.bytes.size();
+    w.bytes += e.framed.size();
     w.events.push_back(std::move(e));
   }
   while (!w.events.empty() &&
          (w.events.size() > options_.max_events || w.bytes > options_.max_bytes)) {
-    w.bytes -= w.events.front().bytes.size();
+    w.bytes -= w.events.front().framed.size();
     w.events.pop_front();
   }
 }

@@ -17,10 +17,15 @@
 
 namespace trainyard {
 
-// One committed event as WatchJob sends it: its seq and its wire bytes (the serialized
-// v1::Event), serialized once and shared, by reference count, by every watcher.
+// One committed event as the watch streams send it, serialized once and shared, by
+// reference count, by every watcher: `framed` is the event as one element of
+// v1::WatchJobResponse.events (the field's tag, the length, then the serialized
+// v1::Event), so a WatchJobBatched message is the concatenation of its events' framed
+// slices; `bytes` is a slice of the same memory holding the bare v1::Event, a WatchJob
+// message.
 struct CachedEvent {
   int64_t seq = 0;
+  grpc::Slice framed;
   grpc::Slice bytes;
 };
 
@@ -62,7 +67,7 @@ class WatchCache {
   size_t jobs() ABSL_LOCKS_EXCLUDED(mu_);
   size_t events() ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Serializes `event` as one WatchJob message.
+  // Serializes `event` once, in both framings.
   static CachedEvent Serialize(const v1::Event& event);
 
  private:

@@ -1,12 +1,17 @@
-// WatchJob's fan-out through the hub's watch cache, over real gRPC on loopback
+// WatchJob's and WatchJobBatched's fan-out through the hub's watch cache, over real
+// gRPC on loopback
 // (JobServiceImpl on a real SqliteJobStore, JobManager and EventHub, with a watch
 // window of only 32 events so watchers cross between cache and store): many watchers
 // each see every committed event exactly once, in seq order, gapless, byte for byte
 // what the store holds, whether they start at seq 1, mid-stream, reconnect from a seq
 // or fall far behind the window; and a watcher that stops reading holds up no other.
+// Every test runs for both RPCs; a batched stream's messages hold consecutive events,
+// several once a watcher is behind, and never more than kMaxWatchBatchBytes of them
+// unless one event alone is larger.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -24,31 +29,55 @@ namespace {
 
 constexpr int kWindow = 32;
 
-// Reads one WatchJob stream on its own thread until it has the event of seq `until`;
-// pauses before reading the event of seq `pause_after + 1` until `resume` is notified.
+// Reads one watch stream (WatchJobBatched when `batched`) on its own thread until it has
+// the event of seq `until`; pauses before reading the event of seq `pause_after + 1`
+// until `resume` is notified (a batched stream: before the message after the one that
+// brought it there).
 class SyncWatcher {
  public:
-  SyncWatcher(v1::JobService::Stub* stub, std::string job_id, int64_t from_seq, int64_t until,
+  SyncWatcher(v1::JobService::Stub* stub, bool batched, std::string job_id, int64_t from_seq, int64_t until,
               int64_t pause_after = 0, absl::Notification* resume = nullptr)
       : from_seq_(from_seq) {
-    thread_ = std::thread([this, stub, job_id, from_seq, until, pause_after, resume] {
+    thread_ = std::thread([this, stub, batched, job_id, from_seq, until, pause_after, resume] {
       v1::WatchJobRequest req;
       req.set_id(job_id);
       req.set_from_seq(from_seq);
       ctx_.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
-      auto reader = stub->WatchJob(&ctx_, req);
-      v1::Event e;
       int64_t last = from_seq - 1;
-      while (last < until) {
-        if (resume != nullptr && last == pause_after) resume->WaitForNotification();
-        if (!reader->Read(&e)) break;
+      auto take = [&](const v1::Event& e) {
         last = e.seq();
         absl::MutexLock lock(&mu_);
         got_.push_back(e.SerializeAsString());
         seqs_.push_back(e.seq());
+      };
+      if (batched) {
+        auto reader = stub->WatchJobBatched(&ctx_, req);
+        v1::WatchJobResponse m;
+        while (last < until) {
+          if (resume != nullptr && last >= pause_after && !resumed_) {
+            resume->WaitForNotification();
+            resumed_ = true;
+          }
+          if (!reader->Read(&m)) break;
+          {
+            absl::MutexLock lock(&mu_);
+            batches_.push_back({m.events_size(), m.ByteSizeLong()});
+          }
+          for (const v1::Event& e : m.events()) take(e);
+        }
+        ctx_.TryCancel();
+        reader->Finish().IgnoreError();
+      } else {
+        auto reader = stub->WatchJob(&ctx_, req);
+        v1::Event e;
+        while (last < until) {
+          if (resume != nullptr && last == pause_after) resume->WaitForNotification();
+          if (!reader->Read(&e)) break;
+          take(e);
+        }
+        ctx_.TryCancel();
+        reader->Finish().IgnoreError();
       }
-      ctx_.TryCancel();
-      reader->Finish().IgnoreError();
       done_.Notify();
     });
   }
@@ -67,9 +96,20 @@ class SyncWatcher {
     return got_;
   }
   int64_t from_seq() const { return from_seq_; }
+  // A batched stream's messages: events and bytes of each.
+  struct Batch {
+    int events = 0;
+    size_t bytes = 0;
+  };
+  std::vector<Batch> batches() {
+    absl::MutexLock lock(&mu_);
+    return batches_;
+  }
 
  private:
   const int64_t from_seq_;
+  bool resumed_ = false;  // the reader thread's own
+  std::vector<Batch> batches_ ABSL_GUARDED_BY(mu_);
   grpc::ClientContext ctx_;
   absl::Mutex mu_;
   std::vector<std::string> got_ ABSL_GUARDED_BY(mu_);
@@ -78,7 +118,8 @@ class SyncWatcher {
   std::thread thread_;
 };
 
-class WatchFanoutTest : public AuthFixture {
+// The parameter: whether the watchers use WatchJobBatched.
+class WatchFanoutTest : public AuthFixture, public ::testing::WithParamInterface<bool> {
  protected:
   void SetUp() override {
     AuthFixture::SetUp();
@@ -144,11 +185,15 @@ class WatchFanoutTest : public AuthFixture {
     ASSERT_EQ(static_cast<int64_t>(want_seqs.size()), last - w.from_seq() + 1);
     EXPECT_EQ(w.seqs(), want_seqs);
     EXPECT_TRUE(w.got() == want) << "bytes differ from the stored events";
+    for (const SyncWatcher::Batch& b : w.batches()) {
+      EXPECT_GE(b.events, 1);
+      if (b.events > 1) EXPECT_LE(b.bytes, kMaxWatchBatchBytes);
+    }
   }
 
   SyncWatcher* Watch(v1::JobService::Stub* stub, int64_t from_seq, int64_t until, int64_t pause_after = 0,
                      absl::Notification* resume = nullptr) {
-    watchers_.push_back(std::make_unique<SyncWatcher>(stub, job_, from_seq, until, pause_after, resume));
+    watchers_.push_back(std::make_unique<SyncWatcher>(stub, GetParam(), job_, from_seq, until, pause_after, resume));
     return watchers_.back().get();
   }
 
@@ -162,7 +207,7 @@ class WatchFanoutTest : public AuthFixture {
   std::vector<std::unique_ptr<SyncWatcher>> watchers_;
 };
 
-TEST_F(WatchFanoutTest, ManyWatchersSeeEveryEventOnceInOrderFromCacheAndStore) {
+TEST_P(WatchFanoutTest, ManyWatchersSeeEveryEventOnceInOrderFromCacheAndStore) {
   const int64_t start = store_->LastSeq(job_);  // the job's own first events
   constexpr int kEvents = 200;
   const int64_t until = start + kEvents;
@@ -194,7 +239,7 @@ TEST_F(WatchFanoutTest, ManyWatchersSeeEveryEventOnceInOrderFromCacheAndStore) {
   EXPECT_EQ(cached.back().seq, until);
 }
 
-TEST_F(WatchFanoutTest, AStalledWatcherFallsBehindTheWindowAndHoldsUpNoOne) {
+TEST_P(WatchFanoutTest, AStalledWatcherFallsBehindTheWindowAndHoldsUpNoOne) {
   const int64_t start = store_->LastSeq(job_);
   // 300 events of 16 KiB: far more than flow control lets through to a client that
   // does not read, and ten times the window.
@@ -219,12 +264,35 @@ TEST_F(WatchFanoutTest, AStalledWatcherFallsBehindTheWindowAndHoldsUpNoOne) {
   resume.Notify();
   slow->Wait();
   ExpectComplete(*slow);
+  if (GetParam()) {
+    // Behind by hundreds of 16 KiB events, it caught up in batches of up to 1 MiB.
+    int most = 0;
+    for (const SyncWatcher::Batch& b : slow->batches()) most = std::max(most, b.events);
+    EXPECT_GT(most, 32) << "a watcher far behind gets many events a message";
+    EXPECT_LE(most, static_cast<int>(kMaxWatchBatchBytes / (16 << 10)));
+  }
 }
 
-TEST_F(WatchFanoutTest, TheWindowGoesWithTheLastWatcher) {
+TEST_P(WatchFanoutTest, OneEventLargerThanABatchStillGoesAlone) {
+  const int64_t start = store_->LastSeq(job_);
+  Commit(1, kMaxWatchBatchBytes + 1000);  // one event over the batch bound
+  Commit(2, 400 << 10);                   // two that fit one batch together
+  SyncWatcher* w = Watch(stub_.get(), start + 1, start + 3);
+  w->Wait();
+  ExpectComplete(*w);
+  if (GetParam()) {
+    const auto batches = w->batches();
+    ASSERT_EQ(batches.size(), 2u);
+    EXPECT_EQ(batches[0].events, 1);
+    EXPECT_GT(batches[0].bytes, kMaxWatchBatchBytes);
+    EXPECT_EQ(batches[1].events, 2);
+  }
+}
+
+TEST_P(WatchFanoutTest, TheWindowGoesWithTheLastWatcher) {
   const int64_t start = store_->LastSeq(job_);
   {
-    SyncWatcher w(stub_.get(), job_, 1, start + 5);
+    SyncWatcher w(stub_.get(), GetParam(), job_, 1, start + 5);
     Commit(5);
     w.Wait();
     ExpectComplete(w);
@@ -237,6 +305,11 @@ TEST_F(WatchFanoutTest, TheWindowGoesWithTheLastWatcher) {
   }
   EXPECT_EQ(hub_.cache()->jobs(), 0u);
 }
+
+INSTANTIATE_TEST_SUITE_P(Rpc, WatchFanoutTest, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "WatchJobBatched" : "WatchJob";
+                         });
 
 }  // namespace
 }  // namespace trainyard::testing

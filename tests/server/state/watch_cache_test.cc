@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "server/store/sqlite_job_store.h"
+#include "trainyard/v1/job_service.pb.h"
 #include "tests/support/temp_dir.h"
 
 namespace trainyard::testing {
@@ -104,6 +105,39 @@ TEST_F(WatchCacheTest, EveryWatcherGetsTheSameBytesNotACopy) {
   ASSERT_EQ(b.size(), 2u);
   EXPECT_EQ(a[0].bytes.begin(), b[0].bytes.begin()) << "one serialization, shared";
   EXPECT_EQ(a[1].bytes.begin(), b[1].bytes.begin());
+}
+
+TEST_F(WatchCacheTest, TheFramedBytesAreABatchElementAroundTheSameMemory) {
+  WatchCache cache(store_.get());
+  Commit(3);
+  ASSERT_TRUE(cache.Refresh(job_).ok());
+  std::vector<CachedEvent> out;
+  ASSERT_TRUE(cache.Read(job_, 1, 10, &out));
+  ASSERT_EQ(out.size(), 3u);
+  // The framed slices, concatenated, parse as one WatchJobResponse of the stored events.
+  std::string wire;
+  for (const auto& e : out) {
+    wire.append(reinterpret_cast<const char*>(e.framed.begin()), e.framed.size());
+    // The bare event is the framed slice's tail: the same bytes, not a copy.
+    EXPECT_EQ(e.framed.end(), e.bytes.end());
+    EXPECT_GT(e.framed.size(), e.bytes.size());
+  }
+  v1::WatchJobResponse batch;
+  ASSERT_TRUE(batch.ParseFromString(wire));
+  ASSERT_EQ(batch.events_size(), 3);
+  const std::vector<std::string> stored = Stored(1, 3);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(batch.events(i).SerializeAsString(), stored[static_cast<size_t>(i)]);
+  // A large event's length takes several varint bytes; still one element.
+  v1::Event big;
+  big.set_seq(7);
+  big.mutable_log()->set_message(std::string(300000, 'y'));
+  const CachedEvent framed = WatchCache::Serialize(big);
+  v1::WatchJobResponse one;
+  ASSERT_TRUE(one.ParseFromArray(framed.framed.begin(), static_cast<int>(framed.framed.size())));
+  ASSERT_EQ(one.events_size(), 1);
+  EXPECT_EQ(one.events(0).log().message().size(), 300000u);
+  EXPECT_EQ(framed.seq, 7);
+  EXPECT_EQ(framed.bytes.size(), big.ByteSizeLong());
 }
 
 TEST_F(WatchCacheTest, AWatcherBehindTheWindowIsAMiss) {

@@ -28,6 +28,11 @@ _ARTIFACT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 # figures, JobWatch::Options in client/job_watch.h).
 _FIRST_BACKOFF_S = 0.25
 _MAX_BACKOFF_S = 5.0
+# watch() streams WatchJobBatched (WatchJobResponse: a batch of events per message); a
+# controller older than that RPC answers UNIMPLEMENTED, and the client then uses WatchJob
+# (one Event per message) from then on.
+_WATCH_BATCHED = "WatchJobBatched"
+_WATCH_ONE_BY_ONE = "WatchJob"
 # checkpoint(): the controller waits at most this long (0 asks for its default, 300 s),
 # and the call's deadline is the wait plus a margin so that the controller's own
 # DEADLINE_EXCEEDED, which says how far the ranks got, arrives first (the CLI's figures,
@@ -144,6 +149,8 @@ class Client:
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         self.address = address
         self.timeout = timeout
+        # The RPC watch() calls: WatchJobBatched until a controller answers UNIMPLEMENTED.
+        self._watch_rpc = _WATCH_BATCHED
 
     @classmethod
     def from_env(cls, **kwargs) -> "Client":
@@ -224,12 +231,19 @@ class Client:
         of it was sent (the terminal job_state, and for a cancelled job its ranks' KILLED
         states, which come after it).
 
+        It streams WatchJobBatched, whose messages each carry one or more events (what
+        the controller had for the stream at once), and yields them one at a time. A
+        controller older than that RPC answers UNIMPLEMENTED before sending anything: the
+        call is then made again at once as WatchJob (one event per message), and this
+        client uses WatchJob from then on. An error names the RPC it came from.
+
         A stream that breaks (UNAVAILABLE: the controller restarted, the network dropped)
         after delivering an event is resumed from the seq after the last one delivered,
         as the CLI's watch does: backoff from 0.25 s doubling to 5 s, for at most
         `reconnect_for` seconds of outage (0: raise at the first break); an event sent
-        again is dropped, so each seq comes once. `timeout` bounds the whole watch.
-        Closing the iterator (or breaking out of a for loop over it) cancels the stream."""
+        again (alone, or in a batch that also has new ones) is dropped, so each seq comes
+        once. `timeout` bounds the whole watch. Closing the iterator (or breaking out of a
+        for loop over it) cancels the stream."""
         deadline = None if timeout is None else time.monotonic() + timeout
         last_seq = from_seq - 1 if from_seq > 0 else 0
         connected = False
@@ -248,27 +262,36 @@ class Client:
                     probe_ended_outage, outage_since, backoff = True, None, _FIRST_BACKOFF_S
                 except TrainyardError:
                     pass
+            rpc = self._watch_rpc
+            batched = rpc == _WATCH_BATCHED
             request = job_service_pb2.WatchJobRequest(id=job_id, from_seq=last_seq + 1)
-            stream = self._stub.WatchJob(request, metadata=self._metadata, timeout=remaining)
+            stream = getattr(self._stub, rpc)(request, metadata=self._metadata, timeout=remaining)
+            answered = False  # this call sent a message
             try:
                 for message in stream:
-                    connected = True
+                    answered = connected = True
                     outage_since, backoff = None, _FIRST_BACKOFF_S
-                    if message.seq <= last_seq:
-                        continue  # replayed across a reconnect
-                    last_seq = message.seq
-                    probe_ended_outage = False
-                    yield Event.from_proto(message)
+                    for event in message.events if batched else (message,):
+                        if event.seq <= last_seq:
+                            continue  # replayed across a reconnect
+                        last_seq = event.seq
+                        probe_ended_outage = False
+                        yield Event.from_proto(event)
                 return
             except grpc.RpcError as e:
+                if batched and not answered and e.code() == grpc.StatusCode.UNIMPLEMENTED:
+                    # A controller older than WatchJobBatched: the same call as WatchJob,
+                    # now and for every later watch of this client.
+                    self._watch_rpc = _WATCH_ONE_BY_ONE
+                    continue
                 if (not connected or e.code() != grpc.StatusCode.UNAVAILABLE
                         or reconnect_for <= 0):
-                    raise from_rpc_error(e, "WatchJob") from None
+                    raise from_rpc_error(e, rpc) from None
                 now = time.monotonic()
                 if outage_since is None:
                     outage_since = now
                 elif now - outage_since >= reconnect_for:
-                    raise from_rpc_error(e, "WatchJob") from None
+                    raise from_rpc_error(e, rpc) from None
             finally:
                 stream.cancel()
             time.sleep(backoff if deadline is None else min(backoff, max(0.0, deadline - time.monotonic())))
