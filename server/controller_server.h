@@ -39,7 +39,7 @@ struct ControllerOptions {
   // --token-file: the bearer tokens and roles of JobService clients (server/auth/);
   // empty: authorization off, every caller an admin named "local" (loopback only).
   std::string token_file;
-  // --max-watchers-per-owner: concurrent WatchJob streams one identity may hold.
+  // --max-watchers-per-owner: concurrent watch streams (WatchJob, WatchJobBatched) one identity may hold.
   int max_watchers_per_owner = WatcherCap::kDefaultPerOwner;
   // Allow listeners beyond loopback without TLS and a token file (and /metrics at all);
   // every start with it logs a warning.

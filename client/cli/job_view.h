@@ -1,5 +1,5 @@
 // What `trainyard get` and `explain` know about a job beyond GetJob: its stored events
-// (the WatchJob replay up to Job.last_seq) folded into a history. The controller keeps
+// (the WatchJobBatched replay up to Job.last_seq) folded into a history. The controller keeps
 // every state change, rank state, step, validation, compile event, stall, checkpoint and artifact
 // as an event, so the CLI derives state history, attempts, workers, last metrics and
 // per-region compile statistics from them instead of asking for a new RPC.

@@ -27,7 +27,8 @@ absl::StatusOr<std::unique_ptr<WatcherCap::Lease>> WatcherCap::Acquire(const std
   int& open = counts_->open[owner];
   if (open >= per_owner_) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("owner ", owner, " already has ", open, " WatchJob streams open, the most one identity may; "
+        absl::StrCat("owner ", owner, " already has ", open,
+                     " watch streams open (WatchJob and WatchJobBatched together), the most one identity may; "
                      "end one first"));
   }
   ++open;

@@ -1,4 +1,4 @@
-// The cap on concurrent WatchJob streams per identity (owner): a watcher holds a
+// The cap on concurrent watch streams (WatchJob and WatchJobBatched) per identity (owner): a watcher holds a
 // Lease for as long as its stream lives, so one identity cannot pin an unbounded
 // number of streams (each one a reactor, a hub subscription and store reads) on the
 // controller.

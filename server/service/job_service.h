@@ -18,7 +18,7 @@ struct JobServiceOptions {
   // Who may call what (server/auth/authorizer.h). Null: authorization off, every caller
   // an admin whose owner is "local" (Authorizer::Disabled()). Must outlive the service.
   const Authorizer* authorizer = nullptr;
-  // Concurrent WatchJob streams per identity (owner); beyond, RESOURCE_EXHAUSTED.
+  // Concurrent watch streams (WatchJob, WatchJobBatched) per identity (owner); beyond, RESOURCE_EXHAUSTED.
   int max_watchers_per_owner = WatcherCap::kDefaultPerOwner;
 };
 

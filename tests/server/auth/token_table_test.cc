@@ -254,7 +254,8 @@ TEST(WatcherCapTest, CountsPerOwnerAndReleasesOnDestruction) {
   ASSERT_FALSE(a3.ok());
   EXPECT_EQ(a3.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(a3.status().message(),
-            "owner alice already has 2 WatchJob streams open, the most one identity may; end one first");
+            "owner alice already has 2 watch streams open (WatchJob and WatchJobBatched together), the most one "
+            "identity may; end one first");
   EXPECT_TRUE(cap.Acquire("bob").ok());  // released at once, bob's own count
   EXPECT_EQ(cap.Open("bob"), 0);
   EXPECT_EQ(cap.Open("alice"), 2);
