@@ -242,6 +242,7 @@ class Watcher {
   int64_t gaps = 0;
   int64_t last_seq = 0;
   int64_t messages = 0;
+  int64_t events = 0;  // every event received, step or not
   grpc::Status status;
 
   void Start(v1::JobService::Stub* stub, bool batched, LatencyHistogram* lag, std::atomic<int>* ready) {
@@ -291,6 +292,7 @@ class Watcher {
   };
 
   void Count(const v1::Event& event) {
+    ++events;
     if (event.seq() != last_seq + 1) ++gaps;
     last_seq = event.seq();
     if (event.has_step_metrics()) {

@@ -79,8 +79,9 @@ class WatchReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   }
 
   // Makes current_ the next message from buffer_[pos_] on (which holds an event): one
-  // event, or as many as fit in a batch. The shared bytes, by reference: no copy, no
-  // serialization per watcher.
+  // event, or a batch of every event committed after next_seq_ - 1 that fits in
+  // kMaxWatchBatchBytes (at least one), refilling buffer_ as it goes. The shared bytes,
+  // by reference: no copy, no serialization per watcher.
   void TakeMessageLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (framing_ == WatchFraming::kOnePerMessage) {
       const CachedEvent& event = buffer_[pos_++];
@@ -88,11 +89,17 @@ class WatchReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       current_ = grpc::ByteBuffer(&event.bytes, 1);
       return;
     }
-    slices_.clear();
+    slices_.clear();  // each holds a reference: a refill below cannot free their bytes
     size_t bytes = 0;
-    while (pos_ < buffer_.size() &&
-           (slices_.empty() || bytes + buffer_[pos_].framed.size() <= kMaxWatchBatchBytes)) {
-      const CachedEvent& event = buffer_[pos_++];
+    while (true) {
+      if (pos_ >= buffer_.size()) {
+        // The fill is used up and the batch has room: take what else is committed. A
+        // read that fails ends the batch here; the next pump reads again and reports it.
+        if (!FillLocked(/*from_store=*/false).ok() || buffer_.empty()) break;
+      }
+      const CachedEvent& event = buffer_[pos_];
+      if (!slices_.empty() && bytes + event.framed.size() > kMaxWatchBatchBytes) break;
+      ++pos_;
       bytes += event.framed.size();
       slices_.push_back(event.framed);
       next_seq_ = event.seq + 1;
@@ -136,7 +143,7 @@ class WatchReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   }
 
   // Events taken from the cache or the store at a time.
-  static constexpr int kFill = 256;
+  static constexpr int kFill = 128;
 
   JobStore* const store_;
   EventHub* const hub_;

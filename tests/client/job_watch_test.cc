@@ -1,6 +1,8 @@
 // JobWatch (client/job_watch.h) against the fake JobService on a loopback port whose
 // streams break midway: the exact seqs delivered, the seqs each reconnect asked from,
-// and the outage callbacks.
+// and the outage callbacks. The fake sends WatchJobBatched messages of 3 events, so
+// breaks and replays fall inside batches; JobClient::Watch's own cases (a stop inside a
+// batch, a controller without WatchJobBatched) come last.
 #include "client/job_watch.h"
 
 #include <gmock/gmock.h>
@@ -129,4 +131,37 @@ TEST_F(JobWatchTest, ARefusalIsNotRetried) {
 }
 
 }  // namespace
+TEST_F(JobWatchTest, EventsOfABatchComeOneByOneAndAStopInsideABatchEndsTheWatch) {
+  service_.SetWatchBatch(4);  // messages: seqs 1-4, 5-6
+  std::vector<int64_t> got;
+  absl::Status s = client_->Watch("j", 1, [&](const v1::Event& e) {
+    got.push_back(e.seq());
+    return e.seq() < 3;  // stop at the third event of the first message
+  });
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_THAT(got, ElementsAre(1, 2, 3));
+  EXPECT_THAT(service_.WatchRpcs("j"), ElementsAre("WatchJobBatched"));
+  got.clear();
+  ASSERT_TRUE(client_->Watch("j", 2, [&](const v1::Event& e) {
+    got.push_back(e.seq());
+    return true;
+  }).ok());
+  EXPECT_THAT(got, ElementsAre(2, 3, 4, 5, 6));
+}
+
+TEST_F(JobWatchTest, AControllerWithoutWatchJobBatchedIsWatchedWithWatchJobFromThenOn) {
+  service_.SetWatchBatch(0);  // UNIMPLEMENTED, as an older controller answers
+  service_.ScriptWatch("j", 1, BreakAfter(3));
+  JobWatch::Result result = Run();
+  ASSERT_TRUE(result.status.ok()) << result.status;
+  EXPECT_EQ(result.end_state, v1::Job::SUCCEEDED);
+  EXPECT_THAT(seqs_, ElementsAre(1, 2, 3, 4, 5, 6));
+  EXPECT_THAT(service_.WatchFromSeqs("j"), ElementsAre(1, 4));
+  // Asked once; the reconnect, and a later watch by the same client, go to WatchJob.
+  EXPECT_EQ(service_.BatchedRefusals(), 1);
+  ASSERT_TRUE(client_->Watch("j", 6, [](const v1::Event&) { return true; }).ok());
+  EXPECT_EQ(service_.BatchedRefusals(), 1);
+  EXPECT_THAT(service_.WatchRpcs("j"), ElementsAre("WatchJob", "WatchJob", "WatchJob"));
+}
+
 }  // namespace trainyard

@@ -112,6 +112,21 @@ void FakeJobService::ReleaseHeldCalls() {
   released_ = true;
 }
 
+void FakeJobService::SetWatchBatch(int n) {
+  absl::MutexLock lock(&mu_);
+  watch_batch_ = n;
+}
+
+int FakeJobService::BatchedRefusals() {
+  absl::MutexLock lock(&mu_);
+  return batched_refusals_;
+}
+
+std::vector<std::string> FakeJobService::WatchRpcs(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  return watch_rpcs_[id];
+}
+
 std::vector<int64_t> FakeJobService::WatchFromSeqs(const std::string& id) {
   absl::MutexLock lock(&mu_);
   return watch_from_seqs_[id];
@@ -403,29 +418,65 @@ grpc::Status FakeJobService::PullArtifact(grpc::ServerContext*, const v1::PullAr
 
 grpc::Status FakeJobService::WatchJob(grpc::ServerContext*, const v1::WatchJobRequest* request,
                                       grpc::ServerWriter<v1::Event>* writer) {
+  return ServeWatch("WatchJob", *request, [writer](const std::vector<v1::Event>& events) {
+    for (const v1::Event& e : events) {
+      if (!writer->Write(e)) return false;
+    }
+    return true;
+  });
+}
+
+grpc::Status FakeJobService::WatchJobBatched(grpc::ServerContext*, const v1::WatchJobRequest* request,
+                                             grpc::ServerWriter<v1::WatchJobResponse>* writer) {
+  int batch;
+  {
+    absl::MutexLock lock(&mu_);
+    batch = watch_batch_;
+    if (batch == 0) {
+      ++batched_refusals_;
+      return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "");
+    }
+  }
+  return ServeWatch("WatchJobBatched", *request, [writer, batch](const std::vector<v1::Event>& events) {
+    for (size_t at = 0; at < events.size(); at += static_cast<size_t>(batch)) {
+      v1::WatchJobResponse message;
+      for (size_t i = at; i < std::min(events.size(), at + static_cast<size_t>(batch)); ++i) {
+        *message.add_events() = events[i];
+      }
+      if (!writer->Write(message)) return false;
+    }
+    return true;
+  });
+}
+
+grpc::Status FakeJobService::ServeWatch(const std::string& rpc, const v1::WatchJobRequest& request,
+                                        const std::function<bool(const std::vector<v1::Event>&)>& write) {
   std::vector<v1::Event> events;
   WatchCall call;
   {
     absl::MutexLock lock(&mu_);
-    std::vector<int64_t>& calls = watch_from_seqs_[request->id()];
-    calls.push_back(request->from_seq());
-    auto it = events_.find(request->id());
-    if (it == events_.end()) return NotFound(request->id());
+    std::vector<int64_t>& calls = watch_from_seqs_[request.id()];
+    calls.push_back(request.from_seq());
+    watch_rpcs_[request.id()].push_back(rpc);
+    auto it = events_.find(request.id());
+    if (it == events_.end()) return NotFound(request.id());
     events = it->second;
-    const std::map<int, WatchCall>& script = watch_script_[request->id()];
+    const std::map<int, WatchCall>& script = watch_script_[request.id()];
     auto scripted = script.find(static_cast<int>(calls.size()));
     if (scripted != script.end()) {
       call = scripted->second;
-    } else if (auto fallback = watch_fallback_.find(request->id()); fallback != watch_fallback_.end()) {
+    } else if (auto fallback = watch_fallback_.find(request.id()); fallback != watch_fallback_.end()) {
       call = fallback->second;
     }
   }
-  const int64_t from = std::max<int64_t>(1, request->from_seq() - call.replay_before);
+  const int64_t from = std::max<int64_t>(1, request.from_seq() - call.replay_before);
+  std::vector<v1::Event> send;
   for (const v1::Event& e : events) {
     if (e.seq() < from) continue;
     if (call.stop_after_seq >= 0 && e.seq() > call.stop_after_seq) break;
-    if (!writer->Write(e)) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+    send.push_back(e);
   }
+  if (!write(send)) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
   if (call.hold_until_released) {
     Hold(absl::InfiniteDuration());
   } else if (call.hold_for > absl::ZeroDuration()) {

@@ -8,6 +8,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -22,7 +23,7 @@ namespace trainyard::testing {
 // Thread-safe.
 class FakeJobService final : public v1::JobService::Service {
  public:
-  // How one WatchJob call answers: the stored events from `from_seq - replay_before`
+  // How one watch call (WatchJob or WatchJobBatched) answers: the stored events from `from_seq - replay_before`
   // (a server that replays a little too much) up to and including `stop_after_seq`
   // (-1: all), then a hold, then `status`.
   struct WatchCall {
@@ -54,7 +55,12 @@ class FakeJobService final : public v1::JobService::Service {
   // ListArtifacts of info.job_id() lists it; PullArtifact sends `bytes` 100 at a time
   // after an ArtifactData with the info (both as `mode` says).
   void AddArtifact(const v1::ArtifactInfo& info, const std::string& bytes, PullMode mode = PullMode::kHonest);
-  // The `n`th (1-based) WatchJob call of `id` answers so; other calls as `fallback`.
+  // WatchJobBatched sends the events `n` to a message (the last message fewer); with
+  // `n` 0 it is UNIMPLEMENTED, as on a controller older than it (such a call is
+  // counted by BatchedRefusals, not recorded as a watch call). Default: 3.
+  void SetWatchBatch(int n);
+  int BatchedRefusals();
+  // The `n`th (1-based) watch call of `id` answers so; other calls as `fallback`.
   void ScriptWatch(const std::string& id, int n, const WatchCall& call);
   void SetWatchFallback(const std::string& id, const WatchCall& fallback);
   // `method` ("GetJob", "CancelJob", ...) for `id` answers `status`; HoldCall: is held
@@ -65,6 +71,8 @@ class FakeJobService final : public v1::JobService::Service {
 
   // What was asked.
   std::vector<int64_t> WatchFromSeqs(const std::string& id);
+  // The RPC of each watch call of `id`: "WatchJob" or "WatchJobBatched".
+  std::vector<std::string> WatchRpcs(const std::string& id);
   std::vector<v1::JobSpec> Submitted();
   v1::ListJobsRequest LastList();
   v1::CancelJobRequest LastCancel();
@@ -109,10 +117,16 @@ class FakeJobService final : public v1::JobService::Service {
                             grpc::ServerWriter<v1::ArtifactData>* writer) override;
   grpc::Status WatchJob(grpc::ServerContext*, const v1::WatchJobRequest* request,
                         grpc::ServerWriter<v1::Event>* writer) override;
+  grpc::Status WatchJobBatched(grpc::ServerContext*, const v1::WatchJobRequest* request,
+                               grpc::ServerWriter<v1::WatchJobResponse>* writer) override;
 
  private:
   // The scripted answer of `method` for `id`, if any (waiting out a hold first).
   bool Scripted(const std::string& method, const std::string& id, grpc::Status* status);
+  // A watch call of `rpc`: records it, then hands `write` the events to send (false:
+  // the client went away) and answers as scripted.
+  grpc::Status ServeWatch(const std::string& rpc, const v1::WatchJobRequest& request,
+                          const std::function<bool(const std::vector<v1::Event>&)>& write);
   // Blocks until released or, when `limit` is finite, `limit` has passed.
   void Hold(absl::Duration limit);
 
@@ -132,6 +146,9 @@ class FakeJobService final : public v1::JobService::Service {
   std::set<std::string> holds_ ABSL_GUARDED_BY(mu_);
   bool released_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, std::vector<int64_t>> watch_from_seqs_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::vector<std::string>> watch_rpcs_ ABSL_GUARDED_BY(mu_);
+  int watch_batch_ ABSL_GUARDED_BY(mu_) = 3;
+  int batched_refusals_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<v1::JobSpec> submitted_ ABSL_GUARDED_BY(mu_);
   v1::ListJobsRequest last_list_ ABSL_GUARDED_BY(mu_);
   v1::CancelJobRequest last_cancel_ ABSL_GUARDED_BY(mu_);
