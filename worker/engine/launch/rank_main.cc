@@ -64,6 +64,7 @@
 #include "worker/engine/checkpoint/checkpoint_export.h"
 #include "worker/engine/checkpoint/checkpoint_loader.h"
 #include "worker/engine/config/engine_config.h"
+#include "worker/engine/diagnostics/tensor_memory.h"
 #include "worker/engine/diagnostics/watchdog.h"
 #include "worker/engine/io/safetensors_file.h"
 #include "worker/engine/io/state_dict_io.h"
@@ -181,6 +182,7 @@ void RunRank(const RankFlags& f, EventWriter& events) {
   }
   const c10::Device device =
       DevicePlacement::ForLocalRank(config.resources, f.local_rank >= 0 ? f.local_rank : f.rank);
+  tensor_memory::Install(device);  // StepMetrics.peak_tensor_bytes; before any other thread allocates
   at::set_num_threads(f.threads);
   GemmPeakProbe::SetBlasThreads(f.threads);
   const double peak = GemmPeakProbe::MeasureFlops(0.6, device);

@@ -22,6 +22,7 @@
 #include "worker/engine/checkpoint/checkpoint_loader.h"
 #include "worker/engine/checkpoint/checkpoint_writer.h"
 #include "worker/engine/checkpoint/train_state.h"
+#include "worker/engine/diagnostics/tensor_memory.h"
 #include "worker/engine/kernels/cpu/cpu_blas.h"
 #include "worker/engine/kernels/cpu/fused_cpu_kernels.h"
 #include "worker/engine/parallel/parameter_sharding.h"
@@ -294,6 +295,7 @@ v1::StepMetrics Trainer::Step(int step) {
     // the job is running, outside the step's time, and keep the higher figure.
     options_.peak_flops = std::max(options_.peak_flops, GemmPeakProbe::MeasureFlops(0.6, options_.device));
   }
+  tensor_memory::ResetPeak();  // the step's peak tensor bytes start from what it holds now
   const auto start = Clock::now();
   // A CPU step (eager or jit) runs every GEMM through the fused operators, which split
   // the work over the intra-op threads themselves: keep OpenBLAS at one thread for the
@@ -415,6 +417,7 @@ v1::StepMetrics Trainer::Step(int step) {
   m.set_step_ms(Ms(start, end));
   m.set_data_ms(data_ms);
   m.set_peak_rss_mb(PeakRssMb());
+  m.set_peak_tensor_bytes(tensor_memory::PeakBytes());
   if (global_counts.numel() > 0) {
     auto load = global_counts.sum(0).round().to(torch::kCPU, torch::kInt64).contiguous();
     m.mutable_expert_load()->Add(load.data_ptr<int64_t>(), load.data_ptr<int64_t>() + load.numel());
