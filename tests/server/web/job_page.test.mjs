@@ -246,7 +246,8 @@ log(`submitted ${jobId}`);
 
 // StepMetrics' fields by their .proto names (proto/trainyard/v1/event.proto), sorted.
 const STEP_METRICS_FIELDS = ['step', 'loss', 'grad_norm', 'lr', 'tokens_per_s', 'model_tflops', 'mfu', 'step_ms',
-                             'data_ms', 'peak_rss_mb', 'expert_load', 'imbalance', 'tokens', 'epoch'].sort().join(',');
+                             'data_ms', 'peak_rss_mb', 'expert_load', 'imbalance', 'tokens', 'epoch',
+                             'peak_tensor_bytes'].sort().join(',');
 const VALIDATION_FIELDS = ['step', 'loss', 'tokens', 'ms'].sort().join(',');
 // Every event of the job of `kinds`, page by page, as the API serves them.
 async function jobEvents(base, id, token, kinds) {

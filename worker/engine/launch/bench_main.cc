@@ -3,6 +3,9 @@
 // `--backend eager,jit --runs 5` runs the backends alternately, 5 runs each (eager, jit,
 // eager, jit, ...: drift in the machine's speed falls on both alike), prints every run
 // and then each backend's medians over its runs and their ratio to the first backend's.
+// `--precision fp32,bf16` does the same for training.mixed_precision (with several
+// backends too: every backend/precision pair is a variant of each round); a bf16 run's
+// MFU is against the bf16 GEMM peak its ranks measure.
 //
 // Figures:
 //   step_ms       median rank-0 step time over the non-warmup steps
@@ -44,6 +47,7 @@ using nlohmann::json;
 struct BenchFlags {
   std::string preset = "debug";
   std::string backend = "eager";  // one backend, or several separated by commas
+  std::string precision = "fp32";  // training.mixed_precision: one, or several separated by commas
   int runs = 1;
   int steps = 10;
   int warmup = 3;
@@ -60,9 +64,14 @@ double Median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// One run of `backend`; the summary object, or throws with the launcher's error.
-json Measure(const BenchFlags& f, const std::string& backend) {
-  std::vector<std::string> overrides = {"compile.backend=" + backend,
+// A variant's name: the backend, with "/precision" when --precision lists more than one.
+std::string Variant(const BenchFlags& f, const std::string& backend, const std::string& precision) {
+  return f.precision.find(',') == std::string::npos ? backend : backend + "/" + precision;
+}
+
+// One run of `backend` in `precision`; the summary object, or throws with the launcher's error.
+json Measure(const BenchFlags& f, const std::string& backend, const std::string& precision) {
+  std::vector<std::string> overrides = {"compile.backend=" + backend, "training.mixed_precision=" + precision,
                                         "training.steps=" + std::to_string(f.steps + f.warmup),
                                         "training.log_freq=1"};
   overrides.insert(overrides.end(), f.overrides.begin(), f.overrides.end());
@@ -116,7 +125,8 @@ json Measure(const BenchFlags& f, const std::string& backend) {
   for (const auto& r : result.ranks) rss = std::max(rss, r.peak_rss_mb);
   const char* coretype = std::getenv("OPENBLAS_CORETYPE");
 
-  json out = {{"preset", f.preset}, {"backend", backend}, {"device", engine.resources.device}, {"nproc", world},
+  json out = {{"preset", f.preset}, {"backend", backend}, {"mixed_precision", precision},
+              {"variant", Variant(f, backend, precision)}, {"device", engine.resources.device}, {"nproc", world},
               {"dp", engine.parallelism.dp}, {"tp", engine.parallelism.tp}, {"ep", engine.parallelism.ep},
               {"threads", opts.threads}, {"steps", f.steps}, {"warmup", f.warmup},
               {"step_ms", median_ms}, {"tokens_per_s", tokens_per_s},
@@ -141,8 +151,9 @@ json Measure(const BenchFlags& f, const std::string& backend) {
 
 void PrintRun(const json& r) {
   const json& coretype = r["openblas_coretype"];
-  std::printf("%s, %s, %s, %d rank(s) (dp=%d tp=%d ep=%d), %d threads/rank, GEMM %s, BLAS core %s%s\n",
+  std::printf("%s, %s, %s, %s, %d rank(s) (dp=%d tp=%d ep=%d), %d threads/rank, GEMM %s, BLAS core %s%s\n",
               r["preset"].get<std::string>().c_str(), r["backend"].get<std::string>().c_str(),
+              r["mixed_precision"].get<std::string>().c_str(),
               r["device"].get<std::string>().c_str(), r["nproc"].get<int>(), r["dp"].get<int>(), r["tp"].get<int>(),
               r["ep"].get<int>(), r["threads"].get<int>(),
               r["gemm"].is_null() ? "device" : r["gemm"].get<std::string>().c_str(),
@@ -156,26 +167,32 @@ void PrintRun(const json& r) {
               r["gemm_peak_gflops_per_rank"].get<double>(), r["peak_rss_mb"].get<double>());
 }
 
-std::vector<std::string> Backends(const std::string& list) {
+std::vector<std::string> CommaList(const std::string& flag, const std::string& list) {
   std::vector<std::string> out;
   std::string::size_type begin = 0;
   while (begin <= list.size()) {
     const auto end = std::min(list.find(',', begin), list.size());
     out.push_back(list.substr(begin, end - begin));
-    if (out.back().empty()) throw std::invalid_argument("--backend: empty name in \"" + list.substr(0, 100) + "\"");
+    if (out.back().empty()) throw std::invalid_argument(flag + ": empty name in \"" + list.substr(0, 100) + "\"");
     begin = end + 1;
   }
   return out;
 }
 
 int Bench(const BenchFlags& f) {
-  const std::vector<std::string> backends = Backends(f.backend);
+  // Every (backend, precision) pair is a variant; a round runs each once, in order.
+  std::vector<std::pair<std::string, std::string>> variants;
+  for (const auto& b : CommaList("--backend", f.backend)) {
+    for (const auto& p : CommaList("--precision", f.precision)) variants.emplace_back(b, p);
+  }
+  std::vector<std::string> names;
+  for (const auto& [b, p] : variants) names.push_back(Variant(f, b, p));
   std::vector<json> runs;
   for (int i = 0; i < f.runs; ++i) {
-    for (const auto& b : backends) {
-      runs.push_back(Measure(f, b));
+    for (const auto& [b, p] : variants) {
+      runs.push_back(Measure(f, b, p));
       if (!f.json_output) {
-        if (f.runs > 1 || backends.size() > 1) std::printf("run %d/%d: ", i + 1, f.runs);
+        if (f.runs > 1 || variants.size() > 1) std::printf("run %d/%d: ", i + 1, f.runs);
         PrintRun(runs.back());
         std::fflush(stdout);
       }
@@ -185,19 +202,19 @@ int Bench(const BenchFlags& f) {
     if (f.json_output) std::cout << runs[0].dump() << std::endl;
     return 0;
   }
-  // Medians per backend over its runs, and tokens/s relative to the first backend.
+  // Medians per variant over its runs, and tokens/s relative to the first variant.
   json summary = json::array();
   double first_tokens = 0;
-  for (const auto& b : backends) {
+  for (const auto& b : names) {
     std::vector<double> step_ms, tokens, mfu;
     for (const auto& r : runs) {
-      if (r["backend"] != b) continue;
+      if (r["variant"] != b) continue;
       step_ms.push_back(r["step_ms"].get<double>());
       tokens.push_back(r["tokens_per_s"].get<double>());
       mfu.push_back(r["mfu"].get<double>());
     }
     if (summary.empty()) first_tokens = Median(tokens);
-    summary.push_back({{"backend", b}, {"runs", tokens.size()}, {"step_ms", Median(step_ms)},
+    summary.push_back({{"variant", b}, {"runs", tokens.size()}, {"step_ms", Median(step_ms)},
                        {"tokens_per_s", Median(tokens)}, {"mfu", Median(mfu)},
                        {"tokens_per_s_vs_first", first_tokens > 0 ? Median(tokens) / first_tokens : 0.0}});
   }
@@ -207,9 +224,9 @@ int Bench(const BenchFlags& f) {
   }
   std::printf("medians over %d alternating runs each:\n", f.runs);
   for (const auto& m : summary) {
-    std::printf("  %-8s step %.1f ms, %.0f tokens/s (%.3fx %s), MFU %.1f%%\n",
-                m["backend"].get<std::string>().c_str(), m["step_ms"].get<double>(),
-                m["tokens_per_s"].get<double>(), m["tokens_per_s_vs_first"].get<double>(), backends[0].c_str(),
+    std::printf("  %-10s step %.1f ms, %.0f tokens/s (%.3fx %s), MFU %.1f%%\n",
+                m["variant"].get<std::string>().c_str(), m["step_ms"].get<double>(),
+                m["tokens_per_s"].get<double>(), m["tokens_per_s_vs_first"].get<double>(), names[0].c_str(),
                 100 * m["mfu"].get<double>());
   }
   return 0;
@@ -227,7 +244,11 @@ int main(int argc, char** argv) {
                  "compile backend: eager, jit (cudagraph needs a CUDA build); several separated by commas "
                  "(eager,jit) run alternately and are compared")
       ->capture_default_str();
-  app.add_option("--runs", f.runs, "runs per backend, alternating between backends; medians are printed")
+  app.add_option("--precision", f.precision,
+                 "training.mixed_precision: fp32, bf16; both (fp32,bf16) run alternately and are compared "
+                 "(MFU against each precision's GEMM peak)")
+      ->capture_default_str();
+  app.add_option("--runs", f.runs, "runs per variant (backend/precision), alternating between them; medians are printed")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
   app.add_option("--steps", f.steps, "measured steps")->capture_default_str()->check(CLI::Range(1, 1000000));

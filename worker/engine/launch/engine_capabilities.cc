@@ -22,11 +22,6 @@ v1::EngineCapabilities BuildCapabilities() {
 std::string CapabilitiesJson() { return ToJsonLine(BuildCapabilities()); }
 
 void RequireSupported(const EngineConfig& config) {
-  if (config.training.mixed_precision == "bf16" && !kHasBf16Path) {
-    throw std::invalid_argument(
-        "config: training.mixed_precision=bf16: this engine has no bf16 path yet (trainyard-rank --capabilities "
-        "reports bf16=false)");
-  }
   if (config.compile.backend == "cudagraph" && !kHasCudaGraphBackend) {
     throw std::invalid_argument(
         "config: compile.backend=cudagraph: this engine has no cudagraph backend (CUDA-graph capture of regions "

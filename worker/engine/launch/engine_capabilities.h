@@ -3,8 +3,8 @@
 // .proto field names, every field printed), which the worker reads once at start and
 // sends in its Register, so the controller places a job only where its engine runs it.
 // The values are compile-time facts of the build (base/torch_compat.h): the LibTorch
-// version, CUDA and its version, NCCL; bf16 and cudagraph are false in every build
-// (no bf16 path exists yet; compile/compile_context.cc refuses cudagraph). What is
+// version, CUDA and its version, NCCL; bf16 is true in every build (fp32 weights, bf16
+// compute, on CPU and CUDA), cudagraph false (compile/compile_context.cc refuses it). What is
 // reported false is refused at config time, by the same functions, so the report and
 // the refusals cannot disagree.
 #pragma once
@@ -16,8 +16,9 @@
 
 namespace trainyard::engine {
 
-// training.mixed_precision = "bf16" runs (issue 27 builds the path).
-inline constexpr bool kHasBf16Path = false;
+// training.mixed_precision = "bf16" runs (fp32 weights, bf16 compute: the policy is in
+// model/regions/projection.h). Every build has it, CPU and CUDA.
+inline constexpr bool kHasBf16Path = true;
 // compile.backend = "cudagraph" runs (CompileContext refuses it in every build).
 inline constexpr bool kHasCudaGraphBackend = false;
 
@@ -27,9 +28,8 @@ v1::EngineCapabilities BuildCapabilities();
 std::string CapabilitiesJson();
 
 // Throws std::invalid_argument when `config` asks for something this build reports
-// false: "config: training.mixed_precision=bf16: this engine has no bf16 path yet
-// (trainyard-rank --capabilities reports bf16=false)", and likewise for
-// compile.backend=cudagraph. trainyard-train and trainyard-bench call it before any
+// false: compile.backend=cudagraph ("config: compile.backend=cudagraph: this engine has
+// no cudagraph backend ..."). trainyard-train and trainyard-bench call it before any
 // rank starts (exit 2), the rank right after loading its config (exit 87: the job's
 // input, which no retry fixes).
 void RequireSupported(const EngineConfig& config);

@@ -185,7 +185,9 @@ void RunRank(const RankFlags& f, EventWriter& events) {
   tensor_memory::Install(device);  // StepMetrics.peak_tensor_bytes; before any other thread allocates
   at::set_num_threads(f.threads);
   GemmPeakProbe::SetBlasThreads(f.threads);
-  const double peak = GemmPeakProbe::MeasureFlops(0.6, device);
+  // MFU's denominator: the GEMM peak of the dtype the job computes in.
+  const bool bf16 = config.training.mixed_precision == "bf16";
+  const double peak = GemmPeakProbe::MeasureFlops(0.6, device, bf16 ? torch::kBFloat16 : torch::kFloat);
   const std::string run_dir = f.run_dir.empty() ? DefaultRunDir(f) : f.run_dir;
   if (f.run_dir.empty()) {
     events.Log("info", "no --run-dir: flight ring and artifacts under " + run_dir);
@@ -249,7 +251,9 @@ void RunRank(const RankFlags& f, EventWriter& events) {
        << " tp=" << config.parallelism.tp << " ep=" << config.parallelism.ep
        << " device=" << DevicePlacement::Describe(device) << " collectives=" << mesh->world().backend_name()
        << " threads=" << f.threads << " gemm=\"" << cpu_blas::GemmName() << "\" blas_core=" << GemmPeakProbe::BlasCoreName()
-       << " gemm_peak_gflops=" << peak / 1e9 << " torch=" << TORCH_VERSION;
+       << " mixed_precision=" << config.training.mixed_precision
+       << (bf16 ? " bf16_gemm=\"" + GemmPeakProbe::Bf16GemmPath(device) + "\"" : std::string())
+       << " gemm_peak_gflops=" << peak / 1e9 << " (" << (bf16 ? "bf16" : "fp32") << ") torch=" << TORCH_VERSION;
     // The thread environment it was started with (worker/launch/rank_launch.h).
     for (const char* name : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_WAIT_POLICY"}) {
       const char* value = std::getenv(name);

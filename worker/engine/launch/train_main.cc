@@ -9,8 +9,8 @@
 // --preflight runs 3 steps of the job's exact structure (layers, regions, layout,
 // activation checkpointing, backend; jit in place of cudagraph) on local CPU ranks
 // and exits 0 when clean, 3 when a rank reported UNSAFE_SIDE_EFFECT or
-// RECOMPILE_LIMIT, 1 when a rank failed otherwise, 2 on bad input (training.mixed_precision
-// = "bf16" too: no engine has a bf16 path yet). --shrink scales the
+// RECOMPILE_LIMIT, 1 when a rank failed otherwise, 2 on bad input (compile.backend =
+// "cudagraph" too: no engine has that backend yet). --shrink scales the
 // widths down (dim, hidden sizes, vocab, sequence, batch) but keeps the structure.
 //
 // --resume DIR continues from a checkpoint directory (any layout); the run writes its

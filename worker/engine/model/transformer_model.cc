@@ -21,7 +21,10 @@ TransformerModelImpl::TransformerModelImpl(const ModelConfig& c, int64_t max_seq
     : config_(c),
       ctx_(ctx),
       rope_(c.head_dim(), max_seq_len, c.rope_theta),
-      full_checkpoint_(options.activation_checkpoint == "full") {
+      full_checkpoint_(options.activation_checkpoint == "full"),
+      compute_dtype_(options.compute_dtype) {
+  TORCH_CHECK(compute_dtype_ == torch::kFloat || compute_dtype_ == torch::kBFloat16,
+              "model: the compute dtype must be float32 or bfloat16, not ", compute_dtype_);
   TORCH_CHECK(options.activation_checkpoint == "none" || options.activation_checkpoint == "full" ||
                   options.activation_checkpoint == "selective",
               "activation_checkpoint.mode=", options.activation_checkpoint, " must be none, full or selective");
@@ -43,6 +46,9 @@ TransformerModelImpl::TransformerModelImpl(const ModelConfig& c, int64_t max_seq
 
 ModelOutput TransformerModelImpl::forward(const torch::Tensor& tokens, const torch::Tensor& targets) {
   auto h = tok_embeddings(tokens);
+  // Mixed precision: the residual stream, and so every region, runs in the compute
+  // dtype; the regions cast the fp32 weights to it (regions/projection.h).
+  if (h.scalar_type() != compute_dtype_) h = h.to(compute_dtype_);
   std::vector<torch::Tensor> counts;
   for (auto& block : blocks_) {
     BlockOutput b;
@@ -66,7 +72,9 @@ ModelOutput TransformerModelImpl::forward(const torch::Tensor& tokens, const tor
   if (targets.defined()) {
     result.loss = loss_region_({h, targets}, {norm->weight, output->weight})[0];
   } else {
-    result.logits = output(norm(h));
+    auto normed = norm(h);
+    result.logits = torch::nn::functional::linear(normed, regions::AsComputeType(output->weight, normed))
+                        .to(torch::kFloat);
   }
   result.tokens_per_expert = counts.empty()
                                  ? torch::zeros({0, config_.n_routed_experts}, tokens.options().dtype(torch::kInt64))
@@ -127,6 +135,7 @@ RegionFn Loss(double eps) {
     const Tensor& h = in[0];
     auto normed = Normalize(h, p[0], eps);
     auto logits = Project(normed, {p[1]});
+    if (IsReducedPrecision(logits)) logits = logits.to(torch::kFloat);  // the loss in fp32
     return {F::cross_entropy(logits.reshape({-1, logits.size(-1)}), in[1].reshape({-1}))};
   };
 }

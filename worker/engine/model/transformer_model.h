@@ -35,6 +35,9 @@ struct ModelOptions {
   std::string activation_checkpoint = "none";  // "none" | "full" | "selective"
   bool plant_side_effect = false;              // test only: see MoEImpl
   std::string regions_granularity = "per_layer";  // "per_layer" | "model" (tp = 1)
+  // training.mixed_precision: kFloat ("fp32") or kBFloat16 ("bf16": fp32 weights, bf16
+  // compute; regions/projection.h has the policy).
+  torch::ScalarType compute_dtype = torch::kFloat;
 };
 
 class TransformerModelImpl : public torch::nn::Module {
@@ -70,6 +73,7 @@ class TransformerModelImpl : public torch::nn::Module {
   ParallelContext ctx_;
   RotaryEmbedding rope_;
   bool full_checkpoint_;
+  torch::ScalarType compute_dtype_;  // the residual stream's dtype (ModelOptions::compute_dtype)
   RegionCall loss_region_;
   std::vector<TransformerBlock> blocks_;
 };

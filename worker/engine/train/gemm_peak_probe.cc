@@ -4,6 +4,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
 
 #include <torch/torch.h>
 
@@ -16,25 +20,26 @@ extern "C" void openblas_set_num_threads(int) __attribute__((weak));
 
 namespace trainyard::engine {
 
-double GemmPeakProbe::MeasureFlops(double seconds, const c10::Device& device) {
+double GemmPeakProbe::MeasureFlops(double seconds, const c10::Device& device, c10::ScalarType dtype) {
   const int cpu_shapes[][3] = {{1024, 1024, 1024}, {2048, 256, 1024}, {1024, 2048, 256}};
   // A GPU finishes a 1024³ multiply in tens of microseconds, about a launch and a
   // synchronize; these take milliseconds at an H100/H200's fp32 rate.
   const int cuda_shapes[][3] = {{4096, 4096, 4096}, {16384, 1024, 4096}, {4096, 16384, 1024}};
   const auto& shapes = device.is_cuda() ? cuda_shapes : cpu_shapes;
   double best = 0;
-  for (const auto& s : shapes) best = std::max(best, MeasureShape(s[0], s[1], s[2], seconds / 3, device));
+  for (const auto& s : shapes) best = std::max(best, MeasureShape(s[0], s[1], s[2], seconds / 3, device, dtype));
   return best;
 }
 
-double GemmPeakProbe::MeasureShape(int m, int k, int n, double seconds, const c10::Device& device) {
+double GemmPeakProbe::MeasureShape(int m, int k, int n, double seconds, const c10::Device& device,
+                                   c10::ScalarType dtype) {
   torch::NoGradGuard no_grad;
   auto gen = at::detail::createCPUGenerator(1);
   // On CUDA the operands are drawn there (the device's default generator): filling
   // 64M host floats would cost more than the measurement.
   auto operand = [&](int rows, int cols) {
-    if (!device.is_cuda()) return torch::empty({rows, cols}).uniform_(-1, 1, gen);
-    return torch::empty({rows, cols}, torch::TensorOptions().device(device)).uniform_(-1, 1);
+    if (!device.is_cuda()) return torch::empty({rows, cols}).uniform_(-1, 1, gen).to(dtype);
+    return torch::empty({rows, cols}, torch::TensorOptions().device(device)).uniform_(-1, 1).to(dtype);
   };
   auto a = operand(m, k);
   auto b = operand(k, n);
@@ -61,7 +66,9 @@ double GemmPeakProbe::MeasureShape(int m, int k, int n, double seconds, const c1
     return best;
   };
   auto library = [&] { torch::mm_out(c, a, b); };
-  if (device.is_cuda() || !cpu_blas::Available()) return fastest(seconds, library);
+  if (device.is_cuda() || !cpu_blas::Available() || dtype != c10::ScalarType::Float) {
+    return fastest(seconds, library);
+  }
   // On CPU the second half of the time runs the multiply the way the fused kernels run
   // theirs (row slabs, one single-threaded BLAS call per intra-op thread; cpu_blas.h),
   // and the peak is the faster of the two, so the model's GEMMs cannot beat the
@@ -73,6 +80,28 @@ double GemmPeakProbe::MeasureShape(int m, int k, int n, double seconds, const c1
     cpu_blas::SplitGemm(false, false, m, n, k, 1, a.data_ptr<float>(), k, b.data_ptr<float>(), n, 0,
                         c.data_ptr<float>(), n);
   }));
+}
+
+std::string GemmPeakProbe::Bf16GemmPath(const c10::Device& device) {
+  if (device.is_cuda()) return "cuBLAS";
+  std::set<std::string> flags;
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);) {
+    if (line.rfind("flags", 0) != 0) continue;
+    std::istringstream words(line.substr(line.find(':') + 1));
+    for (std::string w; words >> w;) flags.insert(w);
+    break;
+  }
+  const bool onednn = at::globalContext().hasMKLDNN() && at::globalContext().userEnabledMkldnn();
+  // LibTorch 1.13 sends a bf16 matmul to oneDNN when the CPU has AVX-512 BW, VL and DQ
+  // (mkldnn_bf16_device_check); oneDNN then uses AVX512-BF16 instructions if present.
+  const bool avx512 = flags.count("avx512bw") && flags.count("avx512vl") && flags.count("avx512dq");
+  if (onednn && avx512) {
+    return flags.count("avx512_bf16") ? "oneDNN, AVX512-BF16 instructions"
+                                      : "oneDNN, bf16 emulated with AVX-512 (no avx512_bf16)";
+  }
+  return onednn ? "ATen's reference bf16 loop (no AVX-512 BW/VL/DQ for oneDNN's bf16)"
+                : "ATen's reference bf16 loop (LibTorch built without oneDNN)";
 }
 
 void GemmPeakProbe::SetBlasThreads(int threads) {

@@ -13,6 +13,7 @@
 #include <string>
 
 #include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
 
 namespace trainyard::engine {
 
@@ -21,12 +22,21 @@ class GemmPeakProbe {
   // The fastest FLOP/s of one fp32 [m,k]·[k,n] multiply on `device`, run for about
   // `seconds`.
   static double MeasureShape(int m, int k, int n, double seconds,
-                             const c10::Device& device = c10::Device(c10::DeviceType::CPU));
+                             const c10::Device& device = c10::Device(c10::DeviceType::CPU),
+                             c10::ScalarType dtype = c10::ScalarType::Float);
   // The peak on `device`: the best of MeasureShape over a square and two skinny shapes,
   // about `seconds` in all. CPU: 1024³, 2048×256×1024 and 1024×2048×256; CUDA: 4096³,
   // 16384×1024×4096 and 4096×16384×1024.
+  // `dtype` is the job's compute dtype: a bf16 job's MFU is against the bf16 GEMM peak
+  // (LibTorch's multiply only; the fused fp32 split does not apply).
   static double MeasureFlops(double seconds = 0.6,
-                             const c10::Device& device = c10::Device(c10::DeviceType::CPU));
+                             const c10::Device& device = c10::Device(c10::DeviceType::CPU),
+                             c10::ScalarType dtype = c10::ScalarType::Float);
+  // Which kernel runs a bf16 GEMM on `device`, for the start-up line: on CPU from
+  // /proc/cpuinfo's flags and whether LibTorch has oneDNN ("oneDNN, AVX512-BF16
+  // instructions", "oneDNN, bf16 emulated with AVX-512 (no avx512_bf16)", or ATen's
+  // reference loop without AVX-512), on CUDA "cuBLAS".
+  static std::string Bf16GemmPath(const c10::Device& device);
   // OpenBLAS keeps its own thread pool, sized from the core count, which
   // at::set_num_threads does not touch; ranks sharing a machine must cap it.
   static void SetBlasThreads(int threads);

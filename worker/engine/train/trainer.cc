@@ -54,6 +54,11 @@ class EventWriterSink final : public compile::CompileEventSink {
   EventWriter& events_;
 };
 
+// training.mixed_precision → the model's compute dtype (the weights stay fp32).
+torch::ScalarType ComputeDtype(const TrainingConfig& t) {
+  return t.mixed_precision == "bf16" ? torch::kBFloat16 : torch::kFloat;
+}
+
 compile::CompileOptions MakeCompileOptions(const CompileConfig& c) {
   compile::CompileOptions o;
   o.backend = compile::ParseCompileBackend(c.backend);
@@ -93,6 +98,7 @@ Trainer::Trainer(const EngineConfig& config, ProcessMesh& mesh, EventWriter& eve
   model_options.activation_checkpoint = config.activation_checkpoint.mode;
   model_options.plant_side_effect = config.compile.test_plant_side_effect;
   model_options.regions_granularity = config.compile.regions;
+  model_options.compute_dtype = ComputeDtype(config.training);
   model_ = TransformerModel(config.model, config.training.seq_len, ctx, model_options);
   model_->to(options.device);
   *watched_ = compile::WatchModule(*model_);
@@ -293,7 +299,8 @@ v1::StepMetrics Trainer::Step(int step) {
     // The start-up probe may have run while the machine was still busy (controller,
     // worker and ranks loading); a peak measured low reports MFU > 1. Probe again once
     // the job is running, outside the step's time, and keep the higher figure.
-    options_.peak_flops = std::max(options_.peak_flops, GemmPeakProbe::MeasureFlops(0.6, options_.device));
+    options_.peak_flops = std::max(options_.peak_flops, GemmPeakProbe::MeasureFlops(0.6, options_.device,
+                                                                                    ComputeDtype(config_.training)));
   }
   tensor_memory::ResetPeak();  // the step's peak tensor bytes start from what it holds now
   const auto start = Clock::now();
@@ -410,7 +417,8 @@ v1::StepMetrics Trainer::Step(int step) {
   if (options_.peak_flops > 0 && m.model_tflops() * 1e12 > options_.peak_flops && step >= next_peak_reprobe_) {
     // More than the peak proves the peak was measured low (a busy moment of the
     // machine): measure again, after the step's time, at most every few steps.
-    options_.peak_flops = std::max(options_.peak_flops, GemmPeakProbe::MeasureFlops(0.6, options_.device));
+    options_.peak_flops = std::max(options_.peak_flops, GemmPeakProbe::MeasureFlops(0.6, options_.device,
+                                                                                    ComputeDtype(config_.training)));
     next_peak_reprobe_ = step + kPeakReprobeInterval;
   }
   m.set_mfu(options_.peak_flops > 0 ? m.model_tflops() * 1e12 / options_.peak_flops : 0.0);

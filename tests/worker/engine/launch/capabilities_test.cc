@@ -1,8 +1,8 @@
 // `trainyard-rank --capabilities` against the compile-time facts of this test's own
 // build (the same LibTorch headers and definitions as the engine's: this file is
-// compiled with trainyard_engine_base's flags), and the config-time refusals of what it
-// reports false: training.mixed_precision=bf16 in the rank (exit 87) and in
-// trainyard-train, preflight included (exit 2).
+// compiled with trainyard_engine_base's flags), and what it reports true: a bf16 rank
+// trains. (cudagraph, reported false, needs resources.device=cuda, which a CPU build
+// refuses first; its refusal shares RequireSupported with the report.)
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -91,8 +91,8 @@ TEST(RankCapabilitiesTest, PrintsOneLineOfThisBuildsFactsWithoutAConfig) {
   EXPECT_EQ(caps.at("libtorch_version"), ExpectedTorchVersion());
   EXPECT_EQ(caps.at("cuda"), kCuda && kNccl);  // CUDA jobs need NCCL too
   EXPECT_EQ(caps.at("nccl"), kNccl);
-  // No engine has a bf16 path or a cudagraph backend yet.
-  EXPECT_EQ(caps.at("bf16"), false);
+  // Every engine has the bf16 path (CPU and CUDA); none has a cudagraph backend yet.
+  EXPECT_EQ(caps.at("bf16"), true);
   EXPECT_EQ(caps.at("cudagraph"), false);
 #if defined(TRAINYARD_TORCH_CUDA) && defined(CUDA_VERSION)
   EXPECT_EQ(caps.at("cuda_version"), std::to_string(CUDA_VERSION / 1000) + "." +
@@ -121,33 +121,28 @@ TEST(RankCapabilitiesTest, WithoutCapabilitiesAConfigIsStillRequired) {
   EXPECT_EQ(o.out, "");
 }
 
-constexpr const char* kBf16Message =
-    "config: training.mixed_precision=bf16: this engine has no bf16 path yet (trainyard-rank --capabilities "
-    "reports bf16=false)";
-
-TEST(RankCapabilitiesTest, RankRefusesBf16AsAPermanentInputError) {
+// What the report says true runs: a bf16 rank trains, says which bf16 GEMM path it
+// runs, and measures MFU against the bf16 peak.
+TEST(RankCapabilitiesTest, ABf16RankTrainsAndNamesItsGemmPath) {
   const std::string config = TempFile(
-      "bf16.json", R"({"model": {"preset": "tiny"}, "training": {"steps": 1, "mixed_precision": "bf16"}})");
+      "bf16.json", R"({"model": {"preset": "tiny"}, "training": {"steps": 2, "mixed_precision": "bf16"}})");
   const Outcome o = RunProgram(TRAINYARD_RANK, "--config " + config, "rank_bf16");
-  EXPECT_EQ(o.exit_code, 87) << o.err;  // kRankExitInputError: the controller does not retry it
-  EXPECT_NE(o.err.find(kBf16Message), std::string::npos) << o.err;
-  // The error reaches the controller as the rank's last event.
-  EXPECT_NE(o.out.find("this engine has no bf16 path yet"), std::string::npos) << o.out;
-  EXPECT_EQ(o.out.find("step_metrics"), std::string::npos) << o.out;
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_NE(o.out.find("mixed_precision=bf16 bf16_gemm=\\\""), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("(bf16) torch="), std::string::npos) << "MFU's peak is the bf16 one: " << o.out;
+  EXPECT_NE(o.out.find("step_metrics"), std::string::npos) << o.out;
 }
 
-TEST(RankCapabilitiesTest, TrainAndItsPreflightRefuseBf16BeforeAnyRankStarts) {
+TEST(RankCapabilitiesTest, TrainNormalisesThePrecisionItRuns) {
   const std::string job = TempFile("job.toml", "[model]\npreset = \"tiny\"\n[training]\nsteps = 2\n");
-  for (const std::string& flags : {std::string("--json"), std::string("--preflight --shrink")}) {
-    const Outcome o = RunProgram(TRAINYARD_TRAIN, job + " --set training.mixed_precision=bf16 " + flags, "train_bf16");
-    EXPECT_EQ(o.exit_code, 2) << flags << ": " << o.err;
-    EXPECT_NE(o.err.find(kBf16Message), std::string::npos) << o.err;
-    EXPECT_EQ(o.out, "") << flags;  // no rank ran
-  }
-  // fp32, the default, is what runs; the normalised spec says so.
+  // fp32 is the default; bf16 is accepted as given.
   const Outcome fp32 = RunProgram(TRAINYARD_TRAIN, job + " --print-config", "train_fp32");
   ASSERT_EQ(fp32.exit_code, 0) << fp32.err;
   EXPECT_EQ(nlohmann::json::parse(fp32.out).at("training").at("mixed_precision"), "fp32") << fp32.out;
+  const Outcome bf16 =
+      RunProgram(TRAINYARD_TRAIN, job + " --set training.mixed_precision=bf16 --print-config", "train_bf16");
+  ASSERT_EQ(bf16.exit_code, 0) << bf16.err;
+  EXPECT_EQ(nlohmann::json::parse(bf16.out).at("training").at("mixed_precision"), "bf16") << bf16.out;
 }
 
 }  // namespace

@@ -188,5 +188,32 @@ TEST(ExpertParallelTest, DispatchPlanAndCountsMatchHandRouting) {
   });
 }
 
+// Gloo (LibTorch 1.13) refuses bf16: the group moves bf16 rows as their bytes and sums
+// bf16 in fp32 (collective_group.cc).
+TEST(ExpertParallelTest, Bf16RowsCrossGlooUnchangedAndSumInFp32) {
+  RunRanks(2, [&](int r, CollectiveGroup& group) {
+    // Values no fp16 can hold (1e30, 3e-30) prove no conversion happened on the way.
+    auto rows = (torch::tensor({{1e30f, 3e-30f}, {-2.5f, 7.0f}, {0.1f, 1e-3f}}) * (r + 1)).to(torch::kBFloat16);
+    const std::vector<int64_t> send = r == 0 ? std::vector<int64_t>{1, 2} : std::vector<int64_t>{2, 1};
+    const std::vector<int64_t> recv = r == 0 ? std::vector<int64_t>{1, 2} : std::vector<int64_t>{2, 1};
+    auto got = group.AllToAll(rows, recv, send);
+    ASSERT_EQ(got.scalar_type(), torch::kBFloat16);
+    // Rank 0 keeps its row 0 and gets rank 1's rows 0-1; rank 1 gets rank 0's rows 1-2
+    // and keeps its row 2.
+    auto one = (torch::tensor({{1e30f, 3e-30f}, {-2.5f, 7.0f}, {0.1f, 1e-3f}})).to(torch::kBFloat16);
+    auto two = (torch::tensor({{1e30f, 3e-30f}, {-2.5f, 7.0f}, {0.1f, 1e-3f}}) * 2).to(torch::kBFloat16);
+    auto want = r == 0 ? torch::cat({one.narrow(0, 0, 1), two.narrow(0, 0, 2)}) :
+                         torch::cat({one.narrow(0, 1, 2), two.narrow(0, 2, 1)});
+    EXPECT_TRUE(torch::equal(got, want)) << got;
+
+    // The sum (Gloo alone throws "Invalid scalar type" on bf16), back in bf16 in place.
+    auto x = torch::tensor({1.5f * (r + 1), 1e30f, -0.375f}).to(torch::kBFloat16);
+    group.AllReduceSum(x);
+    ASSERT_EQ(x.scalar_type(), torch::kBFloat16);
+    const auto want_sum = torch::tensor({4.5f, 2e30f, -0.75f}).to(torch::kBFloat16);
+    EXPECT_TRUE(torch::equal(x, want_sum)) << x;
+  });
+}
+
 }  // namespace
 }  // namespace trainyard::engine

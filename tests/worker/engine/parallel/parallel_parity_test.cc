@@ -31,9 +31,12 @@ constexpr int kBatch = 4;  // per DP rank
 
 struct Layout {
   int dp, tp, ep;
+  std::string precision = "fp32";  // training.mixed_precision, of the reference run too
   std::string Name() const {
-    return "dp" + std::to_string(dp) + "_tp" + std::to_string(tp) + "_ep" + std::to_string(ep);
+    return "dp" + std::to_string(dp) + "_tp" + std::to_string(tp) + "_ep" + std::to_string(ep) +
+           (precision == "fp32" ? "" : "_" + precision);
   }
+  bool bf16() const { return precision == "bf16"; }
 };
 
 // Readable test names in ctest's listing.
@@ -48,6 +51,7 @@ std::string WriteLayoutSpec(const std::string& path, const Layout& l, int batch,
   c.parallelism.tp = l.tp;
   c.parallelism.ep = l.ep;
   c.parallelism.collective_timeout_s = 120;
+  c.training.mixed_precision = l.precision;
   return testing::WriteSpec(path, c);
 }
 
@@ -93,14 +97,29 @@ class ParityTest : public ::testing::TestWithParam<Layout> {};
 TEST_P(ParityTest, LossesAndFinalWeightsMatchOneRank) {
   const Layout l = GetParam();
   const std::string dir = ProcessTempPrefix();
-  const std::string ref_tag = "ref_b" + std::to_string(kBatch * l.dp);
+  const std::string ref_tag = "ref_b" + std::to_string(kBatch * l.dp) + (l.bf16() ? "_bf16" : "");
   const std::string tag = l.Name();
-  const auto ref = RunLayout({1, 1, 1}, kBatch * l.dp, kSteps, ref_tag, {"--save-final", dir + ref_tag + ".safetensors"});
+  const auto ref =
+      RunLayout({1, 1, 1, l.precision}, kBatch * l.dp, kSteps, ref_tag, {"--save-final", dir + ref_tag + ".safetensors"});
+  // bf16 rounds every activation to 8 significant bits, and a layout changes where the
+  // roundings fall (TP's partial sums are rounded before their reduce; Gloo reduces bf16
+  // in fp32): parity within bf16's precision, not fp32's. Losses measured within 1.3e-4
+  // of one rank over 20 steps. The weights drift further where routing is discrete: a
+  // near-tie between experts that rounds the other way sends a token elsewhere, which
+  // flips an expert_bias sign step and moves AdamW's steps of the experts and the gate
+  // (measured ||a−b||/||b|| up to 0.12 for expert_bias, 0.06 for expert weights; dense
+  // weights stay under 2e-2).
+  const double loss_tol = l.bf16() ? 1e-3 : 1e-4;
+  auto l2_tol = [&](const std::string& name) {
+    if (!l.bf16()) return 1e-4;
+    return name.find(".moe.") != std::string::npos && name.find(".shared_experts.") == std::string::npos ? 0.2 : 2e-2;
+  };
+  const double max_tol = l.bf16() ? 0.5 : 1e-3;
   const auto got = RunLayout(l, kBatch, kSteps, tag, {"--save-final", dir + tag + ".safetensors"});
   ASSERT_EQ(ref.size(), size_t(kSteps));
   ASSERT_EQ(got.size(), size_t(kSteps));
   for (int i = 0; i < kSteps; ++i) {
-    EXPECT_NEAR(got[i], ref[i], 1e-4 * std::abs(ref[i])) << tag << " step " << i + 1;
+    EXPECT_NEAR(got[i], ref[i], loss_tol * std::abs(ref[i])) << tag << " step " << i + 1;
   }
   std::cout << "[parity] " << tag << " max relative loss diff " << MaxRelDiff(got, ref) << std::endl;
   EXPECT_LT(ref.back(), ref.front() - 0.05);  // training moved, so parity is not vacuous
@@ -121,8 +140,8 @@ TEST_P(ParityTest, LossesAndFinalWeightsMatchOneRank) {
     const double max = (h - w).abs().max().item<double>() / std::max(w.abs().max().item<double>(), 1e-12);
     worst_l2 = std::max(worst_l2, l2);
     worst_max = std::max(worst_max, max);
-    EXPECT_LE(l2, 1e-4) << name;
-    EXPECT_LE(max, 1e-3) << name;
+    EXPECT_LE(l2, l2_tol(name)) << name;
+    EXPECT_LE(max, max_tol) << name;
   }
   std::cout << "[parity] " << tag << " max relative weight diff: L2 " << worst_l2 << ", element " << worst_max
             << std::endl;
@@ -133,7 +152,8 @@ INSTANTIATE_TEST_SUITE_P(FourRanks, ParityTest,
                          ::testing::Values(Layout{2, 2, 2}, Layout{4, 1, 4}),
                          [](const auto& info) { return info.param.Name(); });
 INSTANTIATE_TEST_SUITE_P(TwoRanks, ParityTest,
-                         ::testing::Values(Layout{1, 2, 1}, Layout{2, 1, 1}, Layout{2, 1, 2}),
+                         ::testing::Values(Layout{1, 2, 1}, Layout{2, 1, 1}, Layout{2, 1, 2},
+                                           Layout{1, 2, 1, "bf16"}, Layout{2, 1, 2, "bf16"}),
                          [](const auto& info) { return info.param.Name(); });
 
 TEST(LoadTest, TensorParallelRunLoadsOneRankExportAndStartsFromItsLoss) {

@@ -41,11 +41,14 @@ compile::RegionFn AttentionImpl::Fn() const {
 
 const std::vector<torch::Tensor>& AttentionImpl::Constants(int64_t t, const RotaryEmbedding& rope,
                                                           const torch::TensorOptions& opts) {
-  if (constants_t_ == t && constants_[0].options().dtype() == opts.dtype() &&
+  if (constants_t_ == t && constants_[2].options().dtype() == opts.dtype() &&
       constants_[0].device() == opts.device()) {
     return constants_;
   }
-  constants_ = {rope.CosTable(t).to(opts), rope.SinTable(t).to(opts)};
+  // RoPE rotates in fp32 whatever the activations' dtype; the masks add to the scores,
+  // so they take the activations' dtype.
+  const auto rope_opts = opts.dtype(torch::kFloat);
+  constants_ = {rope.CosTable(t).to(rope_opts), rope.SinTable(t).to(rope_opts)};
   // The masks are built on the host (their index comparisons are host tensors) and
   // moved once to the activations' device; the cache keeps them there.
   const auto host = opts.device(torch::kCPU);
@@ -107,8 +110,9 @@ RegionFn Attention(int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_
       // The same computation in one kernel (RoPE, masks and softmax included).
       return {Project(fused::CausalAttention(qkv, in[1], in[2], n_heads, n_kv_heads, head_dim, query_block), {p[3]})};
     }
-    auto qk = RotaryEmbedding::Rotate(
-        qkv.narrow(-1, 0, (n_heads + n_kv_heads) * hd).view({b, t, n_heads + n_kv_heads, hd}), in[1], in[2]);
+    auto qk = qkv.narrow(-1, 0, (n_heads + n_kv_heads) * hd).view({b, t, n_heads + n_kv_heads, hd});
+    qk = IsReducedPrecision(qkv) ? RotaryEmbedding::Rotate(qk.to(torch::kFloat), in[1], in[2]).to(qkv.scalar_type())
+                                 : RotaryEmbedding::Rotate(qk, in[1], in[2]);
     auto v = qkv.narrow(-1, (n_heads + n_kv_heads) * hd, n_kv_heads * hd).view({b, t, n_kv_heads, hd});
     // Group query heads by their KV head: query head h = g*rep + r uses KV head g. Rows
     // of a group are (position, r), so q as [b*n_kv, t*rep, hd] multiplies K/V of shape
@@ -130,11 +134,14 @@ RegionFn Attention(int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_
       const int64_t keys = mask.size(1);
       auto scores = torch::baddbmm(mask, q_blocks[j], k.narrow(1, 0, keys).transpose(1, 2), /*beta=*/1,
                                    /*alpha=*/scale);
-      blocks.push_back(torch::bmm(torch::softmax(scores, -1), vg.narrow(1, 0, keys)));
+      // bf16: the softmax runs in fp32 and its probabilities go back to bf16.
+      auto probs = IsReducedPrecision(scores) ? torch::softmax(scores, -1, torch::kFloat).to(scores.scalar_type())
+                                              : torch::softmax(scores, -1);
+      blocks.push_back(torch::bmm(probs, vg.narrow(1, 0, keys)));
     }
     auto out = blocks.size() == 1 ? blocks[0] : torch::cat(blocks, 1);  // [b*n_kv, t*rep, hd]
     out = out.view({b, n_kv_heads, t, rep, hd}).permute({0, 2, 1, 3, 4}).reshape({b, t, n_heads * hd});
-    return {F::linear(out, p[3])};
+    return {F::linear(out, AsComputeType(p[3], out))};
   };
 }
 

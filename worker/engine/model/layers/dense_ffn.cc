@@ -46,7 +46,9 @@ RegionFn Ffn() {
       // One GEMM for w1 and w3, then the activation in one pass each way.
       return {Project(fused::SwiGlu(Project(x, {p[0], p[2]})), {p[1]})};
     }
-    return {F::linear(torch::silu(F::linear(x, p[0])) * F::linear(x, p[2]), p[1])};
+    return {F::linear(torch::silu(F::linear(x, regions::AsComputeType(p[0], x))) *
+                          F::linear(x, regions::AsComputeType(p[2], x)),
+                      regions::AsComputeType(p[1], x))};
   };
 }
 

@@ -98,7 +98,10 @@ RegionKey CombineKey(int64_t dim, int64_t top_k) { return RegionKey("combine", {
 RegionFn Combine() {
   return [](const std::vector<Tensor>& in, const std::vector<Tensor>&) -> std::vector<Tensor> {
     if (fused::Applies(in[0])) return {fused::Combine(in[0], in[1], in[2], in[3].size(0))};
-    return {torch::zeros_like(in[3]).index_add(0, in[2], in[0] * in[1])};
+    // bf16: expert rows times fp32 gates, back to the rows' dtype before the sum.
+    auto weighted = in[0] * in[1];
+    if (weighted.scalar_type() != in[3].scalar_type()) weighted = weighted.to(in[3].scalar_type());
+    return {torch::zeros_like(in[3]).index_add(0, in[2], weighted)};
   };
 }
 

@@ -25,7 +25,10 @@ RegionFn Router(int64_t top_k, std::string score_func, bool route_norm, double r
   return [=](const std::vector<Tensor>& in, const std::vector<Tensor>& p) -> std::vector<Tensor> {
     const Tensor& x = in[0];
     const Tensor& expert_bias = in[1];
+    // bf16: the gate's GEMM in bf16, the scores (and so the gates) in fp32, as
+    // torchtitan's router does.
     auto logits = Project(x, {p[0]});
+    if (IsReducedPrecision(logits)) logits = logits.to(torch::kFloat);
     auto scores = score_func == "softmax" ? torch::softmax(logits, -1) : torch::sigmoid(logits);
     // Selection is discrete: the bias steers it but gets no gradient.
     auto selected = std::get<1>(torch::topk(scores.detach() + expert_bias, top_k, /*dim=*/-1));

@@ -8,7 +8,8 @@ namespace F = torch::nn::functional;
 
 torch::Tensor Project(const torch::Tensor& x, std::initializer_list<torch::Tensor> ws) {
   if (fused::Applies(x)) return fused::Linear(x, ws);
-  return F::linear(x, ws.size() == 1 ? *ws.begin() : torch::cat(ws, 0));
+  // Cast once, after the concatenation: the same values as casting each weight.
+  return F::linear(x, AsComputeType(ws.size() == 1 ? *ws.begin() : torch::cat(ws, 0), x));
 }
 
 }  // namespace trainyard::engine::regions

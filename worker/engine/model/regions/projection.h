@@ -1,4 +1,14 @@
-// The projection every region's GEMMs go through: x·[ws...]ᵀ.
+// The projection every region's GEMMs go through: x·[ws...]ᵀ, and the one rule of bf16
+// mixed precision (training.mixed_precision = "bf16", torchtitan's default policy):
+//   - the model keeps fp32 weights (the master copy the optimizer updates, with fp32
+//     gradients and fp32 AdamW state); the model's forward casts the embedding output to
+//     the compute dtype, and every region casts each weight it uses to the dtype of its
+//     activations (AsComputeType) inside the region, so the cast is part of the traced
+//     graph and its backward hands an fp32 gradient to the fp32 weight;
+//   - statistics stay fp32: RMSNorm normalizes in fp32, attention's softmax and the
+//     router's scores run in fp32, RoPE rotates in fp32, and the loss takes fp32 logits.
+// In an fp32 model every cast is the identity (the same tensor), so the fp32 path runs
+// exactly the operations it ran before bf16 existed.
 #pragma once
 
 #include <initializer_list>
@@ -7,9 +17,19 @@
 
 namespace trainyard::engine::regions {
 
-// x·[ws...]ᵀ: the fused kernel where it applies (no weight concatenation, GEMMs split
-// by rows; kernels/cpu/fused_cpu_kernels.h), else one linear over the concatenated
-// weights.
+// `w` in `like`'s dtype: `w` itself when they agree (fp32), else a differentiable cast.
+inline torch::Tensor AsComputeType(const torch::Tensor& w, const torch::Tensor& like) {
+  return w.scalar_type() == like.scalar_type() ? w : w.to(like.scalar_type());
+}
+
+// True for activations in a reduced precision (bf16), whose statistics are taken in fp32.
+inline bool IsReducedPrecision(const torch::Tensor& x) {
+  return x.scalar_type() == torch::kBFloat16 || x.scalar_type() == torch::kHalf;
+}
+
+// x·[ws...]ᵀ: the fused kernel where it applies (fp32 CPU; no weight concatenation,
+// GEMMs split by rows; kernels/cpu/fused_cpu_kernels.h), else one linear over the
+// concatenated weights, cast to x's dtype.
 torch::Tensor Project(const torch::Tensor& x, std::initializer_list<torch::Tensor> ws);
 
 }  // namespace trainyard::engine::regions

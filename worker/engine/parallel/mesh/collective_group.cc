@@ -138,6 +138,14 @@ void CollectiveGroup::AllReduceSum(torch::Tensor& tensor) {
   CheckDevice(tensor, "AllReduceSum");
   if (world_size_ == 1) return;
   CollectiveScope scope(*this, "allreduce", tensor.numel());
+  if (tensor.scalar_type() == torch::kBFloat16 && !device_.is_cuda()) {
+    // Gloo (LibTorch 1.13) has no bf16 reduction: sum in fp32 and round once. Twice the
+    // bytes on the wire; the sum is at least as exact as NCCL's bf16 one.
+    auto wide = tensor.to(torch::kFloat);
+    compat::AllReduceSum(*group_, wide);
+    tensor.copy_(wide);
+    return;
+  }
   compat::AllReduceSum(*group_, tensor);
 }
 
@@ -158,6 +166,13 @@ torch::Tensor CollectiveGroup::AllToAll(const torch::Tensor& input,
   auto in = input.contiguous();
   auto out = torch::empty(shape, input.options());
   CollectiveScope scope(*this, "alltoall", in.numel());
+  if (in.scalar_type() == torch::kBFloat16 && !device_.is_cuda()) {
+    // Gloo (LibTorch 1.13) refuses bf16 even for moving bytes: move them as fp16, the
+    // same two bytes an element, unchanged and at no cost.
+    auto out_half = out.view(torch::kHalf), in_half = in.view(torch::kHalf);
+    compat::AllToAll(*group_, out_half, in_half, out_splits, in_splits);
+    return out;
+  }
   compat::AllToAll(*group_, out, in, out_splits, in_splits);
   return out;
 }
