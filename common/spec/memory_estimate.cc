@@ -1,6 +1,12 @@
 #include "common/spec/memory_estimate.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <tuple>
+
+#include "common/spec/rules.h"
 
 namespace trainyard::spec {
 
@@ -21,40 +27,425 @@ ParameterCounts CountParameters(const ModelSpec& m) {
   return c;
 }
 
+namespace {
+
+constexpr double kQueryBlock = 64;  // worker/engine AttentionImpl::kQueryBlock
+constexpr double kF32 = 4;
+
+// Probabilities of one head over one sequence of t positions: query block j (len_j
+// rows) scores the keys up to its last position, Σ_j len_j·(j·qb + len_j).
+double ProbElements(double t) {
+  const double full = std::floor(t / kQueryBlock), rest = t - full * kQueryBlock;
+  return kQueryBlock * kQueryBlock * full * (full + 1) / 2 + rest * t;
+}
+
+// The largest query block's probabilities (one head, one sequence).
+double LargestBlock(double t) {
+  const double full = std::floor(t / kQueryBlock), rest = t - full * kQueryBlock;
+  return std::max(kQueryBlock * kQueryBlock * full, rest * t);
+}
+
+// One half of a layer (attention, or FFN/MoE) as its backward sees it, in bytes.
+struct Half {
+  double act = 0;          // saved for backward, nothing recomputed
+  double internal = 0;     // of which the attention's own tensors (selective drops them)
+  double copies = 0;       // compute weights
+  double attn_copies = 0;  // of which the attention's (selective drops them)
+  double grads = 0;
+  double transient = 0;    // its backward's buffers
+  double comm = 0;         // EP all-to-all rows
+  // A MoE half's backward runs its shared experts first: what that step adds, and what
+  // of the half it frees (activations, copies) or produces (gradients) for the rest.
+  double first_act = 0, first_copies = 0, first_grads = 0, first_transient = 0;
+};
+
+// Shapes of one rank, as doubles.
+struct Shapes {
+  double d, hd, hl, kl, fl, fs, fe, e, e_local, k, v, b, t, n, ns, r;
+  double a;  // bytes of an activation element: 4 (fp32) or 2 (bf16)
+  bool fused, bf16, ep_split;
+};
+
+// What one RMSNorm over n rows saves, its output aside: the fused kernel its input and
+// 1/rms; the composite fp32 form its input, x² (mean's backward keeps its input), 1/rms
+// and x/rms; the bf16 form the fp32 copy of its input, its square, 1/rms and the
+// normalized rows in bf16 (not the bf16 input).
+double NormSaved(const Shapes& s, double n) {
+  if (s.fused) return n * s.d * kF32 + n * kF32;
+  if (s.bf16) return n * s.d * (2 * kF32 + 2) + n * kF32;
+  return 3 * n * s.d * kF32 + n * kF32;
+}
+
+Half AttentionHalf(const Shapes& s, double params) {
+  Half h;
+  const double probs = s.b * s.hl * ProbElements(s.t);
+  if (s.fused) {  // qkv, RoPE'd q and k, probabilities, output by group, output by head
+    h.internal = s.n * (4 * s.hl + 3 * s.kl) * s.hd * kF32 + probs * kF32;
+  } else {  // q, k, v regrouped, probabilities (bf16: and their fp32 softmax), output
+    h.internal = s.n * 2 * (s.hl + s.kl) * s.hd * s.a + probs * (s.a + (s.bf16 ? kF32 : 0));
+  }
+  h.act = NormSaved(s, s.n) + s.n * s.d * s.a + h.internal;
+  if (s.bf16) {
+    h.attn_copies = 2 * params;
+    h.copies = h.attn_copies + 2 * s.d;
+  } else if (!s.fused) {
+    h.attn_copies = h.copies = kF32 * s.d * (s.hl + 2 * s.kl) * s.hd;  // the q|k|v concatenation
+  }
+  h.grads = kF32 * (params + s.d);
+  const double grads = s.fused ? s.n * (4 * s.hl + 3 * s.kl) * s.hd * kF32
+                               : s.n * (3 * s.hl + 4 * s.kl) * s.hd * s.a +
+                                     s.b * s.hl * LargestBlock(s.t) * (2 * kF32 + (s.bf16 ? 2 : 0));
+  h.transient = 2 * s.n * s.d * s.a + grads;
+  return h;
+}
+
+Half DenseHalf(const Shapes& s, double params) {
+  Half h;
+  h.act = NormSaved(s, s.n) + s.n * s.d * s.a + s.n * 4 * s.fl * s.a;
+  if (s.bf16) h.copies = 2 * (params + s.d);
+  h.grads = kF32 * (params + s.d);
+  h.transient = 2 * s.n * s.d * s.a + s.n * 3 * s.fl * s.a;
+  return h;
+}
+
+Half MoeHalf(const Shapes& s, double params, double shared_params) {
+  Half h;
+  // Router: fp32 scores, top-k ids, gates and the sort order; experts: their input and
+  // output rows and four hidden-wide tensors a row (the composite combine's index_add
+  // keeps its gate-weighted rows too); shared experts as a dense FFN.
+  const double router = s.ns * (kF32 * s.e + 32 * s.k + kF32);
+  const double experts = s.r * ((s.fused ? 2 : 3) * s.d + 4 * s.fe) * s.a + (s.ep_split ? 16 * s.r : 0);
+  h.first_act = s.n * 4 * s.fs * s.a;
+  h.act = NormSaved(s, s.n) + s.n * s.d * s.a + router + experts + h.first_act;
+  if (s.bf16) {
+    h.copies = 2 * (params + s.d);
+    h.first_copies = 2 * shared_params;
+  }
+  h.grads = kF32 * (params + s.d);
+  h.first_grads = kF32 * shared_params;
+  h.first_transient = 2 * s.n * s.d * s.a + s.n * 3 * s.fs * s.a;
+  // The fused kernel runs every local expert's backward at once; the composite form one
+  // expert's rows at a time, after the combine's gradient rows.
+  const double rows = s.fused ? s.r * (2 * s.d + 3 * s.fe)
+                              : 2 * s.r * s.d + s.r / std::max(1.0, s.e_local) * (s.d + 3 * s.fe);
+  h.transient = 2 * s.n * s.d * s.a + rows * s.a;
+  if (s.ep_split) h.comm = 2 * s.r * s.d * s.a;  // rows sent and received
+  return h;
+}
+
+// A moment of the step: what is held then, and where it is (layer -1: none).
+// The largest GEMM operands worker/engine/train/gemm_peak_probe.cc allocates when it
+// measures the MFU peak (at start-up and again between steps): CPU shapes up to 1024³,
+// CUDA shapes up to 16384·1024·4096; bf16 operands are drawn in fp32 first.
+double ProbeBytes(bool cuda, bool bf16) {
+  const double cpu[][3] = {{1024, 1024, 1024}, {2048, 256, 1024}, {1024, 2048, 256}};
+  const double gpu[][3] = {{4096, 4096, 4096}, {16384, 1024, 4096}, {4096, 16384, 1024}};
+  double most = 0;
+  for (const auto& g : cuda ? gpu : cpu) {
+    const double mk = g[0] * g[1], kn = g[1] * g[2], mn = g[0] * g[2];
+    most = std::max(most, bf16 ? 2 * (mk + kn + mn) + kF32 * std::max(mk, kn) : kF32 * (mk + kn + mn));
+  }
+  return most;
+}
+
+// CountParameters in doubles: a spec the rules never saw (dim 2^30) must not overflow.
+struct Counts {
+  double embedding, output, final_norm, attention, layer_norms, dense_ffn, expert, router, shared, total;
+};
+
+Counts CountInDoubles(const ModelSpec& m) {
+  const double d = m.dim, hd = m.head_dim(), dense = m.n_dense_layers, moe = m.n_moe_layers();
+  Counts c{};
+  c.embedding = c.output = static_cast<double>(m.vocab_size) * d;
+  c.final_norm = d;
+  c.attention = d * (m.n_heads * hd) * 2 + d * (m.n_kv_heads * hd) * 2;
+  c.layer_norms = 2 * d;
+  c.dense_ffn = 3 * d * m.ffn_hidden;
+  c.expert = 3 * d * m.expert_hidden;
+  c.router = d * m.n_routed_experts;
+  c.shared = c.expert * m.n_shared_experts;
+  c.total = c.embedding + c.output + c.final_norm + dense * (c.attention + c.layer_norms + c.dense_ffn) +
+            moe * (c.attention + c.layer_norms + c.router + c.shared + c.expert * m.n_routed_experts);
+  return c;
+}
+
+struct Phase {
+  MemoryBreakdown b;
+  int layer = -1;
+  const char* what = "";
+};
+
+}  // namespace
+
 MemoryEstimate EstimateRankMemory(const JobSpec& spec) {
   const ModelSpec& m = spec.model;
-  const ParameterCounts c = CountParameters(m);
-  const double d = m.dim, vocab = m.vocab_size;
+  const Counts c = CountInDoubles(m);
   const double tp = std::max(1, spec.parallelism.tp), ep = std::max(1, spec.parallelism.ep);
-  const double n_moe = m.n_moe_layers(), n_dense = m.n_dense_layers;
+  const int n_layers = std::max(0, m.n_layers), n_dense = std::clamp(m.n_dense_layers, 0, n_layers);
+
+  Shapes s{};
+  s.bf16 = spec.training.mixed_precision == "bf16";
+  s.fused = !s.bf16 && spec.resources.device == "cpu";
+  s.a = s.bf16 ? 2 : kF32;
+  s.d = m.dim;
+  s.hd = m.head_dim();
+  s.hl = m.n_heads / tp;
+  s.kl = m.n_kv_heads / tp;
+  s.fl = m.ffn_hidden / tp;
+  s.fe = m.expert_hidden;
+  s.fs = static_cast<double>(m.expert_hidden) * m.n_shared_experts / tp;
+  s.e = m.n_routed_experts;
+  s.e_local = s.e / ep;
+  s.k = m.top_k;
+  s.v = m.vocab_size;
+  s.b = std::max(0, spec.training.batch_size);
+  s.t = std::max(0, spec.training.seq_len);
+  s.n = s.b * s.t;
+  s.ns = s.n / tp;   // each TP rank routes its slice of the tokens
+  s.r = s.ns * s.k;  // rows an expert shard receives, routing balanced
+  s.ep_split = ep > 1;
+
+  const double attn_params = c.attention / tp;
+  const double dense_params = c.dense_ffn / tp;
+  const double moe_params = c.router + c.shared / tp + c.expert * s.e_local;
+  const double head_params = c.output + c.final_norm;
 
   MemoryEstimate e;
-  e.total_params = static_cast<double>(c.total);
-  // Embedding, head and norms replicated; attention, dense FFN, shared experts and
-  // router split by TP; n_routed_experts / ep routed experts a rank.
-  e.rank_params = static_cast<double>(c.embedding + c.output + c.final_norm) +
-                  n_dense * (static_cast<double>(c.attention + c.dense_ffn) / tp + c.layer_norms) +
-                  n_moe * (static_cast<double>(c.attention + c.shared + c.router) / tp + c.layer_norms +
-                           static_cast<double>(c.expert) * m.n_routed_experts / ep);
+  e.total_params = c.total;
+  // Embedding, head, norms and router whole; attention, dense FFN and shared experts
+  // split by TP; n_routed_experts / ep routed experts a rank.
+  e.rank_params = c.embedding + head_params +
+                  n_dense * (attn_params + dense_params + c.layer_norms) +
+                  (n_layers - n_dense) * (attn_params + moe_params + c.layer_norms);
   e.state_bytes = e.rank_params * 16;
+  e.all_gradients = e.rank_params * kF32;
+  e.bucket_bytes = e.rank_params * kF32;
+  e.fused_cpu = s.fused;
 
-  const double batch = spec.training.batch_size, seq = spec.training.seq_len;
-  const double tokens = batch * seq;
-  const double moe_hidden = static_cast<double>(m.top_k + m.n_shared_experts) * m.expert_hidden;
-  const double scores = 2 * (m.n_heads / tp) * seq * seq * batch;  // per layer
-  const double dense_layer = tokens * (16 * d + 3 * m.ffn_hidden) + scores;
-  const double moe_layer = tokens * (16 * d + 3 * moe_hidden) + scores;
-  const double layers = n_dense * dense_layer + n_moe * moe_layer;
-  const double logits = tokens * 3 * vocab;
-  double floats = layers + logits;
+  const Half attn = AttentionHalf(s, attn_params), dense = DenseHalf(s, dense_params);
+  const Half moe = MoeHalf(s, moe_params, c.shared / tp);
+  Half loss;
+  loss.act = NormSaved(s, s.n) + s.n * s.d * s.a + s.n * s.v * kF32;  // + fp32 log-probabilities
+  loss.copies = s.bf16 ? 2 * head_params : 0;
+  loss.transient = 2 * s.n * s.v * kF32;  // their gradient and the logits' (fp32)
+  loss.grads = kF32 * head_params;
+
   const std::string& mode = spec.activation_checkpoint.mode;
-  if (mode == "full") {
-    floats = m.n_layers * tokens * d + std::max(dense_layer, moe_layer) + logits;
-  } else if (mode == "selective") {
-    floats = layers / 2 + logits;
+  const bool full = mode == "full", selective = mode == "selective";
+  // What a layer keeps from its forward until its backward.
+  auto kept_act = [&](const Half& f) {
+    if (full) return s.n * s.d * s.a;  // the checkpoint's input
+    return (selective ? attn.act - attn.internal : attn.act) + f.act;
+  };
+  auto kept_copies = [&](const Half& f) {
+    if (full) return 0.0;
+    return (selective ? attn.copies - attn.attn_copies : attn.copies) + f.copies;
+  };
+  // Under full checkpointing a bf16 layer's input is held by the checkpoint only (the
+  // fp32 norms save it themselves, so attn.act already has it).
+  const double checkpoint_input = full && !s.fused && s.bf16 ? s.n * s.d * s.a : 0;
+  const bool accumulating = spec.training.grad_accum_steps > 1;
+
+  MemoryBreakdown base;
+  base.parameters = e.rank_params * kF32;
+  base.optimizer = e.rank_params * 2 * kF32;
+  base.communication = e.bucket_bytes;
+  const double rep = m.n_kv_heads > 0 ? std::floor(static_cast<double>(m.n_heads) / m.n_kv_heads) : 1;
+  base.other = 3 * s.t * s.hd * kF32 + n_layers * rep * ProbElements(s.t) * s.a + 8 * s.b * (s.t + 1);
+
+  std::vector<double> prefix_act(n_layers + 1, 0), prefix_copies(n_layers + 1, 0);
+  for (int i = 0; i < n_layers; ++i) {
+    const Half& f = i < n_dense ? dense : moe;
+    prefix_act[i + 1] = prefix_act[i] + kept_act(f);
+    prefix_copies[i + 1] = prefix_copies[i] + kept_copies(f);
   }
-  e.activation_bytes = floats * 4;
+  auto phase = [&](double act, double copies, double grads, double comm, int layer, const char* what) {
+    Phase p{base, layer, what};
+    p.b.activations = act;
+    p.b.compute_weights = copies;
+    p.b.gradients = grads;
+    p.b.communication += comm;
+    return p;
+  };
+  std::vector<Phase> phases;
+  phases.push_back(phase(prefix_act[n_layers] + loss.act + loss.transient, prefix_copies[n_layers] + loss.copies,
+                         accumulating ? e.all_gradients : 0, 0, -1, "the loss's backward"));
+  double done = loss.grads;  // gradients that exist once the loss's backward ran
+  for (int i = n_layers - 1; i >= 0; --i) {
+    const bool is_moe = i >= n_dense;
+    const Half& f = is_moe ? moe : dense;
+    auto grads = [&](double produced, double now) { return accumulating ? e.all_gradients + now : produced; };
+    // The FFN/MoE half first: selective has not recomputed the attention yet.
+    const double attn_held = selective ? attn.act - attn.internal : attn.act;
+    const double attn_copies = selective ? attn.copies - attn.attn_copies : attn.copies;
+    const double before = prefix_act[i] + checkpoint_input + attn_held;
+    if (f.first_act > 0) {
+      phases.push_back(phase(before + f.act + f.first_transient, prefix_copies[i] + attn_copies + f.copies,
+                             grads(done + f.first_grads, f.first_grads), 0, i, "shared experts"));
+    }
+    phases.push_back(phase(before + f.act - f.first_act + f.transient,
+                           prefix_copies[i] + attn_copies + f.copies - f.first_copies,
+                           grads(done + f.grads, f.grads - f.first_grads), f.comm, i, is_moe ? "MoE" : "FFN"));
+    phases.push_back(phase(prefix_act[i] + checkpoint_input + attn.act + attn.transient,
+                           prefix_copies[i] + attn.copies, grads(done + f.grads + attn.grads, attn.grads), 0, i,
+                           "attention"));
+    done += f.grads + attn.grads;
+  }
+  // The embedding's gradient last, with the residual stream's gradient (fp32).
+  phases.push_back(phase(s.n * s.d * kF32, 0, e.all_gradients, 0, -1, "the end of backward"));
+  // The MFU probe between steps, while the last step's gradients still exist.
+  Phase probe = phase(0, 0, e.all_gradients, 0, -1, "the GEMM peak probe between steps");
+  probe.b.other += ProbeBytes(spec.resources.device == "cuda", s.bf16);
+  phases.push_back(probe);
+
+  const Phase* peak = &phases.front();
+  for (const Phase& p : phases) {
+    if (p.b.total() > peak->b.total()) peak = &p;
+  }
+  e.peak = peak->b;
+  e.peak_at = peak->layer < 0 ? peak->what
+                              : "the backward of layer " + std::to_string(peak->layer) + "'s " + peak->what;
+  e.activation_bytes = e.peak.activations;
   return e;
+}
+
+std::string FormatBytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  char out[64];
+  std::snprintf(out, sizeof out, "%.3g %s", b, units[u]);
+  return out;
+}
+
+std::string DescribeLayout(const JobSpec& s) {
+  return "dp=" + std::to_string(s.parallelism.dp) + " tp=" + std::to_string(s.parallelism.tp) +
+         " ep=" + std::to_string(s.parallelism.ep) + " activation_checkpoint.mode=" + s.activation_checkpoint.mode +
+         " training.mixed_precision=" + s.training.mixed_precision;
+}
+
+std::string DescribeBreakdown(const MemoryEstimate& e) {
+  const MemoryBreakdown& p = e.peak;
+  std::string out;
+  auto part = [&](const char* name, double bytes, bool always = false) {
+    if (bytes <= 0 && !always) return;
+    out += (out.empty() ? "" : ", ") + std::string(name) + " " + FormatBytes(bytes);
+  };
+  part("parameters", p.parameters);
+  part("gradients", p.gradients, true);
+  part("optimizer", p.optimizer);
+  part("weight copies", p.compute_weights);
+  part("activations", p.activations);
+  part("communication", p.communication);
+  part("other", p.other);
+  return out;
+}
+
+namespace {
+
+// One key of the layout search: the values it may take for `spec` (smaller first), how
+// to set one, and how a changed one is named.
+struct Axis {
+  std::function<std::vector<std::string>(const JobSpec&)> values;
+  std::function<void(JobSpec&, const std::string&)> apply;
+  std::function<std::string(const JobSpec&)> value;
+  std::function<std::string(const JobSpec&)> label;
+};
+
+std::vector<std::string> Divisors(int64_t n) {
+  std::vector<std::string> out;
+  for (int64_t i = 1; i <= n; ++i) {
+    if (n % i == 0) out.push_back(std::to_string(i));
+  }
+  return out;
+}
+
+// The layout keys, in search order. The world size dp·tp stays; dp follows tp.
+std::vector<Axis> LayoutAxes() {
+  std::vector<Axis> axes;
+  axes.push_back({[](const JobSpec& s) { return Divisors(int64_t{s.parallelism.dp} * s.parallelism.tp); },
+                  [](JobSpec& s, const std::string& v) {
+                    const int world = s.parallelism.dp * s.parallelism.tp;
+                    s.parallelism.tp = std::stoi(v);
+                    s.parallelism.dp = world / s.parallelism.tp;
+                  },
+                  [](const JobSpec& s) { return std::to_string(s.parallelism.tp); },
+                  [](const JobSpec& s) {
+                    return "dp=" + std::to_string(s.parallelism.dp) + " tp=" + std::to_string(s.parallelism.tp);
+                  }});
+  axes.push_back({[](const JobSpec& s) { return Divisors(int64_t{s.parallelism.dp} * s.parallelism.tp); },
+                  [](JobSpec& s, const std::string& v) { s.parallelism.ep = std::stoi(v); },
+                  [](const JobSpec& s) { return std::to_string(s.parallelism.ep); },
+                  [](const JobSpec& s) { return "ep=" + std::to_string(s.parallelism.ep); }});
+  axes.push_back({[](const JobSpec&) { return std::vector<std::string>{"none", "selective", "full"}; },
+                  [](JobSpec& s, const std::string& v) { s.activation_checkpoint.mode = v; },
+                  [](const JobSpec& s) { return s.activation_checkpoint.mode; },
+                  [](const JobSpec& s) { return "activation_checkpoint.mode=" + s.activation_checkpoint.mode; }});
+  return axes;
+}
+
+}  // namespace
+
+LayoutSuggestion SuggestLayout(const JobSpec& spec, double limit_bytes) {
+  const std::vector<Axis> axes = LayoutAxes();
+  LayoutSuggestion best, smallest;
+  bool any = false;
+  std::tuple<size_t, double> best_key{SIZE_MAX, 0};
+  // Depth-first over the axes: every combination of their values, in axis order.
+  std::function<void(size_t, JobSpec&)> walk = [&](size_t axis, JobSpec& candidate) {
+    if (axis == axes.size()) {
+      if (Validate(candidate).has_value()) return;
+      ++best.candidates;
+      std::vector<std::string> changed;
+      for (const Axis& a : axes) {
+        if (a.value(candidate) != a.value(spec)) changed.push_back(a.label(candidate));
+      }
+      MemoryEstimate e = EstimateRankMemory(candidate);
+      if (!any || e.total_bytes() < smallest.estimate.total_bytes()) {
+        any = true;
+        smallest.spec = candidate;
+        smallest.changed = changed;
+        smallest.estimate = e;
+      }
+      const std::tuple<size_t, double> key{changed.size(), e.total_bytes()};
+      if (e.total_bytes() <= limit_bytes && key < best_key) {
+        best_key = key;
+        best.fits = true;
+        best.spec = candidate;
+        best.changed = changed;
+        best.estimate = std::move(e);
+      }
+      return;
+    }
+    const JobSpec before = candidate;
+    for (const std::string& v : axes[axis].values(before)) {
+      candidate = before;
+      axes[axis].apply(candidate, v);
+      walk(axis + 1, candidate);
+    }
+    candidate = before;
+  };
+  JobSpec candidate = spec;
+  walk(0, candidate);
+  if (best.fits) return best;
+  smallest.candidates = best.candidates;
+  return smallest;
+}
+
+std::string DescribeSuggestion(const JobSpec& spec, const LayoutSuggestion& g) {
+  auto keys = [](const std::vector<std::string>& changed) {
+    std::string out;
+    for (const std::string& c : changed) out += (out.empty() ? "" : " ") + c;
+    return out;
+  };
+  if (g.fits) return "fits at " + keys(g.changed) + ": " + FormatBytes(g.estimate.total_bytes());
+  const std::string world = std::to_string(int64_t{spec.parallelism.dp} * spec.parallelism.tp);
+  if (g.candidates == 0 || g.changed.empty()) return "no layout of dp·tp=" + world + " ranks fits";
+  return "no layout of dp·tp=" + world + " ranks fits (the smallest, " + keys(g.changed) + ", needs " +
+         FormatBytes(g.estimate.total_bytes()) + ")";
 }
 
 }  // namespace trainyard::spec

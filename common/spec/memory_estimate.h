@@ -1,22 +1,45 @@
-// The memory one rank of a job needs, estimated from its spec alone, so the controller
-// can refuse a job no worker could hold (a `model.dim` of 2^30 passes every range rule
-// and then fails in every rank). Plain C++: the controller and the engine both use it.
+// The memory one rank of a job needs at its peak, estimated from its spec alone, so the
+// controller can refuse a job no worker could hold (a `model.dim` of 65536 passes every
+// range rule and then fails in every rank) and name a layout that would fit, and
+// `trainyard preflight` / `explain` can print where the bytes go. Plain C++: the
+// controller, the CLI and the engine all use it. docs/memory.md has the formulas.
 //
-// fp32 training with AdamW, per rank:
-//   parameters: embedding and output head (replicated), attention, dense FFN, shared
-//     experts and router split by TP, and n_routed_experts / ep routed experts;
-//   state: 16 bytes a parameter (weight, gradient, AdamW's two moments);
-//   activations: per layer and token about 16·dim + 3·hidden floats (hidden = ffn_hidden
-//     for a dense layer, (top_k + n_shared_experts)·expert_hidden for an MoE layer), plus
-//     the attention scores and probabilities, 2·(n_heads/tp)·seq_len² floats per
-//     sequence, and the logits with their gradient, 3·vocab_size floats per token;
-//     activation_checkpoint full keeps one layer's and every layer's input, selective
-//     half of everything.
-// It leaves out allocator slack, communication buffers and the framework itself, so it
-// is a floor: a job above a worker's memory cannot run there; one below may still not.
+// It models the engine's own tensors, step by step (AdamW, gradients set to none before
+// each step, autograd's saved tensors, activation checkpointing, the fused CPU kernels
+// for fp32 on CPU and the composite LibTorch ops elsewhere and for bf16):
+//   parameters      fp32 master weights, 4 B a parameter the rank holds;
+//   gradients       fp32, 4 B a parameter, those that exist at the peak (they are
+//                   dropped before each step and appear layer by layer in backward;
+//                   with training.grad_accum_steps > 1 all of them after micro-batch 1);
+//   optimizer       AdamW's m and v, fp32, 8 B a parameter;
+//   compute weights what a forward keeps of the weights beside the fp32 masters: bf16
+//                   copies (2 B a parameter of every weight a region casts: all but the
+//                   token embedding; all kept with activation_checkpoint none, the
+//                   attention's dropped by selective, one layer's at a time under full
+//                   plus the output head's), or off the fused CPU path in fp32 the
+//                   concatenated q|k|v weight of each layer;
+//   activations     autograd's saved tensors at the peak plus that moment's transients
+//                   (the loss's fp32 logit gradients, one layer's backward buffers or
+//                   recompute);
+//   communication   the gradient-reduction buckets (the engine allocates a flat fp32
+//                   buffer for every ~32 MiB bucket of each class, dense/router/expert,
+//                   at start-up: 4 B a parameter) and the EP all-to-all send and
+//                   receive rows of one MoE layer when the peak is inside one;
+//   other           RoPE tables, the causal masks each attention layer caches, the batch.
+// The peak is the largest of: the loss's backward, the backward of each layer (its
+// FFN/MoE half, then its attention half), and the end of backward.
+//
+// Left out: allocator caching and fragmentation, the CUDA context and NCCL's or Gloo's
+// own buffers, cuBLAS/oneDNN workspaces, kernel scratch (per-thread attention rows),
+// small index and routing tensors below about 1 % of a layer, the forward-time
+// transients (below the backward's), compile.backend=jit's different saved set, the
+// evaluator, checkpoint writes and routing imbalance (the EP rows assume balanced
+// routing). Doubles throughout, so absurd sizes (dim 2^30) stay finite.
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "common/spec/job_spec.h"
 
@@ -42,15 +65,61 @@ struct ParameterCounts {
 // Fits int64 for every model the rules admit (at most ~1e18 at the largest sizes).
 ParameterCounts CountParameters(const ModelSpec& model);
 
+// Bytes one rank holds at its estimated peak, by kind (the header comment); they sum
+// to total().
+struct MemoryBreakdown {
+  double parameters = 0;
+  double gradients = 0;
+  double optimizer = 0;
+  double compute_weights = 0;
+  double activations = 0;
+  double communication = 0;
+  double other = 0;
+  double total() const {
+    return parameters + gradients + optimizer + compute_weights + activations + communication + other;
+  }
+};
+
 struct MemoryEstimate {
   double total_params = 0;      // the whole model, as engine::FlopsModel counts it
   double rank_params = 0;       // held by one rank
-  double state_bytes = 0;       // rank_params · 16
-  double activation_bytes = 0;  // one rank's batch
-  double total_bytes() const { return state_bytes + activation_bytes; }
+  double state_bytes = 0;       // rank_params · 16: weights, gradients, AdamW's moments
+  double activation_bytes = 0;  // = peak.activations
+  MemoryBreakdown peak;         // at the peak
+  double all_gradients = 0;     // rank_params · 4, of which peak.gradients exist then
+  double bucket_bytes = 0;      // the gradient-reduction buckets in peak.communication
+  std::string peak_at;          // "the loss's backward", "the backward of layer 3's MoE", ...
+  bool fused_cpu = false;       // fp32 on CPU: the fused kernels' saved tensors
+  double total_bytes() const { return peak.total(); }
 };
 
-// Doubles throughout, so absurd sizes (dim 2^30) stay finite and comparable.
 MemoryEstimate EstimateRankMemory(const JobSpec& spec);
+
+// "3.2 GiB", "512 MiB", "4.1e+03 TiB" (three significant digits, binary units).
+std::string FormatBytes(double bytes);
+// "dp=1 tp=1 ep=1 activation_checkpoint.mode=none training.mixed_precision=fp32".
+std::string DescribeLayout(const JobSpec& spec);
+// "parameters 29.5 MiB, gradients 0 B, optimizer 59.1 MiB, activations 249 MiB, ..." in
+// the order of MemoryBreakdown, the parts that are 0 left out except gradients.
+std::string DescribeBreakdown(const MemoryEstimate& estimate);
+
+// A layout of the same world size (dp·tp) that fits `limit_bytes` per rank. The
+// candidates are every (tp, ep) the spec rules (rules.h Validate) accept with
+// dp = world / tp, times every activation_checkpoint.mode; they are ranked by how many
+// keys differ from the spec (parallelism.dp and .tp count as one change, since the
+// world size ties them), then by the smaller estimate, then by the order of the axes
+// (tp, ep, mode; smaller values first). The search walks a list of axes, so a new
+// layout key (parallelism.dp_shard) is one more axis.
+struct LayoutSuggestion {
+  bool fits = false;                 // a candidate fits; else `spec` is the smallest
+  JobSpec spec;                      // the suggested (or smallest) layout
+  std::vector<std::string> changed;  // "ep=8", "activation_checkpoint.mode=full"
+  MemoryEstimate estimate;
+  int candidates = 0;                // layouts the rules accepted
+};
+LayoutSuggestion SuggestLayout(const JobSpec& spec, double limit_bytes);
+// "fits at ep=8 activation_checkpoint.mode=full: 24.9 GiB", or "no layout of dp·tp=8
+// ranks fits (the smallest, ep=8 activation_checkpoint.mode=full, needs 90.1 GiB)".
+std::string DescribeSuggestion(const JobSpec& spec, const LayoutSuggestion& suggestion);
 
 }  // namespace trainyard::spec
