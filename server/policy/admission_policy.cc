@@ -15,15 +15,7 @@ namespace trainyard {
 namespace {
 
 // "3.2 GiB", "4.1e+03 TiB".
-std::string Bytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024 && u < 4) {
-    b /= 1024;
-    ++u;
-  }
-  return absl::StrFormat("%.3g %s", b, units[u]);
-}
+std::string Bytes(double b) { return spec::FormatBytes(b); }
 
 // "w1: libtorch 1.13.0, cuda=false, cudagraph=false; w2: ..." (at most 8 named), with
 // the capability `cap` after cuda ("" for none) and the GPU count when `gpus`.
@@ -108,14 +100,11 @@ absl::Status CheckFleet(const v1::JobSpec& s, const DeviceNeeds& needs, const Fl
     if (core.ok()) {
       const spec::MemoryEstimate e = spec::EstimateRankMemory(*core);
       if (e.total_bytes() > static_cast<double>(limit)) {
+        // The same world size in another layout (docs/memory.md has the order).
+        const spec::LayoutSuggestion fit = spec::SuggestLayout(*core, static_cast<double>(limit));
         return absl::InvalidArgumentError(absl::StrCat(
-            "model: one rank needs an estimated ", Bytes(e.total_bytes()), " (", Bytes(e.state_bytes),
-            " for ", absl::StrFormat("%.3g", e.rank_params),
-            " parameters with gradients and AdamW state, ", Bytes(e.activation_bytes),
-            " of activations for training.batch_size=", s.training().batch_size(),
-            " x training.seq_len=", s.training().seq_len(), "), more than ", where,
-            "; shrink the model or the batch, raise parallelism.tp or parallelism.ep, or set "
-            "activation_checkpoint.mode"));
+            "model: one rank needs an estimated ", Bytes(e.total_bytes()), " at ", spec::DescribeLayout(*core), " (",
+            spec::DescribeBreakdown(e), "), more than ", where, "; ", spec::DescribeSuggestion(*core, fit)));
       }
     }
   }

@@ -43,8 +43,10 @@ struct FleetView {
 //      10,000 random specs), so no job is admitted that every rank would refuse;
 //   2. the fleet: the world size dp·tp must fit in the connected slots, and the gang
 //      must be placeable on the idle fleet (a TP group inside one worker), one rank's
-//      estimated memory (spec::EstimateRankMemory) must fit the largest worker (host
-//      memory for CPU jobs, the largest GPU of the eligible workers for CUDA jobs);
+//      estimated peak memory (spec::EstimateRankMemory) must fit the largest worker
+//      (host memory for CPU jobs, the largest GPU of the eligible workers for CUDA
+//      jobs), else INVALID_ARGUMENT with the figure, its breakdown and a layout of the
+//      same world size that fits (spec::SuggestLayout) or that none does;
 //      resources.device=cuda needs a connected worker with GPUs and a CUDA engine,
 //      compile.backend=cudagraph one whose engine has cudagraph, and
 //      training.mixed_precision=bf16 one whose engine has bf16 (any device): refused

@@ -4,6 +4,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "common/spec/memory_estimate.h"
+#include "common/spec_proto.h"
 #include "server/policy/admission_policy.h"
 #include "server/policy/restart_policy.h"
 
@@ -94,7 +96,10 @@ TEST(AdmissionPolicyTest, AJobWhoseRankCannotFitTheLargestWorkersMemoryIsRefused
               HasSubstr("model: one rank needs an estimated "));
   EXPECT_THAT(std::string(refused.status().message()),
               HasSubstr("more than the largest worker has (w1: 24 GiB)"));
-  EXPECT_LE(refused.status().message().size(), 400u);
+  // One rank: only activation checkpointing could change, and the weights alone are
+  // too many.
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("; no layout of dp·tp=1 ranks fits"));
+  EXPECT_LE(refused.status().message().size(), 500u);
   std::printf("[message] %s\n", std::string(refused.status().message()).c_str());
   // Activation checkpointing or a smaller batch is what saves a long sequence: tiny at
   // seq_len 65536 needs its n_heads·seq² attention scores per layer.
@@ -102,6 +107,41 @@ TEST(AdmissionPolicyTest, AJobWhoseRankCannotFitTheLargestWorkersMemoryIsRefused
   long_seq.mutable_training()->set_seq_len(65536);
   long_seq.mutable_training()->set_batch_size(8);
   EXPECT_FALSE(AdmissionPolicy::Admit(long_seq, fleet).ok());
+}
+
+// The refusal names the figure at the submitted layout, where it goes, and a layout of
+// the same 8 ranks that fits: a debug model whose 64 experts of hidden 2048 (302M
+// parameters) need expert parallelism.
+TEST(AdmissionPolicyTest, AnOversizedJobIsRefusedWithTheFigureAndALayoutThatFits) {
+  v1::JobSpec spec;
+  spec.mutable_model()->set_preset("debug");
+  spec.mutable_model()->set_n_routed_experts(64);
+  spec.mutable_model()->set_expert_hidden(2048);
+  spec.mutable_training()->set_batch_size(4);
+  spec.mutable_training()->set_seq_len(1024);
+  spec.mutable_parallelism()->set_dp(8);
+  FleetView fleet = Slots(8);
+  fleet.largest_memory_worker = "w1";
+  fleet.largest_memory_bytes = int64_t{3} << 30;
+  auto refused = AdmissionPolicy::Admit(spec, fleet);
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  const std::string message(refused.status().message());
+  std::printf("[message] %s\n", message.c_str());
+  auto core = ResolveAndValidateCore(spec);
+  ASSERT_TRUE(core.ok());
+  const spec::MemoryEstimate at = spec::EstimateRankMemory(*core);
+  EXPECT_THAT(message, HasSubstr("model: one rank needs an estimated " + spec::FormatBytes(at.total_bytes()) +
+                                 " at dp=8 tp=1 ep=1 activation_checkpoint.mode=none "
+                                 "training.mixed_precision=fp32 (parameters "));
+  EXPECT_THAT(message, HasSubstr(", more than the largest worker has (w1: 3 GiB); fits at ep=8: "));
+  // ep=4 does not fit 3 GiB, ep=8 does; checkpointing or tp split no expert.
+  core->parallelism.ep = 8;
+  const double ep8 = spec::EstimateRankMemory(*core).total_bytes();
+  EXPECT_LT(ep8, 3.0 * (1 << 30));
+  EXPECT_THAT(message, testing::EndsWith("; fits at ep=8: " + spec::FormatBytes(ep8)));
+  // Submitted in that layout, it is admitted.
+  spec.mutable_parallelism()->set_ep(8);
+  EXPECT_TRUE(AdmissionPolicy::Admit(spec, fleet).ok());
 }
 
 TEST(AdmissionPolicyTest, ReturnsTheNormalisedSpec) {
