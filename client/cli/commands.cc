@@ -85,8 +85,9 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
 
   CLI::App* explain = app.add_subcommand(
       "explain", "Why a job is where it is: the scheduler's reason, queue position, estimated "
-                 "start and reserved slots while PENDING; its compile summary per region with "
-                 "hints, restarts and stalls");
+                 "start and reserved slots while PENDING; the memory one rank needs at its peak, by "
+                 "part (estimated from its spec); its compile summary per region with hints, restarts "
+                 "and stalls");
   explain->add_option("job", job_id, "Job id")->required();
   example(explain, "Example: trainyard explain job-3");
 
@@ -218,8 +219,10 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
   preflight_options.spec_dir = env.temp_dir;
   CLI::App* preflight = app.add_subcommand(
       "preflight",
-      "Run the job's compile preflight locally (3 steps of its exact structure on local CPU "
-      "ranks, jit in place of cudagraph) and print its compile events and a verdict");
+      "Print the memory one rank of the job needs at its peak, by part (estimated from the "
+      "spec: docs/memory.md), then run its compile preflight locally (3 steps of its exact "
+      "structure on local CPU ranks, jit in place of cudagraph) and print its compile events "
+      "and a verdict");
   preflight->add_option("file", preflight_options.job_file, "Job file (TOML)")->required();
   preflight
       ->add_option("--set", preflight_options.sets,
@@ -228,7 +231,8 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
   preflight->add_flag("--shrink", preflight_options.shrink,
                       "Let the runner shrink the model's sizes (same structure, faster)");
   preflight->add_flag("--json", preflight_options.json,
-                      "Print the runner's Event JSON lines (the verdict goes to stderr)");
+                      "Print the runner's Event JSON lines (the memory estimate, one "
+                      "{\"memory_estimate\":...} line, and the verdict go to stderr)");
   preflight
       ->add_option("--train-binary", preflight_options.train_binary,
                    "The preflight runner (default: trainyard-train next to this executable)")
@@ -239,8 +243,9 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
       ->check(SecondsCheck(/*zero_allowed=*/false))
       ->capture_default_str();
   example(preflight,
-          "Prints COMPILE, RECOMPILE, RECOMPILE_LIMIT, GRAPH_BREAK, UNSAFE_SIDE_EFFECT and "
-          "FALLBACK events, one line each, then a verdict. The job file is checked as `submit` "
+          "Prints the estimated memory per rank (parameters, gradients, optimizer state, weight "
+          "copies, activations, communication buffers), then COMPILE, RECOMPILE, RECOMPILE_LIMIT, "
+          "GRAPH_BREAK, UNSAFE_SIDE_EFFECT and FALLBACK events, one line each, then a verdict. The job file is checked as `submit` "
           "and the controller check it (slots aside). Needs no controller. Exit status: 0 clean, "
           "1 findings (an UNSAFE_SIDE_EFFECT or RECOMPILE_LIMIT event), 2 bad job file, "
           "validation or usage error, 6 the runner failed (a rank failed, it timed out or could "

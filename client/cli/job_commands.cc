@@ -8,6 +8,7 @@
 
 #include "client/cli/cli_format.h"
 #include "client/cli/gpu_format.h"
+#include "client/cli/memory_format.h"
 #include "common/events/proto_json.h"
 #include "common/job_file.h"
 
@@ -107,7 +108,7 @@ int Runner::Explain(const std::string& id) {
     absl::StatusOr<JobHistory> history = History(*job);
     if (!history.ok()) return Fail(history.status());
     out_ << TerminalSafe(FormatExplain(*job, *pending, *workers, env_.clock->Now()) +
-                             FormatExplainHistory(*job, *history),
+                             FormatMemoryEstimate(job->spec()) + FormatExplainHistory(*job, *history),
                          /*keep_newlines=*/true);
   }
   out_.flush();

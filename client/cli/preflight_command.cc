@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/cli/cli_format.h"
+#include "client/cli/memory_format.h"
 #include "common/spec/job_file_reader.h"
 #include "common/spec/presets.h"
 #include "common/preflight_runner.h"
@@ -13,23 +14,31 @@ namespace {
 // The job exactly as the controller would store it, or why every rank would refuse it:
 // the spec core's rules, with the file:line or --set each value came from (the
 // controller's fleet checks, slots and devices, are not known here).
-absl::StatusOr<v1::JobSpec> ResolveJob(const PreflightCommandOptions& options) {
+absl::StatusOr<spec::JobSpec> ResolveJob(const PreflightCommandOptions& options) {
   spec::Result<spec::SpecInput> input = spec::LoadJobFile(options.job_file, options.sets);
   if (!input.ok()) return SpecErrorToStatus(input.error());
   spec::Result<spec::JobSpec> resolved = spec::ResolveAndValidate(input.value());
   if (!resolved.ok()) return SpecErrorToStatus(resolved.error());
-  return ProtoFromSpec(resolved.value());
+  return resolved.value();
 }
 
 }  // namespace
 
 int RunPreflightCommand(const PreflightCommandOptions& options, ProcessLauncher* launcher,
                         Clock* clock, std::ostream& out, std::ostream& err) {
-  absl::StatusOr<v1::JobSpec> spec = ResolveJob(options);
-  if (!spec.ok()) {
-    err << FormatError(spec.status()) << std::endl;
+  absl::StatusOr<spec::JobSpec> core = ResolveJob(options);
+  if (!core.ok()) {
+    err << FormatError(core.status()) << std::endl;
     return kPreflightBadInput;
   }
+  // The memory one rank needs first (docs/memory.md): it needs no runner. With --json
+  // stdout stays the runner's Event lines, so it goes to stderr as one JSON line.
+  if (options.json) {
+    err << MemoryEstimateJsonLine(*core) << std::endl;
+  } else {
+    out << FormatMemoryEstimate(*core) << std::flush;
+  }
+  const v1::JobSpec spec = ProtoFromSpec(*core);
 
   PreflightOptions runner_options;
   runner_options.binary = options.train_binary;
@@ -39,7 +48,7 @@ int RunPreflightCommand(const PreflightCommandOptions& options, ProcessLauncher*
   const PreflightRunner runner(launcher, runner_options, clock);
   // The callback runs on the runner's reader thread while this one waits in Run.
   absl::StatusOr<PreflightReport> report =
-      runner.Run(*spec, [&](const std::string& line, const v1::Event* event) {
+      runner.Run(spec, [&](const std::string& line, const v1::Event* event) {
         if (event == nullptr || !event->has_compile() ||
             !IsShownPreflightKind(event->compile().kind())) {
           return;

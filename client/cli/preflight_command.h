@@ -28,7 +28,9 @@ struct PreflightCommandOptions {
 };
 
 // `trainyard preflight`: loads and validates the job file with the spec core's rules, as
-// `submit` and the controller do (the controller's fleet checks aside), runs `trainyard-train SPEC.json --preflight
+// `submit` and the controller do (the controller's fleet checks aside), prints the
+// memory one rank needs (FormatMemoryEstimate on `out`; with `json` one
+// MemoryEstimateJsonLine on `err`), runs `trainyard-train SPEC.json --preflight
 // [--shrink] --json` locally, prints each COMPILE, RECOMPILE, RECOMPILE_LIMIT,
 // GRAPH_BREAK, UNSAFE_SIDE_EFFECT and FALLBACK event as it arrives (one human line, or
 // the raw JSON line with `json`), then a verdict line: on `out` in text mode, on `err`

@@ -111,12 +111,14 @@ TEST(CliExamplesTest, DeepSeekV3SixteenBIsAValidGpuConfig) {
   // "16B-shaped": the whole model between 14 and 18 billion parameters.
   EXPECT_GT(m.total_params, 14e9);
   EXPECT_LT(m.total_params, 18e9);
-  // One rank (1/8 of the experts, everything else replicated) within an 80 GB GPU.
+  // One rank (1/8 of the experts, everything else replicated) at its estimated peak
+  // (docs/memory.md) within an 80 GB GPU, so its own preflight and the controller admit
+  // it on 8 GPUs of 80 GiB.
   EXPECT_LT(m.total_bytes(), 80e9);
-  std::printf("[figures] deepseek_v3_16b: %.2fB parameters, %.2fB per rank, est. %.1f GB per rank "
-              "(%.1f GB state, %.1f GB activations)\n",
-              m.total_params / 1e9, m.rank_params / 1e9, m.total_bytes() / 1e9, m.state_bytes / 1e9,
-              m.activation_bytes / 1e9);
+  std::printf("[figures] deepseek_v3_16b: %.2fB parameters, %.2fB per rank, est. peak %.1f GB per rank "
+              "at %s (%.1f GB state, %.1f GB activations; %s)\n",
+              m.total_params / 1e9, m.rank_params / 1e9, m.total_bytes() / 1e9, m.peak_at.c_str(),
+              m.state_bytes / 1e9, m.activation_bytes / 1e9, spec::DescribeBreakdown(m).c_str());
 }
 
 }  // namespace

@@ -1,0 +1,88 @@
+#include "client/cli/memory_format.h"
+
+#include <cstdio>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/spec/memory_estimate.h"
+#include "common/spec_proto.h"
+
+namespace trainyard::cli {
+namespace {
+
+// "7.74M", "1.2B", "640".
+std::string Count(double n) {
+  char out[32];
+  if (n >= 1e9) {
+    std::snprintf(out, sizeof out, "%.3gB", n / 1e9);
+  } else if (n >= 1e6) {
+    std::snprintf(out, sizeof out, "%.3gM", n / 1e6);
+  } else if (n >= 1e3) {
+    std::snprintf(out, sizeof out, "%.3gK", n / 1e3);
+  } else {
+    std::snprintf(out, sizeof out, "%.0f", n);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string FormatMemoryEstimate(const spec::JobSpec& spec) {
+  const spec::MemoryEstimate e = spec::EstimateRankMemory(spec);
+  const spec::MemoryBreakdown& p = e.peak;
+  std::string out = "memory:     " + spec::FormatBytes(e.total_bytes()) + " per rank at its peak, " + e.peak_at +
+                    " (estimate, docs/memory.md)\n            " + spec::DescribeLayout(spec) + "\n";
+  const bool bf16 = spec.training.mixed_precision == "bf16";
+  const std::vector<std::pair<std::string, std::string>> rows = {
+      {"parameters", "fp32 master weights, " + Count(e.rank_params) + " of " + Count(e.total_params) + " parameters"},
+      {"gradients", "fp32, of " + spec::FormatBytes(e.all_gradients) + " (those that exist at the peak)"},
+      {"optimizer", "AdamW's m and v, fp32"},
+      {"weight copies", bf16 ? "bf16 copies of the weights kept for backward"
+                             : (e.fused_cpu ? "none (the fused CPU kernels read the weights in place)"
+                                            : "the concatenated q|k|v weight of each layer")},
+      {"activations", std::string("saved for backward and that moment's buffers (") +
+                          (e.fused_cpu ? "fused fp32 CPU kernels" : bf16 ? "bf16" : "composite fp32 ops") + ")"},
+      {"communication", "gradient buckets " + spec::FormatBytes(e.bucket_bytes) + ", EP all-to-all rows " +
+                            spec::FormatBytes(p.communication - e.bucket_bytes)},
+      {"other", std::string("RoPE tables, attention masks, the batch") +
+                    (e.peak_at.find("probe") != std::string::npos ? ", the GEMM peak probe's operands" : "")},
+  };
+  const double values[] = {p.parameters, p.gradients,     p.optimizer, p.compute_weights,
+                           p.activations, p.communication, p.other};
+  for (size_t i = 0; i < rows.size(); ++i) {
+    char line[64];
+    std::snprintf(line, sizeof line, "  %-14s %9s  ", rows[i].first.c_str(), spec::FormatBytes(values[i]).c_str());
+    out += line + rows[i].second + "\n";
+  }
+  return out;
+}
+
+std::string FormatMemoryEstimate(const v1::JobSpec& spec) {
+  absl::StatusOr<spec::JobSpec> core = ResolveAndValidateCore(spec);
+  if (!core.ok()) return "memory:     no estimate: " + std::string(core.status().message()) + "\n";
+  return FormatMemoryEstimate(*core);
+}
+
+std::string MemoryEstimateJsonLine(const spec::JobSpec& spec) {
+  const spec::MemoryEstimate e = spec::EstimateRankMemory(spec);
+  const spec::MemoryBreakdown& p = e.peak;
+  const nlohmann::json estimate = {{"total_bytes", e.total_bytes()},
+          {"peak_at", e.peak_at},
+          {"layout", spec::DescribeLayout(spec)},
+          {"total_params", e.total_params},
+          {"rank_params", e.rank_params},
+          {"parameters", p.parameters},
+          {"gradients", p.gradients},
+          {"all_gradients", e.all_gradients},
+          {"optimizer", p.optimizer},
+          {"compute_weights", p.compute_weights},
+          {"activations", p.activations},
+          {"communication", p.communication},
+          {"gradient_buckets", e.bucket_bytes},
+          {"other", p.other},
+          {"fused_cpu_kernels", e.fused_cpu}};
+  return nlohmann::json{{"memory_estimate", estimate}}.dump();
+}
+
+}  // namespace trainyard::cli

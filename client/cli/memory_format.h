@@ -1,0 +1,33 @@
+// What `trainyard preflight` and `trainyard explain` print of a job's memory per rank:
+// spec::EstimateRankMemory (common/spec/memory_estimate.h; docs/memory.md) at the peak,
+// by part. Pure functions over the resolved spec; nothing here talks to a controller.
+#pragma once
+
+#include <string>
+
+#include "common/spec/job_spec.h"
+#include "trainyard/v1/spec.pb.h"
+
+namespace trainyard::cli {
+
+// The estimate as text, a headline then one line a part, 12-column labels as `explain`:
+//   memory:     408 MiB per rank at its peak, the loss's backward (estimate, docs/memory.md)
+//               dp=1 tp=1 ep=1 activation_checkpoint.mode=none training.mixed_precision=fp32
+//     parameters     29.5 MiB  fp32 master weights, 7.74M of 7.74M parameters
+//     gradients         0 B    fp32, of 29.5 MiB (those that exist at the peak)
+//     ...
+// Ends with a newline.
+std::string FormatMemoryEstimate(const spec::JobSpec& spec);
+// The same for a stored or submitted proto spec; one "memory:     no estimate: WHY" line
+// when the spec core refuses it.
+std::string FormatMemoryEstimate(const v1::JobSpec& spec);
+
+// One JSON line (no newline), what `preflight --json` writes to stderr:
+//   {"memory_estimate":{"total_bytes":...,"peak_at":"...","layout":"...","total_params":...,
+//    "rank_params":...,"parameters":...,"gradients":...,"all_gradients":...,"optimizer":...,
+//    "compute_weights":...,"activations":...,"communication":...,"gradient_buckets":...,
+//    "other":...,"fused_cpu_kernels":true}}
+// Bytes and counts as JSON numbers.
+std::string MemoryEstimateJsonLine(const spec::JobSpec& spec);
+
+}  // namespace trainyard::cli

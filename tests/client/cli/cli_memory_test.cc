@@ -1,0 +1,105 @@
+// The memory per rank `trainyard preflight` and `trainyard explain` print
+// (client/cli/memory_format.h over spec::EstimateRankMemory). The debug preset's figure,
+// 408 MiB, is what the engine's tensor tracker measured for one rank of
+// examples/debug.toml (427,970,920 bytes at steps 2 and 3; bench/memory_table.cc).
+#include "client/cli/memory_format.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "client/cli/preflight_command.h"
+#include "common/base/posix_process_launcher.h"
+#include "common/spec/presets.h"
+#include "tests/client/cli/cli_test_fixture.h"
+#include "tests/support/temp_dir.h"
+
+namespace trainyard {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+spec::JobSpec Debug(std::vector<std::string> sets = {}) {
+  spec::Result<spec::JobSpec> s = spec::FromPreset("debug", sets);
+  EXPECT_TRUE(s.ok());
+  return s.value();
+}
+
+TEST(CliMemoryTest, PrintsThePeakByPart) {
+  const std::string text = cli::FormatMemoryEstimate(Debug());
+  // 7,741,696 parameters (debug: 2·2048·256 embedding and head, 256 final norm, a dense
+  // layer of 786,944, three MoE layers of 1,968,640): 29.5 MiB at 4 B, AdamW 59.1 MiB.
+  EXPECT_THAT(text, StartsWith("memory:     408 MiB per rank at its peak, the loss's backward (estimate, "
+                               "docs/memory.md)\n"
+                               "            dp=1 tp=1 ep=1 activation_checkpoint.mode=none "
+                               "training.mixed_precision=fp32\n"));
+  EXPECT_THAT(text, HasSubstr("\n  parameters      29.5 MiB  fp32 master weights, 7.74M of 7.74M parameters\n"));
+  EXPECT_THAT(text, HasSubstr("\n  gradients            0 B  fp32, of 29.5 MiB (those that exist at the peak)\n"));
+  EXPECT_THAT(text, HasSubstr("\n  optimizer       59.1 MiB  AdamW's m and v, fp32\n"));
+  EXPECT_THAT(text, HasSubstr("\n  communication   29.5 MiB  gradient buckets 29.5 MiB, EP all-to-all rows 0 B\n"));
+  EXPECT_THAT(text, HasSubstr("\n  activations      289 MiB  saved for backward"));
+  // bf16: the same state, bf16 copies of every weight but the embedding (7.22M · 2 B).
+  const std::string bf16 = cli::FormatMemoryEstimate(Debug({"training.mixed_precision=\"bf16\""}));
+  EXPECT_THAT(bf16, StartsWith("memory:     373 MiB per rank"));
+  EXPECT_THAT(bf16, HasSubstr("\n  weight copies   13.8 MiB  bf16 copies of the weights kept for backward\n"));
+}
+
+TEST(CliMemoryTest, JsonLineAndARefusedSpec) {
+  const nlohmann::json j = nlohmann::json::parse(cli::MemoryEstimateJsonLine(Debug()));
+  const nlohmann::json& m = j.at("memory_estimate");
+  EXPECT_EQ(m.at("rank_params").get<double>(), 7741696);
+  EXPECT_EQ(m.at("parameters").get<double>(), 4.0 * 7741696);
+  EXPECT_EQ(m.at("optimizer").get<double>(), 8.0 * 7741696);
+  EXPECT_NEAR(m.at("total_bytes").get<double>(), 427970920, 1024) << "the measured peak";
+  EXPECT_EQ(m.at("peak_at"), "the loss's backward");
+  EXPECT_EQ(m.at("fused_cpu_kernels"), true);
+  v1::JobSpec refused;
+  refused.mutable_model()->set_dim(7);  // not a multiple of n_heads
+  EXPECT_THAT(cli::FormatMemoryEstimate(refused), StartsWith("memory:     no estimate: "));
+}
+
+// `trainyard preflight` prints the estimate before its runner's events and verdict; with
+// --json on stderr, so stdout stays the runner's Event lines.
+TEST(CliMemoryTest, PreflightPrintsTheEstimateFirst) {
+  testing::TempDir dir;
+  PosixProcessLauncher launcher;
+  cli::PreflightCommandOptions options;
+  options.job_file = std::string(TRAINYARD_EXAMPLES) + "/debug.toml";
+  options.train_binary = dir.WriteScript("trainyard-train", "exit 0\n");
+  options.spec_dir = dir.path();
+  std::ostringstream out, err;
+  ASSERT_EQ(cli::RunPreflightCommand(options, &launcher, SystemClock(), out, err), cli::kPreflightClean)
+      << err.str();
+  EXPECT_THAT(out.str(), StartsWith("memory:     408 MiB per rank at its peak"));
+  EXPECT_THAT(out.str(), HasSubstr("\npreflight: clean"));
+
+  options.json = true;
+  options.sets = {"parallelism.dp=2", "parallelism.ep=2"};
+  std::ostringstream jout, jerr;
+  ASSERT_EQ(cli::RunPreflightCommand(options, &launcher, SystemClock(), jout, jerr), cli::kPreflightClean);
+  EXPECT_EQ(jout.str(), "");
+  std::istringstream lines(jerr.str());
+  std::string first;
+  std::getline(lines, first);
+  const nlohmann::json m = nlohmann::json::parse(first).at("memory_estimate");
+  EXPECT_EQ(m.at("layout"), "dp=2 tp=1 ep=2 activation_checkpoint.mode=none training.mixed_precision=fp32");
+  // ep=2: 4 of the 8 experts (3 · 256·256 each) of each MoE layer leave the rank.
+  EXPECT_EQ(m.at("rank_params").get<double>(), 7741696 - 3 * 4 * 196608.0);
+}
+
+class CliMemoryExplainTest : public testing::CliTest {};
+
+TEST_F(CliMemoryExplainTest, ExplainPrintsTheBreakdownOfTheJobsSpec) {
+  // The fake's job spec names only the job: the debug preset, as the controller resolves it.
+  service_.AddJob("j1", v1::Job::RUNNING, 20);
+  ASSERT_EQ(RunRaw({"--controller", address_, "explain", "j1"}), 0) << err_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("\nmemory:     408 MiB per rank at its peak, the loss's backward"));
+  EXPECT_THAT(out_.str(), HasSubstr("\n  activations      289 MiB"));
+}
+
+}  // namespace
+}  // namespace trainyard
