@@ -259,6 +259,15 @@ inline void WaitCollective(const WorkPtr& work, const at::Tensor& tensor) {
 #endif
 }
 
+// What a c10d collective returns (ProcessGroup::Work in 1.13, c10d::Work in 2.x).
+using WorkPtr = decltype(std::declval<CollectiveBackend&>().allreduce(std::declval<std::vector<at::Tensor>&>()));
+
+// Starts an in-place sum over the group and returns its work; WaitCollective ends it.
+inline WorkPtr StartAllReduceSum(CollectiveBackend& group, at::Tensor& tensor) {
+  std::vector<at::Tensor> tensors{tensor};
+  return group.allreduce(tensors);
+}
+
 // Blocking in-place sum over the group; under NCCL until the GPU has finished it
 // (WaitCollective), so later kernels and the host both see the sum.
 inline void AllReduceSum(CollectiveBackend& group, at::Tensor& tensor) {

@@ -1,29 +1,125 @@
 #include "worker/engine/parallel/gradient_synchronizer.h"
 
+#include <climits>
+#include <cstdlib>
+#include <cstring>
 #include <utility>
 
-namespace trainyard::engine {
+#include <torch/csrc/autograd/function_hook.h>
 
-GradientSynchronizer::GradientSynchronizer(std::vector<torch::Tensor> params, CollectiveGroup& group,
-                                           double scale)
-    : params_(std::move(params)), group_(group), scale_(scale) {
+namespace trainyard::engine {
+namespace {
+
+// The layer a parameter belongs to: N for "layers.N.…", INT_MAX for the output head and
+// the final norm (their gradients come first), -1 for the embedding (last).
+int UnitOf(const std::string& name) {
+  if (name.rfind("layers.", 0) == 0) return std::atoi(name.c_str() + std::strlen("layers."));
+  if (name.rfind("tok_embeddings", 0) == 0) return -1;
+  return INT_MAX;
+}
+
+}  // namespace
+
+class GradientSynchronizer::ReadyHook final : public torch::autograd::FunctionPostHook {
+ public:
+  ReadyHook(GradientSynchronizer* sync, size_t param) : sync_(sync), param_(param) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list& /*inputs*/) override {
+    if (sync_ != nullptr) sync_->OnReady(param_);
+    return outputs;
+  }
+  GradientSynchronizer* sync_;
+
+ private:
+  size_t param_;
+};
+
+bool GradientSynchronizer::OverlapFromEnvironment() {
+  const char* v = std::getenv("TRAINYARD_OVERLAP_GRAD_REDUCE");
+  return v == nullptr || std::string(v) != "0";
+}
+
+GradientSynchronizer::GradientSynchronizer(std::vector<torch::Tensor> params, const std::vector<std::string>& names,
+                                           CollectiveGroup& group, double scale, bool overlap)
+    : params_(std::move(params)), group_(group), scale_(scale), overlap_(overlap && group.world_size() > 1) {
+  TORCH_CHECK(names.size() == params_.size(), "GradientSynchronizer: ", names.size(), " names for ",
+              params_.size(), " parameters");
+  bucket_of_.resize(params_.size());
   int64_t filled = 0;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (buckets_.empty() || filled + params_[i].numel() > kBucketElements) {
+  int unit = 0;
+  for (size_t k = params_.size(); k-- > 0;) {
+    const int u = UnitOf(names[k]);
+    if (buckets_.empty() || u != unit || filled + params_[k].numel() > kBucketElements) {
       if (buckets_.empty() || !buckets_.back().empty()) buckets_.emplace_back();
       filled = 0;
+      unit = u;
     }
-    buckets_.back().push_back(i);
-    filled += params_[i].numel();
+    buckets_.back().push_back(k);
+    bucket_of_[k] = buckets_.size() - 1;
+    filled += params_[k].numel();
   }
   for (const auto& bucket : buckets_) {
     int64_t n = 0;
     for (size_t i : bucket) n += params_[i].numel();
     flat_.push_back(torch::empty({n}, params_.front().options()));
   }
+  pending_.resize(buckets_.size());
+  if (!overlap_) return;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    accumulators_.push_back(torch::autograd::impl::grad_accumulator(params_[i]));
+    TORCH_CHECK(accumulators_.back() != nullptr, "GradientSynchronizer: parameter ", names[i],
+                " has no gradient accumulator (not a leaf that requires grad)");
+    accumulators_.back()->add_post_hook(std::make_unique<ReadyHook>(this, i));
+  }
 }
 
-void GradientSynchronizer::Reduce() {
+GradientSynchronizer::~GradientSynchronizer() {
+  // The accumulators may outlive this object (the parameters hold them weakly, a graph
+  // strongly): their hooks must not call back into it.
+  for (auto& acc : accumulators_) {
+    for (auto& hook : acc->post_hooks()) {
+      if (auto* h = dynamic_cast<ReadyHook*>(hook.get()); h != nullptr && h->sync_ == this) h->sync_ = nullptr;
+    }
+  }
+}
+
+void GradientSynchronizer::Arm() {
+  if (!overlap_) return;
+  armed_ = true;
+  ready_.assign(params_.size(), false);
+  waiting_.clear();
+  for (const auto& bucket : buckets_) waiting_.push_back(bucket.size());
+  next_launch_ = 0;
+}
+
+void GradientSynchronizer::OnReady(size_t param) {
+  if (!armed_ || ready_[param]) return;
+  ready_[param] = true;
+  --waiting_[bucket_of_[param]];
+  while (next_launch_ < buckets_.size() && waiting_[next_launch_] == 0) Launch(next_launch_++);
+}
+
+void GradientSynchronizer::Launch(size_t b) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor& flat = flat_[b];
+  int64_t offset = 0;
+  for (size_t i : buckets_[b]) {
+    const int64_t n = params_[i].numel();
+    if (params_[i].grad().defined()) {
+      flat.narrow(0, offset, n).copy_(params_[i].grad().reshape({-1}));
+    } else {
+      flat.narrow(0, offset, n).zero_();
+    }
+    offset += n;
+  }
+  if (overlap_) {
+    pending_[b] = group_.AllReduceSumAsync(flat);
+  } else {
+    group_.AllReduceSum(flat);
+  }
+}
+
+void GradientSynchronizer::Finish() {
   torch::NoGradGuard no_grad;
   for (auto& p : params_) {
     if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
@@ -34,17 +130,17 @@ void GradientSynchronizer::Reduce() {
     }
     return;
   }
+  // Overlap: start what backward did not (in order), then wait in the same order.
+  // Blocking: each bucket in turn.
+  const size_t first = armed_ ? next_launch_ : 0;
+  started_in_backward_ = first;
+  for (size_t b = first; b < buckets_.size(); ++b) Launch(b);
+  armed_ = false;
   for (size_t b = 0; b < buckets_.size(); ++b) {
+    pending_[b].Wait();
     torch::Tensor& flat = flat_[b];
-    int64_t offset = 0;
-    for (size_t i : buckets_[b]) {
-      const int64_t n = params_[i].numel();
-      flat.narrow(0, offset, n).copy_(params_[i].grad().reshape({-1}));
-      offset += n;
-    }
-    group_.AllReduceSum(flat);
     if (scale_ != 1.0) flat.mul_(scale_);
-    offset = 0;
+    int64_t offset = 0;
     for (size_t i : buckets_[b]) {
       torch::Tensor g = params_[i].mutable_grad();
       const int64_t n = params_[i].numel();

@@ -1,13 +1,33 @@
-// Reduces gradients over one process group with a few large all-reduces instead of one
-// per parameter: gradients are packed into flat buckets of about kBucketElements,
-// summed, multiplied by `scale` and copied back. The trainer keeps one per gradient
-// class, since the group and scale differ: dense params average over the DP group,
-// the router sums over TP and averages over DP (the world group, scale 1/dp), and
-// expert params sum over the expert-DP group with scale 1/dp (see parameter_sharding.h).
-// A parameter without a gradient on this rank (an expert no token chose) contributes
-// zeros, so every rank sends identical layouts. Not thread-safe; owned by the Trainer.
+// Reduces gradients over one process group with a few all-reduces instead of one per
+// parameter: gradients are packed into flat buckets, summed, multiplied by `scale` and
+// copied back. The trainer keeps one per gradient class, since the group and scale
+// differ: dense params average over the DP group, the router sums over TP and averages
+// over DP (the world group, scale 1/dp), and expert params sum over the expert-DP group
+// with scale 1/dp (see parameter_sharding.h). A parameter without a gradient on this
+// rank (an expert no token chose) contributes zeros, so every rank sends identical
+// layouts.
+//
+// Buckets follow the order backward produces gradients: parameters in reverse
+// registration order (output head and final norm first, then the last layer, ..., the
+// first layer and the embedding), a new bucket at every layer boundary and whenever a
+// bucket would pass kBucketElements.
+//
+// Overlap (on unless the environment has TRAINYARD_OVERLAP_GRAD_REDUCE=0): Arm() before
+// the last micro-batch's backward; a post-hook on each parameter's gradient accumulator
+// marks it ready, and a bucket whose parameters are all ready starts its all-reduce
+// asynchronously (c10d work handle) while backward goes on, buckets strictly in index
+// order so every rank starts them in the same order. Finish() starts what is left (a
+// parameter the graph did not reach), waits for all in order, scales and copies back.
+// Without overlap Finish() runs the same buckets blocking, one after another: the same
+// sums of the same buffers, so the two give bit-identical gradients.
+//
+// Thread model: the hooks run on the autograd thread that reaches the accumulator (the
+// calling thread for CPU tensors); Arm and Finish on the training thread before and
+// after backward. Not thread-safe otherwise; owned by the Trainer.
 #pragma once
 
+#include <memory>
+#include <string>
 #include <vector>
 
 #include <torch/torch.h>
@@ -20,17 +40,48 @@ class GradientSynchronizer {
  public:
   static constexpr int64_t kBucketElements = int64_t{8} << 20;  // 32 MiB of fp32
 
-  GradientSynchronizer(std::vector<torch::Tensor> params, CollectiveGroup& group, double scale);
+  // `names[i]` is params[i]'s module path ("layers.3.attention.wq.weight"): the layer
+  // boundaries of the buckets.
+  GradientSynchronizer(std::vector<torch::Tensor> params, const std::vector<std::string>& names,
+                       CollectiveGroup& group, double scale, bool overlap);
+  ~GradientSynchronizer();
+  GradientSynchronizer(const GradientSynchronizer&) = delete;
+  GradientSynchronizer& operator=(const GradientSynchronizer&) = delete;
 
+  // With overlap on and more than one rank: the next backward starts bucket all-reduces
+  // as their gradients become ready. Call before the last micro-batch's backward.
+  void Arm();
   // grad = scale · Σ_group grad. The scale applies even to a group of one.
-  void Reduce();
+  void Finish();
+
+  bool overlap() const { return overlap_; }
+  size_t bucket_count() const { return buckets_.size(); }
+  // Buckets the last Finish found already started during backward (0 without overlap).
+  size_t started_in_backward() const { return started_in_backward_; }
+  CollectiveGroup& group() { return group_; }
+  // TRAINYARD_OVERLAP_GRAD_REDUCE: "0" turns overlap off (A/B figures).
+  static bool OverlapFromEnvironment();
 
  private:
+  class ReadyHook;
+  void OnReady(size_t param);
+  void Launch(size_t bucket);
+
   std::vector<torch::Tensor> params_;
   CollectiveGroup& group_;
   double scale_;
+  bool overlap_;
   std::vector<std::vector<size_t>> buckets_;  // parameter indices per bucket
+  std::vector<size_t> bucket_of_;             // per parameter
   std::vector<torch::Tensor> flat_;           // one reusable buffer per bucket
+  // Kept alive so the hooks persist across steps (a leaf's accumulator is held weakly).
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+  bool armed_ = false;
+  std::vector<bool> ready_;                  // per parameter, this backward
+  std::vector<size_t> waiting_;              // per bucket: parameters not yet ready
+  size_t next_launch_ = 0;                   // buckets [0, next_launch_) are started
+  size_t started_in_backward_ = 0;
+  std::vector<CollectiveGroup::PendingSum> pending_;  // per bucket
 };
 
 }  // namespace trainyard::engine

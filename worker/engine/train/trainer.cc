@@ -107,23 +107,35 @@ Trainer::Trainer(const EngineConfig& config, ProcessMesh& mesh, EventWriter& eve
   // Gradient classes (parameter_sharding.h): each local loss is the mean over its DP
   // rank's batch, so every class ends with a factor 1/dp.
   std::vector<torch::Tensor> dense, router, expert;
+  std::vector<std::string> dense_names, router_names, expert_names;
   for (const auto& item : model_->named_parameters(/*recurse=*/true)) {
     const ShardKind kind = ShardKindOf(item.key());
     params_.push_back(item.value());
     owned_.push_back(OwnsShard(kind, ctx));
     if (kind == ShardKind::kExpert) {
       expert.push_back(item.value());
+      expert_names.push_back(item.key());
     } else if (kind == ShardKind::kTpPartial) {
       router.push_back(item.value());
+      router_names.push_back(item.key());
     } else {
       dense.push_back(item.value());
+      dense_names.push_back(item.key());
     }
   }
   const double inv_dp = 1.0 / ctx.dp;
-  grad_syncs_.push_back(std::make_unique<GradientSynchronizer>(dense, mesh.dp(), inv_dp));
+  // Reduction during backward (gradient_synchronizer.h); off for A/B figures.
+  const bool overlap = GradientSynchronizer::OverlapFromEnvironment();
+  grad_syncs_.push_back(std::make_unique<GradientSynchronizer>(dense, dense_names, mesh.dp(), inv_dp, overlap));
   // Partial over TP and replicated over DP: one sum over the whole world.
-  if (!router.empty()) grad_syncs_.push_back(std::make_unique<GradientSynchronizer>(router, mesh.world(), inv_dp));
-  if (!expert.empty()) grad_syncs_.push_back(std::make_unique<GradientSynchronizer>(expert, mesh.expert_dp(), inv_dp));
+  if (!router.empty()) {
+    grad_syncs_.push_back(
+        std::make_unique<GradientSynchronizer>(router, router_names, mesh.world(), inv_dp, overlap));
+  }
+  if (!expert.empty()) {
+    grad_syncs_.push_back(
+        std::make_unique<GradientSynchronizer>(expert, expert_names, mesh.expert_dp(), inv_dp, overlap));
+  }
   optimizer_ = std::make_unique<AdamW>(params_, AdamWOptions{kBeta1, kBeta2, kEps, kWeightDecay});
   if (!config_.validation.dataset.empty()) {
     evaluator_ = std::make_unique<Evaluator>(config_, mesh, model_, events, options.device, options.flight);
@@ -344,6 +356,10 @@ v1::StepMetrics Trainer::Step(int step) {
       out = model_(inputs, targets);
     }
     torch::Tensor loss = accum == 1 ? out.loss : out.loss / static_cast<double>(accum);
+    if (micro == accum - 1) {
+      // The last backward of the step reduces each bucket as its gradients are final.
+      for (auto& sync : grad_syncs_) sync->Arm();
+    }
     {
       RECORD_USER_SCOPE("trainyard::backward");
       loss.backward();
@@ -376,7 +392,23 @@ v1::StepMetrics Trainer::Step(int step) {
   {
     RECORD_USER_SCOPE("trainyard::gradient_sync");
     mesh_.world().AllReduceSum(stats);
-    for (auto& sync : grad_syncs_) sync->Reduce();
+    for (auto& sync : grad_syncs_) sync->Finish();
+  }
+  if (step == start_step_ + 1 && ctx.rank == 0) {
+    // What the overlap did (gradient_synchronizer.h), once: per group, its buckets and
+    // how many backward had started before it ended.
+    std::string line = "gradient reduction:";
+    for (auto& sync : grad_syncs_) {
+      const std::string name = sync->group().name().empty() ? std::string("group") : sync->group().name();
+      if (sync->group().world_size() == 1) {
+        line += " " + name + " 1 rank, not reduced;";
+      } else {
+        line += " " + name + " " + std::to_string(sync->bucket_count()) + " buckets, " +
+                (sync->overlap() ? std::to_string(sync->started_in_backward()) + " started during backward;"
+                                 : std::string("reduced after backward (overlap off);"));
+      }
+    }
+    events_.Log("info", line);
   }
   double grad_norm = 0, clip_scale = 1;
   {

@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -154,6 +156,44 @@ INSTANTIATE_TEST_SUITE_P(FourRanks, ParityTest,
 INSTANTIATE_TEST_SUITE_P(TwoRanks, ParityTest,
                          ::testing::Values(Layout{1, 2, 1}, Layout{2, 1, 1}, Layout{2, 1, 2},
                                            Layout{1, 2, 1, "bf16"}, Layout{2, 1, 2, "bf16"}),
+                         [](const auto& info) { return info.param.Name(); });
+
+// Gradient reduction during backward (gradient_synchronizer.h) against the same buckets
+// reduced after it (TRAINYARD_OVERLAP_GRAD_REDUCE=0): the same sums of the same buffers,
+// so bit-identical losses and final weights; and the overlapped run did start buckets
+// while backward ran (rank 0's "gradient reduction:" line counts them).
+class OverlapTest : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(OverlapTest, ReducingDuringBackwardIsBitIdenticalToReducingAfterIt) {
+  const Layout l = GetParam();
+  const std::string dir = ProcessTempPrefix();
+  auto run = [&](bool overlap) {
+    const std::string tag = l.Name() + (overlap ? "_overlap" : "_blocking");
+    ::setenv("TRAINYARD_OVERLAP_GRAD_REDUCE", overlap ? "1" : "0", 1);
+    const auto losses = RunLayout(l, kBatch, 6, tag, {"--save-final", dir + tag + ".safetensors"});
+    ::unsetenv("TRAINYARD_OVERLAP_GRAD_REDUCE");
+    std::string line;
+    for (const auto& e : ReadRankEvents(dir + tag + "_r0.jsonl")) {
+      if (e.has_log() && e.log().message().rfind("gradient reduction:", 0) == 0) line = e.log().message();
+    }
+    return std::make_tuple(losses, line, Weights(dir + tag + ".safetensors"));
+  };
+  const auto [overlapped, overlap_line, overlap_weights] = run(true);
+  const auto [blocking, blocking_line, blocking_weights] = run(false);
+  ASSERT_EQ(overlapped.size(), 6u);
+  EXPECT_EQ(overlapped, blocking) << "losses must be bit-identical";
+  ASSERT_EQ(overlap_weights.size(), blocking_weights.size());
+  for (const auto& [name, w] : blocking_weights) {
+    EXPECT_TRUE(torch::equal(overlap_weights.at(name), w)) << name << " differs";
+  }
+  std::cout << "[overlap] " << l.Name() << ": " << overlap_line << std::endl;
+  EXPECT_NE(overlap_line.find("started during backward"), std::string::npos) << overlap_line;
+  EXPECT_EQ(overlap_line.find(" 0 started during backward"), std::string::npos)
+      << "every reduced group starts buckets during backward: " << overlap_line;
+  EXPECT_NE(blocking_line.find("overlap off"), std::string::npos) << blocking_line;
+}
+
+INSTANTIATE_TEST_SUITE_P(TwoRanks, OverlapTest, ::testing::Values(Layout{2, 1, 1}, Layout{2, 1, 2}, Layout{1, 2, 1}),
                          [](const auto& info) { return info.param.Name(); });
 
 TEST(LoadTest, TensorParallelRunLoadsOneRankExportAndStartsFromItsLoss) {

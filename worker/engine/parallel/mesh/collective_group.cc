@@ -149,6 +149,27 @@ void CollectiveGroup::AllReduceSum(torch::Tensor& tensor) {
   compat::AllReduceSum(*group_, tensor);
 }
 
+CollectiveGroup::PendingSum CollectiveGroup::AllReduceSumAsync(torch::Tensor& tensor) {
+  CheckDevice(tensor, "AllReduceSumAsync");
+  PendingSum pending;
+  if (world_size_ == 1) return pending;
+  TORCH_CHECK(tensor.scalar_type() != torch::kBFloat16 || device_.is_cuda(),
+              "AllReduceSumAsync: Gloo has no bf16 sum; use AllReduceSum");
+  pending.group_ = this;
+  pending.tensor_ = tensor;
+  pending.work_ = compat::StartAllReduceSum(*group_, tensor);
+  return pending;
+}
+
+void CollectiveGroup::PendingSum::Wait() {
+  if (group_ == nullptr) return;
+  CollectiveGroup* g = group_;
+  group_ = nullptr;
+  CollectiveScope scope(*g, "allreduce", tensor_.numel());
+  compat::WaitCollective(work_, tensor_);
+  work_ = compat::WorkPtr();
+}
+
 torch::Tensor CollectiveGroup::AllToAll(const torch::Tensor& input,
                                         const std::vector<int64_t>& out_splits,
                                         const std::vector<int64_t>& in_splits) {

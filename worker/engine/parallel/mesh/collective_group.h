@@ -82,6 +82,28 @@ class CollectiveGroup {
   // In-place sum across ranks (blocking). `tensor` must be on device().
   void AllReduceSum(torch::Tensor& tensor);
 
+  // An in-place sum started by AllReduceSumAsync and not yet waited for. Wait() blocks
+  // until it has ended (rethrowing its error; a no-op when nothing was started). The
+  // flight recorder and the profiler see the collective around Wait only: the ring
+  // holds one in-flight entry, written by the training thread, and Wait is where that
+  // thread stands in it (a hang shows as a rank stuck there, with the group and seq).
+  // Every rank must wait for its pending sums of a group in the same order.
+  class PendingSum {
+   public:
+    PendingSum() = default;
+    void Wait();
+
+   private:
+    friend class CollectiveGroup;
+    CollectiveGroup* group_ = nullptr;
+    compat::WorkPtr work_;
+    torch::Tensor tensor_;
+  };
+  // Starts an in-place sum of `tensor` (on device(), fp32 or another dtype the backend
+  // reduces) and returns at once; `tensor` must stay untouched until Wait. Every rank
+  // must start the group's collectives in the same order. A group of one starts nothing.
+  PendingSum AllReduceSumAsync(torch::Tensor& tensor);
+
   // Row all-to-all: rows [sum(in_splits[<j]), +in_splits[j]) of `input` go to member j;
   // returns the rows received, ordered by source member. Blocking. `input` must be on
   // device().
