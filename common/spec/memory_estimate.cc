@@ -253,55 +253,52 @@ MemoryEstimate EstimateRankMemory(const JobSpec& spec) {
   const double rep = m.n_kv_heads > 0 ? std::floor(static_cast<double>(m.n_heads) / m.n_kv_heads) : 1;
   base.other = 3 * s.t * s.hd * kF32 + n_layers * rep * ProbElements(s.t) * s.a + 8 * s.b * (s.t + 1);
 
-  std::vector<double> prefix_act(n_layers + 1, 0), prefix_copies(n_layers + 1, 0);
-  for (int i = 0; i < n_layers; ++i) {
-    const Half& f = i < n_dense ? dense : moe;
-    prefix_act[i + 1] = prefix_act[i] + kept_act(f);
-    prefix_copies[i + 1] = prefix_copies[i] + kept_copies(f);
-  }
+  // What layers 0..i-1 keep (dense layers come first).
+  auto prefix = [&](int i, auto kept) {
+    return std::min(i, n_dense) * kept(dense) + std::max(0, i - n_dense) * kept(moe);
+  };
+  // The largest moment so far; no list, as the layout search estimates many specs.
+  Phase peak_phase{base, -1, ""};
+  bool any = false;
   auto phase = [&](double act, double copies, double grads, double comm, int layer, const char* what) {
     Phase p{base, layer, what};
     p.b.activations = act;
     p.b.compute_weights = copies;
     p.b.gradients = grads;
     p.b.communication += comm;
+    if (!any || p.b.total() > peak_phase.b.total()) peak_phase = p;
+    any = true;
     return p;
   };
-  std::vector<Phase> phases;
-  phases.push_back(phase(prefix_act[n_layers] + loss.act + loss.transient, prefix_copies[n_layers] + loss.copies,
-                         accumulating ? e.all_gradients : 0, 0, -1, "the loss's backward"));
+  phase(prefix(n_layers, kept_act) + loss.act + loss.transient, prefix(n_layers, kept_copies) + loss.copies,
+        accumulating ? e.all_gradients : 0, 0, -1, "the loss's backward");
   double done = loss.grads;  // gradients that exist once the loss's backward ran
+  auto grads = [&](double produced, double now) { return accumulating ? e.all_gradients + now : produced; };
   for (int i = n_layers - 1; i >= 0; --i) {
     const bool is_moe = i >= n_dense;
     const Half& f = is_moe ? moe : dense;
-    auto grads = [&](double produced, double now) { return accumulating ? e.all_gradients + now : produced; };
+    const double held = prefix(i, kept_act), held_copies = prefix(i, kept_copies);
     // The FFN/MoE half first: selective has not recomputed the attention yet.
     const double attn_held = selective ? attn.act - attn.internal : attn.act;
     const double attn_copies = selective ? attn.copies - attn.attn_copies : attn.copies;
-    const double before = prefix_act[i] + checkpoint_input + attn_held;
+    const double before = held + checkpoint_input + attn_held;
     if (f.first_act > 0) {
-      phases.push_back(phase(before + f.act + f.first_transient, prefix_copies[i] + attn_copies + f.copies,
-                             grads(done + f.first_grads, f.first_grads), 0, i, "shared experts"));
+      phase(before + f.act + f.first_transient, held_copies + attn_copies + f.copies,
+            grads(done + f.first_grads, f.first_grads), 0, i, "shared experts");
     }
-    phases.push_back(phase(before + f.act - f.first_act + f.transient,
-                           prefix_copies[i] + attn_copies + f.copies - f.first_copies,
-                           grads(done + f.grads, f.grads - f.first_grads), f.comm, i, is_moe ? "MoE" : "FFN"));
-    phases.push_back(phase(prefix_act[i] + checkpoint_input + attn.act + attn.transient,
-                           prefix_copies[i] + attn.copies, grads(done + f.grads + attn.grads, attn.grads), 0, i,
-                           "attention"));
+    phase(before + f.act - f.first_act + f.transient, held_copies + attn_copies + f.copies - f.first_copies,
+          grads(done + f.grads, f.grads - f.first_grads), f.comm, i, is_moe ? "MoE" : "FFN");
+    phase(held + checkpoint_input + attn.act + attn.transient, held_copies + attn.copies,
+          grads(done + f.grads + attn.grads, attn.grads), 0, i, "attention");
     done += f.grads + attn.grads;
   }
   // The embedding's gradient last, with the residual stream's gradient (fp32).
-  phases.push_back(phase(s.n * s.d * kF32, 0, e.all_gradients, 0, -1, "the end of backward"));
+  phase(s.n * s.d * kF32, 0, e.all_gradients, 0, -1, "the end of backward");
   // The MFU probe between steps, while the last step's gradients still exist.
-  Phase probe = phase(0, 0, e.all_gradients, 0, -1, "the GEMM peak probe between steps");
-  probe.b.other += ProbeBytes(spec.resources.device == "cuda", s.bf16);
-  phases.push_back(probe);
+  base.other += ProbeBytes(spec.resources.device == "cuda", s.bf16);
+  phase(0, 0, e.all_gradients, 0, -1, "the GEMM peak probe between steps");
 
-  const Phase* peak = &phases.front();
-  for (const Phase& p : phases) {
-    if (p.b.total() > peak->b.total()) peak = &p;
-  }
+  const Phase* peak = &peak_phase;
   e.peak = peak->b;
   e.peak_at = peak->layer < 0 ? peak->what
                               : "the backward of layer " + std::to_string(peak->layer) + "'s " + peak->what;

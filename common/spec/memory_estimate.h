@@ -20,14 +20,21 @@
 //                   concatenated q|k|v weight of each layer;
 //   activations     autograd's saved tensors at the peak plus that moment's transients
 //                   (the loss's fp32 logit gradients, one layer's backward buffers or
-//                   recompute);
+//                   recompute); bf16 activations are 2 B, except what the engine keeps
+//                   in fp32: RMSNorm's fp32 input copy and its square, the softmax's
+//                   fp32 probabilities (kept for its backward beside the bf16 ones),
+//                   the router's scores and the loss's log-probabilities;
 //   communication   the gradient-reduction buckets (the engine allocates a flat fp32
 //                   buffer for every ~32 MiB bucket of each class, dense/router/expert,
 //                   at start-up: 4 B a parameter) and the EP all-to-all send and
 //                   receive rows of one MoE layer when the peak is inside one;
-//   other           RoPE tables, the causal masks each attention layer caches, the batch.
+//   other           RoPE tables, the causal masks each attention layer caches, the batch;
+//                   the MFU GEMM probe's operands when it is the peak.
 // The peak is the largest of: the loss's backward, the backward of each layer (its
-// FFN/MoE half, then its attention half), and the end of backward.
+// FFN/MoE half, then its attention half), the end of backward, and the GEMM peak probe
+// between steps (with the last step's gradients). On the debug preset it is within 1 %
+// of the engine's tracked tensor bytes in fp32 and bf16 (a few % over inside a layer's
+// backward under activation_checkpoint full; docs/memory.md has the table).
 //
 // Left out: allocator caching and fragmentation, the CUDA context and NCCL's or Gloo's
 // own buffers, cuBLAS/oneDNN workspaces, kernel scratch (per-thread attention rows),
