@@ -10,22 +10,32 @@
 
 namespace trainyard::spec {
 
-ParameterCounts CountParameters(const ModelSpec& m) {
-  const int64_t d = m.dim, hd = m.head_dim();
-  ParameterCounts c;
-  c.embedding = int64_t{m.vocab_size} * d;
-  c.output = int64_t{m.vocab_size} * d;
+namespace {
+
+// The parameter counts in N (int64_t for the engine's exact count, double for the
+// estimate of a spec no rule has checked: dim 2^30 must not overflow).
+template <class C, class N>
+C CountAs(const ModelSpec& m) {
+  const N d = m.dim, hd = m.head_dim();
+  C c{};
+  c.embedding = N(m.vocab_size) * d;
+  c.output = N(m.vocab_size) * d;
   c.final_norm = d;
-  c.attention = d * (m.n_heads * hd) * 2 + d * (m.n_kv_heads * hd) * 2;
+  c.attention = d * (N(m.n_heads) * hd) * 2 + d * (N(m.n_kv_heads) * hd) * 2;
   c.layer_norms = 2 * d;
-  c.dense_ffn = 3 * d * m.ffn_hidden;
-  c.expert = 3 * d * m.expert_hidden;
-  c.router = d * m.n_routed_experts;
-  c.shared = c.expert * m.n_shared_experts;
-  c.total = c.embedding + c.output + c.final_norm + int64_t{m.n_dense_layers} * c.dense_layer() +
-            int64_t{m.n_moe_layers()} * c.moe_layer(m.n_routed_experts);
+  c.dense_ffn = 3 * d * N(m.ffn_hidden);
+  c.expert = 3 * d * N(m.expert_hidden);
+  c.router = d * N(m.n_routed_experts);
+  c.shared = c.expert * N(m.n_shared_experts);
+  c.total = c.embedding + c.output + c.final_norm +
+            N(m.n_dense_layers) * (c.attention + c.layer_norms + c.dense_ffn) +
+            N(m.n_moe_layers()) * (c.attention + c.layer_norms + c.router + c.shared + c.expert * N(m.n_routed_experts));
   return c;
 }
+
+}  // namespace
+
+ParameterCounts CountParameters(const ModelSpec& m) { return CountAs<ParameterCounts, int64_t>(m); }
 
 namespace {
 
@@ -153,21 +163,7 @@ struct Counts {
   double embedding, output, final_norm, attention, layer_norms, dense_ffn, expert, router, shared, total;
 };
 
-Counts CountInDoubles(const ModelSpec& m) {
-  const double d = m.dim, hd = m.head_dim(), dense = m.n_dense_layers, moe = m.n_moe_layers();
-  Counts c{};
-  c.embedding = c.output = static_cast<double>(m.vocab_size) * d;
-  c.final_norm = d;
-  c.attention = d * (m.n_heads * hd) * 2 + d * (m.n_kv_heads * hd) * 2;
-  c.layer_norms = 2 * d;
-  c.dense_ffn = 3 * d * m.ffn_hidden;
-  c.expert = 3 * d * m.expert_hidden;
-  c.router = d * m.n_routed_experts;
-  c.shared = c.expert * m.n_shared_experts;
-  c.total = c.embedding + c.output + c.final_norm + dense * (c.attention + c.layer_norms + c.dense_ffn) +
-            moe * (c.attention + c.layer_norms + c.router + c.shared + c.expert * m.n_routed_experts);
-  return c;
-}
+Counts CountInDoubles(const ModelSpec& m) { return CountAs<Counts, double>(m); }
 
 struct Phase {
   MemoryBreakdown b;

@@ -93,7 +93,12 @@ void GradientSynchronizer::Arm() {
 }
 
 void GradientSynchronizer::OnReady(size_t param) {
-  if (!armed_ || ready_[param]) return;
+  if (!armed_) return;
+  // One accumulation per parameter per backward is what makes a ready bucket final; a
+  // parameter used on two paths that autograd accumulates separately (inside and
+  // outside a reentrant checkpoint) would start its bucket with part of its gradient.
+  TORCH_CHECK(!ready_[param], "GradientSynchronizer: parameter ", param,
+              "'s gradient was accumulated twice in one backward; its bucket had already started");
   ready_[param] = true;
   --waiting_[bucket_of_[param]];
   while (next_launch_ < buckets_.size() && waiting_[next_launch_] == 0) Launch(next_launch_++);

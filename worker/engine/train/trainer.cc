@@ -132,9 +132,12 @@ Trainer::Trainer(const EngineConfig& config, ProcessMesh& mesh, EventWriter& eve
     grad_syncs_.push_back(
         std::make_unique<GradientSynchronizer>(router, router_names, mesh.world(), inv_dp, overlap));
   }
+  // Routed experts are reduced after backward: a rank whose experts got no token has no
+  // expert graph, so its buckets would start at another point than other ranks' (NCCL
+  // needs the same order across communicators on every rank).
   if (!expert.empty()) {
     grad_syncs_.push_back(
-        std::make_unique<GradientSynchronizer>(expert, expert_names, mesh.expert_dp(), inv_dp, overlap));
+        std::make_unique<GradientSynchronizer>(expert, expert_names, mesh.expert_dp(), inv_dp, /*overlap=*/false));
   }
   optimizer_ = std::make_unique<AdamW>(params_, AdamWOptions{kBeta1, kBeta2, kEps, kWeightDecay});
   if (!config_.validation.dataset.empty()) {
@@ -391,8 +394,12 @@ v1::StepMetrics Trainer::Step(int step) {
   auto stats = torch::cat({loss_sum, counts_sum, torch::full({1}, asked ? 1.0 : 0.0, loss_sum.options())});
   {
     RECORD_USER_SCOPE("trainyard::gradient_sync");
-    mesh_.world().AllReduceSum(stats);
+    // The gradient buckets first: the router's started on the world group during
+    // backward, and a blocking world collective issued before a bucket one rank started
+    // only now (a parameter its graph did not reach) would pair with another rank's
+    // bucket.
     for (auto& sync : grad_syncs_) sync->Finish();
+    mesh_.world().AllReduceSum(stats);
   }
   if (step == start_step_ + 1 && ctx.rank == 0) {
     // What the overlap did (gradient_synchronizer.h), once: per group, its buckets and
@@ -405,7 +412,7 @@ v1::StepMetrics Trainer::Step(int step) {
       } else {
         line += " " + name + " " + std::to_string(sync->bucket_count()) + " buckets, " +
                 (sync->overlap() ? std::to_string(sync->started_in_backward()) + " started during backward;"
-                                 : std::string("reduced after backward (overlap off);"));
+                                 : std::string("reduced after backward;"));
       }
     }
     events_.Log("info", line);
@@ -429,6 +436,8 @@ v1::StepMetrics Trainer::Step(int step) {
   }
   compat::Synchronize(options_.device);  // the step ends when its kernels have
   const auto end = Clock::now();
+  // Before any re-probe below, whose operands are no part of the step.
+  const int64_t peak_tensor_bytes = tensor_memory::PeakBytes();
   serial_blas.reset();  // a re-probe below times LibTorch's multiply on OpenBLAS's threads
 
   v1::StepMetrics m;
@@ -457,7 +466,7 @@ v1::StepMetrics Trainer::Step(int step) {
   m.set_step_ms(Ms(start, end));
   m.set_data_ms(data_ms);
   m.set_peak_rss_mb(PeakRssMb());
-  m.set_peak_tensor_bytes(tensor_memory::PeakBytes());
+  m.set_peak_tensor_bytes(peak_tensor_bytes);
   if (global_counts.numel() > 0) {
     auto load = global_counts.sum(0).round().to(torch::kCPU, torch::kInt64).contiguous();
     m.mutable_expert_load()->Add(load.data_ptr<int64_t>(), load.data_ptr<int64_t>() + load.numel());
