@@ -103,7 +103,10 @@ TEST(HangDetectionTest, PeerWatchdogNamesTheStalledRankInTheCollective) {
   const auto stalls = Stalls(events);
   ASSERT_EQ(stalls.size(), 1u);
   const v1::Stall& s = stalls[0];
-  EXPECT_EQ(s.collective(), "world:allreduce");
+  // Rank 0 ends its backward and waits first for its gradient buckets: the dense ones
+  // on the DP group (started during backward, parallelism.md "Overlap"), whose first
+  // wait is where it stands when rank 1 never comes.
+  EXPECT_EQ(s.collective(), "dp0:allreduce");
   EXPECT_GE(s.collective_seq(), 1);
   EXPECT_EQ(s.lagging_rank(), 1);
   EXPECT_EQ(std::vector<int>(s.waiting_ranks().begin(), s.waiting_ranks().end()), std::vector<int>{0});
@@ -127,11 +130,16 @@ TEST(HangDetectionTest, PeerWatchdogNamesTheStalledRankInTheCollective) {
   EXPECT_EQ(ring0["rank"], 0);
   const json& last = ring0["entries"].back();
   EXPECT_EQ(last["in_flight"], true);
-  EXPECT_EQ(last["group"], "world");
+  EXPECT_EQ(last["group"], "dp0");
   EXPECT_EQ(last["op"], "allreduce");
   EXPECT_EQ(last["group_seq"].get<int64_t>(), s.collective_seq());
   EXPECT_EQ(dump["rings"][1]["rank"], 1);
-  EXPECT_LT(dump["rings"][1]["groups"][0]["entered"].get<int64_t>(), s.collective_seq());
+  int64_t rank1_entered = -1;
+  for (const json& g : dump["rings"][1]["groups"]) {
+    if (g["name"] == "dp0") rank1_entered = g["entered"].get<int64_t>();
+  }
+  EXPECT_GE(rank1_entered, 0) << "rank 1's ring has the dp0 group";
+  EXPECT_LT(rank1_entered, s.collective_seq());
 }
 
 TEST(HangDetectionTest, LaggardWithoutALocalRingIsFoundThroughTheStore) {
@@ -153,7 +161,7 @@ TEST(HangDetectionTest, LaggardWithoutALocalRingIsFoundThroughTheStore) {
   WaitExit(r1);
   const auto stalls = Stalls(ReadRankEvents(dir + "/r0.jsonl"));
   ASSERT_EQ(stalls.size(), 1u);
-  EXPECT_EQ(stalls[0].collective(), "world:allreduce");
+  EXPECT_EQ(stalls[0].collective(), "dp0:allreduce");
   EXPECT_EQ(stalls[0].lagging_rank(), 1);
   EXPECT_THAT(stalls[0].message(), HasSubstr("TCPStore"));
   // The dump holds only the ring of rank 0's own folder.
