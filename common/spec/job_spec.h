@@ -64,9 +64,16 @@ struct TrainingSpec {
 };
 
 struct ParallelismSpec {
-  int dp = 1;
+  int dp = 1;  // data-parallel degree: dp_replicate · dp_shard (torchtitan's two degrees)
   int tp = 1;
   int ep = 1;  // carved from dp·tp: EP adds no ranks
+  // FSDP degree (torchtitan's data_parallel_shard_degree): the DP ranks of one replica,
+  // over which parameters, gradients and AdamW state are sharded; divides dp. 1: every
+  // DP rank holds a full replica (the meaning of every job file without the key).
+  int dp_shard = 1;
+  // HSDP's replica degree (data_parallel_replicate_degree): 0 derives it as
+  // dp / dp_shard; any other value must equal that.
+  int dp_replicate = 0;
   double collective_timeout_s = 300.0;
 
   int world_size() const { return dp * tp; }
@@ -183,6 +190,8 @@ void ForEachField(Spec& s, Visit&& visit) {
   visit("parallelism", "dp", s.parallelism.dp);
   visit("parallelism", "tp", s.parallelism.tp);
   visit("parallelism", "ep", s.parallelism.ep);
+  visit("parallelism", "dp_shard", s.parallelism.dp_shard);
+  visit("parallelism", "dp_replicate", s.parallelism.dp_replicate);
   visit("parallelism", "collective_timeout_s", s.parallelism.collective_timeout_s);
 
   visit("compile", "backend", s.compile.backend);

@@ -292,6 +292,28 @@ Check Parallelism(const JobSpec& s) {
   if (world % p.ep != 0) {
     return Invalid("parallelism.ep", "divides", ep + " must divide dp*tp=" + std::to_string(world));
   }
+  TY_SPEC_CHECK(IntRange("parallelism.dp_shard", p.dp_shard, 1, kMaxWorldSize));
+  const std::string shard = "parallelism.dp_shard=" + std::to_string(p.dp_shard);
+  if (p.dp % p.dp_shard != 0) {
+    return Invalid("parallelism.dp_shard", "divides",
+                   shard + " must divide parallelism.dp=" + std::to_string(p.dp) +
+                       " (dp = dp_replicate * dp_shard: the data-parallel ranks are replicas of dp_shard ranks each)");
+  }
+  TY_SPEC_CHECK(IntRange("parallelism.dp_replicate", p.dp_replicate, 0, kMaxWorldSize));
+  if (p.dp_replicate != 0 && p.dp_replicate * p.dp_shard != p.dp) {
+    return Invalid("parallelism.dp_replicate", "requires",
+                   "parallelism.dp_replicate=" + std::to_string(p.dp_replicate) + " times " + shard +
+                       " must equal parallelism.dp=" + std::to_string(p.dp) + " (or leave dp_replicate out: it is dp / dp_shard)");
+  }
+  // The ranks of one replica are dp_shard*tp consecutive ranks; an EP group must lie
+  // inside one replica or cover whole replicas, so that every rank's experts are
+  // sharded over equally many ranks (docs/parallelism.md).
+  const std::int64_t replica = std::int64_t{p.dp_shard} * p.tp;
+  if (p.dp_shard > 1 && replica % p.ep != 0 && p.ep % replica != 0) {
+    return Invalid("parallelism.ep", "divides",
+                   ep + " must divide dp_shard*tp=" + std::to_string(replica) + " or be a multiple of it (" + shard +
+                       ": an expert-parallel group lies inside one replica or covers whole replicas)");
+  }
   return std::nullopt;
 }
 
