@@ -48,6 +48,8 @@ TEST(PresetsTest, EmptyInputIsTheDebugPresetWithEveryDefault) {
   EXPECT_EQ(s.training.dataset, "synthetic");
   EXPECT_EQ(s.job.name, "job");
   EXPECT_DOUBLE_EQ(s.parallelism.collective_timeout_s, 300.0);
+  EXPECT_EQ(s.parallelism.dp_shard, 1);      // every DP rank a full replica
+  EXPECT_EQ(s.parallelism.dp_replicate, 0);  // derived: dp / dp_shard
   EXPECT_EQ(s.compile.backend, "eager");
   EXPECT_EQ(s.compile.regions, "per_layer");
   EXPECT_EQ(s.compile.recompile_limit, 8);
@@ -81,10 +83,13 @@ TEST(PresetsTest, ExplicitWarmupIsKeptAndUnknownPresetNamed) {
 }
 
 TEST(JsonTest, WriterRoundTripsEveryField) {
-  JobSpec s = FromPreset("tiny", {"model.route_scale=0.1", "job.name=\"r-1\"", "compile.backend=jit"}).value();
+  JobSpec s = FromPreset("tiny", {"model.route_scale=0.1", "job.name=\"r-1\"", "compile.backend=jit",
+                                  "parallelism.dp=4", "parallelism.dp_shard=2", "parallelism.dp_replicate=2"})
+                  .value();
   s.training.seed = 18446744073709551615u;  // beyond int64: only JSON's string spelling holds it
   const std::string text = ToJson(s);
   EXPECT_THAT(text, HasSubstr("\"seed\":\"18446744073709551615\""));
+  EXPECT_THAT(text, HasSubstr("\"dp\":4,\"tp\":1,\"ep\":1,\"dp_shard\":2,\"dp_replicate\":2,"));
   Result<SpecInput> in = ParseJson(text, "spec.json");
   ASSERT_TRUE(in.ok()) << in.error().ToString();
   EXPECT_EQ(in.value().assignments().size(), Fields().size());

@@ -192,6 +192,34 @@ INSTANTIATE_TEST_SUITE_P(
              "parallelism.ep=3 must divide model.n_routed_experts=8"},
         Case{"EpWorld", {"parallelism.ep=4", "parallelism.dp=2"}, "parallelism.ep", "divides",
              "parallelism.ep=4 must divide dp*tp=2"},
+        Case{"DpShardZero", {"parallelism.dp_shard=0"}, "parallelism.dp_shard", "range",
+             "parallelism.dp_shard must be in [1, 65536], got 0"},
+        Case{"DpShardDividesDp", {"parallelism.dp=4", "parallelism.dp_shard=3"}, "parallelism.dp_shard", "divides",
+             "parallelism.dp_shard=3 must divide parallelism.dp=4 (dp = dp_replicate * dp_shard: the data-parallel "
+             "ranks are replicas of dp_shard ranks each)"},
+        Case{"DpReplicateNegative", {"parallelism.dp=4", "parallelism.dp_replicate=-1"}, "parallelism.dp_replicate",
+             "range", "parallelism.dp_replicate must be in [0, 65536], got -1"},
+        Case{"DpReplicateMismatch", {"parallelism.dp=4", "parallelism.dp_shard=2", "parallelism.dp_replicate=3"},
+             "parallelism.dp_replicate", "requires",
+             "parallelism.dp_replicate=3 times parallelism.dp_shard=2 must equal parallelism.dp=4 (or leave "
+             "dp_replicate out: it is dp / dp_shard)"},
+        // dp_replicate given without dp_shard: 1 replica-of-one per data rank, so it must be dp.
+        Case{"DpReplicateWithoutShard", {"parallelism.dp=4", "parallelism.dp_replicate=2"}, "parallelism.dp_replicate",
+             "requires",
+             "parallelism.dp_replicate=2 times parallelism.dp_shard=1 must equal parallelism.dp=4 (or leave "
+             "dp_replicate out: it is dp / dp_shard)"},
+        // A replica is 3 ranks (dp_shard 3 x tp 1): EP groups of 2 would straddle two replicas.
+        Case{"EpStraddlesReplicas", {"parallelism.dp=6", "parallelism.dp_shard=3", "parallelism.ep=2"},
+             "parallelism.ep", "divides",
+             "parallelism.ep=2 must divide dp_shard*tp=3 or be a multiple of it (parallelism.dp_shard=3: an "
+             "expert-parallel group lies inside one replica or covers whole replicas)"},
+        // With tp=2 a replica of dp_shard 3 is 6 ranks; ep=4 divides the 12 ranks and the 8
+        // experts but neither divides 6 nor is a multiple of it.
+        Case{"EpStraddlesTpReplicas", {"parallelism.dp=6", "parallelism.dp_shard=3", "parallelism.tp=2",
+                                       "parallelism.ep=4"},
+             "parallelism.ep", "divides",
+             "parallelism.ep=4 must divide dp_shard*tp=6 or be a multiple of it (parallelism.dp_shard=3: an "
+             "expert-parallel group lies inside one replica or covers whole replicas)"},
         Case{"ModelRegionsNeedTp1", {"compile.regions=model", "parallelism.tp=2", "compile.backend=jit"},
              "compile.regions", "requires", "~needs parallelism.tp=1"},
         Case{"SelectiveNeedsPerLayer", {"compile.regions=model", "activation_checkpoint.mode=selective"},
@@ -260,6 +288,33 @@ TEST(RulesTest, PresetsAndBoundaryValuesPass) {
        }) {
     Result<JobSpec> spec = FromPreset("debug", sets);
     EXPECT_TRUE(spec.ok()) << sets[0] << ": " << (spec.ok() ? "" : spec.error().ToString());
+  }
+}
+
+TEST(RulesTest, ShardedDataParallelLayoutsAreAccepted) {
+  // dp_shard divides dp; dp_replicate is 0 (derived) or dp / dp_shard; with dp_shard > 1
+  // ep divides dp_shard*tp (a replica's ranks) or is a multiple of it.
+  struct Ok {
+    std::vector<std::string> sets;
+    int dp_shard, dp_replicate;  // as the resolved spec holds them
+  };
+  for (const Ok& ok : std::vector<Ok>{
+           {{"parallelism.dp=4"}, 1, 0},                                                // the default: replicated
+           {{"parallelism.dp=4", "parallelism.dp_shard=4"}, 4, 0},                      // pure FSDP
+           {{"parallelism.dp=4", "parallelism.dp_shard=2", "parallelism.dp_replicate=2"}, 2, 2},  // HSDP, given
+           {{"parallelism.dp=4", "parallelism.dp_replicate=4"}, 1, 4},                  // 4 replicas of 1
+           {{"parallelism.dp=8", "parallelism.dp_shard=8", "parallelism.ep=8"}, 8, 0},  // ep = a replica
+           {{"parallelism.dp=8", "parallelism.dp_shard=4", "parallelism.ep=8"}, 4, 0},  // ep covers 2 replicas
+           {{"parallelism.dp=4", "parallelism.dp_shard=4", "parallelism.ep=2"}, 4, 0},  // ep inside a replica
+           {{"parallelism.dp=4", "parallelism.dp_shard=2", "parallelism.tp=2", "parallelism.ep=4"}, 2, 0},
+           {{"parallelism.dp=6", "parallelism.ep=2"}, 1, 0},  // dp_shard 1: the replica rule does not apply
+       }) {
+    Result<JobSpec> spec = FromPreset("debug", ok.sets);
+    ASSERT_TRUE(spec.ok()) << ok.sets.back() << ": " << spec.error().ToString();
+    EXPECT_EQ(spec.value().parallelism.dp_shard, ok.dp_shard) << ok.sets.back();
+    EXPECT_EQ(spec.value().parallelism.dp_replicate, ok.dp_replicate) << ok.sets.back();
+    EXPECT_EQ(spec.value().parallelism.world_size(), spec.value().parallelism.dp * spec.value().parallelism.tp)
+        << "dp_shard adds no ranks";
   }
 }
 
