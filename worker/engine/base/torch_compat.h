@@ -268,6 +268,14 @@ inline WorkPtr StartAllReduceSum(CollectiveBackend& group, at::Tensor& tensor) {
   return group.allreduce(tensors);
 }
 
+// Starts gathering `input` from every member into `outputs` (one tensor per member, in
+// member order); WaitCollective ends it.
+inline WorkPtr StartAllGather(CollectiveBackend& group, std::vector<at::Tensor> outputs, const at::Tensor& input) {
+  std::vector<std::vector<at::Tensor>> out{std::move(outputs)};
+  std::vector<at::Tensor> in{input};
+  return group.allgather(out, in);
+}
+
 // Blocking in-place sum over the group; under NCCL until the GPU has finished it
 // (WaitCollective), so later kernels and the host both see the sum.
 inline void AllReduceSum(CollectiveBackend& group, at::Tensor& tensor) {

@@ -53,4 +53,31 @@ std::vector<StateTensor> CollectTrainState(TransformerModelImpl& model, const Ad
   return state;
 }
 
+std::vector<StateTensor> CollectShardedTrainState(TransformerModelImpl& model, const AdamW& optimizer,
+                                                  const FullyShardedParameters& fsdp) {
+  const ParallelContext& ctx = model.parallel();
+  const auto& params = fsdp.params();
+  if (params.size() != optimizer.size()) {
+    throw std::logic_error("CollectShardedTrainState: the optimizer holds " + std::to_string(optimizer.size()) +
+                           " parameters, FSDP " + std::to_string(params.size()));
+  }
+  auto entry = [&](size_t i, const std::string& name, const torch::Tensor& local) {
+    const auto& p = params[i];
+    if (!fsdp.sharded(i)) return Entry(ctx, name, p.name, local);
+    const ShardKind kind = ShardKindOf(p.name);
+    std::vector<int64_t> offsets = ShardOffsets(kind, p.shape, ctx);
+    offsets[0] += p.begin;
+    // A member whose rows are empty (more members than rows) writes nothing.
+    return StateTensor{name, local, FullShape(kind, p.shape, ctx), offsets, OwnsFsdpShard(kind, ctx) && p.rows > 0};
+  };
+  std::vector<StateTensor> state;
+  for (size_t i = 0; i < params.size(); ++i) state.push_back(entry(i, params[i].name, params[i].shard));
+  for (size_t i = 0; i < params.size(); ++i) state.push_back(entry(i, "optim.m." + params[i].name, optimizer.exp_avg(i)));
+  for (size_t i = 0; i < params.size(); ++i) {
+    state.push_back(entry(i, "optim.v." + params[i].name, optimizer.exp_avg_sq(i)));
+  }
+  for (const auto& item : model.named_buffers(/*recurse=*/true)) state.push_back(Entry(ctx, item.key(), item.key(), item.value()));
+  return state;
+}
+
 }  // namespace trainyard::engine

@@ -15,6 +15,7 @@
 
 #include "worker/engine/model/transformer_model.h"
 #include "worker/engine/optim/adamw.h"
+#include "worker/engine/parallel/fully_sharded.h"
 
 namespace trainyard::engine {
 
@@ -29,6 +30,13 @@ struct StateTensor {
 // `optimizer` must have been built over model.named_parameters() in that order (as the
 // Trainer does). Order: parameters, optim.m.*, optim.v.*, buffers.
 std::vector<StateTensor> CollectTrainState(TransformerModelImpl& model, const AdamW& optimizer);
+
+// The same under FSDP (fully_sharded.h): each sharded parameter and its moments as this
+// rank's rows of its TP/EP-local tensor (offsets on dim 0 moved by the shard's first
+// row; owned by the members of replica 0: OwnsFsdpShard), the rest as above. The
+// checkpoint is the same layout-independent set of slices, so any layout resumes it.
+std::vector<StateTensor> CollectShardedTrainState(TransformerModelImpl& model, const AdamW& optimizer,
+                                                  const FullyShardedParameters& fsdp);
 
 // The model's part of it alone, for a weights-only load: parameters, then buffers.
 std::vector<StateTensor> CollectModelState(TransformerModelImpl& model);

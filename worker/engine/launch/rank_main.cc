@@ -132,7 +132,7 @@ void RemoveStaleCheckpointRequest(const std::string& request, const std::string&
 
 // Collective: every rank gathers, rank 0 writes.
 void SaveFull(Trainer& trainer, const std::string& path) {
-  NamedTensors full = GatherFullState(*trainer.model(), trainer.mesh());
+  NamedTensors full = trainer.FullState();
   if (trainer.mesh().world().rank() == 0) WriteSafetensors(path, full);
 }
 
@@ -235,7 +235,7 @@ void RunRank(const RankFlags& f, EventWriter& events) {
   } else if (!initial.empty()) {
     // A missing or unloadable path is the job's input error: permanent.
     try {
-      events.Log("info", "initial weights: " + LoadInitialWeights(initial, *trainer.model()));
+      events.Log("info", "initial weights: " + trainer.LoadWeights(initial));
     } catch (const std::invalid_argument& e) {
       throw InputError(std::string("checkpoint.initial_load_path: ") + e.what());
     }
@@ -249,6 +249,7 @@ void RunRank(const RankFlags& f, EventWriter& events) {
        << " params_active_non_embedding=" << fm.active_params
        << " flops_per_token=" << fm.flops_per_token << " dp=" << config.parallelism.dp
        << " tp=" << config.parallelism.tp << " ep=" << config.parallelism.ep
+       << " dp_shard=" << config.parallelism.dp_shard << " state_bytes_per_rank=" << trainer.PersistentStateBytes()
        << " device=" << DevicePlacement::Describe(device) << " collectives=" << mesh->world().backend_name()
        << " threads=" << f.threads << " gemm=\"" << cpu_blas::GemmName() << "\" blas_core=" << GemmPeakProbe::BlasCoreName()
        << " mixed_precision=" << config.training.mixed_precision

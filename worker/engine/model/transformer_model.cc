@@ -45,12 +45,15 @@ TransformerModelImpl::TransformerModelImpl(const ModelConfig& c, int64_t max_seq
 }
 
 ModelOutput TransformerModelImpl::forward(const torch::Tensor& tokens, const torch::Tensor& targets) {
+  if (before_unit_) before_unit_(0);
   auto h = tok_embeddings(tokens);
   // Mixed precision: the residual stream, and so every region, runs in the compute
   // dtype; the regions cast the fp32 weights to it (regions/projection.h).
   if (h.scalar_type() != compute_dtype_) h = h.to(compute_dtype_);
   std::vector<torch::Tensor> counts;
+  int unit = 0;
   for (auto& block : blocks_) {
+    if (before_unit_) before_unit_(++unit);
     BlockOutput b;
     if (full_checkpoint_ && torch::GradMode::is_enabled()) {
       // The block's activations are recomputed in backward; its counts come from this
@@ -68,6 +71,7 @@ ModelOutput TransformerModelImpl::forward(const torch::Tensor& tokens, const tor
     h = b.out;
     if (b.tokens_per_expert.defined()) counts.push_back(b.tokens_per_expert);
   }
+  if (before_unit_) before_unit_(unit + 1);
   ModelOutput result;
   if (targets.defined()) {
     result.loss = loss_region_({h, targets}, {norm->weight, output->weight})[0];

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,11 @@ class TransformerModelImpl : public torch::nn::Module {
   const ModelConfig& config() const { return config_; }
   const ParallelContext& parallel() const { return ctx_; }
 
+  // Called before each unit of the forward pass uses its parameters: 0 before the token
+  // embedding, i + 1 before block i, n_layers + 1 before the final norm and output head
+  // (FSDP waits for that unit's all-gather there: fully_sharded.h). Empty: none.
+  void set_before_unit(std::function<void(int)> hook) { before_unit_ = std::move(hook); }
+
   torch::nn::Embedding tok_embeddings{nullptr};
   torch::nn::ModuleList layers;
   RMSNorm norm{nullptr};
@@ -71,6 +77,7 @@ class TransformerModelImpl : public torch::nn::Module {
  private:
   ModelConfig config_;
   ParallelContext ctx_;
+  std::function<void(int)> before_unit_;
   RotaryEmbedding rope_;
   bool full_checkpoint_;
   torch::ScalarType compute_dtype_;  // the residual stream's dtype (ModelOptions::compute_dtype)

@@ -40,28 +40,32 @@ bool GradientSynchronizer::OverlapFromEnvironment() {
 }
 
 GradientSynchronizer::GradientSynchronizer(std::vector<torch::Tensor> params, const std::vector<std::string>& names,
-                                           CollectiveGroup& group, double scale, bool overlap)
-    : params_(std::move(params)), group_(group), scale_(scale), overlap_(overlap && group.world_size() > 1) {
+                                           CollectiveGroup& group, double scale, bool overlap, GradientSink* sink)
+    : params_(std::move(params)), sink_(sink), group_(group), scale_(scale), overlap_(overlap && group.world_size() > 1) {
   TORCH_CHECK(names.size() == params_.size(), "GradientSynchronizer: ", names.size(), " names for ",
               params_.size(), " parameters");
+  for (const auto& p : params_) {
+    shapes_.push_back(p.sizes().vec());
+    numels_.push_back(p.numel());
+  }
   bucket_of_.resize(params_.size());
   int64_t filled = 0;
   int unit = 0;
   for (size_t k = params_.size(); k-- > 0;) {
     const int u = UnitOf(names[k]);
-    if (buckets_.empty() || u != unit || filled + params_[k].numel() > kBucketElements) {
+    if (buckets_.empty() || u != unit || filled + numels_[k] > kBucketElements) {
       if (buckets_.empty() || !buckets_.back().empty()) buckets_.emplace_back();
       filled = 0;
       unit = u;
     }
     buckets_.back().push_back(k);
     bucket_of_[k] = buckets_.size() - 1;
-    filled += params_[k].numel();
+    filled += numels_[k];
   }
   for (const auto& bucket : buckets_) {
     int64_t n = 0;
-    for (size_t i : bucket) n += params_[i].numel();
-    flat_.push_back(torch::empty({n}, params_.front().options()));
+    for (size_t i : bucket) n += numels_[i];
+    flat_.push_back(sink_ != nullptr ? torch::Tensor() : torch::empty({n}, params_.front().options()));
   }
   pending_.resize(buckets_.size());
   if (!overlap_) return;
@@ -107,15 +111,24 @@ void GradientSynchronizer::OnReady(size_t param) {
 void GradientSynchronizer::Launch(size_t b) {
   torch::NoGradGuard no_grad;
   torch::Tensor& flat = flat_[b];
+  if (!flat.defined()) {
+    int64_t total = 0;
+    for (size_t i : buckets_[b]) total += numels_[i];
+    flat = torch::empty({total}, torch::TensorOptions().dtype(torch::kFloat).device(group_.device()));
+  }
   int64_t offset = 0;
   for (size_t i : buckets_[b]) {
-    const int64_t n = params_[i].numel();
+    const int64_t n = numels_[i];
     if (params_[i].grad().defined()) {
       flat.narrow(0, offset, n).copy_(params_[i].grad().reshape({-1}));
     } else {
       flat.narrow(0, offset, n).zero_();
     }
     offset += n;
+    if (sink_ != nullptr) {
+      params_[i].mutable_grad() = torch::Tensor();
+      sink_->Packed(params_[i]);
+    }
   }
   if (overlap_) {
     pending_[b] = group_.AllReduceSumAsync(flat);
@@ -126,8 +139,20 @@ void GradientSynchronizer::Launch(size_t b) {
 
 void GradientSynchronizer::Finish() {
   torch::NoGradGuard no_grad;
-  for (auto& p : params_) {
-    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+  if (sink_ == nullptr) {
+    for (auto& p : params_) {
+      if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+    }
+  }
+  if (group_.world_size() == 1 && sink_ != nullptr) {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      torch::Tensor g = params_[i].grad().defined() ? params_[i].grad() * scale_
+                                                    : torch::zeros(shapes_[i], params_[i].options());
+      params_[i].mutable_grad() = torch::Tensor();
+      sink_->Packed(params_[i]);
+      sink_->Reduced(params_[i], g);
+    }
+    return;
   }
   if (group_.world_size() == 1) {
     if (scale_ != 1.0) {
@@ -147,11 +172,16 @@ void GradientSynchronizer::Finish() {
     if (scale_ != 1.0) flat.mul_(scale_);
     int64_t offset = 0;
     for (size_t i : buckets_[b]) {
-      torch::Tensor g = params_[i].mutable_grad();
-      const int64_t n = params_[i].numel();
-      g.copy_(flat.narrow(0, offset, n).view(g.sizes()));
+      const int64_t n = numels_[i];
+      if (sink_ != nullptr) {
+        sink_->Reduced(params_[i], flat.narrow(0, offset, n).view(shapes_[i]));
+      } else {
+        torch::Tensor g = params_[i].mutable_grad();
+        g.copy_(flat.narrow(0, offset, n).view(g.sizes()));
+      }
       offset += n;
     }
+    if (sink_ != nullptr) flat = torch::Tensor();
   }
 }
 

@@ -36,14 +36,31 @@
 
 namespace trainyard::engine {
 
+// Where reduced gradients go instead of back into each parameter's .grad (FSDP,
+// fully_sharded.h). Called on the thread that runs Launch/Finish.
+class GradientSink {
+ public:
+  virtual ~GradientSink() = default;
+  // `param`'s gradient is packed into its bucket (and its .grad dropped): the full
+  // parameter is no longer needed by this step's backward.
+  virtual void Packed(const torch::Tensor& param) = 0;
+  // The reduced and scaled gradient of `param` (its full shape; a view into the
+  // bucket, valid only during the call).
+  virtual void Reduced(const torch::Tensor& param, const torch::Tensor& grad) = 0;
+};
+
 class GradientSynchronizer {
  public:
   static constexpr int64_t kBucketElements = int64_t{8} << 20;  // 32 MiB of fp32
 
   // `names[i]` is params[i]'s module path ("layers.3.attention.wq.weight"): the layer
   // boundaries of the buckets.
+  // With a `sink` (borrowed, outlives this), gradients are handed to it: each .grad is
+  // dropped once packed into its bucket, bucket buffers exist only from their launch to
+  // the end of Finish, and parameters may be emptied between steps (their shapes are
+  // taken here).
   GradientSynchronizer(std::vector<torch::Tensor> params, const std::vector<std::string>& names,
-                       CollectiveGroup& group, double scale, bool overlap);
+                       CollectiveGroup& group, double scale, bool overlap, GradientSink* sink = nullptr);
   ~GradientSynchronizer();
   GradientSynchronizer(const GradientSynchronizer&) = delete;
   GradientSynchronizer& operator=(const GradientSynchronizer&) = delete;
@@ -51,7 +68,8 @@ class GradientSynchronizer {
   // With overlap on and more than one rank: the next backward starts bucket all-reduces
   // as their gradients become ready. Call before the last micro-batch's backward.
   void Arm();
-  // grad = scale · Σ_group grad. The scale applies even to a group of one.
+  // grad = scale · Σ_group grad (into .grad, or handed to the sink). The scale applies
+  // even to a group of one.
   void Finish();
 
   bool overlap() const { return overlap_; }
@@ -68,12 +86,15 @@ class GradientSynchronizer {
   void Launch(size_t bucket);
 
   std::vector<torch::Tensor> params_;
+  std::vector<std::vector<int64_t>> shapes_;  // per parameter, at construction
+  std::vector<int64_t> numels_;
+  GradientSink* sink_;
   CollectiveGroup& group_;
   double scale_;
   bool overlap_;
   std::vector<std::vector<size_t>> buckets_;  // parameter indices per bucket
   std::vector<size_t> bucket_of_;             // per parameter
-  std::vector<torch::Tensor> flat_;           // one reusable buffer per bucket
+  std::vector<torch::Tensor> flat_;           // one buffer per bucket (with a sink: per step)
   // Kept alive so the hooks persist across steps (a leaf's accumulator is held weakly).
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
   bool armed_ = false;
@@ -81,7 +102,7 @@ class GradientSynchronizer {
   std::vector<size_t> waiting_;              // per bucket: parameters not yet ready
   size_t next_launch_ = 0;                   // buckets [0, next_launch_) are started
   size_t started_in_backward_ = 0;
-  std::vector<CollectiveGroup::PendingSum> pending_;  // per bucket
+  std::vector<CollectiveGroup::Pending> pending_;  // per bucket
 };
 
 }  // namespace trainyard::engine

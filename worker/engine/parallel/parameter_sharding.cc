@@ -69,4 +69,13 @@ bool OwnsShard(ShardKind kind, const ParallelContext& ctx) {
   }
 }
 
+bool OwnsFsdpShard(ShardKind kind, const ParallelContext& ctx) {
+  switch (kind) {
+    case ShardKind::kColumn:
+    case ShardKind::kRow:
+    case ShardKind::kExpert: return ctx.replica == 0;
+    default: return ctx.replica == 0 && ctx.tp_rank == 0;
+  }
+}
+
 }  // namespace trainyard::engine

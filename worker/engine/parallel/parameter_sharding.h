@@ -38,4 +38,9 @@ torch::Tensor TakeShard(const torch::Tensor& full, ShardKind kind, const Paralle
 // once.
 bool OwnsShard(ShardKind kind, const ParallelContext& ctx);
 
+// The same for a parameter that FSDP shards on dim 0 over its shard group (fully_sharded.h):
+// each member of replica 0 holds distinct rows, so all of them own theirs (and of a
+// TP-replicated one, only TP rank 0's).
+bool OwnsFsdpShard(ShardKind kind, const ParallelContext& ctx);
+
 }  // namespace trainyard::engine

@@ -105,13 +105,18 @@ Trainer::Trainer(const EngineConfig& config, ProcessMesh& mesh, EventWriter& eve
   model_->InitWeights(config.training.seed);
 
   // Gradient classes (parameter_sharding.h): each local loss is the mean over its DP
-  // rank's batch, so every class ends with a factor 1/dp.
+  // rank's batch, so every class ends with a factor 1/dp. With dp_shard > 1 every
+  // parameter is sharded over its FSDP group (fully_sharded.h): routed experts over the
+  // expert FSDP group, the rest over the dense one.
+  const bool fsdp = ctx.dp_shard > 1;
+  std::vector<std::pair<std::string, torch::Tensor>> named;
+  std::vector<CollectiveGroup*> fsdp_groups;
   std::vector<torch::Tensor> dense, router, expert;
   std::vector<std::string> dense_names, router_names, expert_names;
   for (const auto& item : model_->named_parameters(/*recurse=*/true)) {
     const ShardKind kind = ShardKindOf(item.key());
-    params_.push_back(item.value());
-    owned_.push_back(OwnsShard(kind, ctx));
+    named.emplace_back(item.key(), item.value());
+    fsdp_groups.push_back(kind == ShardKind::kExpert ? &mesh.expert_fsdp() : &mesh.fsdp());
     if (kind == ShardKind::kExpert) {
       expert.push_back(item.value());
       expert_names.push_back(item.key());
@@ -123,22 +128,38 @@ Trainer::Trainer(const EngineConfig& config, ProcessMesh& mesh, EventWriter& eve
       dense_names.push_back(item.key());
     }
   }
+  if (fsdp) {
+    fsdp_ = std::make_unique<FullyShardedParameters>(named, fsdp_groups, ComputeDtype(config.training));
+    model_->set_before_unit([this](int unit) { fsdp_->WaitUnit(unit); });
+  }
+  GradientSink* dense_sink = fsdp_.get();
+  GradientSink* expert_sink = fsdp && ctx.expert_shard > 1 ? fsdp_.get() : nullptr;
+  for (size_t i = 0; i < named.size(); ++i) {
+    const ShardKind kind = ShardKindOf(named[i].first);
+    const bool sharded = fsdp_ && fsdp_->sharded(i);
+    params_.push_back(sharded ? fsdp_->params()[i].shard : named[i].second);
+    owned_.push_back(sharded ? OwnsFsdpShard(kind, ctx) && fsdp_->params()[i].rows > 0 : OwnsShard(kind, ctx));
+  }
   const double inv_dp = 1.0 / ctx.dp;
   // Reduction during backward (gradient_synchronizer.h); off for A/B figures.
   const bool overlap = GradientSynchronizer::OverlapFromEnvironment();
-  grad_syncs_.push_back(std::make_unique<GradientSynchronizer>(dense, dense_names, mesh.dp(), inv_dp, overlap));
+  grad_syncs_.push_back(
+      std::make_unique<GradientSynchronizer>(dense, dense_names, mesh.dp(), inv_dp, overlap, dense_sink));
   // Partial over TP and replicated over DP: one sum over the whole world.
   if (!router.empty()) {
     grad_syncs_.push_back(
-        std::make_unique<GradientSynchronizer>(router, router_names, mesh.world(), inv_dp, overlap));
+        std::make_unique<GradientSynchronizer>(router, router_names, mesh.world(), inv_dp, overlap, dense_sink));
   }
   // Routed experts are reduced after backward: a rank whose experts got no token has no
   // expert graph, so its buckets would start at another point than other ranks' (NCCL
   // needs the same order across communicators on every rank).
   if (!expert.empty()) {
-    grad_syncs_.push_back(
-        std::make_unique<GradientSynchronizer>(expert, expert_names, mesh.expert_dp(), inv_dp, /*overlap=*/false));
+    grad_syncs_.push_back(std::make_unique<GradientSynchronizer>(expert, expert_names, mesh.expert_dp(), inv_dp,
+                                                                 /*overlap=*/false, expert_sink));
   }
+  // The synchronizers took the full shapes and gradient accumulators: now the model's
+  // sharded parameters can be emptied.
+  if (fsdp_) fsdp_->ReleaseAll();
   optimizer_ = std::make_unique<AdamW>(params_, AdamWOptions{kBeta1, kBeta2, kEps, kWeightDecay});
   if (!config_.validation.dataset.empty()) {
     evaluator_ = std::make_unique<Evaluator>(config_, mesh, model_, events, options.device, options.flight);
@@ -173,21 +194,6 @@ std::pair<double, double> Trainer::ClipGradients(double max_norm) {
 int64_t Trainer::GlobalBatch() const {
   const TrainingConfig& t = config_.training;
   return int64_t{t.batch_size} * mesh_.context().dp * t.grad_accum_steps;
-}
-
-int64_t Trainer::Resume(const std::string& checkpoint_dir) {
-  const TrainingConfig& t = config_.training;
-  const CheckpointManifest m = LoadCheckpoint(checkpoint_dir, CollectTrainState(*model_, *optimizer_),
-                                              mesh_.world().rank(), {GlobalBatch(), t.dataset, t.seed});
-  optimizer_->set_steps(m.optimizer_step);
-  start_step_ = m.step;
-  if (mesh_.world().rank() == 0) {
-    events_.Log("info", "resumed from " + checkpoint_dir + " at step " + std::to_string(m.step) +
-                            " (written under dp=" + std::to_string(m.dp) + " tp=" + std::to_string(m.tp) +
-                            " ep=" + std::to_string(m.ep) + ")" +
-                            (m.step >= t.steps ? "; training.steps=" + std::to_string(t.steps) + " are done" : ""));
-  }
-  return m.step;
 }
 
 void Trainer::Run() {
@@ -227,12 +233,11 @@ void Trainer::Run() {
     }
     checkpoints = std::make_unique<CheckpointWriter>(std::move(o));
   }
-  const std::vector<StateTensor> state =
-      checkpoints ? CollectTrainState(*model_, *optimizer_) : std::vector<StateTensor>{};
+  const std::vector<StateTensor> state = checkpoints ? TrainState() : std::vector<StateTensor>{};
   // Every step's tokens count, reported or not: a report carries those since the last.
   int64_t tokens_since_report = 0;
   const int64_t step_tokens = GlobalBatch() * t.seq_len;
-  if (evaluator_ && start_step_ == 0) evaluator_->Run(0);
+  if (evaluator_ && start_step_ == 0) Evaluate(0);
   for (int step = static_cast<int>(start_step_) + 1; step <= t.steps; ++step) {
     v1::StepMetrics m;
     if (options_.flight != nullptr) options_.flight->SetStep(step);
@@ -250,7 +255,7 @@ void Trainer::Run() {
       tokens_since_report = 0;
       events_.Step(m);
     }
-    if (evaluator_ && evaluator_->DueAfter(step)) evaluator_->Run(step);
+    if (evaluator_ && evaluator_->DueAfter(step)) Evaluate(step);
     if (step % config_.compile.summary_every == 0 || step == t.steps) compile_->Summary();
     if (checkpoints) {
       checkpoints->ThrowIfFailed();
@@ -295,18 +300,6 @@ void Trainer::EndStepProfile(int step) {
   events_.Artifact(ArtifactRefOf(*a, name, "trace"));
 }
 
-bool Trainer::TakeCheckpointRequest() {
-  const std::string& request = options_.checkpoint_request_path;
-  struct stat st {};
-  if (request.empty() || ::stat(request.c_str(), &st) != 0 || ::unlink(request.c_str()) != 0) return false;
-  // The kernel stamps files from a coarse clock (a tick behind at most): only a file
-  // clearly older than the last agreed save is taken for one it already answered.
-  const auto written = std::chrono::system_clock::time_point(
-      std::chrono::duration_cast<std::chrono::system_clock::duration>(
-          std::chrono::seconds(st.st_mtim.tv_sec) + std::chrono::nanoseconds(st.st_mtim.tv_nsec)));
-  return written + std::chrono::milliseconds(20) >= requests_served_until_;
-}
-
 v1::StepMetrics Trainer::Step(int step) {
   const TrainingConfig& t = config_.training;
   const ModelConfig& mc = config_.model;
@@ -331,6 +324,8 @@ v1::StepMetrics Trainer::Step(int step) {
   // Drop gradients instead of zero-filling them: the first backward then writes fresh
   // ones and skips a fill plus an add per parameter; later micro-batches add to them.
   for (auto& p : params_) p.mutable_grad() = torch::Tensor();
+  // FSDP: every unit's all-gather starts now; forward waits for each just before it.
+  if (fsdp_) fsdp_->StartGather();
   // Micro-batches of this DP rank's share of the global batch (dataset.h). Each micro
   // loss is scaled by 1/A so the gradients sum to those of the mean over all of them;
   // with A = 1 nothing is scaled, so the step is the one without accumulation.
@@ -373,8 +368,9 @@ v1::StepMetrics Trainer::Step(int step) {
     counts_sum = micro == 0 ? counts : counts_sum + counts;
     if (micro == 0) counts_shape = out.tokens_per_expert.sizes().vec();
   }
-  {
-    // A parameter the graph did not reach keeps a zero gradient, as zero_grad() left it.
+  if (!fsdp_) {
+    // A parameter the graph did not reach keeps a zero gradient, as zero_grad() left it
+    // (under FSDP the synchronizers hand every shard its gradient, zeros included).
     torch::NoGradGuard no_grad;
     for (auto& p : params_) {
       if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
@@ -399,6 +395,7 @@ v1::StepMetrics Trainer::Step(int step) {
     // only now (a parameter its graph did not reach) would pair with another rank's
     // bucket.
     for (auto& sync : grad_syncs_) sync->Finish();
+    if (fsdp_) fsdp_->ReleaseAll();  // what no bucket released (none, normally)
     mesh_.world().AllReduceSum(stats);
   }
   if (step == start_step_ + 1 && ctx.rank == 0) {

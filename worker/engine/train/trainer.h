@@ -27,6 +27,9 @@
 #include "worker/engine/model/transformer_model.h"
 #include "worker/engine/optim/adamw.h"
 #include "worker/engine/optim/lr_schedule.h"
+#include "worker/engine/checkpoint/train_state.h"
+#include "worker/engine/io/state_dict_io.h"
+#include "worker/engine/parallel/fully_sharded.h"
 #include "worker/engine/parallel/gradient_synchronizer.h"
 #include "worker/engine/parallel/mesh/process_mesh.h"
 #include "worker/engine/train/evaluator.h"
@@ -89,6 +92,16 @@ class Trainer {
   // path and the problem.
   int64_t Resume(const std::string& checkpoint_dir);
 
+  // Starting weights (checkpoint_loader.h LoadInitialWeights), into the shards under
+  // FSDP. Returns what it loaded, for a log line; throws as LoadInitialWeights.
+  std::string LoadWeights(const std::string& path);
+  // Collective: the full model (state_dict_io.h GatherFullState), gathering FSDP's
+  // shards first and emptying them again after.
+  NamedTensors FullState();
+  // fp32 parameter, gradient and AdamW moment bytes this rank keeps between steps (the
+  // parameters it updates: its shards under FSDP).
+  int64_t PersistentStateBytes() const;
+
   // Runs the steps after the resumed one (or 1) up to training.steps, checkpointing
   // every checkpoint.interval steps and after every step at which any rank found its
   // checkpoint request (once per step: CheckpointSaved.requested then); before
@@ -132,7 +145,10 @@ class Trainer {
   std::unique_ptr<RegionFactory> regions_;
   TransformerModel model_{nullptr};
   std::vector<torch::Tensor> params_;
+  std::unique_ptr<FullyShardedParameters> fsdp_;  // null unless parallelism.dp_shard > 1
   std::unique_ptr<AdamW> optimizer_;
+  // What the optimizer updates, in model order: the model's parameters, or under FSDP
+  // this rank's shards (and the parameters FSDP leaves whole).
   std::vector<bool> owned_;  // per params_: counted in the grad norm on this rank
   std::vector<std::unique_ptr<GradientSynchronizer>> grad_syncs_;
   std::unique_ptr<Evaluator> evaluator_;  // null without [validation]
@@ -148,6 +164,10 @@ class Trainer {
   void EndStepProfile(int step);
   int64_t profile_window_start_ = 0;  // first step of the running window; 0 none
   int64_t GlobalBatch() const;  // samples per optimizer step
+  // The checkpoint's tensors (train_state.h): CollectTrainState, or its FSDP form.
+  std::vector<StateTensor> TrainState();
+  // The evaluator's pass after `step`; under FSDP it gathers and then empties again.
+  void Evaluate(int64_t step);
 };
 
 }  // namespace trainyard::engine

@@ -149,23 +149,47 @@ void CollectiveGroup::AllReduceSum(torch::Tensor& tensor) {
   compat::AllReduceSum(*group_, tensor);
 }
 
-CollectiveGroup::PendingSum CollectiveGroup::AllReduceSumAsync(torch::Tensor& tensor) {
+CollectiveGroup::Pending CollectiveGroup::AllReduceSumAsync(torch::Tensor& tensor) {
   CheckDevice(tensor, "AllReduceSumAsync");
-  PendingSum pending;
+  Pending pending;
   if (world_size_ == 1) return pending;
   TORCH_CHECK(tensor.scalar_type() != torch::kBFloat16 || device_.is_cuda(),
               "AllReduceSumAsync: Gloo has no bf16 sum; use AllReduceSum");
   pending.group_ = this;
+  pending.op_ = "allreduce";
   pending.tensor_ = tensor;
   pending.work_ = compat::StartAllReduceSum(*group_, tensor);
   return pending;
 }
 
-void CollectiveGroup::PendingSum::Wait() {
+CollectiveGroup::Pending CollectiveGroup::AllGatherAsync(const torch::Tensor& shard, torch::Tensor& out) {
+  CheckDevice(shard, "AllGatherAsync");
+  CheckDevice(out, "AllGatherAsync");
+  TORCH_CHECK(shard.is_contiguous() && out.is_contiguous(), "AllGatherAsync: tensors must be contiguous");
+  TORCH_CHECK(shard.dim() >= 1 && out.dim() == shard.dim() && out.size(0) == shard.size(0) * world_size_ &&
+                  out.sizes().slice(1) == shard.sizes().slice(1) && out.scalar_type() == shard.scalar_type(),
+              "AllGatherAsync: output ", out.sizes(), " ", out.scalar_type(), " cannot hold ", world_size_,
+              " shards of ", shard.sizes(), " ", shard.scalar_type());
+  Pending pending;
+  if (world_size_ == 1) {
+    out.copy_(shard);
+    return pending;
+  }
+  const bool as_half = shard.scalar_type() == torch::kBFloat16 && !device_.is_cuda();
+  torch::Tensor in = as_half ? shard.view(torch::kHalf) : shard;
+  torch::Tensor all = as_half ? out.view(torch::kHalf) : out;
+  pending.group_ = this;
+  pending.op_ = "allgather";
+  pending.tensor_ = out;
+  pending.work_ = compat::StartAllGather(*group_, all.chunk(world_size_, 0), in);
+  return pending;
+}
+
+void CollectiveGroup::Pending::Wait() {
   if (group_ == nullptr) return;
   CollectiveGroup* g = group_;
   group_ = nullptr;
-  CollectiveScope scope(*g, "allreduce", tensor_.numel());
+  CollectiveScope scope(*g, op_, tensor_.numel());
   compat::WaitCollective(work_, tensor_);
   work_ = compat::WorkPtr();
 }

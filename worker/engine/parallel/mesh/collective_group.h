@@ -82,27 +82,37 @@ class CollectiveGroup {
   // In-place sum across ranks (blocking). `tensor` must be on device().
   void AllReduceSum(torch::Tensor& tensor);
 
-  // An in-place sum started by AllReduceSumAsync and not yet waited for. Wait() blocks
-  // until it has ended (rethrowing its error; a no-op when nothing was started). The
-  // flight recorder and the profiler see the collective around Wait only: the ring
-  // holds one in-flight entry, written by the training thread, and Wait is where that
-  // thread stands in it (a hang shows as a rank stuck there, with the group and seq).
-  // Every rank must wait for its pending sums of a group in the same order.
-  class PendingSum {
+  // A collective started by AllReduceSumAsync or AllGatherAsync and not yet waited for.
+  // Wait() blocks until it has ended (rethrowing its error; a no-op when nothing was
+  // started). The flight recorder and the profiler see the collective around Wait only:
+  // the ring holds one in-flight entry, written by the training thread, and Wait is where
+  // that thread stands in it (a hang shows as a rank stuck there, with the group and
+  // seq). Every rank must wait for its pending collectives of a group in the order it
+  // started them.
+  class Pending {
    public:
-    PendingSum() = default;
+    Pending() = default;
     void Wait();
 
    private:
     friend class CollectiveGroup;
     CollectiveGroup* group_ = nullptr;
+    const char* op_ = "";
     compat::WorkPtr work_;
     torch::Tensor tensor_;
   };
   // Starts an in-place sum of `tensor` (on device(), fp32 or another dtype the backend
   // reduces) and returns at once; `tensor` must stay untouched until Wait. Every rank
   // must start the group's collectives in the same order. A group of one starts nothing.
-  PendingSum AllReduceSumAsync(torch::Tensor& tensor);
+  Pending AllReduceSumAsync(torch::Tensor& tensor);
+
+  // Starts gathering every member's `shard` (contiguous, the same shape on every member)
+  // into `out` (contiguous, world_size()·shard.size(0) rows of the same shape and dtype
+  // on device()): member j's rows land at [j·rows, (j+1)·rows). Returns at once; `shard`
+  // and `out` must stay untouched until Wait. bf16 travels as fp16 bytes on Gloo
+  // (LibTorch 1.13's Gloo refuses bf16 even for copies), unchanged. A group of one
+  // copies `shard` into `out` and starts nothing.
+  Pending AllGatherAsync(const torch::Tensor& shard, torch::Tensor& out);
 
   // Row all-to-all: rows [sum(in_splits[<j]), +in_splits[j]) of `input` go to member j;
   // returns the rows received, ordered by source member. Blocking. `input` must be on

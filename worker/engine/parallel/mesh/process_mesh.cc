@@ -26,6 +26,10 @@ std::unique_ptr<ProcessMesh> ProcessMesh::Build(std::unique_ptr<CollectiveGroup>
     throw std::invalid_argument("parallelism.ep=" + std::to_string(p.ep) + " must divide dp*tp=" +
                                 std::to_string(n));
   }
+  const int S = p.dp_shard;
+  if (S < 1 || p.dp % S != 0) {
+    throw std::invalid_argument("parallelism.dp_shard=" + std::to_string(S) + " must divide dp=" + std::to_string(p.dp));
+  }
   std::unique_ptr<ProcessMesh> m(new ProcessMesh());
   const int rank = world->rank();
   ParallelContext& c = m->context_;
@@ -37,6 +41,12 @@ std::unique_ptr<ProcessMesh> ProcessMesh::Build(std::unique_ptr<CollectiveGroup>
   c.dp_rank = rank / p.tp;
   c.tp_rank = rank % p.tp;
   c.ep_rank = rank % p.ep;
+  c.dp_shard = S;
+  c.dp_shard_rank = c.dp_rank % S;
+  c.replica = c.dp_rank / S;
+  const int replica_ranks = S * p.tp;
+  c.expert_shard = S > 1 && replica_ranks % p.ep == 0 ? replica_ranks / p.ep : 1;
+  c.expert_shard_rank = c.expert_shard > 1 ? (rank / p.ep) % c.expert_shard : 0;
   // Every rank walks the same list in the same order and joins the groups it is in.
   for (int d = 0; d < p.dp; ++d) {
     if (d == c.dp_rank) m->tp_ = world->NewSubgroup("tp" + std::to_string(d), Ranks(d * p.tp, p.tp, 1));
@@ -51,6 +61,25 @@ std::unique_ptr<ProcessMesh> ProcessMesh::Build(std::unique_ptr<CollectiveGroup>
     if (i == c.ep_rank) {
       m->expert_dp_ = world->NewSubgroup("edp" + std::to_string(i), Ranks(i, n / p.ep, p.ep));
     }
+  }
+  for (int r = 0; r < p.dp / S; ++r) {
+    for (int t = 0; t < p.tp; ++t) {
+      if (r == c.replica && t == c.tp_rank) {
+        m->fsdp_ = world->NewSubgroup("fsdp" + std::to_string(r * p.tp + t), Ranks(r * replica_ranks + t, S, p.tp));
+      }
+    }
+  }
+  if (c.expert_shard > 1) {
+    for (int r = 0; r < p.dp / S; ++r) {
+      for (int i = 0; i < p.ep; ++i) {
+        if (r == c.replica && i == c.ep_rank) {
+          m->expert_fsdp_ = world->NewSubgroup("efsdp" + std::to_string(r * p.ep + i),
+                                               Ranks(r * replica_ranks + i, c.expert_shard, p.ep));
+        }
+      }
+    }
+  } else {
+    m->expert_fsdp_ = world->NewSubgroup("efsdp-self" + std::to_string(rank), {rank});
   }
   c.tp_group = p.tp > 1 ? m->tp_.get() : nullptr;
   c.ep_group = p.ep > 1 ? m->ep_.get() : nullptr;

@@ -4,6 +4,11 @@
 //   dp group t        = {d·tp + t : d}                 (gradients of dense parameters)
 //   ep group g        = {g·ep + i : i}  consecutive    (token all-to-all; expert shards)
 //   expert-dp group i = {g·ep + i : g}                 (gradients of expert parameters)
+//   fsdp group (r, t)  = {(r·S + s)·tp + t : s}         (S = dp_shard; dense shards)
+//   expert fsdp (r, i) = the members of expert-dp group i in replica r, when
+//                        ep divides S·tp (S·tp/ep of them; experts shards), else {rank}
+// A replica r is the S·tp consecutive ranks of DP ranks r·S .. r·S + S − 1 (S = 1: each
+// DP rank is a replica and every FSDP group has one rank).
 // EP is carved from dp·tp as torchtitan does with expert-TP 1: an EP group covers the
 // TP ranks of ep/tp DP ranks (or part of one TP group when ep < tp). Each rank of a TP
 // group routes a disjoint 1/tp slice of its DP rank's tokens, so every rank of the
@@ -22,7 +27,7 @@ namespace trainyard::engine {
 class ProcessMesh {
  public:
   // Blocks until every sub-group has formed. Throws std::invalid_argument when the
-  // world size is not dp·tp or ep does not divide it.
+  // world size is not dp·tp, ep does not divide it, or dp_shard does not divide dp.
   static std::unique_ptr<ProcessMesh> Build(std::unique_ptr<CollectiveGroup> world,
                                             const ParallelismConfig& parallelism);
 
@@ -31,12 +36,14 @@ class ProcessMesh {
   CollectiveGroup& dp() { return *dp_; }
   CollectiveGroup& ep() { return *ep_; }
   CollectiveGroup& expert_dp() { return *expert_dp_; }
+  CollectiveGroup& fsdp() { return *fsdp_; }
+  CollectiveGroup& expert_fsdp() { return *expert_fsdp_; }
   const ParallelContext& context() const { return context_; }
 
  private:
   ProcessMesh() = default;
 
-  std::unique_ptr<CollectiveGroup> world_, tp_, dp_, ep_, expert_dp_;
+  std::unique_ptr<CollectiveGroup> world_, tp_, dp_, ep_, expert_dp_, fsdp_, expert_fsdp_;
   ParallelContext context_;
 };
 
