@@ -279,7 +279,9 @@ std::string SpecSummary(const v1::JobSpec& s) {
   absl::StrAppend(&out, "training   ", t.steps(), " steps, batch ", t.batch_size(), " x seq ", t.seq_len());
   if (t.grad_accum_steps() > 1) absl::StrAppend(&out, " x accum ", t.grad_accum_steps());
   absl::StrAppend(&out, absl::StrFormat(", lr %.1e", t.lr()), ", dataset ", t.dataset(), "\n");
-  absl::StrAppend(&out, "layout     dp ", p.dp(), " x tp ", p.tp(), ", ep ", p.ep(), " on ", s.resources().device(),
+  absl::StrAppend(&out, "layout     dp ", p.dp(), " x tp ", p.tp(), ", ep ", p.ep(),
+                  p.dp_shard() > 1 ? absl::StrCat(", dp_shard ", p.dp_shard()) : std::string(), " on ",
+                  s.resources().device(),
                   "; compile ", s.compile().backend(), " ", s.compile().regions(), "; checkpoints ",
                   s.checkpoint().interval() > 0 ? absl::StrCat("every ", s.checkpoint().interval(), " steps")
                                                 : std::string("off"),

@@ -68,6 +68,8 @@ json JobSummaryJson(const v1::Job& job) {
       {"dp", spec.parallelism().dp()},
       {"tp", spec.parallelism().tp()},
       {"ep", spec.parallelism().ep()},
+      // FSDP degree; a spec stored before the key existed has none: 1, every DP rank a replica.
+      {"dp_shard", std::max(1, spec.parallelism().dp_shard())},
       {"preset", spec.model().preset()},
       {"steps", spec.training().steps()},
       {"device", spec.resources().device()},

@@ -132,7 +132,7 @@ export class JobPage extends Page {
     const v = this.lastValidation;
     this.head.replaceChildren(
       h('h1', {}, job.id, ' ', h('span', {class: 'muted'}, job.name || '')), badge(job.state),
-      h('span', {class: 'muted'}, `owner ${job.owner} · ${job.preset || 'custom'} · ${job.device} · dp ${job.dp} tp ${job.tp} ep ${job.ep}`));
+      h('span', {class: 'muted'}, `owner ${job.owner} · ${job.preset || 'custom'} · ${job.device} · dp ${job.dp}${job.dp_shard > 1 ? ` (dp_shard ${job.dp_shard})` : ''} tp ${job.tp} ep ${job.ep}`));
     const causes = (job.failure_causes || []).map((c) => h('li', {}, c));
     this.failure.replaceChildren(
       job.pending_reason ? h('div', {class: 'note'}, `pending: ${job.pending_reason}`) : '',

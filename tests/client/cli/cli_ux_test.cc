@@ -296,6 +296,20 @@ TEST(JobHistoryTest, GetDescribesHistoryAttemptsMetricsAndArtifacts) {
   EXPECT_THAT(text, HasSubstr("checkpoints none"));
 }
 
+TEST(JobHistoryTest, GetNamesTheShardDegreeOnlyWhenParametersAreSharded) {
+  v1::Job job;
+  JobHistory h = RestartedJob(&job);
+  v1::ParallelismSpec* p = job.mutable_spec()->mutable_parallelism();
+  p->set_dp(4);
+  p->set_tp(1);
+  p->set_ep(2);
+  p->set_dp_shard(1);
+  job.mutable_spec()->mutable_resources()->set_device("cpu");
+  EXPECT_THAT(FormatJobDescription(job, h, {}), HasSubstr("\nlayout     dp 4 x tp 1, ep 2 on cpu;"));
+  p->set_dp_shard(4);
+  EXPECT_THAT(FormatJobDescription(job, h, {}), HasSubstr("\nlayout     dp 4 x tp 1, ep 2, dp_shard 4 on cpu;"));
+}
+
 // `get` shows the newest validation (newest attempt, then highest step; a late resend
 // of an older step does not replace it), how many ran, and the last step's epoch.
 TEST(JobHistoryTest, GetShowsTheLastValidationAndTheEpoch) {

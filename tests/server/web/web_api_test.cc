@@ -315,6 +315,12 @@ TEST(WebJsonTest, JobJsonShowsPreemptionsAndTheOwnersShare) {
   EXPECT_EQ(j["preempt_times_ms"], json::parse("[1796083200000, 1796083260250]"));
   EXPECT_TRUE(j["share"].is_null());
   EXPECT_EQ(web::JobSummaryJson(job)["restarts"], 1);
+  // The layout: a spec stored before parallelism.dp_shard existed reads as 1 (replicated).
+  EXPECT_EQ(web::JobSummaryJson(job)["dp_shard"], 1);
+  job.mutable_spec()->mutable_parallelism()->set_dp(8);
+  job.mutable_spec()->mutable_parallelism()->set_dp_shard(4);
+  EXPECT_EQ(web::JobSummaryJson(job)["dp"], 8);
+  EXPECT_EQ(web::JobDetailJson(job)["dp_shard"], 4);
 
   v1::ShareInfo* s = job.mutable_share();
   s->set_owner("alice");
