@@ -19,12 +19,18 @@ absl::StatusOr<ElasticLayout> ElasticPolicy::Resize(const v1::JobSpec& spec, int
   v1::JobSpec resized = spec;
   const int tp = spec.parallelism().tp();
   const int ep = std::gcd(spec.parallelism().ep(), dp * tp);
+  // The FSDP degree must divide the new dp: gcd keeps the shard groups as large as they
+  // can be, and the EP rule with them (an ep that divided dp_shard·tp still divides
+  // the new one; one that was a multiple of it still is). The replica degree is derived.
+  const int dp_shard = std::gcd(std::max(1, spec.parallelism().dp_shard()), dp);
   resized.mutable_parallelism()->set_dp(dp);
   resized.mutable_parallelism()->set_ep(ep);
+  resized.mutable_parallelism()->set_dp_shard(dp_shard);
+  resized.mutable_parallelism()->set_dp_replicate(0);
   resized.mutable_training()->set_grad_accum_steps(static_cast<int>(samples / dp));
   absl::StatusOr<v1::JobSpec> valid = ResolveAndValidateProto(resized);
   if (!valid.ok()) return valid.status();
-  return ElasticLayout{*std::move(valid), dp, static_cast<int>(samples / dp), ep};
+  return ElasticLayout{*std::move(valid), dp, static_cast<int>(samples / dp), ep, dp_shard};
 }
 
 std::optional<ElasticLayout> ElasticPolicy::Shrink(const std::string& job_id, const v1::JobSpec& spec,

@@ -20,13 +20,15 @@ struct ElasticLayout {
   int dp = 0;
   int grad_accum_steps = 0;
   int ep = 0;
+  int dp_shard = 1;
 };
 
 class ElasticPolicy {
  public:
   // `spec` (normalised) at data-parallel degree `dp`: grad_accum_steps becomes
-  // dp_old·grad_accum_steps/dp (so the global batch is unchanged) and ep becomes
-  // gcd(ep, dp·tp); the result is checked with every rule of the spec core.
+  // dp_old·grad_accum_steps/dp (so the global batch is unchanged), ep becomes
+  // gcd(ep, dp·tp), parallelism.dp_shard becomes gcd(dp_shard, dp) and dp_replicate 0
+  // (derived); the result is checked with every rule of the spec core.
   // INVALID_ARGUMENT when dp does not divide dp_old·grad_accum_steps or a rule fails.
   static absl::StatusOr<ElasticLayout> Resize(const v1::JobSpec& spec, int dp);
 

@@ -101,12 +101,17 @@ int RestartsUsed(const TrackedJob& rt) {
 std::string PlacementNote(const TrackedJob& rt, const GangDecision& decision, absl::Time now) {
   std::vector<std::string> notes;
   const v1::JobSpec& spec = rt.job.spec();
+  // The FSDP degree, named when the resize changed it (gcd(dp_shard, dp)).
+  const int dp_shard = std::max(1, spec.parallelism().dp_shard());
+  const std::string shard_note = rt.layout && rt.layout->dp_shard != dp_shard
+                                     ? absl::StrCat(", dp_shard=", rt.layout->dp_shard) : std::string();
   if (rt.resize_dp) {
     const int ep = rt.layout ? rt.layout->ep : spec.parallelism().ep();
     notes.push_back(absl::StrCat("resized on request: dp=", *rt.resize_dp, " of ", spec.parallelism().dp(),
                                  ", grad_accum_steps=",
                                  rt.layout ? rt.layout->grad_accum_steps : spec.training().grad_accum_steps(),
-                                 ep != spec.parallelism().ep() ? absl::StrCat(", ep=", ep) : std::string()));
+                                 ep != spec.parallelism().ep() ? absl::StrCat(", ep=", ep) : std::string(),
+                                 shard_note));
   } else if (rt.layout) {
     const std::optional<absl::Time> from = ElasticFrom(rt);
     const absl::Duration waited = from ? now - *from + absl::Seconds(rt.job.spec().restart().elastic_wait_s())
@@ -115,7 +120,7 @@ std::string PlacementNote(const TrackedJob& rt, const GangDecision& decision, ab
                                  ", grad_accum_steps=", rt.layout->grad_accum_steps,
                                  rt.layout->ep != rt.job.spec().parallelism().ep()
                                      ? absl::StrCat(", ep=", rt.layout->ep) : std::string(),
-                                 ", after ", absl::ToInt64Seconds(waited), " s without slots for dp=",
+                                 shard_note, ", after ", absl::ToInt64Seconds(waited), " s without slots for dp=",
                                  rt.job.spec().parallelism().dp()));
   }
   auto failures = [&](const std::vector<std::string>& names) {

@@ -70,11 +70,13 @@ TEST(RestartCausesTest, TheFailedReasonNamesEachAttemptAndListsAtMostTheNewestTe
             "restarting: backing off until 2023-11-14T22:13:20.5Z (restart 4 of 40)");
 }
 
-v1::JobSpec Normalised(int dp, int ep, int grad_accum) {
+v1::JobSpec Normalised(int dp, int ep, int grad_accum, int dp_shard = 1, int dp_replicate = 0) {
   v1::JobSpec spec;
   spec.mutable_model()->set_preset("tiny");
   spec.mutable_parallelism()->set_dp(dp);
   spec.mutable_parallelism()->set_ep(ep);
+  spec.mutable_parallelism()->set_dp_shard(dp_shard);
+  spec.mutable_parallelism()->set_dp_replicate(dp_replicate);
   spec.mutable_training()->set_grad_accum_steps(grad_accum);
   spec.mutable_restart()->set_min_dp(1);
   auto out = ResolveAndValidateProto(spec);
@@ -101,6 +103,41 @@ TEST(ElasticPolicyTest, ResizeKeepsTheGlobalBatchAndCarvesEpFromTheNewWorld) {
   auto big = ElasticPolicy::Resize(Normalised(2, 1, 1024), 1);
   EXPECT_EQ(big.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(big.status().message()), HasSubstr("training.grad_accum_steps"));
+}
+
+TEST(ElasticPolicyTest, ResizeKeepsTheShardDegreeADivisorOfTheNewDp) {
+  // FSDP over all 4 data ranks (tiny: 4 experts, ep=4 inside the one replica).
+  const v1::JobSpec fsdp = Normalised(4, 4, 3, /*dp_shard=*/4);
+  auto two = ElasticPolicy::Resize(fsdp, 2);
+  ASSERT_TRUE(two.ok()) << two.status();
+  EXPECT_EQ(two->spec.parallelism().dp_shard(), 2) << "gcd(4, 2)";
+  EXPECT_EQ(two->dp_shard, 2);
+  EXPECT_EQ(two->spec.parallelism().dp_replicate(), 0);
+  EXPECT_EQ(two->spec.parallelism().ep(), 2);
+  auto three = ElasticPolicy::Resize(fsdp, 3);
+  ASSERT_TRUE(three.ok()) << three.status();
+  EXPECT_EQ(three->spec.parallelism().dp_shard(), 1) << "gcd(4, 3): replicated";
+  EXPECT_EQ(three->dp_shard, 1);
+  EXPECT_EQ(three->spec.parallelism().ep(), 1);
+  EXPECT_EQ(three->grad_accum_steps, 4);
+  auto one = ElasticPolicy::Resize(fsdp, 1);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->spec.parallelism().dp_shard(), 1);
+  // HSDP with dp_replicate given (2 replicas of 2): at dp=2 the given 2 would no longer
+  // equal dp / dp_shard, so it becomes 0 (derived: one replica of 2).
+  const v1::JobSpec hsdp = Normalised(4, 1, 1, /*dp_shard=*/2, /*dp_replicate=*/2);
+  auto half = ElasticPolicy::Resize(hsdp, 2);
+  ASSERT_TRUE(half.ok()) << half.status();
+  EXPECT_EQ(half->spec.parallelism().dp_shard(), 2);
+  EXPECT_EQ(half->spec.parallelism().dp_replicate(), 0);
+  EXPECT_EQ(half->grad_accum_steps, 2);
+  // Shrink walks the same resize: 3 free slots of a dp=4 dp_shard=4 job take dp=2.
+  v1::JobSpec shrinking = fsdp;
+  shrinking.mutable_training()->set_grad_accum_steps(1);
+  auto shrunk = ElasticPolicy::Shrink("job-1", shrinking, {{"w1", 3}});
+  ASSERT_TRUE(shrunk.has_value());
+  EXPECT_EQ(shrunk->dp, 2);
+  EXPECT_EQ(shrunk->spec.parallelism().dp_shard(), 2);
 }
 
 TEST(ElasticPolicyTest, ShrinkTakesTheLargestDpThatFitsAndDividesTheBatch) {

@@ -166,6 +166,24 @@ TEST_F(JobResizeTest, ARunningJobShrinksAndGrowsFromItsCheckpointWithoutUsingARe
   EXPECT_THAT(Job(id).failure_reason(), HasSubstr("failed 2 attempts (restart.max_restarts=1)"));
 }
 
+TEST_F(JobResizeTest, AShardedJobShrinksToAShardDegreeThatDividesItsNewDp) {
+  Conn w1 = Connect("w1", 2);
+  v1::JobSpec spec = Checkpointed(2, 0);
+  spec.mutable_parallelism()->set_dp_shard(2);  // FSDP over both data ranks
+  const std::string id = Submit(spec);
+  Report(w1, id, 1, {0, 1}, v1::RankState::RUNNING);
+  ASSERT_TRUE(manager_->Resize(id, 1).ok());
+  Report(w1, id, 1, {0, 1}, v1::RankState::KILLED, "cancelled");
+  ASSERT_EQ(Job(id).state(), v1::Job::SCHEDULED);
+  EXPECT_EQ(LastReason(id, v1::Job::SCHEDULED),
+            "placed on w1×1 (resized on request: dp=1 of 2, grad_accum_steps=4, dp_shard=1)");
+  auto assigns = w1.channel->Of(Msg::kAssign);
+  ASSERT_THAT(assigns, SizeIs(2));
+  EXPECT_EQ(assigns[1].assign().spec().parallelism().dp(), 1);
+  EXPECT_EQ(assigns[1].assign().spec().parallelism().dp_shard(), 1);
+  EXPECT_EQ(Job(id).spec().parallelism().dp_shard(), 2) << "the job keeps its submitted spec";
+}
+
 TEST_F(JobResizeTest, AResizeWaitsForItsSlotsAtExactlyItsDp) {
   Conn w1 = Connect("w1", 2);
   Conn w2 = Connect("w2", 1);
