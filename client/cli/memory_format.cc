@@ -34,10 +34,27 @@ std::string FormatMemoryEstimate(const spec::JobSpec& spec) {
   std::string out = "memory:     " + spec::FormatBytes(e.total_bytes()) + " per rank at its peak, " + e.peak_at +
                     " (estimate, docs/memory.md)\n            " + spec::DescribeLayout(spec) + "\n";
   const bool bf16 = spec.training.mixed_precision == "bf16";
+  const bool sharded = e.shard_degree > 1;
+  if (sharded) {
+    out += "            state between steps " + spec::FormatBytes(e.state_bytes) +
+           " per rank (weights, gradients, AdamW: 16 B a parameter of its shards; dp_shard=" +
+           std::to_string(e.shard_degree) + ", routed experts " +
+           (e.expert_shard_degree == 1 ? std::string("not sharded")
+                                       : "over " + std::to_string(e.expert_shard_degree) + " ranks") +
+           ")\n";
+  }
+  const double gathered = p.parameters - 4 * e.shard_params;
   const std::vector<std::pair<std::string, std::string>> rows = {
-      {"parameters", "fp32 master weights, " + Count(e.rank_params) + " of " + Count(e.total_params) + " parameters"},
-      {"gradients", "fp32, of " + spec::FormatBytes(e.all_gradients) + " (those that exist at the peak)"},
-      {"optimizer", "AdamW's m and v, fp32"},
+      {"parameters",
+       sharded ? "fp32 shards " + spec::FormatBytes(4 * e.shard_params) + " (" + Count(e.shard_params) + " of " +
+                     Count(e.rank_params) + " local parameters)" +
+                     (gathered > 0 ? " + " + spec::FormatBytes(gathered) + " gathered whole for the step"
+                                   : std::string(", nothing gathered between steps"))
+               : "fp32 master weights, " + Count(e.rank_params) + " of " + Count(e.total_params) + " parameters"},
+      {"gradients", "fp32, of " + spec::FormatBytes(e.all_gradients) +
+                        (sharded ? " full and " + spec::FormatBytes(4 * e.shard_params) + " of shards" : "") +
+                        " (those that exist at the peak)"},
+      {"optimizer", sharded ? "AdamW's m and v of the shards, fp32" : "AdamW's m and v, fp32"},
       {"weight copies", bf16 ? "bf16 copies of the weights kept for backward"
                              : (e.fused_cpu ? "none (the fused CPU kernels read the weights in place)"
                                             : "the concatenated q|k|v weight of each layer")},
@@ -81,7 +98,12 @@ std::string MemoryEstimateJsonLine(const spec::JobSpec& spec) {
           {"communication", p.communication},
           {"gradient_buckets", e.bucket_bytes},
           {"other", p.other},
-          {"fused_cpu_kernels", e.fused_cpu}};
+          {"fused_cpu_kernels", e.fused_cpu},
+          {"dp_shard", e.shard_degree},
+          {"expert_shard", e.expert_shard_degree},
+          {"shard_params", e.shard_params},
+          {"gathered_parameters", e.gathered_bytes},
+          {"state_bytes", e.state_bytes}};
   return nlohmann::json{{"memory_estimate", estimate}}.dump();
 }
 

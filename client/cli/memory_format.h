@@ -12,10 +12,12 @@ namespace trainyard::cli {
 
 // The estimate as text, a headline then one line a part, 12-column labels as `explain`:
 //   memory:     408 MiB per rank at its peak, the loss's backward (estimate, docs/memory.md)
-//               dp=1 tp=1 ep=1 activation_checkpoint.mode=none training.mixed_precision=fp32
+//               dp=1 dp_shard=1 tp=1 ep=1 activation_checkpoint.mode=none training.mixed_precision=fp32
 //     parameters     29.5 MiB  fp32 master weights, 7.74M of 7.74M parameters
 //     gradients         0 B    fp32, of 29.5 MiB (those that exist at the peak)
 //     ...
+// With parallelism.dp_shard > 1 a third line gives the state kept between steps
+// (MemoryEstimate::state_bytes), and parameters its shards plus the step's gathered copy.
 // Ends with a newline.
 std::string FormatMemoryEstimate(const spec::JobSpec& spec);
 // The same for a stored or submitted proto spec; one "memory:     no estimate: WHY" line
@@ -26,7 +28,8 @@ std::string FormatMemoryEstimate(const v1::JobSpec& spec);
 //   {"memory_estimate":{"total_bytes":...,"peak_at":"...","layout":"...","total_params":...,
 //    "rank_params":...,"parameters":...,"gradients":...,"all_gradients":...,"optimizer":...,
 //    "compute_weights":...,"activations":...,"communication":...,"gradient_buckets":...,
-//    "other":...,"fused_cpu_kernels":true}}
+//    "other":...,"fused_cpu_kernels":true,"dp_shard":1,"expert_shard":1,"shard_params":...,
+//    "gathered_parameters":...,"state_bytes":...}}
 // Bytes and counts as JSON numbers.
 std::string MemoryEstimateJsonLine(const spec::JobSpec& spec);
 

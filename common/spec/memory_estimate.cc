@@ -3,10 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <functional>
-#include <tuple>
-
-#include "common/spec/rules.h"
 
 namespace trainyard::spec {
 
@@ -213,7 +209,19 @@ MemoryEstimate EstimateRankMemory(const JobSpec& spec) {
   e.rank_params = c.embedding + head_params +
                   n_dense * (attn_params + dense_params + c.layer_norms) +
                   (n_layers - n_dense) * (attn_params + moe_params + c.layer_norms);
-  e.state_bytes = e.rank_params * 16;
+  // FSDP: the routed experts over dp_shard·tp/ep ranks when ep divides dp_shard·tp (else
+  // unsharded), every other parameter over dp_shard; a sharded parameter is gathered
+  // whole for the step, an unsharded one (a group of one) is used as it is.
+  const int64_t dp_shard = std::max(1, spec.parallelism.dp_shard);
+  const int64_t replica = dp_shard * std::max(1, spec.parallelism.tp), ep_int = std::max(1, spec.parallelism.ep);
+  e.shard_degree = static_cast<int>(dp_shard);
+  e.expert_shard_degree = dp_shard > 1 && replica % ep_int == 0 ? static_cast<int>(replica / ep_int) : 1;
+  const double expert_params = (n_layers - n_dense) * c.expert * s.e_local;
+  const double other_params = e.rank_params - expert_params;
+  const bool sharded = e.shard_degree > 1;
+  e.shard_params = sharded ? other_params / e.shard_degree + expert_params / e.expert_shard_degree : e.rank_params;
+  e.gathered_bytes = sharded ? kF32 * (other_params + (e.expert_shard_degree > 1 ? expert_params : 0)) : 0;
+  e.state_bytes = e.shard_params * 16;
   e.all_gradients = e.rank_params * kF32;
   e.bucket_bytes = e.rank_params * kF32;
   e.fused_cpu = s.fused;
@@ -243,8 +251,8 @@ MemoryEstimate EstimateRankMemory(const JobSpec& spec) {
   const bool accumulating = spec.training.grad_accum_steps > 1;
 
   MemoryBreakdown base;
-  base.parameters = e.rank_params * kF32;
-  base.optimizer = e.rank_params * 2 * kF32;
+  base.parameters = e.shard_params * kF32 + e.gathered_bytes;  // during the step
+  base.optimizer = e.shard_params * 2 * kF32;
   base.communication = e.bucket_bytes;
   const double rep = m.n_kv_heads > 0 ? std::floor(static_cast<double>(m.n_heads) / m.n_kv_heads) : 1;
   base.other = 3 * s.t * s.hd * kF32 + n_layers * rep * ProbElements(s.t) * s.a + 8 * s.b * (s.t + 1);
@@ -288,11 +296,15 @@ MemoryEstimate EstimateRankMemory(const JobSpec& spec) {
           grads(done + f.grads + attn.grads, attn.grads), 0, i, "attention");
     done += f.grads + attn.grads;
   }
-  // The embedding's gradient last, with the residual stream's gradient (fp32).
-  phase(s.n * s.d * kF32, 0, e.all_gradients, 0, -1, "the end of backward");
-  // The MFU probe between steps, while the last step's gradients still exist.
+  // The embedding's gradient last, with the residual stream's gradient (fp32); sharded,
+  // the reduction's shard gradients too.
+  const double shard_grads = sharded ? e.shard_params * kF32 : 0;
+  phase(s.n * s.d * kF32, 0, e.all_gradients + shard_grads, 0, -1, "the end of backward");
+  // The MFU probe between steps, while the last step's gradients still exist (sharded:
+  // only the shards, of the gradients and of the parameters).
   base.other += ProbeBytes(spec.resources.device == "cuda", s.bf16);
-  phase(0, 0, e.all_gradients, 0, -1, "the GEMM peak probe between steps");
+  base.parameters = e.shard_params * kF32;
+  phase(0, 0, sharded ? shard_grads : e.all_gradients, 0, -1, "the GEMM peak probe between steps");
 
   const Phase* peak = &peak_phase;
   e.peak = peak->b;
@@ -314,8 +326,11 @@ std::string FormatBytes(double b) {
   return out;
 }
 
+double PersistentStateBytes(const JobSpec& spec) { return EstimateRankMemory(spec).state_bytes; }
+
 std::string DescribeLayout(const JobSpec& s) {
-  return "dp=" + std::to_string(s.parallelism.dp) + " tp=" + std::to_string(s.parallelism.tp) +
+  return "dp=" + std::to_string(s.parallelism.dp) + " dp_shard=" + std::to_string(s.parallelism.dp_shard) +
+         " tp=" + std::to_string(s.parallelism.tp) +
          " ep=" + std::to_string(s.parallelism.ep) + " activation_checkpoint.mode=" + s.activation_checkpoint.mode +
          " training.mixed_precision=" + s.training.mixed_precision;
 }
@@ -328,6 +343,9 @@ std::string DescribeBreakdown(const MemoryEstimate& e) {
     out += (out.empty() ? "" : ", ") + std::string(name) + " " + FormatBytes(bytes);
   };
   part("parameters", p.parameters);
+  // Sharded, the step's gathered copy is most of it: say how much.
+  const double gathered = p.parameters - e.shard_params * kF32;
+  if (gathered > 0) out += " (" + FormatBytes(gathered) + " of them gathered for the step)";
   part("gradients", p.gradients, true);
   part("optimizer", p.optimizer);
   part("weight copies", p.compute_weights);
@@ -335,110 +353,6 @@ std::string DescribeBreakdown(const MemoryEstimate& e) {
   part("communication", p.communication);
   part("other", p.other);
   return out;
-}
-
-namespace {
-
-// One key of the layout search: the values it may take for `spec` (smaller first), how
-// to set one, and how a changed one is named.
-struct Axis {
-  std::function<std::vector<std::string>(const JobSpec&)> values;
-  std::function<void(JobSpec&, const std::string&)> apply;
-  std::function<std::string(const JobSpec&)> value;
-  std::function<std::string(const JobSpec&)> label;
-};
-
-std::vector<std::string> Divisors(int64_t n) {
-  std::vector<std::string> out;
-  for (int64_t i = 1; i <= n; ++i) {
-    if (n % i == 0) out.push_back(std::to_string(i));
-  }
-  return out;
-}
-
-// The layout keys, in search order. The world size dp·tp stays; dp follows tp.
-std::vector<Axis> LayoutAxes() {
-  std::vector<Axis> axes;
-  axes.push_back({[](const JobSpec& s) { return Divisors(int64_t{s.parallelism.dp} * s.parallelism.tp); },
-                  [](JobSpec& s, const std::string& v) {
-                    const int world = s.parallelism.dp * s.parallelism.tp;
-                    s.parallelism.tp = std::stoi(v);
-                    s.parallelism.dp = world / s.parallelism.tp;
-                  },
-                  [](const JobSpec& s) { return std::to_string(s.parallelism.tp); },
-                  [](const JobSpec& s) {
-                    return "dp=" + std::to_string(s.parallelism.dp) + " tp=" + std::to_string(s.parallelism.tp);
-                  }});
-  axes.push_back({[](const JobSpec& s) { return Divisors(int64_t{s.parallelism.dp} * s.parallelism.tp); },
-                  [](JobSpec& s, const std::string& v) { s.parallelism.ep = std::stoi(v); },
-                  [](const JobSpec& s) { return std::to_string(s.parallelism.ep); },
-                  [](const JobSpec& s) { return "ep=" + std::to_string(s.parallelism.ep); }});
-  axes.push_back({[](const JobSpec&) { return std::vector<std::string>{"none", "selective", "full"}; },
-                  [](JobSpec& s, const std::string& v) { s.activation_checkpoint.mode = v; },
-                  [](const JobSpec& s) { return s.activation_checkpoint.mode; },
-                  [](const JobSpec& s) { return "activation_checkpoint.mode=" + s.activation_checkpoint.mode; }});
-  return axes;
-}
-
-}  // namespace
-
-LayoutSuggestion SuggestLayout(const JobSpec& spec, double limit_bytes) {
-  const std::vector<Axis> axes = LayoutAxes();
-  LayoutSuggestion best, smallest;
-  bool any = false;
-  std::tuple<size_t, double> best_key{SIZE_MAX, 0};
-  // Depth-first over the axes: every combination of their values, in axis order.
-  std::function<void(size_t, JobSpec&)> walk = [&](size_t axis, JobSpec& candidate) {
-    if (axis == axes.size()) {
-      if (Validate(candidate).has_value()) return;
-      ++best.candidates;
-      std::vector<std::string> changed;
-      for (const Axis& a : axes) {
-        if (a.value(candidate) != a.value(spec)) changed.push_back(a.label(candidate));
-      }
-      MemoryEstimate e = EstimateRankMemory(candidate);
-      if (!any || e.total_bytes() < smallest.estimate.total_bytes()) {
-        any = true;
-        smallest.spec = candidate;
-        smallest.changed = changed;
-        smallest.estimate = e;
-      }
-      const std::tuple<size_t, double> key{changed.size(), e.total_bytes()};
-      if (e.total_bytes() <= limit_bytes && key < best_key) {
-        best_key = key;
-        best.fits = true;
-        best.spec = candidate;
-        best.changed = changed;
-        best.estimate = std::move(e);
-      }
-      return;
-    }
-    const JobSpec before = candidate;
-    for (const std::string& v : axes[axis].values(before)) {
-      candidate = before;
-      axes[axis].apply(candidate, v);
-      walk(axis + 1, candidate);
-    }
-    candidate = before;
-  };
-  JobSpec candidate = spec;
-  walk(0, candidate);
-  if (best.fits) return best;
-  smallest.candidates = best.candidates;
-  return smallest;
-}
-
-std::string DescribeSuggestion(const JobSpec& spec, const LayoutSuggestion& g) {
-  auto keys = [](const std::vector<std::string>& changed) {
-    std::string out;
-    for (const std::string& c : changed) out += (out.empty() ? "" : " ") + c;
-    return out;
-  };
-  if (g.fits) return "fits at " + keys(g.changed) + ": " + FormatBytes(g.estimate.total_bytes());
-  const std::string world = std::to_string(int64_t{spec.parallelism.dp} * spec.parallelism.tp);
-  if (g.candidates == 0 || g.changed.empty()) return "no layout of dp·tp=" + world + " ranks fits";
-  return "no layout of dp·tp=" + world + " ranks fits (the smallest, " + keys(g.changed) + ", needs " +
-         FormatBytes(g.estimate.total_bytes()) + ")";
 }
 
 }  // namespace trainyard::spec

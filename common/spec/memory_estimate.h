@@ -36,6 +36,22 @@
 // of the engine's tracked tensor bytes in fp32 and bf16 (a few % over inside a layer's
 // backward under activation_checkpoint full; docs/memory.md has the table).
 //
+// Sharded data parallelism (parallelism.dp_shard = S > 1, FSDP): every parameter is
+// sharded on dim 0 of its TP/EP-local tensor over its FSDP group, the routed experts over
+// S_e = S·tp/ep ranks when ep divides S·tp (else S_e = 1: not sharded), the rest over S
+// (counted as elements / S, not per-tensor rows). Between steps a rank holds the shards
+// only: fp32 parameter, fp32 gradient and AdamW m and v, 16 B a parameter / S (or S_e):
+// state_bytes. The step all-gathers every sharded parameter at its start and keeps the
+// full fp32 local parameters until the end of backward: `parameters` is the shards plus
+// that gathered copy (gathered_bytes) at every moment of the step, the shards alone at
+// the probe. Full gradients, the gradient buckets and the optimizer timing are as
+// replicated (the gradient model applies to all rank_params); the end of backward adds
+// the reduction's shard gradients (4 B / S), the probe holds only those. A bf16 job's
+// all-gather moves bf16 buffers (2 B a parameter, freed as each layer is unpacked):
+// they exist only at the step's start, on top of less than the end of backward holds
+// (its full fp32 gradients are 4 B a parameter), so that moment is not modelled and the
+// buffers are left out.
+//
 // Left out: allocator caching and fragmentation, the CUDA context and NCCL's or Gloo's
 // own buffers, cuBLAS/oneDNN workspaces, kernel scratch (per-thread attention rows),
 // small index and routing tensors below about 1 % of a layer, the forward-time
@@ -89,8 +105,12 @@ struct MemoryBreakdown {
 
 struct MemoryEstimate {
   double total_params = 0;      // the whole model, as engine::FlopsModel counts it
-  double rank_params = 0;       // held by one rank
-  double state_bytes = 0;       // rank_params · 16: weights, gradients, AdamW's moments
+  double rank_params = 0;       // held by one rank (TP/EP-local, whole)
+  int shard_degree = 1;         // S = parallelism.dp_shard: FSDP group of every non-expert
+  int expert_shard_degree = 1;  // S_e: the routed experts' FSDP group (1: not sharded)
+  double shard_params = 0;      // of rank_params kept between steps (= rank_params unsharded)
+  double gathered_bytes = 0;    // the step's full fp32 copy of the sharded parameters (0 unsharded)
+  double state_bytes = 0;       // shard_params · 16: weights, gradients, AdamW's moments between steps
   double activation_bytes = 0;  // = peak.activations
   MemoryBreakdown peak;         // at the peak
   double all_gradients = 0;     // rank_params · 4, of which peak.gradients exist then
@@ -101,22 +121,26 @@ struct MemoryEstimate {
 };
 
 MemoryEstimate EstimateRankMemory(const JobSpec& spec);
+// The state one rank keeps between steps: fp32 parameters, their gradients and AdamW's
+// m and v, 16 B for each parameter it holds (its shards under dp_shard > 1): state_bytes.
+double PersistentStateBytes(const JobSpec& spec);
 
 // "3.2 GiB", "512 MiB", "4.1e+03 TiB" (three significant digits, binary units).
 std::string FormatBytes(double bytes);
-// "dp=1 tp=1 ep=1 activation_checkpoint.mode=none training.mixed_precision=fp32".
+// "dp=1 dp_shard=1 tp=1 ep=1 activation_checkpoint.mode=none training.mixed_precision=fp32".
 std::string DescribeLayout(const JobSpec& spec);
 // "parameters 29.5 MiB, gradients 0 B, optimizer 59.1 MiB, activations 249 MiB, ..." in
-// the order of MemoryBreakdown, the parts that are 0 left out except gradients.
+// the order of MemoryBreakdown, the parts that are 0 left out except gradients; sharded,
+// "parameters 33.2 MiB (29.5 MiB of them gathered for the step), ...".
 std::string DescribeBreakdown(const MemoryEstimate& estimate);
 
-// A layout of the same world size (dp·tp) that fits `limit_bytes` per rank. The
-// candidates are every (tp, ep) the spec rules (rules.h Validate) accept with
-// dp = world / tp, times every activation_checkpoint.mode; they are ranked by how many
-// keys differ from the spec (parallelism.dp and .tp count as one change, since the
-// world size ties them), then by the smaller estimate, then by the order of the axes
-// (tp, ep, mode; smaller values first). The search walks a list of axes, so a new
-// layout key (parallelism.dp_shard) is one more axis.
+// A layout of the same world size (dp·tp) that fits `limit_bytes` per rank
+// (layout_suggestion.cc). The candidates are every (tp, ep) the spec rules (rules.h
+// Validate) accept with dp = world / tp, times every activation_checkpoint.mode; they
+// are ranked by how many keys differ from the spec (parallelism.dp and .tp count as one
+// change, since the world size ties them), then by the smaller estimate, then by the
+// order of the axes (tp, ep, mode; smaller values first). The search walks a list of
+// axes, so a new layout key (parallelism.dp_shard) is one more axis.
 struct LayoutSuggestion {
   bool fits = false;                 // a candidate fits; else `spec` is the smallest
   JobSpec spec;                      // the suggested (or smallest) layout

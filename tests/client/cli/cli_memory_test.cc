@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "client/cli/preflight_command.h"
 #include "common/base/posix_process_launcher.h"
@@ -35,7 +36,7 @@ TEST(CliMemoryTest, PrintsThePeakByPart) {
   // layer of 786,944, three MoE layers of 1,968,640): 29.5 MiB at 4 B, AdamW 59.1 MiB.
   EXPECT_THAT(text, StartsWith("memory:     408 MiB per rank at its peak, the loss's backward (estimate, "
                                "docs/memory.md)\n"
-                               "            dp=1 tp=1 ep=1 activation_checkpoint.mode=none "
+                               "            dp=1 dp_shard=1 tp=1 ep=1 activation_checkpoint.mode=none "
                                "training.mixed_precision=fp32\n"));
   EXPECT_THAT(text, HasSubstr("\n  parameters      29.5 MiB  fp32 master weights, 7.74M of 7.74M parameters\n"));
   EXPECT_THAT(text, HasSubstr("\n  gradients            0 B  fp32, of 29.5 MiB (those that exist at the peak)\n"));
@@ -48,6 +49,32 @@ TEST(CliMemoryTest, PrintsThePeakByPart) {
   EXPECT_THAT(bf16, HasSubstr("\n  weight copies   13.8 MiB  bf16 copies of the weights kept for backward\n"));
 }
 
+TEST(CliMemoryTest, ShardedDataParallelismShowsTheShardsAndTheGatheredCopy) {
+  // debug at dp=4 dp_shard=4 ep=2: of a rank's 5,382,400 parameters the 4 routed experts
+  // of each MoE layer (3 · 4 · 196,608 = 2,359,296) are sharded over 4·1/2 = 2 ranks, the
+  // other 3,023,104 over 4: 755,776 + 1,179,648 = 1,935,424 kept between steps,
+  // 16 B each = 29.5 MiB; their fp32 rows 7.38 MiB, AdamW's 14.8 MiB; the step gathers
+  // all 5,382,400 whole (20.5 MiB), so parameters are 7.38 + 20.5 = 27.9 MiB.
+  const std::vector<std::string> sets = {"parallelism.dp=4", "parallelism.dp_shard=4", "parallelism.ep=2"};
+  const std::string text = cli::FormatMemoryEstimate(Debug(sets));
+  EXPECT_THAT(text, HasSubstr("\n            dp=4 dp_shard=4 tp=1 ep=2 activation_checkpoint.mode=none "
+                              "training.mixed_precision=fp32\n"
+                              "            state between steps 29.5 MiB per rank (weights, gradients, AdamW: 16 B a "
+                              "parameter of its shards; dp_shard=4, routed experts over 2 ranks)\n"));
+  EXPECT_THAT(text, HasSubstr("\n  parameters      27.9 MiB  fp32 shards 7.38 MiB (1.94M of 5.38M local parameters) "
+                              "+ 20.5 MiB gathered whole for the step\n"));
+  EXPECT_THAT(text, HasSubstr("  fp32, of 20.5 MiB full and 7.38 MiB of shards (those that exist at the peak)\n"));
+  EXPECT_THAT(text, HasSubstr("\n  optimizer       14.8 MiB  AdamW's m and v of the shards, fp32\n"));
+  const nlohmann::json m = nlohmann::json::parse(cli::MemoryEstimateJsonLine(Debug(sets))).at("memory_estimate");
+  EXPECT_EQ(m.at("dp_shard"), 4);
+  EXPECT_EQ(m.at("expert_shard"), 2);
+  EXPECT_EQ(m.at("rank_params").get<double>(), 5382400);
+  EXPECT_EQ(m.at("shard_params").get<double>(), 1935424);
+  EXPECT_EQ(m.at("gathered_parameters").get<double>(), 4.0 * 5382400);
+  EXPECT_EQ(m.at("state_bytes").get<double>(), 16.0 * 1935424);
+  EXPECT_EQ(m.at("optimizer").get<double>(), 8.0 * 1935424);
+}
+
 TEST(CliMemoryTest, JsonLineAndARefusedSpec) {
   const nlohmann::json j = nlohmann::json::parse(cli::MemoryEstimateJsonLine(Debug()));
   const nlohmann::json& m = j.at("memory_estimate");
@@ -57,6 +84,11 @@ TEST(CliMemoryTest, JsonLineAndARefusedSpec) {
   EXPECT_NEAR(m.at("total_bytes").get<double>(), 427970920, 1024) << "the measured peak";
   EXPECT_EQ(m.at("peak_at"), "the loss's backward");
   EXPECT_EQ(m.at("fused_cpu_kernels"), true);
+  // Replicated: the whole 16 B a parameter stays between steps, nothing is gathered.
+  EXPECT_EQ(m.at("dp_shard"), 1);
+  EXPECT_EQ(m.at("shard_params").get<double>(), 7741696);
+  EXPECT_EQ(m.at("gathered_parameters").get<double>(), 0);
+  EXPECT_EQ(m.at("state_bytes").get<double>(), 16.0 * 7741696);
   v1::JobSpec refused;
   refused.mutable_model()->set_dim(7);  // not a multiple of n_heads
   EXPECT_THAT(cli::FormatMemoryEstimate(refused), StartsWith("memory:     no estimate: "));
@@ -86,7 +118,7 @@ TEST(CliMemoryTest, PreflightPrintsTheEstimateFirst) {
   std::string first;
   std::getline(lines, first);
   const nlohmann::json m = nlohmann::json::parse(first).at("memory_estimate");
-  EXPECT_EQ(m.at("layout"), "dp=2 tp=1 ep=2 activation_checkpoint.mode=none training.mixed_precision=fp32");
+  EXPECT_EQ(m.at("layout"), "dp=2 dp_shard=1 tp=1 ep=2 activation_checkpoint.mode=none training.mixed_precision=fp32");
   // ep=2: 4 of the 8 experts (3 · 256·256 each) of each MoE layer leave the rank.
   EXPECT_EQ(m.at("rank_params").get<double>(), 7741696 - 3 * 4 * 196608.0);
 }

@@ -177,6 +177,127 @@ TEST(MemoryEstimateTest, AccumulatedGradientsAndTheProbeBetweenSteps) {
   EXPECT_GE(t.peak.other, 3 * 1024 * 1024 * kF);
 }
 
+// Sharded data parallelism: of Small's 211520 parameters 4 · 6144 = 24576 are routed
+// experts (one MoE layer), the other 186944 are sharded over dp_shard.
+constexpr double kExperts = 4 * 6144, kOthers = kParams - kExperts;
+static_assert(kOthers == 186944);
+
+TEST(MemoryEstimateTest, DpShardHalvesThePersistentStateAndAddsTheGatheredCopy) {
+  const MemoryEstimate replicated = EstimateRankMemory(Small({"parallelism.dp=2"}));
+  EXPECT_EQ(replicated.shard_degree, 1);
+  EXPECT_EQ(replicated.shard_params, kParams);
+  EXPECT_EQ(replicated.gathered_bytes, 0);
+  EXPECT_EQ(replicated.state_bytes, 16 * kParams);
+  EXPECT_EQ(replicated.state_bytes, 3384320);
+
+  // dp=2 dp_shard=2 tp=1 ep=1: a replica is 2 ranks and ep=1 divides it, so the experts
+  // are sharded over 2 ranks too: everything halves between steps.
+  const MemoryEstimate sharded = EstimateRankMemory(Small({"parallelism.dp=2", "parallelism.dp_shard=2"}));
+  EXPECT_EQ(sharded.shard_degree, 2);
+  EXPECT_EQ(sharded.expert_shard_degree, 2);
+  EXPECT_EQ(sharded.rank_params, kParams) << "the gathered layout is the replicated one";
+  EXPECT_EQ(sharded.shard_params, 105760);
+  EXPECT_EQ(sharded.state_bytes, 1692160) << "exactly half of 3384320";
+  EXPECT_EQ(PersistentStateBytes(Small({"parallelism.dp=2", "parallelism.dp_shard=2"})), 1692160);
+  EXPECT_EQ(sharded.gathered_bytes, 4 * kParams);
+  // The peak is still the loss's backward: parameters are the shards (4 · 105760) and
+  // the gathered fp32 copy (4 · 211520), AdamW the shards' (8 · 105760), the buckets and
+  // the activations as replicated.
+  EXPECT_EQ(sharded.peak_at, "the loss's backward");
+  EXPECT_EQ(sharded.peak.parameters, 423040 + 846080);
+  EXPECT_EQ(sharded.peak.optimizer, 846080);
+  EXPECT_EQ(sharded.peak.gradients, 0);
+  EXPECT_EQ(sharded.peak.communication, 846080);
+  EXPECT_EQ(sharded.peak.activations, 129400832);
+  EXPECT_EQ(sharded.total_bytes(), 1269120 + 846080 + 846080 + 129400832 + 2490432);
+  EXPECT_EQ(DescribeLayout(Small({"parallelism.dp=2", "parallelism.dp_shard=2"})),
+            "dp=2 dp_shard=2 tp=1 ep=1 activation_checkpoint.mode=none training.mixed_precision=fp32");
+  // 1269120 B = 1.21 MiB, 846080 B = 826 KiB.
+  EXPECT_THAT(DescribeBreakdown(sharded),
+              ::testing::StartsWith("parameters 1.21 MiB (826 KiB of them gathered for the step), gradients 0 B, "
+                                    "optimizer 826 KiB, activations 123 MiB, communication 826 KiB"));
+
+  // bf16 weight copies are cast from the gathered weights: all but the embedding, as
+  // replicated; accumulated gradients are the full ones.
+  EXPECT_EQ(EstimateRankMemory(Small({"parallelism.dp=2", "parallelism.dp_shard=2", "training.mixed_precision=bf16"}))
+                .peak.compute_weights,
+            (kParams - 65536) * kB);
+  EXPECT_EQ(EstimateRankMemory(Small({"parallelism.dp=2", "parallelism.dp_shard=2", "training.grad_accum_steps=2"}))
+                .peak.gradients,
+            4 * kParams);
+}
+
+TEST(MemoryEstimateTest, DpShardEndOfBackwardAndBetweenSteps) {
+  // A vocabulary of 16384 (2 · 16384 · 64 = 2097152 embedding and head weights) and 8
+  // tokens: the weights dominate. P = 2097152 + 64 + 36992 + 43392 = 2177600, halved
+  // 1088800 at dp_shard=2. The end of backward holds every full gradient (4 · P) and
+  // the reduction's shard gradients (4 · 1088800) with the gathered weights: 8 · P more
+  // than the step's state, over the CPU probe's 12 MiB.
+  const std::vector<std::string> big = {"model.vocab_size=16384", "training.batch_size=1", "training.seq_len=8",
+                                        "parallelism.dp=2", "parallelism.dp_shard=2"};
+  const MemoryEstimate end = EstimateRankMemory(Small(big));
+  EXPECT_EQ(end.rank_params, 2177600);
+  EXPECT_EQ(end.shard_params, 1088800);
+  EXPECT_EQ(end.peak_at, "the end of backward");
+  EXPECT_EQ(end.peak.parameters, 4 * 1088800 + 4 * 2177600);
+  EXPECT_EQ(end.peak.gradients, 4 * 2177600 + 4 * 1088800);
+  EXPECT_EQ(end.peak.optimizer, 8 * 1088800);
+  EXPECT_EQ(end.peak.communication, 4 * 2177600);
+  EXPECT_EQ(end.peak.activations, 8 * 64 * kF) << "the residual stream's gradient";
+
+  // Small with 8 tokens: the probe between steps is the peak, and then a rank holds the
+  // shards only (4 · 105760 weights, 4 · 105760 gradients, 8 · 105760 moments) besides
+  // the buckets (4 · 211520) and the probe's 3 · 1024² fp32 operands.
+  const MemoryEstimate probe = EstimateRankMemory(
+      Small({"training.batch_size=1", "training.seq_len=8", "parallelism.dp=2", "parallelism.dp_shard=2"}));
+  EXPECT_EQ(probe.peak_at, "the GEMM peak probe between steps");
+  EXPECT_EQ(probe.peak.parameters, 423040);
+  EXPECT_EQ(probe.peak.gradients, 423040);
+  EXPECT_EQ(probe.peak.optimizer, 846080);
+  EXPECT_EQ(probe.peak.communication, 846080);
+  // RoPE 3 · 8 · 16 fp32, masks 2 layers × 2 query heads a KV head × 8 · 8 fp32, the
+  // batch 8 · 1 · 9, the probe 3 · 1024 · 1024 fp32.
+  EXPECT_EQ(probe.peak.other, 3 * 8 * 16 * kF + 2 * 2 * 64 * kF + 8 * 9 + 3 * 1024 * 1024 * kF);
+  EXPECT_THAT(DescribeBreakdown(probe), ::testing::StartsWith("parameters 413 KiB, gradients 413 KiB, "))
+      << "no gathered copy between steps";
+}
+
+TEST(MemoryEstimateTest, RoutedExpertsShardOverTheirOwnGroup) {
+  // dp=4 dp_shard=4 tp=1 ep=2: a replica is 4 ranks, ep=2 divides it, so each of a
+  // rank's 2 experts (2 · 6144) is sharded over 4/2 = 2 ranks, the rest over 4:
+  // 186944 / 4 + 12288 / 2 = 46736 + 6144 = 52880 kept, of 186944 + 12288 = 199232.
+  const MemoryEstimate e =
+      EstimateRankMemory(Small({"parallelism.dp=4", "parallelism.dp_shard=4", "parallelism.ep=2"}));
+  EXPECT_EQ(e.shard_degree, 4);
+  EXPECT_EQ(e.expert_shard_degree, 2);
+  EXPECT_EQ(e.rank_params, 199232);
+  EXPECT_EQ(e.shard_params, 52880);
+  EXPECT_EQ(e.state_bytes, 16 * 52880);
+  EXPECT_EQ(e.gathered_bytes, 4 * 199232);
+  EXPECT_EQ(e.peak.parameters, 4 * 52880 + 4 * 199232);
+  EXPECT_EQ(e.peak.optimizer, 8 * 52880);
+  EXPECT_EQ(e.peak.communication, 4 * 199232);
+
+  // dp=4 dp_shard=2 tp=1 ep=4: ep=4 covers two replicas of 2 ranks, does not divide 2:
+  // the rank's one expert (6144) is not sharded and never gathered; 186944 / 2 + 6144 =
+  // 99616 kept, and the gathered copy is of the 186944 others only.
+  const MemoryEstimate whole =
+      EstimateRankMemory(Small({"parallelism.dp=4", "parallelism.dp_shard=2", "parallelism.ep=4"}));
+  EXPECT_EQ(whole.shard_degree, 2);
+  EXPECT_EQ(whole.expert_shard_degree, 1);
+  EXPECT_EQ(whole.rank_params, 193088);
+  EXPECT_EQ(whole.shard_params, 99616);
+  EXPECT_EQ(whole.state_bytes, 1593856);
+  EXPECT_EQ(whole.gathered_bytes, 4 * 186944);
+  EXPECT_EQ(whole.peak.parameters, 4 * 99616 + 4 * 186944);
+
+  // The persistent state at dp=4 for dp_shard 1, 2, 4 (ep=1: the experts shard with the
+  // rest): 16 · 211520, 16 · 105760, 16 · 52880.
+  EXPECT_EQ(PersistentStateBytes(Small({"parallelism.dp=4"})), 3384320);
+  EXPECT_EQ(PersistentStateBytes(Small({"parallelism.dp=4", "parallelism.dp_shard=2"})), 1692160);
+  EXPECT_EQ(PersistentStateBytes(Small({"parallelism.dp=4", "parallelism.dp_shard=4"})), 846080);
+}
+
 TEST(MemoryEstimateTest, AbsurdAndEmptySpecsStayFinite) {
   JobSpec huge;
   huge.model.vocab_size = 1 << 24;
@@ -206,7 +327,7 @@ TEST(MemoryEstimateTest, FormatsBytesLayoutAndBreakdown) {
   EXPECT_EQ(FormatBytes(71.2 * 1024 * 1024 * 1024), "71.2 GiB");
   EXPECT_EQ(FormatBytes(4096.0 * (1ull << 40)), "4.1e+03 TiB");
   EXPECT_EQ(DescribeLayout(Small({"parallelism.dp=2", "parallelism.ep=2"})),
-            "dp=2 tp=1 ep=2 activation_checkpoint.mode=none training.mixed_precision=fp32");
+            "dp=2 dp_shard=1 tp=1 ep=2 activation_checkpoint.mode=none training.mixed_precision=fp32");
   const std::string text = DescribeBreakdown(EstimateRankMemory(Small()));
   EXPECT_EQ(text,
             "parameters 826 KiB, gradients 0 B, optimizer 1.61 MiB, activations 123 MiB, communication 826 KiB, "

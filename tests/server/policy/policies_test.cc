@@ -131,7 +131,7 @@ TEST(AdmissionPolicyTest, AnOversizedJobIsRefusedWithTheFigureAndALayoutThatFits
   ASSERT_TRUE(core.ok());
   const spec::MemoryEstimate at = spec::EstimateRankMemory(*core);
   EXPECT_THAT(message, HasSubstr("model: one rank needs an estimated " + spec::FormatBytes(at.total_bytes()) +
-                                 " at dp=8 tp=1 ep=1 activation_checkpoint.mode=none "
+                                 " at dp=8 dp_shard=1 tp=1 ep=1 activation_checkpoint.mode=none "
                                  "training.mixed_precision=fp32 (parameters "));
   EXPECT_THAT(message, HasSubstr(", more than the largest worker has (w1: 3 GiB); fits at ep=8: "));
   // ep=4 does not fit 3 GiB, ep=8 does; checkpointing or tp split no expert.
@@ -142,6 +142,15 @@ TEST(AdmissionPolicyTest, AnOversizedJobIsRefusedWithTheFigureAndALayoutThatFits
   // Submitted in that layout, it is admitted.
   spec.mutable_parallelism()->set_ep(8);
   EXPECT_TRUE(AdmissionPolicy::Admit(spec, fleet).ok());
+  // Sharded over all 8 data ranks with ep=1 it still does not fit (every rank gathers
+  // all 64 experts for the step): the layout and the gathered copy are named.
+  spec.mutable_parallelism()->set_ep(1);
+  spec.mutable_parallelism()->set_dp_shard(8);
+  auto sharded = AdmissionPolicy::Admit(spec, fleet);
+  ASSERT_EQ(sharded.status().code(), absl::StatusCode::kInvalidArgument);
+  const std::string text(sharded.status().message());
+  EXPECT_THAT(text, HasSubstr(" at dp=8 dp_shard=8 tp=1 ep=1 activation_checkpoint.mode=none "));
+  EXPECT_THAT(text, HasSubstr(" of them gathered for the step), "));
 }
 
 TEST(AdmissionPolicyTest, ReturnsTheNormalisedSpec) {
