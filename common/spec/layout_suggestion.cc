@@ -44,6 +44,23 @@ std::vector<Axis> LayoutAxes() {
                   [](const JobSpec& s) {
                     return "dp=" + std::to_string(s.parallelism.dp) + " tp=" + std::to_string(s.parallelism.tp);
                   }});
+  // The FSDP degree: a divisor of the (new) dp. A dp_replicate the spec gives stays
+  // given and follows, dp / dp_shard; its value is part of this key's, so a tp or
+  // dp_shard change that moves it names it too.
+  axes.push_back({[](const JobSpec& s) { return Divisors(s.parallelism.dp); },
+                  [](JobSpec& s, const std::string& v) {
+                    ParallelismSpec& p = s.parallelism;
+                    p.dp_shard = std::stoi(v);
+                    if (p.dp_replicate != 0) p.dp_replicate = p.dp / p.dp_shard;
+                  },
+                  [](const JobSpec& s) {
+                    return std::to_string(s.parallelism.dp_shard) + "/" + std::to_string(s.parallelism.dp_replicate);
+                  },
+                  [](const JobSpec& s) {
+                    return "dp_shard=" + std::to_string(s.parallelism.dp_shard) +
+                           (s.parallelism.dp_replicate != 0
+                                ? " dp_replicate=" + std::to_string(s.parallelism.dp_replicate) : std::string());
+                  }});
   axes.push_back({[](const JobSpec& s) { return Divisors(int64_t{s.parallelism.dp} * s.parallelism.tp); },
                   [](JobSpec& s, const std::string& v) { s.parallelism.ep = std::stoi(v); },
                   [](const JobSpec& s) { return std::to_string(s.parallelism.ep); },

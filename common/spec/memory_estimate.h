@@ -135,16 +135,17 @@ std::string DescribeLayout(const JobSpec& spec);
 std::string DescribeBreakdown(const MemoryEstimate& estimate);
 
 // A layout of the same world size (dp·tp) that fits `limit_bytes` per rank
-// (layout_suggestion.cc). The candidates are every (tp, ep) the spec rules (rules.h
-// Validate) accept with dp = world / tp, times every activation_checkpoint.mode; they
-// are ranked by how many keys differ from the spec (parallelism.dp and .tp count as one
-// change, since the world size ties them), then by the smaller estimate, then by the
-// order of the axes (tp, ep, mode; smaller values first). The search walks a list of
-// axes, so a new layout key (parallelism.dp_shard) is one more axis.
+// (layout_suggestion.cc). The candidates are every (tp, dp_shard, ep) the spec rules
+// (rules.h Validate) accept with dp = world / tp and dp_shard a divisor of that dp, times
+// every activation_checkpoint.mode; they are ranked by how many keys differ from the
+// spec (parallelism.dp and .tp count as one change, since the world size ties them; an
+// explicit dp_replicate follows dp_shard, as dp / dp_shard, and is named with it), then
+// by the smaller estimate, then by the order of the axes (tp, dp_shard, ep, mode;
+// smaller values first).
 struct LayoutSuggestion {
   bool fits = false;                 // a candidate fits; else `spec` is the smallest
   JobSpec spec;                      // the suggested (or smallest) layout
-  std::vector<std::string> changed;  // "ep=8", "activation_checkpoint.mode=full"
+  std::vector<std::string> changed;  // "dp_shard=4", "ep=8", "activation_checkpoint.mode=full"
   MemoryEstimate estimate;
   int candidates = 0;                // layouts the rules accepted
 };

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -56,9 +57,10 @@ TEST(MemorySuggestionTest, FewestChangedKeysThenTheSmallestEstimate) {
   EXPECT_EQ(DescribeSuggestion(spec, s), "fits at ep=8: " + FormatBytes(ep8));
   // Above ep=4's figure both fit: the smaller, ep=8, is named.
   EXPECT_THAT(SuggestLayout(spec, ep4 * 1.01).changed, ElementsAre("ep=8"));
-  // Every (tp, ep, mode) the rules accept: tp 1, 2, 4 (8 does not divide 4 KV heads),
-  // ep 1, 2, 4, 8, three modes.
-  EXPECT_EQ(s.candidates, 3 * 4 * 3);
+  // Every (tp, dp_shard, ep, mode) the rules accept: tp 1, 2, 4 (8 does not divide 4 KV
+  // heads) with dp 8, 4, 2 and dp_shard any divisor of that dp (4, 3 and 2 of them); ep
+  // 1, 2, 4, 8 (each divides dp_shard·tp or is a multiple of it); three modes.
+  EXPECT_EQ(s.candidates, (4 + 3 + 2) * 4 * 3);
   // Just below ep=8's figure two keys must change; of those layouts tp=4 (with dp=2)
   // and ep=8 is smaller than ep=8 with full checkpointing, and is named.
   const double tp4_ep8 =
@@ -114,17 +116,64 @@ TEST(MemorySuggestionTest, TensorParallelismMovesDpWithTp) {
   EXPECT_EQ(DescribeSuggestion(four, t), "fits at dp=1 tp=4: " + FormatBytes(tp4));
 }
 
+TEST(MemorySuggestionTest, ShardingTheDataParallelStateAloneFits) {
+  // 4 ranks of an all-dense model with one KV head (so tp stays 1, and no expert for ep
+  // to split) whose vocabulary of 65536 makes the weights most of a rank: 2 · 65536 · 256
+  // embedding and head weights. Only dp_shard shrinks what a rank keeps (16 B a weight
+  // over dp_shard, plus the step's gathered 4 B); checkpointing trims a little.
+  const std::vector<std::string> dense = {"model.n_dense_layers=4", "model.n_kv_heads=1", "model.vocab_size=65536",
+                                          "training.batch_size=1", "training.seq_len=64", "parallelism.dp=4"};
+  auto with = [&](std::vector<std::string> sets) {
+    sets.insert(sets.begin(), dense.begin(), dense.end());
+    return Debug(sets);
+  };
+  const JobSpec spec = with({});
+  const double shard2 = EstimateRankMemory(with({"parallelism.dp_shard=2"})).total_bytes();
+  const double shard4 = EstimateRankMemory(with({"parallelism.dp_shard=4"})).total_bytes();
+  double unsharded = EstimateRankMemory(spec).total_bytes();
+  for (const char* mode : {"selective", "full"}) {
+    unsharded =
+        std::min(unsharded, EstimateRankMemory(with({std::string("activation_checkpoint.mode=") + mode})).total_bytes());
+  }
+  ASSERT_LT(shard4, shard2);
+  ASSERT_LT(shard2, unsharded);
+  // Below every unsharded layout: dp_shard=4 (smaller than dp_shard=2) is named, alone.
+  const LayoutSuggestion s = SuggestLayout(spec, (shard2 + unsharded) / 2);
+  ASSERT_TRUE(s.fits);
+  EXPECT_THAT(s.changed, ElementsAre("dp_shard=4"));
+  EXPECT_EQ(s.spec.parallelism.dp_shard, 4);
+  EXPECT_EQ(s.spec.parallelism.dp, 4);
+  EXPECT_EQ(s.spec.parallelism.tp, 1);
+  EXPECT_EQ(s.spec.activation_checkpoint.mode, "none");
+  EXPECT_EQ(DescribeSuggestion(spec, s), "fits at dp_shard=4: " + FormatBytes(shard4));
+  // tp 1 only, dp_shard 1, 2, 4, ep 1, 2, 4 (each divides 8 experts and 4 ranks; with
+  // dp_shard 2, ep 4 covers two replicas), three modes.
+  EXPECT_EQ(s.candidates, 3 * 3 * 3);
+  // Between dp_shard=4's figure and dp_shard=2's only dp_shard=4 fits.
+  EXPECT_THAT(SuggestLayout(spec, (shard4 + shard2) / 2).changed, ElementsAre("dp_shard=4"));
+
+  // A dp_replicate the spec gives follows dp_shard and is named with it.
+  const LayoutSuggestion given = SuggestLayout(with({"parallelism.dp_replicate=4"}), (shard2 + unsharded) / 2);
+  ASSERT_TRUE(given.fits);
+  EXPECT_THAT(given.changed, ElementsAre("dp_shard=4 dp_replicate=1"));
+  EXPECT_EQ(given.spec.parallelism.dp_replicate, 1);
+  EXPECT_FALSE(Validate(given.spec).has_value());
+}
+
 TEST(MemorySuggestionTest, SaysSoWhenNoLayoutOfTheWorldSizeFits) {
   const JobSpec spec = ExpertHeavy();
   const LayoutSuggestion s = SuggestLayout(spec, 1 << 20);
   EXPECT_FALSE(s.fits);
-  EXPECT_EQ(s.candidates, 36);
+  EXPECT_EQ(s.candidates, 108);
   // The smallest of them is named with its figure.
   for (const char* mode : {"none", "selective", "full"}) {
     for (int ep : {1, 2, 4, 8}) {
-      const std::vector<std::string> sets = {"parallelism.ep=" + std::to_string(ep),
-                                             std::string("activation_checkpoint.mode=\"") + mode + "\""};
-      EXPECT_LE(s.estimate.total_bytes(), EstimateRankMemory(ExpertHeavy(sets)).total_bytes());
+      for (int dp_shard : {1, 2, 4, 8}) {
+        const std::vector<std::string> sets = {"parallelism.ep=" + std::to_string(ep),
+                                               "parallelism.dp_shard=" + std::to_string(dp_shard),
+                                               std::string("activation_checkpoint.mode=\"") + mode + "\""};
+        EXPECT_LE(s.estimate.total_bytes(), EstimateRankMemory(ExpertHeavy(sets)).total_bytes());
+      }
     }
   }
   const std::string text = DescribeSuggestion(spec, s);
