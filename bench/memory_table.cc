@@ -52,6 +52,11 @@ const std::vector<Layout>& KnownLayouts() {
       {"dp2.tp2", "debug_tp2.toml", {"parallelism.dp=2"}},
       {"dp2.tp2.ep2", "debug_tp2.toml", {"parallelism.dp=2", "parallelism.ep=2"}},
       {"dp4.ep4", "debug_ep2.toml", {"parallelism.dp=4", "parallelism.ep=4"}},
+      // Sharded data parallelism (parallelism.dp_shard).
+      {"dp2.shard2", "debug.toml", {"parallelism.dp=2", "parallelism.dp_shard=2"}},
+      {"dp2.shard2.ep2", "debug_ep2.toml", {"parallelism.dp_shard=2"}},
+      {"dp2.tp2.shard2", "debug_tp2.toml", {"parallelism.dp=2", "parallelism.dp_shard=2"}},
+      {"dp4.shard4", "debug.toml", {"parallelism.dp=4", "parallelism.dp_shard=4"}},
   };
   return layouts;
 }

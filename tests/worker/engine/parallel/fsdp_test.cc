@@ -1,7 +1,8 @@
 // Sharded data parallelism (parallelism.dp_shard; worker/engine/parallel/fully_sharded.h)
 // with real trainyard-rank processes on loopback, tiny model:
 //   - dp_shard=2 against replicated dp=2: the same reduction, so the same losses and
-//     final weights, bit for bit (the acceptance bound is 1e-6 relative);
+//     final weights, bit for bit (the acceptance bound is 1e-6 relative); loading and
+//     saving full weights around the shards;
 //   - dp_shard with EP, TP, expert sharding and HSDP against one rank with the same
 //     global batch, within 1e-5 relative over 20 steps;
 //   - the parameter + gradient + optimizer bytes a rank keeps between steps, printed for
@@ -41,6 +42,7 @@ struct Layout {
   int accum = 1;
   int steps = kSteps;
   std::string ckdir;  // "": no checkpoints; else one every 5 steps
+  std::string precision = "fp32";
   std::string Name() const {
     return "dp" + std::to_string(dp) + "_shard" + std::to_string(dp_shard) + "_tp" + std::to_string(tp) + "_ep" +
            std::to_string(ep) + "_b" + std::to_string(batch) + "_a" + std::to_string(accum);
@@ -61,6 +63,7 @@ std::vector<v1::Event> RunAll(const Layout& r, const std::string& tag, const std
   c.parallelism.tp = r.tp;
   c.parallelism.ep = r.ep;
   c.parallelism.dp_shard = r.dp_shard;
+  c.training.mixed_precision = r.precision;
   c.parallelism.collective_timeout_s = 120;
   if (!r.ckdir.empty()) {
     c.checkpoint.interval = 5;
@@ -129,6 +132,43 @@ TEST(FsdpTest, ShardedMatchesReplicatedDataParallelBitForBit) {
     ASSERT_TRUE(b.count(name)) << name;
     EXPECT_TRUE(torch::equal(b.at(name), w)) << name;
   }
+}
+
+// --load, --save-init and --save-final gather and reshard around the shards: a sharded
+// run that loads a file writes it back unchanged and trains from it as replicated DP does.
+TEST(FsdpTest, LoadsAndSavesFullWeights) {
+  const std::string dir = Prefix();
+  Layout replicated{2, 1, 1, 1};
+  replicated.steps = 2;
+  RunAll(replicated, "load_src", {"--save-final", dir + "load_src.safetensors"});
+  const auto want = LossByStep(RunAll(replicated, "load_replicated", {"--load", dir + "load_src.safetensors"}));
+  Layout sharded{2, 1, 1, 2};
+  sharded.steps = 2;
+  const auto got = LossByStep(RunAll(sharded, "load_sharded", {"--load", dir + "load_src.safetensors", "--save-init",
+                                                               dir + "load_init.safetensors"}));
+  ASSERT_EQ(want.size(), 2u);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got.at(1), want.at(1));
+  EXPECT_EQ(got.at(2), want.at(2));
+  const auto loaded = Weights(dir + "load_src.safetensors");
+  const auto saved = Weights(dir + "load_init.safetensors");
+  ASSERT_EQ(saved.size(), loaded.size());
+  for (const auto& [name, w] : loaded) EXPECT_TRUE(torch::equal(saved.at(name), w)) << name;
+}
+
+// bf16 jobs all-gather bf16 and unpack into the fp32 parameters, which the regions
+// round to bf16 again (exact; every weight a region uses is cast, norms and router
+// included): the losses are replicated bf16 DP's, bit for bit.
+TEST(FsdpTest, Bf16ShardedMatchesReplicatedBf16) {
+  auto run = [](int shard) {
+    Layout l{2, 1, 1, shard};
+    l.precision = "bf16";
+    return LossByStep(RunAll(l, "bf16_s" + std::to_string(shard)));
+  };
+  const auto want = run(1);
+  const auto got = run(2);
+  ASSERT_EQ(got.size(), size_t(kSteps));
+  ExpectLossesNear(got, want, 1, 0.0, "bf16 dp_shard=2");
 }
 
 class FsdpParityTest : public ::testing::TestWithParam<Layout> {};
