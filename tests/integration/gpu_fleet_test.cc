@@ -178,7 +178,8 @@ TEST_F(GpuFleetTest, EightGpusTwoTp4JobsAThirdWaitsEachRankGetsItsGpuAndCapabili
     // One rank of the 16B model with no expert or data parallelism: far over 140 GiB.
     const CommandResult r = cluster_->Cli(
         {"submit", kDeepSeekJob, "--output", "json", "--set", "parallelism.dp=1", "--set", "parallelism.ep=1",
-         "--set", "resources.ranks_per_worker=1", "--set", "checkpoint.dir=" + (cluster_->dir() / "ck").string()});
+         "--set", "parallelism.dp_shard=1", "--set", "resources.ranks_per_worker=1", "--set",
+         "checkpoint.dir=" + (cluster_->dir() / "ck").string()});
     EXPECT_NE(r.exit_code, 0) << r.out;
     EXPECT_NE(r.err.find("GPU"), std::string::npos) << r.err;
     EXPECT_NE(r.err.find("GiB"), std::string::npos) << r.err;

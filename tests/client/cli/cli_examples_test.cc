@@ -97,6 +97,10 @@ TEST(CliExamplesTest, DeepSeekV3SixteenBIsAValidGpuConfig) {
   EXPECT_EQ(s.model().n_routed_experts(), 64);
   EXPECT_EQ(s.model().top_k(), 6);
   EXPECT_EQ(s.parallelism().dp() * s.parallelism().tp(), 8);
+  // torchtitan's setup: FSDP over the 8 data ranks and EP 8 (each rank's experts its own).
+  EXPECT_EQ(s.parallelism().dp(), 8);
+  EXPECT_EQ(s.parallelism().dp_shard(), 8);
+  EXPECT_EQ(s.parallelism().ep(), 8);
 
   // Nothing in it needs CUDA but the device itself: the same file as a CPU job breaks no
   // rule either (where it can run is the fleet's question, not the spec's).
@@ -111,14 +115,23 @@ TEST(CliExamplesTest, DeepSeekV3SixteenBIsAValidGpuConfig) {
   // "16B-shaped": the whole model between 14 and 18 billion parameters.
   EXPECT_GT(m.total_params, 14e9);
   EXPECT_LT(m.total_params, 18e9);
-  // One rank (1/8 of the experts, everything else replicated) at its estimated peak
-  // (docs/memory.md) within an 80 GB GPU, so its own preflight and the controller admit
-  // it on 8 GPUs of 80 GiB.
+  // One rank (1/8 of the experts whole, everything else sharded 8 ways and gathered for
+  // the step) at its estimated peak (docs/memory.md) within an 80 GB GPU, so its own
+  // preflight and the controller admit it on 8 GPUs of 80 GiB.
   EXPECT_LT(m.total_bytes(), 80e9);
-  std::printf("[figures] deepseek_v3_16b: %.2fB parameters, %.2fB per rank, est. peak %.1f GB per rank "
-              "at %s (%.1f GB state, %.1f GB activations; %s)\n",
-              m.total_params / 1e9, m.rank_params / 1e9, m.total_bytes() / 1e9, m.peak_at.c_str(),
-              m.state_bytes / 1e9, m.activation_bytes / 1e9, spec::DescribeBreakdown(m).c_str());
+  // ep = dp_shard·tp: the experts are not sharded; the rest is, 8 ways.
+  EXPECT_EQ(m.shard_degree, 8);
+  EXPECT_EQ(m.expert_shard_degree, 1);
+  EXPECT_LT(m.shard_params, m.rank_params);
+  // Between steps a rank keeps less than the replicated layout's 16 B a parameter.
+  spec::JobSpec replicated = *core;
+  replicated.parallelism.dp_shard = 1;
+  EXPECT_LT(m.state_bytes, spec::EstimateRankMemory(replicated).state_bytes);
+  std::printf("[figures] deepseek_v3_16b: %.2fB parameters, %.2fB per rank (%.2fB kept), est. peak %.1f GB per "
+              "rank at %s (%.1f GB state between steps, %.1f GB replicated; %.1f GB activations; %s)\n",
+              m.total_params / 1e9, m.rank_params / 1e9, m.shard_params / 1e9, m.total_bytes() / 1e9,
+              m.peak_at.c_str(), m.state_bytes / 1e9, spec::EstimateRankMemory(replicated).state_bytes / 1e9,
+              m.activation_bytes / 1e9, spec::DescribeBreakdown(m).c_str());
 }
 
 }  // namespace
