@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 
 namespace trainyard::engine {
 namespace {
@@ -28,8 +29,8 @@ int LayerCount(const std::vector<std::pair<std::string, torch::Tensor>>& named) 
 
 FullyShardedParameters::FullyShardedParameters(const std::vector<std::pair<std::string, torch::Tensor>>& named,
                                                const std::vector<CollectiveGroup*>& groups,
-                                               torch::ScalarType gather_dtype)
-    : gather_dtype_(gather_dtype) {
+                                               torch::ScalarType gather_dtype, bool prefetch)
+    : gather_dtype_(gather_dtype), prefetch_(prefetch) {
   TORCH_CHECK(named.size() == groups.size(), "FSDP: ", groups.size(), " groups for ", named.size(), " parameters");
   torch::NoGradGuard no_grad;
   const int n_layers = LayerCount(named);
@@ -74,34 +75,42 @@ void FullyShardedParameters::Release(Param& p) {
   p.module.set_data(torch::empty({0}, p.module.options()));
 }
 
+bool FullyShardedParameters::PrefetchFromEnvironment() {
+  const char* v = std::getenv("TRAINYARD_FSDP_PREFETCH");
+  return v == nullptr || std::string(v) != "0";
+}
+
 void FullyShardedParameters::StartGather() {
+  if (!prefetch_) return;
+  for (size_t u = 0; u < units_.size(); ++u) StartUnit(u);
+}
+
+void FullyShardedParameters::StartUnit(size_t u) {
+  if (unit_started_[u]) return;
+  unit_started_[u] = true;
   torch::NoGradGuard no_grad;
-  for (size_t u = 0; u < units_.size(); ++u) {
-    if (unit_started_[u]) continue;
-    unit_started_[u] = true;
-    for (size_t i : units_[u]) {
-      Param& p = params_[i];
-      if (p.group == nullptr) continue;
-      Gather& g = gathers_[i];
-      torch::Tensor rows = p.shard.detach().to(gather_dtype_);
-      if (p.rows < p.chunk) {
-        std::vector<int64_t> pad = p.shape;
-        pad[0] = p.chunk - p.rows;
-        rows = torch::cat({rows, torch::zeros(pad, rows.options())});
-      }
-      g.send = rows.contiguous();
-      std::vector<int64_t> all = p.shape;
-      all[0] = p.chunk * p.group->world_size();
-      g.recv = torch::empty(all, g.send.options());
-      g.pending = p.group->AllGatherAsync(g.send, g.recv);
+  for (size_t i : units_[u]) {
+    Param& p = params_[i];
+    if (p.group == nullptr) continue;
+    Gather& g = gathers_[i];
+    torch::Tensor rows = p.shard.detach().to(gather_dtype_);
+    if (p.rows < p.chunk) {
+      std::vector<int64_t> pad = p.shape;
+      pad[0] = p.chunk - p.rows;
+      rows = torch::cat({rows, torch::zeros(pad, rows.options())});
     }
+    g.send = rows.contiguous();
+    std::vector<int64_t> all = p.shape;
+    all[0] = p.chunk * p.group->world_size();
+    g.recv = torch::empty(all, g.send.options());
+    g.pending = p.group->AllGatherAsync(g.send, g.recv);
   }
 }
 
 void FullyShardedParameters::WaitUnit(int unit) {
   TORCH_CHECK(unit >= 0 && static_cast<size_t>(unit) < units_.size(), "FSDP: no unit ", unit);
   if (unit_ready_[unit]) return;
-  if (!unit_started_[unit]) StartGather();
+  StartUnit(static_cast<size_t>(unit));
   torch::NoGradGuard no_grad;
   for (size_t i : units_[unit]) {
     Param& p = params_[i];
@@ -117,7 +126,7 @@ void FullyShardedParameters::WaitUnit(int unit) {
 }
 
 void FullyShardedParameters::GatherAll() {
-  StartGather();
+  for (size_t u = 0; u < units_.size(); ++u) StartUnit(u);
   for (size_t u = 0; u < units_.size(); ++u) WaitUnit(static_cast<int>(u));
 }
 

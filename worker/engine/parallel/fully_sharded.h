@@ -54,15 +54,23 @@ class FullyShardedParameters final : public GradientSink {
   // `gather_dtype`: kFloat, or kBFloat16 to all-gather bf16 (training.mixed_precision).
   // Takes each rank's rows; the parameters stay full until ReleaseAll (so a gradient
   // synchronizer can take their shapes and accumulators first).
+  // `prefetch` false: StartGather does nothing and each unit's gathers start when the
+  // model reaches it (PrefetchFromEnvironment; A/B runs), the same transfers in the same
+  // order, so the same results bit for bit.
   FullyShardedParameters(const std::vector<std::pair<std::string, torch::Tensor>>& named,
-                         const std::vector<CollectiveGroup*>& groups, torch::ScalarType gather_dtype);
+                         const std::vector<CollectiveGroup*>& groups, torch::ScalarType gather_dtype,
+                         bool prefetch);
+  // TRAINYARD_FSDP_PREFETCH: "0" turns the prefetch off.
+  static bool PrefetchFromEnvironment();
+  bool prefetch() const { return prefetch_; }
+  size_t unit_count() const { return units_.size(); }
 
   // Per parameter, in model order: the shard (sharded) or the module parameter.
   std::vector<torch::Tensor> OptimizerParams() const;
   const std::vector<Param>& params() const { return params_; }
   bool sharded(size_t i) const { return params_[i].group != nullptr; }
 
-  // Starts every unit's all-gathers (a no-op when they are started or done).
+  // Starts every unit's all-gathers not yet started, in forward order (with prefetch).
   void StartGather();
   // Waits for unit u's gathers and gives its parameters their full data.
   void WaitUnit(int unit);
@@ -79,6 +87,7 @@ class FullyShardedParameters final : public GradientSink {
   void Reduced(const torch::Tensor& param, const torch::Tensor& grad) override;
 
  private:
+  void StartUnit(size_t unit);
   size_t IndexOf(const torch::Tensor& module) const;
   void Release(Param& p);
 
@@ -86,6 +95,7 @@ class FullyShardedParameters final : public GradientSink {
   std::vector<std::vector<size_t>> units_;  // parameter indices per unit, forward order
   std::unordered_map<const void*, size_t> index_;  // module TensorImpl → index
   torch::ScalarType gather_dtype_;
+  bool prefetch_;
   struct Gather {
     torch::Tensor send, recv;
     CollectiveGroup::Pending pending;

@@ -129,7 +129,8 @@ Trainer::Trainer(const EngineConfig& config, ProcessMesh& mesh, EventWriter& eve
     }
   }
   if (fsdp) {
-    fsdp_ = std::make_unique<FullyShardedParameters>(named, fsdp_groups, ComputeDtype(config.training));
+    fsdp_ = std::make_unique<FullyShardedParameters>(named, fsdp_groups, ComputeDtype(config.training),
+                                                     FullyShardedParameters::PrefetchFromEnvironment());
     model_->set_before_unit([this](int unit) { fsdp_->WaitUnit(unit); });
   }
   GradientSink* dense_sink = fsdp_.get();
@@ -411,6 +412,11 @@ v1::StepMetrics Trainer::Step(int step) {
                 (sync->overlap() ? std::to_string(sync->started_in_backward()) + " started during backward;"
                                  : std::string("reduced after backward;"));
       }
+    }
+    if (fsdp_) {
+      line += " fsdp: dp_shard=" + std::to_string(ctx.dp_shard) + ", " + std::to_string(fsdp_->unit_count()) +
+              " units, " + (fsdp_->prefetch() ? "all-gathers started at the step's start (prefetch)"
+                                              : "each unit's all-gather started when forward reaches it") + ";";
     }
     events_.Log("info", line);
   }

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -169,6 +170,35 @@ TEST(FsdpTest, Bf16ShardedMatchesReplicatedBf16) {
   const auto got = run(2);
   ASSERT_EQ(got.size(), size_t(kSteps));
   ExpectLossesNear(got, want, 1, 0.0, "bf16 dp_shard=2");
+}
+
+// The prefetch (every unit's all-gather started at the step's start) against each
+// unit's gather started when forward reaches it (TRAINYARD_FSDP_PREFETCH=0): the same
+// transfers, so the same losses and weights bit for bit; rank 0 says which ran.
+TEST(FsdpTest, PrefetchIsBitIdenticalToGatheringEachUnitWhenReached) {
+  const std::string dir = Prefix();
+  auto run = [&](bool prefetch) {
+    const std::string tag = prefetch ? "prefetch" : "no_prefetch";
+    ::setenv("TRAINYARD_FSDP_PREFETCH", prefetch ? "1" : "0", 1);
+    Layout l{2, 1, 2, 2};
+    l.steps = 6;
+    const auto events = RunAll(l, tag, {"--save-final", dir + tag + ".safetensors"});
+    ::unsetenv("TRAINYARD_FSDP_PREFETCH");
+    std::string line;
+    for (const auto& e : events) {
+      if (e.has_log() && e.log().message().rfind("gradient reduction:", 0) == 0) line = e.log().message();
+    }
+    return std::make_tuple(LossByStep(events), line, Weights(dir + tag + ".safetensors"));
+  };
+  const auto [with, with_line, with_weights] = run(true);
+  const auto [without, without_line, without_weights] = run(false);
+  ASSERT_EQ(with.size(), 6u);
+  EXPECT_EQ(with, without);
+  for (const auto& [name, w] : without_weights) EXPECT_TRUE(torch::equal(with_weights.at(name), w)) << name;
+  EXPECT_NE(with_line.find("fsdp: dp_shard=2, 4 units, all-gathers started at the step's start"), std::string::npos)
+      << with_line;
+  EXPECT_NE(without_line.find("each unit's all-gather started when forward reaches it"), std::string::npos)
+      << without_line;
 }
 
 class FsdpParityTest : public ::testing::TestWithParam<Layout> {};
