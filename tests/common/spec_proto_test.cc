@@ -60,7 +60,7 @@ TEST(SpecProtoTest, EveryProtoFieldIsASpecKeyAndBack) {
   std::set<std::string> core_keys;
   for (const spec::FieldInfo& f : spec::Fields()) core_keys.insert(f.path());
   EXPECT_EQ(core_keys, proto_keys);
-  EXPECT_EQ(core_keys.size(), 66u);  // the count in job_spec.h, so a drop is noticed
+  EXPECT_EQ(core_keys.size(), 68u);  // the count in job_spec.h (66 + dp_shard, dp_replicate), so a drop is noticed
 }
 
 // Sets a random subset of fields to random values of their kind.
@@ -118,12 +118,16 @@ TEST(SpecProtoTest, GivenKeysRoundTripWithPresence) {
 
 TEST(SpecProtoTest, ResolvedSpecRoundTripsThroughTheProto) {
   spec::JobSpec s = spec::FromPreset("tiny", {"model.route_scale=0.25", "compile.backend=jit",
-                                              "parallelism.collective_timeout_s=12.5", "job.name=\"x\""})
+                                              "parallelism.collective_timeout_s=12.5", "job.name=\"x\"",
+                                              "parallelism.dp=4", "parallelism.dp_shard=2"})
                         .value();
   s.training.seed = 18446744073709551615u;
   const v1::JobSpec proto = ProtoFromSpec(s);
   EXPECT_EQ(proto.training().seed(), 18446744073709551615u);
   EXPECT_DOUBLE_EQ(proto.parallelism().collective_timeout_s(), 12.5);
+  EXPECT_EQ(proto.parallelism().dp_shard(), 2);
+  EXPECT_TRUE(proto.parallelism().has_dp_replicate()) << "every key is given, 0 too";
+  EXPECT_EQ(proto.parallelism().dp_replicate(), 0);
   spec::Result<spec::SpecInput> input = InputFromProto(proto);
   ASSERT_TRUE(input.ok());
   EXPECT_EQ(input.value().assignments().size(), spec::Fields().size());
