@@ -163,6 +163,7 @@ Counts CountInDoubles(const ModelSpec& m) { return CountAs<Counts, double>(m); }
 
 struct Phase {
   MemoryBreakdown b;
+  double buckets = 0;  // the gradient buckets in b.communication
   int layer = -1;
   const char* what = "";
 };
@@ -253,7 +254,9 @@ MemoryEstimate EstimateRankMemory(const JobSpec& spec) {
   MemoryBreakdown base;
   base.parameters = e.shard_params * kF32 + e.gathered_bytes;  // during the step
   base.optimizer = e.shard_params * 2 * kF32;
-  base.communication = e.bucket_bytes;
+  // Sharded, a bucket exists from its launch in backward to the end of the reduction
+  // (phase's `launched`); replicated, every bucket from start-up.
+  base.communication = sharded ? 0 : e.bucket_bytes;
   const double rep = m.n_kv_heads > 0 ? std::floor(static_cast<double>(m.n_heads) / m.n_kv_heads) : 1;
   base.other = 3 * s.t * s.hd * kF32 + n_layers * rep * ProbElements(s.t) * s.a + 8 * s.b * (s.t + 1);
 
@@ -262,14 +265,20 @@ MemoryEstimate EstimateRankMemory(const JobSpec& spec) {
     return std::min(i, n_dense) * kept(dense) + std::max(0, i - n_dense) * kept(moe);
   };
   // The largest moment so far; no list, as the layout search estimates many specs.
-  Phase peak_phase{base, -1, ""};
+  Phase peak_phase{base, 0, -1, ""};
   bool any = false;
-  auto phase = [&](double act, double copies, double grads, double comm, int layer, const char* what) {
-    Phase p{base, layer, what};
+  // Sharded, the gradients of the dense, router, head and embedding parameters go into
+  // their buckets as backward finishes each layer (`launched` bytes so far): the full
+  // gradient and the gathered parameter of each are gone then, the bucket holds the sum.
+  // Routed experts launch after backward, so theirs stay to its end.
+  auto phase = [&](double act, double copies, double grads, double comm, int layer, const char* what,
+                   double launched = 0) {
+    Phase p{base, sharded ? launched : e.bucket_bytes, layer, what};
     p.b.activations = act;
     p.b.compute_weights = copies;
-    p.b.gradients = grads;
-    p.b.communication += comm;
+    p.b.gradients = grads - launched;
+    p.b.parameters -= launched;
+    p.b.communication += comm + launched;
     if (!any || p.b.total() > peak_phase.b.total()) peak_phase = p;
     any = true;
     return p;
@@ -278,6 +287,9 @@ MemoryEstimate EstimateRankMemory(const JobSpec& spec) {
         accumulating ? e.all_gradients : 0, 0, -1, "the loss's backward");
   double done = loss.grads;  // gradients that exist once the loss's backward ran
   auto grads = [&](double produced, double now) { return accumulating ? e.all_gradients + now : produced; };
+  // The routed experts' gradient bytes of one MoE layer, and what has launched (sharded).
+  const double expert_layer_grads = n_layers > n_dense ? kF32 * expert_params / (n_layers - n_dense) : 0;
+  double launched = sharded ? loss.grads : 0;
   for (int i = n_layers - 1; i >= 0; --i) {
     const bool is_moe = i >= n_dense;
     const Half& f = is_moe ? moe : dense;
@@ -288,18 +300,20 @@ MemoryEstimate EstimateRankMemory(const JobSpec& spec) {
     const double before = held + checkpoint_input + attn_held;
     if (f.first_act > 0) {
       phase(before + f.act + f.first_transient, held_copies + attn_copies + f.copies,
-            grads(done + f.first_grads, f.first_grads), 0, i, "shared experts");
+            grads(done + f.first_grads, f.first_grads), 0, i, "shared experts", launched);
     }
     phase(before + f.act - f.first_act + f.transient, held_copies + attn_copies + f.copies - f.first_copies,
-          grads(done + f.grads, f.grads - f.first_grads), f.comm, i, is_moe ? "MoE" : "FFN");
+          grads(done + f.grads, f.grads - f.first_grads), f.comm, i, is_moe ? "MoE" : "FFN", launched);
     phase(held + checkpoint_input + attn.act + attn.transient, held_copies + attn.copies,
-          grads(done + f.grads + attn.grads, attn.grads), 0, i, "attention");
+          grads(done + f.grads + attn.grads, attn.grads), 0, i, "attention", launched);
     done += f.grads + attn.grads;
+    if (sharded) launched += f.grads + attn.grads - (is_moe ? expert_layer_grads : 0);
   }
   // The embedding's gradient last, with the residual stream's gradient (fp32); sharded,
   // the reduction's shard gradients too.
   const double shard_grads = sharded ? e.shard_params * kF32 : 0;
-  phase(s.n * s.d * kF32, 0, e.all_gradients + shard_grads, 0, -1, "the end of backward");
+  phase(s.n * s.d * kF32, 0, e.all_gradients + shard_grads, 0, -1, "the end of backward",
+        sharded ? e.all_gradients - kF32 * expert_params : 0);
   // The MFU probe between steps, while the last step's gradients still exist (sharded:
   // only the shards, of the gradients and of the parameters).
   base.other += ProbeBytes(spec.resources.device == "cuda", s.bf16);
@@ -308,6 +322,7 @@ MemoryEstimate EstimateRankMemory(const JobSpec& spec) {
 
   const Phase* peak = &peak_phase;
   e.peak = peak->b;
+  e.bucket_bytes = peak->buckets;
   e.peak_at = peak->layer < 0 ? peak->what
                               : "the backward of layer " + std::to_string(peak->layer) + "'s " + peak->what;
   e.activation_bytes = e.peak.activations;

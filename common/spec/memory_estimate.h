@@ -41,16 +41,19 @@
 // S_e = S·tp/ep ranks when ep divides S·tp (else S_e = 1: not sharded), the rest over S
 // (counted as elements / S, not per-tensor rows). Between steps a rank holds the shards
 // only: fp32 parameter, fp32 gradient and AdamW m and v, 16 B a parameter / S (or S_e):
-// state_bytes. The step all-gathers every sharded parameter at its start and keeps the
-// full fp32 local parameters until the end of backward: `parameters` is the shards plus
-// that gathered copy (gathered_bytes) at every moment of the step, the shards alone at
-// the probe. Full gradients, the gradient buckets and the optimizer timing are as
-// replicated (the gradient model applies to all rank_params); the end of backward adds
-// the reduction's shard gradients (4 B / S), the probe holds only those. A bf16 job's
-// all-gather moves bf16 buffers (2 B a parameter, freed as each layer is unpacked):
-// they exist only at the step's start, on top of less than the end of backward holds
-// (its full fp32 gradients are 4 B a parameter), so that moment is not modelled and the
-// buffers are left out.
+// state_bytes. The step all-gathers every sharded parameter at its start
+// (gathered_bytes); in the last backward each layer's non-expert gradients go into
+// their buckets as the layer finishes (the engine's overlap, on by default), and then
+// their full gradients and gathered weights are freed, so at each moment of backward
+// `parameters` is the shards plus what is still gathered, `gradients` what is not yet
+// packed, `communication` the buckets launched so far (sharded buckets live from their
+// launch to the end of the reduction); the routed experts launch after backward. The end
+// of backward adds the reduction's shard gradients (4 B / S); the probe holds the shards
+// alone. A bf16 job's all-gather moves bf16 buffers (2 B a parameter, freed as each
+// layer is unpacked): they exist only at the step's start, on top of less than the
+// loss's backward holds, so that moment is not modelled and the buffers are left out.
+// With TRAINYARD_OVERLAP_GRAD_REDUCE=0 nothing launches in backward: the real peak is
+// higher than this.
 //
 // Left out: allocator caching and fragmentation, the CUDA context and NCCL's or Gloo's
 // own buffers, cuBLAS/oneDNN workspaces, kernel scratch (per-thread attention rows),
@@ -115,6 +118,7 @@ struct MemoryEstimate {
   MemoryBreakdown peak;         // at the peak
   double all_gradients = 0;     // rank_params · 4, of which peak.gradients exist then
   double bucket_bytes = 0;      // the gradient-reduction buckets in peak.communication
+                                // (sharded: those launched by the peak's moment)
   std::string peak_at;          // "the loss's backward", "the backward of layer 3's MoE", ...
   bool fused_cpu = false;       // fp32 on CPU: the fused kernels' saved tensors
   double total_bytes() const { return peak.total(); }

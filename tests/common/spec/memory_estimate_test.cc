@@ -201,21 +201,22 @@ TEST(MemoryEstimateTest, DpShardHalvesThePersistentStateAndAddsTheGatheredCopy) 
   EXPECT_EQ(PersistentStateBytes(Small({"parallelism.dp=2", "parallelism.dp_shard=2"})), 1692160);
   EXPECT_EQ(sharded.gathered_bytes, 4 * kParams);
   // The peak is still the loss's backward: parameters are the shards (4 · 105760) and
-  // the gathered fp32 copy (4 · 211520), AdamW the shards' (8 · 105760), the buckets and
-  // the activations as replicated.
+  // the gathered fp32 copy (4 · 211520), AdamW the shards' (8 · 105760), the activations
+  // as replicated, and no bucket yet (sharded, a bucket exists from its launch in
+  // backward to the end of the reduction).
   EXPECT_EQ(sharded.peak_at, "the loss's backward");
   EXPECT_EQ(sharded.peak.parameters, 423040 + 846080);
   EXPECT_EQ(sharded.peak.optimizer, 846080);
   EXPECT_EQ(sharded.peak.gradients, 0);
-  EXPECT_EQ(sharded.peak.communication, 846080);
+  EXPECT_EQ(sharded.peak.communication, 0);
   EXPECT_EQ(sharded.peak.activations, 129400832);
-  EXPECT_EQ(sharded.total_bytes(), 1269120 + 846080 + 846080 + 129400832 + 2490432);
+  EXPECT_EQ(sharded.total_bytes(), 1269120 + 846080 + 129400832 + 2490432);
   EXPECT_EQ(DescribeLayout(Small({"parallelism.dp=2", "parallelism.dp_shard=2"})),
             "dp=2 dp_shard=2 tp=1 ep=1 activation_checkpoint.mode=none training.mixed_precision=fp32");
   // 1269120 B = 1.21 MiB, 846080 B = 826 KiB.
   EXPECT_THAT(DescribeBreakdown(sharded),
               ::testing::StartsWith("parameters 1.21 MiB (826 KiB of them gathered for the step), gradients 0 B, "
-                                    "optimizer 826 KiB, activations 123 MiB, communication 826 KiB"));
+                                    "optimizer 826 KiB, activations 123 MiB, other 2.38 MiB"));
 
   // bf16 weight copies are cast from the gathered weights: all but the embedding, as
   // replicated; accumulated gradients are the full ones.
@@ -228,33 +229,36 @@ TEST(MemoryEstimateTest, DpShardHalvesThePersistentStateAndAddsTheGatheredCopy) 
 }
 
 TEST(MemoryEstimateTest, DpShardEndOfBackwardAndBetweenSteps) {
-  // A vocabulary of 16384 (2 · 16384 · 64 = 2097152 embedding and head weights) and 8
-  // tokens: the weights dominate. P = 2097152 + 64 + 36992 + 43392 = 2177600, halved
-  // 1088800 at dp_shard=2. The end of backward holds every full gradient (4 · P) and
-  // the reduction's shard gradients (4 · 1088800) with the gathered weights: 8 · P more
-  // than the step's state, over the CPU probe's 12 MiB.
-  const std::vector<std::string> big = {"model.vocab_size=16384", "training.batch_size=1", "training.seq_len=8",
+  // A vocabulary of 65536 (2 · 65536 · 64 = 8388608 embedding and head weights) and 8
+  // tokens: the weights dominate. P = 8388608 + 64 + 36992 + 43392 = 8469056, halved
+  // 4234528 at dp_shard=2. By the end of backward every bucket but the routed experts'
+  // (4 · 6144, launched after backward) has launched: their 4 · (P − 24576) bytes hold
+  // the sums, and the full gradients and gathered weights of those parameters are gone.
+  // Left: the shards, the experts' gathered weights and gradients, the reduction's shard
+  // gradients (4 · 4234528). That beats the loss's backward (the whole gathered copy)
+  // and the CPU probe's 12 MiB between steps.
+  const std::vector<std::string> big = {"model.vocab_size=65536", "training.batch_size=1", "training.seq_len=8",
                                         "parallelism.dp=2", "parallelism.dp_shard=2"};
   const MemoryEstimate end = EstimateRankMemory(Small(big));
-  EXPECT_EQ(end.rank_params, 2177600);
-  EXPECT_EQ(end.shard_params, 1088800);
+  EXPECT_EQ(end.rank_params, 8469056);
+  EXPECT_EQ(end.shard_params, 4234528);
   EXPECT_EQ(end.peak_at, "the end of backward");
-  EXPECT_EQ(end.peak.parameters, 4 * 1088800 + 4 * 2177600);
-  EXPECT_EQ(end.peak.gradients, 4 * 2177600 + 4 * 1088800);
-  EXPECT_EQ(end.peak.optimizer, 8 * 1088800);
-  EXPECT_EQ(end.peak.communication, 4 * 2177600);
+  EXPECT_EQ(end.peak.parameters, 4 * 4234528 + 4 * 24576);
+  EXPECT_EQ(end.peak.gradients, 4 * 24576 + 4 * 4234528);
+  EXPECT_EQ(end.peak.optimizer, 8 * 4234528);
+  EXPECT_EQ(end.peak.communication, 4 * (8469056 - 24576));
   EXPECT_EQ(end.peak.activations, 8 * 64 * kF) << "the residual stream's gradient";
 
   // Small with 8 tokens: the probe between steps is the peak, and then a rank holds the
-  // shards only (4 · 105760 weights, 4 · 105760 gradients, 8 · 105760 moments) besides
-  // the buckets (4 · 211520) and the probe's 3 · 1024² fp32 operands.
+  // shards only (4 · 105760 weights, 4 · 105760 gradients, 8 · 105760 moments; the
+  // buckets were freed after the reduction) and the probe's 3 · 1024² fp32 operands.
   const MemoryEstimate probe = EstimateRankMemory(
       Small({"training.batch_size=1", "training.seq_len=8", "parallelism.dp=2", "parallelism.dp_shard=2"}));
   EXPECT_EQ(probe.peak_at, "the GEMM peak probe between steps");
   EXPECT_EQ(probe.peak.parameters, 423040);
   EXPECT_EQ(probe.peak.gradients, 423040);
   EXPECT_EQ(probe.peak.optimizer, 846080);
-  EXPECT_EQ(probe.peak.communication, 846080);
+  EXPECT_EQ(probe.peak.communication, 0);
   // RoPE 3 · 8 · 16 fp32, masks 2 layers × 2 query heads a KV head × 8 · 8 fp32, the
   // batch 8 · 1 · 9, the probe 3 · 1024 · 1024 fp32.
   EXPECT_EQ(probe.peak.other, 3 * 8 * 16 * kF + 2 * 2 * 64 * kF + 8 * 9 + 3 * 1024 * 1024 * kF);
@@ -276,7 +280,7 @@ TEST(MemoryEstimateTest, RoutedExpertsShardOverTheirOwnGroup) {
   EXPECT_EQ(e.gathered_bytes, 4 * 199232);
   EXPECT_EQ(e.peak.parameters, 4 * 52880 + 4 * 199232);
   EXPECT_EQ(e.peak.optimizer, 8 * 52880);
-  EXPECT_EQ(e.peak.communication, 4 * 199232);
+  EXPECT_EQ(e.peak.communication, 0) << "the loss's backward: no bucket has launched";
 
   // dp=4 dp_shard=2 tp=1 ep=4: ep=4 covers two replicas of 2 ranks, does not divide 2:
   // the rank's one expert (6144) is not sharded and never gathered; 186944 / 2 + 6144 =
