@@ -133,6 +133,15 @@ inline std::vector<double> Losses(const std::vector<v1::Event>& events) {
   return losses;
 }
 
+// step -> loss of the step_metrics events (a resumed run's start at its first step).
+inline std::map<int, double> LossesByStep(const std::vector<v1::Event>& events) {
+  std::map<int, double> losses;
+  for (const v1::Event& e : events) {
+    if (e.has_step_metrics()) losses[static_cast<int>(e.step_metrics().step())] = e.step_metrics().loss();
+  }
+  return losses;
+}
+
 // The message of the last error log event, or "".
 inline std::string LastError(const std::vector<v1::Event>& events) {
   std::string message;

@@ -67,13 +67,7 @@ std::string WriteRunSpec(const std::string& path, const RunSpec& r) {
 }
 
 // step -> loss from rank 0's events.
-std::map<int, double> Losses(const std::string& path) {
-  std::map<int, double> losses;
-  for (const v1::Event& e : ReadRankEvents(path)) {
-    if (e.has_step_metrics()) losses[static_cast<int>(e.step_metrics().step())] = e.step_metrics().loss();
-  }
-  return losses;
-}
+std::map<int, double> Losses(const std::string& path) { return testing::LossesByStep(ReadRankEvents(path)); }
 
 std::vector<pid_t> Start(const RunSpec& r, const std::string& tag, const std::vector<std::string>& extra) {
   const std::string config = WriteRunSpec(Prefix() + tag + ".json", r);

@@ -98,14 +98,6 @@ std::vector<v1::Event> RunAll(const RankRun& r) {
   return ReadRankEvents(EventsFile(r.tag, 0));
 }
 
-std::map<int, double> Losses(const std::vector<v1::Event>& events) {
-  std::map<int, double> losses;
-  for (const v1::Event& e : events) {
-    if (e.has_step_metrics()) losses[static_cast<int>(e.step_metrics().step())] = e.step_metrics().loss();
-  }
-  return losses;
-}
-
 std::vector<v1::CheckpointSaved> Saved(const std::vector<v1::Event>& events) {
   std::vector<v1::CheckpointSaved> saved;
   for (const v1::Event& e : events) {
@@ -139,7 +131,7 @@ class RequestedCheckpointTest : public ::testing::Test {
     r.interval = 4;
     r.ckdir = root_;
     events_ = RunAll(r);
-    losses_ = Losses(events_);
+    losses_ = testing::LossesByStep(events_);
   }
   static std::string StepDir(const std::string& root, int step, int attempt) {
     return (fs::path(root) / CheckpointDirName(step, attempt)).string();
@@ -182,7 +174,7 @@ TEST_F(RequestedCheckpointTest, RequestOnOneRankSavesOnceOnEveryRankWithInterval
   r.attempt = 2;
   r.request_ranks = {1};
   const std::vector<v1::Event> events = RunAll(r);
-  ExpectReferenceLosses(Losses(events), 5, "requested at step 5");
+  ExpectReferenceLosses(testing::LossesByStep(events), 5, "requested at step 5");
 
   // Exactly one checkpoint, after step 5 (the first step of this run), complete, with
   // both ranks' files; interval 0 wrote nothing else.
@@ -213,7 +205,7 @@ TEST_F(RequestedCheckpointTest, RequestOnOneRankSavesOnceOnEveryRankWithInterval
   again.resume = step5;
   again.attempt = 3;
   const std::vector<v1::Event> resumed = RunAll(again);
-  ExpectReferenceLosses(Losses(resumed), 6, "resumed from the requested checkpoint");
+  ExpectReferenceLosses(testing::LossesByStep(resumed), 6, "resumed from the requested checkpoint");
   EXPECT_TRUE(Saved(resumed).empty());
   EXPECT_TRUE(Dirs(again.ckdir).empty()) << "interval 0 and no request: no checkpoint";
 }
@@ -228,7 +220,7 @@ TEST_F(RequestedCheckpointTest, StaleRequestFileIsRemovedAtStart) {
   r.request_ranks = {0};
   r.stale = true;
   const std::vector<v1::Event> events = RunAll(r);
-  ExpectReferenceLosses(Losses(events), 5, "with a stale request file");
+  ExpectReferenceLosses(testing::LossesByStep(events), 5, "with a stale request file");
   EXPECT_TRUE(Saved(events).empty());
   EXPECT_TRUE(Dirs(r.ckdir).empty());
   EXPECT_FALSE(fs::exists(RequestFile(r.tag, 0)));
@@ -245,7 +237,7 @@ TEST_F(RequestedCheckpointTest, IntervalStepThatIsAlsoRequestedSavesOnce) {
   r.attempt = 2;
   r.request_ranks = {0};
   const std::vector<v1::Event> events = RunAll(r);
-  ExpectReferenceLosses(Losses(events), 9, "interval and request at step 9");
+  ExpectReferenceLosses(testing::LossesByStep(events), 9, "interval and request at step 9");
   const std::vector<v1::CheckpointSaved> saved = Saved(events);
   ASSERT_EQ(saved.size(), 2u);
   EXPECT_EQ(saved[0].step(), 9);

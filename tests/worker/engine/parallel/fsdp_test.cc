@@ -31,6 +31,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::FreePort;
+using testing::LossesByStep;
 using testing::ReadRankEvents;
 using testing::SpawnRank;
 using testing::WaitExit;
@@ -81,14 +82,6 @@ std::vector<v1::Event> RunAll(const Layout& r, const std::string& tag, const std
   return ReadRankEvents(Prefix() + tag + "_r0.jsonl");
 }
 
-std::map<int, double> LossByStep(const std::vector<v1::Event>& events) {
-  std::map<int, double> losses;
-  for (const v1::Event& e : events) {
-    if (e.has_step_metrics()) losses[static_cast<int>(e.step_metrics().step())] = e.step_metrics().loss();
-  }
-  return losses;
-}
-
 std::map<std::string, torch::Tensor> Weights(const std::string& path) {
   std::map<std::string, torch::Tensor> m;
   for (auto& [name, t] : ReadSafetensors(path)) m[name] = t;
@@ -120,8 +113,8 @@ TEST(FsdpTest, ShardedMatchesReplicatedDataParallelBitForBit) {
   Layout replicated{2, 1, 1, 1};
   Layout sharded{2, 1, 1, 2};
   const std::string dir = Prefix();
-  const auto want = LossByStep(RunAll(replicated, "replicated", {"--save-final", dir + "replicated.safetensors"}));
-  const auto got = LossByStep(RunAll(sharded, "sharded", {"--save-final", dir + "sharded.safetensors"}));
+  const auto want = LossesByStep(RunAll(replicated, "replicated", {"--save-final", dir + "replicated.safetensors"}));
+  const auto got = LossesByStep(RunAll(sharded, "sharded", {"--save-final", dir + "sharded.safetensors"}));
   ASSERT_EQ(want.size(), size_t(kSteps));
   EXPECT_LT(want.at(kSteps), want.at(1) - 0.05);  // it trained
   ExpectLossesNear(got, want, 1, 1e-6, "dp_shard=2");
@@ -142,10 +135,10 @@ TEST(FsdpTest, LoadsAndSavesFullWeights) {
   Layout replicated{2, 1, 1, 1};
   replicated.steps = 2;
   RunAll(replicated, "load_src", {"--save-final", dir + "load_src.safetensors"});
-  const auto want = LossByStep(RunAll(replicated, "load_replicated", {"--load", dir + "load_src.safetensors"}));
+  const auto want = LossesByStep(RunAll(replicated, "load_replicated", {"--load", dir + "load_src.safetensors"}));
   Layout sharded{2, 1, 1, 2};
   sharded.steps = 2;
-  const auto got = LossByStep(RunAll(sharded, "load_sharded", {"--load", dir + "load_src.safetensors", "--save-init",
+  const auto got = LossesByStep(RunAll(sharded, "load_sharded", {"--load", dir + "load_src.safetensors", "--save-init",
                                                                dir + "load_init.safetensors"}));
   ASSERT_EQ(want.size(), 2u);
   ASSERT_EQ(got.size(), 2u);
@@ -164,7 +157,7 @@ TEST(FsdpTest, Bf16ShardedMatchesReplicatedBf16) {
   auto run = [](int shard) {
     Layout l{2, 1, 1, shard};
     l.precision = "bf16";
-    return LossByStep(RunAll(l, "bf16_s" + std::to_string(shard)));
+    return LossesByStep(RunAll(l, "bf16_s" + std::to_string(shard)));
   };
   const auto want = run(1);
   const auto got = run(2);
@@ -188,7 +181,7 @@ TEST(FsdpTest, PrefetchIsBitIdenticalToGatheringEachUnitWhenReached) {
     for (const auto& e : events) {
       if (e.has_log() && e.log().message().rfind("gradient reduction:", 0) == 0) line = e.log().message();
     }
-    return std::make_tuple(LossByStep(events), line, Weights(dir + tag + ".safetensors"));
+    return std::make_tuple(LossesByStep(events), line, Weights(dir + tag + ".safetensors"));
   };
   const auto [with, with_line, with_weights] = run(true);
   const auto [without, without_line, without_weights] = run(false);
@@ -207,8 +200,8 @@ TEST_P(FsdpParityTest, LossesMatchOneRankWithTheSameGlobalBatch) {
   const Layout r = GetParam();
   Layout one;
   one.batch = r.batch * r.dp;
-  const auto want = LossByStep(RunAll(one, "one_b" + std::to_string(one.batch)));
-  const auto got = LossByStep(RunAll(r, r.Name()));
+  const auto want = LossesByStep(RunAll(one, "one_b" + std::to_string(one.batch)));
+  const auto got = LossesByStep(RunAll(r, r.Name()));
   ASSERT_EQ(got.size(), size_t(kSteps));
   ExpectLossesNear(got, want, 1, 1e-5, r.Name());
   double worst = 0;
@@ -271,7 +264,7 @@ class FsdpCheckpointTest : public ::testing::Test {
     fs::remove_all(root_);
     Layout r{2, 1, 1, 2};
     r.ckdir = root_;
-    losses_ = LossByStep(RunAll(r, "sharded_ref"));
+    losses_ = LossesByStep(RunAll(r, "sharded_ref"));
   }
   static std::string At(const std::string& root, int step, int attempt) {
     return (fs::path(root) / CheckpointDirName(step, attempt)).string();
@@ -281,11 +274,11 @@ class FsdpCheckpointTest : public ::testing::Test {
   void RoundTrip(Layout r, const std::string& tag, double rel) {
     r.ckdir = Prefix() + tag + "_ck";
     fs::remove_all(r.ckdir);
-    const auto there = LossByStep(RunAll(r, tag, {"--resume", At(root_, 10, 1), "--attempt", "2"}));
+    const auto there = LossesByStep(RunAll(r, tag, {"--resume", At(root_, 10, 1), "--attempt", "2"}));
     EXPECT_EQ(there.begin()->first, 11) << tag;
     ExpectLossesNear(there, losses_, 11, rel, tag + " from dp_shard=2");
     Layout back{2, 1, 1, 2};
-    const auto home = LossByStep(RunAll(back, tag + "_back", {"--resume", At(r.ckdir, 15, 2)}));
+    const auto home = LossesByStep(RunAll(back, tag + "_back", {"--resume", At(r.ckdir, 15, 2)}));
     EXPECT_EQ(home.begin()->first, 16) << tag;
     ExpectLossesNear(home, losses_, 16, rel, "dp_shard=2 from " + tag);
   }
