@@ -187,7 +187,9 @@ class WatchFanoutTest : public AuthFixture, public ::testing::WithParamInterface
     EXPECT_TRUE(w.got() == want) << "bytes differ from the stored events";
     for (const SyncWatcher::Batch& b : w.batches()) {
       EXPECT_GE(b.events, 1);
-      if (b.events > 1) EXPECT_LE(b.bytes, kMaxWatchBatchBytes);
+      if (b.events > 1) {
+        EXPECT_LE(b.bytes, kMaxWatchBatchBytes);
+      }
     }
   }
 
@@ -265,11 +267,13 @@ TEST_P(WatchFanoutTest, AStalledWatcherFallsBehindTheWindowAndHoldsUpNoOne) {
   slow->Wait();
   ExpectComplete(*slow);
   if (GetParam()) {
-    // Behind by hundreds of 16 KiB events, it caught up in batches of up to 1 MiB.
+    // Behind by hundreds of 16 KiB events, it caught up in batches of up to 1 MiB
+    // (ExpectComplete checks each batch's bytes). The bound is on bytes, not on a count:
+    // when the first read comes after some commits (a slow sanitizer run), the job's own
+    // small first events share a batch with big ones, and it may hold a few more than 64.
     int most = 0;
     for (const SyncWatcher::Batch& b : slow->batches()) most = std::max(most, b.events);
     EXPECT_GT(most, 32) << "a watcher far behind gets many events a message";
-    EXPECT_LE(most, static_cast<int>(kMaxWatchBatchBytes / (16 << 10)));
   }
 }
 
