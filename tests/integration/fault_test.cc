@@ -28,6 +28,10 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 const std::string kDebugJob = TRAINYARD_EXAMPLES "/debug.toml";
+// The tests whose point is the restart, not the model, train the tiny preset: the same
+// code paths at a fraction of the CPU. Where its steps would outrun the test, a test hook
+// holds the job mid-run.
+const std::string kTinyJob = TRAINYARD_EXAMPLES "/tiny.toml";
 constexpr int kSteps = 20;
 
 // The acceptance job: 2 ranks, dp=2 ep=2, 20 steps, a checkpoint every 5.
@@ -89,8 +93,9 @@ class FaultTest : public ::testing::Test {
   }
 
   // Runs `sets` to its end and returns its events (the reference run).
-  std::vector<json> RunToEnd(const std::vector<std::string>& sets, const std::string& name) {
-    const std::string id = cluster_->Submit(kDebugJob, sets);
+  std::vector<json> RunToEnd(const std::vector<std::string>& sets, const std::string& name,
+                             const std::string& job_file = kDebugJob) {
+    const std::string id = cluster_->Submit(job_file, sets);
     if (id.empty()) return {};
     std::vector<json> events = cluster_->Follow(id, name + ".jsonl")->WaitEnd();
     EXPECT_EQ(cluster_->Get(id).value("state", ""), "SUCCEEDED") << name << " " << id;
@@ -154,7 +159,7 @@ TEST_F(FaultTest, ARankKilledInsideACheckpointWriteLeavesThePreviousCheckpointNe
   // Attempt 1's writers pause inside the step-10 checkpoint (a test-only hook).
   StartCluster({{"w1", 2, {"TRAINYARD_TEST_PAUSE_CHECKPOINT_AT_STEP=10"}}});
   const fs::path ck = cluster_->dir() / "ck";
-  const std::string id = cluster_->Submit(kDebugJob, FaultJob(ck));
+  const std::string id = cluster_->Submit(kTinyJob, FaultJob(ck));
   ASSERT_FALSE(id.empty());
   auto follow = cluster_->Follow(id, "killed.jsonl");
   ASSERT_TRUE(follow->WaitFor(
@@ -191,24 +196,40 @@ TEST_F(FaultTest, ARankKilledInsideACheckpointWriteLeavesThePreviousCheckpointNe
 }
 
 TEST_F(FaultTest, ALostWorkerShrinksTheJobToTheSlotsLeftKeepingTheGlobalBatch) {
-  StartCluster({{"w1", 1, {}}, {"w2", 1, {}}});
-  std::vector<std::string> sets = FaultJob(cluster_->dir() / "ck-ref");
-  const std::vector<json> reference = RunToEnd(sets, "reference");
-  const std::map<int64_t, double> want = LossesByStep(reference, 1);
+  // Rank 1 stalls before step 13 of attempt 1 (a test hook; in both workers'
+  // environments, since either may hold rank 1), so the tiny job is still mid-run when
+  // its worker is killed.
+  const std::vector<std::string> stall = {"TRAINYARD_TEST_STALL_RANK=1", "TRAINYARD_TEST_STALL_AT_STEP=13"};
+  StartCluster({{"w1", 1, stall}, {"w2", 1, stall}});
+  // The reference: the same job on local ranks (trainyard-train), without the hook.
+  std::vector<std::string> argv = {TRAINYARD_TRAIN, kTinyJob, "--json"};
+  for (const std::string& set : FaultJob(cluster_->dir() / "ck-ref")) argv.insert(argv.end(), {"--set", set});
+  const CommandResult ref = RunCommand(argv);
+  ASSERT_EQ(ref.exit_code, 0) << ref.err;
+  const std::map<int64_t, double> want = LossesByStep(JsonLines(ref.out), 0);
   ASSERT_EQ(want.size(), static_cast<size_t>(kSteps));
 
-  sets = FaultJob(cluster_->dir() / "ck");
+  std::vector<std::string> sets = FaultJob(cluster_->dir() / "ck");
   sets.push_back("restart.min_dp=1");
   sets.push_back("restart.elastic_wait_s=1");
-  const std::string id = cluster_->Submit(kDebugJob, sets);
+  const std::string id = cluster_->Submit(kTinyJob, sets);
   ASSERT_FALSE(id.empty());
   auto follow = cluster_->Follow(id, "elastic.jsonl");
   ASSERT_TRUE(follow->WaitFor([](const json& e) { return IsStepOfAttempt(e, 1, 12); }, 300000));
-  // kill -9 of worker w2 and of its rank.
-  const std::map<int, pid_t> on_w2 = RankPids(follow->Events(), 1, "w2");
-  ASSERT_EQ(on_w2.size(), 1u);
-  cluster_->KillWorker("w2");
-  for (const auto& [rank, pid] : on_w2) kill(pid, SIGKILL);
+  // kill -9 of the worker that holds rank 1, and of that rank.
+  std::string lost;
+  std::map<int, pid_t> on_lost;
+  for (const std::string w : {"w1", "w2"}) {
+    const std::map<int, pid_t> pids = RankPids(follow->Events(), 1, w);
+    if (pids.count(1) == 1) {
+      lost = w;
+      on_lost = pids;
+    }
+  }
+  ASSERT_FALSE(lost.empty()) << "no RUNNING event of rank 1";
+  ASSERT_EQ(on_lost.size(), 1u);
+  cluster_->KillWorker(lost);
+  for (const auto& [rank, pid] : on_lost) kill(pid, SIGKILL);
   const std::vector<json> events = follow->WaitEnd();
 
   const json job = cluster_->Get(id);
@@ -231,14 +252,17 @@ TEST_F(FaultTest, ALostWorkerShrinksTheJobToTheSlotsLeftKeepingTheGlobalBatch) {
 // `trainyard resize JOB --dp 1` restarts a running dp=2 job from its newest checkpoint on
 // one rank with grad_accum_steps=2, without using a restart (max_restarts=0).
 TEST_F(FaultTest, AResizedJobContinuesFromItsCheckpointAtTheNewDp) {
-  StartCluster({{"w1", 2, {}}});
+  // Rank 1 stalls before step 8 of attempt 1 (a test hook), so the tiny job is still
+  // running, past its step-5 checkpoint, when it is resized.
+  StartCluster({{"w1", 2, {"TRAINYARD_TEST_STALL_RANK=1", "TRAINYARD_TEST_STALL_AT_STEP=8"}}});
   std::vector<std::string> sets = FaultJob(cluster_->dir() / "ck");
   sets.push_back("restart.max_restarts=0");
-  const std::string id = cluster_->Submit(kDebugJob, sets);
+  const std::string id = cluster_->Submit(kTinyJob, sets);
   ASSERT_FALSE(id.empty());
   auto follow = cluster_->Follow(id, "resize.jsonl");
   ASSERT_TRUE(follow->WaitFor([](const json& e) { return e.contains("checkpoint"); }, 300000))
       << "attempt 1 never saved a checkpoint";
+  ASSERT_TRUE(follow->WaitFor([](const json& e) { return IsStepOfAttempt(e, 1, 7); }, 300000));
   const CommandResult resized = cluster_->Cli({"resize", id, "--dp", "1"});
   ASSERT_EQ(resized.exit_code, 0) << resized.err;
   const std::vector<json> events = follow->WaitEnd();
