@@ -42,7 +42,7 @@ struct CountingLayer {
   torch::Tensor Expected(const torch::Tensor& x, int64_t k) const { return x * w + 4 * k; }
 };
 
-bool Contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool Mentions(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 TEST(SideEffectTest, JitErrorPolicyThrowsNamingRegionAndTensor) {
   RecordingSink sink;
@@ -53,15 +53,15 @@ TEST(SideEffectTest, JitErrorPolicyThrowsNamingRegionAndTensor) {
     region({torch::randn({3, 8})}, {layer.w});
     FAIL() << "no error";
   } catch (const std::runtime_error& e) {
-    EXPECT_TRUE(Contains(e.what(), kCounterName)) << e.what();
-    EXPECT_TRUE(Contains(e.what(), "moe{experts=4}")) << e.what();
+    EXPECT_TRUE(Mentions(e.what(), kCounterName)) << e.what();
+    EXPECT_TRUE(Mentions(e.what(), "moe{experts=4}")) << e.what();
   }
   ASSERT_EQ(sink.events.size(), 1u);
   EXPECT_EQ(sink.events[0].kind(), Kind::UNSAFE_SIDE_EFFECT);
-  EXPECT_TRUE(Contains(sink.events[0].reason(), kCounterName)) << sink.events[0].reason();
+  EXPECT_TRUE(Mentions(sink.events[0].reason(), kCounterName)) << sink.events[0].reason();
   EXPECT_EQ(Layers(sink.events[0]), std::vector<int32_t>{2});
   // The receiving param w is watched too, but was passed in: not reported.
-  EXPECT_FALSE(Contains(sink.events[0].reason(), "layers.2.moe.w"));
+  EXPECT_FALSE(Mentions(sink.events[0].reason(), "layers.2.moe.w"));
   // The traced call ran fn once; nothing replays it.
   EXPECT_EQ(layer.counter.sum().item<int64_t>(), 4);
 }
@@ -80,7 +80,7 @@ TEST(SideEffectTest, JitFallbackRunsEagerAndWritesExactlyOncePerCall) {
   ASSERT_EQ(sink.events.size(), 2u);
   EXPECT_EQ(sink.events[0].kind(), Kind::UNSAFE_SIDE_EFFECT);
   EXPECT_EQ(sink.events[1].kind(), Kind::FALLBACK);
-  EXPECT_TRUE(Contains(sink.events[1].reason(), kCounterName)) << sink.events[1].reason();
+  EXPECT_TRUE(Mentions(sink.events[1].reason(), kCounterName)) << sink.events[1].reason();
   const RegionStats& stats = ctx.FindCache(region.key())->stats();
   EXPECT_EQ(stats.misses, 1);
   EXPECT_EQ(stats.eager_fallbacks, 3);
@@ -97,7 +97,7 @@ TEST(SideEffectTest, EagerBackendProbesTheFirstCall) {
       region({torch::randn({3, 8})}, {layer.w});
       FAIL() << "no error";
     } catch (const std::runtime_error& e) {
-      EXPECT_TRUE(Contains(e.what(), kCounterName)) << e.what();
+      EXPECT_TRUE(Mentions(e.what(), kCounterName)) << e.what();
     }
     EXPECT_EQ(sink.Count(Kind::UNSAFE_SIDE_EFFECT), 1u);
   }
@@ -146,7 +146,7 @@ TEST(SideEffectTest, ReadingStateItDidNotReceiveIsRejected) {
       region({torch::randn({2, 8})}, {});
       FAIL() << "no error";
     } catch (const std::runtime_error& e) {
-      EXPECT_TRUE(Contains(e.what(), "reads layers.0.moe.expert_bias")) << e.what();
+      EXPECT_TRUE(Mentions(e.what(), "reads layers.0.moe.expert_bias")) << e.what();
     }
     EXPECT_TRUE(sink.events.empty());
   }
@@ -160,7 +160,7 @@ TEST(SideEffectTest, ReadingStateItDidNotReceiveIsRejected) {
   }
   ASSERT_EQ(sink.events.size(), 1u);
   EXPECT_EQ(sink.events[0].kind(), Kind::FALLBACK);
-  EXPECT_TRUE(Contains(sink.events[0].reason(), "layers.0.moe.expert_bias")) << sink.events[0].reason();
+  EXPECT_TRUE(Mentions(sink.events[0].reason(), "layers.0.moe.expert_bias")) << sink.events[0].reason();
 }
 
 TEST(SideEffectTest, WatchModuleNamesParametersAndBuffers) {
