@@ -10,6 +10,7 @@
 #   bash .ci/sanitizers.sh                    # everything, 60 s per target
 #   FUZZ_SECONDS=10 bash .ci/sanitizers.sh     # a shorter local run
 #   FUZZ_TARGETS="job_file_fuzz" SKIP_BUILD=1 SKIP_TESTS=1 bash .ci/sanitizers.sh
+#   SKIP_TESTS=1 SKIP_FUZZ=1 bash .ci/sanitizers.sh   # the build alone (.ci/run)
 #
 # Needs, beyond deploy/install-deps.sh: clang (14) and libclang-rt-14-dev (the ASan,
 # UBSan and libFuzzer runtimes); llvm-14 (llvm-symbolizer) for symbolised reports.
@@ -54,6 +55,10 @@ if [ -z "${SKIP_TESTS:-}" ]; then
   ctest --test-dir "$BUILD" --output-on-failure -j"$JOBS"
   tested=$(date +%s)
   echo "sanitizers: tests under ASan+UBSan took $((tested - built)) s"
+fi
+
+if [ -n "${SKIP_FUZZ:-}" ]; then
+  exit 0
 fi
 
 mkdir -p "$ARTIFACTS"
