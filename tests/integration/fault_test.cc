@@ -93,9 +93,8 @@ class FaultTest : public ::testing::Test {
   }
 
   // Runs `sets` to its end and returns its events (the reference run).
-  std::vector<json> RunToEnd(const std::vector<std::string>& sets, const std::string& name,
-                             const std::string& job_file = kDebugJob) {
-    const std::string id = cluster_->Submit(job_file, sets);
+  std::vector<json> RunToEnd(const std::vector<std::string>& sets, const std::string& name) {
+    const std::string id = cluster_->Submit(kDebugJob, sets);
     if (id.empty()) return {};
     std::vector<json> events = cluster_->Follow(id, name + ".jsonl")->WaitEnd();
     EXPECT_EQ(cluster_->Get(id).value("state", ""), "SUCCEEDED") << name << " " << id;
@@ -219,7 +218,7 @@ TEST_F(FaultTest, ALostWorkerShrinksTheJobToTheSlotsLeftKeepingTheGlobalBatch) {
   // kill -9 of the worker that holds rank 1, and of that rank.
   std::string lost;
   std::map<int, pid_t> on_lost;
-  for (const std::string w : {"w1", "w2"}) {
+  for (const char* w : {"w1", "w2"}) {
     const std::map<int, pid_t> pids = RankPids(follow->Events(), 1, w);
     if (pids.count(1) == 1) {
       lost = w;
