@@ -1,13 +1,14 @@
-// The one place that knows which LibTorch we build against and which devices it has.
-// Debian ships 1.13 (CPU); the accelerator box has 2.x with CUDA, where c10d moved some
-// headers and types around (most visibly: ProcessGroupGloo and ProcessGroupNCCL derive
-// from c10d::Backend instead of c10d::ProcessGroup). Everything else in the engine
-// calls these helpers instead of the c10d or CUDA API directly, and holds a group
-// through BackendPtr, whose collective signatures are the same in both versions.
+// The one place that knows which LibTorch we build against and which devices it has:
+// LibTorch 2.x (the supported minors: cmake/trainyard_torch.cmake), normally the PyPI
+// wheel's CUDA build, which also runs on a machine without a GPU. Everything else in the
+// engine calls these helpers instead of the c10d or CUDA API directly, and holds a group
+// through BackendPtr (c10d::Backend, the common base of ProcessGroupGloo and
+// ProcessGroupNCCL).
 //
 // CUDA-only code is compiled only when TRAINYARD_TORCH_NCCL is 1 (a CUDA LibTorch with
 // the NCCL headers; the build defines USE_C10D_NCCL then) and reached only after
-// CudaUnavailableReason() came back empty, so a CPU build never needs CUDA.
+// CudaUnavailableReason() came back empty, so a process on a machine without a GPU
+// never touches CUDA, and a LibTorch built without CUDA still compiles the engine.
 #pragma once
 
 #include <chrono>
@@ -29,10 +30,8 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
-#if defined(TORCH_VERSION_MAJOR) && TORCH_VERSION_MAJOR >= 2
-#define TRAINYARD_TORCH2 1
-#else
-#define TRAINYARD_TORCH2 0
+#if !defined(TORCH_VERSION_MAJOR) || TORCH_VERSION_MAJOR < 2
+#error "the engine needs LibTorch 2.x (cmake/trainyard_torch.cmake names the supported minors)"
 #endif
 
 #if defined(TRAINYARD_TORCH_CUDA) && defined(USE_C10D_NCCL)
@@ -52,11 +51,7 @@ namespace trainyard::engine::compat {
 
 using StorePtr = c10::intrusive_ptr<c10d::Store>;
 // The common base of ProcessGroupGloo and ProcessGroupNCCL.
-#if TRAINYARD_TORCH2
 using CollectiveBackend = c10d::Backend;
-#else
-using CollectiveBackend = c10d::ProcessGroup;
-#endif
 using BackendPtr = c10::intrusive_ptr<CollectiveBackend>;
 
 // Rank 0 hosts the store; the others connect and wait up to `timeout` for it.
@@ -84,8 +79,7 @@ inline StorePtr MakeTcpStoreClient(const std::string& host, int port, std::chron
 }
 
 // A view of `store` whose keys all start with `prefix`, so several groups can
-// rendezvous on one TCPStore without their keys colliding. Both 1.13 and 2.x take
-// (std::string, intrusive_ptr<Store>).
+// rendezvous on one TCPStore without their keys colliding.
 inline StorePtr MakePrefixStore(const std::string& prefix, const StorePtr& store) {
   return c10::make_intrusive<c10d::PrefixStore>(prefix, store);
 }
@@ -101,7 +95,7 @@ inline BackendPtr MakeGlooGroup(const StorePtr& store, int rank, int world_size,
   return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world_size, options);
 }
 
-// "1.13.1" / "2.11.0": the LibTorch this engine was compiled against.
+// "2.11.0": the LibTorch this engine was compiled against.
 inline std::string TorchVersion() { return TORCH_VERSION; }
 
 // Compile-time facts of this build, as `trainyard-rank --capabilities` reports them
@@ -137,8 +131,8 @@ inline std::string CudaBuildVersion() {
 }
 
 // Empty when this process can put tensors on CUDA, else why not, in words that name
-// the build or the device count ("this engine was built against LibTorch 1.13.1
-// without CUDA").
+// the build or the device count ("this engine was built against LibTorch 2.11.0
+// with CUDA, but no CUDA device is visible ...").
 inline std::string CudaUnavailableReason() {
 #if TRAINYARD_TORCH_NCCL
   const std::size_t count = torch::cuda::device_count();
@@ -259,8 +253,8 @@ inline void WaitCollective(const WorkPtr& work, const at::Tensor& tensor) {
 #endif
 }
 
-// What a c10d collective returns (ProcessGroup::Work in 1.13, c10d::Work in 2.x).
-using WorkPtr = decltype(std::declval<CollectiveBackend&>().allreduce(std::declval<std::vector<at::Tensor>&>()));
+// What a c10d collective returns.
+using WorkPtr = c10::intrusive_ptr<c10d::Work>;
 
 // Starts an in-place sum over the group and returns its work; WaitCollective ends it.
 inline WorkPtr StartAllReduceSum(CollectiveBackend& group, at::Tensor& tensor) {
@@ -268,12 +262,19 @@ inline WorkPtr StartAllReduceSum(CollectiveBackend& group, at::Tensor& tensor) {
   return group.allreduce(tensors);
 }
 
-// Starts gathering `input` from every member into `outputs` (one tensor per member, in
-// member order); WaitCollective ends it.
-inline WorkPtr StartAllGather(CollectiveBackend& group, std::vector<at::Tensor> outputs, const at::Tensor& input) {
-  std::vector<std::vector<at::Tensor>> out{std::move(outputs)};
-  std::vector<at::Tensor> in{input};
-  return group.allgather(out, in);
+// Starts gathering `input` from every member into `output` (member j's rows at
+// [j·rows, (j+1)·rows), one flat tensor: NCCL's all-gather into a tensor, Gloo's via
+// per-member views); WaitCollective ends it.
+inline WorkPtr StartAllGather(CollectiveBackend& group, at::Tensor& output, at::Tensor& input) {
+  return group._allgather_base(output, input);
+}
+
+// Starts the reduce-scatter of `input` (world_size() equal row blocks): member j gets
+// the sum over members of block j in `output`. NCCL runs a real reduce-scatter (each
+// rank sends and receives (n−1)/n of the bytes, half an all-reduce's); Gloo in 2.11
+// sums the whole input with its all-reduce and keeps the block. WaitCollective ends it.
+inline WorkPtr StartReduceScatterSum(CollectiveBackend& group, at::Tensor& output, at::Tensor& input) {
+  return group._reduce_scatter_base(output, input);
 }
 
 // Blocking in-place sum over the group; under NCCL until the GPU has finished it
@@ -285,7 +286,7 @@ inline void AllReduceSum(CollectiveBackend& group, at::Tensor& tensor) {
 
 // Blocking all-to-all along dim 0 with explicit row counts per peer. Both tensors must
 // be contiguous; `output` is preallocated with sum(output_splits) rows. Empty split
-// vectors mean "equal split". 1.13 and 2.x take non-const references.
+// vectors mean "equal split".
 inline void AllToAll(CollectiveBackend& group, at::Tensor& output, at::Tensor& input,
                      std::vector<int64_t> output_splits, std::vector<int64_t> input_splits) {
   WaitCollective(group.alltoall_base(output, input, output_splits, input_splits), output);

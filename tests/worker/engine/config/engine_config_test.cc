@@ -147,7 +147,7 @@ TEST(DevicePlacementTest, CpuIsAlwaysUsable) {
 
 TEST(DevicePlacementTest, CudaIsRefusedWithTheReasonWhereThereIsNone) {
 #if !defined(TRAINYARD_TORCH_CUDA)
-  // This machine's build: Debian's CPU LibTorch.
+  // A LibTorch built without CUDA (not the pinned wheel, which has it).
   EXPECT_EQ(DeviceError("cuda"), std::string("config: resources.device=cuda: this engine was built against LibTorch ") +
                                      TORCH_VERSION + " without CUDA");
   ResourcesConfig cuda;

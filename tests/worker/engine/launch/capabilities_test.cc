@@ -114,6 +114,33 @@ TEST(RankCapabilitiesTest, PrintsOneLineOfThisBuildsFactsWithoutAConfig) {
   EXPECT_EQ(RunProgram(TRAINYARD_RANK, "--capabilities", "caps2").out, o.out);
 }
 
+// The project builds against the pinned torch wheel (deploy/python-requirements.txt), a
+// LibTorch with CUDA and NCCL, also on machines without a GPU: every CUDA-only source is
+// compiled and linked, and the build reports what it can run.
+TEST(RankCapabilitiesTest, ThePinnedLibTorchIsACudaAndNcclBuild) {
+  const Outcome o = RunProgram(TRAINYARD_RANK, "--capabilities", "pinned");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  const nlohmann::json caps = nlohmann::json::parse(o.out);
+  EXPECT_EQ(caps.at("libtorch_version"), TRAINYARD_TORCH_VERSION) << "the LibTorch CMake found";
+  EXPECT_EQ(caps.at("cuda"), true) << o.out;
+  EXPECT_EQ(caps.at("nccl"), true) << o.out;
+  EXPECT_NE(caps.at("cuda_version").get<std::string>(), "") << o.out;
+}
+
+// With no GPU visible (this machine, CI), a device=cuda job is still refused before any
+// rank starts, saying why.
+TEST(RankCapabilitiesTest, ACudaJobWithoutAVisibleGpuIsRefusedAtConfigTime) {
+  if (::access("/dev/nvidia0", F_OK) == 0) GTEST_SKIP() << "a GPU is present";
+  const std::string job = TempFile("cuda.toml", "[model]\npreset = \"tiny\"\n[training]\nsteps = 3\n");
+  const Outcome o = RunProgram(TRAINYARD_TRAIN, job + " --set resources.device=cuda --json", "cuda_refused");
+  EXPECT_EQ(o.exit_code, 2) << o.err;
+  EXPECT_NE(o.err.find(std::string("config: resources.device=cuda: this engine was built against LibTorch ") +
+                       TRAINYARD_TORCH_VERSION + " with CUDA, but no CUDA device is visible"),
+            std::string::npos)
+      << o.err;
+  EXPECT_EQ(o.out, "");  // no rank ran
+}
+
 TEST(RankCapabilitiesTest, WithoutCapabilitiesAConfigIsStillRequired) {
   const Outcome o = RunProgram(TRAINYARD_RANK, "", "noconfig");
   EXPECT_NE(o.exit_code, 0);

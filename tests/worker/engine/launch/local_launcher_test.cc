@@ -188,8 +188,8 @@ TEST(TrainBinaryTest, InvalidConfigExitsNonZeroWithTheMessage) {
   EXPECT_NE(mismatch.err.find("--nproc 3 disagrees with parallelism.dp*tp = 1"), std::string::npos) << mismatch.err;
 }
 
-// This machine's build is CPU-only: resources.device=cuda is refused at config time,
-// with the reason, before any rank starts (a CUDA build without a GPU says so too).
+// On a machine without a visible GPU (CI's), resources.device=cuda is refused at config
+// time, with the reason, before any rank starts (capabilities_test checks the words).
 TEST(TrainBinaryTest, CudaDeviceWithoutCudaIsRefusedBeforeAnyRankStarts) {
   const std::string job = TempFile("cuda.toml", "[model]\npreset = \"tiny\"\n[training]\nsteps = 3\n");
   const Outcome o = RunTrain(job + " --set resources.device=cuda --json", "cuda");

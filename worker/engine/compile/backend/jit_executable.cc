@@ -3,11 +3,10 @@
 #include <stdexcept>
 #include <utility>
 
+#include <torch/csrc/jit/codegen/fuser/interface.h>
 #include <torch/csrc/jit/frontend/tracer.h>
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/tensorexpr/codegen.h>
-
-#include "worker/engine/compile/backend/jit_fuser_compat.h"
 
 namespace trainyard::engine::compile {
 namespace {
