@@ -1,7 +1,5 @@
 #include "worker/engine/train/gemm_peak_probe.h"
 
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <chrono>
 #include <fstream>
@@ -13,10 +11,6 @@
 
 #include "worker/engine/base/torch_compat.h"
 #include "worker/engine/kernels/cpu/cpu_blas.h"
-
-// Weak, so the engine links whether or not OpenBLAS provides it.
-extern "C" char* openblas_get_corename() __attribute__((weak));
-extern "C" void openblas_set_num_threads(int) __attribute__((weak));
 
 namespace trainyard::engine {
 
@@ -93,7 +87,7 @@ std::string GemmPeakProbe::Bf16GemmPath(const c10::Device& device) {
     break;
   }
   const bool onednn = at::globalContext().hasMKLDNN() && at::globalContext().userEnabledMkldnn();
-  // LibTorch 1.13 sends a bf16 matmul to oneDNN when the CPU has AVX-512 BW, VL and DQ
+  // LibTorch sends a bf16 matmul to oneDNN when the CPU has AVX-512 BW, VL and DQ
   // (mkldnn_bf16_device_check); oneDNN then uses AVX512-BF16 instructions if present.
   const bool avx512 = flags.count("avx512bw") && flags.count("avx512vl") && flags.count("avx512dq");
   if (onednn && avx512) {
@@ -104,21 +98,8 @@ std::string GemmPeakProbe::Bf16GemmPath(const c10::Device& device) {
                 : "ATen's reference bf16 loop (LibTorch built without oneDNN)";
 }
 
-void GemmPeakProbe::SetBlasThreads(int threads) {
-  using Fn = void (*)(int);
-  Fn fn = &openblas_set_num_threads;
-  if (fn == nullptr) fn = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
-  if (fn != nullptr) fn(threads);
-}
+void GemmPeakProbe::SetBlasThreads(int threads) { cpu_blas::SetThreads(threads); }
 
-std::string GemmPeakProbe::BlasCoreName() {
-  using Fn = char* (*)();
-  Fn fn = &openblas_get_corename;
-  // The executable may not see OpenBLAS at link time when torch loads it indirectly.
-  if (fn == nullptr) fn = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
-  if (fn == nullptr) return "unknown";
-  const char* name = fn();
-  return name != nullptr ? std::string(name) : "unknown";
-}
+std::string GemmPeakProbe::BlasCoreName() { return cpu_blas::CoreName(); }
 
 }  // namespace trainyard::engine

@@ -37,10 +37,12 @@ class GemmPeakProbe {
   // instructions", "oneDNN, bf16 emulated with AVX-512 (no avx512_bf16)", or ATen's
   // reference loop without AVX-512), on CUDA "cuBLAS".
   static std::string Bf16GemmPath(const c10::Device& device);
-  // OpenBLAS keeps its own thread pool, sized from the core count, which
-  // at::set_num_threads does not touch; ranks sharing a machine must cap it.
+  // Caps the BLAS's own thread pool (cpu_blas::SetThreads): OpenBLAS sizes it from
+  // the core count, which at::set_num_threads does not touch; ranks sharing a machine
+  // must cap it. MKL follows the intra-op threads.
   static void SetBlasThreads(int threads);
-  // OpenBLAS core name (e.g. "Haswell") or "unknown" when not linked to OpenBLAS.
+  // The BLAS build or kernel in use (cpu_blas::CoreName): MKL's version string,
+  // OpenBLAS's core name (e.g. "Haswell"), or "unknown".
   static std::string BlasCoreName();
 };
 

@@ -16,46 +16,40 @@
 namespace trainyard::engine::cpu_blas {
 namespace {
 
-enum : int { kCblasRowMajor = 101, kCblasNoTrans = 111, kCblasTrans = 112 };
-using SgemmFn = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int, float, float*,
-                         int);
-
-// oneDNN's row-major sgemm (dnnl.h): status 0 on success.
-using DnnlSgemmFn = int (*)(char, char, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
-                            int64_t, float, float*, int64_t);
-struct DnnlVersion {
-  int major, minor, patch;
-  const char* hash;
-  unsigned cpu_runtime, gpu_runtime;
-};
+// The reference BLAS's Fortran interface (column-major, every argument by pointer),
+// which MKL and OpenBLAS both export.
+using SgemmFn = void (*)(const char*, const char*, const int*, const int*, const int*, const float*, const float*,
+                         const int*, const float*, const int*, const float*, float*, const int*);
 
 struct Blas {
   SgemmFn sgemm = nullptr;
-  DnnlSgemmFn dnnl_sgemm = nullptr;  // used instead of sgemm when present (see cpu_blas.h)
-  std::string name;
-  void (*set_threads)(int) = nullptr;  // OpenBLAS only
-  int (*get_threads)() = nullptr;
+  std::string name = "none";
+  std::string core = "unknown";
+  void (*openblas_set_threads)(int) = nullptr;
+  int (*openblas_get_threads)() = nullptr;
 };
 
 const Blas& GetBlas() {
   static const Blas blas = [] {
     Blas b;
-    b.sgemm = reinterpret_cast<SgemmFn>(dlsym(RTLD_DEFAULT, "cblas_sgemm"));
-    b.set_threads = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
-    b.get_threads = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
-    const char* choice = std::getenv("TRAINYARD_CPU_GEMM");
-    const bool cblas_only = choice != nullptr && std::string(choice) == "cblas";
-    b.dnnl_sgemm = cblas_only ? nullptr : reinterpret_cast<DnnlSgemmFn>(dlsym(RTLD_DEFAULT, "dnnl_sgemm"));
-    if (b.dnnl_sgemm != nullptr) {
-      const auto version = reinterpret_cast<const DnnlVersion* (*)()>(dlsym(RTLD_DEFAULT, "dnnl_version"));
-      const DnnlVersion* v = version != nullptr ? version() : nullptr;
-      b.name = v != nullptr ? "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
-                                  std::to_string(v->patch) + " dnnl_sgemm"
-                            : "oneDNN dnnl_sgemm";
-    } else if (b.sgemm != nullptr) {
-      b.name = "cblas_sgemm";
+    b.sgemm = reinterpret_cast<SgemmFn>(dlsym(RTLD_DEFAULT, "sgemm_"));
+    if (b.sgemm == nullptr) return b;
+    if (auto version = reinterpret_cast<void (*)(char*, int)>(dlsym(RTLD_DEFAULT, "MKL_Get_Version_String"))) {
+      char buf[256] = {};
+      version(buf, sizeof(buf) - 1);
+      b.core = buf;
+      // "Intel(R) oneAPI Math Kernel Library Version 2024.2-Product Build ..." -> "2024.2"
+      std::string v = b.core;
+      const auto at = v.find("Version ");
+      v = at == std::string::npos ? "" : v.substr(at + 8, v.find_first_of("- ", at + 8) - at - 8);
+      b.name = "MKL " + (v.empty() ? std::string() : v + " ") + "sgemm_";
     } else {
-      b.name = "none";
+      b.openblas_set_threads = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+      b.openblas_get_threads = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+      auto corename = reinterpret_cast<char* (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
+      const char* core = corename != nullptr ? corename() : nullptr;
+      if (core != nullptr) b.core = core;
+      b.name = corename != nullptr ? "OpenBLAS sgemm_" : "sgemm_";
     }
     return b;
   }();
@@ -64,24 +58,26 @@ const Blas& GetBlas() {
 
 }  // namespace
 
-bool Available() { return GetBlas().sgemm != nullptr || GetBlas().dnnl_sgemm != nullptr; }
+bool Available() { return GetBlas().sgemm != nullptr; }
 
 const std::string& GemmName() { return GetBlas().name; }
 
+std::string CoreName() { return GetBlas().core; }
+
+void SetThreads(int threads) {
+  if (GetBlas().openblas_set_threads != nullptr) GetBlas().openblas_set_threads(threads);
+}
+
 void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  TORCH_CHECK(Available(), "cpu_blas: no cblas_sgemm or dnnl_sgemm in this process");
+  TORCH_CHECK(Available(), "cpu_blas: no sgemm_ in this process");
   if (m == 0 || n == 0) return;
-  const Blas& blas = GetBlas();
-  if (blas.dnnl_sgemm != nullptr) {
-    const int status = blas.dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb,
-                                       beta, c, ldc);
-    TORCH_CHECK(status == 0, "cpu_blas: dnnl_sgemm failed with status ", status, " for ", m, "x", n, "x", k);
-    return;
-  }
-  blas.sgemm(kCblasRowMajor, trans_a ? kCblasTrans : kCblasNoTrans, trans_b ? kCblasTrans : kCblasNoTrans,
-                  static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a, static_cast<int>(lda), b,
-                  static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+  // Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ: swap the operands and
+  // their roles, keep each one's transpose flag.
+  const char ta = trans_b ? 'T' : 'N', tb = trans_a ? 'T' : 'N';
+  const int mm = static_cast<int>(n), nn = static_cast<int>(m), kk = static_cast<int>(k);
+  const int la = static_cast<int>(ldb), lb = static_cast<int>(lda), lc = static_cast<int>(ldc);
+  GetBlas().sgemm(&ta, &tb, &mm, &nn, &kk, &alpha, b, &la, a, &lb, &beta, c, &lc);
 }
 
 void SplitGemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
@@ -105,16 +101,18 @@ void SplitGemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
   });
 }
 
+// MKL needs nothing: called inside an OpenMP parallel region (the intra-op loops) it
+// runs on its caller's thread by itself, and outside one it uses the intra-op threads.
 SerialScope::SerialScope() {
   const Blas& blas = GetBlas();
-  if (blas.set_threads != nullptr && blas.get_threads != nullptr) {
-    saved_ = blas.get_threads();
-    if (saved_ > 1) blas.set_threads(1);
+  if (blas.openblas_set_threads != nullptr && blas.openblas_get_threads != nullptr) {
+    saved_ = blas.openblas_get_threads();
+    if (saved_ > 1) blas.openblas_set_threads(1);
   }
 }
 
 SerialScope::~SerialScope() {
-  if (saved_ > 1) GetBlas().set_threads(saved_);
+  if (saved_ > 1) GetBlas().openblas_set_threads(saved_);
 }
 
 }  // namespace trainyard::engine::cpu_blas
