@@ -120,7 +120,7 @@ int Run(const Flags& f) {
     }
     TraceProfiler::Start();
     profiled += timed(1);
-    trace_bytes += TraceProfiler::Stop(0).size();
+    trace_bytes += TraceProfiler::Stop(0, 1, "gloo", dir).size();
   }
   plain /= f.steps;
   watched /= f.steps;

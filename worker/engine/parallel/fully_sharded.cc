@@ -47,9 +47,9 @@ FullyShardedParameters::FullyShardedParameters(const std::vector<std::pair<std::
                   " must be a contiguous tensor of at least one dimension");
       const int64_t S = g->world_size();
       p.group = g;
-      p.chunk = (p.shape[0] + S - 1) / S;
+      p.chunk = ShardChunkRows(p.shape[0], S);
       p.begin = std::min<int64_t>(g->rank() * p.chunk, p.shape[0]);
-      p.rows = std::clamp<int64_t>(p.shape[0] - p.begin, 0, p.chunk);
+      p.rows = ShardRowCount(p.shape[0], S, g->rank());
       p.shard = p.module.detach().narrow(0, p.begin, p.rows).clone();
       p.shard.set_requires_grad(true);
     } else {
@@ -171,7 +171,9 @@ void FullyShardedParameters::Reduced(const torch::Tensor& param, const torch::Te
     p.module.mutable_grad() = grad.clone();
     return;
   }
-  p.shard.mutable_grad() = grad.narrow(0, p.begin, p.rows).clone();
+  TORCH_CHECK(grad.dim() >= 1 && grad.size(0) == p.rows, "FSDP: the reduced gradient of ", p.name, " has ",
+              grad.sizes(), " where this rank holds ", p.rows, " rows");
+  p.shard.mutable_grad() = grad.clone();
 }
 
 }  // namespace trainyard::engine

@@ -13,10 +13,12 @@
 // micro-batch's forward and backward (no reshard after forward: backward needs no second
 // gather). In the last backward, the gradient synchronizer (this is its GradientSink)
 // packs each layer's full gradient into a bucket, drops it, and this class empties that
-// layer's parameters; after the reduction each rank keeps the rows of its shard. The
-// reduction is the replicated DP one (an all-reduce over every DP rank), so
-// dp_shard = S and replicated dp give bit-identical gradients; Gloo in LibTorch 1.13 has
-// no reduce-scatter, and the all-reduce moves twice a reduce-scatter's bytes.
+// layer's parameters. The reduction is FSDP's: each bucket is reduce-scattered over the
+// FSDP group (laid out so each member receives its own rows of every parameter in it),
+// then summed over the replicas (HSDP; dp_replicate > 1) and, for the router, over TP
+// (process_mesh.h's replicate groups); each rank keeps the rows of its shard. On NCCL a
+// reduce-scatter moves half an all-reduce's bytes; Gloo runs it as an all-reduce of the
+// bucket, so with one replica the sums are those of replicated dp, bit for bit.
 //
 // Thread model: the training thread calls everything; Packed/Reduced run from the
 // synchronizer's hooks on the autograd thread that reaches a gradient accumulator (the

@@ -40,10 +40,28 @@ bool GradientSynchronizer::OverlapFromEnvironment() {
 }
 
 GradientSynchronizer::GradientSynchronizer(std::vector<torch::Tensor> params, const std::vector<std::string>& names,
-                                           CollectiveGroup& group, double scale, bool overlap, GradientSink* sink)
-    : params_(std::move(params)), sink_(sink), group_(group), scale_(scale), overlap_(overlap && group.world_size() > 1) {
+                                           CollectiveGroup& group, double scale, bool overlap, GradientSink* sink,
+                                           CollectiveGroup* shard_group, CollectiveGroup* replicate_group)
+    : params_(std::move(params)),
+      sink_(sink),
+      group_(group),
+      shard_group_(shard_group != nullptr && shard_group->world_size() > 1 ? shard_group : nullptr),
+      replicate_group_(replicate_group != nullptr && replicate_group->world_size() > 1 ? replicate_group : nullptr),
+      scale_(scale),
+      overlap_(overlap && group.world_size() > 1) {
   TORCH_CHECK(names.size() == params_.size(), "GradientSynchronizer: ", names.size(), " names for ",
               params_.size(), " parameters");
+  TORCH_CHECK(shard_group_ == nullptr || sink_ != nullptr, "GradientSynchronizer: a shard group needs a sink");
+  if (shard_group_ == nullptr) replicate_group_ = nullptr;
+  TORCH_CHECK(shard_group_ == nullptr || (replicate_group_ == nullptr ? 1 : replicate_group_->world_size()) *
+                                                 shard_group_->world_size() == group.world_size(),
+              "GradientSynchronizer: shard group of ", shard_group_ ? shard_group_->world_size() : 0,
+              " ranks and replicate group of ", replicate_group_ ? replicate_group_->world_size() : 1,
+              " do not cover the reduction group of ", group.world_size());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    TORCH_CHECK(shard_group_ == nullptr || params_[i].dim() >= 1, "GradientSynchronizer: sharded parameter ",
+                names[i], " has no dim 0");
+  }
   for (const auto& p : params_) {
     shapes_.push_back(p.sizes().vec());
     numels_.push_back(p.numel());
@@ -68,6 +86,7 @@ GradientSynchronizer::GradientSynchronizer(std::vector<torch::Tensor> params, co
     flat_.push_back(sink_ != nullptr ? torch::Tensor() : torch::empty({n}, params_.front().options()));
   }
   pending_.resize(buckets_.size());
+  shard_out_.resize(buckets_.size());
   if (!overlap_) return;
   for (size_t i = 0; i < params_.size(); ++i) {
     accumulators_.push_back(torch::autograd::impl::grad_accumulator(params_[i]));
@@ -108,8 +127,54 @@ void GradientSynchronizer::OnReady(size_t param) {
   while (next_launch_ < buckets_.size() && waiting_[next_launch_] == 0) Launch(next_launch_++);
 }
 
+int64_t GradientSynchronizer::ShardBlock(size_t b) const {
+  const int64_t S = shard_group_->world_size();
+  int64_t block = 0;
+  for (size_t i : buckets_[b]) block += ShardChunkRows(shapes_[i][0], S) * RowNumel(i);
+  return block;
+}
+
+int64_t GradientSynchronizer::RowNumel(size_t i) const {
+  return shapes_[i][0] == 0 ? 0 : numels_[i] / shapes_[i][0];
+}
+
+void GradientSynchronizer::LaunchSharded(size_t b) {
+  // Member s's block holds, parameter after parameter, the rows s holds of each
+  // (ShardChunkRows per member, zero-padded where a member holds fewer).
+  const int64_t S = shard_group_->world_size();
+  const int64_t block = ShardBlock(b);
+  auto options = torch::TensorOptions().dtype(torch::kFloat).device(group_.device());
+  torch::Tensor flat = torch::empty({S * block}, options);
+  int64_t offset = 0;
+  for (size_t i : buckets_[b]) {
+    const int64_t rows = shapes_[i][0], row = RowNumel(i), chunk = ShardChunkRows(rows, S);
+    const torch::Tensor& grad = params_[i].grad();
+    for (int64_t s = 0; s < S; ++s) {
+      torch::Tensor dst = flat.narrow(0, s * block + offset, chunk * row);
+      const int64_t held = ShardRowCount(rows, S, s);
+      if (grad.defined() && held > 0) {
+        dst.narrow(0, 0, held * row).copy_(grad.reshape({rows, row}).narrow(0, s * chunk, held).reshape({-1}));
+        dst.narrow(0, held * row, (chunk - held) * row).zero_();
+      } else {
+        dst.zero_();
+      }
+    }
+    offset += chunk * row;
+    params_[i].mutable_grad() = torch::Tensor();
+    sink_->Packed(params_[i]);
+  }
+  flat_[b] = flat;
+  shard_out_[b] = torch::empty({block}, options);
+  pending_[b] = shard_group_->ReduceScatterSumAsync(flat_[b], shard_out_[b]);
+  if (!overlap_) pending_[b].Wait();
+}
+
 void GradientSynchronizer::Launch(size_t b) {
   torch::NoGradGuard no_grad;
+  if (shard_group_ != nullptr) {
+    LaunchSharded(b);
+    return;
+  }
   torch::Tensor& flat = flat_[b];
   if (!flat.defined()) {
     int64_t total = 0;
@@ -168,6 +233,10 @@ void GradientSynchronizer::Finish() {
   armed_ = false;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     pending_[b].Wait();
+    if (shard_group_ != nullptr) {
+      FinishSharded(b);
+      continue;
+    }
     torch::Tensor& flat = flat_[b];
     if (scale_ != 1.0) flat.mul_(scale_);
     int64_t offset = 0;
@@ -182,6 +251,23 @@ void GradientSynchronizer::Finish() {
       offset += n;
     }
     if (sink_ != nullptr) flat = torch::Tensor();
+  }
+}
+
+void GradientSynchronizer::FinishSharded(size_t b) {
+  flat_[b] = torch::Tensor();
+  torch::Tensor out = std::move(shard_out_[b]);
+  if (replicate_group_ != nullptr) replicate_group_->AllReduceSum(out);
+  if (scale_ != 1.0) out.mul_(scale_);
+  const int64_t S = shard_group_->world_size(), me = shard_group_->rank();
+  int64_t offset = 0;
+  for (size_t i : buckets_[b]) {
+    const int64_t rows = shapes_[i][0], row = RowNumel(i), chunk = ShardChunkRows(rows, S);
+    const int64_t held = ShardRowCount(rows, S, me);
+    std::vector<int64_t> shape = shapes_[i];
+    shape[0] = held;
+    sink_->Reduced(params_[i], out.narrow(0, offset, held * row).view(shape));
+    offset += chunk * row;
   }
 }
 

@@ -1,5 +1,5 @@
-// Reduces gradients over one process group with a few all-reduces instead of one per
-// parameter: gradients are packed into flat buckets, summed, multiplied by `scale` and
+// Reduces gradients over one process group with a few collectives instead of one per
+// parameter (all-reduces; for FSDP, reduce-scatters then all-reduces over replicas): gradients are packed into flat buckets, summed, multiplied by `scale` and
 // copied back. The trainer keeps one per gradient class, since the group and scale
 // differ: dense params average over the DP group, the router sums over TP and averages
 // over DP (the world group, scale 1/dp), and expert params sum over the expert-DP group
@@ -26,6 +26,8 @@
 // after backward. Not thread-safe otherwise; owned by the Trainer.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,6 +38,16 @@
 
 namespace trainyard::engine {
 
+// Rows per member when `rows` rows are sharded on dim 0 over `members` ranks: member s
+// holds [s·c, min((s+1)·c, rows)), c = ceil(rows / members) (the last ones may hold
+// fewer, or none).
+inline int64_t ShardChunkRows(int64_t rows, int64_t members) { return (rows + members - 1) / members; }
+// The rows member `s` of `members` holds.
+inline int64_t ShardRowCount(int64_t rows, int64_t members, int64_t s) {
+  const int64_t c = ShardChunkRows(rows, members);
+  return std::clamp<int64_t>(rows - s * c, 0, c);
+}
+
 // Where reduced gradients go instead of back into each parameter's .grad (FSDP,
 // fully_sharded.h). Called on the thread that runs Launch/Finish.
 class GradientSink {
@@ -44,8 +56,9 @@ class GradientSink {
   // `param`'s gradient is packed into its bucket (and its .grad dropped): the full
   // parameter is no longer needed by this step's backward.
   virtual void Packed(const torch::Tensor& param) = 0;
-  // The reduced and scaled gradient of `param` (its full shape; a view into the
-  // bucket, valid only during the call).
+  // The reduced and scaled gradient of `param`: with a shard group, this rank's rows
+  // of it ([ShardRowCount(...), ...]); without, all of it. A view into the bucket,
+  // valid only during the call.
   virtual void Reduced(const torch::Tensor& param, const torch::Tensor& grad) = 0;
 };
 
@@ -59,8 +72,14 @@ class GradientSynchronizer {
   // dropped once packed into its bucket, bucket buffers exist only from their launch to
   // the end of Finish, and parameters may be emptied between steps (their shapes are
   // taken here).
+  // With a `shard_group` too (FSDP: every parameter here is sharded on dim 0 over it, a
+  // sub-group of `group`), each bucket is reduce-scattered over it instead, laid out so
+  // that member s receives the rows it holds of every parameter of the bucket, then
+  // summed over `replicate_group` (the members of `group` holding the same shard; null
+  // or one rank: nothing more), and the sink gets this rank's rows.
   GradientSynchronizer(std::vector<torch::Tensor> params, const std::vector<std::string>& names,
-                       CollectiveGroup& group, double scale, bool overlap, GradientSink* sink = nullptr);
+                       CollectiveGroup& group, double scale, bool overlap, GradientSink* sink = nullptr,
+                       CollectiveGroup* shard_group = nullptr, CollectiveGroup* replicate_group = nullptr);
   ~GradientSynchronizer();
   GradientSynchronizer(const GradientSynchronizer&) = delete;
   GradientSynchronizer& operator=(const GradientSynchronizer&) = delete;
@@ -84,12 +103,21 @@ class GradientSynchronizer {
   class ReadyHook;
   void OnReady(size_t param);
   void Launch(size_t bucket);
+  // The FSDP path (shard_group_): pack and reduce-scatter one bucket; then sum its block
+  // over the replicas, scale, and hand each parameter's rows to the sink.
+  void LaunchSharded(size_t bucket);
+  void FinishSharded(size_t bucket);
+  int64_t ShardBlock(size_t bucket) const;  // elements of one member's block
+  int64_t RowNumel(size_t param) const;     // elements of one dim-0 row
 
   std::vector<torch::Tensor> params_;
   std::vector<std::vector<int64_t>> shapes_;  // per parameter, at construction
   std::vector<int64_t> numels_;
   GradientSink* sink_;
   CollectiveGroup& group_;
+  CollectiveGroup* shard_group_;      // null: all-reduce over group_
+  CollectiveGroup* replicate_group_;  // with shard_group_, when it has more than one rank
+  std::vector<torch::Tensor> shard_out_;  // per bucket with shard_group_: this rank's block
   double scale_;
   bool overlap_;
   std::vector<std::vector<size_t>> buckets_;  // parameter indices per bucket

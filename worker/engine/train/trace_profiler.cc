@@ -1,112 +1,86 @@
 #include "worker/engine/train/trace_profiler.h"
 
-#include <atomic>
-#include <chrono>
-#include <cstdio>
-#include <memory>
-#include <mutex>
-#include <stdexcept>
-#include <vector>
+#include <unistd.h>
 
-#include <ATen/record_function.h>
-#include <nlohmann/json.hpp>
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include <torch/csrc/autograd/profiler_kineto.h>
+#include <torch/csrc/profiler/kineto_shim.h>
 
 namespace trainyard::engine {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+namespace kp = torch::autograd::profiler;
+using torch::profiler::impl::ActivityType;
+using torch::profiler::impl::ProfilerConfig;
+using torch::profiler::impl::ProfilerState;
 
-struct TraceEvent {
-  std::string name;
-  int64_t ts_ns;
-  int64_t dur_ns;
-  int tid;
-  bool user;
-};
+std::atomic<bool> g_running{false};
 
-struct State {
-  std::vector<TraceEvent> events;  // guarded by g_mu
-  int64_t dropped = 0;             // guarded by g_mu
-  Clock::time_point origin = Clock::now();
-  at::CallbackHandle handle = 0;
-};
-
-// g_state is set and cleared under g_mu; a range ending on any thread appends under it,
-// so Stop never frees a state another thread is writing.
-std::mutex g_mu;
-std::atomic<State*> g_state{nullptr};
-std::atomic<int> g_next_tid{0};
-
-int ThreadIndex() {
-  thread_local const int tid = g_next_tid.fetch_add(1);
-  return tid;
-}
-
-class Context : public at::ObserverContext {
- public:
-  Clock::time_point start;
-};
-
-std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction&) {
-  auto ctx = std::make_unique<Context>();
-  ctx->start = Clock::now();
-  return ctx;
-}
-
-void OnEnd(const at::RecordFunction& fn, at::ObserverContext* base) {
-  auto* ctx = static_cast<Context*>(base);
-  if (ctx == nullptr || g_state.load(std::memory_order_acquire) == nullptr) return;
-  const auto end = Clock::now();
-  std::lock_guard<std::mutex> lock(g_mu);
-  State* state = g_state.load(std::memory_order_acquire);
-  if (state == nullptr) return;
-  TraceEvent e{std::string(fn.name()),
-               std::chrono::duration_cast<std::chrono::nanoseconds>(ctx->start - state->origin).count(),
-               std::chrono::duration_cast<std::chrono::nanoseconds>(end - ctx->start).count(), ThreadIndex(),
-               fn.scope() == at::RecordScope::USER_SCOPE};
-  if (state->events.size() >= TraceProfiler::kMaxEvents) {
-    ++state->dropped;
-    return;
-  }
-  state->events.push_back(std::move(e));
+std::set<ActivityType> Activities(const c10::Device& device) {
+  std::set<ActivityType> activities{ActivityType::CPU};
+  if (device.is_cuda()) activities.insert(ActivityType::CUDA);
+  return activities;
 }
 
 }  // namespace
 
-void TraceProfiler::Start() {
-  std::lock_guard<std::mutex> lock(g_mu);
-  if (g_state.load() != nullptr) throw std::logic_error("TraceProfiler::Start: a profile is already running");
-  auto* state = new State();
-  g_state.store(state, std::memory_order_release);
-  state->handle = at::addGlobalCallback(at::RecordFunctionCallback(&OnStart, &OnEnd).needsInputs(false));
+void TraceProfiler::Start(const c10::Device& device) {
+  bool expected = false;
+  if (!g_running.compare_exchange_strong(expected, true)) {
+    throw std::logic_error("TraceProfiler::Start: a profile is already running");
+  }
+  if (!device.is_cuda()) {
+    // Kineto initialises itself on the first profile and, on a machine without a GPU,
+    // logs an ERROR about the missing device count that means nothing to a CPU job.
+    // Its log level comes only from this variable, read at that initialisation; a
+    // value the operator set is kept.
+    ::setenv("KINETO_LOG_LEVEL", "5", /*overwrite=*/0);
+  }
+  try {
+    const ProfilerConfig config(ProfilerState::KINETO);
+    const std::set<ActivityType> activities = Activities(device);
+    kp::prepareProfiler(config, activities);
+    kp::enableProfiler(config, activities);
+  } catch (...) {
+    g_running = false;
+    throw;
+  }
 }
 
-bool TraceProfiler::Running() { return g_state.load() != nullptr; }
+bool TraceProfiler::Running() { return g_running.load(); }
 
-std::string TraceProfiler::Stop(int rank) {
-  std::unique_ptr<State> state;
-  {
-    std::lock_guard<std::mutex> lock(g_mu);
-    State* raw = g_state.load();
-    if (raw == nullptr) return R"({"traceEvents":[]})";
-    at::removeCallback(raw->handle);
-    g_state.store(nullptr, std::memory_order_release);
-    state.reset(raw);
+std::string TraceProfiler::Stop(int rank, int world_size, const std::string& backend,
+                                const std::string& scratch_dir) {
+  if (!g_running.load()) return R"({"traceEvents":[]})";
+  // The key TensorBoard's profiler plugin reads for its distributed view, as
+  // torch.profiler writes it.
+  std::ostringstream info;
+  info << R"({"backend": ")" << backend << R"(", "rank": )" << rank << R"(, "world_size": )" << world_size << "}";
+  kp::addMetadataJson("distributedInfo", info.str());
+  std::unique_ptr<kp::ProfilerResult> result = kp::disableProfiler();
+  g_running = false;
+  std::error_code ec;
+  std::filesystem::create_directories(scratch_dir, ec);
+  if (ec) throw std::runtime_error("TraceProfiler::Stop: cannot create " + scratch_dir + ": " + ec.message());
+  const std::string path =
+      scratch_dir + "/.trace-" + std::to_string(::getpid()) + "-r" + std::to_string(rank) + ".json.tmp";
+  result->save(path);
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  std::remove(path.c_str());
+  if (!in.good() && text.str().empty()) {
+    throw std::runtime_error("TraceProfiler::Stop: kineto wrote no trace to " + path);
   }
-  nlohmann::json events = nlohmann::json::array();
-  for (const TraceEvent& e : state->events) {
-    events.push_back({{"name", e.name},
-                      {"cat", e.user ? "user_annotation" : "cpu_op"},
-                      {"ph", "X"},
-                      {"ts", static_cast<double>(e.ts_ns) / 1000.0},
-                      {"dur", static_cast<double>(e.dur_ns) / 1000.0},
-                      {"pid", rank},
-                      {"tid", e.tid}});
-  }
-  nlohmann::json trace = {{"traceEvents", std::move(events)},
-                          {"displayTimeUnit", "ms"},
-                          {"otherData", {{"rank", rank}, {"dropped_events", state->dropped}}}};
-  return trace.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return text.str();
 }
 
 std::string TraceProfiler::TraceName(int attempt, int rank, long long first_step) {

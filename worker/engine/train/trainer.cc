@@ -144,19 +144,23 @@ Trainer::Trainer(const EngineConfig& config, ProcessMesh& mesh, EventWriter& eve
   const double inv_dp = 1.0 / ctx.dp;
   // Reduction during backward (gradient_synchronizer.h); off for A/B figures.
   const bool overlap = GradientSynchronizer::OverlapFromEnvironment();
-  grad_syncs_.push_back(
-      std::make_unique<GradientSynchronizer>(dense, dense_names, mesh.dp(), inv_dp, overlap, dense_sink));
+  // With FSDP each class reduce-scatters over its FSDP group, then sums over the ranks
+  // holding the same shard (process_mesh.h); otherwise one all-reduce per bucket.
+  CollectiveGroup* fsdp_group = fsdp ? &mesh.fsdp() : nullptr;
+  grad_syncs_.push_back(std::make_unique<GradientSynchronizer>(dense, dense_names, mesh.dp(), inv_dp, overlap,
+                                                               dense_sink, fsdp_group, mesh.dp_replicate()));
   // Partial over TP and replicated over DP: one sum over the whole world.
   if (!router.empty()) {
-    grad_syncs_.push_back(
-        std::make_unique<GradientSynchronizer>(router, router_names, mesh.world(), inv_dp, overlap, dense_sink));
+    grad_syncs_.push_back(std::make_unique<GradientSynchronizer>(router, router_names, mesh.world(), inv_dp, overlap,
+                                                                 dense_sink, fsdp_group, mesh.router_replicate()));
   }
   // Routed experts are reduced after backward: a rank whose experts got no token has no
   // expert graph, so its buckets would start at another point than other ranks' (NCCL
   // needs the same order across communicators on every rank).
   if (!expert.empty()) {
-    grad_syncs_.push_back(std::make_unique<GradientSynchronizer>(expert, expert_names, mesh.expert_dp(), inv_dp,
-                                                                 /*overlap=*/false, expert_sink));
+    grad_syncs_.push_back(std::make_unique<GradientSynchronizer>(
+        expert, expert_names, mesh.expert_dp(), inv_dp, /*overlap=*/false, expert_sink,
+        expert_sink != nullptr ? &mesh.expert_fsdp() : nullptr, mesh.expert_replicate()));
   }
   // The synchronizers took the full shapes and gradient accumulators: now the model's
   // sharded parameters can be emptied.
@@ -280,7 +284,7 @@ void Trainer::BeginStepProfile(int step) {
   const spec::ProfilingSpec& p = config_.profiling;
   if (!p.enable || profile_window_start_ != 0) return;
   if (!flight::IsProfiledStep(step, p.freq, p.warmup, p.active)) return;
-  TraceProfiler::Start();
+  TraceProfiler::Start(options_.device);
   profile_window_start_ = step;
 }
 
@@ -289,9 +293,16 @@ void Trainer::EndStepProfile(int step) {
   const spec::ProfilingSpec& p = config_.profiling;
   if (step < config_.training.steps && flight::IsProfiledStep(step + 1, p.freq, p.warmup, p.active)) return;
   const int rank = mesh_.world().rank();
-  const std::string trace = TraceProfiler::Stop(rank);
   const std::string name = TraceProfiler::TraceName(options_.attempt, rank, profile_window_start_);
   profile_window_start_ = 0;
+  std::string trace;
+  try {
+    trace = TraceProfiler::Stop(rank, mesh_.world().world_size(), mesh_.world().backend_name(),
+                                options_.artifacts_dir);
+  } catch (const std::exception& e) {
+    events_.Log("warning", "profiler trace " + name + " not recorded: " + e.what());
+    return;
+  }
   absl::StatusOr<flight::WrittenArtifact> a = flight::WriteArtifactFile(options_.artifacts_dir, name, trace);
   if (!a.ok()) {
     // A trace is a diagnostic: losing one must not end the job.

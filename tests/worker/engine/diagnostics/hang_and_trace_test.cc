@@ -1,7 +1,7 @@
 // Real trainyard-rank processes on loopback: hang detection (a rank stalled by the test
 // hook is named by its peer's watchdog, or reports its own step timeout; both exit 86
 // with a Stall event and a flight-recorder dump) and profiler traces (a profiled step
-// writes a Chrome trace holding the engine's ranges).
+// writes kineto's Chrome trace, holding the ATen operators and the engine's ranges).
 #include <signal.h>
 #include <stdlib.h>
 
@@ -242,15 +242,24 @@ TEST(ProfilerTraceTest, ProfiledStepWritesAChromeTraceWithEngineRanges) {
   const std::string path = std::string(resolved) + "/trace-a1-r0-s00000001.json";
   ExpectArtifactMatchesFile(artifacts[0], path);
 
+  // Kineto's Chrome trace, as torch.profiler writes it: complete events ("X") for ATen
+  // operators (cpu_op) and the engine's ranges (user_annotation), and the rank in the
+  // distributedInfo TensorBoard's profiler plugin reads.
   const json trace = json::parse(trainyard::testing::ReadFileOrEmpty(path));
   ASSERT_TRUE(trace.contains("traceEvents"));
   ASSERT_TRUE(trace["traceEvents"].is_array());
+  EXPECT_EQ(trace.at("distributedInfo").at("rank"), 0);
+  EXPECT_EQ(trace.at("distributedInfo").at("world_size"), 2);
+  EXPECT_EQ(trace.at("distributedInfo").at("backend"), "gloo");
   std::vector<std::string> names;
+  int operators = 0;
   for (const auto& e : trace["traceEvents"]) {
-    EXPECT_EQ(e["ph"], "X");
-    EXPECT_EQ(e["pid"], 0);
-    names.push_back(e["name"]);
+    if (e.value("ph", "") != "X") continue;
+    const std::string cat = e.value("cat", "");
+    if (cat == "cpu_op" && e.value("name", "").rfind("aten::", 0) == 0) ++operators;
+    if (cat == "user_annotation") names.push_back(e["name"]);
   }
+  EXPECT_GT(operators, 50) << "ATen operators of the profiled step";
   auto has_prefix = [&](const std::string& prefix) {
     for (const auto& n : names) {
       if (n.rfind(prefix, 0) == 0) return true;

@@ -188,9 +188,9 @@ TEST(ExpertParallelTest, DispatchPlanAndCountsMatchHandRouting) {
   });
 }
 
-// Gloo (LibTorch 1.13) refuses bf16: the group moves bf16 rows as their bytes and sums
-// bf16 in fp32 (collective_group.cc).
-TEST(ExpertParallelTest, Bf16RowsCrossGlooUnchangedAndSumInFp32) {
+// Gloo moves and sums bf16 itself: rows arrive unchanged (no detour through another
+// type), sums stay bf16, and a reduce-scatter and an all-gather of bf16 round-trip.
+TEST(ExpertParallelTest, Bf16RowsCrossGlooUnchangedAndSumInBf16) {
   RunRanks(2, [&](int r, CollectiveGroup& group) {
     // Values no fp16 can hold (1e30, 3e-30) prove no conversion happened on the way.
     auto rows = (torch::tensor({{1e30f, 3e-30f}, {-2.5f, 7.0f}, {0.1f, 1e-3f}}) * (r + 1)).to(torch::kBFloat16);
@@ -206,12 +206,23 @@ TEST(ExpertParallelTest, Bf16RowsCrossGlooUnchangedAndSumInFp32) {
                          torch::cat({one.narrow(0, 1, 2), two.narrow(0, 2, 1)});
     EXPECT_TRUE(torch::equal(got, want)) << got;
 
-    // The sum (Gloo alone throws "Invalid scalar type" on bf16), back in bf16 in place.
+    // The sum, in bf16 in place.
     auto x = torch::tensor({1.5f * (r + 1), 1e30f, -0.375f}).to(torch::kBFloat16);
     group.AllReduceSum(x);
     ASSERT_EQ(x.scalar_type(), torch::kBFloat16);
     const auto want_sum = torch::tensor({4.5f, 2e30f, -0.75f}).to(torch::kBFloat16);
     EXPECT_TRUE(torch::equal(x, want_sum)) << x;
+
+    // Reduce-scatter: member j keeps the sum of block j; then all-gather puts the blocks
+    // back together on every member.
+    auto blocks = (torch::tensor({1.0f, 2.0f, 1024.0f, -4.0f}) * (r + 1)).to(torch::kBFloat16);
+    auto mine = torch::empty({2}, blocks.options());
+    group.ReduceScatterSumAsync(blocks, mine).Wait();
+    const auto sums = (torch::tensor({1.0f, 2.0f, 1024.0f, -4.0f}) * 3).to(torch::kBFloat16);
+    EXPECT_TRUE(torch::equal(mine, sums.narrow(0, 2 * r, 2))) << mine;
+    auto all = torch::empty({4}, blocks.options());
+    group.AllGatherAsync(mine, all).Wait();
+    EXPECT_TRUE(torch::equal(all, sums)) << all;
   });
 }
 

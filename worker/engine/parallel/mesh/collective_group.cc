@@ -138,14 +138,6 @@ void CollectiveGroup::AllReduceSum(torch::Tensor& tensor) {
   CheckDevice(tensor, "AllReduceSum");
   if (world_size_ == 1) return;
   CollectiveScope scope(*this, "allreduce", tensor.numel());
-  if (tensor.scalar_type() == torch::kBFloat16 && !device_.is_cuda()) {
-    // Gloo (LibTorch 1.13) has no bf16 reduction: sum in fp32 and round once. Twice the
-    // bytes on the wire; the sum is at least as exact as NCCL's bf16 one.
-    auto wide = tensor.to(torch::kFloat);
-    compat::AllReduceSum(*group_, wide);
-    tensor.copy_(wide);
-    return;
-  }
   compat::AllReduceSum(*group_, tensor);
 }
 
@@ -153,8 +145,6 @@ CollectiveGroup::Pending CollectiveGroup::AllReduceSumAsync(torch::Tensor& tenso
   CheckDevice(tensor, "AllReduceSumAsync");
   Pending pending;
   if (world_size_ == 1) return pending;
-  TORCH_CHECK(tensor.scalar_type() != torch::kBFloat16 || device_.is_cuda(),
-              "AllReduceSumAsync: Gloo has no bf16 sum; use AllReduceSum");
   pending.group_ = this;
   pending.op_ = "allreduce";
   pending.tensor_ = tensor;
@@ -175,13 +165,32 @@ CollectiveGroup::Pending CollectiveGroup::AllGatherAsync(const torch::Tensor& sh
     out.copy_(shard);
     return pending;
   }
-  const bool as_half = shard.scalar_type() == torch::kBFloat16 && !device_.is_cuda();
-  torch::Tensor in = as_half ? shard.view(torch::kHalf) : shard;
-  torch::Tensor all = as_half ? out.view(torch::kHalf) : out;
+  torch::Tensor in = shard;
   pending.group_ = this;
   pending.op_ = "allgather";
   pending.tensor_ = out;
-  pending.work_ = compat::StartAllGather(*group_, all.chunk(world_size_, 0), in);
+  pending.work_ = compat::StartAllGather(*group_, out, in);
+  return pending;
+}
+
+CollectiveGroup::Pending CollectiveGroup::ReduceScatterSumAsync(const torch::Tensor& input, torch::Tensor& out) {
+  CheckDevice(input, "ReduceScatterSumAsync");
+  CheckDevice(out, "ReduceScatterSumAsync");
+  TORCH_CHECK(input.is_contiguous() && out.is_contiguous(), "ReduceScatterSumAsync: tensors must be contiguous");
+  TORCH_CHECK(input.dim() == 1 && out.dim() == 1 && input.numel() == out.numel() * world_size_ &&
+                  out.scalar_type() == input.scalar_type(),
+              "ReduceScatterSumAsync: input ", input.sizes(), " ", input.scalar_type(), " is not ", world_size_,
+              " blocks of the output ", out.sizes(), " ", out.scalar_type());
+  Pending pending;
+  if (world_size_ == 1) {
+    out.copy_(input);
+    return pending;
+  }
+  torch::Tensor in = input;
+  pending.group_ = this;
+  pending.op_ = "reduce_scatter";
+  pending.tensor_ = out;
+  pending.work_ = compat::StartReduceScatterSum(*group_, out, in);
   return pending;
 }
 
@@ -211,13 +220,6 @@ torch::Tensor CollectiveGroup::AllToAll(const torch::Tensor& input,
   auto in = input.contiguous();
   auto out = torch::empty(shape, input.options());
   CollectiveScope scope(*this, "alltoall", in.numel());
-  if (in.scalar_type() == torch::kBFloat16 && !device_.is_cuda()) {
-    // Gloo (LibTorch 1.13) refuses bf16 even for moving bytes: move them as fp16, the
-    // same two bytes an element, unchanged and at no cost.
-    auto out_half = out.view(torch::kHalf), in_half = in.view(torch::kHalf);
-    compat::AllToAll(*group_, out_half, in_half, out_splits, in_splits);
-    return out;
-  }
   compat::AllToAll(*group_, out, in, out_splits, in_splits);
   return out;
 }

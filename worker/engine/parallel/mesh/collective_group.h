@@ -82,7 +82,8 @@ class CollectiveGroup {
   // In-place sum across ranks (blocking). `tensor` must be on device().
   void AllReduceSum(torch::Tensor& tensor);
 
-  // A collective started by AllReduceSumAsync or AllGatherAsync and not yet waited for.
+  // A collective started by AllReduceSumAsync, AllGatherAsync or ReduceScatterSumAsync
+  // and not yet waited for.
   // Wait() blocks until it has ended (rethrowing its error; a no-op when nothing was
   // started). The flight recorder and the profiler see the collective around Wait only:
   // the ring holds one in-flight entry, written by the training thread, and Wait is where
@@ -109,10 +110,14 @@ class CollectiveGroup {
   // Starts gathering every member's `shard` (contiguous, the same shape on every member)
   // into `out` (contiguous, world_size()·shard.size(0) rows of the same shape and dtype
   // on device()): member j's rows land at [j·rows, (j+1)·rows). Returns at once; `shard`
-  // and `out` must stay untouched until Wait. bf16 travels as fp16 bytes on Gloo
-  // (LibTorch 1.13's Gloo refuses bf16 even for copies), unchanged. A group of one
-  // copies `shard` into `out` and starts nothing.
+  // and `out` must stay untouched until Wait. A group of one copies `shard` into `out`
+  // and starts nothing.
   Pending AllGatherAsync(const torch::Tensor& shard, torch::Tensor& out);
+
+  // Starts the sum over members of `input` (flat, world_size() equal blocks, on
+  // device()) of which member j keeps block j, in `out` (flat, one block, same dtype).
+  // Returns at once; both must stay untouched until Wait. A group of one copies.
+  Pending ReduceScatterSumAsync(const torch::Tensor& input, torch::Tensor& out);
 
   // Row all-to-all: rows [sum(in_splits[<j]), +in_splits[j]) of `input` go to member j;
   // returns the rows received, ordered by source member. Blocking. `input` must be on

@@ -81,6 +81,35 @@ std::unique_ptr<ProcessMesh> ProcessMesh::Build(std::unique_ptr<CollectiveGroup>
   } else {
     m->expert_fsdp_ = world->NewSubgroup("efsdp-self" + std::to_string(rank), {rank});
   }
+  if (S > 1) {
+    const int replicas = p.dp / S;
+    for (int s = 0; s < S; ++s) {
+      for (int t = 0; t < p.tp; ++t) {
+        if (s == c.dp_shard_rank && t == c.tp_rank) {
+          m->dp_replicate_ = world->NewSubgroup("dprep" + std::to_string(s * p.tp + t), Ranks(s * p.tp + t, replicas, replica_ranks));
+        }
+      }
+    }
+    for (int s = 0; s < S; ++s) {
+      if (s == c.dp_shard_rank) {
+        std::vector<int> members;
+        for (int r = 0; r < replicas; ++r) {
+          for (int t = 0; t < p.tp; ++t) members.push_back((r * S + s) * p.tp + t);
+        }
+        m->router_replicate_ = world->NewSubgroup("rrep" + std::to_string(s), members);
+      }
+    }
+    if (c.expert_shard > 1) {
+      for (int i = 0; i < p.ep; ++i) {
+        for (int j = 0; j < c.expert_shard; ++j) {
+          if (i == c.ep_rank && j == c.expert_shard_rank) {
+            m->expert_replicate_ = world->NewSubgroup("erep" + std::to_string(i * c.expert_shard + j),
+                                                      Ranks(i + j * p.ep, replicas, replica_ranks));
+          }
+        }
+      }
+    }
+  }
   c.tp_group = p.tp > 1 ? m->tp_.get() : nullptr;
   c.ep_group = p.ep > 1 ? m->ep_.get() : nullptr;
   m->world_ = std::move(world);

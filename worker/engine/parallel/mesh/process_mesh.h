@@ -7,6 +7,13 @@
 //   fsdp group (r, t)  = {(r·S + s)·tp + t : s}         (S = dp_shard; dense shards)
 //   expert fsdp (r, i) = the members of expert-dp group i in replica r, when
 //                        ep divides S·tp (S·tp/ep of them; experts shards), else {rank}
+// and, with S > 1, the groups that finish a gradient reduction after the reduce-scatter
+// over an FSDP group (the members of the class's reduction group that hold the same
+// shard, one per replica, and for the router one per TP rank too):
+//   dp replicate (s, t)     = {(r·S + s)·tp + t : r}        (dense gradients; dp group t)
+//   router replicate s      = {(r·S + s)·tp + t : r, t}     (router gradients; world)
+//   expert replicate (i, j) = member j of expert fsdp (r, i), for every replica r
+//                             (expert gradients; expert-dp group i)
 // A replica r is the S·tp consecutive ranks of DP ranks r·S .. r·S + S − 1 (S = 1: each
 // DP rank is a replica and every FSDP group has one rank).
 // EP is carved from dp·tp as torchtitan does with expert-TP 1: an EP group covers the
@@ -38,12 +45,17 @@ class ProcessMesh {
   CollectiveGroup& expert_dp() { return *expert_dp_; }
   CollectiveGroup& fsdp() { return *fsdp_; }
   CollectiveGroup& expert_fsdp() { return *expert_fsdp_; }
+  // With dp_shard > 1 (null otherwise); see above.
+  CollectiveGroup* dp_replicate() { return dp_replicate_.get(); }
+  CollectiveGroup* router_replicate() { return router_replicate_.get(); }
+  CollectiveGroup* expert_replicate() { return expert_replicate_.get(); }
   const ParallelContext& context() const { return context_; }
 
  private:
   ProcessMesh() = default;
 
   std::unique_ptr<CollectiveGroup> world_, tp_, dp_, ep_, expert_dp_, fsdp_, expert_fsdp_;
+  std::unique_ptr<CollectiveGroup> dp_replicate_, router_replicate_, expert_replicate_;
   ParallelContext context_;
 };
 
