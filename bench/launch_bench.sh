@@ -15,6 +15,10 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 JOB=$ROOT/examples/debug.toml
 DIR=$(mktemp -d /tmp/trainyard-launch-bench.XXXXXX)
 PORT_FILE=$DIR/port
+# The tree's Python (stdlib only here): $TRAINYARD_PYTHON, else the venv of
+# deploy/python-requirements.txt, else python3.
+PYTHON=${TRAINYARD_PYTHON:-/opt/trainyard/venv/bin/python3}
+if [ ! -x "$PYTHON" ]; then PYTHON=python3; fi
 
 cleanup() {
   kill "${WORKER_PID:-}" "${CONTROLLER_PID:-}" 2>/dev/null || true
@@ -39,7 +43,7 @@ done
 # WARMUP, and the thread settings rank 0 reported in its "engine start" line (the
 # threads it ran and the variables it was started with; an older engine prints fewer).
 median_tps() {
-  python3 -c '
+  "$PYTHON" -c '
 import json, re, statistics, sys
 warmup = int(sys.argv[1])
 v, env = [], "?"
@@ -69,7 +73,7 @@ for round in $(seq 1 "$ROUNDS"); do
   done
 done
 
-med() { python3 -c 'import statistics,sys; print(f"{statistics.median(float(x) for x in sys.argv[1:]):.1f}")' "$@"; }
+med() { "$PYTHON" -c 'import statistics,sys; print(f"{statistics.median(float(x) for x in sys.argv[1:]):.1f}")' "$@"; }
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs), $(nproc) cores," \
   "avx512f=$(grep -qw avx512f /proc/cpuinfo && echo yes || echo no)" \
   "avx512_bf16=$(grep -qw avx512_bf16 /proc/cpuinfo && echo yes || echo no)," \

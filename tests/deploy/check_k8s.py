@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Renders deploy/k8s with `kubectl kustomize` and checks the objects against what
 docs/operations.md promises: the kinds, one Recreate controller on its PVC, the worker
 DaemonSet on GPU nodes with hostNetwork, offering the pod's GPUs (no --slots), probes on ports the
@@ -6,7 +6,8 @@ containers really serve, Secrets mounted where the flags point, and every flag i
 manifests accepted by the binary it is passed to (its --help lists it).
 
 Exit status 0 when every check passes; otherwise each failure is printed and it is 1.
-Needs Debian's python3 with python3-yaml (yamllint depends on it).
+Needs PyYAML: ctest runs it with the tree's Python (TRAINYARD_PYTHON, the venv of
+deploy/python-requirements.txt).
 """
 import argparse
 import re

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Writes the seed corpus of each fuzz target into tests/fuzz/corpus/<target>/ (run from
-# anywhere; needs protoc and python3). Seeds are valid inputs and near misses, so the
+# anywhere; needs protoc and Python: $TRAINYARD_PYTHON, else the tree's venv
+# /opt/trainyard/venv, else python3). Seeds are valid inputs and near misses, so the
 # fuzzers start past the parsers' first checks. Findings are added by hand, named
 # after what they found.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 c=$here/corpus
+python=${TRAINYARD_PYTHON:-/opt/trainyard/venv/bin/python3}
+if [ ! -x "$python" ]; then python=python3; fi
 
 # Job files: the examples, and a few edits of them.
 d=$c/job_file_fuzz; mkdir -p "$d"
@@ -46,7 +49,7 @@ ev old-attempt <<< 'batch_id: 14 events { job_id: "job-1" attempt: 2 rank: 0 sou
 
 # safetensors files: what WriteSafetensors writes (header padded to 8 bytes), and near misses.
 d=$c/safetensors_header_fuzz; mkdir -p "$d"
-python3 - "$d" <<'PY'
+"$python" - "$d" <<'PY'
 import json, struct, sys
 d = sys.argv[1]
 def write(name, header, data, pad=True, length=None):
@@ -75,7 +78,7 @@ printf 'short' > "$d/truncated"
 
 # Checkpoint manifests: as ManifestToJson writes them, and near misses.
 d=$c/checkpoint_manifest_fuzz; mkdir -p "$d"
-python3 - "$d" <<'PY'
+"$python" - "$d" <<'PY'
 import json, sys
 d = sys.argv[1]
 def manifest(dp=2, tp=1, step=10, gb=8, sizes=None, **over):
@@ -99,4 +102,4 @@ write("float-step", manifest(step=1.5))
 PY
 
 # Megatron .idx files: valid ones and near misses, from the data tests' own writer.
-python3 "$root/tests/common/data/write_indexed.py" --fuzz-seeds "$c/indexed_index_fuzz"
+"$python" "$root/tests/common/data/write_indexed.py" --fuzz-seeds "$c/indexed_index_fuzz"

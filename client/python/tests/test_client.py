@@ -7,7 +7,7 @@ with the connection in the environment:
   TRAINYARD_TEST_TOKEN_FILE   a submitter's token; TRAINYARD_TEST_VIEWER_TOKEN_FILE a viewer's
   TRAINYARD_TEST_JOB_FILE     examples/tiny.toml
 Run by hand: PYTHONPATH=client/python/src:BUILD/client/python/stubs
-/usr/bin/python3 -m unittest discover -s client/python/tests -v
+/opt/trainyard/venv/bin/python3 -m unittest discover -s client/python/tests -v
 """
 
 import hashlib

@@ -31,7 +31,7 @@ def _fill(msg, base):
             values = shown = [n + 0.5]
         else:
             values = shown = [n]
-        if f.label == FieldDescriptor.LABEL_REPEATED:
+        if f.is_repeated:
             getattr(msg, f.name).extend(values * 2)
             expected[f.name] = shown * 2
         else:

@@ -1,8 +1,9 @@
 // The Python client (client/python) against a real controller and worker: a TLS
-// controller with bearer tokens (a submitter and a viewer), one worker, and Debian's
-// /usr/bin/python3 running client/python/tests/test_client.py with the connection in
-// its environment. That module submits, lists, gets, watches, cancels, pulls an
-// artifact and checks the typed errors; this test passes when all of it ran and passed.
+// controller with bearer tokens (a submitter and a viewer), one worker, and the tree's
+// Python (TRAINYARD_PYTHON, the venv with PyPI's grpcio and protobuf) running
+// client/python/tests/test_client.py with the connection in its environment. That
+// module submits, lists, gets, watches, cancels, pulls an artifact and checks the typed
+// errors; this test passes when all of it ran and passed.
 #include <gtest/gtest.h>
 
 #include <filesystem>

@@ -1,6 +1,7 @@
 // What the common/data tests share: a fresh folder per test, flat token files written
 // here, and Megatron indexed datasets written by the independent Python writer
-// (write_indexed.py, TRAINYARD_DATA_WRITER).
+// (write_indexed.py, TRAINYARD_DATA_WRITER, run by TRAINYARD_DATA_PYTHON: the tree's
+// Python).
 #pragma once
 
 #include <sys/stat.h>
@@ -50,7 +51,8 @@ inline std::string LittleEndian(const std::vector<std::uint64_t>& values, int wi
 inline void WriteIndexed(const std::string& spec_json) {
   const std::string spec = ::testing::TempDir() + "ty_data_spec_" + std::to_string(::getpid()) + ".json";
   WriteBytes(spec, spec_json);
-  const std::string cmd = std::string("python3 '") + TRAINYARD_DATA_WRITER + "' '" + spec + "'";
+  const std::string cmd =
+      std::string("'") + TRAINYARD_DATA_PYTHON + "' '" + TRAINYARD_DATA_WRITER + "' '" + spec + "'";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd << " with " << spec_json;
 }
 

@@ -262,7 +262,7 @@ TEST(WebJsonTest, WorkerJsonJoinsEachGpuWithItsSample) {
   w.set_cordoned(true);
   w.set_cordon_reason("ECC errors: RMA pending");
 
-  // The expected JSON is a file the browser test (job_page.test.mjs) serves as a GPU
+  // The expected JSON is a file the browser test (job_page_test.py) serves as a GPU
   // worker of /api/fleet, so the page is checked against this very shape.
   std::ifstream in(std::string(TRAINYARD_SOURCE_DIR) + "/tests/server/web/gpu_worker.json");
   ASSERT_TRUE(in.good());

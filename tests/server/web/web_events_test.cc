@@ -252,7 +252,7 @@ TEST_F(WebApiTest, TheJobPageAsksForValidationEvents) {
   WebResponse r = Call("/api/jobs/" + alice_job_ + "/events?kinds=" + kinds, kViewer);
   EXPECT_EQ(r.status, 200) << kinds << " -> " << r.body.substr(0, 300);
   // That the loss chart draws them (data-validation-points) is the browser test's
-  // (job_page.test.mjs).
+  // (job_page_test.py).
 }
 
 }  // namespace

@@ -11,9 +11,10 @@ import os
 import sys
 
 _HOWTO = (
-    "the generated modules trainyard.v1.*_pb2 are missing: generate them with\n"
-    "  protoc -I proto --python_out=DIR --grpc_out=DIR "
-    "--plugin=protoc-gen-grpc=/usr/bin/grpc_python_plugin proto/trainyard/v1/*.proto\n"
+    "the generated modules trainyard.v1.*_pb2 are missing: generate them with this "
+    "Python's grpcio-tools (deploy/python-requirements.txt pins it)\n"
+    "  python3 -m grpc_tools.protoc -I proto --python_out=DIR --grpc_python_out=DIR "
+    "proto/trainyard/v1/*.proto\n"
     "and put DIR on PYTHONPATH or in TRAINYARD_PYTHON_STUBS (or build the CMake target "
     "trainyard_python_stubs, which writes them to BUILD/client/python/stubs)")
 

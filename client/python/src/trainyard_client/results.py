@@ -88,6 +88,13 @@ def _converter(f: FieldDescriptor) -> Callable[[Any], Any]:
     return lambda v: v
 
 
+def _repeated(f: FieldDescriptor) -> bool:
+    """A repeated field: FieldDescriptor.is_repeated. protobuf 7's descriptors have no
+    `label` (the fallback, for an older runtime without is_repeated)."""
+    repeated = getattr(f, "is_repeated", None)
+    return repeated if repeated is not None else f.label == FieldDescriptor.LABEL_REPEATED
+
+
 def _optional_scalar(f: FieldDescriptor) -> bool:
     """A proto3 `optional` scalar: its presence is tracked (a synthetic oneof "_name")."""
     o = f.containing_oneof
@@ -106,7 +113,7 @@ def _annotation(f: FieldDescriptor) -> Any:
         t = bytes
     else:
         t = _SCALARS[f.cpp_type]
-    if f.label == FieldDescriptor.LABEL_REPEATED:
+    if _repeated(f):
         return List[t]
     if f.type == FieldDescriptor.TYPE_MESSAGE and f.message_type.full_name not in _ALWAYS_SET:
         return Optional[t]
@@ -129,7 +136,7 @@ def _dataclass(descriptor: Descriptor, name: Optional[str] = None,
         for f in fields:
             v = getattr(msg, f.name)
             convert = converters[f.name]
-            if f.label == FieldDescriptor.LABEL_REPEATED:
+            if _repeated(f):
                 values[f.name] = [convert(x) for x in v]
             elif (f.type == FieldDescriptor.TYPE_MESSAGE
                   and f.message_type.full_name not in _ALWAYS_SET and not msg.HasField(f.name)):
