@@ -21,6 +21,16 @@ include(GNUInstallDirs)
 install(TARGETS trainyard-controller RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT controller)
 install(TARGETS trainyard-worker trainyard-rank trainyard-train trainyard-bench
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT worker)
+# The engine's programs load LibTorch from the pinned torch wheel, which no Debian
+# package provides: from the venv deploy/install-python.sh makes (/opt/trainyard/venv
+# by default; the folder this build found it in), named in their RUNPATH. The worker
+# package ships that script and the pins, so a host gets the same wheel
+# (docs/install.md); the wheel's libraries find their CUDA runtime relative to themselves.
+set_target_properties(trainyard-rank trainyard-train trainyard-bench PROPERTIES INSTALL_RPATH "${TRAINYARD_TORCH_LIB_DIR}")
+install(PROGRAMS ${PROJECT_SOURCE_DIR}/deploy/install-python.sh DESTINATION ${CMAKE_INSTALL_DATADIR}/trainyard
+        COMPONENT worker)
+install(FILES ${PROJECT_SOURCE_DIR}/deploy/python-requirements.txt DESTINATION ${CMAKE_INSTALL_DATADIR}/trainyard
+        COMPONENT worker)
 install(TARGETS trainyard trainyard-tokenize RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT cli)
 
 # --- CLI extras.
@@ -112,13 +122,15 @@ set(CPACK_DEBIAN_WORKER_DESCRIPTION
     "Trainyard worker daemon and training engine
 trainyard-worker connects to a trainyard-controller and runs the ranks it
 assigns to this machine as trainyard-rank processes (the LibTorch engine,
-c10d over Gloo). Also trainyard-train, which runs a job file on local ranks
-without a controller, and trainyard-bench. Its systemd unit,
+c10d over Gloo or NCCL). Also trainyard-train, which runs a job file on local
+ranks without a controller, and trainyard-bench. The engine loads LibTorch 2.11
+(with CUDA) from the pinned torch wheel in /opt/trainyard/venv: run
+/usr/share/trainyard/install-python.sh once to get it. Its systemd unit,
 trainyard-worker.service, runs it as the trainyard user with the settings in
 /etc/trainyard/worker.env.")
-set(CPACK_DEBIAN_WORKER_PACKAGE_DEPENDS "adduser")
-# install-deps.sh picks OpenBLAS's threaded build for LibTorch's BLAS (libblas.so.3).
-set(CPACK_DEBIAN_WORKER_PACKAGE_RECOMMENDS "libopenblas0-pthread")
+# python3-venv: install-python.sh makes the venv LibTorch comes in (no Debian package
+# holds it, so dpkg-shlibdeps names none of its libraries).
+set(CPACK_DEBIAN_WORKER_PACKAGE_DEPENDS "adduser, python3-venv")
 set(CPACK_DEBIAN_WORKER_PACKAGE_SUGGESTS "trainyard-cli (= ${_ty_v})")
 
 set(CPACK_DEBIAN_CLI_PACKAGE_NAME trainyard-cli)

@@ -4,8 +4,9 @@
 # folder, and checks them as a user would get them:
 #   - trainyard-{controller,worker,cli}_VERSION_ARCH.deb exist, with their control fields
 #     (name, version, architecture, maintainer) and Depends from dpkg-shlibdeps: the
-#     programs' real libraries (gRPC for the controller and the worker, LibTorch for the
-#     worker only, neither for the CLI), plus adduser for the two services;
+#     programs' real libraries (gRPC for the controller and the worker, neither LibTorch,
+#     which comes from the pinned torch wheel's venv named in the engine programs'
+#     RUNPATH), plus adduser for the two services and python3-venv for the worker;
 #   - each holds exactly the expected files (no headers, static libraries, test or bench
 #     programs), the services' units and env files as in deploy/systemd/, the env files
 #     as conffiles and the maintainer scripts executable and valid sh;
@@ -110,7 +111,8 @@ depends_has controller 'libsqlite3-0' yes "SQLite store"
 depends_has controller 'adduser' yes "postinst makes the trainyard user"
 depends_has controller 'libtorch[0-9.]*' no "no LibTorch outside the engine"
 depends_has worker 'libgrpc\+\+[0-9.]+' yes "controller link"
-depends_has worker 'libtorch[0-9.]*' yes "the engine"
+depends_has worker 'libtorch[0-9.]*' no "LibTorch comes from the pinned torch wheel in a venv, not from Debian"
+depends_has worker 'python3-venv' yes "install-python.sh makes that venv"
 depends_has worker 'adduser' yes "postinst makes the trainyard user"
 depends_has cli 'libgrpc\+\+[0-9.]+' yes "JobService client"
 depends_has cli 'libtorch[0-9.]*' no "no LibTorch outside the engine"
@@ -126,7 +128,8 @@ expect_files() {  # COMPONENT: the expected paths, sorted
     worker)
       printf '%s\n' ./etc/trainyard/worker.env ./usr/bin/trainyard-bench ./usr/bin/trainyard-rank \
         ./usr/bin/trainyard-train ./usr/bin/trainyard-worker \
-        ./usr/lib/systemd/system/trainyard-worker.service ;;
+        ./usr/lib/systemd/system/trainyard-worker.service \
+        ./usr/share/trainyard/install-python.sh ./usr/share/trainyard/python-requirements.txt ;;
     cli)
       printf '%s\n' ./usr/bin/trainyard ./usr/bin/trainyard-tokenize
       if [[ -f "$SRC/client/cli/completion/trainyard.bash" ]]; then
@@ -160,6 +163,19 @@ for c in controller worker; do
   same "etc/trainyard/$c.env" "deploy/systemd/$c.env" "$c.env"
 done
 same usr/share/trainyard/make-certs.sh deploy/make-certs.sh make-certs.sh
+same usr/share/trainyard/install-python.sh deploy/install-python.sh install-python.sh
+same usr/share/trainyard/python-requirements.txt deploy/python-requirements.txt python-requirements.txt
+[[ -x "$ROOT/usr/share/trainyard/install-python.sh" ]] || fail "install-python.sh is not executable"
+# The engine's programs find LibTorch in the venv through their RUNPATH (no Debian
+# package holds it); the worker daemon links none.
+for p in trainyard-rank trainyard-train trainyard-bench; do
+  runpath=$(readelf -d "$ROOT/usr/bin/$p" | sed -n 's/.*(RUNPATH).*\[\(.*\)\]/\1/p')
+  if [[ -n "$runpath" && -f "$runpath/libtorch.so" ]]; then
+    ok "$p's RUNPATH names LibTorch's folder ($runpath)"
+  else
+    fail "$p's RUNPATH '$runpath' holds no libtorch.so"
+  fi
+done
 same usr/share/trainyard/examples/tiny.toml examples/tiny.toml "examples/tiny.toml"
 [[ -x "$ROOT/usr/share/trainyard/make-certs.sh" ]] || fail "make-certs.sh is not executable"
 for p in "${PROGRAMS[@]}"; do
