@@ -143,7 +143,7 @@ int Run(const Flags& f) {
 int main(int argc, char** argv) {
   Flags f;
   CLI::App app{"trainyard-diagnostics-bench: cost of the flight recorder, the watchdog and the trace profiler"};
-  app.add_option("--preset", f.preset, "model preset (debug, tiny)")->capture_default_str();
+  app.add_option("--preset", f.preset, "model preset (debug, tiny, gpu_small)")->capture_default_str();
   app.add_option("--steps", f.steps, "timed steps per variant")->capture_default_str()->check(CLI::Range(1, 10000));
   app.add_option("--warmup", f.warmup, "untimed steps before each variant")->capture_default_str()->check(CLI::Range(0, 10000));
   app.add_option("--threads", f.threads, "intra-op threads")->capture_default_str()->check(CLI::Range(1, 1024));

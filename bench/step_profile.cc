@@ -100,7 +100,7 @@ int Profile(const Flags& f) {
 int main(int argc, char** argv) {
   Flags f;
   CLI::App app{"trainyard-step-profile: self time per operator of one CPU rank's training step"};
-  app.add_option("--preset", f.preset, "model preset (debug, tiny)")->capture_default_str();
+  app.add_option("--preset", f.preset, "model preset (debug, tiny, gpu_small)")->capture_default_str();
   app.add_option("--backend", f.backend, "compile backend: eager, jit")->capture_default_str();
   app.add_option("--steps", f.steps, "profiled steps")->capture_default_str()->check(CLI::Range(1, 10000));
   app.add_option("--warmup", f.warmup, "steps run first, not profiled")->capture_default_str()->check(CLI::Range(0, 10000));

@@ -23,7 +23,7 @@ inline constexpr int kDefaultWarmupSteps = 10;
 // silent hang costs a GPU fleet (docs/diagnostics.md).
 inline constexpr double kDefaultCudaStepTimeoutS = 600;
 
-// Known preset names, in order ("debug", "tiny").
+// Known preset names, in order ("debug", "tiny", "gpu_small").
 std::vector<std::string> PresetNames();
 
 // A preset fills every model key plus training.seq_len and training.batch_size:
@@ -36,6 +36,10 @@ std::vector<std::string> PresetNames();
 //          n_kv_heads 2, ffn_hidden 128, n_routed_experts 4, top_k 2,
 //          n_shared_experts 1, expert_hidden 32, rest as debug; seq_len 32,
 //          batch_size 4 (same code paths, fast tests).
+//   gpu_small: vocab_size 32768, dim 1024, n_layers 8, n_dense_layers 1, n_heads 16,
+//          n_kv_heads 8, ffn_hidden 2816, n_routed_experts 16, top_k 2,
+//          n_shared_experts 1, expert_hidden 512, rest as debug; seq_len 2048,
+//          batch_size 8 (GPU benchmarks and bench/peers' PyTorch peer).
 // Every other key's default is the member initialiser in job_spec.h.
 //
 // Resolve: start from the defaults, apply the preset named by model.preset (default

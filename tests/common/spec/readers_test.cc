@@ -79,7 +79,7 @@ TEST(PresetsTest, ExplicitWarmupIsKeptAndUnknownPresetNamed) {
   Result<JobSpec> bad = FromPreset("huge");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.error().field, "model.preset");
-  EXPECT_EQ(bad.error().message, "model.preset: unknown preset \"huge\" (known: debug, tiny)");
+  EXPECT_EQ(bad.error().message, "model.preset: unknown preset \"huge\" (known: debug, tiny, gpu_small)");
 }
 
 TEST(JsonTest, WriterRoundTripsEveryField) {

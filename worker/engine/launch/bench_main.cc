@@ -239,7 +239,7 @@ int main(int argc, char** argv) {
   CLI::App app{"trainyard-bench: measure training throughput and MFU on local ranks\n"
                "  --set resources.device=cuda: measure on CUDA (rank i on GPU i % device_count, NCCL groups;\n"
                "  MFU against the GPU's measured fp32 GEMM peak, TF32 off)"};
-  app.add_option("--preset", f.preset, "model preset (debug, tiny)")->capture_default_str();
+  app.add_option("--preset", f.preset, "model preset (debug, tiny, gpu_small)")->capture_default_str();
   app.add_option("--backend", f.backend,
                  "compile backend: eager, jit (cudagraph needs a CUDA build); several separated by commas "
                  "(eager,jit) run alternately and are compared")
@@ -256,8 +256,7 @@ int main(int argc, char** argv) {
   app.add_option("--nproc", f.nproc, "ranks; must equal parallelism.dp*tp (default: that)");
   app.add_option("--threads", f.threads,
                  "intra-op threads per rank (default: cores / nproc; sets OMP_NUM_THREADS and "
-                 "OPENBLAS_NUM_THREADS for the ranks unless set, and OMP_WAIT_POLICY=PASSIVE unless the "
-                 "step is the fused CPU one)")
+                 "OPENBLAS_NUM_THREADS for the ranks unless set, and OMP_WAIT_POLICY=PASSIVE for CUDA ranks)")
       ->check(CLI::Range(1, 1024));
   app.add_option("--set", f.overrides, "override section.key=value (repeatable)")->allow_extra_args(false);
   app.add_flag("--json", f.json_output, "print one JSON object");

@@ -219,8 +219,8 @@ int main(int argc, char** argv) {
   app.add_option("--nproc", f.nproc, "number of ranks; must equal parallelism.dp*tp (default: that)");
   app.add_option("--threads", f.threads,
                  "intra-op threads per rank (default: cores / nproc; sets OMP_NUM_THREADS and "
-                 "OPENBLAS_NUM_THREADS for the ranks unless set, and OMP_WAIT_POLICY=PASSIVE unless the "
-                 "step is the fused CPU one: the worker daemon's rule, worker/launch/rank_launch.h)")
+                 "OPENBLAS_NUM_THREADS for the ranks unless set, and OMP_WAIT_POLICY=PASSIVE for CUDA ranks: "
+                 "the worker daemon's rule, worker/launch/rank_launch.h)")
       ->check(CLI::Range(1, 1024));
   app.add_option("--save-init", f.save_init, "rank writes the initial weights to this .safetensors");
   app.add_option("--save-final", f.save_final,
