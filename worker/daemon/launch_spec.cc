@@ -129,10 +129,9 @@ absl::StatusOr<AttemptLaunch> LaunchSpecBuilder::Build(const v1::Assign &assign)
   launch.artifacts_dir = (dir / "artifacts").string();
   launch.config_path = (dir / "config.json").string();
   launch.config_text = ToJsonLine(assign.spec()) + "\n";
-  const bool openblas_threads =
-      OpenBlasThreadsInStep(assign.spec().resources().device().empty() ? "cpu" : assign.spec().resources().device(),
-                            options_.parent_env);
-  const auto env = RankThreadEnv(options_.threads_per_rank, openblas_threads, options_.parent_env);
+  const bool passive_wait =
+      PassiveThreadWait(assign.spec().resources().device().empty() ? "cpu" : assign.spec().resources().device());
+  const auto env = RankThreadEnv(options_.threads_per_rank, passive_wait, options_.parent_env);
   int local_rank = 0;
   for (int r : assign.ranks()) {
     const std::string &cuda_visible_devices = (*devices)[local_rank];

@@ -19,18 +19,13 @@ int DefaultRankThreads(int cores, int ranks) { return std::max(1, cores / std::m
 
 int OnlineCores() { return static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN))); }
 
-bool OpenBlasThreadsInStep(std::string_view device, const EnvLookup& env) {
-  const std::optional<std::string> fused = env("TRAINYARD_FUSED_CPU_KERNELS");
-  const bool fused_on = !fused.has_value() || *fused != "0";
-  // On CPU both backends (eager, jit) run the fused operators; a traced region calls them too.
-  return !(fused_on && device == "cpu");
-}
+bool PassiveThreadWait(std::string_view device) { return device == "cuda"; }
 
-std::vector<std::pair<std::string, std::string>> RankThreadEnv(int threads, bool openblas_threads_in_step,
+std::vector<std::pair<std::string, std::string>> RankThreadEnv(int threads, bool passive_wait,
                                                                const EnvLookup& parent) {
   const std::string t = std::to_string(threads);
   std::vector<std::pair<std::string, std::string>> wanted = {{"OMP_NUM_THREADS", t}, {"OPENBLAS_NUM_THREADS", t}};
-  if (openblas_threads_in_step) wanted.emplace_back("OMP_WAIT_POLICY", "PASSIVE");
+  if (passive_wait) wanted.emplace_back("OMP_WAIT_POLICY", "PASSIVE");
   std::vector<std::pair<std::string, std::string>> env;
   for (auto& [name, value] : wanted) {
     if (!parent(name).has_value()) env.emplace_back(name, value);

@@ -6,16 +6,17 @@
 // Threads: each rank runs `threads` intra-op threads (default max(1, cores / ranks on
 // this machine)) and gets, unless the parent environment already sets them (as an
 // operator or torchrun would):
-//   OMP_NUM_THREADS=T, OPENBLAS_NUM_THREADS=T: Debian's OpenBLAS is the pthreads build
-//     and ignores at::set_num_threads, so without this every rank runs `cores` BLAS
-//     threads next to its T OpenMP threads;
-//   OMP_WAIT_POLICY=PASSIVE, only when the step runs GEMMs on OpenBLAS's own threads:
-//     idle OpenMP workers otherwise spin (libgomp) while OpenBLAS's threads run each
-//     GEMM on the same cores (debug preset, 1 rank, 2 cores: step 2.24 s spinning vs
-//     1.06 s passive). A CPU step with the fused kernels keeps OpenBLAS at one thread
-//     and splits every GEMM over its OpenMP threads; there libgomp's default (spin
-//     briefly, then sleep) is kept, because the step's ~500 parallel regions then start
-//     without a futex wake-up each (debug step 676-734 ms vs 757-782 ms passive).
+//   OMP_NUM_THREADS=T, OPENBLAS_NUM_THREADS=T: LibTorch's BLAS (the pinned wheel's MKL,
+//     on the same OpenMP threads) follows the first; a LibTorch built on OpenBLAS's
+//     pthreads build ignores at::set_num_threads and reads the second, and without it
+//     every rank would run `cores` BLAS threads next to its T OpenMP threads;
+//   OMP_WAIT_POLICY=PASSIVE, only for CUDA ranks: their host threads mostly wait for the
+//     GPU, and idle OpenMP workers would otherwise spin (libgomp) on cores other ranks'
+//     host work needs. A CPU step keeps libgomp's default (spin briefly, then sleep):
+//     its hundreds of parallel regions then start without a futex wake-up each, and
+//     MKL's GEMMs run on those same threads (debug preset, 1 rank, 2 cores: the fused
+//     step 265 ms against 344 ms passive in bf16; with the fused kernels off, 383-418 ms
+//     against 467-523 ms passive in fp32).
 // The variables go to each rank's own environment (LaunchRequest::env), never into the
 // launching process's.
 //
@@ -43,14 +44,12 @@ int DefaultRankThreads(int cores, int ranks);
 // Online CPU cores (sysconf), at least 1.
 int OnlineCores();
 
-// Whether a rank on `device` runs GEMMs on OpenBLAS's own thread pool during its steps:
-// all but a CPU step with the fused kernels on (TRAINYARD_FUSED_CPU_KERNELS unset or not
-// "0" in `env`, as the rank itself reads it; kernels/cpu/fused_cpu_kernels.h).
-bool OpenBlasThreadsInStep(std::string_view device, const EnvLookup& env);
+// Whether a rank on `device` waits passively (OMP_WAIT_POLICY=PASSIVE): CUDA ranks only.
+bool PassiveThreadWait(std::string_view device);
 
 // The thread variables above for a rank of `threads` threads, leaving out each one
 // `parent` sets (even to ""), in the order listed.
-std::vector<std::pair<std::string, std::string>> RankThreadEnv(int threads, bool openblas_threads_in_step,
+std::vector<std::pair<std::string, std::string>> RankThreadEnv(int threads, bool passive_wait,
                                                                const EnvLookup& parent);
 
 // One rank process of a gang.

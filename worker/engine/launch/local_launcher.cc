@@ -109,7 +109,7 @@ LaunchResult LocalLauncher::Run(const LaunchOptions& options, const EventHandler
 
   LaunchResult result;
   const EnvLookup parent = ProcessEnvironment();
-  result.rank_env = RankThreadEnv(options.threads, OpenBlasThreadsInStep(options.device, parent), parent);
+  result.rank_env = RankThreadEnv(options.threads, PassiveThreadWait(options.device), parent);
 
   PosixProcessLauncher launcher;
   Mailbox mailbox;

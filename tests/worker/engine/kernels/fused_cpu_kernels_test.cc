@@ -117,6 +117,16 @@ class IntraOpThreads {
   int saved_;
 };
 
+// The fused kernels need the sgemm_ LibTorch carries (the pinned wheel's MKL); without
+// one they are off and every CPU step silently runs the slower composite regions.
+TEST(CpuBlasTest, LibTorchsBlasIsFoundAndNamed) {
+  EXPECT_TRUE(cpu_blas::Available());
+  EXPECT_NE(cpu_blas::GemmName(), "none");
+  EXPECT_NE(cpu_blas::GemmName().find("sgemm_"), std::string::npos) << cpu_blas::GemmName();
+  EXPECT_NE(cpu_blas::CoreName(), "unknown") << cpu_blas::GemmName();
+  EXPECT_TRUE(fused::Enabled());
+}
+
 TEST(CpuBlasTest, SplitGemmMatchesFloat64ProductForEveryTransposition) {
   torch::manual_seed(6);
   IntraOpThreads threads(3);
