@@ -16,22 +16,35 @@
 set(TRAINYARD_TORCH_SUPPORTED 2.11)
 option(TRAINYARD_TORCH_ANY_VERSION "Build against a LibTorch minor outside TRAINYARD_TORCH_SUPPORTED" OFF)
 
+set(_ty_wheel_cuda "")
 if(NOT Torch_DIR)
   execute_process(
-    COMMAND ${TRAINYARD_PYTHON} -c "import os, torch; print(torch.utils.cmake_prefix_path)"
-    RESULT_VARIABLE _ty_rc OUTPUT_VARIABLE _ty_prefix ERROR_VARIABLE _ty_err OUTPUT_STRIP_TRAILING_WHITESPACE)
+    COMMAND ${TRAINYARD_PYTHON} -c "import torch; print(torch.utils.cmake_prefix_path); print(torch.version.cuda or '')"
+    RESULT_VARIABLE _ty_rc OUTPUT_VARIABLE _ty_out ERROR_VARIABLE _ty_err OUTPUT_STRIP_TRAILING_WHITESPACE)
   if(NOT _ty_rc EQUAL 0)
     message(FATAL_ERROR "${TRAINYARD_PYTHON} cannot import torch, which brings LibTorch: run "
                         "`bash deploy/install-deps.sh`, or set -DTRAINYARD_PYTHON / -DTorch_DIR.\n${_ty_err}")
+  endif()
+  string(REPLACE "\n" ";" _ty_out "${_ty_out}")
+  list(GET _ty_out 0 _ty_prefix)
+  list(LENGTH _ty_out _ty_n)
+  if(_ty_n GREATER 1)
+    list(GET _ty_out 1 _ty_wheel_cuda)
   endif()
   list(PREPEND CMAKE_PREFIX_PATH "${_ty_prefix}")
 endif()
 
 # Caffe2's CUDA config looks for nvcc on PATH; the toolkit's usual home when it is not.
-if(NOT CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX} AND EXISTS /usr/local/cuda/bin/nvcc)
+if(NOT CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX})
   find_program(_ty_nvcc nvcc)
-  if(NOT _ty_nvcc)
+  if(NOT _ty_nvcc AND EXISTS /usr/local/cuda/bin/nvcc)
     set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  elseif(NOT _ty_nvcc AND _ty_wheel_cuda)
+    # TorchConfig.cmake would stop with "uses CUDA but I cannot find the CUDA libraries".
+    message(FATAL_ERROR "The torch wheel is a CUDA ${_ty_wheel_cuda} build, and its CMake config needs the "
+                        "CUDA toolkit (nvcc, headers), which this machine lacks: install NVIDIA's "
+                        "cuda-toolkit-13-0 (developer.download.nvidia.com/compute/cuda/repos/debian12) "
+                        "or set CUDACXX / -DCMAKE_CUDA_COMPILER to an nvcc of that major version")
   endif()
 endif()
 find_package(Torch REQUIRED)

@@ -72,8 +72,11 @@ echo "torch include/: $(ls "$TORCH_DIR/include" 2>/dev/null | tr '\n' ' ')"
 if [[ -z "$BIN" ]]; then
   echo
   echo "== configure (engine only, against $TORCH_PREFIX)"
+  # The machine's own Python and its torch (TRAINYARD_PYTHON); another LibTorch minor than
+  # the pinned one is tried anyway, and the build line below names it.
   CMAKE_ARGS=(-S . -B build-gpu -G Ninja -DTRAINYARD_ENGINE_ONLY=ON -DTRAINYARD_BUILD_TESTS=OFF
-              -DCMAKE_BUILD_TYPE=Release "-DCMAKE_PREFIX_PATH=$TORCH_PREFIX;$ROOT/.devdeps")
+              -DCMAKE_BUILD_TYPE=Release "-DTRAINYARD_PYTHON=$(command -v python3)" -DTRAINYARD_TORCH_ANY_VERSION=ON
+              "-DCMAKE_PREFIX_PATH=$TORCH_PREFIX;$ROOT/.devdeps")
   if [[ -f "$TORCH_DIR/include/gloo/algorithm.h" ]]; then
     echo "gloo: the torch wheel ships its own headers ($TORCH_DIR/include/gloo)"
   elif [[ -f "$ROOT/.devdeps/gloo-debian/gloo/algorithm.h" ]]; then
@@ -86,7 +89,6 @@ if [[ -z "$BIN" ]]; then
   NCCL_SO=$(find "$SITE/nvidia" /usr/lib /usr/local/cuda/lib64 -name 'libnccl.so*' 2>/dev/null | sort | head -1)
   echo "nccl.h: ${NCCL_H:-none}; libnccl: ${NCCL_SO:-none}"
   if [[ -n "$NCCL_H" ]]; then CMAKE_ARGS+=("-DNCCL_ROOT=$(dirname "$(dirname "$NCCL_H")")"); fi
-  if [[ -n "$NCCL_SO" ]]; then CMAKE_ARGS+=("-DNCCL_LIBRARY=$NCCL_SO"); fi
   if command -v nvcc >/dev/null; then CMAKE_ARGS+=("-DCMAKE_CUDA_COMPILER=$(command -v nvcc)"); fi
   echo "cmake ${CMAKE_ARGS[*]}"
   if ! cmake "${CMAKE_ARGS[@]}" > "$OUT/build.log" 2>&1; then
