@@ -53,5 +53,8 @@ else
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends "${missing[@]}"
 fi
 
-# The venv with the pinned PyPI packages (deploy/install-python.sh).
-bash deploy/install-python.sh deploy/python-requirements.txt
+# The venv with the pinned PyPI packages (deploy/install-python.sh); .ci/run sets
+# TRAINYARD_SKIP_PYTHON=1 and runs it beside apt instead.
+if [ -z "${TRAINYARD_SKIP_PYTHON:-}" ]; then
+  bash deploy/install-python.sh deploy/python-requirements.txt
+fi
