@@ -18,15 +18,6 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif
 
-// LibTorch 2.3 made Allocator::allocate non-const and added the pure virtual copy_data.
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
-#define TRAINYARD_ALLOCATE_CONST
-#define TRAINYARD_ALLOCATOR_COPY_DATA 1
-#else
-#define TRAINYARD_ALLOCATE_CONST const
-#define TRAINYARD_ALLOCATOR_COPY_DATA 0
-#endif
-
 namespace trainyard::engine::tensor_memory {
 namespace {
 
@@ -75,7 +66,7 @@ class CountingCpuAllocator final : public c10::Allocator {
  public:
   explicit CountingCpuAllocator(c10::Allocator* inner) : inner_(inner) {}
 
-  c10::DataPtr allocate(size_t nbytes) TRAINYARD_ALLOCATE_CONST override {
+  c10::DataPtr allocate(size_t nbytes) override {
     const c10::Device cpu(c10::DeviceType::CPU);
     if (nbytes == 0) return {nullptr, nullptr, &DeleteCounted, cpu};
     TORCH_CHECK(nbytes <= std::numeric_limits<size_t>::max() - kHeaderBytes,
@@ -90,11 +81,9 @@ class CountingCpuAllocator final : public c10::Allocator {
 
   c10::DeleterFnPtr raw_deleter() const override { return &DeleteCounted; }
 
-#if TRAINYARD_ALLOCATOR_COPY_DATA
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     if (count > 0) std::memcpy(dest, src, count);
   }
-#endif
 
  private:
   c10::Allocator* inner_;
