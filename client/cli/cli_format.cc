@@ -127,7 +127,9 @@ std::string ExitCodeTable() {
       "  ", kExitOk, "  success; watch, submit --wait, logs --follow: the job SUCCEEDED\n",
       "  ", kExitJobFailed,
       "  the job ended FAILED or CANCELLED (watch, submit --wait, logs --follow); preflight: findings\n",
-      "  ", kExitUsage, "  usage error: bad flag, argument, job file or value (INVALID_ARGUMENT)\n",
+      "  ", kExitUsage,
+      "  usage error: bad flag, argument, job file or value (INVALID_ARGUMENT); preflight: a runner too "
+      "big for this machine\n",
       "  ", kExitNotFound, "  not found: no such job, artifact or file (NOT_FOUND)\n",
       "  ", kExitDenied, "  not allowed: UNAUTHENTICATED or PERMISSION_DENIED\n",
       "  ", kExitUnavailable,
