@@ -21,6 +21,9 @@
 #include "common/base/line_reader.h"
 #include "common/events/proto_json.h"
 #include "common/events/rank_line.h"
+#include "common/spec/json_io.h"
+#include "common/spec/presets.h"
+#include "common/spec_proto.h"
 
 namespace trainyard {
 namespace {
@@ -52,8 +55,25 @@ absl::StatusOr<std::string> WriteSpecFile(const std::string& dir, const std::str
   return path;
 }
 
+// An Event of trainyard-train's --json output (the proto3 JSON of trainyard.v1.Event),
+// read strictly: a field this build does not know is an error, not silently dropped.
+bool ParseEvent(const std::string& line, v1::Event* event) {
+  return LooksLikeEvent(line) && FromJson(line, event).ok();
+}
+
+std::string KindName(v1::CompileEvent::Kind kind) {
+  const std::string& name = v1::CompileEvent::Kind_Name(kind);
+  return name.empty() ? absl::StrCat("KIND_", static_cast<int>(kind)) : name;
+}
+
+std::string Layers(const v1::CompileEvent& c) {
+  return absl::StrCat("[", absl::StrJoin(c.layers(), ","), "]");
+}
+
+}  // namespace
+
 // Keeps the last kPreflightTailBytes of the lines appended to it. Thread-safe.
-class OutputTail {
+class PreflightRunner::OutputTail {
  public:
   void Append(const std::string& line) {
     absl::MutexLock lock(&mu_);
@@ -76,22 +96,6 @@ class OutputTail {
   std::string text_ ABSL_GUARDED_BY(mu_);
 };
 
-// An Event of trainyard-train's --json output (the proto3 JSON of trainyard.v1.Event),
-// read strictly: a field this build does not know is an error, not silently dropped.
-bool ParseEvent(const std::string& line, v1::Event* event) {
-  return LooksLikeEvent(line) && FromJson(line, event).ok();
-}
-
-std::string KindName(v1::CompileEvent::Kind kind) {
-  const std::string& name = v1::CompileEvent::Kind_Name(kind);
-  return name.empty() ? absl::StrCat("KIND_", static_cast<int>(kind)) : name;
-}
-
-std::string Layers(const v1::CompileEvent& c) {
-  return absl::StrCat("[", absl::StrJoin(c.layers(), ","), "]");
-}
-
-}  // namespace
 
 const char* PreflightVerdictName(PreflightVerdict verdict) {
   switch (verdict) {
@@ -107,6 +111,8 @@ const char* PreflightVerdictName(PreflightVerdict verdict) {
       return "timeout";
     case PreflightVerdict::kCancelled:
       return "cancelled";
+    case PreflightVerdict::kTooBig:
+      return "refused";  // no runner ran: the controller's label of a preflight it refused
   }
   return "failed";
 }
@@ -186,6 +192,9 @@ std::string DescribePreflightFailure(const PreflightReport& report) {
       return "cancelled (its process group was killed)";
     case PreflightVerdict::kBadConfig:
       return absl::StrCat("runner rejected the job (exit code 2, bad config or usage): ", detail);
+    case PreflightVerdict::kTooBig:
+      return absl::StrCat("refused, so no runner was started: ",
+                          report.fit ? DescribeRefusal(*report.fit, "") : report.error);
     case PreflightVerdict::kClean:
     case PreflightVerdict::kFindings:
     case PreflightVerdict::kRunnerFailed:
@@ -197,50 +206,18 @@ std::string DescribePreflightFailure(const PreflightReport& report) {
   return absl::StrCat("runner exited with code ", report.exit.exit_code, ": ", detail);
 }
 
-absl::StatusOr<PreflightReport> PreflightRunner::Run(const v1::JobSpec& normalised,
-                                                     const LineCallback& on_line,
-                                                     const CancelCheck& cancel) const {
-  const absl::Time start = clock_->Now();
-  absl::StatusOr<std::string> spec_path =
-      WriteSpecFile(options_.spec_dir, ToJsonLine(normalised) + "\n");
-  if (!spec_path.ok()) return spec_path.status();
-  struct Unlink {
-    std::string path;
-    ~Unlink() { unlink(path.c_str()); }
-  } unlink_spec{*spec_path};
-
-  LaunchRequest request;
-  request.binary = options_.binary;
-  request.args = {*spec_path, "--preflight"};
-  if (options_.shrink) request.args.push_back("--shrink");
-  request.args.push_back("--json");
+PreflightRunner::Child PreflightRunner::RunChild(const LaunchRequest& request, absl::Time deadline,
+                                                const std::function<void(const std::string&)>& on_stdout,
+                                                const CancelCheck& cancel, OutputTail* tail) const {
+  Child result;
   absl::StatusOr<LaunchedProcess> child = launcher_->Launch(request);
-  if (!child.ok()) return child.status();
-
-  PreflightReport report;
-  OutputTail tail;
-  // Only the stdout reader touches these until it is joined.
-  std::vector<v1::Event> findings;
-  int compile_events = 0;
-  std::string error;
-  std::thread out_reader([&, fd = child->stdout_fd] {
-    ReadLines(fd, [&](std::string line) {
-      v1::Event event;
-      const bool is_event = ParseEvent(line, &event);
-      if (is_event) {
-        if (event.has_compile()) {
-          ++compile_events;
-          if (IsPreflightFinding(event.compile().kind())) findings.push_back(event);
-        }
-        if (event.has_log() && event.log().level() == "error") error = event.log().message();
-      } else if (!line.empty()) {
-        tail.Append(line);
-      }
-      if (on_line) on_line(line, is_event ? &event : nullptr);
-    });
-  });
+  if (!child.ok()) {
+    result.launch = child.status();
+    return result;
+  }
+  std::thread out_reader([&, fd = child->stdout_fd] { ReadLines(fd, on_stdout); });
   std::thread err_reader([&, fd = child->stderr_fd] {
-    ReadLines(fd, [&](std::string line) { tail.Append(line); });
+    ReadLines(fd, [&](std::string line) { tail->Append(line); });
   });
   absl::Mutex exit_mu;
   bool exited = false;
@@ -251,10 +228,6 @@ absl::StatusOr<PreflightReport> PreflightRunner::Run(const v1::JobSpec& normalis
     exit = e;
     exited = true;
   });
-
-  const absl::Time deadline = start + options_.timeout;
-  bool timed_out = false;
-  bool cancelled = false;
   while (true) {
     {
       absl::MutexLock lock(&exit_mu);
@@ -262,11 +235,11 @@ absl::StatusOr<PreflightReport> PreflightRunner::Run(const v1::JobSpec& normalis
     }
     const absl::Time now = clock_->Now();
     if (cancel && cancel()) {
-      cancelled = true;
+      result.cancelled = true;
     } else if (now >= deadline) {
-      timed_out = true;
+      result.timed_out = true;
     }
-    if (timed_out || cancelled) {
+    if (result.timed_out || result.cancelled) {
       launcher_->SignalGroup(child->pid, SIGKILL);
       break;
     }
@@ -277,32 +250,129 @@ absl::StatusOr<PreflightReport> PreflightRunner::Run(const v1::JobSpec& normalis
   waiter.join();
   out_reader.join();
   err_reader.join();
+  absl::MutexLock lock(&exit_mu);
+  result.exit = exit;
+  return result;
+}
 
-  {
-    absl::MutexLock lock(&exit_mu);
-    report.exit = exit;
+namespace {
+
+// The verdict of a runner that ended without findings being the question: timed out,
+// cancelled, killed, or its exit status under the contract.
+PreflightVerdict VerdictOf(const ProcessExit& exit, bool timed_out, bool cancelled, bool findings) {
+  if (cancelled) return PreflightVerdict::kCancelled;
+  if (timed_out) return PreflightVerdict::kTimedOut;
+  if (exit.signal != 0) return PreflightVerdict::kRunnerFailed;
+  if (exit.exit_code == 3 || (exit.exit_code == 0 && findings)) return PreflightVerdict::kFindings;
+  if (exit.exit_code == 0) return PreflightVerdict::kClean;
+  if (exit.exit_code == 2) return PreflightVerdict::kBadConfig;
+  return PreflightVerdict::kRunnerFailed;
+}
+
+// The spec the runner prints with --print-config (spec::ToJson: every field).
+absl::StatusOr<spec::JobSpec> ParseRunnerConfig(const std::string& text) {
+  spec::Result<spec::SpecInput> input = spec::ParseJson(text, "trainyard-train --print-config");
+  if (!input.ok()) return SpecErrorToStatus(input.error());
+  spec::Result<spec::JobSpec> resolved = spec::ResolveAndValidate(input.value());
+  if (!resolved.ok()) return SpecErrorToStatus(resolved.error());
+  return resolved.value();
+}
+
+}  // namespace
+
+absl::StatusOr<PreflightReport> PreflightRunner::Run(const v1::JobSpec& normalised,
+                                                     const LineCallback& on_line,
+                                                     const CancelCheck& cancel) const {
+  const absl::Time start = clock_->Now();
+  const absl::Time deadline = start + options_.timeout;
+  absl::StatusOr<HostMemory> host = options_.host_memory ? options_.host_memory() : ReadHostMemory();
+  if (!host.ok()) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot tell how much memory this machine can give the runner, so it was not started: ",
+        host.status().message()));
   }
+  absl::StatusOr<std::string> spec_path =
+      WriteSpecFile(options_.spec_dir, ToJsonLine(normalised) + "\n");
+  if (!spec_path.ok()) return spec_path.status();
+  struct Unlink {
+    std::string path;
+    ~Unlink() { unlink(path.c_str()); }
+  } unlink_spec{*spec_path};
+
+  PreflightReport report;
+  OutputTail tail;
+  auto finish = [&](const Child& child, bool findings) {
+    report.exit = child.exit;
+    report.verdict = VerdictOf(child.exit, child.timed_out, child.cancelled, findings);
+    report.output_tail = tail.Take();
+    report.elapsed = clock_->Now() - start;
+    return report;
+  };
+
+  // 1. What the runner will run (its --preflight [--shrink] changes: CPU ranks, 3 steps,
+  //    synthetic data, the shrunk widths), from the runner itself, so the estimate is of
+  //    exactly that; then whether this machine can hold its ranks.
+  LaunchRequest request;
+  request.binary = options_.binary;
+  request.args = {*spec_path, "--preflight"};
+  if (options_.shrink) request.args.push_back("--shrink");
+  LaunchRequest print_config = request;
+  print_config.args.push_back("--print-config");
+  print_config.data_limit_bytes = static_cast<std::int64_t>(std::max(host->available_bytes, kRunnerLauncherBytes));
+  std::string config_text;
+  const Child config = RunChild(
+      print_config, deadline, [&](std::string line) { absl::StrAppend(&config_text, line, "\n"); }, cancel, &tail);
+  if (!config.launch.ok()) return config.launch;
+  if (config.timed_out || config.cancelled || config.exit.signal != 0 || config.exit.exit_code != 0) {
+    if (!config_text.empty()) tail.Append(config_text);
+    return finish(config, false);
+  }
+  absl::StatusOr<spec::JobSpec> runner_spec = ParseRunnerConfig(config_text);
+  if (!runner_spec.ok()) {
+    report.exit = config.exit;
+    report.verdict = PreflightVerdict::kRunnerFailed;
+    report.error = absl::StrCat("its --print-config output is not a job spec: ", runner_spec.status().message());
+    report.output_tail = tail.Take();
+    report.elapsed = clock_->Now() - start;
+    return report;
+  }
+  report.fit = FitRunner(*runner_spec, *host);
+  if (!report.fit->fits) {
+    report.verdict = PreflightVerdict::kTooBig;
+    report.error = report.fit->refusal;
+    report.elapsed = clock_->Now() - start;
+    return report;
+  }
+
+  // 2. The run, every process of it under the cap.
+  request.args.push_back("--json");
+  request.data_limit_bytes = report.fit->data_limit_bytes;
+  // Only the stdout reader touches these until RunChild returns.
+  std::vector<v1::Event> findings;
+  int compile_events = 0;
+  std::string error;
+  const Child run = RunChild(
+      request, deadline,
+      [&](std::string line) {
+        v1::Event event;
+        const bool is_event = ParseEvent(line, &event);
+        if (is_event) {
+          if (event.has_compile()) {
+            ++compile_events;
+            if (IsPreflightFinding(event.compile().kind())) findings.push_back(event);
+          }
+          if (event.has_log() && event.log().level() == "error") error = event.log().message();
+        } else if (!line.empty()) {
+          tail.Append(line);
+        }
+        if (on_line) on_line(line, is_event ? &event : nullptr);
+      },
+      cancel, &tail);
+  if (!run.launch.ok()) return run.launch;
   report.findings = std::move(findings);
   report.compile_events = compile_events;
   report.error = std::move(error);
-  report.output_tail = tail.Take();
-  report.elapsed = clock_->Now() - start;
-  if (cancelled) {
-    report.verdict = PreflightVerdict::kCancelled;
-  } else if (timed_out) {
-    report.verdict = PreflightVerdict::kTimedOut;
-  } else if (exit.signal != 0) {
-    report.verdict = PreflightVerdict::kRunnerFailed;
-  } else if (exit.exit_code == 3 || (exit.exit_code == 0 && !report.findings.empty())) {
-    report.verdict = PreflightVerdict::kFindings;
-  } else if (exit.exit_code == 0) {
-    report.verdict = PreflightVerdict::kClean;
-  } else if (exit.exit_code == 2) {
-    report.verdict = PreflightVerdict::kBadConfig;
-  } else {
-    report.verdict = PreflightVerdict::kRunnerFailed;
-  }
-  return report;
+  return finish(run, !report.findings.empty());
 }
 
 }  // namespace trainyard

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -126,7 +127,9 @@ std::string ExitCodeTable() {
       "  ", kExitOk, "  success; watch, submit --wait, logs --follow: the job SUCCEEDED\n",
       "  ", kExitJobFailed,
       "  the job ended FAILED or CANCELLED (watch, submit --wait, logs --follow); preflight: findings\n",
-      "  ", kExitUsage, "  usage error: bad flag, argument, job file or value (INVALID_ARGUMENT)\n",
+      "  ", kExitUsage,
+      "  usage error: bad flag, argument, job file or value (INVALID_ARGUMENT); preflight: a runner too "
+      "big for this machine\n",
       "  ", kExitNotFound, "  not found: no such job, artifact or file (NOT_FOUND)\n",
       "  ", kExitDenied, "  not allowed: UNAUTHENTICATED or PERMISSION_DENIED\n",
       "  ", kExitUnavailable,
@@ -260,6 +263,35 @@ std::string FormatError(const absl::Status& status) {
   // The message may quote what a controller, a rank or a file said.
   return absl::StrCat("trainyard: ", absl::StatusCodeToString(status.code()), ": ",
                       TerminalSafe(status.message(), /*keep_newlines=*/true));
+}
+
+std::string UnreachableHint(const absl::Status& status, const std::string& controller, bool tls) {
+  const std::string m = absl::AsciiStrToLower(status.message());
+  auto has = [&](absl::string_view what) { return absl::StrContains(m, what); };
+  if (has("connection refused")) {
+    return absl::StrCat(" (nothing listens at ", controller,
+                        ": is the controller running, and is --controller (or TRAINYARD_CONTROLLER) right?)");
+  }
+  if (has("dns resolution failed") || has("name or service not known")) {
+    return absl::StrCat(" (cannot resolve the host of ", controller, ": check --controller)");
+  }
+  if (!tls) {
+    if (has("socket closed") || has("connection reset") || has("handshake") || has("end of file")) {
+      return absl::StrCat(" (controller at ", controller, "; plaintext: a controller that serves TLS needs --tls-ca)");
+    }
+    return absl::StrCat(" (controller at ", controller, ")");
+  }
+  if (has("wrong version number")) {
+    return absl::StrCat(" (controller at ", controller,
+                        "; TLS with --tls-ca, but the port answered in plaintext: leave out --tls-ca for a "
+                        "controller without TLS)");
+  }
+  if (has("certificate verify failed")) {
+    return absl::StrCat(" (controller at ", controller,
+                        "; TLS with --tls-ca: its certificate is not signed by that CA, or not for this address)");
+  }
+  if (has("handshake")) return absl::StrCat(" (controller at ", controller, "; TLS with --tls-ca: the handshake failed)");
+  return absl::StrCat(" (controller at ", controller, "; TLS with --tls-ca)");
 }
 
 namespace {

@@ -82,6 +82,19 @@ std::string TerminalSafe(absl::string_view text, bool keep_newlines = false);
 // newlines kept).
 std::string FormatError(const absl::Status& status);
 
+// What to add to an UNAVAILABLE or DEADLINE_EXCEEDED error of a call to `controller`
+// (`tls`: the CLI connected with --tls-ca), read from gRPC's message:
+//   connection refused      " (nothing listens at ADDR: is the controller running, and is
+//                           --controller right?)": a TLS hint would only mislead;
+//   plaintext, the peer closed or reset the connection (a TLS port answers a plaintext
+//                           client so) " (controller at ADDR; plaintext: a controller that
+//                           serves TLS needs --tls-ca)";
+//   TLS, "wrong version number" (the port speaks plaintext), "certificate verify
+//                           failed" (another CA, or a certificate not for ADDR), another
+//                           handshake failure: which, and what to change;
+//   anything else           " (controller at ADDR)".
+std::string UnreachableHint(const absl::Status& status, const std::string& controller, bool tls);
+
 // `trainyard explain`: why `job` is where it is. For a PENDING job: the scheduler's
 // sentence, its place among the `pending` jobs (scheduling order: priority, then
 // submission), its estimated start relative to `now`, the slots reserved for it and the

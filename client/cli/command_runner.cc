@@ -101,10 +101,7 @@ int Runner::Fail(const absl::Status& status) {
   std::string message = FormatError(status);
   if (status.code() == absl::StatusCode::kUnavailable ||
       status.code() == absl::StatusCode::kDeadlineExceeded) {
-    absl::StrAppend(&message, " (controller at ", options_.controller,
-                    options_.tls_ca.empty()
-                        ? "; plaintext: a controller that serves TLS needs --tls-ca)"
-                        : "; TLS with --tls-ca)");
+    absl::StrAppend(&message, UnreachableHint(status, options_.controller, !options_.tls_ca.empty()));
   }
   err_ << message << std::endl;
   return ExitCodeForStatus(status);

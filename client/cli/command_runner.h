@@ -93,7 +93,9 @@ class Runner {
   // or with the first job's error that is not that.
   int Watch(const std::vector<std::string>& ids, const WatchOptions& watch);
   // A job's log lines (rank output the worker forwards, and the controller's own):
-  // those stored so far, or with `follow` until the job ends.
+  // those stored so far, or with `follow` until the job ends, then one stderr line with
+  // its end state and reason. A `rank` the job does not have is INVALID_ARGUMENT naming
+  // the job's ranks.
   int Logs(const std::string& id, std::optional<int> rank, bool follow, double reconnect_for_s);
 
  private:
@@ -114,6 +116,9 @@ class Runner {
   // replays them and is then cut rather than followed.
   absl::Status Replay(const v1::Job& job, const std::function<void(const v1::Event&)>& on_event);
   absl::StatusOr<JobHistory> History(const v1::Job& job);
+  // One log event as `logs` prints it (nothing for another kind, or another rank than
+  // `rank`); `flush` after it.
+  void PrintLog(const v1::Event& e, std::optional<int> rank, bool flush);
 
 
   const CommonOptions& options_;

@@ -229,7 +229,8 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
                    "Override a key: section.key=value, value in TOML syntax (repeatable)")
       ->allow_extra_args(false);
   preflight->add_flag("--shrink", preflight_options.shrink,
-                      "Let the runner shrink the model's sizes (same structure, faster)");
+                      "Let the runner shrink the model's sizes (same structure, faster, fits a small machine); "
+                      "the full model is then held against the fleet's largest worker (--controller)");
   preflight->add_flag("--json", preflight_options.json,
                       "Print the runner's Event JSON lines (the memory estimate, one "
                       "{\"memory_estimate\":...} line, and the verdict go to stderr)");
@@ -246,10 +247,14 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
           "Prints the estimated memory per rank (parameters, gradients, optimizer state, weight "
           "copies, activations, communication buffers), then COMPILE, RECOMPILE, RECOMPILE_LIMIT, "
           "GRAPH_BREAK, UNSAFE_SIDE_EFFECT and FALLBACK events, one line each, then a verdict. The job file is checked as `submit` "
-          "and the controller check it (slots aside). Needs no controller. Exit status: 0 clean, "
-          "1 findings (an UNSAFE_SIDE_EFFECT or RECOMPILE_LIMIT event), 2 bad job file, "
-          "validation or usage error, 6 the runner failed (a rank failed, it timed out or could "
-          "not start).\n"
+          "and the controller check it (slots aside). A runner whose ranks would need more memory than this "
+          "machine can give (MemAvailable, or its memory cgroup's limit) is refused before it starts, with "
+          "the figures and a layout that fits; any other runs with each process capped at its share "
+          "(RLIMIT_DATA). Needs no controller; with --shrink it asks --controller for its workers, "
+          "to say whether the full model fits one. Exit status: 0 clean, "
+          "1 findings (an UNSAFE_SIDE_EFFECT or RECOMPILE_LIMIT event; with --shrink, a full model that fits "
+          "no worker), 2 bad job file, validation or usage error, or a runner too big for this machine, "
+          "6 the runner failed (a rank failed, it timed out or could not start).\n"
           "Example: trainyard preflight examples/debug.toml --shrink");
 
   ExportCommandOptions export_options;
@@ -292,6 +297,18 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
       *env.err << "trainyard: preflight: no process launcher was wired in" << std::endl;
       return kPreflightRunnerFailed;
     }
+    // --shrink holds the full model against the fleet: --controller's workers, if it answers.
+    preflight_options.list_workers = [&common, &env]() -> absl::StatusOr<std::vector<v1::WorkerInfo>> {
+      absl::StatusOr<std::unique_ptr<JobClient>> client = MakeClient(common, env);
+      if (!client.ok()) return client.status();
+      absl::StatusOr<std::vector<v1::WorkerInfo>> workers = (*client)->ListWorkers();
+      if (!workers.ok()) {
+        return absl::Status(workers.status().code(),
+                            absl::StrCat("the controller at ", common.controller, " did not answer (",
+                                         absl::StatusCodeToString(workers.status().code()), ")"));
+      }
+      return workers;
+    };
     return RunPreflightCommand(preflight_options, env.launcher, env.clock, *env.out, *env.err);
   }
   common.timeout_given = app.get_option("--timeout")->count() > 0;

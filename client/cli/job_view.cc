@@ -14,6 +14,7 @@
 #include "client/cli/fleet_format.h"
 #include "client/cli/gpu_format.h"
 #include "client/cli/watch_display.h"
+#include "common/base/text.h"
 
 namespace trainyard::cli {
 
@@ -150,7 +151,11 @@ void JobHistory::Add(const v1::Event& event) {
       // attempt (which resumes at an earlier step) starts a new run of losses.
       if (attempt != last_loss_attempt_ || m.step() > last_loss_step_) {
         losses_.push_back(m.loss());
-        if (losses_.size() > kMaxLosses) losses_.erase(losses_.begin());
+        loss_steps_.push_back(m.step());
+        if (losses_.size() > kMaxLosses) {
+          losses_.erase(losses_.begin());
+          loss_steps_.erase(loss_steps_.begin());
+        }
         last_loss_step_ = m.step();
         last_loss_attempt_ = attempt;
       }
@@ -290,6 +295,18 @@ std::string SpecSummary(const v1::JobSpec& s) {
 }
 
 // "local×2, w2×1" in rank order, "-" with no ranks.
+// "20 steps" when the losses are one per step from step 1, else what they are: "10
+// reports of steps 2 to 20" (training.log_freq 2), or across a restart "5 reports of
+// steps 1 to 4".
+std::string LossSpan(const JobHistory& history) {
+  const std::vector<int64_t>& steps = history.loss_steps();
+  bool every_step = steps.front() == 1;
+  for (size_t i = 1; i < steps.size() && every_step; ++i) every_step = steps[i] == steps[i - 1] + 1;
+  if (every_step) return Counted(static_cast<int64_t>(steps.size()), "step");
+  return absl::StrCat(Counted(static_cast<int64_t>(steps.size()), "report"), " of steps ", steps.front(), " to ",
+                      steps.back());
+}
+
 std::string WorkersOf(const std::map<int, std::string>& rank_workers) {
   std::vector<std::string> workers;
   for (const auto& entry : rank_workers) workers.push_back(entry.second);
@@ -371,9 +388,8 @@ std::string FormatJobDescription(const v1::Job& job, const JobHistory& history,
     // The synthetic dataset has no epochs (0).
     if (m.epoch() > 0) absl::StrAppend(&out, " epoch ", m.epoch());
     absl::StrAppend(&out, " at ", Clock(ToTime(history.last_step()->time())), "\n");
-    absl::StrAppend(&out, "loss       ", Sparkline(history.losses(), 40),
-                    absl::StrFormat("  (%d steps, first %.4f, last %.4f)\n", history.losses().size(),
-                                    history.losses().front(), history.losses().back()));
+    absl::StrAppend(&out, "loss       ", Sparkline(history.losses(), 40), "  (", LossSpan(history),
+                    absl::StrFormat(", first %.4f, last %.4f)\n", history.losses().front(), history.losses().back()));
   } else {
     out += "metrics    no step reported yet\n";
   }

@@ -74,6 +74,9 @@ class JobHistory {
   // One loss per optimizer step (the first report of each step), oldest first, at most
   // kMaxLosses of the newest.
   const std::vector<double>& losses() const { return losses_; }
+  // The step of each of losses(): training.log_freq apart, and back to an earlier step
+  // after a restart, so their count is not the number of steps.
+  const std::vector<int64_t>& loss_steps() const { return loss_steps_; }
   // The newest kMaxListed checkpoints and stalls, oldest first; *_count() says how many
   // there were in all. A job of a million steps may save thousands of checkpoints, and
   // `get` keeps no more than it prints.
@@ -107,6 +110,7 @@ class JobHistory {
   int64_t last_loss_step_ = 0;
   int last_loss_attempt_ = 0;
   std::vector<double> losses_;
+  std::vector<int64_t> loss_steps_;
   std::vector<v1::Event> checkpoints_;
   std::vector<v1::Event> stalls_;
   int64_t checkpoint_count_ = 0;

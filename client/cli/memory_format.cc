@@ -107,4 +107,45 @@ std::string MemoryEstimateJsonLine(const spec::JobSpec& spec) {
   return nlohmann::json{{"memory_estimate", estimate}}.dump();
 }
 
+FleetFit FitFleet(const spec::JobSpec& spec, const std::vector<v1::WorkerInfo>& workers) {
+  const bool cuda = spec.resources.device == "cuda";
+  // The largest place a rank may go (admission_policy.cc's MemoryLimit).
+  double limit = 0;
+  std::string where;
+  for (const v1::WorkerInfo& w : workers) {
+    if (!w.connected()) continue;
+    if (!cuda) {
+      if (static_cast<double>(w.memory_bytes()) > limit) {
+        limit = static_cast<double>(w.memory_bytes());
+        where = "the largest worker has (" + w.name() + ": " + spec::FormatBytes(limit) + ")";
+      }
+      continue;
+    }
+    if (!w.capabilities().cuda()) continue;
+    for (const v1::GpuDevice& g : w.gpus()) {
+      if (static_cast<double>(g.memory_bytes()) > limit) {
+        limit = static_cast<double>(g.memory_bytes());
+        where = "the largest GPU of the fleet has (" + w.name() + " GPU " + std::to_string(g.index()) + ", " +
+                g.name() + ": " + spec::FormatBytes(limit) + ")";
+      }
+    }
+  }
+  FleetFit fit;
+  const double need = spec::EstimateRankMemory(spec).total_bytes();
+  const std::string head = "fleet:      the full model needs " + spec::FormatBytes(need) + " a rank";
+  if (limit <= 0) {
+    fit.text = head + "; no connected worker reported its " + (cuda ? "GPUs' memory" : "memory") + ", so not checked\n";
+    return fit;
+  }
+  fit.known = true;
+  fit.fits = need <= limit;
+  if (fit.fits) {
+    fit.text = head + "; " + where + ": it fits\n";
+  } else {
+    fit.text = head + ", more than " + where + ";\n            " +
+               spec::DescribeSuggestion(spec, spec::SuggestLayout(spec, limit)) + ": submit would be refused as it is\n";
+  }
+  return fit;
+}
+
 }  // namespace trainyard::cli

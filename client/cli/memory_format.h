@@ -4,8 +4,10 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "common/spec/job_spec.h"
+#include "trainyard/v1/job_service.pb.h"
 #include "trainyard/v1/spec.pb.h"
 
 namespace trainyard::cli {
@@ -32,5 +34,20 @@ std::string FormatMemoryEstimate(const v1::JobSpec& spec);
 //    "gathered_parameters":...,"state_bytes":...}}
 // Bytes and counts as JSON numbers.
 std::string MemoryEstimateJsonLine(const spec::JobSpec& spec);
+
+// Whether one rank of `spec` (the full model, as submitted) fits the fleet's largest
+// worker, as the controller's admission holds it: a CPU job against the connected
+// worker with the most memory (WorkerInfo.memory_bytes), a CUDA job against the largest
+// GPU of a connected worker whose engine has CUDA. `known` is false when no worker
+// reported the figure. One line, 12-column label, e.g.
+//   fleet:      the full model needs 232 GiB a rank, more than the largest worker has (w1: 23 GiB);
+//               no layout of dp·tp=1 ranks fits (the smallest, ..., needs 61 GiB): submit would be refused
+//   fleet:      the full model needs 408 MiB a rank; the largest worker has 23 GiB (w1): it fits
+struct FleetFit {
+  bool known = false;
+  bool fits = false;
+  std::string text;  // ends with a newline
+};
+FleetFit FitFleet(const spec::JobSpec& spec, const std::vector<v1::WorkerInfo>& workers);
 
 }  // namespace trainyard::cli

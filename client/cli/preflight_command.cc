@@ -4,6 +4,7 @@
 #include "client/cli/cli_format.h"
 #include "client/cli/memory_format.h"
 #include "common/spec/job_file_reader.h"
+#include "common/spec/memory_estimate.h"
 #include "common/spec/presets.h"
 #include "common/preflight_runner.h"
 #include "common/spec_proto.h"
@@ -22,6 +23,17 @@ absl::StatusOr<spec::JobSpec> ResolveJob(const PreflightCommandOptions& options)
   return resolved.value();
 }
 
+// "runner:     1 rank of 36.2 MiB estimated (+ 768 MiB LibTorch's own), each capped at
+// 18.3 GiB (RLIMIT_DATA) of the 19.3 GiB this machine can give (MemAvailable ...)".
+std::string FormatRunnerCap(const PreflightFit& fit, bool shrunk) {
+  return absl::StrCat("runner:     ", fit.world == 1 ? std::string("1 rank") : absl::StrCat(fit.world, " ranks"),
+                      shrunk ? " of the shrunk model, " : ", ", spec::FormatBytes(fit.rank_estimate),
+                      " estimated (+ ", spec::FormatBytes(kRunnerRankOverheadBytes),
+                      " LibTorch's own), each process capped at ",
+                      spec::FormatBytes(static_cast<double>(fit.data_limit_bytes)), " (RLIMIT_DATA) of the ",
+                      spec::FormatBytes(fit.host.available_bytes), " this machine can give (", fit.host.source, ")\n");
+}
+
 }  // namespace
 
 int RunPreflightCommand(const PreflightCommandOptions& options, ProcessLauncher* launcher,
@@ -38,6 +50,23 @@ int RunPreflightCommand(const PreflightCommandOptions& options, ProcessLauncher*
   } else {
     out << FormatMemoryEstimate(*core) << std::flush;
   }
+  std::ostream& verdict = options.json ? err : out;
+  // A shrunk run says nothing of whether the model itself fits anywhere: hold the full
+  // model against the fleet, as the controller will at submit.
+  bool fits_no_worker = false;
+  if (options.shrink) {
+    absl::StatusOr<std::vector<v1::WorkerInfo>> workers =
+        options.list_workers ? options.list_workers()
+                             : absl::StatusOr<std::vector<v1::WorkerInfo>>(absl::UnavailableError("no controller given"));
+    if (workers.ok()) {
+      const FleetFit fleet = FitFleet(*core, *workers);
+      fits_no_worker = fleet.known && !fleet.fits;
+      verdict << fleet.text << std::flush;
+    } else {
+      verdict << "fleet:      not checked: " << workers.status().message()
+              << "; whether the full model fits a worker is unknown" << std::endl;
+    }
+  }
   const v1::JobSpec spec = ProtoFromSpec(*core);
 
   PreflightOptions runner_options;
@@ -45,6 +74,7 @@ int RunPreflightCommand(const PreflightCommandOptions& options, ProcessLauncher*
   runner_options.shrink = options.shrink;
   runner_options.timeout = absl::Seconds(options.timeout_s);
   runner_options.spec_dir = options.spec_dir;
+  runner_options.host_memory = options.host_memory;
   const PreflightRunner runner(launcher, runner_options, clock);
   // The callback runs on the runner's reader thread while this one waits in Run.
   absl::StatusOr<PreflightReport> report =
@@ -55,13 +85,28 @@ int RunPreflightCommand(const PreflightCommandOptions& options, ProcessLauncher*
         }
         out << (options.json ? line : FormatPreflightEvent(*event)) << std::endl;
       });
-  std::ostream& verdict = options.json ? err : out;
   if (!report.ok()) {
     verdict << "preflight: runner failure: " << report.status().message() << std::endl;
     return kPreflightRunnerFailed;
   }
+  if (report->verdict == PreflightVerdict::kTooBig) {
+    verdict << "preflight: refused, no runner was started: "
+            << DescribeRefusal(*report->fit,
+                               options.shrink ? ""
+                                              : "--shrink runs the same structure (layers, experts, layout) at small "
+                                                "widths")
+            << std::endl;
+    return kPreflightBadInput;
+  }
+  if (report->fit.has_value()) verdict << FormatRunnerCap(*report->fit, options.shrink);
   switch (report->verdict) {
     case PreflightVerdict::kClean:
+      if (fits_no_worker) {
+        verdict << "preflight: FINDINGS: the shrunk run was clean (" << report->compile_events
+                << " compile events), but the full model fits no worker of the fleet (the fleet: line above)"
+                << std::endl;
+        return kPreflightFindings;
+      }
       verdict << "preflight: clean (" << report->compile_events
               << " compile events, no UNSAFE_SIDE_EFFECT or RECOMPILE_LIMIT)" << std::endl;
       return kPreflightClean;
@@ -77,6 +122,7 @@ int RunPreflightCommand(const PreflightCommandOptions& options, ProcessLauncher*
     case PreflightVerdict::kRunnerFailed:
     case PreflightVerdict::kTimedOut:
     case PreflightVerdict::kCancelled:
+    case PreflightVerdict::kTooBig:
       break;
   }
   verdict << "preflight: runner failure: " << DescribePreflightFailure(*report) << std::endl;

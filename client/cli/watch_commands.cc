@@ -1,5 +1,6 @@
 #include "client/cli/command_runner.h"
 
+#include <algorithm>
 #include <string>
 #include <thread>
 #include <vector>
@@ -64,34 +65,69 @@ int Runner::Watch(const std::vector<std::string>& ids, const WatchOptions& watch
   return code;
 }
 
+namespace {
+
+// OK when `rank` is one of the job's ranks; else why not, naming them. A resized or
+// elastic job may have had more ranks than it has now: the larger of its world size and
+// its spec's dp·tp counts.
+absl::Status CheckRank(const v1::Job& job, int rank) {
+  const int64_t world = std::max<int64_t>(job.world_size(), int64_t{job.spec().parallelism().dp()} *
+                                                                 std::max(1, job.spec().parallelism().tp()));
+  if (rank < world) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--rank ", rank, ": ", job.id(), world <= 1 ? " has only rank 0" : absl::StrCat(" has ranks 0 to ", world - 1),
+      " (world size ", world, ")"));
+}
+
+}  // namespace
+
 int Runner::Logs(const std::string& id, std::optional<int> rank, bool follow, double reconnect_for_s) {
-  auto print = [&](const v1::Event& e) {
-    if (!e.has_log()) return;
-    if (rank.has_value() && e.rank() != *rank) return;
-    if (options_.Json()) {
-      out_ << ToJsonLine(e) << '\n';
-    } else {
-      out_ << absl::FormatTime("%H:%M:%S", ToTime(e.time()), absl::UTCTimeZone()) << ' '
-           << (e.rank() < 0 ? std::string("job") : absl::StrCat("rank ", e.rank()));
-      if (e.attempt() > 1) out_ << " attempt " << e.attempt();
-      // A rank's output may hold escape sequences (colours, cursor moves, titles).
-      out_ << " [" << (e.log().level().empty() ? "info" : TerminalSafe(e.log().level())) << "] "
-           << TerminalSafe(e.log().message()) << '\n';
+  // A rank the job never had would print nothing and look like a quiet rank.
+  if (rank.has_value() || !follow) {
+    absl::StatusOr<v1::Job> job = client_->GetJob(id);
+    if (!job.ok()) return Fail(job.status());
+    if (rank.has_value()) {
+      if (absl::Status bad = CheckRank(*job, *rank); !bad.ok()) return Fail(bad);
     }
-    if (follow) out_.flush();
-  };
-  if (follow) {
-    StreamResult result = Stream(id, 0, reconnect_for_s, print,
-                                 [&](const std::string& line) { err_ << TerminalSafe(line) << std::endl; });
-    out_.flush();
-    if (!result.status.ok()) return Fail(result.status);
-    return WatchExitCode(*result.end_state);
+    if (!follow) {
+      absl::Status status = Replay(*job, [&](const v1::Event& e) { PrintLog(e, rank, follow); });
+      out_.flush();
+      return status.ok() ? kExitOk : Fail(status);
+    }
   }
-  absl::StatusOr<v1::Job> job = client_->GetJob(id);
-  if (!job.ok()) return Fail(job.status());
-  absl::Status status = Replay(*job, print);
+  std::optional<v1::JobStateChange> ended;  // the terminal state change, with its reason
+  StreamResult result = Stream(
+      id, 0, reconnect_for_s,
+      [&](const v1::Event& e) {
+        if (e.has_job_state()) ended = e.job_state();
+        PrintLog(e, rank, follow);
+      },
+      [&](const std::string& line) { err_ << TerminalSafe(line) << std::endl; });
   out_.flush();
-  return status.ok() ? kExitOk : Fail(status);
+  if (!result.status.ok()) return Fail(result.status);
+  // Say why the lines stopped: a cancel or a failure elsewhere ends them as quietly as
+  // success would. On stderr, so stdout stays the log lines (or JSON Lines).
+  const std::string reason =
+      ended.has_value() && ended->state() == *result.end_state ? ended->reason() : std::string();
+  err_ << "trainyard: " << id << " ended " << v1::Job::State_Name(*result.end_state)
+       << (reason.empty() ? "" : ": ") << TerminalSafe(reason) << std::endl;
+  return WatchExitCode(*result.end_state);
+}
+
+void Runner::PrintLog(const v1::Event& e, std::optional<int> rank, bool flush) {
+  if (!e.has_log()) return;
+  if (rank.has_value() && e.rank() != *rank) return;
+  if (options_.Json()) {
+    out_ << ToJsonLine(e) << '\n';
+  } else {
+    out_ << absl::FormatTime("%H:%M:%S", ToTime(e.time()), absl::UTCTimeZone()) << ' '
+         << (e.rank() < 0 ? std::string("job") : absl::StrCat("rank ", e.rank()));
+    if (e.attempt() > 1) out_ << " attempt " << e.attempt();
+    // A rank's output may hold escape sequences (colours, cursor moves, titles).
+    out_ << " [" << (e.log().level().empty() ? "info" : TerminalSafe(e.log().level())) << "] "
+         << TerminalSafe(e.log().message()) << '\n';
+  }
+  if (flush) out_.flush();
 }
 
 Runner::StreamResult Runner::Stream(const std::string& id, int64_t from_seq, double reconnect_for_s,

@@ -59,6 +59,18 @@ int main(int argc, char** argv) {
                  "Documents are encoded in pieces of at most this many KiB, cut after a newline (a longer line at "
                  "a character boundary); bounds memory")
       ->capture_default_str();
+  app.footer(
+      "Examples:\n"
+      "  trainyard-tokenize -o /data/corpus /data/text --glob '*.txt' --train-vocab 2000\n"
+      "      train a 2000-piece SentencePiece model on the .txt files under /data/text, then write\n"
+      "      /data/corpus.bin, /data/corpus.idx and /data/corpus.model; the last line says the\n"
+      "      model.vocab_size the job needs\n"
+      "  trainyard-tokenize -o /data/notes notes.md --split-blank-lines\n"
+      "      byte-level tokens (vocabulary 256), one document per paragraph\n"
+      "Then, with N the vocabulary size that last line gave:\n"
+      "  trainyard submit job.toml --set training.dataset=tokens --set training.dataset_path=/data/corpus.idx "
+      "--set model.vocab_size=N\n"
+      "Exit status: 0 done, 1 failed, 2 bad usage.");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <string_view>
 #include <future>
@@ -25,7 +26,8 @@ void CloseFd(int &fd) {
 
 // Runs in the forked child: only async-signal-safe calls from here to exec.
 [[noreturn]] void ExecChild(pid_t parent, int devnull, int out_w, int err_w, int status_w,
-                            const char *binary, char *const *argv, char *const *envp) {
+                            const char *binary, char *const *argv, char *const *envp,
+                            std::int64_t data_limit_bytes) {
   setpgid(0, 0);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(127);  // the parent died before prctl took effect
@@ -40,6 +42,20 @@ void CloseFd(int &fd) {
     int err = errno;
     (void)!write(status_w, &err, sizeof(err));
     _exit(127);
+  }
+  if (data_limit_bytes > 0) {
+    // Never above a limit this process already has: it can only be tightened.
+    struct rlimit limit = {static_cast<rlim_t>(data_limit_bytes), static_cast<rlim_t>(data_limit_bytes)};
+    struct rlimit inherited;
+    if (getrlimit(RLIMIT_DATA, &inherited) == 0 && inherited.rlim_max != RLIM_INFINITY &&
+        inherited.rlim_max < limit.rlim_max) {
+      limit.rlim_cur = limit.rlim_max = inherited.rlim_max;
+    }
+    if (setrlimit(RLIMIT_DATA, &limit) != 0) {
+      int err = errno;
+      (void)!write(status_w, &err, sizeof(err));
+      _exit(127);
+    }
   }
   execve(binary, argv, envp);
   int err = errno;
@@ -124,7 +140,8 @@ absl::StatusOr<LaunchedProcess> PosixProcessLauncher::Launch(const LaunchRequest
       return absl::ResourceExhaustedError(absl::StrCat("fork failed: ", strerror(e)));
     }
     if (pid == 0) {
-      ExecChild(parent, devnull, out[1], err[1], status[1], argv[0], argv.data(), envp.data());
+      ExecChild(parent, devnull, out[1], err[1], status[1], argv[0], argv.data(), envp.data(),
+                request.data_limit_bytes);
     }
     setpgid(pid,
             pid);  // also in the parent, so SignalGroup works before the child runs

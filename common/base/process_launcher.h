@@ -2,6 +2,8 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
+
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,6 +18,10 @@ struct LaunchRequest {
   // Set in the child on top of the launcher's own environment (NAME, value); a name
   // given twice takes the later value.
   std::vector<std::pair<std::string, std::string>> env;
+  // > 0: the child's RLIMIT_DATA (soft and hard; no higher than this process's own hard
+  // limit), set before exec and inherited by what it starts; an allocation past it fails
+  // (ENOMEM) instead of growing the process.
+  std::int64_t data_limit_bytes = 0;
 };
 
 // A started child. The caller owns both read ends and must close them.

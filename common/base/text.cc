@@ -91,4 +91,10 @@ std::string ToValidUtf8(std::string_view s) {
   return out;
 }
 
+std::string Counted(std::int64_t n, std::string_view singular, std::string_view plural) {
+  std::string out = std::to_string(n) + " ";
+  if (n == 1) return out.append(singular);
+  return plural.empty() ? out.append(singular).append("s") : out.append(plural);
+}
+
 }  // namespace trainyard

@@ -2,11 +2,13 @@
 // - Quote, for an error or log message: printable ASCII kept, `\` and `"` escaped,
 //   every other byte as \xNN, cut after 100 bytes with the total length noted, so
 //   hostile input is never echoed whole and cannot forge lines or terminal escapes;
-// - UTF-8: whether bytes are valid UTF-8 (proto3 strings must be), and a valid copy.
+// - UTF-8: whether bytes are valid UTF-8 (proto3 strings must be), and a valid copy;
+// - a count with its noun in the right number, for messages people read.
 // Pure; thread-safe.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -26,5 +28,9 @@ std::string Clip(std::string_view escaped, std::size_t max = kMaxQuotedBytes);
 bool IsUtf8(std::string_view s);
 // `s` with each byte that starts no valid UTF-8 sequence replaced by U+FFFD.
 std::string ToValidUtf8(std::string_view s);
+
+// "1 slot", "0 slots", "2 GPUs": `n` and the noun, singular only for exactly 1; the
+// plural is `singular` + "s" unless given.
+std::string Counted(std::int64_t n, std::string_view singular, std::string_view plural = {});
 
 }  // namespace trainyard

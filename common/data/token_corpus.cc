@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
 #include "common/data/indexed_index.h"
@@ -125,10 +126,18 @@ absl::Status TokenCorpus::ReadFromFile(std::size_t file, std::int64_t first, std
     absl::Status read = source->ReadAt(offset, static_cast<std::size_t>(n * width), buffer.data());
     if (!read.ok()) return WithKey(key_, read);
     if (auto bad = DecodeTokens(f.spec.dtype, buffer.data(), n, vocab_size_, out + done)) {
-      return absl::InvalidArgumentError(absl::StrCat(
+      std::string message = absl::StrCat(
           key_, ": ", f.spec.path, ": token ", bad->value, " (", TokenDtypeName(f.spec.dtype), ") at byte offset ",
           offset + static_cast<std::uint64_t>(bad->index) * width, " is not a token id: ids are integers in [0, ",
-          "model.vocab_size ", vocab_size_, ")"));
+          "model.vocab_size ", vocab_size_, ")");
+      // An id past the vocabulary is the model's to fix, not the file's: say what to set.
+      // Later tokens may be larger still, and the tokenizer that wrote the file printed
+      // the exact size ("needs model.vocab_size >= N").
+      if (std::int64_t id = 0; absl::SimpleAtoi(bad->value, &id) && id >= vocab_size_) {
+        absl::StrAppend(&message, "; set model.vocab_size to at least ", id + 1,
+                        ", or to the size trainyard-tokenize printed for this corpus (\"needs model.vocab_size >= N\")");
+      }
+      return absl::InvalidArgumentError(std::move(message));
     }
     done += n;
   }

@@ -2,10 +2,14 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/base/text.h"
 #include "common/spec/memory_estimate.h"
 #include "common/spec/spec_error.h"
 #include "common/spec_proto.h"
@@ -36,9 +40,11 @@ std::string Considered(const FleetView& fleet, const std::string& cap, bool gpus
   return out;
 }
 
-std::string NoneHasIt(const FleetView& fleet, const char* it) {
-  return fleet.workers.empty() ? std::string("no worker is connected")
-                               : absl::StrCat("none of the ", fleet.workers.size(), " connected workers ", it);
+// "none of the 3 connected workers has both", "the one connected worker does not have it".
+std::string NoneHasIt(const FleetView& fleet, const char* what) {
+  if (fleet.workers.empty()) return "no worker is connected";
+  if (fleet.workers.size() == 1) return absl::StrCat("the one connected worker does not have ", what);
+  return absl::StrCat("none of the ", fleet.workers.size(), " connected workers has ", what);
 }
 
 // resources.device=cuda, compile.backend=cudagraph, training.mixed_precision=bf16
@@ -48,18 +54,18 @@ absl::Status CheckDevices(const DeviceNeeds& needs, const FleetView& fleet) {
   if (needs.cuda && !any([](const FleetWorker& w) { return w.gpus > 0 && w.cuda; })) {
     return absl::FailedPreconditionError(absl::StrCat(
         "resources.device=cuda needs a worker that offers GPUs and whose engine has the cuda capability; ",
-        NoneHasIt(fleet, "has both"), fleet.workers.empty() ? "" : absl::StrCat(" (", Considered(fleet, "", true), ")")));
+        NoneHasIt(fleet, "both"), fleet.workers.empty() ? "" : absl::StrCat(" (", Considered(fleet, "", true), ")")));
   }
   if (needs.cudagraph && !any([](const FleetWorker& w) { return w.cudagraph; })) {
     return absl::FailedPreconditionError(absl::StrCat(
         "compile.backend=cudagraph needs a worker whose engine has the cudagraph capability; ",
-        NoneHasIt(fleet, "has it"),
+        NoneHasIt(fleet, "it"),
         fleet.workers.empty() ? "" : absl::StrCat(" (", Considered(fleet, "cudagraph", false), ")")));
   }
   if (needs.bf16 && !any([](const FleetWorker& w) { return w.bf16; })) {
     return absl::FailedPreconditionError(absl::StrCat(
         "training.mixed_precision=bf16 needs a worker whose engine has the bf16 capability; ",
-        NoneHasIt(fleet, "has it"), fleet.workers.empty() ? "" : absl::StrCat(" (", Considered(fleet, "bf16", false), ")")));
+        NoneHasIt(fleet, "it"), fleet.workers.empty() ? "" : absl::StrCat(" (", Considered(fleet, "bf16", false), ")")));
   }
   return absl::OkStatus();
 }
@@ -89,10 +95,15 @@ std::pair<int64_t, std::string> MemoryLimit(const v1::JobSpec& s, const DeviceNe
 absl::Status CheckFleet(const v1::JobSpec& s, const DeviceNeeds& needs, const FleetView& fleet) {
   const int64_t world = static_cast<int64_t>(s.parallelism().dp()) * s.parallelism().tp();
   if (world > fleet.connected_slots) {
+    // Only a degree above 1 can be lowered: "lower parallelism.tp=1" is no advice.
+    std::vector<std::string> lower;
+    if (s.parallelism().dp() > 1) lower.push_back(absl::StrCat("parallelism.dp=", s.parallelism().dp()));
+    if (s.parallelism().tp() > 1) lower.push_back(absl::StrCat("parallelism.tp=", s.parallelism().tp()));
+    const std::string more = fleet.connected_slots == 0 ? "connect a worker" : "connect more workers";
     return absl::InvalidArgumentError(absl::StrCat(
-        "world size dp·tp=", world, " exceeds the ", fleet.connected_slots,
-        " slots of all connected workers (lower parallelism.dp=", s.parallelism().dp(),
-        " or parallelism.tp=", s.parallelism().tp(), ", or connect more workers)"));
+        "world size dp·tp=", world, " exceeds the ", Counted(fleet.connected_slots, "slot"),
+        " of all connected workers (",
+        lower.empty() ? more : absl::StrCat("lower ", absl::StrJoin(lower, " or "), ", or ", more), ")"));
   }
   TY_RETURN_IF_ERROR(CheckDevices(needs, fleet));
   if (const auto [limit, where] = MemoryLimit(s, needs, fleet); limit > 0) {

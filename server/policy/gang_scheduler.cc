@@ -4,6 +4,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/text.h"
 
 namespace trainyard {
 namespace {
@@ -129,10 +130,10 @@ GangDecision GangScheduler::Place(const std::string& job_id, const v1::JobSpec& 
   const int world = dp * tp;
   const int per_worker_cap = spec.resources().ranks_per_worker();  // 0: no cap
   const DeviceNeeds needs = NeedsOf(spec, rank_memory_bytes);
-  const char* unit = needs.cuda ? " GPUs" : " slots";
+  const std::string wanted = Counted(world, needs.cuda ? "GPU" : "slot");  // "needs 1 slot"
 
   if (workers.empty()) {
-    decision.pending_reason = absl::StrCat("needs ", world, unit, "; no workers connected");
+    decision.pending_reason = absl::StrCat("needs ", wanted, "; no workers connected");
     return decision;
   }
   // Workers that can run it at all; most capacity first, so a gang lands on as few
@@ -149,8 +150,11 @@ GangDecision GangScheduler::Place(const std::string& job_id, const v1::JobSpec& 
   }
   if (excluded > 8) absl::StrAppend(&not_eligible, "; and ", excluded - 8, " more");
   if (order.empty()) {
-    decision.pending_reason = absl::StrCat("needs ", world, unit, "; none of the ", workers.size(),
-                                           " connected workers can run it (", not_eligible, ")");
+    decision.pending_reason =
+        absl::StrCat("needs ", wanted, workers.size() == 1 ? "; the one connected worker cannot run it ("
+                                                           : absl::StrCat("; none of the ", workers.size(),
+                                                                          " connected workers can run it ("),
+                     not_eligible, ")");
     return decision;
   }
   auto capacity = [&](const WorkerSnapshot* w) {
@@ -170,7 +174,7 @@ GangDecision GangScheduler::Place(const std::string& job_id, const v1::JobSpec& 
     blocks_available += capacity(w) / tp;
   }
   if (blocks_available < dp) {
-    decision.pending_reason = absl::StrCat("needs ", world, unit);
+    decision.pending_reason = absl::StrCat("needs ", wanted);
     if (tp > 1) absl::StrAppend(&decision.pending_reason, " with TP=", tp, " inside one worker");
     if (per_worker_cap > 0) absl::StrAppend(&decision.pending_reason, ", at most ", per_worker_cap, " per worker");
     if (needs.cuda) {

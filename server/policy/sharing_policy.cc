@@ -63,9 +63,9 @@ namespace {
 // "alice" or "group research".
 std::string CheckOne(const std::string& who, int use, int limit, int need, const char* unit) {
   if (limit <= 0 || need <= 0) return "";
-  if (need > limit) return absl::StrCat("quota: ", who, " may use ", limit, " ", unit, "; needs ", need);
+  if (need > limit) return absl::StrCat("quota: ", who, " may use ", Counted(limit, unit), "; needs ", need);
   if (static_cast<int64_t>(use) + need > limit) {
-    return absl::StrCat("quota: ", who, " uses ", use, " of ", limit, " ", unit, "; needs ", need);
+    return absl::StrCat("quota: ", who, " uses ", use, " of ", Counted(limit, unit), "; needs ", need);
   }
   return "";
 }
@@ -79,14 +79,14 @@ std::string QuotaCheck(const SharingPolicy& policy, const std::map<std::string, 
   const OwnerLimits limits = policy.LimitsOf(owner);
   // The owner name comes from a token or a request: escaped, never echoed raw.
   const std::string who = Quote(owner);
-  if (auto r = CheckOne(who, own.slots, limits.slots, needs.slots, "slots"); !r.empty()) return r;
-  if (auto r = CheckOne(who, own.gpus, limits.gpus, needs.gpus, "GPUs"); !r.empty()) return r;
+  if (auto r = CheckOne(who, own.slots, limits.slots, needs.slots, "slot"); !r.empty()) return r;
+  if (auto r = CheckOne(who, own.gpus, limits.gpus, needs.gpus, "GPU"); !r.empty()) return r;
   const GroupPolicy* group = policy.FindGroup(policy.GroupOf(owner));
   if (group == nullptr) return "";
   const SlotUse together = GroupUse(policy, in_use_by_owner, group->name);
   const std::string gwho = "group " + Quote(group->name);
-  if (auto r = CheckOne(gwho, together.slots, group->limits.slots, needs.slots, "slots"); !r.empty()) return r;
-  return CheckOne(gwho, together.gpus, group->limits.gpus, needs.gpus, "GPUs");
+  if (auto r = CheckOne(gwho, together.slots, group->limits.slots, needs.slots, "slot"); !r.empty()) return r;
+  return CheckOne(gwho, together.gpus, group->limits.gpus, needs.gpus, "GPU");
 }
 
 namespace {

@@ -21,7 +21,7 @@ PreflightGate::PreflightGate(ProcessLauncher* launcher, ControllerMetrics* metri
       options_(std::move(options)),
       runner_(launcher,
               PreflightOptions{options_.binary, /*shrink=*/false, options_.timeout,
-                               options_.spec_dir},
+                               options_.spec_dir, options_.host_memory},
               clock),
       thread_([this] { Loop(); }) {}
 
@@ -131,6 +131,16 @@ absl::Status PreflightGate::RunOne(const Request& request) {
     case PreflightVerdict::kCancelled:
       status = stopping() ? absl::UnavailableError("the controller is shutting down")
                           : absl::CancelledError("the client went away during the preflight");
+      break;
+    case PreflightVerdict::kTooBig:
+      // The job may well fit a worker (admission checked that): what it does not fit is
+      // the controller's own machine, where this preflight runs it whole.
+      status = absl::FailedPreconditionError(absl::StrCat(
+          "preflight refused, so no job was created: compile.preflight=true runs the job's ranks on the "
+          "controller's machine, and ",
+          DescribeRefusal(*report->fit,
+                          "check it where it fits with `trainyard preflight JOB.toml --shrink` (the same structure at "
+                          "small widths) and submit with compile.preflight=false")));
       break;
     case PreflightVerdict::kBadConfig:
     case PreflightVerdict::kRunnerFailed:

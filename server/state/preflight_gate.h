@@ -22,6 +22,8 @@ struct PreflightGateOptions {
   absl::Duration timeout = absl::Seconds(300);  // --preflight-timeout
   std::string spec_dir;  // an existing directory for the runner's JobSpec files
   int max_queued = 8;  // waiting preflights past this are refused
+  // What this machine can give a runner; unset: ReadHostMemory() at each preflight.
+  std::function<absl::StatusOr<HostMemory>()> host_memory;
 };
 
 // The compile preflight a job with compile.preflight=true must pass before the
@@ -29,6 +31,8 @@ struct PreflightGateOptions {
 // job's structure on local CPU ranks). Preflights run one at a time, in arrival order,
 // on the gate's own thread, never on a gRPC thread: each one starts the job's dp·tp
 // ranks on this machine, so running several at once would only slow every one down.
+// A runner whose ranks would need more memory than this machine can give is refused
+// before it starts, and every runner runs under a memory cap (common/preflight_memory.h).
 //
 // Thread-safe. Destroy it before the launcher; the destructor Stop()s and joins.
 class PreflightGate {
@@ -49,6 +53,9 @@ class PreflightGate {
   //   OK                   the preflight was clean;
   //   FAILED_PRECONDITION  "preflight findings, so no job was created: <findings>",
   //                        "preflight failed: <why>" (bad config, rank failure, timeout),
+  //                        "preflight refused, so no job was created: <the memory the
+  //                        runner's ranks need, more than this machine can give, and a
+  //                        layout that fits or --shrink>" (no runner started),
   //                        or the runner binary is missing;
   //   RESOURCE_EXHAUSTED   max_queued preflights are already waiting;
   //   CANCELLED            `cancelled` turned true first (the runner was killed);

@@ -44,6 +44,10 @@ constexpr char kSideEffectRank1[] =
 constexpr char kLimitLine[] =
     R"({"rank":0,"compile":{"kind":"RECOMPILE_LIMIT","region":"attention","layers":[2],"reason":"input[0].size(1): expected 256, got 512"}})";
 
+// How a fake runner answers `--print-config`: the spec it was given (proto3 JSON, which
+// the spec core's JSON reader takes), and no run.
+constexpr char kPrintConfig[] = "case \" $* \" in *\" --print-config \"*) cat \"$1\"; exit 0 ;; esac\n";
+
 // Waits (bounded) until `path` holds a pid, so a test knows its runner got that far.
 int WaitForPid(const std::string& path) {
   std::string text;
@@ -80,9 +84,11 @@ class PreflightRunnerTest : public ::testing::Test {
   std::string SpecDir() const { return dir_.path() + "/specs"; }
 
   // A runner whose body is `body` (sh); it records its argv and a copy of its spec file.
+  // Asked --print-config, it prints the spec it was given, as trainyard-train prints the
+  // one it would run.
   std::string Script(const std::string& body) {
-    return dir_.WriteScript("runner.sh", "echo \"$@\" > " + dir_.path() + "/args\ncp \"$1\" " +
-                                             dir_.path() + "/spec.json\n" + body);
+    return dir_.WriteScript("runner.sh", std::string(kPrintConfig) + "echo \"$@\" > " + dir_.path() +
+                                             "/args\ncp \"$1\" " + dir_.path() + "/spec.json\n" + body);
   }
 
   absl::StatusOr<PreflightReport> Run(const std::string& binary, PreflightOptions options = {},
@@ -234,13 +240,16 @@ TEST_F(PreflightRunnerTest, CancelKillsTheRunner) {
 TEST_F(PreflightRunnerTest, TheTimeoutAndElapsedFollowTheInjectedClock) {
   trainyard::testing::FakeClock clock;
   PreflightOptions options;
-  options.binary = Script("exec sleep 600\n");
+  const std::string started = dir_.path() + "/started";
+  options.binary = Script("echo $$ > " + started + "\nexec sleep 600\n");
   options.spec_dir = SpecDir();
   options.timeout = absl::Minutes(10);
   PreflightRunner runner(&launcher_, options, &clock);
   absl::StatusOr<PreflightReport> report;
   std::thread run([&] { report = runner.Run(spec_); });
-  clock.WaitForSleepers(1);  // the run waits for its runner or its deadline
+  // The run proper (after its --print-config step) waits for its runner or its deadline.
+  EXPECT_GT(WaitForPid(started), 0);
+  clock.WaitForSleepers(1);
   clock.Advance(absl::Minutes(10) + absl::Seconds(1));
   run.join();
   ASSERT_TRUE(report.ok()) << report.status();
@@ -255,6 +264,57 @@ TEST_F(PreflightRunnerTest, TheTimeoutAndElapsedFollowTheInjectedClock) {
   ASSERT_TRUE(clean.ok()) << clean.status();
   EXPECT_EQ(clean->verdict, PreflightVerdict::kClean);
   EXPECT_EQ(clean->elapsed, absl::ZeroDuration());
+}
+
+// A runner whose ranks would not fit this machine is never started: only asked what it
+// would run.
+TEST_F(PreflightRunnerTest, ARunnerTooBigForTheMachineIsRefusedBeforeItStarts) {
+  v1::JobSpec big = spec_;
+  big.mutable_model()->set_dim(8192);
+  big.mutable_model()->set_n_layers(48);
+  spec_ = big;
+  PreflightOptions options;
+  options.host_memory = [] { return HostMemory{2.0 * (1 << 30), "the test's 2 GiB", 0}; };
+  auto report = Run(Script("echo ran > " + dir_.path() + "/ran\nexit 0\n"), options);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->verdict, PreflightVerdict::kTooBig);
+  EXPECT_FALSE(std::filesystem::exists(dir_.path() + "/ran")) << "the runner ran";
+  ASSERT_TRUE(report->fit.has_value());
+  EXPECT_FALSE(report->fit->fits);
+  EXPECT_GT(report->fit->need_bytes, 100.0 * (1 << 30));
+  EXPECT_THAT(report->error, HasSubstr("more than the 2 GiB it can give (the test's 2 GiB)"));
+  EXPECT_THAT(DescribePreflightFailure(*report), StartsWith("refused, so no runner was started: the runner would need"));
+  EXPECT_STREQ(PreflightVerdictName(report->verdict), "refused");
+  EXPECT_TRUE(std::filesystem::is_empty(SpecDir()));
+}
+
+// Every process of the run is capped at its share of the machine: RLIMIT_DATA, which
+// `ulimit -d` (KiB) reports in the runner.
+TEST_F(PreflightRunnerTest, TheRunRunsUnderTheCapItsFitSays) {
+  PreflightOptions options;
+  options.host_memory = [] { return HostMemory{8.0 * (1 << 30), "test", 0}; };
+  auto report = Run(Script("echo \"cap $(ulimit -d)\"\nexit 0\n"), options);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->verdict, PreflightVerdict::kClean);
+  ASSERT_TRUE(report->fit.has_value());
+  EXPECT_TRUE(report->fit->fits);
+  const int64_t cap = static_cast<int64_t>(8.0 * (1 << 30) - kRunnerLauncherBytes);  // one rank
+  EXPECT_EQ(report->fit->data_limit_bytes, cap);
+  EXPECT_EQ(report->output_tail, "cap " + std::to_string(cap / 1024));
+}
+
+// What the runner would run comes from the runner (its --print-config), so a failure
+// there is the preflight's verdict, with its output.
+TEST_F(PreflightRunnerTest, APrintConfigThatFailsEndsThePreflight) {
+  auto bad = Run(dir_.WriteScript("runner.sh", "echo 'compile.backend: no such backend' >&2\nexit 2\n"));
+  ASSERT_TRUE(bad.ok()) << bad.status();
+  EXPECT_EQ(bad->verdict, PreflightVerdict::kBadConfig);
+  EXPECT_EQ(bad->output_tail, "compile.backend: no such backend");
+  EXPECT_FALSE(bad->fit.has_value());
+  auto garbled = Run(dir_.WriteScript("runner.sh", "echo 'not a spec'\nexit 0\n"));
+  ASSERT_TRUE(garbled.ok()) << garbled.status();
+  EXPECT_EQ(garbled->verdict, PreflightVerdict::kRunnerFailed);
+  EXPECT_THAT(garbled->error, StartsWith("its --print-config output is not a job spec: "));
 }
 
 TEST_F(PreflightRunnerTest, MissingBinaryIsAnErrorNamingIt) {

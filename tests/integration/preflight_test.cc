@@ -40,7 +40,9 @@ std::vector<json> JsonLines(const std::string& text) {
 // The fake runner. It logs each call's argv, keeps the spec it was given, and picks
 // its behaviour from the job name in that spec.
 std::string FakeRunnerScript(const std::string& dir) {
-  return "echo \"$@\" >> " + dir + "/runner-calls\n" +
+  // --print-config (what it would run, before the run): the spec it was given.
+  return "case \" $* \" in *\" --print-config \"*) cat \"$1\"; exit 0 ;; esac\n"
+         "echo \"$@\" >> " + dir + "/runner-calls\n" +
          "cp \"$1\" " + dir + "/runner-spec.json\n" +
          "case \"$(cat \"$1\")\" in\n"
          "*'\"name\":\"pf-findings\"'*)\n"
@@ -352,6 +354,49 @@ TEST_F(PreflightRealRunnerTest, PlantedSideEffectIsRejectedBeforeScheduling) {
   EXPECT_EQ(JobCount(), before + 1);
 }
 
+// --shrink runs a small model of the same structure, but says whether the full model
+// fits a worker of the fleet: this one fits none (dim 65536: terabytes a rank).
+TEST_F(PreflightRealRunnerTest, ShrinkStillHoldsTheFullModelAgainstTheLargestWorker) {
+  auto r = RunCommand({TRAINYARD_CLI, "preflight", TRAINYARD_EXAMPLES "/debug.toml", "--set", "model.dim=65536",
+                       "--set", "model.n_layers=4", "--shrink", "--controller", address_, "--train-binary",
+                       TRAINYARD_TRAIN});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;  // a finding: submitting it would be refused
+  EXPECT_NE(r.out.find("\nfleet:      the full model needs "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(", more than the largest worker has (w1: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("submit would be refused as it is"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\nrunner:     1 rank of the shrunk model, "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("preflight: FINDINGS: the shrunk run was clean"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("but the full model fits no worker of the fleet"), std::string::npos) << r.out;
+}
+
+// The preflight, on a model no machine holds: refused before any rank starts,
+// with the figure and what to do. The CLI runs under `ulimit -d` 3 GiB (RLIMIT_DATA,
+// which every process it starts inherits) so that a runner started anyway would fail
+// allocating its weights (exit 6, "can't allocate memory") instead of meeting the OOM
+// killer; the test then fails on the exit status.
+TEST(PreflightRealCliTest, AModelNoMachineHoldsIsRefusedBeforeItsRunnerStarts) {
+  auto r = RunCommand({"/bin/sh", "-c", "ulimit -d 3145728 && exec \"$0\" \"$@\"", TRAINYARD_CLI, "preflight",
+                       TRAINYARD_EXAMPLES "/debug.toml", "--set", "model.dim=65536", "--set", "model.n_layers=48",
+                       "--train-binary", TRAINYARD_TRAIN});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.out.find("preflight: refused, no runner was started: the runner would need about "), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("estimated at dp=1 dp_shard=1 tp=1 ep=1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("it can give ("), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("no layout of dp·tp=1 ranks fits"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--shrink runs the same structure"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("COMPILE"), std::string::npos) << "a rank ran: " << r.out;
+
+  // With --shrink the same model's runner fits, and runs under its cap.
+  auto shrunk = RunCommand({"/bin/sh", "-c", "ulimit -d 3145728 && exec \"$0\" \"$@\"", TRAINYARD_CLI, "preflight",
+                            TRAINYARD_EXAMPLES "/debug.toml", "--set", "model.dim=65536", "--set", "model.n_layers=2",
+                            "--shrink", "--controller", "127.0.0.1:1", "--train-binary", TRAINYARD_TRAIN});
+  EXPECT_EQ(shrunk.exit_code, 0) << shrunk.out << shrunk.err;
+  EXPECT_NE(shrunk.out.find("fleet:      not checked"), std::string::npos) << shrunk.out;
+  EXPECT_NE(shrunk.out.find("each process capped at 3 GiB (RLIMIT_DATA)"), std::string::npos) << shrunk.out;
+  EXPECT_NE(shrunk.out.find("preflight: clean"), std::string::npos) << shrunk.out;
+}
+
 TEST(PreflightRealCliTest, ShrunkPreflightNamesThePlantedTensorAndExitsOne) {
   auto r = RunCommand({TRAINYARD_CLI, "preflight", TRAINYARD_EXAMPLES "/debug.toml", "--shrink", "--set",
                        "compile.backend=jit", "--set", "compile.test_plant_side_effect=true",
@@ -359,7 +404,8 @@ TEST(PreflightRealCliTest, ShrunkPreflightNamesThePlantedTensorAndExitsOne) {
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;  // findings
   EXPECT_NE((r.out + r.err).find(kTensor), std::string::npos) << r.out << r.err;
   auto clean = RunCommand({TRAINYARD_CLI, "preflight", TRAINYARD_EXAMPLES "/debug.toml", "--shrink",
-                           "--set", "compile.backend=jit", "--train-binary", TRAINYARD_TRAIN});
+                           "--set", "compile.backend=jit", "--train-binary", TRAINYARD_TRAIN,
+                           "--controller", "127.0.0.1:1"});  // no fleet to check
   EXPECT_EQ(clean.exit_code, 0) << clean.out << clean.err;
   EXPECT_NE(clean.out.find("COMPILE"), std::string::npos) << clean.out;
 }

@@ -98,6 +98,7 @@ TEST_F(SecurityTest, ClientWithAnotherCaRefusesTheController) {
                                       (other / "ca.pem").string(), "--timeout", "60"});
   EXPECT_EQ(r.exit_code, 5);  // UNAVAILABLE
   EXPECT_NE(r.err.find("UNAVAILABLE"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("its certificate is not signed by that CA"), std::string::npos) << r.err;
 }
 
 // (c) A client certificate of the fleet's CA (OU=trainyard-client) is not a worker's.

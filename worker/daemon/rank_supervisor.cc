@@ -12,8 +12,10 @@
 #include "common/base/file_io.h"
 #include "common/base/line_reader.h"
 #include "common/base/text.h"
+#include "common/events/rank_exit.h"
 #include "common/events/rank_line.h"
 #include "worker/daemon/artifact_ref_check.h"
+#include "worker/daemon/job_inputs.h"
 #include "worker/daemon/rank_events.h"
 #include "worker/daemon/stderr_limiter.h"
 
@@ -81,9 +83,10 @@ void RankSupervisor::Emit(Rank *rank, v1::Event event) {
   sink_(std::move(event));
 }
 
-void RankSupervisor::Fail(Rank *rank, const std::string &message, bool tracked) {
+void RankSupervisor::Fail(Rank *rank, const std::string &message, bool tracked, int exit_code) {
   v1::Event e = RankEvents::State(v1::RankState::FAILED, options_.worker_name);
   e.mutable_rank_state()->set_message(message);
+  e.mutable_rank_state()->set_exit_code(exit_code);
   Emit(rank, std::move(e));
   spdlog::error("job={} attempt={} rank={} FAILED: {}", rank->job_id, rank->attempt, rank->rank,
                 message);
@@ -103,6 +106,11 @@ void RankSupervisor::Fail(Rank *rank, const std::string &message, bool tracked) 
 absl::Status RankSupervisor::Assign(const v1::Assign &assign) {
   const std::string &job = assign.job_id();
   absl::StatusOr<AttemptLaunch> launch = builder_.Build(assign);
+  // The files the ranks will open, checked here (outside mu_: it reads the file system)
+  // so that a missing one fails the attempt at once, in one message.
+  const absl::Status inputs =
+      launch.ok() ? CheckJobInputs(assign.spec(), !assign.resume_path().empty()) : absl::OkStatus();
+  bool inputs_wrong = false;
   std::vector<Rank *> reserved;
   std::vector<std::unique_ptr<Rank>> untracked;  // rejected: only gives their events a seq
   absl::Status rejected = launch.status();
@@ -122,8 +130,10 @@ absl::Status RankSupervisor::Assign(const v1::Assign &assign) {
         rejected = absl::UnavailableError("worker is shutting down");
       } else if (assign.ranks_size() > free_slots) {
         rejected = absl::ResourceExhaustedError(
-            absl::StrCat("assign needs ", assign.ranks_size(), " slots but worker ",
+            absl::StrCat("assign needs ", Counted(assign.ranks_size(), "slot"), " but worker ",
                          options_.worker_name, " has ", free_slots, " free of ", options_.slots));
+      } else {
+        inputs_wrong = !inputs.ok();
       }
     }
     for (int r : assign.ranks()) {
@@ -138,7 +148,7 @@ absl::Status RankSupervisor::Assign(const v1::Assign &assign) {
         rank->run_dir = launch->attempt_dir;
       }
       reserved.push_back(rank.get());
-      if (rejected.ok()) {
+      if (rejected.ok() && !inputs_wrong) {
         alive_[key] = std::move(rank);
       } else {
         untracked.push_back(std::move(rank));
@@ -149,6 +159,18 @@ absl::Status RankSupervisor::Assign(const v1::Assign &assign) {
   if (!rejected.ok()) {
     for (Rank *rank : reserved) Fail(rank, std::string(rejected.message()), false);
     return rejected;
+  }
+  if (inputs_wrong) {
+    // Once: the message on the first rank, the others point at it (the controller
+    // quotes the first failure it gets in the job's reason).
+    spdlog::error("job={} attempt={} not started: {}", job, assign.attempt(), std::string(inputs.message()));
+    for (size_t i = 0; i < reserved.size(); ++i) {
+      Fail(reserved[i],
+           i == 0 ? absl::StrCat(inputs.message(), " (checked before starting any rank)")
+                  : absl::StrCat("not started: the job's inputs are wrong (see rank ", reserved[0]->rank, ")"),
+           false, kRankExitInputError);
+    }
+    return inputs;
   }
   if (absl::Status written = LaunchSpecBuilder::WriteConfig(*launch); !written.ok()) {
     for (Rank *rank : reserved) Fail(rank, std::string(written.message()), true);

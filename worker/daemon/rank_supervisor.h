@@ -44,6 +44,12 @@ namespace trainyard {
 // of an attempt's ranks here share) of the attempt's live ranks, atomically; the ranks
 // remove it at their next step and agree among themselves on the step to save after.
 //
+// Before it starts an attempt's ranks, Assign checks the files they will read
+// (CheckJobInputs: the datasets, the initial weights) once for all of them: when one is
+// missing or unreadable no rank starts, the first of them reports FAILED with exit code
+// kRankExitInputError (permanent: the controller does not restart the job) and the
+// message, the others FAILED with the same code and a pointer to it.
+//
 // Every event of one (job, attempt, rank) goes to the sink in source_seq order,
 // from one of that rank's threads at a time; the sink must be thread-safe and
 // must not call back into the supervisor. A rank's exit state is emitted after
@@ -104,8 +110,9 @@ class RankSupervisor : public JobRunner {
   struct Rank;
   using Key = std::tuple<std::string, int, int>;  // job, attempt, rank
 
-  // Emits FAILED for a rank that never ran and retires it (tracked: it is in alive_).
-  void Fail(Rank *rank, const std::string &message, bool tracked);
+  // Emits FAILED (with `exit_code`) for a rank that never ran and retires it (tracked:
+  // it is in alive_).
+  void Fail(Rank *rank, const std::string &message, bool tracked, int exit_code = 0);
   void StartThreads(Rank *rank, const LaunchedProcess &launched)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void KillLocked(Rank *rank, const std::string &reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -9,6 +9,7 @@
 //   job_page.js one job;  lists.js  the jobs list and the fleet
 
 import {TOKEN_KEY, apiJson} from './api.js';
+import {fmtClock} from './dom.js';
 import {JobPage} from './job_page.js';
 import {FleetPage, JobsPage} from './lists.js';
 
@@ -24,7 +25,7 @@ document.addEventListener('DOMContentLoaded', () => {
     route();
   });
   window.addEventListener('hashchange', route);
-  setInterval(() => { document.getElementById('clock').textContent = new Date().toLocaleTimeString('en-GB'); }, 1000);
+  setInterval(() => { document.getElementById('clock').textContent = fmtClock(Date.now()); }, 1000);
   route();
 });
 

@@ -19,13 +19,18 @@ export class LineChart {
           h('span', {class: 'swatch line', style: `background:${color}`}), title,
           h('span', {class: 'swatch marker', style: `background:${this.second.color}`}), this.second.label)
       : null;
+    // What an empty chart says, as text over the canvas (so it reads as text, and the
+    // page says why: still waiting, or the job ended with nothing to draw).
+    this.empty = h('div', {class: 'chart-empty'}, 'waiting for step metrics…');
     this.el = h('div', {class: 'chart-box'},
                 h('div', {class: 'chart-title'}, title, this.last, this.second ? this.lastSecond : null, legend),
-                this.canvas);
+                h('div', {class: 'chart-area'}, this.canvas, this.empty));
     this.points = [];
     this.secondPoints = [];
     new ResizeObserver(() => this.draw()).observe(this.canvas);
   }
+  // The text an empty chart shows.
+  setEmptyText(text) { this.empty.textContent = text; }
   set(points, secondPoints) {
     this.points = points;
     this.canvas.dataset.points = String(points.length);
@@ -54,11 +59,8 @@ export class LineChart {
     g.fillStyle = '#6b7280';
     const pts = this.points, second = this.secondPoints;
     const all = pts.concat(second);
-    if (all.length === 0) {
-      g.textAlign = 'center';
-      g.fillText('waiting for step metrics…', pad.l + pw / 2, pad.t + ph / 2);
-      return;
-    }
+    this.empty.hidden = all.length > 0;
+    if (all.length === 0) return;
     let x0 = Infinity, x1 = -Infinity, y0 = Infinity, y1 = -Infinity;
     for (const [x, y] of all) {
       if (x < x0) x0 = x; if (x > x1) x1 = x;

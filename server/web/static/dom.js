@@ -20,6 +20,12 @@ export function h(tag, attrs, ...children) {
   return el;
 }
 
+// el.replaceChildren(...children) without what h() also leaves out: the DOM would
+// write a null child as the text "null" (the fleet page did, under its workers table).
+export function fill(el, ...children) {
+  el.replaceChildren(...children.flat().filter((c) => c !== undefined && c !== null && c !== false));
+}
+
 export function fmtNum(v, digits) {
   if (v === null || v === undefined || Number.isNaN(v)) return '–';
   const a = Math.abs(v);
@@ -35,11 +41,14 @@ export function fmtBytes(n) {
   while (n >= 1024 && i < units.length - 1) { n /= 1024; ++i; }
   return `${i === 0 ? n : n.toFixed(1)} ${units[i]}`;
 }
+// ISO 8601 in UTC to the second, "2026-12-06T10:47:17Z", as the CLI prints times: a
+// locale's "06/12/2026" is read as June in one country and December in the next.
 export function fmtTime(ms) {
   if (!ms) return '–';
-  const d = new Date(ms);
-  return d.toLocaleString('en-GB', {hour12: false});
+  return `${new Date(ms).toISOString().slice(0, 19)}Z`;
 }
+// The clock of the header: "10:47:17Z".
+export function fmtClock(ms) { return `${new Date(ms).toISOString().slice(11, 19)}Z`; }
 export function fmtDuration(ms) {
   if (ms === null || ms === undefined || ms < 0) return '–';
   const s = Math.round(ms / 1000);

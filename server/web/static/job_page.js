@@ -4,7 +4,7 @@
 
 import {Unauthorized, api, apiJson, showTokenPrompt} from './api.js';
 import {LineChart, expertLoadSvg} from './charts.js';
-import {badge, card, fmtBytes, fmtDuration, fmtNum, fmtTime, h, table} from './dom.js';
+import {badge, card, fill, fmtBytes, fmtDuration, fmtNum, fmtTime, h, table} from './dom.js';
 import {eventKind, numericPayload, timeMs} from './events.js';
 import {placementSummary} from './gpus.js';
 import {isPreemption, shareCards} from './share.js';
@@ -13,6 +13,19 @@ import {Page} from './page.js';
 const POLL_MS = 1000;
 const EVENT_KINDS = 'step_metrics,validation,compile,stall,job_state,checkpoint,artifact';
 const TERMINAL = new Set(['SUCCEEDED', 'FAILED', 'CANCELLED']);
+
+// How long the job has been at it: waiting (never started), running, or, once it
+// ended, how long it ran (an ended job is not "running for" anything).
+function timeCard(job) {
+  if (TERMINAL.has(job.state)) {
+    const ran = job.start_time_ms && job.end_time_ms ? fmtDuration(job.end_time_ms - job.start_time_ms) : 'never started';
+    return card('ran for', ran, `ended ${fmtTime(job.end_time_ms)}`);
+  }
+  if (job.start_time_ms) {
+    return card('running for', fmtDuration(Date.now() - job.start_time_ms), `started ${fmtTime(job.start_time_ms)}`);
+  }
+  return card('waiting for', fmtDuration(Date.now() - job.create_time_ms), `created ${fmtTime(job.create_time_ms)}`);
+}
 
 export class JobPage extends Page {
   constructor(main, id) {
@@ -114,7 +127,7 @@ export class JobPage extends Page {
     this.history = h('div', {id: 'history'});
     this.artifactsEl = h('div', {id: 'artifacts'});
     this.failure = h('div');
-    this.main.replaceChildren(
+    fill(this.main,
       h('p', {class: 'crumbs'}, h('a', {href: '#/jobs'}, '← jobs')),
       this.head, this.failure, this.cards,
       h('div', {class: 'charts'}, this.lossChart.el, this.tpsChart.el),
@@ -130,16 +143,15 @@ export class JobPage extends Page {
     if (!this.built) this.build();
     const m = this.lastMetrics;
     const v = this.lastValidation;
-    this.head.replaceChildren(
+    fill(this.head,
       h('h1', {}, job.id, ' ', h('span', {class: 'muted'}, job.name || '')), badge(job.state),
       h('span', {class: 'muted'}, `owner ${job.owner} · ${job.preset || 'custom'} · ${job.device} · dp ${job.dp}${job.dp_shard > 1 ? ` (dp_shard ${job.dp_shard})` : ''} tp ${job.tp} ep ${job.ep}`));
     const causes = (job.failure_causes || []).map((c) => h('li', {}, c));
-    this.failure.replaceChildren(
-      job.pending_reason ? h('div', {class: 'note'}, `pending: ${job.pending_reason}`) : '',
-      job.failure_reason ? h('div', {class: 'error'}, job.failure_reason, causes.length ? h('ul', {}, causes) : '') : '');
-    const end = job.end_time_ms || Date.now();
+    fill(this.failure,
+      job.pending_reason ? h('div', {class: 'note'}, `pending: ${job.pending_reason}`) : null,
+      job.failure_reason ? h('div', {class: 'error'}, job.failure_reason, causes.length ? h('ul', {}, causes) : null) : null);
     const placed = placementSummary(job);
-    this.cards.replaceChildren(
+    fill(this.cards,
       card('step', m ? `${m.step} / ${job.steps}` : `0 / ${job.steps}`,
            h('div', {class: 'progress'}, h('div', {style: `width:${m ? Math.min(100, (100 * m.step) / job.steps) : 0}%`}))),
       card('loss', m ? (Number.isFinite(m.loss) ? fmtNum(m.loss, 4) : 'not finite') : '–',
@@ -153,9 +165,13 @@ export class JobPage extends Page {
       card('ranks', String(job.world_size || job.dp * job.tp), h('span', {class: 'placement', title: placed.title}, placed.text)),
       card('checkpoint', job.last_checkpoint ? `step ${job.last_checkpoint.step}` : '–',
            job.last_checkpoint ? fmtBytes(job.last_checkpoint.bytes) : ''),
-      card('running for', job.start_time_ms ? fmtDuration(end - job.start_time_ms) : '–', `created ${fmtTime(job.create_time_ms)}`),
+      timeCard(job),
       ...shareCards(job));
     const sorted = (map) => [...map.entries()].sort((a, b) => a[0] - b[0]);
+    const empty = TERMINAL.has(job.state) ? `no step metrics: the job ended ${job.state} before it reported a step`
+                                          : 'waiting for step metrics…';
+    this.lossChart.setEmptyText(empty);
+    this.tpsChart.setEmptyText(empty);
     this.lossChart.set(sorted(this.loss), sorted(this.valLoss));
     this.tpsChart.set(sorted(this.tps));
     this.renderCompile();
@@ -166,7 +182,7 @@ export class JobPage extends Page {
 
   renderCompile() {
     if (this.regions.size === 0) {
-      this.compile.replaceChildren(h('p', {class: 'muted'}, 'No compile events yet.'));
+      fill(this.compile, h('p', {class: 'muted'}, 'No compile events yet.'));
       return;
     }
     const rows = [...this.regions.values()].map((r) => h('tr', {},
@@ -179,15 +195,15 @@ export class JobPage extends Page {
       h('td', {class: 'num'}, fmtNum(r.ms, 1)),
       h('td', {}, [...r.flags].map(([f, why]) => h('span', {class: 'flag', title: why || null}, f))),
       h('td', {class: 'reason'}, r.lastReason || '–')));
-    this.compile.replaceChildren(table(
+    fill(this.compile, table(
       ['region', 'layers', 'compiles', 'hits', 'recompiles', 'entries', 'compile ms', 'flags', 'last recompile reason'],
       rows, {class: 'grid', id: 'compile-table'}));
   }
 
   renderExperts() {
     const l = this.lastLoad;
-    if (!l) { this.experts.replaceChildren(h('p', {class: 'muted'}, 'No expert load reported yet.')); return; }
-    this.experts.replaceChildren(
+    if (!l) { fill(this.experts, h('p', {class: 'muted'}, 'No expert load reported yet.')); return; }
+    fill(this.experts,
       h('p', {class: 'muted small'}, `step ${l.step} · ${l.load.length} routed experts · imbalance (max/mean) ${fmtNum(l.imbalance, 2)}`),
       expertLoadSvg(l.load));
   }
@@ -213,19 +229,19 @@ export class JobPage extends Page {
                   h('td', {class: 'reason'}, `${s.collective || 'step timeout'} · lagging rank ${s.lagging_rank} · ` +
                     `waited ${fmtNum(s.waited_s)} s · step ${s.step}${s.message ? ' · ' + s.message : ''}`)));
     }
-    this.history.replaceChildren(rows.length
+    fill(this.history, rows.length
       ? table(['time', 'what', 'attempt', 'detail'], rows, {class: 'grid'})
       : h('p', {class: 'muted'}, 'No restarts, no preemptions and no stalls.'));
   }
 
   renderArtifacts(list) {
-    if (!list.length) { this.artifactsEl.replaceChildren(h('p', {class: 'muted'}, 'No artifacts.')); return; }
+    if (!list.length) { fill(this.artifactsEl, h('p', {class: 'muted'}, 'No artifacts.')); return; }
     const rows = list.map((a) => h('tr', {},
       h('td', {class: 'mono'}, a.name), h('td', {}, a.kind), h('td', {class: 'num'}, a.attempt),
       h('td', {class: 'num'}, a.rank < 0 ? 'worker' : a.rank), h('td', {}, a.worker),
       h('td', {class: 'num'}, fmtBytes(a.size_bytes)),
       h('td', {}, h('button', {class: 'link', onclick: () => this.download(a.name)}, 'download'))));
-    this.artifactsEl.replaceChildren(table(['name', 'kind', 'attempt', 'rank', 'worker', 'size', ''], rows,
+    fill(this.artifactsEl, table(['name', 'kind', 'attempt', 'rank', 'worker', 'size', ''], rows,
                                            {class: 'grid', id: 'artifacts-table'}));
   }
 

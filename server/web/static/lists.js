@@ -2,7 +2,7 @@
 // refreshed every 3 s.
 
 import {apiJson} from './api.js';
-import {badge, card, fmtDuration, fmtTime, h, table} from './dom.js';
+import {badge, card, fill, fmtDuration, fmtTime, h, table} from './dom.js';
 import {deviceCell, gpuSection, gpusCell} from './gpus.js';
 import {Page} from './page.js';
 
@@ -23,7 +23,7 @@ export class JobsPage extends Page {
       h('td', {}, `${j.preset || 'custom'} · ${j.steps} steps · ${j.device}`),
       h('td', {}, fmtTime(j.create_time_ms)),
       h('td', {}, j.start_time_ms ? fmtDuration((j.end_time_ms || Date.now()) - j.start_time_ms) : '–')));
-    this.main.replaceChildren(
+    fill(this.main,
       h('div', {class: 'page-head'}, h('h1', {}, 'Jobs'), h('span', {class: 'muted'}, `${data.jobs.length} shown, newest first`)),
       data.jobs.length ? table(['id', 'name', 'owner', 'state', 'attempt', 'restarts', 'ranks', 'shape', 'created', 'ran'],
                                rows, {class: 'grid', id: 'jobs-table'})
@@ -53,7 +53,7 @@ export class FleetPage extends Page {
       h('td', {}, j.estimated_start_time_ms ? fmtTime(j.estimated_start_time_ms) : '–'),
       h('td', {class: 'reason'}, j.pending_reason || '')));
     const states = Object.entries(f.jobs_by_state).map(([s, n]) => h('span', {class: 'state-count'}, badge(s), ` ${n}`));
-    this.main.replaceChildren(
+    fill(this.main,
       h('div', {class: 'page-head'}, h('h1', {}, 'Fleet')),
       h('div', {class: 'cards'},
         card('workers', `${f.connected_workers} / ${f.workers.length}`, 'connected / known'),

@@ -1,7 +1,7 @@
 // The base of every page: refresh every `period` ms until stopped; a 401 shows the prompt.
 
 import {Unauthorized, showTokenPrompt} from './api.js';
-import {h} from './dom.js';
+import {fill, h} from './dom.js';
 
 export class Page {
   constructor(main, period) { this.main = main; this.period = period; this.stopped = false; this.timer = null; }
@@ -24,7 +24,7 @@ export class Page {
     if (!this.stopped && again) this.timer = setTimeout(() => this.tick(), this.period);
   }
   renderLocked(message) {
-    this.main.replaceChildren(h('div', {class: 'locked'}, h('h1', {}, 'Token required'),
+    fill(this.main, h('div', {class: 'locked'}, h('h1', {}, 'Token required'),
                                 h('p', {class: 'muted'}, message)));
   }
   setError(message) {

@@ -64,6 +64,10 @@ class CliArgsTest : public testing::CliTest {
     }
     // "live": RUNNING with log lines; its stream stays open after them.
     add_job("live", v1::Job::RUNNING, 10, 4);
+    v1::Job live = service_.Job("live");
+    live.set_world_size(2);
+    live.mutable_spec()->mutable_parallelism()->set_dp(2);
+    service_.PutJob(live);
     service_.SetEvents("live", {FakeJobService::StateEvent("live", 1, v1::Job::RUNNING),
                                 FakeJobService::LogEvent("live", 2, 0, "info", "engine start rank 0"),
                                 FakeJobService::LogEvent("live", 3, 1, "warn", "rank 1 is slow"),
@@ -212,6 +216,9 @@ TEST_F(CliArgsTest, OneExitCodeTableForEveryCommand) {
   // Nothing listens on port 1 of loopback.
   EXPECT_EQ(RunRaw({"list", "--controller", "127.0.0.1:1", "--timeout", "5"}), 5);
   EXPECT_THAT(err_.str(), HasSubstr("UNAVAILABLE"));
+  // Refused: nothing listens there, which no TLS flag would change.
+  EXPECT_THAT(err_.str(), HasSubstr("(nothing listens at 127.0.0.1:1: is the controller running"));
+  EXPECT_THAT(err_.str(), Not(HasSubstr("--tls-ca")));
   EXPECT_EQ(RunRaw({"watch", "done", "--controller", "127.0.0.1:1", "--timeout", "5"}), 5)
       << "a first connection that fails is not retried";
 }
@@ -376,6 +383,24 @@ TEST_F(CliArgsTest, LogsFilterByRankAndStopAtTheStoredEnd) {
   EXPECT_EQ(OutLines(), (std::vector<std::string>{"00:00:03 rank 1 [warn] rank 1 is slow"}));
   ASSERT_EQ(Run({"logs", "done"}), 0);
   EXPECT_TRUE(out_.str().empty());
+}
+
+TEST_F(CliArgsTest, LogsOfARankTheJobDoesNotHaveNameItsRanks) {
+  // Printing nothing and exiting 0 would look like a quiet rank.
+  EXPECT_EQ(Run({"logs", "live", "--rank", "5"}), 2);
+  EXPECT_TRUE(out_.str().empty());
+  EXPECT_THAT(err_.str(), HasSubstr("INVALID_ARGUMENT: --rank 5: live has ranks 0 to 1 (world size 2)"));
+  EXPECT_EQ(Run({"logs", "done", "--rank", "1", "--follow"}), 2);
+  EXPECT_THAT(err_.str(), HasSubstr("--rank 1: done has only rank 0 (world size 1)"));
+}
+
+TEST_F(CliArgsTest, LogsFollowSaysWhyItEnded) {
+  EXPECT_EQ(Run({"logs", "cancelled", "--follow"}), 1);
+  EXPECT_TRUE(out_.str().empty()) << "stdout stays the log lines";
+  EXPECT_THAT(err_.str(), HasSubstr("trainyard: cancelled ended CANCELLED: why"));
+  EXPECT_EQ(Run({"logs", "done", "--follow", "-o", "json"}), 0);
+  EXPECT_TRUE(out_.str().empty());
+  EXPECT_THAT(err_.str(), HasSubstr("trainyard: done ended SUCCEEDED"));
 }
 
 TEST_F(CliArgsTest, GetDescribesTheJobAndExplainItsCompiles) {

@@ -240,7 +240,7 @@ TEST(FleetFormatTest, GetAndExplainShowThePreemptions) {
   // running goes straight to PENDING. A failure's restart stays a restart.
   state(3, v1::Job::RESTARTING, "preempted by job-9 (priority 5)", 1);
   state(4, v1::Job::PENDING, "preempted by job-9 (priority 5); waiting for slots", 1);
-  state(5, v1::Job::PENDING, "preempted by job-9 (priority 5); needs 1 slots; 0 free", 1);
+  state(5, v1::Job::PENDING, "preempted by job-9 (priority 5); needs 1 slot; 0 free", 1);
   state(6, v1::Job::RUNNING, "all ranks running", 2);
   state(7, v1::Job::RESTARTING, "rank 0 on worker w2 failed: exit code 1", 2);
   state(8, v1::Job::PENDING, "restarting: backing off", 2);

@@ -244,5 +244,36 @@ TEST(CliFormatTest, DetailsShowTheLastCheckpointAndEveryFailureCause) {
                                   "  2. worker w1 lost (no heartbeat for 11s) running rank 0\n"));
 }
 
+// gRPC's own messages for each way a connection fails (grpc 1.51, as the CLI printed
+// them against a real controller).
+TEST(CliFormatTest, TheTlsHintIsForATlsProblemOnly) {
+  const std::string addr = "127.0.0.1:7070";
+  const absl::Status refused = absl::UnavailableError(
+      "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:1: Failed to connect to remote host: "
+      "Connection refused");
+  for (bool tls : {false, true}) {
+    const std::string hint = UnreachableHint(refused, addr, tls);
+    EXPECT_EQ(hint, " (nothing listens at 127.0.0.1:7070: is the controller running, and is --controller (or "
+                    "TRAINYARD_CONTROLLER) right?)");
+    EXPECT_THAT(hint, ::testing::Not(::testing::HasSubstr("TLS")));
+  }
+  // A plaintext client at a TLS port: the controller closes the connection.
+  EXPECT_EQ(UnreachableHint(absl::UnavailableError("failed to connect to all addresses; last error: UNAVAILABLE: "
+                                                   "ipv4:127.0.0.1:40963: Socket closed"),
+                            addr, false),
+            " (controller at 127.0.0.1:7070; plaintext: a controller that serves TLS needs --tls-ca)");
+  // --tls-ca at a plaintext port, and at a controller of another CA.
+  EXPECT_THAT(UnreachableHint(absl::UnavailableError("last error: UNKNOWN: ipv4:127.0.0.1:34323: Ssl handshake failed: "
+                                                     "SSL_ERROR_SSL: error:0A00010B:SSL routines::wrong version number"),
+                              addr, true),
+              ::testing::HasSubstr("the port answered in plaintext: leave out --tls-ca"));
+  EXPECT_THAT(UnreachableHint(absl::UnavailableError("Ssl handshake failed: SSL_ERROR_SSL: error:0A000086:SSL "
+                                                     "routines::certificate verify failed"),
+                              addr, true),
+              ::testing::HasSubstr("its certificate is not signed by that CA, or not for this address"));
+  EXPECT_EQ(UnreachableHint(absl::DeadlineExceededError("Deadline Exceeded"), addr, false),
+            " (controller at 127.0.0.1:7070)");
+}
+
 }  // namespace
 }  // namespace trainyard::cli

@@ -101,7 +101,8 @@ TEST(CliMemoryTest, PreflightPrintsTheEstimateFirst) {
   PosixProcessLauncher launcher;
   cli::PreflightCommandOptions options;
   options.job_file = std::string(TRAINYARD_EXAMPLES) + "/debug.toml";
-  options.train_binary = dir.WriteScript("trainyard-train", "exit 0\n");
+  options.train_binary = dir.WriteScript(
+      "trainyard-train", "case \" $* \" in *\" --print-config \"*) cat \"$1\"; exit 0 ;; esac\nexit 0\n");
   options.spec_dir = dir.path();
   std::ostringstream out, err;
   ASSERT_EQ(cli::RunPreflightCommand(options, &launcher, SystemClock(), out, err), cli::kPreflightClean)

@@ -290,10 +290,30 @@ TEST(JobHistoryTest, GetDescribesHistoryAttemptsMetricsAndArtifacts) {
   EXPECT_THAT(text, HasSubstr("ended RESTARTING"));
   EXPECT_THAT(text, HasSubstr("ended SUCCEEDED"));
   EXPECT_THAT(text, HasSubstr("metrics    step 4/4 loss 3.0000"));
-  EXPECT_THAT(text, HasSubstr("(5 steps, first 6.0000, last 3.0000)"));
+  // Five reports, but of steps 1 to 4: attempt 2 resumed at step 2.
+  EXPECT_THAT(text, HasSubstr("(5 reports of steps 1 to 4, first 6.0000, last 3.0000)"));
   EXPECT_THAT(text, HasSubstr("workers    rank 0@w1"));
   EXPECT_THAT(text, HasSubstr("trace-r0.json"));
   EXPECT_THAT(text, HasSubstr("checkpoints none"));
+}
+
+TEST(JobHistoryTest, TheLossLineCountsStepsOnlyWhenEveryStepReported) {
+  v1::Job job;
+  job.set_id("job-2");
+  job.set_state(v1::Job::SUCCEEDED);
+  job.mutable_spec()->mutable_training()->set_steps(20);
+  JobHistory every_second;  // training.log_freq = 2: steps 2, 4, ..., 20
+  JobHistory every_step;
+  for (int step = 1; step <= 20; ++step) {
+    if (step % 2 == 0) every_second.Add(StepEvent(step, step, 7.0 - 0.1 * step, step));
+    every_step.Add(StepEvent(step, step, 7.0 - 0.1 * step, step));
+  }
+  EXPECT_THAT(FormatJobDescription(job, every_second, {}),
+              HasSubstr("(10 reports of steps 2 to 20, first 6.8000, last 5.0000)"));
+  EXPECT_THAT(FormatJobDescription(job, every_step, {}), HasSubstr("(20 steps, first 6.9000, last 5.0000)"));
+  JobHistory one;
+  one.Add(StepEvent(1, 1, 7.0, 1));
+  EXPECT_THAT(FormatJobDescription(job, one, {}), HasSubstr("(1 step, first 7.0000, last 7.0000)"));
 }
 
 TEST(JobHistoryTest, GetNamesTheShardDegreeOnlyWhenParametersAreSharded) {

@@ -218,6 +218,14 @@ class SentencePieceTest(Base):
         self.assertEqual(decode(model, [docs[0][:-1]])[0], "good line\nbad \ufffd byte\n".encode())
 
 
+class HelpTest(unittest.TestCase):
+    def test_help_ends_with_an_example(self):
+        r = subprocess.run([TOOL, "--help"], capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("Examples:\n  trainyard-tokenize -o /data/corpus /data/text", r.stdout)
+        self.assertIn("--set training.dataset_path=/data/corpus.idx --set model.vocab_size=N", r.stdout)
+
+
 class HostileTest(Base):
     def test_missing_input(self):
         prefix = os.path.join(self.dir, "o")

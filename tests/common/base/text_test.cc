@@ -49,6 +49,15 @@ TEST(Utf8Test, ValidCopyReplacesEachBadByteAndKeepsTheRest) {
   EXPECT_TRUE(IsUtf8(ToValidUtf8("\xe2\x82\xed\xa0\x80\xf4\x90\x80\x80 tail")));
 }
 
+TEST(CountedTest, SingularOnlyForOne) {
+  EXPECT_EQ(Counted(1, "slot"), "1 slot");
+  EXPECT_EQ(Counted(2, "slot"), "2 slots");
+  EXPECT_EQ(Counted(0, "GPU"), "0 GPUs");
+  EXPECT_EQ(Counted(-1, "slot"), "-1 slots");
+  EXPECT_EQ(Counted(1, "process", "processes"), "1 process");
+  EXPECT_EQ(Counted(3, "process", "processes"), "3 processes");
+}
+
 TEST(FreePortTest, GivesABindableLoopbackPort) {
   absl::StatusOr<int> a = FreeLoopbackPort();
   ASSERT_TRUE(a.ok()) << a.status();

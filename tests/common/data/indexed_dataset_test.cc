@@ -228,6 +228,8 @@ TEST(IndexedDatasetTest, InvalidTokensAreRefusedWhereTheyAreRead) {
   EXPECT_TRUE((*neg)->Read(0, 5, out.data()).ok());
   EXPECT_TRUE(ErrorHas((*neg)->Read(2, 6, out.data()),
                        {kKey, dir + "/neg.bin", "token -5 (int32) at byte offset 24", "model.vocab_size 1000"}));
+  // No vocabulary holds a negative id: nothing to set.
+  EXPECT_EQ(std::string((*neg)->Read(2, 6, out.data()).message()).find("set model"), std::string::npos);
 
   WriteIndexed(Spec(dir + "/frac", 7, "[[[1, 2.5]]]"));
   EXPECT_TRUE(ErrorHas((*OpenTokens(dir + "/frac.bin"))->Read(0, 2, out.data()),

@@ -70,7 +70,9 @@ TEST(TokenCorpusTest, TextIsOneTokenPerByteOfAnyFile) {
   ASSERT_TRUE(small.ok());
   std::vector<std::int64_t> out(5);
   EXPECT_TRUE(ErrorHas((*small)->Read(0, 5, out.data()),
-                       {kKey, dir + "/notes.md", "token 255 (uint8) at byte offset 2", "model.vocab_size 200"}));
+                       {kKey, dir + "/notes.md", "token 255 (uint8) at byte offset 2", "model.vocab_size 200",
+                        // What to set, not only what is wrong.
+                        "; set model.vocab_size to at least 256, or to the size trainyard-tokenize printed"}));
 }
 
 TEST(TokenCorpusTest, ATokenPastTheFirstReadWindowIsReportedAtItsByteOffset) {

@@ -41,7 +41,7 @@ TEST(GangSchedulerTest, NotEnoughSlotsSaysHowMany) {
   EXPECT_FALSE(d.placed);
   EXPECT_EQ(d.pending_reason, "needs 4 slots; 3 free: b=2, a=1");
   auto none = GangScheduler::Place("j", Spec(1, 1), {});
-  EXPECT_EQ(none.pending_reason, "needs 1 slots; no workers connected");
+  EXPECT_EQ(none.pending_reason, "needs 1 slot; no workers connected");
 }
 
 TEST(GangSchedulerTest, RanksPerWorkerCapsEachWorker) {

@@ -82,8 +82,8 @@ TEST(GpuAdmissionTest, Bf16NeedsTheCapabilityOnAnyDevice) {
   auto refused = AdmissionPolicy::Admit(bf16, Fleet({CpuWorker("w1")}));
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(refused.status().message(),
-            "training.mixed_precision=bf16 needs a worker whose engine has the bf16 capability; none of the 1 "
-            "connected workers has it (w1: libtorch 1.13.0, cuda=false, bf16=false)");
+            "training.mixed_precision=bf16 needs a worker whose engine has the bf16 capability; the one "
+            "connected worker does not have it (w1: libtorch 1.13.0, cuda=false, bf16=false)");
   FleetWorker cpu_bf16 = CpuWorker("w1");
   cpu_bf16.bf16 = true;
   EXPECT_TRUE(AdmissionPolicy::Admit(bf16, Fleet({cpu_bf16})).ok());

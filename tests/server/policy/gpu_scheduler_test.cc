@@ -111,7 +111,7 @@ TEST(GpuSchedulerTest, CudaJobsUseOnlyWorkersWithGpusAndACudaEngine) {
   auto none = GangScheduler::Place("j", Cuda(1, 1), {cpu, no_engine});
   EXPECT_FALSE(none.placed);
   EXPECT_EQ(none.pending_reason,
-            "needs 1 GPUs; none of the 2 connected workers can run it (c1: no GPUs, its engine is not built with "
+            "needs 1 GPU; none of the 2 connected workers can run it (c1: no GPUs, its engine is not built with "
             "CUDA; g0: its engine is not built with CUDA)");
   auto d = GangScheduler::Place("j", Cuda(2, 1), {cpu, no_engine, GpuWorker("g1", 2)});
   ASSERT_TRUE(d.placed) << d.pending_reason;
@@ -145,7 +145,7 @@ TEST(GpuSchedulerTest, EngineCapabilitiesGateCudagraphAndBf16) {
   v1::JobSpec bf16 = Cpu(1);
   bf16.mutable_training()->set_mixed_precision("bf16");
   auto b = GangScheduler::Place("j", bf16, {WorkerSnapshot{"c1", 4}});
-  EXPECT_EQ(b.pending_reason, "needs 1 slots; none of the 1 connected workers can run it (c1: its engine lacks bf16)");
+  EXPECT_EQ(b.pending_reason, "needs 1 slot; the one connected worker cannot run it (c1: its engine lacks bf16)");
 }
 
 // EASY backfill over GPUs: "run" holds GPUs 0-3 of an 8-GPU worker for 100 s more; the

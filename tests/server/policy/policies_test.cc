@@ -174,10 +174,22 @@ TEST(AdmissionPolicyTest, TheWorldMustFitTheConnectedSlots) {
   EXPECT_EQ(too_big.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(too_big.status().message()), HasSubstr("world size"));
   EXPECT_THAT(std::string(too_big.status().message()), HasSubstr("4"));
+  EXPECT_EQ(too_big.status().message(),
+            "world size dp·tp=4 exceeds the 3 slots of all connected workers (lower parallelism.dp=2 or "
+            "parallelism.tp=2, or connect more workers)");
   EXPECT_TRUE(AdmissionPolicy::Admit(Tiny(2, 2), Slots(4)).ok());
   EXPECT_EQ(AdmissionPolicy::Admit(Tiny(1), Slots(0)).status().code(),
             absl::StatusCode::kInvalidArgument)
       << "no workers connected";
+  // A degree that is already 1 is not named as one to lower, and one slot is a slot.
+  EXPECT_EQ(AdmissionPolicy::Admit(Tiny(2), Slots(1)).status().message(),
+            "world size dp·tp=2 exceeds the 1 slot of all connected workers (lower parallelism.dp=2, or connect "
+            "more workers)");
+  EXPECT_EQ(AdmissionPolicy::Admit(Tiny(1, 2), Slots(1)).status().message(),
+            "world size dp·tp=2 exceeds the 1 slot of all connected workers (lower parallelism.tp=2, or connect "
+            "more workers)");
+  EXPECT_EQ(AdmissionPolicy::Admit(Tiny(1), Slots(0)).status().message(),
+            "world size dp·tp=1 exceeds the 0 slots of all connected workers (connect a worker)");
 }
 
 TEST(AdmissionPolicyTest, PassesSpecErrorsThroughUnchanged) {

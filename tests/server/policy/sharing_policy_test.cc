@@ -52,7 +52,7 @@ TEST(SharingPolicyTest, QuotaNamesGpus) {
   const SharingPolicy p = Policy();
   EXPECT_EQ(QuotaCheck(p, {{"alice", {2, 2}}}, "alice", {3, 3}), "quota: alice uses 2 of 4 GPUs; needs 3");
   EXPECT_EQ(QuotaCheck(p, {}, "alice", {5, 5}), "quota: alice may use 4 GPUs; needs 5");
-  EXPECT_EQ(QuotaCheck(p, {{"solo", {0, 1}}}, "solo", {1, 1}), "quota: solo uses 1 of 1 GPUs; needs 1");
+  EXPECT_EQ(QuotaCheck(p, {{"solo", {0, 1}}}, "solo", {1, 1}), "quota: solo uses 1 of 1 GPU; needs 1");
   EXPECT_EQ(QuotaCheck(p, {{"solo", {0, 1}}}, "solo", {1, 0}), "") << "a CPU job needs no GPU";
 }
 

@@ -191,7 +191,7 @@ TEST_F(GpuJobsTest, AdmissionRefusesWhatNoConnectedWorkerCanRun) {
   auto cuda = manager_->Submit(CudaSpec(1, 1), "alice");
   EXPECT_EQ(cuda.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(cuda.status().message()),
-              HasSubstr("none of the 1 connected workers has both (c1: libtorch unknown, cuda=false, 0 GPUs)"));
+              HasSubstr("the one connected worker does not have both (c1: libtorch unknown, cuda=false, 0 GPUs)"));
   ConnectGpu(GpuReg("g1", 2));
   v1::JobSpec graph = CudaSpec(1, 1);
   graph.mutable_compile()->set_backend("cudagraph");

@@ -382,7 +382,7 @@ TEST_F(JobLifecycleTest, APendingJobsEstimatedStartFollowsTheRunningJobsStepTime
   quick.mutable_job()->set_time_limit_s(60);
   const std::string late = Submit(quick);
   EXPECT_EQ(Job(late).state(), v1::Job::PENDING);
-  EXPECT_EQ(Job(late).pending_reason(), "queued behind " + head + "; needs 1 slots; 0 free: w1=0");
+  EXPECT_EQ(Job(late).pending_reason(), "queued behind " + head + "; needs 1 slot; 0 free: w1=0");
   EXPECT_FALSE(Job(late).has_estimated_start_time());
 }
 
@@ -416,7 +416,7 @@ TEST_F(JobLifecycleTest, HigherPriorityGoesFirstThenFifoAndTheHeadHoldsTheRestBa
   const std::string low = Submit(Spec(1, 1, 0, /*priority=*/0));
   const std::string high = Submit(Spec(1, 1, 0, /*priority=*/5));
   EXPECT_EQ(Job(high).pending_reason(),
-            "needs 1 slots; 0 free: w1=0; no start estimate until the jobs it waits for report a "
+            "needs 1 slot; 0 free: w1=0; no start estimate until the jobs it waits for report a "
             "step time or declare job.time_limit_s");
   EXPECT_EQ(Job(low).pending_reason(), "queued behind " + high + ", whose start cannot be estimated");
   Report(w1, first, 1, {0}, v1::RankState::EXITED);

@@ -79,7 +79,7 @@ TEST_F(JobQuotaTest, TwoJobsPlacedInOnePassCannotPassAQuotaTogether) {
   Conn w2 = Connect("w2", 2);  // two free slots at once: one pass places what fits
   EXPECT_EQ(Job(a1).state(), v1::Job::SCHEDULED);
   EXPECT_EQ(Job(a2).state(), v1::Job::PENDING);
-  EXPECT_EQ(Job(a2).pending_reason(), "quota: alice uses 1 of 1 slots; needs 1");
+  EXPECT_EQ(Job(a2).pending_reason(), "quota: alice uses 1 of 1 slot; needs 1");
   (void)blocker;
   (void)w1;
   (void)w2;

@@ -72,7 +72,10 @@ class PreflightGateTest : public ::testing::Test {
   std::unique_ptr<PreflightGate> Gate(const std::string& body, int max_queued = 8,
                                       absl::Duration timeout = absl::Seconds(60)) {
     PreflightGateOptions options;
-    options.binary = dir_.WriteScript("runner.sh", body);
+    // Asked --print-config, the runner prints the spec it was given (and runs nothing).
+    options.binary = dir_.WriteScript(
+        "runner.sh", "case \" $* \" in *\" --print-config \"*) cat \"$1\"; exit 0 ;; esac\n" + body);
+    options.host_memory = host_memory_;
     options.timeout = timeout;
     options.spec_dir = dir_.path() + "/specs";
     options.max_queued = max_queued;
@@ -87,6 +90,7 @@ class PreflightGateTest : public ::testing::Test {
   }
 
   TempDir dir_;
+  std::function<absl::StatusOr<HostMemory>()> host_memory_;  // unset: this machine's
   PosixProcessLauncher launcher_;
   ControllerMetrics metrics_;
   v1::JobSpec spec_;
@@ -100,6 +104,28 @@ TEST_F(PreflightGateTest, CleanPreflightIsOk) {
   EXPECT_TRUE(out.status.ok()) << out.status;
   EXPECT_EQ(Preflights("clean"), 1);
   EXPECT_EQ(Rejected(), 0);
+}
+
+// The controller's machine runs the preflight whole: a job whose runner would not fit it
+// is refused before a runner starts, saying so, with what to do instead.
+TEST_F(PreflightGateTest, ARunnerTooBigForTheControllersMachineIsRefusedUnstarted) {
+  host_memory_ = [] { return HostMemory{1.0 * (1 << 30), "MemAvailable (test)", 0}; };
+  auto gate = Gate("echo ran > " + dir_.path() + "/ran\nexit 0\n");
+  v1::JobSpec big = spec_;
+  big.mutable_model()->set_dim(4096);
+  big.mutable_model()->set_n_layers(16);
+  Outcome out;
+  gate->Check(big, nullptr, out.Callback());
+  ASSERT_TRUE(out.Wait());
+  EXPECT_EQ(out.status.code(), absl::StatusCode::kFailedPrecondition);
+  const std::string message(out.status.message());
+  EXPECT_THAT(message, HasSubstr("preflight refused, so no job was created: compile.preflight=true runs the job's "
+                                 "ranks on the controller's machine, and the runner would need about "));
+  EXPECT_THAT(message, HasSubstr("more than the 1 GiB it can give (MemAvailable (test))"));
+  EXPECT_THAT(message, HasSubstr("`trainyard preflight JOB.toml --shrink`"));
+  EXPECT_FALSE(std::filesystem::exists(dir_.path() + "/ran"));
+  EXPECT_EQ(Preflights("refused"), 1);
+  EXPECT_EQ(Rejected(), 1);
 }
 
 TEST_F(PreflightGateTest, FindingsAreFailedPreconditionNamingRegionAndTensor) {

@@ -21,7 +21,12 @@ a real worker training a job.
   5. The job cancelled, its events are the proto3 JSON of trainyard.v1.Event (every
      field by its .proto name, 64-bit integers as strings), and the job page's charts
      hold exactly the steps (and validation runs) the API served, the step card the
-     last one.
+     last one; the time card says how long it ran, not "running for".
+  6. A job whose dataset file is missing fails at once (the worker checks it before
+     starting a rank): its page's empty charts say it ended before reporting a step.
+Every page it visits must show no literal null, undefined or NaN (text, titles), its
+dates are ISO 8601 (2026-12-06T10:47:17Z), and at 1400 px the job page's card
+subtitles are not cut and its compile table fits the page's width.
 
 Run by ctest (tests/server/web/CMakeLists.txt, label `web`) with the tree's Python
 (TRAINYARD_PYTHON, the venv of deploy/python-requirements.txt):
@@ -49,7 +54,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-DEADLINE_S = 100  # the whole test; ctest's TIMEOUT is above it
+DEADLINE_S = 130  # the whole test; ctest's TIMEOUT (150) is above it
 started = time.monotonic()
 
 # ctest reads stdout and stderr through pipes: every line as it is written (the watchdog
@@ -90,6 +95,45 @@ def expect_text(locator, what, want):
     for w in want:
         if w not in text:
             fail(f"{what}: no {js(w)} in {js(text)}")
+
+
+# What a value the page failed to format looks like once it reaches the DOM.
+LITERALS = re.compile(r"\b(null|undefined|NaN)\b")
+ISO_TIME = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"
+
+
+def check_no_literals(page, where):
+    """No literal null, undefined or NaN in the page's text or in a title, label or
+    placeholder (what a tooltip shows)."""
+    texts = page.evaluate("""() => {
+      const out = [document.body.innerText];
+      for (const el of document.querySelectorAll('[title],[aria-label],[placeholder]')) {
+        for (const a of ['title', 'aria-label', 'placeholder']) if (el.hasAttribute(a)) out.push(el.getAttribute(a));
+      }
+      return out;
+    }""")
+    for text in texts:
+        m = LITERALS.search(text or "")
+        if m:
+            around = squash(text[max(0, m.start() - 80):m.end() + 80])
+            fail(f"{where}: the page shows a literal {m.group(1)}: ...{around}...")
+
+
+def check_layout_at_1400(page):
+    """The job page at the test's 1400 px: every card subtitle whole (wrapped, not cut),
+    the compile table inside its section, nothing wider than the window."""
+    cut = page.evaluate("""() => [...document.querySelectorAll('.card-sub')]
+        .filter((e) => e.scrollWidth > e.clientWidth + 1 || e.scrollHeight > e.clientHeight + 1)
+        .map((e) => e.textContent)""")
+    if cut:
+        fail(f"card subtitles cut at 1400 px: {js(cut)}")
+    widths = page.evaluate("""() => {
+      const t = document.querySelector('#compile-table');
+      return {table: t.getBoundingClientRect().width, section: t.parentElement.getBoundingClientRect().width,
+              page: document.documentElement.scrollWidth, window: window.innerWidth};
+    }""")
+    if widths["table"] > widths["section"] + 1 or widths["page"] > widths["window"]:
+        fail(f"the compile table overflows sideways at 1400 px: {js(widths)}")
 
 
 def worker_row(page, name):
@@ -186,6 +230,7 @@ def check_gpu_fleet(page):
     # gw's two free GPUs and g1's one free of three.
     expect_text(page.locator(".card", has_text="GPUs free"), "the GPUs card", ["3 / 5", "2 unhealthy"])
     page.screenshot(path=os.path.join(os.path.dirname(screenshot), "web-fleet-gpus.png"), full_page=True)
+    check_no_literals(page, "the fleet page with GPU workers")
     page.unroute("**/api/fleet")
     log("fleet page shows the GPU worker g1: models, free/unhealthy GPUs, capabilities, per-GPU samples")
 
@@ -573,6 +618,11 @@ with sync_playwright() as playwright:
         for want in ["rank 0: w1 gpu 0 GPU-5f0c6a4e-test", "w1 NCCL: NCCL_SOCKET_IFNAME=lo"]:
             if want not in (title or ""):
                 fail(f"the ranks card's title {js(title)} lacks {js(want)}")
+        check_no_literals(page, "the running job's page")
+        check_layout_at_1400(page)
+        time_sub = job_card("running for").locator(".card-sub").text_content() or ""
+        if not re.fullmatch(f"started {ISO_TIME}", time_sub):
+            fail(f"the running job's time card says {js(time_sub)}, not 'started' and an ISO 8601 time")
         page.unroute(is_job)
         log("the ranks card shows the worker, and a rank's GPU and the NCCL settings when the job has them; "
             "the attempt card the preemptions, the quota and fair share cards the owner's share")
@@ -588,10 +638,16 @@ with sync_playwright() as playwright:
         if page.locator("#token-prompt").is_visible():
             fail("the token was not kept for the tab")
         log("fleet page lists w1")
+        # A CPU fleet: no GPU section, and nothing where it would be.
+        check_no_literals(page, "the fleet page of a CPU fleet")
         check_gpu_fleet(page)
         page.goto(f"{base}/#/jobs")
         page.locator("#jobs-table tbody tr a", has_text=job_id).wait_for(timeout=10_000)
-        log(f"jobs list shows {job_id}")
+        created = page.locator("#jobs-table tbody tr", has_text=job_id).locator("td").nth(8).text_content() or ""
+        if not re.fullmatch(ISO_TIME, created):
+            fail(f"the jobs list's created time is {js(created)}, not ISO 8601 (2026-12-06T10:47:17Z)")
+        check_no_literals(page, "the jobs list")
+        log(f"jobs list shows {job_id}, created {created}")
 
         # 5. The events are the proto3 JSON of trainyard.v1.Event, and the page reads that
         #    dialect: once the job ended, its charts hold exactly the steps the API served.
@@ -650,6 +706,41 @@ with sync_playwright() as playwright:
             fail(f"the step card says {js(step_card)}, the last step is {last_step}")
         log(f"{len(served)} step_metrics and {len(validations)} validation events as proto3 JSON; the charts hold "
             f"their {len(loss)} and {len(val_steps)} steps")
+        # An ended job ran for a while; it is not "running for" anything.
+        expect_text(job_card("ran for"), "the cancelled job's time card", ["ended 20"])
+        if page.locator("#job-cards .card-label", has_text="running for").count():
+            fail("the cancelled job's page still says running for")
+        check_no_literals(page, "the cancelled job's page")
+        log("the cancelled job's page says how long it ran")
+
+        # 6. A missing dataset file: the worker refuses before starting a rank, and the
+        #    job fails at once (no restart); its page's charts say why they are empty.
+        missing = os.path.join(work_dir, "no-such-corpus.txt")
+        bad = cli(["submit", job_file, "--set", "model.preset=tiny", "--set", "training.dataset=text",
+                   "--set", f"training.dataset_path={missing}", "--set", "restart.max_restarts=2",
+                   "--output", "json"])
+        if bad.status != 0:
+            fail(f"trainyard submit of the job without its dataset failed: {bad.stderr}")
+        bad_id = json.loads(next(l for l in bad.stdout.split("\n") if l.startswith("{")))["id"]
+
+        def failed_job():
+            r = cli(["get", bad_id, "--output", "json"])
+            jobs = json_lines(r.stdout) if r.status == 0 else []
+            return jobs[0] if jobs and jobs[0].get("state") == "FAILED" else None
+        failed = wait_for(f"{bad_id} to fail", failed_job, 30_000)
+        reason = failed.get("failure_reason", "")
+        for want in [f"file {missing} does not exist", "permanent"]:
+            if want not in reason:
+                fail(f"{bad_id} failed with {js(reason)}, which lacks {js(want)}")
+        page.goto(f"{base}/#/jobs/{encode_uri_component(bad_id)}")
+        page.locator(".page-head .badge", has_text="FAILED").wait_for(timeout=20_000)
+        expect_text(page.locator("#loss-chart + .chart-empty"), "the failed job's loss chart",
+                    ["no step metrics: the job ended FAILED before it reported a step"])
+        if page.locator("#loss-chart + .chart-empty").is_hidden():
+            fail("the failed job's empty loss chart says nothing")
+        check_no_literals(page, "the failed job's page")
+        log(f"{bad_id} without its dataset failed at once ({squash(reason)[:120]}...); its page says why the "
+            "charts are empty")
         if console_errors:
             fail(f"errors in the page: {' | '.join(console_errors)}")
     except Exception:  # SystemExit (fail) passes through

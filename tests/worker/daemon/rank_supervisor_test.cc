@@ -12,6 +12,7 @@
 #include "common/base/posix_process_launcher.h"
 #include "tests/fakes/fake_clock.h"
 #include "common/events/proto_json.h"
+#include "common/events/rank_exit.h"
 #include "tests/worker/daemon/test_util.h"
 
 namespace trainyard {
@@ -388,6 +389,44 @@ TEST(RankSupervisorSlotsTest, RejectsAssignNeedingMoreSlotsThanFree) {
   EXPECT_EQ(launcher.launches, 1);
   EXPECT_EQ(events.events().back().rank_state().state(), v1::RankState::FAILED);
   EXPECT_EQ(sup.FreeSlots(), 1);
+}
+
+TEST(RankSupervisorInputsTest, AMissingDatasetFailsEveryRankBeforeAnyStartsInOneMessage) {
+  TempDir dir;
+  RealClock clock;
+  CountingLauncher launcher;
+  EventCollector events;
+  RankSupervisor::Options o;
+  o.worker_name = "w1";
+  o.rank_binary = "/nonexistent";
+  o.work_dir = dir.path();
+  o.slots = 2;
+  RankSupervisor sup(o, &launcher, &clock, [&](v1::Event e) { events.Add(std::move(e)); });
+  v1::Assign assign = MakeAssign({0, 1}, 2);
+  const std::string corpus = dir.path() + "/corpus.txt";
+  assign.mutable_spec()->mutable_training()->set_dataset("text");
+  assign.mutable_spec()->mutable_training()->set_dataset_path(corpus);
+  EXPECT_EQ(sup.Assign(assign).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(launcher.launches, 0) << "no rank process was started";
+  auto ev = events.events();
+  ASSERT_EQ(ev.size(), 2u);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(ev[r].rank(), r);
+    EXPECT_EQ(ev[r].rank_state().state(), v1::RankState::FAILED);
+    // Permanent: the controller fails the job instead of restarting it.
+    EXPECT_EQ(ev[r].rank_state().exit_code(), kRankExitInputError);
+  }
+  // The file's name once, on the first rank; the other rank points at it.
+  EXPECT_EQ(ev[0].rank_state().message(), "training.dataset_path: entry \"" + corpus + "\": file " + corpus +
+                                              " does not exist (checked before starting any rank)");
+  EXPECT_EQ(ev[1].rank_state().message(), "not started: the job's inputs are wrong (see rank 0)");
+  EXPECT_EQ(sup.FreeSlots(), 2);
+
+  // Once the file is there, the ranks are started (this launcher refuses them).
+  std::ofstream(corpus) << "text\n";
+  assign.set_attempt(2);
+  EXPECT_EQ(sup.Assign(assign).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(launcher.launches, 2);
 }
 
 TEST(RankSupervisorSlotsTest, RejectsJobIdThatEscapesWorkDir) {

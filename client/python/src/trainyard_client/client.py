@@ -11,11 +11,11 @@ import time
 from typing import Any, Iterable, Iterator, List, Mapping, Optional, Union
 
 import grpc
-from google.protobuf import json_format
 
 from ._stubs import job_pb2, job_service_pb2, job_service_pb2_grpc, spec_pb2
 from .errors import DataLoss, TrainyardError, from_rpc_error
 from .results import ArtifactInfo, CheckpointRef, DrainResult, Event, Job, JobState, WorkerInfo
+from .spec import spec_from_dict
 
 DEFAULT_CONTROLLER = "127.0.0.1:7070"
 # A token travels as an HTTP/2 header value: printable ASCII without spaces. The CLI
@@ -44,11 +44,6 @@ _CHECKPOINT_DEADLINE_MARGIN_S = 30.0
 _MAX_RECEIVE_BYTES = 64 * 1024 * 1024
 
 Spec = Union[Mapping[str, Any], "spec_pb2.JobSpec"]
-
-
-class SpecError(ValueError):
-    """A spec that cannot be a JobSpec (an unknown section or key, a wrong type); found
-    before anything is sent. Rules on values are the controller's: InvalidArgument."""
 
 
 def _quote(text: str, limit: int = 100) -> str:
@@ -88,32 +83,6 @@ def is_loopback(address: str) -> bool:
     host, sep, _ = address.rpartition(":")
     parts = host.split(".")
     return bool(sep) and len(parts) == 4 and parts[0] == "127" and all(p.isdigit() for p in parts)
-
-
-def spec_from_dict(spec: Mapping[str, Any]) -> "spec_pb2.JobSpec":
-    """A JobSpec from a dict in the job file's shape ({"model": {"preset": "tiny"}, ...})."""
-    try:
-        return json_format.ParseDict(dict(spec), spec_pb2.JobSpec())
-    except json_format.ParseError as e:
-        raise SpecError(str(e).splitlines()[0][:300]) from None
-
-
-def load_job_file(path: str, overrides: Optional[Mapping[str, Any]] = None) -> dict:
-    """A TOML job file (examples/debug.toml documents every key) as a dict for submit(),
-    with `overrides` {"training.steps": 5} applied like the CLI's --set."""
-    import tomllib  # Python 3.11
-
-    with open(path, "rb") as f:
-        try:
-            spec = tomllib.load(f)
-        except tomllib.TOMLDecodeError as e:
-            raise SpecError(f"{path}: {e}") from None
-    for key, value in (overrides or {}).items():
-        section, dot, name = key.partition(".")
-        if not dot or not section or not name or "." in name:
-            raise SpecError(f"override {_quote(key)} is not SECTION.KEY")
-        spec.setdefault(section, {})[name] = value
-    return spec
 
 
 class Client:

@@ -33,6 +33,14 @@ class JobState(enum.IntEnum):
     CANCELLED = 6
     RESTARTING = 7
 
+    # Python 3.11's IntEnum prints as its number (`print(job.state)` said 2); a state is
+    # read by people as its name, as the CLI prints it. int(state) is still the number.
+    def __str__(self) -> str:
+        return self.name
+
+    def __format__(self, spec: str) -> str:
+        return format(self.name, spec)
+
     @property
     def terminal(self) -> bool:
         """SUCCEEDED, FAILED and CANCELLED: the job will not change again."""
