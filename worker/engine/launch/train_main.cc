@@ -232,7 +232,9 @@ int main(int argc, char** argv) {
                  "ranks keep flight-recorder rings in DIR/flight and write flight dumps and profiler traces "
                  "to DIR/artifacts (default: each rank's temp folder, see trainyard-rank --help)");
   app.add_flag("--json", f.json_output, "print rank 0's events as JSON lines");
-  app.add_flag("--print-config", f.print_config, "print the normalised JobSpec JSON and exit");
+  app.add_flag("--print-config", f.print_config,
+               "print the normalised JobSpec JSON and exit; with --preflight [--shrink], the spec the "
+               "preflight would run (the preflight runner reads it to size its memory check)");
   app.add_flag("--preflight", f.preflight,
                "run 3 steps of the job's structure on local CPU ranks and report compile findings "
                "(exit 0 clean, 3 findings, 1 rank failure, 2 bad input)");
