@@ -89,7 +89,8 @@ class WorkerRegistry {
   // Records worker `reg.name()` as connected on `conn` and queues its RegisterAck. A
   // known worker keeps its slot usage and port rotation. While another stream holds the
   // name and was heard from within three heartbeat intervals (at most the timeout),
-  // ALREADY_EXISTS and nothing changes (running jobs are untouched); an older stream
+  // ALREADY_EXISTS naming the holder (its address, slots, registration time) and nothing
+  // changes (running jobs are untouched); an older stream
   // silent for longer is closed and replaced, keeping the worker's jobs. INVALID_ARGUMENT for an empty name, slots <= 0, a bad rendezvous
   // port range or GPUs request_validation::CheckDevices refuses (nothing changes then).
   absl::Status Register(int64_t conn, const v1::Register& reg,
@@ -203,6 +204,7 @@ class WorkerRegistry {
     v1::Register reg;
     std::shared_ptr<WorkerChannel> channel;
     bool connected = false;
+    absl::Time registered_at;  // of the current registration
     absl::Time last_seen;
     int next_port = 0;
     int used = 0;  // slots held by ranks that have not ended

@@ -83,8 +83,11 @@ TEST_F(WorkerRegistryTest, ASecondStreamClaimingALiveWorkersNameIsRefusedAndChan
   absl::Status s = registry_.Register(2, Reg("w1", 8, 300, 310), forger, &fx);
   EXPECT_EQ(s.code(), absl::StatusCode::kAlreadyExists);
   EXPECT_EQ(s.message(),
-            "register: worker \"w1\" is connected on another stream (last heard from 6s ago); a new "
-            "connection may take the name once that stream has been silent for 6s");
+            "register: the name 'w1' is taken by a connected worker (address 'w1.local', 2 slots, registered " +
+                absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", clock_.Now() - absl::Seconds(16), absl::UTCTimeZone()) +
+                ", last heard from 6s ago); each worker needs its own --name. A new connection takes the name "
+                "only once that one has been silent for 6s (the same worker reconnecting behind a stale "
+                "connection)");
   EXPECT_TRUE(fx.outbound().empty()) << "neither stream gets a message";
   EXPECT_THAT(real->closes(), IsEmpty());
   EXPECT_EQ(registry_.NameOf(1), "w1");
