@@ -68,6 +68,9 @@ absl::Status WorkerRegistry::Register(int64_t conn, const v1::Register& reg,
     fx->Close(w.channel, "replaced by a newer connection of the same worker (the old one fell silent)");
   }
   AdoptGpus(w, reg);
+  // What it runs is stated afresh by this registration (JobLifecycle::WorkerRegistered
+  // sets its strays), so an earlier refusal's doubt is settled.
+  w.resync = false;
   w.registered_at = clock_->Now();
   w.conn = conn;
   w.reg = reg;
@@ -203,7 +206,8 @@ void WorkerRegistry::Release(const std::string& worker) {
 int WorkerRegistry::FreeSlots(const std::string& worker) const {
   auto it = workers_.find(worker);
   if (it == workers_.end()) return 0;
-  return std::max(0, it->second.reg.slots() - it->second.used);
+  const Worker& w = it->second;
+  return std::max(0, w.reg.slots() - w.used - static_cast<int>(w.strays.size()));
 }
 
 int WorkerRegistry::ConnectedSlots() const {

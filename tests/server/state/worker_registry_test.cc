@@ -174,6 +174,51 @@ TEST_F(WorkerRegistryTest, SlotsAreReservedPerRankAndReleased) {
   EXPECT_EQ(registry_.ConnectedSlots(), 5);
 }
 
+// Slots come back when the worker reports the ranks gone, not when the controller stops
+// counting them; a registration replaces the strays with what it reports.
+TEST_F(WorkerRegistryTest, StrayRanksHoldSlotsUntilReportedGoneOrNotReportedAgain) {
+  Register(1, Reg("w1", 3));
+  registry_.Reserve("w1");
+  registry_.HoldStray("w1", StrayRank{"job-1", 1, 0});
+  registry_.HoldStray("w1", StrayRank{"job-1", 1, 1});
+  registry_.HoldStray("w9", StrayRank{"job-1", 1, 2});  // unknown: ignored
+  EXPECT_EQ(registry_.FreeSlots("w1"), 0);
+  EXPECT_EQ(registry_.StrayCount("w1"), 2);
+  EXPECT_EQ(registry_.Count().free, 0);
+  EXPECT_FALSE(registry_.RankGone("w2", "job-1", 1, 0)) << "another worker's report frees nothing here";
+  EXPECT_TRUE(registry_.RankGone("w1", "job-1", 1, 0));
+  EXPECT_FALSE(registry_.RankGone("w1", "job-1", 1, 0)) << "once";
+  EXPECT_EQ(registry_.FreeSlots("w1"), 1);
+  ASSERT_EQ(registry_.ConnectedFree().size(), 1u);
+  EXPECT_EQ(registry_.ConnectedFree()[0].free_slots, 1);
+  registry_.SetStrays("w1", {StrayRank{"job-2", 4, 0}, StrayRank{"job-2", 4, 1}});
+  EXPECT_EQ(registry_.FreeSlots("w1"), 0);
+  registry_.SetStrays("w1", {});
+  EXPECT_EQ(registry_.FreeSlots("w1"), 2);
+}
+
+// After a refused Assign the worker takes no new ranks until a heartbeat reports at least
+// the free slots the controller counts; a registration settles it too.
+TEST_F(WorkerRegistryTest, AWorkerThatRefusedAnAssignIsHeldBackUntilItsHeartbeatAgrees) {
+  Register(1, Reg("w1", 2));
+  registry_.Reserve("w1");
+  registry_.AssignRefused("w1");
+  EXPECT_TRUE(registry_.Resyncing("w1"));
+  EXPECT_THAT(registry_.ConnectedFree(), IsEmpty());
+  v1::Heartbeat hb;
+  hb.set_free_slots(0);
+  registry_.Heartbeat(1, hb);
+  EXPECT_TRUE(registry_.Resyncing("w1")) << "it has fewer free than counted (1)";
+  hb.set_free_slots(1);
+  registry_.Heartbeat(1, hb);
+  EXPECT_FALSE(registry_.Resyncing("w1"));
+  ASSERT_EQ(registry_.ConnectedFree().size(), 1u);
+  registry_.AssignRefused("w1");
+  clock_.Advance(absl::Seconds(7));
+  Register(2, Reg("w1", 2));
+  EXPECT_FALSE(registry_.Resyncing("w1"));
+}
+
 TEST_F(WorkerRegistryTest, PortsRotateThroughTheRangeAndSkipHeldOnes) {
   Register(1, Reg("w1", 3, 100, 102));
   EXPECT_EQ(registry_.AllocatePort("w1"), 100);
