@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <optional>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -104,12 +105,20 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
     credentials = MakeServerCredentials(material);
   }
   if (options.data_dir.empty()) return absl::InvalidArgumentError("--data-dir is required");
-  // Ports first, then the data dir, then the store: a controller that could not serve
-  // or does not own the directory stops before it opens (and maybe migrates) the store.
+  // Every file it reads, then the ports, then the data dir, and only then the store: a
+  // controller that could not serve (a bad --token-file or --policy-file, a port in
+  // use) or does not own the directory stops before it opens, recovers into or migrates
+  // the store.
+  std::optional<SharingPolicy> policy;
+  if (!options.policy_file.empty()) {
+    TY_ASSIGN_OR_RETURN(policy, LoadPolicyFile(options.policy_file));
+  }
+  TY_ASSIGN_OR_RETURN(std::unique_ptr<Authorizer> authorizer, Authorizer::FromFile(options.token_file));
   TY_RETURN_IF_ERROR(CheckListeners(options));
   std::unique_ptr<ControllerServer> s(new ControllerServer());
   s->clock_ = clock;
   s->launcher_ = launcher;
+  s->authorizer_ = std::move(authorizer);
   TY_ASSIGN_OR_RETURN(s->data_lock_,
                       DirLock::Acquire(options.data_dir, "--data-dir", "trainyard-controller", clock->Now()));
   if (const std::optional<DirLock::Holder>& before = s->data_lock_->previous()) {
@@ -126,13 +135,9 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
   }
   s->manager_ = std::make_unique<JobManager>(s->store_.get(), &s->hub_, s->metrics_.get(),
                                              s->clock_, options.manager);
-  // The policy is in force before the first scheduling pass (Recover's); a bad file
-  // fails the start.
+  // The policy is in force before the first scheduling pass (Recover's).
   s->policy_file_ = options.policy_file;
-  if (!options.policy_file.empty()) {
-    TY_ASSIGN_OR_RETURN(SharingPolicy policy, LoadPolicyFile(options.policy_file));
-    s->manager_->SetPolicy(std::move(policy));
-  }
+  if (policy) s->manager_->SetPolicy(*std::move(policy));
   TY_RETURN_IF_ERROR(s->manager_->Recover());
   TY_ASSIGN_OR_RETURN(s->artifacts_,
                       ArtifactStore::Open(options.data_dir, s->manager_.get(), s->clock_, options.artifacts));
@@ -153,7 +158,6 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
   }
   s->preflight_ =
       std::make_unique<PreflightGate>(s->launcher_, s->metrics_.get(), preflight, s->clock_);
-  TY_ASSIGN_OR_RETURN(s->authorizer_, Authorizer::FromFile(options.token_file));
   JobServiceOptions job_options;
   job_options.authorizer = s->authorizer_.get();
   job_options.max_watchers_per_owner = options.max_watchers_per_owner;

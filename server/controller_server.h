@@ -63,8 +63,9 @@ struct ControllerOptions {
 // The process launcher (preflight runners) and the clock (the manager's time, the
 // preflight timeouts, the tick period) come from the creator and must outlive it.
 //
-// One controller per port and per data dir. Start probes every listener (--listen,
-// --metrics-listen, --web-listen; listen_probe.h) and then takes the data dir's lock
+// One controller per port and per data dir. Start reads its files (TLS, --token-file,
+// --policy-file), probes every listener (--listen, --metrics-listen, --web-listen;
+// listen_probe.h) and then takes the data dir's lock
 // (DirLock: DATA_DIR/trainyard-controller.lock, held for the server's life) before it
 // opens the store, so a port in use or a data dir another controller holds fails the
 // start with nothing served and nothing stored touched; its servers never share a

@@ -1,7 +1,11 @@
 // trainyard-controller: accepts jobs, schedules them onto workers, stores events.
+#include <unistd.h>
+
+#include <cerrno>
 #include <csignal>
 #include <cstdlib>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 
 #include <CLI/CLI.hpp>
@@ -11,6 +15,7 @@
 #include "common/base/clock.h"
 #include "common/base/posix_process_launcher.h"
 #include "common/base/file_io.h"
+#include "common/base/text.h"
 #include "server/controller_server.h"
 #include "spdlog/spdlog.h"
 
@@ -165,6 +170,16 @@ int main(int argc, char** argv) {
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGHUP, OnHangup);
+  // Its folder must take the file before anything is served: a --port-file that cannot
+  // be written would otherwise stop a controller that had already started serving.
+  if (!port_file.empty()) {
+    const std::string folder = trainyard::DirectoryOf(port_file);
+    if (access(folder.c_str(), W_OK | X_OK) != 0) {
+      std::fprintf(stderr, "trainyard-controller: --port-file %s: cannot write in %s: %s\n",
+                   trainyard::Quoted(port_file).c_str(), trainyard::Quoted(folder).c_str(), std::strerror(errno));
+      return 2;
+    }
+  }
   // The only real launcher and clock of the controller; everything else takes them.
   trainyard::PosixProcessLauncher launcher;
   trainyard::RealClock clock;

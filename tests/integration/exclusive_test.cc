@@ -362,6 +362,35 @@ TEST_F(ExclusiveTest, DirectoriesWithoutPermissionAreRefusedWithTheReason) {
   EXPECT_TRUE(fs::is_empty(locked / "existing"));
 }
 
+// The controller's other path flags are read (or checked) before the store is touched
+// and before anything is served: a --token-file or --policy-file it cannot use, a
+// --port-file it could not write. The worker's --rank-binary likewise.
+TEST_F(ExclusiveTest, OtherPathFlagsAreCheckedBeforeTheStoreIsOpenedOrAnythingServed) {
+  const fs::path missing = cluster_->dir() / "no-such-folder" / "file";
+  const fs::path bad_policy = cluster_->dir() / "policy.toml";
+  std::ofstream(bad_policy) << "[[group]]\nname = \"ml\"\nwieght = 2\n";
+  struct Case {
+    std::vector<std::string> flags;
+    std::string want;
+  };
+  for (const Case& c : {Case{{"--token-file", missing.string()}, missing.string() + ": no such token file"},
+                        Case{{"--policy-file", bad_policy.string()}, "policy.toml:3: unknown key 'wieght'"},
+                        Case{{"--port-file", missing.string()}, "--port-file '" + missing.string() + "': cannot write in '" +
+                                                                    missing.parent_path().string() + "': "}}) {
+    std::vector<std::string> args = {"--listen", "127.0.0.1:0", "--data-dir", DataDir().string()};
+    args.insert(args.end(), c.flags.begin(), c.flags.end());
+    const CommandResult r = Controller(args);
+    EXPECT_EQ(r.exit_code, kRefused) << c.flags[0] << ": " << r.err;
+    EXPECT_THAT(r.err, HasSubstr(c.want)) << c.flags[0];
+    EXPECT_FALSE(fs::exists(DataDir())) << c.flags[0] << ": the data dir was made before the flag was checked";
+  }
+  ASSERT_TRUE(cluster_->StartController());
+  const CommandResult w = Worker(WorkerArgv("w1", cluster_->dir() / "w1", {"--rank-binary", missing.string()}));
+  EXPECT_EQ(w.exit_code, kRefused) << w.err;
+  EXPECT_THAT(w.err, HasSubstr("--rank-binary '" + missing.string() + "': cannot execute it: No such file or directory"));
+  EXPECT_FALSE(fs::exists(cluster_->dir() / "w1"));
+}
+
 // A data dir holding a store, on a filesystem mounted read-only (a read-only bind mount
 // in a mount namespace of its own, so no other process sees it): refused, the store
 // byte for byte as it was.

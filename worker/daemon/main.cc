@@ -3,11 +3,14 @@
 #include <filesystem>
 #include <fstream>
 #include <signal.h>
+#include <unistd.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -192,6 +195,13 @@ std::optional<int> ParseFlags(int argc, char **argv, Options &opt) {
     opt.health_listen = *address;
   }
   if (opt.rank_binary.empty()) opt.rank_binary = trainyard::ExecutableSibling("trainyard-rank");
+  // Every rank is started from it: a worker that cannot would only fail each one later.
+  if (access(opt.rank_binary.c_str(), X_OK) != 0) {
+    const int err = errno;
+    std::fprintf(stderr, "trainyard-worker: --rank-binary %s: cannot execute it: %s\n",
+                 trainyard::Quoted(opt.rank_binary).c_str(), std::strerror(err));
+    return 2;
+  }
   if (opt.work_dir.empty()) opt.work_dir = "/tmp/trainyard-worker-" + opt.name;
   // Ranks get attempt directories under it and announce artifacts by absolute path.
   std::error_code ec;
