@@ -8,9 +8,11 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <optional>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/listen_probe.h"
 #include "common/base/posix_process_launcher.h"  // ExecutableSibling
 #include "common/spec/spec_error.h"
 #include "common/base/status_macros.h"
@@ -68,6 +70,29 @@ absl::Status CheckListenerSecurity(const ControllerOptions& options, std::vector
   return absl::OkStatus();
 }
 
+namespace {
+
+// Each listener on its own port, and every one free now (ProbeListen).
+absl::Status CheckListeners(const ControllerOptions& options) {
+  std::vector<std::pair<const char*, const std::string*>> listeners = {{"--listen", &options.listen}};
+  if (!options.metrics_listen.empty()) listeners.push_back({"--metrics-listen", &options.metrics_listen});
+  if (!options.web_listen.empty()) listeners.push_back({"--web-listen", &options.web_listen});
+  for (std::size_t i = 0; i < listeners.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j) {
+      const int port = ListenPort(*listeners[i].second);
+      if (port > 0 && port == ListenPort(*listeners[j].second)) {
+        return absl::InvalidArgumentError(absl::StrCat(listeners[i].first, " ", Quoted(*listeners[i].second), " and ",
+                                                       listeners[j].first, " ", Quoted(*listeners[j].second),
+                                                       " name the same port ", port, "; each listener needs its own"));
+      }
+    }
+  }
+  for (const auto& [flag, address] : listeners) TY_RETURN_IF_ERROR(ProbeListen(flag, *address));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
     const ControllerOptions& options, ProcessLauncher* launcher, Clock* clock) {
   TY_RETURN_IF_ERROR(CheckTlsFlags(options.tls));
@@ -80,23 +105,39 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
     credentials = MakeServerCredentials(material);
   }
   if (options.data_dir.empty()) return absl::InvalidArgumentError("--data-dir is required");
+  // Every file it reads, then the ports, then the data dir, and only then the store: a
+  // controller that could not serve (a bad --token-file or --policy-file, a port in
+  // use) or does not own the directory stops before it opens, recovers into or migrates
+  // the store.
+  std::optional<SharingPolicy> policy;
+  if (!options.policy_file.empty()) {
+    TY_ASSIGN_OR_RETURN(policy, LoadPolicyFile(options.policy_file));
+  }
+  TY_ASSIGN_OR_RETURN(std::unique_ptr<Authorizer> authorizer, Authorizer::FromFile(options.token_file));
+  TY_RETURN_IF_ERROR(CheckListeners(options));
   std::unique_ptr<ControllerServer> s(new ControllerServer());
   s->clock_ = clock;
   s->launcher_ = launcher;
+  s->authorizer_ = std::move(authorizer);
+  TY_ASSIGN_OR_RETURN(s->data_lock_,
+                      DirLock::Acquire(options.data_dir, "--data-dir", "trainyard-controller", clock->Now()));
+  if (const std::optional<DirLock::Holder>& before = s->data_lock_->previous()) {
+    spdlog::warn("--data-dir {}: the previous trainyard-controller (pid {} on host {}, started {}) ended without "
+                 "releasing it (killed or crashed); taking over",
+                 options.data_dir, before->pid, Quote(before->host), Quote(before->started));
+  }
   TY_ASSIGN_OR_RETURN(s->store_, SqliteJobStore::Open(options.data_dir));
   s->metrics_ = std::make_unique<ControllerMetrics>();
   if (!options.metrics_listen.empty()) {
     TY_RETURN_IF_ERROR(s->metrics_->Listen(options.metrics_listen));
+    spdlog::info("metrics on http://{}:{}/metrics", options.metrics_listen.substr(0, options.metrics_listen.rfind(':')),
+                 s->metrics_->listening_port());
   }
   s->manager_ = std::make_unique<JobManager>(s->store_.get(), &s->hub_, s->metrics_.get(),
                                              s->clock_, options.manager);
-  // The policy is in force before the first scheduling pass (Recover's); a bad file
-  // fails the start.
+  // The policy is in force before the first scheduling pass (Recover's).
   s->policy_file_ = options.policy_file;
-  if (!options.policy_file.empty()) {
-    TY_ASSIGN_OR_RETURN(SharingPolicy policy, LoadPolicyFile(options.policy_file));
-    s->manager_->SetPolicy(std::move(policy));
-  }
+  if (policy) s->manager_->SetPolicy(*std::move(policy));
   TY_RETURN_IF_ERROR(s->manager_->Recover());
   TY_ASSIGN_OR_RETURN(s->artifacts_,
                       ArtifactStore::Open(options.data_dir, s->manager_.get(), s->clock_, options.artifacts));
@@ -117,7 +158,6 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
   }
   s->preflight_ =
       std::make_unique<PreflightGate>(s->launcher_, s->metrics_.get(), preflight, s->clock_);
-  TY_ASSIGN_OR_RETURN(s->authorizer_, Authorizer::FromFile(options.token_file));
   JobServiceOptions job_options;
   job_options.authorizer = s->authorizer_.get();
   job_options.max_watchers_per_owner = options.max_watchers_per_owner;
@@ -129,6 +169,9 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  // gRPC sets SO_REUSEPORT by default: a second controller on this port would then
+  // start and share it, each client and worker landing on either (a split brain).
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(options.listen, credentials, &s->port_);
   builder.RegisterService(s->job_service_.get());
   builder.RegisterService(s->worker_service_.get());
@@ -138,7 +181,10 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || s->port_ == 0) {
-    return absl::UnavailableError(absl::StrCat("--listen ", options.listen, ": cannot bind"));
+    // gRPC logs its reason to stderr only; a bind of our own names it (a port taken
+    // since the probe, most likely).
+    if (absl::Status why = ProbeListen("--listen", options.listen); !why.ok()) return why;
+    return absl::UnavailableError(absl::StrCat("--listen ", Quoted(options.listen), ": gRPC could not listen there"));
   }
   // Per-service health, for probes that ask about one service (Kubernetes, grpc_health_probe
   // -service=...): the default service only answers for "" otherwise (NOT_FOUND).

@@ -11,6 +11,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "common/base/clock.h"
+#include "common/base/dir_lock.h"
 #include "common/base/process_launcher.h"
 #include "common/tls_files.h"
 #include "server/state/artifact_store.h"
@@ -61,6 +62,14 @@ struct ControllerOptions {
 // checking and reflection), /metrics and the tick thread. Owned by main() or a test.
 // The process launcher (preflight runners) and the clock (the manager's time, the
 // preflight timeouts, the tick period) come from the creator and must outlive it.
+//
+// One controller per port and per data dir. Start reads its files (TLS, --token-file,
+// --policy-file), probes every listener (--listen, --metrics-listen, --web-listen;
+// listen_probe.h) and then takes the data dir's lock
+// (DirLock: DATA_DIR/trainyard-controller.lock, held for the server's life) before it
+// opens the store, so a port in use or a data dir another controller holds fails the
+// start with nothing served and nothing stored touched; its servers never share a
+// port (gRPC's SO_REUSEPORT is off), so a port taken after the probe fails it too.
 class ControllerServer {
  public:
   static absl::StatusOr<std::unique_ptr<ControllerServer>> Start(const ControllerOptions& options,
@@ -69,6 +78,8 @@ class ControllerServer {
   ~ControllerServer();
 
   int port() const { return port_; }
+  // The /metrics port (the chosen one for --metrics-listen HOST:0); 0 when it is off.
+  int metrics_port() const { return metrics_ ? metrics_->listening_port() : 0; }
   // The web UI's bound port; 0 when --web-listen is off.
   int web_port() const { return web_server_ ? web_server_->port() : 0; }
   void Wait() { server_->Wait(); }
@@ -83,6 +94,8 @@ class ControllerServer {
  private:
   ControllerServer() = default;
 
+  // First, so that it is released last, after everything that writes the data dir.
+  std::unique_ptr<DirLock> data_lock_;
   Clock* clock_ = nullptr;
   ProcessLauncher* launcher_ = nullptr;  // outlives the gate's runners
   std::unique_ptr<SqliteJobStore> store_;

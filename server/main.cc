@@ -1,7 +1,11 @@
 // trainyard-controller: accepts jobs, schedules them onto workers, stores events.
+#include <unistd.h>
+
+#include <cerrno>
 #include <csignal>
 #include <cstdlib>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 
 #include <CLI/CLI.hpp>
@@ -11,6 +15,7 @@
 #include "common/base/clock.h"
 #include "common/base/posix_process_launcher.h"
 #include "common/base/file_io.h"
+#include "common/base/text.h"
 #include "server/controller_server.h"
 #include "spdlog/spdlog.h"
 
@@ -36,9 +41,14 @@ int main(int argc, char** argv) {
                "WorkerService, SQLite state, Prometheus /metrics)"};
   app.add_option("--listen", options.listen,
                  "gRPC address host:port (port 0 picks one); beyond loopback it needs TLS and "
-                 "--token-file, or --insecure")
+                 "--token-file, or --insecure. Never shared: a port in use (another controller) "
+                 "fails the start")
       ->capture_default_str();
-  app.add_option("--data-dir", options.data_dir, "Directory for trainyard.db (SQLite, WAL)")
+  app.add_option("--data-dir", options.data_dir,
+                 "Directory for trainyard.db (SQLite, WAL) and artifacts, created if missing. "
+                 "Held for the controller's life (a lock on DATA_DIR/trainyard-controller.lock, "
+                 "released when the process dies, kill -9 included): a second controller on it "
+                 "refuses to start, naming the holder's pid, host and start time")
       ->required();
   app.add_option("--metrics-listen", options.metrics_listen,
                  "Prometheus /metrics address host:port (empty: off). Plain HTTP without "
@@ -135,7 +145,14 @@ int main(int argc, char** argv) {
       "the controller runs the preflight binary on 3 steps of the job on local CPU ranks "
       "(one preflight at a time, off the gRPC threads) before creating the job or taking a "
       "slot. Findings (UNSAFE_SIDE_EFFECT, RECOMPILE_LIMIT) or a runner failure make the "
-      "submit fail with FAILED_PRECONDITION and no job is stored.");
+      "submit fail with FAILED_PRECONDITION and no job is stored.\n\n"
+      "Exit status: 0 after SIGINT or SIGTERM; 2 when it cannot start (a port in use, a data "
+      "dir another controller holds or that cannot be written, bad TLS or policy files), "
+      "before anything is served; 70 when the store lost a write; CLI11's codes for a "
+      "malformed command line.\n\n"
+      "Example (loopback, with /metrics and the web UI):\n"
+      "  trainyard-controller --listen 127.0.0.1:7070 --data-dir /var/lib/trainyard \\\n"
+      "      --metrics-listen 127.0.0.1:9464 --web-listen 127.0.0.1:8080");
   CLI11_PARSE(app, argc, argv);
   options.manager.heartbeat_timeout = absl::Seconds(heartbeat_timeout_s);
   options.manager.reconnect_window = absl::Seconds(reconnect_window_s);
@@ -153,6 +170,16 @@ int main(int argc, char** argv) {
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGHUP, OnHangup);
+  // Its folder must take the file before anything is served: a --port-file that cannot
+  // be written would otherwise stop a controller that had already started serving.
+  if (!port_file.empty()) {
+    const std::string folder = trainyard::DirectoryOf(port_file);
+    if (access(folder.c_str(), W_OK | X_OK) != 0) {
+      std::fprintf(stderr, "trainyard-controller: --port-file %s: cannot write in %s: %s\n",
+                   trainyard::Quoted(port_file).c_str(), trainyard::Quoted(folder).c_str(), std::strerror(errno));
+      return 2;
+    }
+  }
   // The only real launcher and clock of the controller; everything else takes them.
   trainyard::PosixProcessLauncher launcher;
   trainyard::RealClock clock;

@@ -17,5 +17,10 @@ inline constexpr int kRankExitOk = 0;
 inline constexpr int kRankExitError = 1;        // transient, or not known to be permanent
 inline constexpr int kRankExitStall = 86;       // hang detected (a Stall event was written)
 inline constexpr int kRankExitInputError = 87;  // permanent: the job's inputs are wrong
+// Not a rank's exit: no process was started because the worker refused the Assign, its
+// slots not being free (ranks the controller stopped counting had not ended yet). The
+// worker reports it with RankState FAILED; the controller's bookkeeping was wrong, so
+// the attempt is placed again without using a restart or blaming the worker.
+inline constexpr int kRankExitRefused = 88;
 
 }  // namespace trainyard

@@ -9,6 +9,8 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/listen_probe.h"
+#include "common/base/text.h"
 
 namespace trainyard {
 
@@ -201,8 +203,16 @@ absl::Status ControllerMetrics::Listen(const std::string& address) {
   try {
     exposer_ = std::make_unique<prometheus::Exposer>(address);
   } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat("--metrics-listen ", address, ": ", e.what()));
+    // civetweb says only "null context when constructing CivetServer. Possible problem
+    // binding to port."; a bind of our own says which problem.
+    if (absl::Status why = ProbeListen("--metrics-listen", address); !why.ok()) return why;
+    return absl::UnavailableError(absl::StrCat("--metrics-listen ", Quoted(address),
+                                               ": the HTTP server could not listen there (HOST must be an IPv4 "
+                                               "literal or a bracketed IPv6 literal): ",
+                                               e.what()));
   }
+  const std::vector<int> ports = exposer_->GetListeningPorts();
+  listening_port_ = ports.empty() ? 0 : ports.front();
   exposer_->RegisterCollectable(registry_);
   return absl::OkStatus();
 }

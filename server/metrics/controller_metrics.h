@@ -32,8 +32,12 @@ class ControllerMetrics {
  public:
   ControllerMetrics();
 
-  // Serves /metrics on `address` (host:port).
+  // Serves /metrics on `address` (host:port; port 0 picks one). The port is the
+  // process's own (civetweb never shares one). A failed bind names --metrics-listen, the
+  // address and the reason (listen_probe.h): "address already in use", ...
   absl::Status Listen(const std::string& address);
+  // The port /metrics is served on (the chosen one for port 0); 0 before Listen.
+  int listening_port() const { return listening_port_; }
   std::shared_ptr<prometheus::Registry> registry() { return registry_; }
 
   void JobSubmitted() { submitted_.Increment(); }
@@ -126,6 +130,7 @@ class ControllerMetrics {
 
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<prometheus::Exposer> exposer_;
+  int listening_port_ = 0;
   prometheus::Counter& submitted_;
   prometheus::Counter& rejected_;
   prometheus::Counter& events_;

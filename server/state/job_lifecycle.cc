@@ -286,6 +286,10 @@ void JobLifecycle::ApplyRankState(TrackedJob& rt, const v1::Event& event, Effect
     case v1::RankState::KILLED: {
       if (rt.ranks[r] == RankPhase::kEnded) break;
       RankEnded(rt, r, fx);
+      if (rs.state() == v1::RankState::FAILED && rs.exit_code() == kRankExitRefused) {
+        AssignRefused(rt, r, rs, fx);
+        break;
+      }
       if (!IsTerminal(rt.job.state()) && !rt.tearing_down) {
         const char* what = rs.state() == v1::RankState::FAILED ? " failed" : " was killed";
         // Bad job inputs fail the same on any worker: no restart, no worker blamed.
@@ -299,6 +303,19 @@ void JobLifecycle::ApplyRankState(TrackedJob& rt, const v1::Event& event, Effect
     default:
       break;
   }
+}
+
+void JobLifecycle::AssignRefused(TrackedJob& rt, int rank, const v1::RankState& rs, Effects* fx) {
+  const std::string worker = WorkerOf(rt, rank);
+  spdlog::warn("job={} attempt={}: worker {} refused rank {}: {}", rt.job.id(), rt.job.attempt(), worker, rank,
+               rs.message());
+  // The worker runs ranks this controller does not count: it takes no new ones until it
+  // says how many slots it has free, or the next placement would be refused the same way.
+  workers_->AssignRefused(worker);
+  if (IsTerminal(rt.job.state()) || rt.tearing_down) return;
+  ++rt.refusals;  // no restart used, and no worker blamed: nothing failed but our count
+  const std::string why = RefusalReason(worker, rank, rt.job.attempt(), rs.message());
+  RestartWithoutFailure(rt, why, why, fx);
 }
 
 void JobLifecycle::RankEnded(TrackedJob& rt, int rank, Effects* fx) {

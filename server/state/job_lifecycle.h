@@ -59,6 +59,8 @@ struct CheckpointWant {
 // the current attempt becomes Job.last_checkpoint, which the next attempt resumes from.
 // A requested resize (ResizePolicy) ends the running attempt like a restart, without
 // backoff and without using a restart, and places the next attempt at exactly its dp.
+// So does a worker's refusal of an Assign (kRankExitRefused), which is the controller's
+// slot count being wrong, not a failure of the rank or the worker.
 //
 // It does no I/O: every transition is recorded in the caller's Effects (the job row,
 // then a job_state event), and so is every Assign and Cancel for a worker, after the
@@ -208,6 +210,10 @@ class JobLifecycle {
   void ApplyRankState(TrackedJob& rt, const v1::Event& event, Effects* fx);
   void ApplyStall(TrackedJob& rt, const v1::Event& event, Effects* fx);
   void RankEnded(TrackedJob& rt, int rank, Effects* fx);
+  // The worker refused the Assign of `rank` (kRankExitRefused): the worker is held back
+  // until it reports its free slots (WorkerRegistry::AssignRefused) and the attempt is
+  // placed again like a resize's: no backoff, no restart used, no worker blamed.
+  void AssignRefused(TrackedJob& rt, int rank, const v1::RankState& rs, Effects* fx);
   // Whom a failed rank's failure is blamed on, and what the cause adds: while another
   // worker with live ranks of the attempt is unreachable, that worker (the gang most
   // likely broke on it) and " (worker w2 of the attempt unreachable: no heartbeat for

@@ -69,6 +69,9 @@ void JobLifecycle::ReleaseUnreachable(Effects* fx) {
       spdlog::warn("job={} attempt={}: rank {} on unreachable worker {} counted as ended (the attempt is ending)",
                    id, rt.job.attempt(), r.rank(), r.worker());
       RankEnded(rt, r.rank(), fx);
+      // The job is done with it, the worker is not: the rank may well still run there,
+      // so its slot (and GPU) stay busy until the worker reports it gone.
+      workers_->HoldStray(r.worker(), StrayRank{id, rt.job.attempt(), r.rank(), r.has_gpu() ? r.gpu() : -1});
     }
   }
 }
@@ -105,14 +108,15 @@ void JobLifecycle::WorkerRegistered(const v1::Register& reg,
                                     Effects* fx) {
   // Reconcile what the worker runs with what the controller believes.
   std::set<std::pair<std::string, int>> reported;
+  std::vector<StrayRank> strays;
   for (const auto& ra : reg.running()) {
     reported.insert({ra.job_id(), ra.attempt()});
     // Ended while the controller was away: nothing to cancel, and the ranks' final
     // states follow on this stream (the worker resends what was not acknowledged).
     if (ra.ended()) continue;
     auto it = jobs_.find(ra.job_id());
-    bool wanted = it != jobs_.end() && it->second.job.attempt() == ra.attempt() &&
-                  IsActive(it->second) && !it->second.tearing_down;
+    const bool current = it != jobs_.end() && it->second.job.attempt() == ra.attempt();
+    bool wanted = current && IsActive(it->second) && !it->second.tearing_down;
     if (!wanted) {
       v1::ControllerMessage cancel;
       cancel.mutable_cancel()->set_job_id(ra.job_id());
@@ -120,7 +124,23 @@ void JobLifecycle::WorkerRegistered(const v1::Register& reg,
       cancel.mutable_cancel()->set_reason("the controller does not run this attempt");
       fx->Send(channel, std::move(cancel));
     }
+    // A running rank no job counts on this worker (its attempt was given up while the
+    // worker was away) keeps its slot busy until the worker reports it gone: placing a
+    // new gang there now would be refused, the old ranks needing a moment to die.
+    for (int rank : ra.ranks()) {
+      const TrackedJob* rt = current ? &it->second : nullptr;
+      const bool counted = rt != nullptr && HasRank(*rt, rank) && rt->ranks[rank] != RankPhase::kEnded &&
+                           WorkerOf(*rt, rank) == reg.name();
+      if (counted) continue;
+      int gpu = -1;
+      if (rt != nullptr && rank >= 0 && rank < rt->job.placement().ranks_size() &&
+          rt->job.placement().ranks(rank).worker() == reg.name() && rt->job.placement().ranks(rank).has_gpu()) {
+        gpu = rt->job.placement().ranks(rank).gpu();
+      }
+      strays.push_back(StrayRank{ra.job_id(), ra.attempt(), rank, gpu});
+    }
   }
+  workers_->SetStrays(reg.name(), strays);
   EndRanksOn(reg.name(), &reported, fx, [&](int rank) {
     return absl::StrCat("rank ", rank, " on worker ", reg.name(), " is gone (the worker restarted)");
   });

@@ -268,6 +268,16 @@ absl::Status JobManager::IngestEventsLocked(int64_t conn, const v1::EventBatch& 
     std::optional<std::string> worker = registry_.NameOf(conn);
     if (!worker) return absl::FailedPreconditionError("events before Register on this stream");
     registry_.Touch(conn);
+    // A rank's end frees a slot its worker kept busy for a rank no job counts any more.
+    // Read before the screen below, which drops those events (their attempt is over).
+    for (const auto& [job_id, events] : by_job) {
+      for (const auto& e : events) {
+        const v1::RankState::State s = e.has_rank_state() ? e.rank_state().state() : v1::RankState::STATE_UNSPECIFIED;
+        if (s == v1::RankState::EXITED || s == v1::RankState::FAILED || s == v1::RankState::KILLED) {
+          registry_.RankGone(*worker, job_id, e.attempt(), e.rank());
+        }
+      }
+    }
     for (auto it = by_job.begin(); it != by_job.end();) {
       if (lifecycle_.Closed(it->first)) {
         // The job ended and its ranks are gone: its stream is closed. A late event (a

@@ -95,7 +95,22 @@ const v1::JobSpec* ResizedSpec(TrackedJob& rt) {
 }
 
 int RestartsUsed(const TrackedJob& rt) {
-  return std::max(0, rt.job.attempt() - 1 - rt.resizes - rt.job.preemptions());
+  return std::max(0, rt.job.attempt() - 1 - rt.resizes - rt.refusals - rt.job.preemptions());
+}
+
+namespace {
+constexpr char kRefusalNote[] =
+    "; placing the job again (the controller counted free slots the worker did not have: no restart used, no "
+    "worker blamed)";
+}  // namespace
+
+std::string RefusalReason(const std::string& worker, int rank, int attempt, const std::string& message) {
+  return absl::StrCat("worker ", worker, " refused rank ", rank, " of attempt ", attempt, " (",
+                      message.empty() ? std::string("no reason given") : message, ")", kRefusalNote);
+}
+
+bool IsRefusalReason(const std::string& reason) {
+  return absl::StartsWith(reason, "worker ") && absl::EndsWith(reason, kRefusalNote);
 }
 
 std::string PlacementNote(const TrackedJob& rt, const GangDecision& decision, absl::Time now) {
@@ -195,20 +210,23 @@ bool RestoreCheckpoint(TrackedJob& rt, const std::vector<v1::Event>& events) {
 void RestoreBackoff(TrackedJob& rt, const std::vector<v1::Event>& events) {
   std::set<int> ended;  // attempts whose first RESTARTING event was read
   rt.resizes = 0;
+  rt.refusals = 0;
   rt.resize_dp.reset();
   for (const auto& e : events) {
     if (!e.has_job_state()) continue;
     const v1::JobStateChange& change = e.job_state();
     const std::optional<int> target = ResizePolicy::TargetOf(change.reason());
     const std::string evicted = EvictionOf(change.reason());
+    const bool refused = IsRefusalReason(change.reason());
     const bool current = e.attempt() == rt.job.attempt();
     if (change.state() == v1::Job::RESTARTING && ended.insert(e.attempt()).second) {
       if (target) ++rt.resizes;  // ended by a resize, not a failure
+      if (refused) ++rt.refusals;
       if (current) {
         const absl::Time at = FromProtoTime(e.time());
-        // A resize or an eviction restarts without backoff; a failure's restart k waits
-        // Backoff(k). (Evictions are counted in the row: Job.preemptions.)
-        rt.not_before = target || !evicted.empty()
+        // A resize, an eviction or a refusal restarts without backoff; a failure's
+        // restart k waits Backoff(k). (Evictions are counted in the row: Job.preemptions.)
+        rt.not_before = target || !evicted.empty() || refused
                             ? at
                             : at + RestartPolicy::Backoff(rt.job.spec().restart(), RestartsUsed(rt) + 1);
         if (rt.job.state() == v1::Job::PENDING) rt.queued_at = at;

@@ -60,6 +60,9 @@ struct TrackedJob {
   // this dp. Cleared once an attempt starts, so a failure restart tries the full dp.
   std::optional<int> resize_dp;
   int resizes = 0;  // attempts ended by a resize: they use no restart of max_restarts
+  // Attempts ended because a worker refused their Assign (RefusalReason): no restart
+  // used either, the controller's own slot count having been wrong.
+  int refusals = 0;
   // Earlier attempts' worker of each rank ("" where unknown), for fencing their late
   // artifact uploads: recorded when the next attempt is placed, and after a controller
   // restart rebuilt from the stored RankState events (which the event screen let in
@@ -101,8 +104,13 @@ std::optional<absl::Duration> RemainingTime(const TrackedJob& rt, absl::Time now
 // resize is dropped and logged).
 const v1::JobSpec* ResizedSpec(TrackedJob& rt);
 // Restarts of restart.max_restarts used by the attempts before the current one (those
-// ended by a resize or an eviction used none).
+// ended by a resize, an eviction or a refused Assign used none).
 int RestartsUsed(const TrackedJob& rt);
+// The RESTARTING reason of an attempt whose Assign `worker` refused for `rank`
+// (kRankExitRefused, `message` the worker's), and whether a reason is one (for
+// recovery, which counts such attempts in `refusals` from the stored events).
+std::string RefusalReason(const std::string& worker, int rank, int attempt, const std::string& message);
+bool IsRefusalReason(const std::string& reason);
 
 // A CUDA job's estimated memory of one rank under `spec` (spec::EstimateRankMemory),
 // which the scheduler compares with each GPU's; 0 for a CPU job or a spec the core
@@ -133,7 +141,8 @@ bool RecordCheckpoint(TrackedJob& rt, const v1::Event& event);
 bool RestoreCheckpoint(TrackedJob& rt, const std::vector<v1::Event>& events);
 // At recovery, from `events` (the job's stored ones): a restart's backoff counts from
 // its failure, the failed attempt's first RESTARTING event; attempts whose first
-// RESTARTING event is a resize's (ResizePolicy::TargetOf) are counted in `resizes`, and
+// RESTARTING event is a resize's (ResizePolicy::TargetOf) are counted in `resizes`, a
+// refusal's (IsRefusalReason) in `refusals`, and
 // a resize of the current attempt not placed yet is restored as `resize_dp`. Worker
 // avoidance is not stored: a recovered job may be placed on a worker it avoided.
 void RestoreBackoff(TrackedJob& rt, const std::vector<v1::Event>& events);

@@ -51,11 +51,16 @@ absl::Status WorkerRegistry::Register(int64_t conn, const v1::Register& reg,
     const absl::Duration silent = clock_->Now() - existing->second.last_seen;
     const absl::Duration lapse = std::min(heartbeat_timeout_, 3 * heartbeat_interval_);
     if (silent <= lapse) {
+      // The refused worker prints this (ControllerLink), so it names the worker that
+      // holds the name: most often two machines given one --name.
+      const v1::Register& holder = existing->second.reg;
       return absl::AlreadyExistsError(absl::StrCat(
-          "register: worker \"", Quote(reg.name()),
-          "\" is connected on another stream (last heard from ", absl::ToInt64Seconds(silent),
-          "s ago); a new connection may take the name once that stream has been silent for ",
-          absl::FormatDuration(lapse)));
+          "register: the name ", Quoted(reg.name()), " is taken by a connected worker (address ",
+          Quoted(holder.address()), ", ", holder.slots(), holder.slots() == 1 ? " slot" : " slots", ", registered ",
+          absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", existing->second.registered_at, absl::UTCTimeZone()),
+          ", last heard from ", absl::ToInt64Seconds(silent), "s ago); each worker needs its own --name. A new "
+          "connection takes the name only once that one has been silent for ",
+          absl::FormatDuration(lapse), " (the same worker reconnecting behind a stale connection)"));
     }
   }
   Worker& w = workers_[reg.name()];
@@ -63,6 +68,10 @@ absl::Status WorkerRegistry::Register(int64_t conn, const v1::Register& reg,
     fx->Close(w.channel, "replaced by a newer connection of the same worker (the old one fell silent)");
   }
   AdoptGpus(w, reg);
+  // What it runs is stated afresh by this registration (JobLifecycle::WorkerRegistered
+  // sets its strays), so an earlier refusal's doubt is settled.
+  w.resync = false;
+  w.registered_at = clock_->Now();
   w.conn = conn;
   w.reg = reg;
   w.channel = std::move(channel);
@@ -197,7 +206,8 @@ void WorkerRegistry::Release(const std::string& worker) {
 int WorkerRegistry::FreeSlots(const std::string& worker) const {
   auto it = workers_.find(worker);
   if (it == workers_.end()) return 0;
-  return std::max(0, it->second.reg.slots() - it->second.used);
+  const Worker& w = it->second;
+  return std::max(0, w.reg.slots() - w.used - static_cast<int>(w.strays.size()));
 }
 
 int WorkerRegistry::ConnectedSlots() const {

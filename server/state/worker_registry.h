@@ -6,6 +6,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -63,6 +64,17 @@ struct GpuHolder {
   int rank = 0;
 };
 
+// A rank still running on a worker although no job counts it any more: its attempt was
+// given up while the worker was away (unreachable, or lost and back), and the worker
+// was told to stop it. A rank needs tens of milliseconds to die after its SIGTERM, and
+// until the worker reports it ended it holds its slot there.
+struct StrayRank {
+  std::string job_id;
+  int attempt = 0;
+  int rank = 0;
+  int gpu = -1;  // the GPU (NVML index) it runs on when the controller knows it, else -1
+};
+
 // The workers the controller knows, by name: their connection (one Connect stream at a
 // time), heartbeats, slot and GPU accounting, GPU health and samples, rendezvous-port
 // allocation and unreachable and lost worker detection. It knows nothing of jobs: the job lifecycle reserves and releases slots
@@ -89,7 +101,8 @@ class WorkerRegistry {
   // Records worker `reg.name()` as connected on `conn` and queues its RegisterAck. A
   // known worker keeps its slot usage and port rotation. While another stream holds the
   // name and was heard from within three heartbeat intervals (at most the timeout),
-  // ALREADY_EXISTS and nothing changes (running jobs are untouched); an older stream
+  // ALREADY_EXISTS naming the holder (its address, slots, registration time) and nothing
+  // changes (running jobs are untouched); an older stream
   // silent for longer is closed and replaced, keeping the worker's jobs. INVALID_ARGUMENT for an empty name, slots <= 0, a bad rendezvous
   // port range or GPUs request_validation::CheckDevices refuses (nothing changes then).
   absl::Status Register(int64_t conn, const v1::Register& reg,
@@ -121,11 +134,31 @@ class WorkerRegistry {
   bool AnyUnreachable() const;
   absl::Duration reconnect_window() const { return reconnect_window_; }
 
-  // Slot accounting: one slot per placed rank that has not ended. Unknown workers are
-  // ignored (a lost worker's ranks end after it was removed).
+  // Slot accounting: one slot per placed rank that has not ended, and one per stray
+  // rank. Unknown workers are ignored (a lost worker's ranks end after it was removed).
   void Reserve(const std::string& worker);
   void Release(const std::string& worker);
   int FreeSlots(const std::string& worker) const;  // 0 for an unknown worker
+
+  // Stray ranks (worker_registry_strays.cc). Slots come back when the worker reports
+  // the ranks gone, not when the controller stops counting them: a stray holds its slot,
+  // and its GPU when known, until RankGone or a registration that no longer lists it, so
+  // no new rank is placed on a slot (or GPU) a dying one still holds.
+  // HoldStray: one more, on a known worker (a rank of an ending attempt counted as ended
+  // while its worker is unreachable). SetStrays: exactly these (a registration: what the
+  // worker runs that no job counts). RankGone: the worker reported the rank ended; true
+  // when that freed a stray.
+  void HoldStray(const std::string& worker, const StrayRank& rank);
+  void SetStrays(const std::string& worker, const std::vector<StrayRank>& ranks);
+  bool RankGone(const std::string& worker, const std::string& job_id, int attempt, int rank);
+  int StrayCount(const std::string& worker) const;  // 0 for an unknown worker
+  // The worker refused an Assign for want of slots: it runs ranks this controller does
+  // not account for (a bookkeeping error, never the rank's or the worker's fault). It
+  // takes no new ranks until a heartbeat reports at least as many free slots as the
+  // controller counts (Heartbeat.free_slots), so a refusal cannot repeat in a loop.
+  void AssignRefused(const std::string& worker);
+  // Held back by AssignRefused and not yet resynchronised by a heartbeat.
+  bool Resyncing(const std::string& worker) const;
   int ConnectedSlots() const;  // all slots of the connected workers
   // The connected worker that reported the most memory (Register.memory_bytes) and how
   // much; {"", 0} when none reported any.
@@ -203,6 +236,7 @@ class WorkerRegistry {
     v1::Register reg;
     std::shared_ptr<WorkerChannel> channel;
     bool connected = false;
+    absl::Time registered_at;  // of the current registration
     absl::Time last_seen;
     int next_port = 0;
     int used = 0;  // slots held by ranks that have not ended
@@ -211,6 +245,9 @@ class WorkerRegistry {
     std::map<int, v1::GpuSample> samples;  // NVML index -> newest valid sample
     bool warned_bad_sample = false;      // one log line per registration
     std::optional<absl::Time> unreachable_since;  // set by Tick, cleared when heard from
+    // (job, attempt, rank) -> GPU index or -1: ranks it runs that no job counts.
+    std::map<std::tuple<std::string, int, int>, int> strays;
+    bool resync = false;  // an Assign was refused; cleared by an agreeing heartbeat
   };
   Worker* ByConn(int64_t conn);
   const Worker* ByConn(int64_t conn) const;
@@ -219,8 +256,13 @@ class WorkerRegistry {
   // (as carried), drops the samples of the previous registration.
   void AdoptGpus(Worker& w, const v1::Register& reg);
   WorkerSnapshot SnapshotOf(const std::string& name, const Worker& w, bool idle) const;
-  // Connected and not unreachable: may take new ranks.
-  static bool Usable(const Worker& w) { return w.connected && !w.unreachable_since.has_value(); }
+  // Connected, not unreachable and not resynchronising after a refusal: may take new ranks.
+  static bool Usable(const Worker& w) { return w.connected && !w.unreachable_since.has_value() && !w.resync; }
+  // The heartbeat part of slot accounting: a worker held back after a refusal is usable
+  // again once it reports at least the free slots the controller counts.
+  void Resync(Worker& w, const v1::Heartbeat& heartbeat);
+  // Frees the GPU holds of `w`'s strays.
+  void ReleaseStrayGpus(Worker& w);
   // `w` was heard from now: clears its unreachable mark, noting the reconnection.
   void HeardFrom(const std::string& name, Worker& w, bool registered);
 

@@ -75,6 +75,7 @@ std::vector<GpuFault> WorkerRegistry::Heartbeat(int64_t conn, const v1::Heartbea
   Worker* w = ByConn(conn);
   if (w == nullptr) return out;
   HeardFrom(w->reg.name(), *w, false);
+  Resync(*w, heartbeat);
   std::set<int> seen;
   std::string problems;
   int problem_count = 0;

@@ -11,6 +11,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/listen_probe.h"
 #include "common/spec/spec_error.h"
 #include "spdlog/spdlog.h"
 
@@ -138,6 +139,9 @@ absl::StatusOr<std::unique_ptr<WebServer>> WebServer::Start(const std::string& h
   server->api_ = api;
   server->ctx_ = mg_start2(&init, &error);
   if (server->ctx_ == nullptr) {
+    // civetweb's text ("Cannot bind to 127.0.0.1:8080: 98 (Address already in use)") is
+    // kept only when a bind of our own finds nothing wrong with the address.
+    if (absl::Status why = ProbeListen("--web-listen", host_port); !why.ok()) return why;
     return absl::UnavailableError(absl::StrCat("--web-listen ", host_port, ": cannot listen: ",
                                                error_text[0] != '\0' ? error_text : "civetweb failed to start"));
   }

@@ -114,6 +114,23 @@ TEST(HealthServerTest, FollowsRegistrationWhileLivenessStaysServingUntilShutdown
   EXPECT_NE(HealthCheck(target, "liveness"), "SERVING");
 }
 
+// gRPC servers share a port by default (SO_REUSEPORT): a second worker's health server
+// on the first's port would answer half the kubelet's probes. It is refused, naming the
+// address and why.
+TEST(HealthServerTest, APortAnotherServerHoldsIsRefusedNamingIt) {
+  auto first = HealthServer::Start("127.0.0.1:0", [] { return true; });
+  ASSERT_TRUE(first.ok()) << first.status();
+  const std::string address = "127.0.0.1:" + std::to_string((*first)->port());
+  auto second = HealthServer::Start(address, [] { return true; });
+  ASSERT_FALSE(second.ok()) << "two health servers share " << address;
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(second.status().message().find("--health-listen '" + address +
+                                           "': cannot listen: address already in use"),
+            std::string::npos)
+      << second.status();
+  EXPECT_EQ(HealthCheck(address, "liveness"), "SERVING") << "the first still serves";
+}
+
 // The real worker binary against a real controller: SERVING once registered, NOT_SERVING
 // while the controller is down (liveness still SERVING), SERVING again after it is back.
 TEST(WorkerHealthTest, ServingWhileRegisteredAndNotWhileTheControllerIsDown) {

@@ -28,6 +28,9 @@ struct Plan {
   bool close_on_first_batch = false;  // end the stream, unacked, on its first EventBatch
   std::optional<v1::Assign> assign;   // sent right after the RegisterAck
   std::optional<v1::CheckpointRequest> checkpoint;  // sent right after the Assign
+  // End the stream with this status instead of a RegisterAck, as the controller refuses
+  // a Register (ALREADY_EXISTS: the name is another connected worker's).
+  std::optional<grpc::Status> refuse_register;
 };
 
 class FakeController final : public v1::WorkerService::Service {
@@ -51,6 +54,7 @@ class FakeController final : public v1::WorkerService::Service {
     }
     const Plan plan = plan_(index);
     if (plan.close_after_register) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "bye");
+    if (plan.refuse_register) return *plan.refuse_register;
     if (plan.hold_until_released) {
       absl::MutexLock lock(&mu_);
       while (!released_ && !context->IsCancelled()) {

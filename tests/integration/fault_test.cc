@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/files.h"
 #include "tests/support/test_cluster.h"
 
 namespace trainyard::testing {
@@ -246,6 +247,63 @@ TEST_F(FaultTest, ALostWorkerShrinksTheJobToTheSlotsLeftKeepingTheGlobalBatch) {
   for (const auto& [step, loss] : after) {
     EXPECT_NEAR(loss, want.at(step), 1e-4 * std::abs(want.at(step))) << "step " << step;
   }
+}
+
+// A worker stopped (SIGSTOP) past the heartbeat timeout and the reconnect window is lost
+// and its attempt fails (restart 1 of 1); continued, it registers again still running
+// the old ranks, which the controller cancels. They need a moment to die, so the
+// restart (and the job queued behind it, which no fault touched) must not be placed on
+// their slots until the worker reports them gone: no refused assignment, no restart
+// spent on one, the worker not blamed a second time.
+TEST_F(FaultTest, AWorkerBackFromBeingLostGetsNoRanksOnSlotsItsOldRanksStillHold) {
+  // Rank 1 stalls before step 8 of attempt 1 (a test hook), so attempt 1 still runs when
+  // its worker comes back; attempt 2 passes it.
+  StartCluster({{"w1", 2, {"TRAINYARD_TEST_STALL_RANK=1", "TRAINYARD_TEST_STALL_AT_STEP=8"}}});
+  std::vector<std::string> sets = FaultJob(cluster_->dir() / "ck");
+  sets.push_back("restart.max_restarts=1");
+  sets.push_back("parallelism.collective_timeout_s=300");  // rank 0 waits out the stall
+  const std::string a = cluster_->Submit(kTinyJob, sets);
+  ASSERT_FALSE(a.empty());
+  auto follow_a = cluster_->Follow(a, "returning-a.jsonl");
+  ASSERT_TRUE(follow_a->WaitFor([](const json& e) { return IsStepOfAttempt(e, 1, 5); }, 300000));
+  // Queued behind it, never hit by the fault; 5 steps, so the hook's step 8 is never reached.
+  const std::string b = cluster_->Submit(
+      kTinyJob, {"parallelism.dp=2", "parallelism.ep=2", "training.steps=5", "restart.max_restarts=0"});
+  ASSERT_FALSE(b.empty());
+  ASSERT_EQ(cluster_->Get(b).value("state", ""), "PENDING");
+  auto follow_b = cluster_->Follow(b, "returning-b.jsonl");
+
+  cluster_->SignalWorker("w1", SIGSTOP);
+  const bool lost = follow_a->WaitFor(
+      [](const json& e) {
+        return e.contains("job_state") && e.at("job_state").value("state", "") == "RESTARTING" &&
+               e.at("job_state").value("reason", "").find("worker w1 lost") != std::string::npos;
+      },
+      60000).has_value();
+  cluster_->SignalWorker("w1", SIGCONT);
+  ASSERT_TRUE(lost) << "w1 was never declared lost";
+  const std::vector<json> events_a = follow_a->WaitEnd();
+  const std::vector<json> events_b = follow_b->WaitEnd();
+
+  const json job_a = cluster_->Get(a);
+  EXPECT_EQ(job_a.value("state", ""), "SUCCEEDED") << job_a.dump();
+  EXPECT_EQ(job_a.value("attempt", 0), 2);
+  const json causes = job_a.value("failure_causes", json::array());
+  ASSERT_EQ(causes.size(), 1u) << "only the loss: " << causes.dump();
+  EXPECT_NE(causes[0].get<std::string>().find("worker w1 lost"), std::string::npos) << causes.dump();
+  const json job_b = cluster_->Get(b);
+  EXPECT_EQ(job_b.value("state", ""), "SUCCEEDED") << job_b.dump();
+  EXPECT_EQ(job_b.value("attempt", 0), 1);
+  EXPECT_TRUE(job_b.value("failure_causes", json::array()).empty()) << job_b.dump();
+  for (const auto* events : {&events_a, &events_b}) {
+    for (const json& e : *events) {
+      const std::string text = e.dump();
+      EXPECT_EQ(text.find("assign needs"), std::string::npos) << "a refused assignment: " << text;
+      EXPECT_EQ(text.find("refused rank"), std::string::npos) << text;
+      EXPECT_EQ(text.find("(2 failures)"), std::string::npos) << "w1 blamed twice: " << text;
+    }
+  }
+  EXPECT_EQ(ReadFileOrEmpty(cluster_->dir() / "worker-w1.log").find("assign needs"), std::string::npos);
 }
 
 // `trainyard resize JOB --dp 1` restarts a running dp=2 job from its newest checkpoint on

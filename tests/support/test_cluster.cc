@@ -163,6 +163,8 @@ void TestCluster::KillController() {
   if (controller_) controller_->Kill();
 }
 
+int TestCluster::controller_pid() const { return controller_ ? controller_->pid() : -1; }
+
 void TestCluster::SignalController(int signal) {
   if (controller_ && controller_->pid() > 0) ::kill(controller_->pid(), signal);
 }

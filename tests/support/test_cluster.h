@@ -118,6 +118,8 @@ class TestCluster {
   bool StartController(const std::vector<std::string>& extra_args = {});
   // SIGKILLs the controller (a crash: nothing is flushed or closed).
   void KillController();
+  // The running controller's pid, -1 when none was started.
+  int controller_pid() const;
   // Sends `signal` to the controller (SIGHUP: re-read --token-file).
   void SignalController(int signal);
   // Starts the controller again on the same address and data dir, with the arguments

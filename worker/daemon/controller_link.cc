@@ -48,6 +48,19 @@ std::shared_ptr<grpc::Channel> ControllerLink::MakeChannel(
   return grpc::CreateCustomChannel(target, std::move(credentials), ChannelArgs());
 }
 
+bool ControllerLink::RefusedRegistration(const grpc::Status &status) {
+  switch (status.error_code()) {
+    case grpc::StatusCode::ALREADY_EXISTS:     // the name is connected on another stream
+    case grpc::StatusCode::PERMISSION_DENIED:  // the name is not the certificate's
+    case grpc::StatusCode::UNAUTHENTICATED:
+    case grpc::StatusCode::INVALID_ARGUMENT:   // a Register the controller cannot take
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      return true;
+    default:  // UNAVAILABLE, CANCELLED, DEADLINE_EXCEEDED...: the link, not the request
+      return false;
+  }
+}
+
 ControllerLink::ControllerLink(Options options, std::shared_ptr<grpc::Channel> channel,
                                JobRunner *runner, EventOutbox *outbox, Clock *clock)
     : options_(std::move(options)),
@@ -177,20 +190,38 @@ void ControllerLink::ServeStream() {
         break;
     }
   }
+  bool registered;
   {
     absl::MutexLock lock(&mu_);
     stream.done = true;
+    registered = stream.registered;
   }
+  // The call is over (Read returned false), so Finish returns its status at once: the
+  // controller's own reason for ending the stream. Cancelling first would replace that
+  // reason with CANCELLED, which is all a refused worker used to print.
+  grpc::Status status = stream.rw->Finish();
   stream.context.TryCancel();  // unblocks a writer stuck on flow control
   writer.join();
-  grpc::Status status = stream.rw->Finish();
+  bool stopping;
   {
     absl::MutexLock lock(&mu_);
     current_ = nullptr;
+    stopping = stopping_;
   }
-  if (!status.ok()) {
-    spdlog::warn("controller stream ended: {}", FromGrpcStatus(status).ToString());
+  if (status.ok() || stopping) return;  // Stop() cancelled it: nothing to report
+  if (!registered && RefusedRegistration(status)) {
+    // Not a broken link: the controller read Register and said no. The link retries at
+    // its backoff, so a worker whose old connection is half-open takes its name back once
+    // the controller gives up on that connection; a real duplicate is refused each time.
+    spdlog::error("the controller refused to register this worker as {}: {}{}", options_.registration.name(),
+                  FromGrpcStatus(status).ToString(),
+                  status.error_code() == grpc::StatusCode::ALREADY_EXISTS
+                      ? "; retrying (a worker reconnecting behind its own stale connection gets its name back "
+                        "once that connection falls silent)"
+                      : "; retrying");
+    return;
   }
+  spdlog::warn("controller stream ended: {}", FromGrpcStatus(status).ToString());
 }
 
 void ControllerLink::WriteLoop(Stream *stream) {

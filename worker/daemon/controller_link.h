@@ -83,6 +83,11 @@ class ControllerLink {
 
   // True while a stream is registered with the controller.
   bool registered() const;
+  // Whether a stream that ended before its RegisterAck with `status` was the controller
+  // refusing the registration (a name already connected, a name not the certificate's,
+  // a Register it cannot take) rather than a broken link. Either way the link retries;
+  // a refusal is logged as an error with the controller's reason.
+  static bool RefusedRegistration(const grpc::Status &status);
   // Streams opened so far (for tests and logs).
   int connects() const;
 

@@ -9,6 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/listen_probe.h"
 #include "common/spec/spec_error.h"
 #include "common/tls_files.h"
 
@@ -47,11 +48,15 @@ absl::StatusOr<std::unique_ptr<HealthServer>> HealthServer::Start(
   grpc::EnableDefaultHealthCheckService(true);
   std::unique_ptr<HealthServer> h(new HealthServer(std::move(serving), poll, service_name));
   grpc::ServerBuilder builder;
+  // gRPC's default SO_REUSEPORT would let a second worker on this host share the port:
+  // the kubelet's probes would then reach either worker at random.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &h->port_);
   builder.RegisterCallbackGenericService(&h->unimplemented_);
   h->server_ = builder.BuildAndStart();
   if (h->server_ == nullptr || h->port_ == 0) {
-    return absl::UnavailableError(absl::StrCat("--health-listen ", address, ": cannot bind"));
+    if (absl::Status why = ProbeListen("--health-listen", address); !why.ok()) return why;
+    return absl::UnavailableError(absl::StrCat("--health-listen ", Quoted(address), ": gRPC could not listen there"));
   }
   // NOT_SERVING until the first poll says otherwise: a worker that never reached its
   // controller must not look ready.

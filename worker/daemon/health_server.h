@@ -32,7 +32,9 @@ class HealthServer {
   // ranks running) never gets the worker restarted.
   static constexpr char kLivenessService[] = "liveness";
 
-  // Binds `address` (host:port, port 0 picks one) and serves health; `serving` is asked
+  // Binds `address` (host:port, port 0 picks one; never shared with another process: a
+  // port in use is UNAVAILABLE "address already in use", listen_probe.h) and serves
+  // health; `serving` is asked
   // every `poll` and its answer becomes the status of the server ("") and of
   // `service_name` (readiness: registered with the controller).
   static absl::StatusOr<std::unique_ptr<HealthServer>> Start(

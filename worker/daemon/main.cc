@@ -3,18 +3,24 @@
 #include <filesystem>
 #include <fstream>
 #include <signal.h>
+#include <unistd.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
 #include <thread>
 
 #include "common/base/clock.h"
+#include "common/base/dir_lock.h"
+#include "common/base/listen_probe.h"
 #include "common/base/posix_process_launcher.h"
+#include "common/base/text.h"
 #include "common/tls_files.h"
 #include "common/worker_identity.h"
 #include "worker/daemon/artifact_uploader.h"
@@ -110,7 +116,10 @@ std::optional<int> ParseFlags(int argc, char **argv, Options &opt) {
                  "Rank executable (default: trainyard-rank next to this binary)");
   app.add_option("--work-dir", opt.work_dir,
                  "Directory for attempts' files, JOB/ATTEMPT/{config.json,flight,artifacts}; "
-                 "made absolute (default: /tmp/trainyard-worker-NAME)");
+                 "made absolute and created if missing (default: /tmp/trainyard-worker-NAME). "
+                 "Held for the worker's life (a lock on WORK_DIR/trainyard-worker.lock, released "
+                 "when the process dies): a second worker on it refuses to start, naming the "
+                 "holder's pid, host and start time");
   app.add_option("--threads-per-rank", opt.threads_per_rank,
                  "Compute threads per rank (default: max(1, cores / slots))");
   app.add_option("--health-listen", opt.health_listen,
@@ -120,6 +129,18 @@ std::optional<int> ParseFlags(int argc, char **argv, Options &opt) {
                  "with --insecure");
   app.add_flag("--insecure", opt.insecure,
                "Allow a --health-listen beyond loopback; logs a warning at every start");
+  app.footer(
+      "Names: a --name that another worker connected to the controller already uses is "
+      "refused; the worker logs the controller's reason (which names the other worker) and "
+      "retries every 2 s, and takes the name once that connection has been silent for three "
+      "heartbeats (how a restarted worker replaces its own half-open connection).\n\n"
+      "Exit status: 0 after SIGINT or SIGTERM; 2 when it cannot start (a --health-listen port "
+      "in use, a work dir another worker holds or that cannot be written, a flag value it "
+      "refuses, unreadable TLS files), before it contacts the controller; CLI11's codes for a "
+      "malformed command line.\n\n"
+      "Example (a CPU worker with two slots):\n"
+      "  trainyard-worker --controller 127.0.0.1:7070 --name cpu-node-1 --slots 2 \\\n"
+      "      --work-dir /var/lib/trainyard-worker --health-listen 8081");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError &e) {
@@ -174,6 +195,13 @@ std::optional<int> ParseFlags(int argc, char **argv, Options &opt) {
     opt.health_listen = *address;
   }
   if (opt.rank_binary.empty()) opt.rank_binary = trainyard::ExecutableSibling("trainyard-rank");
+  // Every rank is started from it: a worker that cannot would only fail each one later.
+  if (access(opt.rank_binary.c_str(), X_OK) != 0) {
+    const int err = errno;
+    std::fprintf(stderr, "trainyard-worker: --rank-binary %s: cannot execute it: %s\n",
+                 trainyard::Quoted(opt.rank_binary).c_str(), std::strerror(err));
+    return 2;
+  }
   if (opt.work_dir.empty()) opt.work_dir = "/tmp/trainyard-worker-" + opt.name;
   // Ranks get attempt directories under it and announce artifacts by absolute path.
   std::error_code ec;
@@ -214,6 +242,31 @@ std::optional<int> ParseFlags(int argc, char **argv, Options &opt) {
   return std::nullopt;
 }
 
+// Takes what this worker must not share before it starts anything: its --health-listen
+// port (probed; the server binds it later, never shared) and its --work-dir (locked for
+// the process's life). An exit status when it cannot.
+std::optional<int> ClaimExclusive(const Options &opt, std::unique_ptr<trainyard::DirLock> *work_lock) {
+  if (!opt.health_listen.empty()) {
+    if (absl::Status free = trainyard::ProbeListen("--health-listen", opt.health_listen); !free.ok()) {
+      std::fprintf(stderr, "trainyard-worker: %s\n", std::string(free.message()).c_str());
+      return 2;
+    }
+  }
+  absl::StatusOr<std::unique_ptr<trainyard::DirLock>> lock = trainyard::DirLock::Acquire(
+      opt.work_dir, "--work-dir", "trainyard-worker", trainyard::SystemClock()->Now());
+  if (!lock.ok()) {
+    std::fprintf(stderr, "trainyard-worker: %s\n", std::string(lock.status().message()).c_str());
+    return 2;
+  }
+  if (const std::optional<trainyard::DirLock::Holder> &before = (*lock)->previous()) {
+    spdlog::warn("--work-dir {}: the previous trainyard-worker (pid {} on host {}, started {}) ended without "
+                 "releasing it (killed or crashed); taking over",
+                 opt.work_dir, before->pid, trainyard::Quote(before->host), trainyard::Quote(before->started));
+  }
+  *work_lock = std::move(*lock);
+  return std::nullopt;
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -221,6 +274,8 @@ int main(int argc, char **argv) {
   spdlog::set_default_logger(spdlog::stderr_color_mt("worker"));
   Options opt;
   if (std::optional<int> status = ParseFlags(argc, argv, opt)) return *status;
+  std::unique_ptr<DirLock> work_lock;  // held until the process ends
+  if (std::optional<int> status = ClaimExclusive(opt, &work_lock)) return *status;
   for (const std::string &note : opt.worker_gpus.notes) spdlog::warn("{}", note);
   // Every thread inherits this mask; the main thread takes the signals with sigwait.
   sigset_t stop_signals;

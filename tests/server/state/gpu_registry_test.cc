@@ -67,6 +67,25 @@ TEST_F(GpuRegistryTest, HoldsAreAccountedPerRankAndReleasedOnlyByTheirJob) {
   EXPECT_EQ(FreeGpus(registry_.ConnectedTotal()[0]).size(), 4u);
 }
 
+// A stray rank (its attempt given up, the rank not yet reported gone) keeps its GPU as
+// well as its slot: a new rank there would start beside a dying one.
+TEST_F(GpuRegistryTest, AStrayRankHoldsItsGpuUntilTheWorkerReportsItGone) {
+  Register(1, GpuReg("g1", 2));
+  registry_.HoldStray("g1", StrayRank{"job-1", 1, 0, /*gpu=*/1});
+  EXPECT_THAT(FreeOf("g1"), ElementsAre(0));
+  ASSERT_TRUE(registry_.GpuHeldBy("g1", 1).has_value());
+  EXPECT_EQ(registry_.GpuHeldBy("g1", 1)->attempt, 1);
+  EXPECT_FALSE(registry_.RankGone("g1", "job-1", 2, 0)) << "another attempt's rank";
+  EXPECT_THAT(FreeOf("g1"), ElementsAre(0));
+  EXPECT_TRUE(registry_.RankGone("g1", "job-1", 1, 0));
+  EXPECT_THAT(FreeOf("g1"), ElementsAre(0, 1));
+  // A registration states its strays afresh: the GPUs of the old ones come back.
+  registry_.SetStrays("g1", {StrayRank{"job-2", 3, 0, 0}, StrayRank{"job-2", 3, 1, -1}});
+  EXPECT_THAT(FreeOf("g1"), ElementsAre(1));
+  registry_.SetStrays("g1", {});
+  EXPECT_THAT(FreeOf("g1"), ElementsAre(0, 1));
+}
+
 TEST_F(GpuRegistryTest, ARegisterWithDuplicateGpusChangesNothing) {
   v1::Register dup = GpuReg("g1", 2);
   dup.mutable_gpus(1)->set_uuid("GPU-g1-0");

@@ -209,7 +209,8 @@ TEST_F(ReconnectTest, AJobCancelledWhileItsWorkerIsUnreachableEndsAtOnceAndTheRe
   Pass(absl::Seconds(1), {});
   EXPECT_EQ(Job(id).state(), v1::Job::CANCELLED);
   EXPECT_EQ(Job(id).unreachable_reason(), "");
-  // The Cancel waits on w1's open stream; its rank no longer holds the slot.
+  // The Cancel waits on w1's open stream; the job no longer counts its rank, but the
+  // rank may still run on w1 and keeps its slot until w1 reports it gone.
   auto cancels = w1.channel->Of(Msg::kCancel);
   ASSERT_EQ(cancels.size(), 1u);
   EXPECT_EQ(cancels[0].cancel().attempt(), 1);
@@ -218,7 +219,10 @@ TEST_F(ReconnectTest, AJobCancelledWhileItsWorkerIsUnreachableEndsAtOnceAndTheRe
   Pass(absl::Seconds(1), {w1});
   EXPECT_EQ(Stored(id).size(), stored);
   EXPECT_EQ(Stored(id).back().job_state().state(), v1::Job::CANCELLED);
+  EXPECT_EQ(Worker("w1")->free_slots(), 0);
+  Report(w1, id, 1, {0}, v1::RankState::KILLED);
   EXPECT_EQ(Worker("w1")->free_slots(), 1);
+  EXPECT_EQ(Stored(id).size(), stored) << "dropped: the job's stream is closed";
 }
 
 // A two-worker gang, one worker unreachable: back in time, the gang goes on; but a rank

@@ -83,8 +83,11 @@ TEST_F(WorkerRegistryTest, ASecondStreamClaimingALiveWorkersNameIsRefusedAndChan
   absl::Status s = registry_.Register(2, Reg("w1", 8, 300, 310), forger, &fx);
   EXPECT_EQ(s.code(), absl::StatusCode::kAlreadyExists);
   EXPECT_EQ(s.message(),
-            "register: worker \"w1\" is connected on another stream (last heard from 6s ago); a new "
-            "connection may take the name once that stream has been silent for 6s");
+            "register: the name 'w1' is taken by a connected worker (address 'w1.local', 2 slots, registered " +
+                absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", clock_.Now() - absl::Seconds(16), absl::UTCTimeZone()) +
+                ", last heard from 6s ago); each worker needs its own --name. A new connection takes the name "
+                "only once that one has been silent for 6s (the same worker reconnecting behind a stale "
+                "connection)");
   EXPECT_TRUE(fx.outbound().empty()) << "neither stream gets a message";
   EXPECT_THAT(real->closes(), IsEmpty());
   EXPECT_EQ(registry_.NameOf(1), "w1");
@@ -169,6 +172,51 @@ TEST_F(WorkerRegistryTest, SlotsAreReservedPerRankAndReleased) {
   EXPECT_EQ(registry_.FreeSlots("w2"), 2);
   EXPECT_EQ(registry_.Count().free, 4);
   EXPECT_EQ(registry_.ConnectedSlots(), 5);
+}
+
+// Slots come back when the worker reports the ranks gone, not when the controller stops
+// counting them; a registration replaces the strays with what it reports.
+TEST_F(WorkerRegistryTest, StrayRanksHoldSlotsUntilReportedGoneOrNotReportedAgain) {
+  Register(1, Reg("w1", 3));
+  registry_.Reserve("w1");
+  registry_.HoldStray("w1", StrayRank{"job-1", 1, 0});
+  registry_.HoldStray("w1", StrayRank{"job-1", 1, 1});
+  registry_.HoldStray("w9", StrayRank{"job-1", 1, 2});  // unknown: ignored
+  EXPECT_EQ(registry_.FreeSlots("w1"), 0);
+  EXPECT_EQ(registry_.StrayCount("w1"), 2);
+  EXPECT_EQ(registry_.Count().free, 0);
+  EXPECT_FALSE(registry_.RankGone("w2", "job-1", 1, 0)) << "another worker's report frees nothing here";
+  EXPECT_TRUE(registry_.RankGone("w1", "job-1", 1, 0));
+  EXPECT_FALSE(registry_.RankGone("w1", "job-1", 1, 0)) << "once";
+  EXPECT_EQ(registry_.FreeSlots("w1"), 1);
+  ASSERT_EQ(registry_.ConnectedFree().size(), 1u);
+  EXPECT_EQ(registry_.ConnectedFree()[0].free_slots, 1);
+  registry_.SetStrays("w1", {StrayRank{"job-2", 4, 0}, StrayRank{"job-2", 4, 1}});
+  EXPECT_EQ(registry_.FreeSlots("w1"), 0);
+  registry_.SetStrays("w1", {});
+  EXPECT_EQ(registry_.FreeSlots("w1"), 2);
+}
+
+// After a refused Assign the worker takes no new ranks until a heartbeat reports at least
+// the free slots the controller counts; a registration settles it too.
+TEST_F(WorkerRegistryTest, AWorkerThatRefusedAnAssignIsHeldBackUntilItsHeartbeatAgrees) {
+  Register(1, Reg("w1", 2));
+  registry_.Reserve("w1");
+  registry_.AssignRefused("w1");
+  EXPECT_TRUE(registry_.Resyncing("w1"));
+  EXPECT_THAT(registry_.ConnectedFree(), IsEmpty());
+  v1::Heartbeat hb;
+  hb.set_free_slots(0);
+  registry_.Heartbeat(1, hb);
+  EXPECT_TRUE(registry_.Resyncing("w1")) << "it has fewer free than counted (1)";
+  hb.set_free_slots(1);
+  registry_.Heartbeat(1, hb);
+  EXPECT_FALSE(registry_.Resyncing("w1"));
+  ASSERT_EQ(registry_.ConnectedFree().size(), 1u);
+  registry_.AssignRefused("w1");
+  clock_.Advance(absl::Seconds(7));
+  Register(2, Reg("w1", 2));
+  EXPECT_FALSE(registry_.Resyncing("w1"));
 }
 
 TEST_F(WorkerRegistryTest, PortsRotateThroughTheRangeAndSkipHeldOnes) {

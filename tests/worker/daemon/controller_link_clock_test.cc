@@ -1,12 +1,16 @@
 // ControllerLink on a fake clock against an in-process fake controller: reconnect
 // backoff, heartbeat timing, the flush interval and Drain's timeout all run on the
 // injected clock, which the tests move; nothing waits for real time to pass.
+#include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 #include <functional>
 #include <map>
 #include <future>
+#include <sstream>
 
 #include "tests/fakes/fake_controller.h"
 #include "tests/fakes/recording_clock.h"
@@ -15,6 +19,8 @@
 namespace trainyard {
 namespace {
 
+using ::testing::HasSubstr;
+using ::testing::Not;
 using testing::FakeController;
 using testing::Plan;
 using testing::RecordingClock;
@@ -141,6 +147,34 @@ TEST_F(ControllerLinkClockTest, WithDefaultBackoffAControllerBackAfterAnOutageIs
   ASSERT_GE(connects.back(), back);
   EXPECT_LE(connects.back() - back, absl::Seconds(3)) << "reconnected " << connects.back() - back << " after";
   EXPECT_GE(connects.size(), 10u) << "the outage should have cost several attempts";
+}
+
+// A registration the controller refuses (the name is another connected worker's) is
+// printed with the controller's reason, not as the CANCELLED the link's own cancel used
+// to turn it into, and the link retries at its backoff: a worker reconnecting behind its
+// own stale connection gets its name back, a real duplicate keeps being refused.
+TEST_F(ControllerLinkClockTest, ARefusedRegistrationIsLoggedWithTheControllersReasonAndRetried) {
+  std::ostringstream log;
+  const std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
+  spdlog::set_default_logger(
+      std::make_shared<spdlog::logger>("capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(log)));
+  const std::string why = "register: the name 'w1' is taken by a connected worker (address '10.0.0.7', 2 slots)";
+  Start([why](int stream) {
+    Plan plan;
+    if (stream == 0) plan.refuse_register = grpc::Status(grpc::StatusCode::ALREADY_EXISTS, why);
+    return plan;
+  });
+  ASSERT_TRUE(WaitForConnects(1));
+  AdvanceTo(t0_ + absl::Seconds(1));  // the first backoff: it tries again
+  ASSERT_TRUE(WaitForConnects(2));
+  link_->Stop();
+  spdlog::set_default_logger(previous);
+  EXPECT_THAT(log.str(), HasSubstr("the controller refused to register this worker as w1: ALREADY_EXISTS: " + why +
+                                   "; retrying"));
+  EXPECT_THAT(log.str(), Not(HasSubstr("CANCELLED")));
+  EXPECT_TRUE(ControllerLink::RefusedRegistration(grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "")));
+  EXPECT_FALSE(ControllerLink::RefusedRegistration(grpc::Status(grpc::StatusCode::UNAVAILABLE, "")))
+      << "a broken link is not a refusal";
 }
 
 TEST(ControllerLinkChannelTest, GrpcsOwnReconnectBackoffIsBoundedLikeTheLinks) {
