@@ -157,7 +157,10 @@ absl::Status RankSupervisor::Assign(const v1::Assign &assign) {
   }
 
   if (!rejected.ok()) {
-    for (Rank *rank : reserved) Fail(rank, std::string(rejected.message()), false);
+    // Slots still held by ranks the controller stopped counting: its bookkeeping, not the
+    // job or this worker, so the controller places the attempt again (rank_exit.h).
+    const int exit_code = rejected.code() == absl::StatusCode::kResourceExhausted ? kRankExitRefused : 0;
+    for (Rank *rank : reserved) Fail(rank, std::string(rejected.message()), false, exit_code);
     return rejected;
   }
   if (inputs_wrong) {
@@ -314,17 +317,21 @@ void RankSupervisor::WaitRank(Rank *rank) {
   spdlog::info("job={} attempt={} rank={} {} pid={} {}", rank->job_id, rank->attempt, rank->rank,
                v1::RankState::State_Name(event.rank_state().state()), pid,
                event.rank_state().message());
-  Emit(rank, std::move(event));
-
-  absl::MutexLock lock(&mu_);
-  Key key{rank->job_id, rank->attempt, rank->rank};
+  // The slot is free before the controller hears the rank ended: it may place the next
+  // gang here as soon as it does. The rank object lives on in finished_ until the
+  // housekeeper joins this thread, after Emit; the final event's seq is reserved first.
   {
-    absl::MutexLock rank_lock(&rank->mu);
-    last_seq_[key] = rank->next_seq - 1;
+    absl::MutexLock lock(&mu_);
+    Key key{rank->job_id, rank->attempt, rank->rank};
+    {
+      absl::MutexLock rank_lock(&rank->mu);
+      last_seq_[key] = rank->next_seq;
+    }
+    auto it = alive_.find(key);
+    finished_.push_back(std::move(it->second));
+    alive_.erase(it);
   }
-  auto it = alive_.find(key);
-  finished_.push_back(std::move(it->second));
-  alive_.erase(it);
+  Emit(rank, std::move(event));
 }
 
 void RankSupervisor::KillLocked(Rank *rank, const std::string &reason) {
