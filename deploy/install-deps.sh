@@ -22,7 +22,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libsqlite3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libssl-dev libsentencepiece-dev
+  libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libssl-dev libcurl4-openssl-dev libsentencepiece-dev
   prometheus
   openssl
   iproute2
