@@ -64,6 +64,7 @@ void EventHub::Unsubscribe(const std::string& job_id, uint64_t id) {
 }
 
 void EventHub::Notify(const std::string& job_id) {
+  if (EventObserver* observer = observer_.load()) observer->OnCommitted(job_id);
   absl::MutexLock lock(&mu_);
   // A job with no watcher and no cached window has no one to tell.
   if (!watchers_.contains(job_id) && cache_owner_ == nullptr) return;

@@ -13,6 +13,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
+#include "server/state/event_observer.h"
 #include "server/state/watch_cache.h"
 #include "server/store/job_store.h"
 
@@ -60,6 +61,9 @@ class EventHub {
   std::unique_ptr<Subscription> Subscribe(const std::string& job_id,
                                           std::function<void()> wake);
   void Notify(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
+  // Every later Notify also tells `observer` (before the watchers' turn; it must not
+  // block). Set once, before events flow; null: none. Must outlive the hub's use.
+  void SetObserver(EventObserver* observer) { observer_.store(observer); }
   // Settled at once (IsSettled); the watchers are woken as by Notify.
   void MarkSettled(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
   bool IsSettled(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
@@ -78,6 +82,7 @@ class EventHub {
   absl::flat_hash_set<std::string> settled_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<WatchCache> cache_owner_ ABSL_GUARDED_BY(mu_);
   std::atomic<WatchCache*> cache_{nullptr};  // cache_owner_, read without the lock
+  std::atomic<EventObserver*> observer_{nullptr};
   // Jobs to fan out, in the order first notified; each at most once.
   std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<std::string> queued_ ABSL_GUARDED_BY(mu_);

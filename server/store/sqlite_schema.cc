@@ -61,6 +61,24 @@ constexpr char kMigrateToV2[] = R"sql(
 )sql";
 
 // ty_event_kind(blob): the payload case of a serialized v1::Event (0 when unparsable).
+// Version 3: where the MLflow exporter is for each job, per tracking target (the URI
+// and experiment), so a restart resumes the same run from the next unsent event.
+constexpr char kMigrateToV3[] = R"sql(
+    CREATE TABLE mlflow_runs (
+      job_id TEXT NOT NULL,
+      target TEXT NOT NULL,
+      run_id TEXT NOT NULL DEFAULT '',
+      sent_seq INTEGER NOT NULL DEFAULT 0,
+      params_logged INTEGER NOT NULL DEFAULT 0,
+      finished INTEGER NOT NULL DEFAULT 0,
+      recompiles INTEGER NOT NULL DEFAULT 0,
+      stalls INTEGER NOT NULL DEFAULT 0,
+      last_step INTEGER NOT NULL DEFAULT 0,
+      attempt INTEGER NOT NULL DEFAULT 0,
+      PRIMARY KEY (job_id, target)
+    );
+)sql";
+
 void EventKindFunction(sqlite3_context* ctx, int, sqlite3_value** argv) {
   const void* blob = sqlite3_value_blob(argv[0]);
   const int size = sqlite3_value_bytes(argv[0]);
@@ -122,6 +140,7 @@ absl::Status MigrateSchema(SqliteDb& db, const std::string& path, int* migrated_
       TY_RETURN_IF_ERROR(db.Exec(kSchemaV1));
       TY_RETURN_IF_ERROR(db.Exec(kMigrateToV2));
     }
+    if (version < 3) TY_RETURN_IF_ERROR(db.Exec(kMigrateToV3));
     return db.Exec(absl::StrCat("PRAGMA user_version = ", kSchemaVersion));
   };
   absl::Status status = body();
