@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/listen_probe.h"
+#include "common/http/http_client.h"
 #include "common/base/posix_process_launcher.h"  // ExecutableSibling
 #include "common/spec/spec_error.h"
 #include "common/base/status_macros.h"
@@ -114,6 +115,7 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
     TY_ASSIGN_OR_RETURN(policy, LoadPolicyFile(options.policy_file));
   }
   TY_ASSIGN_OR_RETURN(std::unique_ptr<Authorizer> authorizer, Authorizer::FromFile(options.token_file));
+  if (!options.mlflow.uri.empty()) TY_RETURN_IF_ERROR(mlflow::ValidateMlflowOptions(options.mlflow));
   TY_RETURN_IF_ERROR(CheckListeners(options));
   std::unique_ptr<ControllerServer> s(new ControllerServer());
   s->clock_ = clock;
@@ -139,6 +141,19 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
   s->policy_file_ = options.policy_file;
   if (policy) s->manager_->SetPolicy(*std::move(policy));
   TY_RETURN_IF_ERROR(s->manager_->Recover());
+  if (!options.mlflow.uri.empty()) {
+    TY_ASSIGN_OR_RETURN(std::vector<v1::Job> jobs, s->store_->LoadJobs());
+    TY_ASSIGN_OR_RETURN(auto cursors, mlflow::MlflowCursorStore::Open(
+                                          options.data_dir, absl::StrCat(options.mlflow.uri, " ", options.mlflow.experiment)));
+    JobManager* manager = s->manager_.get();
+    TY_ASSIGN_OR_RETURN(s->mlflow_, mlflow::MlflowExporter::Start(
+                                        options.mlflow, s->store_.get(),
+                                        [manager](const std::string& id) { return manager->Get(id); },
+                                        std::move(cursors), *s->metrics_->registry(), s->clock_, jobs));
+    s->hub_.SetObserver(s->mlflow_.get());
+    spdlog::info("MLflow tracking to {} (experiment {})", http::RedactUrl(options.mlflow.uri),
+                 Quoted(options.mlflow.experiment));
+  }
   TY_ASSIGN_OR_RETURN(s->artifacts_,
                       ArtifactStore::Open(options.data_dir, s->manager_.get(), s->clock_, options.artifacts));
   PreflightGateOptions preflight;
@@ -249,6 +264,9 @@ void ControllerServer::Shutdown() {
   // In-flight calls get 2 s (of the injected clock) to finish.
   if (server_) server_->Shutdown(absl::ToChronoTime(clock_->Now() + absl::Seconds(2)));
   if (retention_) retention_->Stop();  // a pass stops between jobs
+  // What it has not sent stays in the store, for the next start.
+  hub_.SetObserver(nullptr);
+  if (mlflow_) mlflow_->Stop();
 }
 
 ControllerServer::~ControllerServer() {

@@ -25,6 +25,7 @@
 #include "server/web/web_server.h"
 #include "server/service/worker_service.h"
 #include "server/state/retention.h"
+#include "server/mlflow/mlflow_exporter.h"
 
 namespace trainyard {
 
@@ -56,6 +57,9 @@ struct ControllerOptions {
   std::string policy_file;
   // --retain-finished and the compactor's pace (server/state/retention.h).
   RetentionOptions retention;
+  // --mlflow-uri (empty: off) and --mlflow-experiment: every job's run, params and
+  // metrics in MLflow (server/mlflow/mlflow_exporter.h).
+  mlflow::MlflowExporterOptions mlflow;
 };
 
 // The whole controller wired together: store, manager, gRPC services (with health
@@ -103,6 +107,7 @@ class ControllerServer {
   std::unique_ptr<ControllerMetrics> metrics_;
   std::unique_ptr<JobManager> manager_;
   std::unique_ptr<RetentionCompactor> retention_;  // stopped in Shutdown, before manager_ goes
+  std::unique_ptr<mlflow::MlflowExporter> mlflow_;  // the hub's observer; stopped in Shutdown
   std::unique_ptr<ArtifactStore> artifacts_;
   std::unique_ptr<PreflightGate> preflight_;
   std::unique_ptr<Authorizer> authorizer_;  // outlives job_service_, which points at it

@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <cstdio>
@@ -10,6 +11,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/base/clock.h"
@@ -140,6 +142,27 @@ int main(int argc, char** argv) {
         auto parsed = trainyard::ParseRetainFinished(text);
         return parsed.ok() ? std::string() : std::string(parsed.status().message());
       });
+  app.add_option("--mlflow-uri", options.mlflow.uri,
+                 "MLflow tracking server, http(s)://HOST[:PORT][/PATH] (no user:password; empty: off). "
+                 "Each job gets one run: params are its resolved spec (model.dim, ...), tags its owner, "
+                 "id and attempt, metrics its step reports, validations, recompiles and stalls, and "
+                 "the run ends FINISHED, FAILED or KILLED with the job. Sent from the store by a "
+                 "per-job cursor kept in trainyard.db: an MLflow that is down or slow never holds "
+                 "up ingestion and loses nothing (docs/mlflow.md)");
+  app.add_option("--mlflow-experiment", options.mlflow.experiment,
+                 "MLflow experiment the runs go in, created when missing")
+      ->capture_default_str();
+  double mlflow_backoff_s = absl::ToDoubleSeconds(options.mlflow.backoff_max);
+  app.add_option("--mlflow-max-backoff", mlflow_backoff_s,
+                 "Seconds a job's failing MLflow requests wait at most between retries (the wait "
+                 "doubles from 1 s up to this)")
+      ->capture_default_str()
+      ->check([](const std::string& text) {
+        double v = 0;  // CLI::Range lets NaN through
+        return absl::SimpleAtod(text, &v) && std::isfinite(v) && v >= 1 && v <= 3600
+                   ? std::string()
+                   : std::string("must be a number of seconds from 1 to 3600");
+      });
   app.footer(
       "Preflight: a SubmitJob whose spec sets compile.preflight=true is validated, then "
       "the controller runs the preflight binary on 3 steps of the job on local CPU ranks "
@@ -154,10 +177,19 @@ int main(int argc, char** argv) {
       "  trainyard-controller --listen 127.0.0.1:7070 --data-dir /var/lib/trainyard \\\n"
       "      --metrics-listen 127.0.0.1:9464 --web-listen 127.0.0.1:8080");
   CLI11_PARSE(app, argc, argv);
+  if (app.count("--mlflow-uri") > 0 && options.mlflow.uri.empty()) {
+    std::fprintf(stderr, "trainyard-controller: --mlflow-uri is empty; leave the flag out to turn MLflow off\n");
+    return 2;
+  }
+  if (app.count("--mlflow-experiment") > 0 && options.mlflow.uri.empty()) {
+    std::fprintf(stderr, "trainyard-controller: --mlflow-experiment needs --mlflow-uri\n");
+    return 2;
+  }
   options.manager.heartbeat_timeout = absl::Seconds(heartbeat_timeout_s);
   options.manager.reconnect_window = absl::Seconds(reconnect_window_s);
   options.manager.sharing.preemption_grace = absl::Seconds(grace_s);
   options.preflight_timeout = absl::Seconds(preflight_timeout_s);
+  options.mlflow.backoff_max = absl::Seconds(mlflow_backoff_s);
   options.retention.retain = *trainyard::ParseRetainFinished(retain_finished);  // checked above
   // Fail-stop: memory ahead of the store must not act further; a restart recovers.
   options.manager.on_lost_write = [](const absl::Status& status) {
