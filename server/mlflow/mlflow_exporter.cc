@@ -87,19 +87,16 @@ void MlflowExporter::Stop() {
 }
 
 bool MlflowExporter::WaitIdle(absl::Duration timeout) {
-  absl::MutexLock lock(&mu_);
-  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (busy_) return false;
-    return std::none_of(pending_.begin(), pending_.end(), [](const auto& p) { return p.second.dirty; });
-  };
   const absl::Time deadline = clock_->Now() + timeout;
-  while (!idle()) {
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      const bool dirty = std::any_of(pending_.begin(), pending_.end(), [](const auto& p) { return p.second.dirty; });
+      if (!busy_ && !dirty) return true;
+    }
     if (clock_->Now() >= deadline) return false;
-    mu_.Unlock();
     clock_->SleepFor(absl::Milliseconds(20));
-    mu_.Lock();
   }
-  return true;
 }
 
 std::string MlflowExporter::NextJob() {
