@@ -9,6 +9,7 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
+#include <cctype>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -233,7 +234,14 @@ TEST_P(MlflowHostileTest, EachBadAnswerIsRetriedWithoutHoldingIngestionAndNothin
   EXPECT_EQ(Series("trainyard_mlflow_outbox_events"), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Answers, MlflowHostileTest, ::testing::Range(0, 7));
+INSTANTIATE_TEST_SUITE_P(Answers, MlflowHostileTest, ::testing::Range(0, 7),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           std::string name;
+                           for (char c : std::string(HostileAnswers()[info.param].name)) {
+                             if (std::isalnum(static_cast<unsigned char>(c))) name.push_back(c);
+                           }
+                           return "Answer" + name;
+                         });
 
 TEST_F(MlflowExporterTest, ABatchThatLandedButWhoseAnswerWasLostIsResentAndStoredOnce) {
   // Shared: the held handler thread may still be leaving it when the test ends.
