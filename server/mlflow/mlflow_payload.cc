@@ -78,7 +78,11 @@ std::string FitValue(std::string_view value, std::size_t max_bytes, bool* cut) {
 SpecParams FlattenSpec(const v1::JobSpec& spec) {
   SpecParams out;
   const json j = json::parse(ToJsonLine(spec), nullptr, /*allow_exceptions=*/false);
-  if (!j.is_discarded()) Flatten(j, "", &out);
+  if (j.is_discarded() || !j.is_object()) {
+    out.notes.push_back("the spec could not be printed as JSON; no params logged");
+    return out;
+  }
+  Flatten(j, "", &out);
   std::sort(out.params.begin(), out.params.end(),
             [](const KeyValue& a, const KeyValue& b) { return a.key < b.key; });
   return out;
