@@ -143,7 +143,7 @@ int main(int argc, char** argv) {
         return parsed.ok() ? std::string() : std::string(parsed.status().message());
       });
   app.add_option("--mlflow-uri", options.mlflow.uri,
-                 "MLflow tracking server, http(s)://HOST[:PORT][/PATH] (no user:password; empty: off). "
+                 "MLflow tracking server, http(s)://HOST[:PORT][/PATH] (no user:password; left out: off). "
                  "Each job gets one run: params are its resolved spec (model.dim, ...), tags its owner, "
                  "id and attempt, metrics its step reports, validations, recompiles and stalls, and "
                  "the run ends FINISHED, FAILED or KILLED with the job. Sent from the store by a "
@@ -170,7 +170,8 @@ int main(int argc, char** argv) {
       "slot. Findings (UNSAFE_SIDE_EFFECT, RECOMPILE_LIMIT) or a runner failure make the "
       "submit fail with FAILED_PRECONDITION and no job is stored.\n\n"
       "Exit status: 0 after SIGINT or SIGTERM; 2 when it cannot start (a port in use, a data "
-      "dir another controller holds or that cannot be written, bad TLS or policy files), "
+      "dir another controller holds or that cannot be written, bad TLS or policy files, a bad "
+      "--mlflow-uri or --mlflow-experiment), "
       "before anything is served; 70 when the store lost a write; CLI11's codes for a "
       "malformed command line.\n\n"
       "Example (loopback, with /metrics and the web UI):\n"
