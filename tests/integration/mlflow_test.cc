@@ -120,6 +120,7 @@ TEST(MlflowFlagsTest, BadMlflowFlagsStopTheControllerBeforeItServesWithExit2) {
     EXPECT_NE(r.err.find(c.expect), std::string::npos) << r.err;
     EXPECT_EQ(r.err.find("hunter2"), std::string::npos) << r.err;
     EXPECT_FALSE(fs::exists(dir / "port")) << "it served";
+    EXPECT_FALSE(fs::exists(dir / "data")) << "the data dir was made before the flag was checked";
   }
   fs::remove_all(dir);
 }
