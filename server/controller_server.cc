@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <limits>
 #include <optional>
 
 #include "absl/strings/match.h"
@@ -135,10 +136,33 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
   }
   s->manager_ = std::make_unique<JobManager>(s->store_.get(), &s->hub_, s->metrics_.get(),
                                              s->clock_, options.manager);
+  if (!options.tensorboard.dir.empty()) {
+    JobManager* manager = s->manager_.get();
+    TY_ASSIGN_OR_RETURN(s->tensorboard_,
+                        TensorBoardExporter::Create(
+                            options.tensorboard, s->store_.get(),
+                            [manager](const std::string& id) -> absl::StatusOr<v1::JobSpec> {
+                              TY_ASSIGN_OR_RETURN(v1::Job job, manager->Get(id));
+                              return job.spec();
+                            },
+                            *s->metrics_->registry(), s->clock_));
+    TensorBoardExporter* exporter = s->tensorboard_.get();
+    s->hub_.SetCommitObserver([exporter](const std::string& id) { exporter->OnCommitted(id); });
+  }
   // The policy is in force before the first scheduling pass (Recover's).
   s->policy_file_ = options.policy_file;
   if (policy) s->manager_->SetPolicy(*std::move(policy));
   TY_RETURN_IF_ERROR(s->manager_->Recover());
+  if (s->tensorboard_) {
+    std::vector<std::string> unfinished;
+    for (const v1::Job& job : s->manager_->List({v1::Job::PENDING, v1::Job::SCHEDULED, v1::Job::RUNNING,
+                                                 v1::Job::RESTARTING},
+                                                std::numeric_limits<int>::max())) {
+      unfinished.push_back(job.id());
+    }
+    s->tensorboard_->Start(unfinished);
+    spdlog::info("TensorBoard event files under {}", options.tensorboard.dir);
+  }
   TY_ASSIGN_OR_RETURN(s->artifacts_,
                       ArtifactStore::Open(options.data_dir, s->manager_.get(), s->clock_, options.artifacts));
   PreflightGateOptions preflight;
@@ -249,6 +273,7 @@ void ControllerServer::Shutdown() {
   // In-flight calls get 2 s (of the injected clock) to finish.
   if (server_) server_->Shutdown(absl::ToChronoTime(clock_->Now() + absl::Seconds(2)));
   if (retention_) retention_->Stop();  // a pass stops between jobs
+  if (tensorboard_) tensorboard_->Stop();  // after the last commit: its final round writes it
 }
 
 ControllerServer::~ControllerServer() {
