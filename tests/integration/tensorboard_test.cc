@@ -90,7 +90,8 @@ TEST(TensorBoardTest, EveryAttemptsScalarsAndSpecMatchTheStoreInTensorBoardsRead
   // The controller writes a job's last events at its next round; stopping it writes
   // what is queued.
   cluster.SignalController(SIGTERM);
-  for (int i = 0; i < 100 && kill(cluster.controller_pid(), 0) == 0; ++i) usleep(100000);
+  for (int i = 0; i < 300 && ProcessAlive(cluster.controller_pid()); ++i) usleep(100000);
+  ASSERT_FALSE(ProcessAlive(cluster.controller_pid())) << "the controller did not stop on SIGTERM";
   CommandResult checked = Check(events_file, job_file, live, id);
   EXPECT_EQ(checked.exit_code, 0) << checked.out << checked.err;
   std::printf("--tensorboard-dir:\n%s", checked.out.c_str());

@@ -152,7 +152,7 @@ TEST(EventSummariesTest, CompilesAndStallsAreRunningCountsAtTheLatestStep) {
 
 TEST(EventSummariesTest, SpecTextIsTheTextPluginsStringTensorAndValidUtf8) {
   v1::JobSpec spec;
-  spec.set_name(std::string("bad \xff\xfe name"));
+  spec.mutable_job()->set_name(std::string("bad \xff\xfe name"));
   spec.mutable_training()->set_steps(42);
   const Event e = tensorboard::SpecTextEvent(spec, 5.0);
   ASSERT_EQ(e.summary().value_size(), 1);
@@ -200,7 +200,7 @@ tensorboard::JobRunWriterOptions Options(const std::string& root, bool keep) {
 TEST(JobRunWriterTest, OneRunFolderPerAttemptStartingWithFileVersionAndSpec) {
   TempDir tmp;
   v1::JobSpec spec;
-  spec.set_name("j");
+  spec.mutable_job()->set_name("j");
   auto w = tensorboard::JobRunWriter::Open(Options(tmp.path(), false), "job-1", spec);
   ASSERT_TRUE(w.ok()) << w.status();
   v1::Event pending;  // before the first schedule: attempt 0, no run
@@ -231,7 +231,7 @@ TEST(JobRunWriterTest, OneRunFolderPerAttemptStartingWithFileVersionAndSpec) {
 
 TEST(JobRunWriterTest, HostileJobIdsAndOutputFolders) {
   TempDir tmp;
-  for (const std::string id : {"", "..", ".", "a/b", "../x", std::string(200, 'a'), std::string("j\xff")}) {
+  for (const std::string& id : std::vector<std::string>{"", "..", ".", "a/b", "../x", std::string(200, 'a'), "j\xff"}) {
     EXPECT_EQ(tensorboard::JobRunWriter::Open(Options(tmp.path(), false), id, {}).status().code(),
               absl::StatusCode::kInvalidArgument)
         << Quote(id);
@@ -302,7 +302,7 @@ TEST(JobRunWriterTest, DamagedProgressOrShortFilesAreErrorsNamingThem) {
   EXPECT_EQ(w.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(w.status().message().find(file), std::string::npos) << w.status();
   const std::string progress = tmp.path() + "/job-1/.trainyard-tensorboard.json";
-  for (const std::string bad : {"", "[]", "{\"version\":1}", "{\"version\":1,\"job\":\"job-2\",\"last_seq\":1,\"attempts\":{}}",
+  for (const std::string bad : std::vector<std::string>{"", "[]", "{\"version\":1}", "{\"version\":1,\"job\":\"job-2\",\"last_seq\":1,\"attempts\":{}}",
                                 "{\"version\":1,\"job\":\"job-1\",\"last_seq\":-4,\"attempts\":{}}",
                                 "{\"version\":1,\"job\":\"job-1\",\"last_seq\":1,\"attempts\":{\"x\":{}}}"}) {
     ASSERT_TRUE(WriteFileAtomically(progress, bad).ok());
