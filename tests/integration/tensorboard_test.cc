@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -96,6 +97,24 @@ TEST(TensorBoardTest, EveryAttemptsScalarsAndSpecMatchTheStoreInTensorBoardsRead
   EXPECT_EQ(checked.exit_code, 0) << checked.out << checked.err;
   std::printf("--tensorboard-dir:\n%s", checked.out.c_str());
   EXPECT_TRUE(fs::exists(live / id / ".trainyard-tensorboard.json"));
+  // The check can fail: one stored loss changed by the smallest float step is caught.
+  {
+    std::string altered;
+    bool changed = false;
+    for (json e : JsonLines(stored.out)) {
+      if (!changed && e.contains("step_metrics")) {
+        const double loss = e["step_metrics"]["loss"].get<double>();
+        e["step_metrics"]["loss"] = std::nextafter(static_cast<float>(loss), 1e9f);
+        changed = true;
+      }
+      altered += e.dump() + "\n";
+    }
+    const fs::path altered_file = cluster.dir() / "altered-events.jsonl";
+    std::ofstream(altered_file) << altered;
+    const CommandResult caught = Check(altered_file, job_file, live, id);
+    EXPECT_NE(caught.exit_code, 0) << caught.out;
+    EXPECT_NE(caught.err.find("train/loss"), std::string::npos) << caught.err;
+  }
 
   ASSERT_TRUE(cluster.RestartController()) << "see " << cluster.dir();
   const fs::path exported = cluster.dir() / "tb-cli";
