@@ -48,7 +48,8 @@ std::vector<Event> Summarize(const v1::Event& event, AttemptCounters* counters);
 // The first record of every event file.
 Event FileVersionEvent(double wall_time);
 // The spec as the text plugin's record at step 0: its proto3 JSON, indented, in a
-// ```json fence (the plugin renders Markdown). Invalid UTF-8 becomes U+FFFD.
+// ```json fence (the plugin renders Markdown). Always valid UTF-8: protobuf's JSON
+// printer drops a string's invalid bytes, and anything else invalid becomes U+FFFD.
 Event SpecTextEvent(const v1::JobSpec& spec, double wall_time);
 // The text SpecTextEvent shows, without the fence.
 std::string SpecText(const v1::JobSpec& spec);

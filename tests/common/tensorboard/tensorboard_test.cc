@@ -17,6 +17,7 @@
 #include "common/tensorboard/tfrecord.h"
 #include "tests/common/tensorboard/tensorboard_files.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/test_process.h"
 
 namespace trainyard::testing {
 namespace {
@@ -326,6 +327,34 @@ TEST(JobRunWriterTest, ManyEventsStayReadable) {
   ASSERT_EQ(steps.size(), static_cast<size_t>(kEvents));
   EXPECT_EQ(steps.back(), kEvents);
 }
+
+#ifdef TRAINYARD_TB_PYTHON
+// TensorBoard's own reader keeps what the files say: NaN and infinities as stored, a
+// double beyond float's range as infinity, and spec text that decodes as strict UTF-8
+// (protobuf's JSON printer drops the bytes of a string that are not UTF-8).
+TEST(JobRunWriterTest, TensorBoardReadsNanInfinityAndRepairedUtf8AsWritten) {
+  TempDir tmp;
+  v1::JobSpec spec;
+  spec.mutable_job()->set_name(std::string("bad \xff name"));
+  auto w = tensorboard::JobRunWriter::Open(Options(tmp.path(), false), "job-1", spec);
+  ASSERT_TRUE(w.ok());
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<double> losses = {std::numeric_limits<double>::quiet_NaN(), inf, -inf, 1e300, 1e-50, 2.5};
+  for (size_t i = 0; i < losses.size(); ++i) (*w)->Add(Step(static_cast<int64_t>(i) + 1, 1, i + 1, losses[i]));
+  ASSERT_TRUE((*w)->Flush().ok());
+  const std::string script =
+      "import sys\n"
+      "from tensorboard.backend.event_processing import event_accumulator as ea\n"
+      "acc = ea.EventAccumulator(sys.argv[1], size_guidance={ea.SCALARS: 0, ea.TENSORS: 0})\n"
+      "acc.Reload()\n"
+      "print(' '.join('%d:%r' % (s.step, s.value) for s in acc.Scalars('train/loss')))\n"
+      "text = acc.Tensors('spec')[0].tensor_proto.string_val[0].decode('utf-8')\n"
+      "print('dropped' if '\"bad  name\"' in text else 'kept: ' + text)\n";
+  const CommandResult r = RunCommand({TRAINYARD_TB_PYTHON, "-c", script, tmp.path() + "/job-1/attempt-1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "1:nan 2:inf 3:-inf 4:inf 5:0.0 6:2.5\ndropped\n");
+}
+#endif
 
 }  // namespace
 }  // namespace trainyard::testing
