@@ -116,6 +116,11 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
   }
   TY_ASSIGN_OR_RETURN(std::unique_ptr<Authorizer> authorizer, Authorizer::FromFile(options.token_file));
   TY_RETURN_IF_ERROR(CheckListeners(options));
+  // Like the files above: a --tensorboard-dir that cannot be written stops the start
+  // before the data dir is locked or the store opened.
+  if (!options.tensorboard.dir.empty()) {
+    TY_RETURN_IF_ERROR(tensorboard::PrepareOutputDir(options.tensorboard.dir, "--tensorboard-dir"));
+  }
   std::unique_ptr<ControllerServer> s(new ControllerServer());
   s->clock_ = clock;
   s->launcher_ = launcher;

@@ -155,6 +155,12 @@ TEST(TensorBoardTest, EveryAttemptsScalarsAndSpecMatchTheStoreInTensorBoardsRead
   EXPECT_EQ(none.exit_code, 0) << none.err;
   EXPECT_NE(none.out.find(never + ": no attempt ran, nothing written"), std::string::npos) << none.out;
   EXPECT_FALSE(fs::exists(fresh / never));
+  CommandResult none_json = cluster.Cli({"tensorboard", never, "-o", fresh.string(), "--output", "json"});
+  ASSERT_EQ(none_json.exit_code, 0) << none_json.err;
+  const std::vector<json> lines = JsonLines(none_json.out);
+  ASSERT_EQ(lines.size(), 1u) << none_json.out;
+  EXPECT_EQ(lines[0].value("job_id", ""), never);
+  EXPECT_TRUE(lines[0].at("runs").empty()) << none_json.out;
   // Nothing of the staging folders is left behind.
   for (const auto& entry : fs::directory_iterator(fresh)) ADD_FAILURE() << "left: " << entry.path();
 
