@@ -303,7 +303,7 @@ TEST(JobRunWriterTest, DamagedProgressOrShortFilesAreErrorsNamingThem) {
   EXPECT_EQ(w.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(w.status().message().find(file), std::string::npos) << w.status();
   const std::string progress = tmp.path() + "/job-1/.trainyard-tensorboard.json";
-  for (const std::string bad : std::vector<std::string>{"", "[]", "{\"version\":1}", "{\"version\":1,\"job\":\"job-2\",\"last_seq\":1,\"attempts\":{}}",
+  for (const std::string& bad : std::vector<std::string>{"", "[]", "{\"version\":1}", "{\"version\":1,\"job\":\"job-2\",\"last_seq\":1,\"attempts\":{}}",
                                 "{\"version\":1,\"job\":\"job-1\",\"last_seq\":-4,\"attempts\":{}}",
                                 "{\"version\":1,\"job\":\"job-1\",\"last_seq\":1,\"attempts\":{\"x\":{}}}"}) {
     ASSERT_TRUE(WriteFileAtomically(progress, bad).ok());
@@ -320,7 +320,9 @@ TEST(JobRunWriterTest, ManyEventsStayReadable) {
   constexpr int kEvents = 50000;
   for (int i = 1; i <= kEvents; ++i) {
     (*w)->Add(Step(i, 1, i, 1.0 / i));
-    if (i % 10000 == 0) ASSERT_TRUE((*w)->Flush().ok());
+    if (i % 10000 == 0) {
+      ASSERT_TRUE((*w)->Flush().ok());
+    }
   }
   ASSERT_TRUE((*w)->Flush().ok());
   const std::vector<int64_t> steps = LossSteps(ReadRun(tmp.path() + "/job-1/attempt-1"));
