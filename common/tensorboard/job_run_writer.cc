@@ -153,7 +153,9 @@ absl::Status JobRunWriter::Flush() {
   const bool moved = taken_seq_ != last_seq_;
   last_seq_ = taken_seq_;
   records_written_ += written;
-  if (options_.keep_progress && (moved || written > 0)) TY_RETURN_IF_ERROR(SaveProgress());
+  // A job with no attempt yet (PENDING, or cancelled before it ran) gets no folder: its
+  // events are read again from seq 1 next time, which costs a few job states.
+  if (options_.keep_progress && !attempts_.empty() && (moved || written > 0)) TY_RETURN_IF_ERROR(SaveProgress());
   return absl::OkStatus();
 }
 

@@ -97,6 +97,7 @@ TEST(TensorBoardTest, EveryAttemptsScalarsAndSpecMatchTheStoreInTensorBoardsRead
   EXPECT_EQ(checked.exit_code, 0) << checked.out << checked.err;
   std::printf("--tensorboard-dir:\n%s", checked.out.c_str());
   EXPECT_TRUE(fs::exists(live / id / ".trainyard-tensorboard.json"));
+  EXPECT_FALSE(fs::exists(live / never)) << "a job that never ran gets no folder";
   // The check can fail: one stored loss changed by the smallest float step is caught.
   {
     std::string altered;

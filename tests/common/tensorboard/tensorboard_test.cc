@@ -288,6 +288,19 @@ TEST(JobRunWriterTest, AResumedWriterTruncatesUnrecordedBytesAndWritesEachStepOn
   EXPECT_EQ(versions, 1);
 }
 
+TEST(JobRunWriterTest, AJobWithNoAttemptGetsNoFolder) {
+  TempDir tmp;
+  auto w = tensorboard::JobRunWriter::Open(Options(tmp.path(), true), "job-1", {});
+  ASSERT_TRUE(w.ok());
+  v1::Event pending;
+  pending.set_seq(1);
+  pending.mutable_job_state()->set_state(v1::Job::CANCELLED);
+  (*w)->Add(pending);
+  ASSERT_TRUE((*w)->Flush().ok());
+  EXPECT_FALSE(fs::exists(tmp.path() + "/job-1"));
+  EXPECT_TRUE((*w)->run_dirs().empty());
+}
+
 TEST(JobRunWriterTest, DamagedProgressOrShortFilesAreErrorsNamingThem) {
   TempDir tmp;
   {
