@@ -301,6 +301,24 @@ TEST(JobRunWriterTest, AJobWithNoAttemptGetsNoFolder) {
   EXPECT_TRUE((*w)->run_dirs().empty());
 }
 
+TEST(JobRunWriterTest, AnAttemptWithoutStepMetricsHasOnlyItsSpec) {
+  TempDir tmp;
+  v1::JobSpec spec;
+  spec.mutable_training()->set_steps(7);
+  auto w = tensorboard::JobRunWriter::Open(Options(tmp.path(), false), "job-1", spec);
+  ASSERT_TRUE(w.ok());
+  v1::Event failed;
+  failed.set_seq(1);
+  failed.set_attempt(1);
+  failed.mutable_rank_state()->set_state(v1::RankState::FAILED);
+  (*w)->Add(failed);
+  ASSERT_TRUE((*w)->Flush().ok());
+  const std::vector<Event> records = ReadRun(tmp.path() + "/job-1/attempt-1");
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_EQ(records[0].file_version(), "brain.Event:2");
+  EXPECT_NE(records[1].summary().value(0).tensor().string_val(0).find("\"steps\": 7"), std::string::npos);
+}
+
 TEST(JobRunWriterTest, DamagedProgressOrShortFilesAreErrorsNamingThem) {
   TempDir tmp;
   {
