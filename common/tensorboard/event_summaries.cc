@@ -1,5 +1,7 @@
 #include "common/tensorboard/event_summaries.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
