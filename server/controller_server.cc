@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <limits>
 #include <optional>
 
 #include "absl/strings/match.h"
@@ -117,6 +118,11 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
   TY_ASSIGN_OR_RETURN(std::unique_ptr<Authorizer> authorizer, Authorizer::FromFile(options.token_file));
   if (!options.mlflow.uri.empty()) TY_RETURN_IF_ERROR(mlflow::ValidateMlflowOptions(options.mlflow));
   TY_RETURN_IF_ERROR(CheckListeners(options));
+  // Like the files above: a --tensorboard-dir that cannot be written stops the start
+  // before the data dir is locked or the store opened.
+  if (!options.tensorboard.dir.empty()) {
+    TY_RETURN_IF_ERROR(tensorboard::PrepareOutputDir(options.tensorboard.dir, "--tensorboard-dir"));
+  }
   std::unique_ptr<ControllerServer> s(new ControllerServer());
   s->clock_ = clock;
   s->launcher_ = launcher;
@@ -137,20 +143,52 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
   }
   s->manager_ = std::make_unique<JobManager>(s->store_.get(), &s->hub_, s->metrics_.get(),
                                              s->clock_, options.manager);
+  if (!options.tensorboard.dir.empty()) {
+    JobManager* manager = s->manager_.get();
+    TY_ASSIGN_OR_RETURN(s->tensorboard_,
+                        TensorBoardExporter::Create(
+                            options.tensorboard, s->store_.get(),
+                            [manager](const std::string& id) -> absl::StatusOr<v1::JobSpec> {
+                              TY_ASSIGN_OR_RETURN(v1::Job job, manager->Get(id));
+                              return job.spec();
+                            },
+                            *s->metrics_->registry(), s->clock_));
+  }
+  if (!options.mlflow.uri.empty()) {
+    TY_ASSIGN_OR_RETURN(auto cursors, mlflow::MlflowCursorStore::Open(
+                                          options.data_dir, absl::StrCat(options.mlflow.uri, " ", options.mlflow.experiment)));
+    JobManager* manager = s->manager_.get();
+    TY_ASSIGN_OR_RETURN(s->mlflow_, mlflow::MlflowExporter::Create(
+                                        options.mlflow, s->store_.get(),
+                                        [manager](const std::string& id) { return manager->Get(id); },
+                                        std::move(cursors), *s->metrics_->registry(), s->clock_));
+  }
+  // The hub takes one commit observer: it tells each exporter, which only queues the job.
+  if (s->tensorboard_ || s->mlflow_) {
+    TensorBoardExporter* tensorboard = s->tensorboard_.get();
+    mlflow::MlflowExporter* mlflow = s->mlflow_.get();
+    s->hub_.SetCommitObserver([tensorboard, mlflow](const std::string& id) {
+      if (tensorboard != nullptr) tensorboard->OnCommitted(id);
+      if (mlflow != nullptr) mlflow->OnCommitted(id);
+    });
+  }
   // The policy is in force before the first scheduling pass (Recover's).
   s->policy_file_ = options.policy_file;
   if (policy) s->manager_->SetPolicy(*std::move(policy));
   TY_RETURN_IF_ERROR(s->manager_->Recover());
-  if (!options.mlflow.uri.empty()) {
+  if (s->tensorboard_) {
+    std::vector<std::string> unfinished;
+    for (const v1::Job& job : s->manager_->List({v1::Job::PENDING, v1::Job::SCHEDULED, v1::Job::RUNNING,
+                                                 v1::Job::RESTARTING},
+                                                std::numeric_limits<int>::max())) {
+      unfinished.push_back(job.id());
+    }
+    s->tensorboard_->Start(unfinished);
+    spdlog::info("TensorBoard event files under {}", options.tensorboard.dir);
+  }
+  if (s->mlflow_) {
     TY_ASSIGN_OR_RETURN(std::vector<v1::Job> jobs, s->store_->LoadJobs());
-    TY_ASSIGN_OR_RETURN(auto cursors, mlflow::MlflowCursorStore::Open(
-                                          options.data_dir, absl::StrCat(options.mlflow.uri, " ", options.mlflow.experiment)));
-    JobManager* manager = s->manager_.get();
-    TY_ASSIGN_OR_RETURN(s->mlflow_, mlflow::MlflowExporter::Start(
-                                        options.mlflow, s->store_.get(),
-                                        [manager](const std::string& id) { return manager->Get(id); },
-                                        std::move(cursors), *s->metrics_->registry(), s->clock_, jobs));
-    s->hub_.SetObserver(s->mlflow_.get());
+    s->mlflow_->Start(jobs);
     spdlog::info("MLflow tracking to {} (experiment {})", http::RedactUrl(options.mlflow.uri),
                  Quoted(options.mlflow.experiment));
   }
@@ -264,9 +302,8 @@ void ControllerServer::Shutdown() {
   // In-flight calls get 2 s (of the injected clock) to finish.
   if (server_) server_->Shutdown(absl::ToChronoTime(clock_->Now() + absl::Seconds(2)));
   if (retention_) retention_->Stop();  // a pass stops between jobs
-  // What it has not sent stays in the store, for the next start.
-  hub_.SetObserver(nullptr);
-  if (mlflow_) mlflow_->Stop();
+  if (tensorboard_) tensorboard_->Stop();  // after the last commit: its final round writes it
+  if (mlflow_) mlflow_->Stop();  // what it has not sent stays in the store, for the next start
 }
 
 ControllerServer::~ControllerServer() {

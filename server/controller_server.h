@@ -25,6 +25,7 @@
 #include "server/web/web_server.h"
 #include "server/service/worker_service.h"
 #include "server/state/retention.h"
+#include "server/tensorboard/tensorboard_exporter.h"
 #include "server/mlflow/mlflow_exporter.h"
 
 namespace trainyard {
@@ -57,6 +58,9 @@ struct ControllerOptions {
   std::string policy_file;
   // --retain-finished and the compactor's pace (server/state/retention.h).
   RetentionOptions retention;
+  // --tensorboard-dir: every job's TensorBoard event files, kept current from the events
+  // stored (server/tensorboard/); empty: off. `dir` is checked before anything is served.
+  TensorBoardExporterOptions tensorboard;
   // --mlflow-uri (empty: off) and --mlflow-experiment: every job's run, params and
   // metrics in MLflow (server/mlflow/mlflow_exporter.h).
   mlflow::MlflowExporterOptions mlflow;
@@ -107,7 +111,10 @@ class ControllerServer {
   std::unique_ptr<ControllerMetrics> metrics_;
   std::unique_ptr<JobManager> manager_;
   std::unique_ptr<RetentionCompactor> retention_;  // stopped in Shutdown, before manager_ goes
-  std::unique_ptr<mlflow::MlflowExporter> mlflow_;  // the hub's observer; stopped in Shutdown
+  // Fed by hub_'s commit observer; stopped in Shutdown (its last round writes what is
+  // queued), before the store goes.
+  std::unique_ptr<TensorBoardExporter> tensorboard_;
+  std::unique_ptr<mlflow::MlflowExporter> mlflow_;  // fed by hub_'s commit observer too; stopped in Shutdown
   std::unique_ptr<ArtifactStore> artifacts_;
   std::unique_ptr<PreflightGate> preflight_;
   std::unique_ptr<Authorizer> authorizer_;  // outlives job_service_, which points at it

@@ -46,26 +46,29 @@ MlflowExporter::MlflowExporter(const MlflowExporterOptions& options, JobStore* s
       clock_(clock),
       client_(MlflowClientOptions{options.uri, options.connect_timeout, options.request_timeout, 4 << 20, &cancel_}) {}
 
-absl::StatusOr<std::unique_ptr<MlflowExporter>> MlflowExporter::Start(
+absl::StatusOr<std::unique_ptr<MlflowExporter>> MlflowExporter::Create(
     const MlflowExporterOptions& options, JobStore* store, JobLookup lookup, std::unique_ptr<MlflowCursorStore> cursors,
-    prometheus::Registry& registry, Clock* clock, const std::vector<v1::Job>& jobs) {
+    prometheus::Registry& registry, Clock* clock) {
   TY_RETURN_IF_ERROR(ValidateMlflowOptions(options));
   std::unique_ptr<MlflowExporter> e(
       new MlflowExporter(options, store, std::move(lookup), std::move(cursors), registry, clock));
   TY_ASSIGN_OR_RETURN(std::vector<MlflowCursor> loaded, e->cursors_store_->LoadAll());
   for (MlflowCursor& c : loaded) e->cursors_.emplace(c.job_id, std::move(c));
+  return e;
+}
+
+void MlflowExporter::Start(const std::vector<v1::Job>& jobs) {
   {
-    absl::MutexLock lock(&e->mu_);
+    absl::MutexLock lock(&mu_);
     for (const v1::Job& job : jobs) {
-      auto it = e->cursors_.find(job.id());
-      const bool behind = it != e->cursors_.end() &&
-                          (!it->second.finished || store->LastSeq(job.id()) > it->second.sent_seq);
-      if (!Ended(job.state()) || behind) e->pending_[job.id()].dirty = true;
+      auto it = cursors_.find(job.id());
+      const bool behind = it != cursors_.end() &&
+                          (!it->second.finished || store_->LastSeq(job.id()) > it->second.sent_seq);
+      if (!Ended(job.state()) || behind) pending_[job.id()].dirty = true;
     }
   }
-  e->UpdateOutbox();
-  e->thread_ = std::thread([raw = e.get()] { raw->Run(); });
-  return e;
+  UpdateOutbox();
+  thread_ = std::thread([this] { Run(); });
 }
 
 MlflowExporter::~MlflowExporter() { Stop(); }

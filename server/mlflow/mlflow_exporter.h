@@ -35,7 +35,6 @@
 #include "server/mlflow/mlflow_client.h"
 #include "server/mlflow/mlflow_cursor_store.h"
 #include "server/mlflow/mlflow_metrics.h"
-#include "server/state/event_observer.h"
 #include "server/store/job_store.h"
 
 namespace trainyard::mlflow {
@@ -55,21 +54,26 @@ struct MlflowExporterOptions {
 // and --mlflow-experiment (1..500 bytes of valid UTF-8 without control characters).
 absl::Status ValidateMlflowOptions(const MlflowExporterOptions& options);
 
-class MlflowExporter : public EventObserver {
+class MlflowExporter {
  public:
   using JobLookup = std::function<absl::StatusOr<v1::Job>(const std::string& job_id)>;
 
-  // `jobs`: every job at start. Those not ended, and those whose run was left
-  // unfinished, are sent from their cursors. Jobs that ended before MLflow tracking
-  // (or this target) was configured are not exported. Everything passed must outlive it.
-  static absl::StatusOr<std::unique_ptr<MlflowExporter>> Start(const MlflowExporterOptions& options, JobStore* store,
-                                                               JobLookup lookup,
-                                                               std::unique_ptr<MlflowCursorStore> cursors,
-                                                               prometheus::Registry& registry, Clock* clock,
-                                                               const std::vector<v1::Job>& jobs);
-  ~MlflowExporter() override;
+  // Checks the options and reads the cursors; sends nothing until Start. Everything
+  // passed must outlive it.
+  static absl::StatusOr<std::unique_ptr<MlflowExporter>> Create(const MlflowExporterOptions& options, JobStore* store,
+                                                                JobLookup lookup,
+                                                                std::unique_ptr<MlflowCursorStore> cursors,
+                                                                prometheus::Registry& registry, Clock* clock);
+  ~MlflowExporter();
 
-  void OnCommitted(const std::string& job_id) override ABSL_LOCKS_EXCLUDED(mu_);
+  // Starts the sender thread. `jobs`: every job (once the manager has recovered, so
+  // `lookup` finds them). Those not ended, and those whose run was left unfinished or
+  // behind, are sent from their cursors; jobs that ended before MLflow tracking (or
+  // this target) was configured are not exported. Once.
+  void Start(const std::vector<v1::Job>& jobs) ABSL_LOCKS_EXCLUDED(mu_);
+  // The job has newly committed events (the hub's commit observer, on the ingest
+  // path): marks it and returns. Before Start it is only remembered.
+  void OnCommitted(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
   // Ends a request in flight and the thread; what was not acknowledged stays in the
   // store for the next start.
   void Stop() ABSL_LOCKS_EXCLUDED(mu_);

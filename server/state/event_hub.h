@@ -13,7 +13,6 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
-#include "server/state/event_observer.h"
 #include "server/state/watch_cache.h"
 #include "server/store/job_store.h"
 
@@ -60,10 +59,11 @@ class EventHub {
   // hub's Subscribe or Unsubscribe.
   std::unique_ptr<Subscription> Subscribe(const std::string& job_id,
                                           std::function<void()> wake);
+  // `observer` is called (on the committing thread, under JobManager's commit lock) with
+  // the job of every Notify: it must only queue the job and return. Set it once, before
+  // the first Notify (the controller's TensorBoard exporter).
+  void SetCommitObserver(std::function<void(const std::string& job_id)> observer);
   void Notify(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
-  // Every later Notify also tells `observer` (before the watchers' turn; it must not
-  // block). Set once, before events flow; null: none. Must outlive the hub's use.
-  void SetObserver(EventObserver* observer) { observer_.store(observer); }
   // Settled at once (IsSettled); the watchers are woken as by Notify.
   void MarkSettled(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
   bool IsSettled(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
@@ -82,7 +82,6 @@ class EventHub {
   absl::flat_hash_set<std::string> settled_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<WatchCache> cache_owner_ ABSL_GUARDED_BY(mu_);
   std::atomic<WatchCache*> cache_{nullptr};  // cache_owner_, read without the lock
-  std::atomic<EventObserver*> observer_{nullptr};
   // Jobs to fan out, in the order first notified; each at most once.
   std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<std::string> queued_ ABSL_GUARDED_BY(mu_);
@@ -90,6 +89,7 @@ class EventHub {
   uint64_t done_ ABSL_GUARDED_BY(mu_) = 0;      // ... and finished
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool in_round_ ABSL_GUARDED_BY(mu_) = false;  // the fan-out thread is between turns' locks
+  std::function<void(const std::string&)> observer_;  // set before the first Notify
   std::thread thread_;  // last: starts once everything above exists
 };
 

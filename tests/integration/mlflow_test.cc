@@ -169,7 +169,9 @@ TEST_F(MlflowTest, EveryStepReachesMlflowThroughAnMlflowKillAndAControllerCrash)
   const int metrics_port = FreeLoopbackPort();
   ASSERT_TRUE(cluster.StartController({"--mlflow-uri", server.uri(), "--mlflow-experiment", "trainyard-e2e",
                                        "--mlflow-max-backoff", "2", "--metrics-listen",
-                                       "127.0.0.1:" + std::to_string(metrics_port)}))
+                                       "127.0.0.1:" + std::to_string(metrics_port),
+                                       // Both exporters share the hub's one commit observer.
+                                       "--tensorboard-dir", (cluster.dir() / "tensorboard").string()}))
       << "see " << cluster.dir();
   cluster.StartWorker(OneSlotWorker("w1"));
   ASSERT_TRUE(cluster.WaitConnected({"w1"}, 60000)) << "see " << cluster.dir();
@@ -257,6 +259,7 @@ TEST_F(MlflowTest, EveryStepReachesMlflowThroughAnMlflowKillAndAControllerCrash)
     EXPECT_EQ(run["metrics"][key].size(), reports) << key;
   }
   EXPECT_EQ(Scrape(metrics_port, "trainyard_mlflow_outbox_events"), 0);
+  EXPECT_TRUE(fs::exists(cluster.dir() / "tensorboard" / id)) << "the TensorBoard exporter was not told";
   std::printf("[figures] MLflow run of %s: %zu step reports, %zu metric keys, after an MLflow kill and a controller crash\n",
               id.c_str(), reports, run["metrics"].size());
 }

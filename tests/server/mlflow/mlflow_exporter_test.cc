@@ -85,11 +85,12 @@ class MlflowExporterTest : public ::testing::Test {
   void StartExporter() {
     auto cursors = MlflowCursorStore::Open(dir_.path(), options_.uri + " " + options_.experiment);
     ASSERT_TRUE(cursors.ok()) << cursors.status();
-    auto exporter = MlflowExporter::Start(
+    auto exporter = MlflowExporter::Create(
         options_, store_.get(), [this](const std::string&) -> absl::StatusOr<v1::Job> { return job_; },
-        std::move(*cursors), registry_, SystemClock(), {job_});
+        std::move(*cursors), registry_, SystemClock());
     ASSERT_TRUE(exporter.ok()) << exporter.status();
     exporter_ = std::move(*exporter);
+    exporter_->Start({job_});
   }
 
   // Commits as the controller does: the store first, then the observer.
