@@ -1,6 +1,7 @@
 #include "server/controller_server.h"
 
 #include "server/policy/policy_file.h"
+#include "server/notify/webhook_file.h"
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -113,6 +114,10 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
   if (!options.policy_file.empty()) {
     TY_ASSIGN_OR_RETURN(policy, LoadPolicyFile(options.policy_file));
   }
+  std::optional<WebhookConfig> webhooks;
+  if (!options.webhooks_file.empty()) {
+    TY_ASSIGN_OR_RETURN(webhooks, LoadWebhookFile(options.webhooks_file));
+  }
   TY_ASSIGN_OR_RETURN(std::unique_ptr<Authorizer> authorizer, Authorizer::FromFile(options.token_file));
   TY_RETURN_IF_ERROR(CheckListeners(options));
   std::unique_ptr<ControllerServer> s(new ControllerServer());
@@ -139,6 +144,29 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
   s->policy_file_ = options.policy_file;
   if (policy) s->manager_->SetPolicy(*std::move(policy));
   TY_RETURN_IF_ERROR(s->manager_->Recover());
+  if (webhooks) {
+    // After Recover: a job's owner (owner filters, the payload) comes from the manager.
+    s->webhooks_file_ = options.webhooks_file;
+    s->webhook_metrics_ = std::make_unique<WebhookMetrics>(*s->metrics_->registry());
+    WebhookManagerDeps deps;
+    deps.events = s->store_.get();
+    JobManager* manager = s->manager_.get();
+    deps.owner_of = [manager](const std::string& id) {
+      absl::StatusOr<v1::Job> job = manager->Get(id);
+      return job.ok() ? job->owner() : std::string();
+    };
+    deps.clock = s->clock_;
+    deps.metrics = s->webhook_metrics_.get();
+    TY_ASSIGN_OR_RETURN(s->webhooks_,
+                        WebhookManager::Start(*std::move(webhooks), options.webhooks_file,
+                                              (std::filesystem::path(options.data_dir) / "webhooks.db").string(),
+                                              std::move(deps)));
+    WebhookManager* hooks = s->webhooks_.get();
+    s->hub_.SetCommitObserver([hooks](const std::string& job_id) { hooks->OnCommitted(job_id); });
+    hooks->Begin();
+    spdlog::info("webhooks: delivering to the endpoints of {} (queue in {}/webhooks.db)", options.webhooks_file,
+                 options.data_dir);
+  }
   TY_ASSIGN_OR_RETURN(s->artifacts_,
                       ArtifactStore::Open(options.data_dir, s->manager_.get(), s->clock_, options.artifacts));
   PreflightGateOptions preflight;
@@ -161,6 +189,10 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
   JobServiceOptions job_options;
   job_options.authorizer = s->authorizer_.get();
   job_options.max_watchers_per_owner = options.max_watchers_per_owner;
+  if (s->webhooks_) {
+    WebhookManager* hooks = s->webhooks_.get();
+    job_options.webhook_status = [hooks] { return hooks->Status(); };
+  }
   s->job_service_ = std::make_unique<JobServiceImpl>(s->manager_.get(), s->store_.get(), &s->hub_,
                                                      s->preflight_.get(), s->artifacts_.get(), job_options);
   s->worker_service_ = std::make_unique<WorkerServiceImpl>(s->manager_.get(), s->artifacts_.get(),
@@ -233,6 +265,19 @@ absl::Status ControllerServer::ReloadPolicy() {
   return absl::OkStatus();
 }
 
+absl::Status ControllerServer::ReloadWebhooks() {
+  if (webhooks_file_.empty() || webhooks_ == nullptr) return absl::OkStatus();
+  absl::StatusOr<WebhookConfig> config = LoadWebhookFile(webhooks_file_);
+  if (!config.ok()) {
+    spdlog::error("--webhooks not reloaded, the endpoints in force stay: {}", std::string(config.status().message()));
+    return config.status();
+  }
+  const size_t n = config->endpoints.size();
+  TY_RETURN_IF_ERROR(webhooks_->Reload(*std::move(config)));
+  spdlog::info("--webhooks {} reloaded: {} endpoint(s)", webhooks_file_, n);
+  return absl::OkStatus();
+}
+
 void ControllerServer::Shutdown() {
   {
     absl::MutexLock lock(&stop_mu_);
@@ -249,6 +294,9 @@ void ControllerServer::Shutdown() {
   // In-flight calls get 2 s (of the injected clock) to finish.
   if (server_) server_->Shutdown(absl::ToChronoTime(clock_->Now() + absl::Seconds(2)));
   if (retention_) retention_->Stop();  // a pass stops between jobs
+  // Deliveries still queued stay in webhooks.db for the next start.
+  hub_.SetCommitObserver(nullptr);
+  if (webhooks_) webhooks_->Stop();
 }
 
 ControllerServer::~ControllerServer() {

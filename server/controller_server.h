@@ -25,6 +25,8 @@
 #include "server/web/web_server.h"
 #include "server/service/worker_service.h"
 #include "server/state/retention.h"
+#include "server/notify/webhook_manager.h"
+#include "server/notify/webhook_metrics.h"
 
 namespace trainyard {
 
@@ -56,6 +58,9 @@ struct ControllerOptions {
   std::string policy_file;
   // --retain-finished and the compactor's pace (server/state/retention.h).
   RetentionOptions retention;
+  // --webhooks: endpoints that get job events (server/notify/webhook_file.h); empty:
+  // none. Re-read on SIGHUP.
+  std::string webhooks_file;
 };
 
 // The whole controller wired together: store, manager, gRPC services (with health
@@ -90,6 +95,9 @@ class ControllerServer {
   // Re-reads --policy-file (SIGHUP); a bad file keeps the policy in force, logs why and
   // is the error. OK without a change when there is no policy file.
   absl::Status ReloadPolicy();
+  // Re-reads --webhooks (SIGHUP); a bad file keeps the endpoints in force, logs why and
+  // is the error. OK without a change when there is no webhooks file.
+  absl::Status ReloadWebhooks();
 
  private:
   ControllerServer() = default;
@@ -104,6 +112,9 @@ class ControllerServer {
   std::unique_ptr<JobManager> manager_;
   std::unique_ptr<RetentionCompactor> retention_;  // stopped in Shutdown, before manager_ goes
   std::unique_ptr<ArtifactStore> artifacts_;
+  std::unique_ptr<WebhookMetrics> webhook_metrics_;
+  std::unique_ptr<WebhookManager> webhooks_;  // unhooked from hub_ and stopped in Shutdown
+  std::string webhooks_file_;
   std::unique_ptr<PreflightGate> preflight_;
   std::unique_ptr<Authorizer> authorizer_;  // outlives job_service_, which points at it
   std::unique_ptr<JobServiceImpl> job_service_;
