@@ -242,10 +242,17 @@ TEST_F(WebhookManagerTest, SlowAndFailingEndpointsDelayNothingElse) {
   EXPECT_EQ(StatusOf("broken").pending(), 20);
   EXPECT_THAT(StatusOf("broken").last_error(), HasSubstr("HTTP 500: 'down'"));
   for (const std::string& id : path_ids("/broken")) EXPECT_EQ(id, expected[0] + "broken");  // retries of the head
+  // Commits go on while slow holds its POST: stored, scanned and sent to good.
+  for (int i = 0; i < 5; ++i) {
+    for (int64_t seq : Commit(job, {State(v1::Job::RUNNING)})) expected.push_back(job + ":" + std::to_string(seq) + ":");
+  }
+  ASSERT_TRUE(testing::WaitUntil([&] { return StatusOf("good").delivered() == 25; }, kWait));
+  EXPECT_EQ(path_ids("/slow").size(), 1u);
+  EXPECT_EQ(StatusOf("slow").pending(), 25);
   release.store(true);
-  ASSERT_TRUE(testing::WaitUntil([&] { return StatusOf("slow").delivered() == 20; }, kWait));
+  ASSERT_TRUE(testing::WaitUntil([&] { return StatusOf("slow").delivered() == 25; }, kWait));
   std::vector<std::string> slow = path_ids("/slow");
-  ASSERT_EQ(slow.size(), 20u);
+  ASSERT_EQ(slow.size(), 25u);
   for (size_t i = 0; i < slow.size(); ++i) EXPECT_EQ(slow[i], expected[i] + "slow");
 }
 
