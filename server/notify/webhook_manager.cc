@@ -358,8 +358,8 @@ bool WebhookManager::Attempt(Sender* sender, const WebhookStore::Pending& p) {
     case DeliveryOutcome::kDelivered:
       stored = store_->Delivered(e.name, p.id, now);
       if (stored.ok() && deps_.metrics != nullptr) {
-        deps_.metrics->Count(e.name, WebhookMetrics::Result::kDelivered);
         deps_.metrics->SetLastSuccess(e.name, now);
+        deps_.metrics->Count(e.name, WebhookMetrics::Result::kDelivered);
       }
       break;
     case DeliveryOutcome::kGiveUp:

@@ -18,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include <prometheus/registry.h>
+
 #include "absl/strings/ascii.h"
 #include "common/base/clock.h"
 #include "common/proto_time.h"
@@ -110,6 +112,7 @@ class WebhookManagerTest : public ::testing::Test {
     deps.events = store_.get();
     deps.owner_of = [this](const std::string& id) { return owners_.count(id) ? owners_.at(id) : std::string(); };
     deps.clock = &clock_;
+    deps.metrics = &metrics_;
     auto m = WebhookManager::Start(std::move(config), "w.toml", dir_.path() + "/webhooks.db", std::move(deps));
     ASSERT_TRUE(m.ok()) << m.status();
     manager_ = std::move(*m);
@@ -141,7 +144,23 @@ class WebhookManagerTest : public ::testing::Test {
   testing::TempDir dir_;
   std::unique_ptr<SqliteJobStore> store_;
   std::map<std::string, std::string> owners_;
+  // The value of `name`{endpoint, result?} on the registry; -1 when absent.
+  double Metric(const std::string& name, const std::string& endpoint, const std::string& result = "") {
+    for (const auto& family : registry_.Collect()) {
+      if (family.name != name) continue;
+      for (const auto& m : family.metric) {
+        std::map<std::string, std::string> labels;
+        for (const auto& l : m.label) labels[l.name] = l.value;
+        if (labels["endpoint"] != endpoint || (!result.empty() && labels["result"] != result)) continue;
+        return family.type == prometheus::MetricType::Counter ? m.counter.value : m.gauge.value;
+      }
+    }
+    return -1;
+  }
+
   RealClock clock_;
+  prometheus::Registry registry_;
+  WebhookMetrics metrics_{registry_};
   std::unique_ptr<WebhookManager> manager_;
 };
 
@@ -181,6 +200,13 @@ TEST_F(WebhookManagerTest, DeliversSignedStateChangesAndSkipsOtherEvents) {
   EXPECT_EQ(status.pending(), 0);
   EXPECT_EQ(status.failed(), 0);
   EXPECT_TRUE(status.has_last_success_time());
+  // The series follow the store's record (just after it).
+  EXPECT_TRUE(testing::WaitUntil(
+      [&] { return Metric("trainyard_webhook_deliveries_total", "ops", "delivered") == 2; }, kWait));
+  EXPECT_TRUE(testing::WaitUntil([&] { return Metric("trainyard_webhook_pending", "ops") == 0; }, kWait));
+  EXPECT_EQ(Metric("trainyard_webhook_deliveries_total", "ops", "failed"), 0);
+  EXPECT_NEAR(Metric("trainyard_webhook_last_success_timestamp_seconds", "ops"),
+              absl::ToDoubleSeconds(FromProtoTime(status.last_success_time()) - absl::UnixEpoch()), 1.0);
   ASSERT_EQ(status.events_size(), 1);
   EXPECT_EQ(status.events(0), "state_change");
 }
@@ -357,6 +383,14 @@ TEST_F(WebhookManagerTest, RefusalsRedirectsHugeAnswersAndTlsFailuresAreCountedN
   EXPECT_THAT(StatusOf("huge").last_error(), HasSubstr("gave up after 3 attempts"));
   EXPECT_THAT(StatusOf("throttle").last_error(), HasSubstr("HTTP 429"));
   EXPECT_FALSE(StatusOf("tls").last_error().empty());
+  for (const char* name : {"refuse", "redirect", "huge", "throttle", "tls"}) {
+    EXPECT_TRUE(testing::WaitUntil(
+        [&] { return Metric("trainyard_webhook_deliveries_total", name, "failed") == 1; }, kWait))
+        << name;
+    EXPECT_EQ(Metric("trainyard_webhook_deliveries_total", name, "delivered"), 0) << name;
+    EXPECT_EQ(Metric("trainyard_webhook_last_success_timestamp_seconds", name), 0) << name;
+  }
+  EXPECT_EQ(Metric("trainyard_webhook_deliveries_total", "huge", "retried"), 2);
 }
 
 TEST_F(WebhookManagerTest, AFullOutboxDropsAndCounts) {
@@ -373,6 +407,8 @@ TEST_F(WebhookManagerTest, AFullOutboxDropsAndCounts) {
   manager_->AwaitScanned();
   EXPECT_EQ(StatusOf("ops").dropped(), 3);
   EXPECT_EQ(StatusOf("ops").pending(), 2);
+  EXPECT_EQ(Metric("trainyard_webhook_deliveries_total", "ops", "dropped"), 3);
+  EXPECT_EQ(Metric("trainyard_webhook_pending", "ops"), 2);
 }
 
 TEST_F(WebhookManagerTest, AReloadDropsARemovedEndpointsQueue) {
@@ -395,6 +431,7 @@ TEST_F(WebhookManagerTest, AReloadDropsARemovedEndpointsQueue) {
   ASSERT_TRUE(status.ok());
   ASSERT_EQ(status->endpoints_size(), 1);
   EXPECT_EQ(status->endpoints(0).name(), "up");
+  EXPECT_EQ(Metric("trainyard_webhook_pending", "down"), -1);  // its series went with it
   const auto seqs = Commit(job, {State(v1::Job::SUCCEEDED)});
   ASSERT_TRUE(testing::WaitUntil([&] { return StatusOf("up").delivered() == 1; }, kWait));
   std::vector<std::string> up;
