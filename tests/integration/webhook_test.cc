@@ -5,6 +5,7 @@
 // exactly once, each signed with the endpoint's secret; and a receiver that answers 500
 // throughout holds none of it up.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <atomic>
 #include <chrono>
@@ -129,6 +130,56 @@ TEST(WebhookTest, EveryStateChangeArrivesOnceAfterDedupAcrossAControllerKill) {
   EXPECT_NE(by_name["dead"].value("last_error", ""), "");
   std::printf("webhooks: %zu deliveries expected, each received once after dedup; %d resent after the kill -9\n",
               expected.size(), resent);
+
+  // SIGHUP: a broken file keeps the endpoints in force; a good one replaces them.
+  auto endpoint_names = [&] {
+    const CommandResult r = cluster.Cli({"webhooks", "status", "--output", "json"});
+    std::set<std::string> names;
+    for (const json& e : json::parse(r.out, nullptr, false).value("endpoints", json::array())) names.insert(e["name"]);
+    return names;
+  };
+  std::ofstream(file) << "[[endpoint]]\nname = \"ops\"\nurl = \"ftp://example.com/\"\n";
+  cluster.SignalController(SIGHUP);
+  const fs::path log = cluster.dir() / "controller-2.log";
+  ASSERT_TRUE(WaitUntil([&] { return ReadFileOrEmpty(log).find("--webhooks not reloaded") != std::string::npos; },
+                        std::chrono::seconds(30)))
+      << ReadFileOrEmpty(log);
+  EXPECT_NE(ReadFileOrEmpty(log).find("webhooks.toml:1: endpoint 'ops' has no events (and 2 more problems)"),
+            std::string::npos);
+  EXPECT_EQ(endpoint_names(), (std::set<std::string>{"dead", "ops"}));
+  std::ofstream(file) << "[[endpoint]]\nname = \"ops\"\nurl = \"" << receiver.Url("/ops") << "\"\n"
+                      << "events = [\"stall\"]\nsecret_file = \"ops.secret\"\n";
+  cluster.SignalController(SIGHUP);
+  ASSERT_TRUE(WaitUntil([&] { return ReadFileOrEmpty(log).find("reloaded: 1 endpoint(s)") != std::string::npos; },
+                        std::chrono::seconds(30)))
+      << ReadFileOrEmpty(log);
+  EXPECT_EQ(endpoint_names(), (std::set<std::string>{"ops"}));
+}
+
+// A --webhooks file the controller cannot use stops it with exit status 2 and the
+// file's line before the data dir is made or anything is served.
+TEST(WebhookTest, ABadWebhooksFileStopsTheStartBeforeTheStoreIsTouched) {
+  TestCluster cluster(kBuiltBinaries, "webhook-bad");
+  const fs::path data = cluster.dir() / "data";
+  const fs::path bad = cluster.dir() / "webhooks.toml";
+  std::ofstream(bad) << "[[endpoint]]\nname = \"ops\"\nurl = \"https://user:pw@example.com/\"\n"
+                     << "events = [\"state_change\"]\nsecret_file = \"missing.secret\"\n";
+  struct Case {
+    std::string file;
+    std::string want;
+  };
+  for (const Case& c : {Case{(cluster.dir() / "none.toml").string(), "webhooks file '" +
+                                                                        (cluster.dir() / "none.toml").string() +
+                                                                        "': no such file"},
+                        Case{bad.string(), bad.string() + ":3: endpoint.url: URL 'https://example.com/' carries a "
+                                                          "user name or password"}}) {
+    const CommandResult r = RunCommand({"/usr/bin/timeout", "20", kBuiltBinaries.controller, "--listen", "127.0.0.1:0",
+                                        "--data-dir", data.string(), "--webhooks", c.file});
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find(c.want), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("pw@"), std::string::npos) << "the password was echoed: " << r.err;
+    EXPECT_FALSE(fs::exists(data)) << "the data dir was made before the file was checked";
+  }
 }
 
 }  // namespace
