@@ -125,6 +125,7 @@ int main(int argc, char** argv) {
   int heartbeat_workers = 1000;
   int heartbeat_seconds = 20;
   std::string watch_rpc = "batched";
+  std::vector<std::string> controller_args;
   CLI::App app{"trainyard-load-bench: controller ingest, watcher fan-out and SubmitJob latency "
                "under load, over real gRPC on loopback"};
   app.add_option("--bin-dir", bin_dir, "Directory with trainyard-controller")->required();
@@ -143,6 +144,10 @@ int main(int argc, char** argv) {
                  "use) or single (WatchJob, one event a message)")
       ->check(CLI::IsMember({"batched", "single"}))
       ->capture_default_str();
+  app.add_option("--controller-arg", controller_args,
+                 "One more argument for the controller, repeatable (e.g. --controller-arg=--tensorboard-dir=DIR), "
+                 "to measure what an integration costs against a run without it")
+      ->allow_extra_args(false);
   CLI11_PARSE(app, argc, argv);
   const bool batched = watch_rpc == "batched";
 
@@ -150,10 +155,11 @@ int main(int argc, char** argv) {
   const fs::path dir = fs::temp_directory_path() / ("trainyard_load_bench_" + std::to_string(getpid()));
   fs::create_directories(dir);
   // No per-job event cap: the ingest phase measures what the controller can commit.
-  TestProcess controller({bin_dir + "/trainyard-controller", "--listen", "127.0.0.1:0", "--data-dir",
-                          (dir / "data").string(), "--port-file", (dir / "port").string(),
-                          "--max-events-per-s-per-rank", "0"},
-                         (dir / "controller.log").string());
+  std::vector<std::string> controller_argv = {bin_dir + "/trainyard-controller", "--listen", "127.0.0.1:0",
+                                              "--data-dir", (dir / "data").string(), "--port-file",
+                                              (dir / "port").string(), "--max-events-per-s-per-rank", "0"};
+  controller_argv.insert(controller_argv.end(), controller_args.begin(), controller_args.end());
+  TestProcess controller(controller_argv, (dir / "controller.log").string());
   const std::string port = trainyard::testing::WaitForFile((dir / "port").string(), 20000);
   if (port.empty()) {
     std::fprintf(stderr, "controller did not start; see %s\n", (dir / "controller.log").c_str());

@@ -29,6 +29,7 @@ PACKAGES=(
   clang libclang-rt-14-dev llvm
   yamllint tmux chromium
   python3 python3-venv
+  libboost-dev
 )
 
 # kubectl renders deploy/k8s (kubectl kustomize). Debian's is kubernetes-client; a machine

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <limits>
 #include <optional>
 
 #include "absl/strings/match.h"
@@ -120,6 +121,11 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
   }
   TY_ASSIGN_OR_RETURN(std::unique_ptr<Authorizer> authorizer, Authorizer::FromFile(options.token_file));
   TY_RETURN_IF_ERROR(CheckListeners(options));
+  // Like the files above: a --tensorboard-dir that cannot be written stops the start
+  // before the data dir is locked or the store opened.
+  if (!options.tensorboard.dir.empty()) {
+    TY_RETURN_IF_ERROR(tensorboard::PrepareOutputDir(options.tensorboard.dir, "--tensorboard-dir"));
+  }
   std::unique_ptr<ControllerServer> s(new ControllerServer());
   s->clock_ = clock;
   s->launcher_ = launcher;
@@ -140,10 +146,33 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
   }
   s->manager_ = std::make_unique<JobManager>(s->store_.get(), &s->hub_, s->metrics_.get(),
                                              s->clock_, options.manager);
+  if (!options.tensorboard.dir.empty()) {
+    JobManager* manager = s->manager_.get();
+    TY_ASSIGN_OR_RETURN(s->tensorboard_,
+                        TensorBoardExporter::Create(
+                            options.tensorboard, s->store_.get(),
+                            [manager](const std::string& id) -> absl::StatusOr<v1::JobSpec> {
+                              TY_ASSIGN_OR_RETURN(v1::Job job, manager->Get(id));
+                              return job.spec();
+                            },
+                            *s->metrics_->registry(), s->clock_));
+    TensorBoardExporter* exporter = s->tensorboard_.get();
+    s->hub_.AddCommitObserver([exporter](const std::string& id) { exporter->OnCommitted(id); });
+  }
   // The policy is in force before the first scheduling pass (Recover's).
   s->policy_file_ = options.policy_file;
   if (policy) s->manager_->SetPolicy(*std::move(policy));
   TY_RETURN_IF_ERROR(s->manager_->Recover());
+  if (s->tensorboard_) {
+    std::vector<std::string> unfinished;
+    for (const v1::Job& job : s->manager_->List({v1::Job::PENDING, v1::Job::SCHEDULED, v1::Job::RUNNING,
+                                                 v1::Job::RESTARTING},
+                                                std::numeric_limits<int>::max())) {
+      unfinished.push_back(job.id());
+    }
+    s->tensorboard_->Start(unfinished);
+    spdlog::info("TensorBoard event files under {}", options.tensorboard.dir);
+  }
   if (webhooks) {
     // After Recover: a job's owner (owner filters, the payload) comes from the manager.
     s->webhooks_file_ = options.webhooks_file;
@@ -162,7 +191,7 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
                                               (std::filesystem::path(options.data_dir) / "webhooks.db").string(),
                                               std::move(deps)));
     WebhookManager* hooks = s->webhooks_.get();
-    s->hub_.SetCommitObserver([hooks](const std::string& job_id) { hooks->OnCommitted(job_id); });
+    s->hub_.AddCommitObserver([hooks](const std::string& job_id) { hooks->OnCommitted(job_id); });
     hooks->Begin();
     spdlog::info("webhooks: delivering to the endpoints of {} (queue in {}/webhooks.db)", options.webhooks_file,
                  options.data_dir);
@@ -294,8 +323,9 @@ void ControllerServer::Shutdown() {
   // In-flight calls get 2 s (of the injected clock) to finish.
   if (server_) server_->Shutdown(absl::ToChronoTime(clock_->Now() + absl::Seconds(2)));
   if (retention_) retention_->Stop();  // a pass stops between jobs
-  // Deliveries still queued stay in webhooks.db for the next start.
-  hub_.SetCommitObserver(nullptr);
+  if (tensorboard_) tensorboard_->Stop();  // after the last commit: its final round writes it
+  // Deliveries still queued stay in webhooks.db for the next start; OnCommitted is a
+  // no-op from here on.
   if (webhooks_) webhooks_->Stop();
 }
 

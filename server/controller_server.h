@@ -27,6 +27,7 @@
 #include "server/state/retention.h"
 #include "server/notify/webhook_manager.h"
 #include "server/notify/webhook_metrics.h"
+#include "server/tensorboard/tensorboard_exporter.h"
 
 namespace trainyard {
 
@@ -61,6 +62,9 @@ struct ControllerOptions {
   // --webhooks: endpoints that get job events (server/notify/webhook_file.h); empty:
   // none. Re-read on SIGHUP.
   std::string webhooks_file;
+  // --tensorboard-dir: every job's TensorBoard event files, kept current from the events
+  // stored (server/tensorboard/); empty: off. `dir` is checked before anything is served.
+  TensorBoardExporterOptions tensorboard;
 };
 
 // The whole controller wired together: store, manager, gRPC services (with health
@@ -108,13 +112,18 @@ class ControllerServer {
   ProcessLauncher* launcher_ = nullptr;  // outlives the gate's runners
   std::unique_ptr<SqliteJobStore> store_;
   EventHub hub_;
+  // hub_ calls it on every commit: declared right after it, so it goes only after
+  // everything that commits. Stopped in Shutdown (then OnCommitted does nothing).
+  std::unique_ptr<WebhookMetrics> webhook_metrics_;
+  std::unique_ptr<WebhookManager> webhooks_;
+  std::string webhooks_file_;
   std::unique_ptr<ControllerMetrics> metrics_;
   std::unique_ptr<JobManager> manager_;
   std::unique_ptr<RetentionCompactor> retention_;  // stopped in Shutdown, before manager_ goes
+  // Fed by hub_'s commit observer; stopped in Shutdown (its last round writes what is
+  // queued), before the store goes.
+  std::unique_ptr<TensorBoardExporter> tensorboard_;
   std::unique_ptr<ArtifactStore> artifacts_;
-  std::unique_ptr<WebhookMetrics> webhook_metrics_;
-  std::unique_ptr<WebhookManager> webhooks_;  // unhooked from hub_ and stopped in Shutdown
-  std::string webhooks_file_;
   std::unique_ptr<PreflightGate> preflight_;
   std::unique_ptr<Authorizer> authorizer_;  // outlives job_service_, which points at it
   std::unique_ptr<JobServiceImpl> job_service_;

@@ -146,6 +146,20 @@ int main(int argc, char** argv) {
         auto parsed = trainyard::ParseRetainFinished(text);
         return parsed.ok() ? std::string() : std::string(parsed.status().message());
       });
+  double tensorboard_flush_s = absl::ToDoubleSeconds(options.tensorboard.flush_period);
+  app.add_option("--tensorboard-dir", options.tensorboard.dir,
+                 "Write every job's TensorBoard event files here, one run folder per job attempt "
+                 "(DIR/JOB/attempt-A/: scalars such as train/loss, val/loss, perf/tokens_per_s, "
+                 "experts/load/expertN, and the resolved spec as text; docs/tracking.md), kept "
+                 "current from the events the controller stores, by one writer thread off the "
+                 "ingestion path. Created if missing; one that cannot be written fails the start. "
+                 "A restart continues each job's files where they end (DIR/JOB/"
+                 ".trainyard-tensorboard.json), writing no record twice. Empty: off");
+  app.add_option("--tensorboard-flush", tensorboard_flush_s,
+                 "Seconds between the TensorBoard writer's rounds (each appends and fsyncs what "
+                 "was stored since the last)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.05, 3600.0));
   app.footer(
       "Preflight: a SubmitJob whose spec sets compile.preflight=true is validated, then "
       "the controller runs the preflight binary on 3 steps of the job on local CPU ranks "
@@ -153,7 +167,8 @@ int main(int argc, char** argv) {
       "slot. Findings (UNSAFE_SIDE_EFFECT, RECOMPILE_LIMIT) or a runner failure make the "
       "submit fail with FAILED_PRECONDITION and no job is stored.\n\n"
       "Exit status: 0 after SIGINT or SIGTERM; 2 when it cannot start (a port in use, a data "
-      "dir another controller holds or that cannot be written, bad TLS, policy or webhooks files), "
+      "dir another controller holds or that cannot be written, a --tensorboard-dir that cannot be "
+      "written, bad TLS, policy or webhooks files), "
       "before anything is served; 70 when the store lost a write; CLI11's codes for a "
       "malformed command line.\n\n"
       "Example (loopback, with /metrics and the web UI):\n"
@@ -165,6 +180,11 @@ int main(int argc, char** argv) {
   options.manager.sharing.preemption_grace = absl::Seconds(grace_s);
   options.preflight_timeout = absl::Seconds(preflight_timeout_s);
   options.retention.retain = *trainyard::ParseRetainFinished(retain_finished);  // checked above
+  options.tensorboard.flush_period = absl::Seconds(tensorboard_flush_s);
+  {
+    char host[256] = {};
+    if (gethostname(host, sizeof(host) - 1) == 0) options.tensorboard.host = host;
+  }
   // Fail-stop: memory ahead of the store must not act further; a restart recovers.
   options.manager.on_lost_write = [](const absl::Status& status) {
     spdlog::critical("stopping: the store lost a write ({}); restart to recover from it",

@@ -1,6 +1,8 @@
 #include "client/cli/commands.h"
 
 #include <CLI/CLI.hpp>
+#include <unistd.h>
+
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -13,6 +15,7 @@
 #include "client/cli/command_runner.h"
 #include "client/cli/export_command.h"
 #include "client/cli/preflight_command.h"
+#include "client/cli/tensorboard_command.h"
 
 namespace trainyard::cli {
 
@@ -298,6 +301,23 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
           "Examples: trainyard export job-3 -o model.safetensors\n"
           "          trainyard export --checkpoint /ck/job-3 --step 200 --names hf -o hf/model.safetensors");
 
+  TensorBoardCommandOptions tensorboard_options;
+  CLI::App* tensorboard_cmd = app.add_subcommand(
+      "tensorboard", "Write TensorBoard event files of stored jobs: one run folder per job attempt, "
+                     "DIR/JOB/attempt-A/ (scalars, and the resolved spec as text)");
+  tensorboard_cmd->add_option("job", tensorboard_options.job_ids, "Job ids")->required();
+  tensorboard_cmd->add_option("-o,--output-dir", tensorboard_options.output_dir,
+                              "Folder to write into (created if missing); DIR/JOB must not exist yet")
+      ->required();
+  example(tensorboard_cmd,
+          "Reads each job's events from the controller as stored up to now (a running job: what it has "
+          "reported so far; the controller's --tensorboard-dir keeps live jobs current instead). Tags: "
+          "train/loss, val/loss, perf/tokens_per_s, experts/load/expertN, compile/recompiles, faults/stalls, "
+          "... (docs/tracking.md); NaN and infinite values are written as stored. A job's folder appears "
+          "complete or not at all; an existing DIR/JOB is refused, never overwritten. A job that never ran "
+          "writes nothing. --output json prints one JSON object per job.\n"
+          "Example: trainyard tensorboard job-3 job-4 -o runs/ && tensorboard --logdir runs/");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -336,6 +356,12 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
     return ExitCodeForStatus(client.status());
   }
   if (export_cmd->parsed()) return RunExportCommand(export_options, client->get(), *env.out, *env.err);
+  if (tensorboard_cmd->parsed()) {
+    tensorboard_options.json = common.Json();
+    char host[256] = {};
+    if (gethostname(host, sizeof(host) - 1) == 0) tensorboard_options.host = host;
+    return RunTensorBoardCommand(tensorboard_options, client->get(), *env.out, *env.err);
+  }
   Runner runner(common, env, std::move(*client));
   if (submit->parsed()) return runner.Submit(file, sets, wait);
   if (list->parsed()) return runner.List(states, limit);

@@ -63,14 +63,13 @@ void EventHub::Unsubscribe(const std::string& job_id, uint64_t id) {
   }
 }
 
-void EventHub::SetCommitObserver(std::function<void(const std::string&)> observer) {
-  absl::MutexLock lock(&mu_);
-  observer_ = std::move(observer);
+void EventHub::AddCommitObserver(std::function<void(const std::string& job_id)> observer) {
+  observers_.push_back(std::move(observer));
 }
 
 void EventHub::Notify(const std::string& job_id) {
+  for (const auto& observer : observers_) observer(job_id);
   absl::MutexLock lock(&mu_);
-  if (observer_) observer_(job_id);
   // A job with no watcher and no cached window has no one to tell.
   if (!watchers_.contains(job_id) && cache_owner_ == nullptr) return;
   if (!queued_.insert(job_id).second) return;  // its turn is still to come

@@ -364,7 +364,8 @@ TEST_F(ExclusiveTest, DirectoriesWithoutPermissionAreRefusedWithTheReason) {
 
 // The controller's other path flags are read (or checked) before the store is touched
 // and before anything is served: a --token-file or --policy-file it cannot use, a
-// --port-file it could not write. The worker's --rank-binary likewise.
+// --port-file it could not write, a --tensorboard-dir that is a file. The worker's
+// --rank-binary likewise.
 TEST_F(ExclusiveTest, OtherPathFlagsAreCheckedBeforeTheStoreIsOpenedOrAnythingServed) {
   const fs::path missing = cluster_->dir() / "no-such-folder" / "file";
   const fs::path bad_policy = cluster_->dir() / "policy.toml";
@@ -376,7 +377,9 @@ TEST_F(ExclusiveTest, OtherPathFlagsAreCheckedBeforeTheStoreIsOpenedOrAnythingSe
   for (const Case& c : {Case{{"--token-file", missing.string()}, missing.string() + ": no such token file"},
                         Case{{"--policy-file", bad_policy.string()}, "policy.toml:3: unknown key 'wieght'"},
                         Case{{"--port-file", missing.string()}, "--port-file '" + missing.string() + "': cannot write in '" +
-                                                                    missing.parent_path().string() + "': "}}) {
+                                                                    missing.parent_path().string() + "': "},
+                        Case{{"--tensorboard-dir", bad_policy.string()},
+                             "--tensorboard-dir '" + bad_policy.string() + "': not a directory"}}) {
     std::vector<std::string> args = {"--listen", "127.0.0.1:0", "--data-dir", DataDir().string()};
     args.insert(args.end(), c.flags.begin(), c.flags.end());
     const CommandResult r = Controller(args);

@@ -39,13 +39,13 @@ _trainyard() {
   fi
 
   local global="--controller --timeout --tls-ca --token-file --output -o --json --help -h --version"
-  local commands="submit list get explain watch logs workers cancel resize checkpoint artifacts preflight export webhooks"
+  local commands="submit list get explain watch logs workers cancel resize checkpoint artifacts preflight export tensorboard webhooks"
 
   # Values of flags.
   case "$prev" in
     --output | -o)
-      # -o of `artifacts pull` is a directory, of `export` a file.
-      if [[ " ${words[*]} " == *" pull "* ]]; then
+      # -o of `artifacts pull` and `tensorboard` is a directory, of `export` a file.
+      if [[ " ${words[*]} " == *" pull "* || " ${words[*]} " == *" tensorboard "* ]]; then
         COMPREPLY=($(compgen -d -- "$cur"))
       elif [[ " ${words[*]} " == *" export "* ]]; then
         COMPREPLY=($(compgen -f -- "$cur"))
@@ -124,6 +124,7 @@ _trainyard() {
       [[ "$sub" == pull ]] && flags="--output-dir -o" ;;
     preflight) flags="--set --shrink --json --train-binary --timeout" ;;
     export) flags="--checkpoint --step --output-file -o --names --force" ;;
+    tensorboard) flags="--output-dir -o" ;;
     webhooks)
       if [[ -z "$sub" && "$cur" != -* ]]; then
         COMPREPLY=($(compgen -W "status" -- "$cur"))
@@ -139,7 +140,7 @@ _trainyard() {
     submit | preflight)
       COMPREPLY=($(compgen -f -X '!*.toml' -- "$cur") $(compgen -f -X '!*.json' -- "$cur")
         $(compgen -d -- "$cur")) ;;
-    get | explain | watch | logs | cancel | resize | checkpoint | artifacts | export)
+    get | explain | watch | logs | cancel | resize | checkpoint | artifacts | export | tensorboard)
       COMPREPLY=($(compgen -W "$(_trainyard_job_ids)" -- "$cur")) ;;
     workers)
       [[ -n "$sub" ]] && COMPREPLY=($(compgen -W "$(_trainyard_worker_names)" -- "$cur")) ;;
