@@ -65,7 +65,9 @@ TEST(WebhookTest, EveryStateChangeArrivesOnceAfterDedupAcrossAControllerKill) {
                       << "[[endpoint]]\nname = \"ops\"\nurl = \"" << receiver.Url("/ops") << "\"\n"
                       << "events = [\"state_change\", \"checkpoint\"]\nsecret_file = \"ops.secret\"\n";
   ASSERT_TRUE(cluster.StartController({"--webhooks", file.string()})) << "see " << cluster.dir();
-  cluster.StartWorker({"w1", 1});
+  WorkerOptions worker;
+  worker.name = "w1";
+  cluster.StartWorker(worker);
   ASSERT_TRUE(cluster.WaitConnected({"w1"}, 30000));
   const std::string id = cluster.Submit(kTinyJob, {"training.steps=400"});
   ASSERT_FALSE(id.empty());
