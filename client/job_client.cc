@@ -152,6 +152,15 @@ absl::StatusOr<std::vector<v1::WorkerInfo>> JobClient::ListWorkers() {
   return std::vector<v1::WorkerInfo>(response.workers().begin(), response.workers().end());
 }
 
+absl::StatusOr<v1::GetWebhookStatusResponse> JobClient::GetWebhookStatus() {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  v1::GetWebhookStatusResponse response;
+  grpc::Status status = stub_->GetWebhookStatus(&context, v1::GetWebhookStatusRequest(), &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response;
+}
+
 absl::StatusOr<v1::CheckpointRef> JobClient::CheckpointJob(const std::string& id, double timeout_s) {
   grpc::ClientContext context;
   const double waits_s = timeout_s > 0 ? timeout_s : kCheckpointDefaultTimeoutS;

@@ -81,6 +81,10 @@ class JobClient {
   // Admin only: cordons the worker and moves every job with a rank there.
   absl::StatusOr<v1::DrainWorkerResponse> DrainWorker(const std::string& name, const std::string& reason);
 
+  // Admin only: each --webhooks endpoint's queue, counts and last error
+  // (configured = false when the controller has no --webhooks).
+  absl::StatusOr<v1::GetWebhookStatusResponse> GetWebhookStatus();
+
   // The job's complete artifacts, oldest first.
   absl::StatusOr<std::vector<v1::ArtifactInfo>> ListArtifacts(const std::string& job_id);
 

@@ -1,6 +1,7 @@
 #include "server/controller_server.h"
 
 #include "server/policy/policy_file.h"
+#include "server/notify/webhook_file.h"
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -115,6 +116,10 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
   if (!options.policy_file.empty()) {
     TY_ASSIGN_OR_RETURN(policy, LoadPolicyFile(options.policy_file));
   }
+  std::optional<WebhookConfig> webhooks;
+  if (!options.webhooks_file.empty()) {
+    TY_ASSIGN_OR_RETURN(webhooks, LoadWebhookFile(options.webhooks_file));
+  }
   TY_ASSIGN_OR_RETURN(std::unique_ptr<Authorizer> authorizer, Authorizer::FromFile(options.token_file));
   if (!options.mlflow.uri.empty()) TY_RETURN_IF_ERROR(mlflow::ValidateMlflowOptions(options.mlflow));
   TY_RETURN_IF_ERROR(CheckListeners(options));
@@ -153,6 +158,8 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
                               return job.spec();
                             },
                             *s->metrics_->registry(), s->clock_));
+    TensorBoardExporter* exporter = s->tensorboard_.get();
+    s->hub_.AddCommitObserver([exporter](const std::string& id) { exporter->OnCommitted(id); });
   }
   if (!options.mlflow.uri.empty()) {
     TY_ASSIGN_OR_RETURN(auto cursors, mlflow::MlflowCursorStore::Open(
@@ -162,15 +169,9 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
                                         options.mlflow, s->store_.get(),
                                         [manager](const std::string& id) { return manager->Get(id); },
                                         std::move(cursors), *s->metrics_->registry(), s->clock_));
-  }
-  // The hub takes one commit observer: it tells each exporter, which only queues the job.
-  if (s->tensorboard_ || s->mlflow_) {
-    TensorBoardExporter* tensorboard = s->tensorboard_.get();
+    // Before Recover, so its commits are heard too; sending starts after it (Start).
     mlflow::MlflowExporter* mlflow = s->mlflow_.get();
-    s->hub_.SetCommitObserver([tensorboard, mlflow](const std::string& id) {
-      if (tensorboard != nullptr) tensorboard->OnCommitted(id);
-      if (mlflow != nullptr) mlflow->OnCommitted(id);
-    });
+    s->hub_.AddCommitObserver([mlflow](const std::string& id) { mlflow->OnCommitted(id); });
   }
   // The policy is in force before the first scheduling pass (Recover's).
   s->policy_file_ = options.policy_file;
@@ -185,6 +186,29 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
     }
     s->tensorboard_->Start(unfinished);
     spdlog::info("TensorBoard event files under {}", options.tensorboard.dir);
+  }
+  if (webhooks) {
+    // After Recover: a job's owner (owner filters, the payload) comes from the manager.
+    s->webhooks_file_ = options.webhooks_file;
+    s->webhook_metrics_ = std::make_unique<WebhookMetrics>(*s->metrics_->registry());
+    WebhookManagerDeps deps;
+    deps.events = s->store_.get();
+    JobManager* manager = s->manager_.get();
+    deps.owner_of = [manager](const std::string& id) {
+      absl::StatusOr<v1::Job> job = manager->Get(id);
+      return job.ok() ? job->owner() : std::string();
+    };
+    deps.clock = s->clock_;
+    deps.metrics = s->webhook_metrics_.get();
+    TY_ASSIGN_OR_RETURN(s->webhooks_,
+                        WebhookManager::Start(*std::move(webhooks), options.webhooks_file,
+                                              (std::filesystem::path(options.data_dir) / "webhooks.db").string(),
+                                              std::move(deps)));
+    WebhookManager* hooks = s->webhooks_.get();
+    s->hub_.AddCommitObserver([hooks](const std::string& job_id) { hooks->OnCommitted(job_id); });
+    hooks->Begin();
+    spdlog::info("webhooks: delivering to the endpoints of {} (queue in {}/webhooks.db)", options.webhooks_file,
+                 options.data_dir);
   }
   if (s->mlflow_) {
     TY_ASSIGN_OR_RETURN(std::vector<v1::Job> jobs, s->store_->LoadJobs());
@@ -214,6 +238,10 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
   JobServiceOptions job_options;
   job_options.authorizer = s->authorizer_.get();
   job_options.max_watchers_per_owner = options.max_watchers_per_owner;
+  if (s->webhooks_) {
+    WebhookManager* hooks = s->webhooks_.get();
+    job_options.webhook_status = [hooks] { return hooks->Status(); };
+  }
   s->job_service_ = std::make_unique<JobServiceImpl>(s->manager_.get(), s->store_.get(), &s->hub_,
                                                      s->preflight_.get(), s->artifacts_.get(), job_options);
   s->worker_service_ = std::make_unique<WorkerServiceImpl>(s->manager_.get(), s->artifacts_.get(),
@@ -286,6 +314,19 @@ absl::Status ControllerServer::ReloadPolicy() {
   return absl::OkStatus();
 }
 
+absl::Status ControllerServer::ReloadWebhooks() {
+  if (webhooks_file_.empty() || webhooks_ == nullptr) return absl::OkStatus();
+  absl::StatusOr<WebhookConfig> config = LoadWebhookFile(webhooks_file_);
+  if (!config.ok()) {
+    spdlog::error("--webhooks not reloaded, the endpoints in force stay: {}", std::string(config.status().message()));
+    return config.status();
+  }
+  const size_t n = config->endpoints.size();
+  TY_RETURN_IF_ERROR(webhooks_->Reload(*std::move(config)));
+  spdlog::info("--webhooks {} reloaded: {} endpoint(s)", webhooks_file_, n);
+  return absl::OkStatus();
+}
+
 void ControllerServer::Shutdown() {
   {
     absl::MutexLock lock(&stop_mu_);
@@ -303,6 +344,9 @@ void ControllerServer::Shutdown() {
   if (server_) server_->Shutdown(absl::ToChronoTime(clock_->Now() + absl::Seconds(2)));
   if (retention_) retention_->Stop();  // a pass stops between jobs
   if (tensorboard_) tensorboard_->Stop();  // after the last commit: its final round writes it
+  // Deliveries still queued stay in webhooks.db for the next start; OnCommitted is a
+  // no-op from here on.
+  if (webhooks_) webhooks_->Stop();
   if (mlflow_) mlflow_->Stop();  // what it has not sent stays in the store, for the next start
 }
 

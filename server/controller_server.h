@@ -25,6 +25,8 @@
 #include "server/web/web_server.h"
 #include "server/service/worker_service.h"
 #include "server/state/retention.h"
+#include "server/notify/webhook_manager.h"
+#include "server/notify/webhook_metrics.h"
 #include "server/tensorboard/tensorboard_exporter.h"
 #include "server/mlflow/mlflow_exporter.h"
 
@@ -58,6 +60,9 @@ struct ControllerOptions {
   std::string policy_file;
   // --retain-finished and the compactor's pace (server/state/retention.h).
   RetentionOptions retention;
+  // --webhooks: endpoints that get job events (server/notify/webhook_file.h); empty:
+  // none. Re-read on SIGHUP.
+  std::string webhooks_file;
   // --tensorboard-dir: every job's TensorBoard event files, kept current from the events
   // stored (server/tensorboard/); empty: off. `dir` is checked before anything is served.
   TensorBoardExporterOptions tensorboard;
@@ -98,6 +103,9 @@ class ControllerServer {
   // Re-reads --policy-file (SIGHUP); a bad file keeps the policy in force, logs why and
   // is the error. OK without a change when there is no policy file.
   absl::Status ReloadPolicy();
+  // Re-reads --webhooks (SIGHUP); a bad file keeps the endpoints in force, logs why and
+  // is the error. OK without a change when there is no webhooks file.
+  absl::Status ReloadWebhooks();
 
  private:
   ControllerServer() = default;
@@ -108,13 +116,18 @@ class ControllerServer {
   ProcessLauncher* launcher_ = nullptr;  // outlives the gate's runners
   std::unique_ptr<SqliteJobStore> store_;
   EventHub hub_;
+  // hub_ calls it on every commit: declared right after it, so it goes only after
+  // everything that commits. Stopped in Shutdown (then OnCommitted does nothing).
+  std::unique_ptr<WebhookMetrics> webhook_metrics_;
+  std::unique_ptr<WebhookManager> webhooks_;
+  std::string webhooks_file_;
   std::unique_ptr<ControllerMetrics> metrics_;
   std::unique_ptr<JobManager> manager_;
   std::unique_ptr<RetentionCompactor> retention_;  // stopped in Shutdown, before manager_ goes
   // Fed by hub_'s commit observer; stopped in Shutdown (its last round writes what is
   // queued), before the store goes.
   std::unique_ptr<TensorBoardExporter> tensorboard_;
-  std::unique_ptr<mlflow::MlflowExporter> mlflow_;  // fed by hub_'s commit observer too; stopped in Shutdown
+  std::unique_ptr<mlflow::MlflowExporter> mlflow_;  // a commit observer of hub_; stopped in Shutdown
   std::unique_ptr<ArtifactStore> artifacts_;
   std::unique_ptr<PreflightGate> preflight_;
   std::unique_ptr<Authorizer> authorizer_;  // outlives job_service_, which points at it

@@ -102,6 +102,12 @@ int main(int argc, char** argv) {
                  "Quotas (running slots and GPUs per owner and per group) and fair-share weights, "
                  "TOML (docs/sharing.md). Re-read on SIGHUP (a bad file keeps the policy in force). "
                  "Without it: no quotas, every owner weight 1");
+  app.add_option("--webhooks", options.webhooks_file,
+                 "Endpoints that get job events as signed JSON POSTs (state changes, stalls, "
+                 "preemptions, checkpoints, restarts), TOML (docs/webhooks.md). Delivered at least "
+                 "once from a queue in DATA_DIR/webhooks.db that survives restarts; `trainyard "
+                 "webhooks status` shows each endpoint. Re-read on SIGHUP (a bad file keeps the "
+                 "endpoints in force). Without it: no webhooks");
   double grace_s = absl::ToDoubleSeconds(options.manager.sharing.preemption_grace);
   app.add_option("--preemption-grace", grace_s,
                  "Seconds a preempted (or drained) job gets to save its checkpoint before it is "
@@ -185,7 +191,7 @@ int main(int argc, char** argv) {
       "submit fail with FAILED_PRECONDITION and no job is stored.\n\n"
       "Exit status: 0 after SIGINT or SIGTERM; 2 when it cannot start (a port in use, a data "
       "dir another controller holds or that cannot be written, a --tensorboard-dir that cannot be "
-      "written, bad TLS or policy files, a bad --mlflow-uri or --mlflow-experiment), "
+      "written, bad TLS, policy or webhooks files, a bad --mlflow-uri or --mlflow-experiment), "
       "before anything is served; 70 when the store lost a write; CLI11's codes for a "
       "malformed command line.\n\n"
       "Example (loopback, with /metrics and the web UI):\n"
@@ -257,6 +263,7 @@ int main(int argc, char** argv) {
       g_reload = 0;
       (*server)->ReloadTokens().IgnoreError();  // logged by the authorizer, either way
       (*server)->ReloadPolicy().IgnoreError();  // logged, either way
+      (*server)->ReloadWebhooks().IgnoreError();  // logged, either way
     }
   }
   spdlog::info("trainyard-controller shutting down");

@@ -6,6 +6,7 @@
 //   watch_commands.cc     watch, logs (JobWatch from client/job_watch.h)
 //   artifact_commands.cc  artifacts list, artifacts pull
 //   fleet_commands.cc     checkpoint, workers cordon / uncordon / drain
+//   webhook_commands.cc   webhooks status
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <functional>
@@ -81,6 +82,8 @@ class Runner {
   // `cordon` false: uncordon.
   int Cordon(const std::string& name, bool cordon, const std::string& reason);
   int Drain(const std::string& name, const std::string& reason);
+  // Each --webhooks endpoint: URL, kinds, owners, queue, counts, last success and error.
+  int WebhookStatus();
 
   int ListArtifacts(const std::string& id);
   // One artifact, or every one of the job when `name` is empty; goes on past a failed

@@ -260,6 +260,18 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
           "6 the runner failed (a rank failed, it timed out or could not start).\n"
           "Example: trainyard preflight examples/debug.toml --shrink");
 
+  CLI::App* webhooks = app.add_subcommand(
+      "webhooks", "Admin: the controller's --webhooks endpoints (docs/webhooks.md)");
+  webhooks->require_subcommand(1);
+  example(webhooks, "Example: trainyard webhooks status");
+  CLI::App* webhooks_status = webhooks->add_subcommand(
+      "status", "Admin: per endpoint, its URL (without the query), event kinds and owners, deliveries pending, "
+                "delivered, failed (given up) and dropped (queue full), the last success and the last error");
+  example(webhooks_status,
+          "The counts are kept in the controller's DATA_DIR/webhooks.db and outlive restarts. Says so when the "
+          "controller runs without --webhooks (exit status 0). --output json: the GetWebhookStatusResponse.\n"
+          "Example: trainyard webhooks status");
+
   ExportCommandOptions export_options;
   int64_t export_step = -1;
   CLI::App* export_cmd = app.add_subcommand(
@@ -360,6 +372,7 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
   if (drain->parsed()) return runner.Drain(worker_name, reason);
   if (workers->parsed()) return runner.Workers();
   if (checkpoint->parsed()) return runner.Checkpoint(job_id);
+  if (webhooks_status->parsed()) return runner.WebhookStatus();
   if (cancel->parsed()) return runner.Cancel(job_id, reason);
   if (resize->parsed()) return runner.Resize(job_id, resize_dp);
   if (watch->parsed()) return runner.Watch(watch_ids, watch_options);

@@ -105,7 +105,7 @@ absl::Status ValidateEndpointUrl(std::string_view url, std::string_view what_vie
   if (!Part(u.get(), CURLUPART_USER).empty() || !Part(u.get(), CURLUPART_PASSWORD).empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         what, ": URL ", Quoted(RedactUrl(url)),
-        " carries a user name or password; URLs reach logs, so credentials go in the secret or header settings"));
+        " carries a user name or password; URLs reach logs, so credentials never go in one"));
   }
   return absl::OkStatus();
 }

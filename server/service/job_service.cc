@@ -107,7 +107,8 @@ JobServiceImpl::JobServiceImpl(JobManager* manager, JobStore* store, EventHub* h
     : manager_(manager), store_(store), hub_(hub), preflight_(preflight), artifacts_(artifacts),
       disabled_(options.authorizer == nullptr ? Authorizer::Disabled() : nullptr),
       authorizer_(options.authorizer != nullptr ? options.authorizer : disabled_.get()),
-      watchers_(options.max_watchers_per_owner) {
+      watchers_(options.max_watchers_per_owner),
+      webhook_status_(std::move(options.webhook_status)) {
   hub_->AttachStore(store_);  // WatchJob's events come from its watch cache
 }
 

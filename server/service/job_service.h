@@ -1,5 +1,6 @@
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "server/service/watch_reactor.h"
@@ -20,6 +21,9 @@ struct JobServiceOptions {
   const Authorizer* authorizer = nullptr;
   // Concurrent watch streams (WatchJob, WatchJobBatched) per identity (owner); beyond, RESOURCE_EXHAUSTED.
   int max_watchers_per_owner = WatcherCap::kDefaultPerOwner;
+  // GetWebhookStatus's answer (server/notify/webhook_manager.h); empty: the controller
+  // runs without --webhooks and answers configured = false.
+  std::function<absl::StatusOr<v1::GetWebhookStatusResponse>()> webhook_status;
 };
 
 // Thin gRPC adapter for JobService: parses, calls JobManager, converts the Status.
@@ -54,7 +58,8 @@ using JobServiceBase = v1::JobService::WithRawCallbackMethod_SubmitJob<
                         v1::JobService::WithRawCallbackMethod_CheckpointJob<
                             v1::JobService::WithRawCallbackMethod_CordonWorker<
                                 v1::JobService::WithRawCallbackMethod_DrainWorker<
-                                    v1::JobService::Service>>>>>>>>>>>>>;
+                                    v1::JobService::WithRawCallbackMethod_GetWebhookStatus<
+                                        v1::JobService::Service>>>>>>>>>>>>>>;
 
 class JobServiceImpl final : public JobServiceBase {
  public:
@@ -90,6 +95,9 @@ class JobServiceImpl final : public JobServiceBase {
                                          grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* DrainWorker(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
                                         grpc::ByteBuffer* response) override;
+  // Admin only (it names endpoints and their errors).
+  grpc::ServerUnaryReactor* GetWebhookStatus(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                             grpc::ByteBuffer* response) override;
 
  private:
   // The job `id` if `caller` may see it; NOT_FOUND as for a missing job otherwise.
@@ -106,6 +114,7 @@ class JobServiceImpl final : public JobServiceBase {
   std::unique_ptr<Authorizer> disabled_;  // set when options.authorizer is null
   const Authorizer* const authorizer_;
   WatcherCap watchers_;
+  std::function<absl::StatusOr<v1::GetWebhookStatusResponse>()> webhook_status_;
 };
 
 }  // namespace trainyard

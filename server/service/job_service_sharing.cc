@@ -90,4 +90,19 @@ grpc::ServerUnaryReactor* JobServiceImpl::DrainWorker(grpc::CallbackServerContex
       });
 }
 
+grpc::ServerUnaryReactor* JobServiceImpl::GetWebhookStatus(grpc::CallbackServerContext* ctx,
+                                                           const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
+  return Serve<v1::GetWebhookStatusRequest, v1::GetWebhookStatusResponse>(
+      ctx, *authorizer_, in, out,
+      [this](const Caller& caller, const v1::GetWebhookStatusRequest&, v1::GetWebhookStatusResponse* response) {
+        if (!Authorizer::CanManageFleet(caller)) return Denied(caller, "read webhook status", "admin");
+        if (!webhook_status_) {
+          response->set_configured(false);
+          return absl::OkStatus();
+        }
+        TY_ASSIGN_OR_RETURN(*response, webhook_status_());
+        return absl::OkStatus();
+      });
+}
+
 }  // namespace trainyard

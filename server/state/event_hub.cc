@@ -63,12 +63,12 @@ void EventHub::Unsubscribe(const std::string& job_id, uint64_t id) {
   }
 }
 
-void EventHub::SetCommitObserver(std::function<void(const std::string& job_id)> observer) {
-  observer_ = std::move(observer);
+void EventHub::AddCommitObserver(std::function<void(const std::string& job_id)> observer) {
+  observers_.push_back(std::move(observer));
 }
 
 void EventHub::Notify(const std::string& job_id) {
-  if (observer_) observer_(job_id);
+  for (const auto& observer : observers_) observer(job_id);
   absl::MutexLock lock(&mu_);
   // A job with no watcher and no cached window has no one to tell.
   if (!watchers_.contains(job_id) && cache_owner_ == nullptr) return;

@@ -59,10 +59,11 @@ class EventHub {
   // hub's Subscribe or Unsubscribe.
   std::unique_ptr<Subscription> Subscribe(const std::string& job_id,
                                           std::function<void()> wake);
-  // `observer` is called (on the committing thread, under JobManager's commit lock) with
-  // the job of every Notify: it must only queue the job and return. Set it once, before
-  // the first Notify (the controller's TensorBoard exporter).
-  void SetCommitObserver(std::function<void(const std::string& job_id)> observer);
+  // Each observer is called (on the committing thread, under JobManager's commit lock)
+  // with the job of every Notify: it must only queue the job and return. Add them before
+  // anything can Notify from another thread (before the controller serves): the
+  // TensorBoard exporter, webhooks. They are never removed: each outlives the hub's use.
+  void AddCommitObserver(std::function<void(const std::string& job_id)> observer);
   void Notify(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
   // Settled at once (IsSettled); the watchers are woken as by Notify.
   void MarkSettled(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
@@ -89,7 +90,7 @@ class EventHub {
   uint64_t done_ ABSL_GUARDED_BY(mu_) = 0;      // ... and finished
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool in_round_ ABSL_GUARDED_BY(mu_) = false;  // the fan-out thread is between turns' locks
-  std::function<void(const std::string&)> observer_;  // set before the first Notify
+  std::vector<std::function<void(const std::string&)>> observers_;  // added before serving
   std::thread thread_;  // last: starts once everything above exists
 };
 

@@ -39,7 +39,7 @@ _trainyard() {
   fi
 
   local global="--controller --timeout --tls-ca --token-file --output -o --json --help -h --version"
-  local commands="submit list get explain watch logs workers cancel resize checkpoint artifacts preflight export tensorboard"
+  local commands="submit list get explain watch logs workers cancel resize checkpoint artifacts preflight export tensorboard webhooks"
 
   # Values of flags.
   case "$prev" in
@@ -69,7 +69,7 @@ _trainyard() {
       return ;;
   esac
 
-  # The subcommand (and sub-subcommand of artifacts and workers): the first words that
+  # The subcommand (and sub-subcommand of artifacts, workers and webhooks): the first words that
   # are not flags or flag values.
   local cmd="" sub="" i w
   for ((i = 1; i < cword; i++)); do
@@ -83,7 +83,7 @@ _trainyard() {
       *)
         if [[ -z "$cmd" ]]; then
           cmd="$w"
-        elif [[ ( "$cmd" == artifacts || "$cmd" == workers ) && -z "$sub" ]]; then
+        elif [[ ( "$cmd" == artifacts || "$cmd" == workers || "$cmd" == webhooks ) && -z "$sub" ]]; then
           sub="$w"
         fi ;;
     esac
@@ -125,6 +125,11 @@ _trainyard() {
     preflight) flags="--set --shrink --json --train-binary --timeout" ;;
     export) flags="--checkpoint --step --output-file -o --names --force" ;;
     tensorboard) flags="--output-dir -o" ;;
+    webhooks)
+      if [[ -z "$sub" && "$cur" != -* ]]; then
+        COMPREPLY=($(compgen -W "status" -- "$cur"))
+        return
+      fi ;;
   esac
 
   if [[ "$cur" == -* ]]; then

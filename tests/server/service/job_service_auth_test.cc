@@ -412,5 +412,24 @@ TEST_F(SharingAuthTest, SharingRequestsAreCheckedBeforeAnythingHappens) {
   for (const auto& w : manager_->Workers()) EXPECT_FALSE(w.cordoned());
 }
 
+// Webhook status names endpoints and receivers' errors: admins only. This service runs
+// without --webhooks, so an admin is told there is none (webhook_manager_test covers
+// the answer with endpoints).
+TEST_F(SharingAuthTest, WebhookStatusIsTheAdmins) {
+  auto status = [this](const std::string& token, v1::GetWebhookStatusResponse* response) {
+    return stub_->GetWebhookStatus(Ctx(token).get(), v1::GetWebhookStatusRequest(), response);
+  };
+  v1::GetWebhookStatusResponse response;
+  ExpectCode(status("", &response), grpc::StatusCode::UNAUTHENTICATED, "no bearer token");
+  ExpectCode(status("alice-token-1112", &response), grpc::StatusCode::UNAUTHENTICATED, "unknown token");
+  ExpectCode(status(kViewer, &response), grpc::StatusCode::PERMISSION_DENIED,
+             "dashboard has the viewer role, which cannot read webhook status; that needs admin");
+  ExpectCode(status(kAlice, &response), grpc::StatusCode::PERMISSION_DENIED,
+             "alice has the submitter role, which cannot read webhook status; that needs admin");
+  ASSERT_TRUE(status(kAdmin, &response).ok());
+  EXPECT_FALSE(response.configured());
+  EXPECT_EQ(response.endpoints_size(), 0);
+}
+
 }  // namespace
 }  // namespace trainyard::testing

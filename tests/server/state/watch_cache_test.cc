@@ -3,6 +3,8 @@
 // what they cannot answer (the caller then reads the store).
 #include "server/state/watch_cache.h"
 
+#include "server/state/event_hub.h"
+
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -192,6 +194,18 @@ TEST_F(WatchCacheTest, DropForgetsTheJob) {
   EXPECT_EQ(cache.jobs(), 0u);
   std::vector<CachedEvent> out;
   EXPECT_FALSE(cache.Read(job_, 1, 10, &out));
+}
+
+// The hub tells every commit observer (the TensorBoard exporter and webhooks both
+// watch commits) of every Notify and MarkSettled, in the order they were added.
+TEST(EventHubObserversTest, EveryObserverHearsOfEveryCommit) {
+  EventHub hub;
+  std::vector<std::string> heard;
+  hub.AddCommitObserver([&](const std::string& job) { heard.push_back("a:" + job); });
+  hub.AddCommitObserver([&](const std::string& job) { heard.push_back("b:" + job); });
+  hub.Notify("job-1");
+  hub.MarkSettled("job-2");
+  EXPECT_EQ(heard, (std::vector<std::string>{"a:job-1", "b:job-1", "a:job-2", "b:job-2"}));
 }
 
 }  // namespace
