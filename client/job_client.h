@@ -81,6 +81,10 @@ class JobClient {
   // Admin only: cordons the worker and moves every job with a rank there.
   absl::StatusOr<v1::DrainWorkerResponse> DrainWorker(const std::string& name, const std::string& reason);
 
+  // The audit log, newest first (admin only); `since` unset: from the start.
+  absl::StatusOr<std::vector<v1::AuditRecord>> ListAudit(const std::string& job_id,
+                                                         const google::protobuf::Timestamp* since, int limit);
+
   // The job's complete artifacts, oldest first.
   absl::StatusOr<std::vector<v1::ArtifactInfo>> ListArtifacts(const std::string& job_id);
 

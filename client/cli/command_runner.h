@@ -6,6 +6,7 @@
 //   watch_commands.cc     watch, logs (JobWatch from client/job_watch.h)
 //   artifact_commands.cc  artifacts list, artifacts pull
 //   fleet_commands.cc     checkpoint, workers cordon / uncordon / drain
+//   audit_commands.cc     audit
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <functional>
@@ -81,6 +82,8 @@ class Runner {
   // `cordon` false: uncordon.
   int Cordon(const std::string& name, bool cordon, const std::string& reason);
   int Drain(const std::string& name, const std::string& reason);
+  // The audit log (admin only), newest first; `since` as ParseSince takes it.
+  int Audit(const std::string& job_id, const std::string& since, int limit);
 
   int ListArtifacts(const std::string& id);
   // One artifact, or every one of the job when `name` is empty; goes on past a failed

@@ -12,7 +12,7 @@ namespace trainyard {
 // 1: the tables before versions were recorded (user_version 0 with a jobs table).
 // 2: events.kind and the events_recovery partial index (recovery reads only the events
 //    it needs), jobs.compacted (retention).
-inline constexpr int kSchemaVersion = 2;
+inline constexpr int kSchemaVersion = 3;
 
 // Event kinds (v1::Event payload field numbers) in the events_recovery index: rank
 // states, stalls, job states and checkpoints. Step metrics are read as a tail.
