@@ -366,7 +366,7 @@ TEST_F(WebApiTest, StaticFilesAreEmbedded) {
   }
   // The embedded bytes are the source files', every ES module the page loads included.
   for (const char* name : {"index.html", "style.css", "favicon.svg", "app.js", "api.js", "charts.js", "dom.js",
-                           "events.js", "gpus.js", "job_page.js", "lists.js", "page.js", "share.js"}) {
+                           "events.js", "gpus.js", "job_page.js", "lists.js", "page.js", "share.js", "actions.js", "stream.js"}) {
     std::ifstream source(std::string(TRAINYARD_SOURCE_DIR) + "/server/web/static/" + name, std::ios::binary);
     ASSERT_TRUE(source.good()) << name;
     const std::string text((std::istreambuf_iterator<char>(source)), std::istreambuf_iterator<char>());
