@@ -43,7 +43,8 @@
 // or artifact is 404. Every response is bounded: lists by `limit` (capped), events by
 // `limit` and kMaxEventsPageBytes, artifacts streamed from the file.
 //
-// Thread-safe: it holds no state of its own; the objects it reads are thread-safe.
+// Thread-safe: its only state is the event streams' registry (thread-safe); the objects it
+// reads and calls are thread-safe.
 #pragma once
 
 #include <cstdint>
