@@ -204,6 +204,21 @@ absl::StatusOr<v1::DrainWorkerResponse> JobClient::DrainWorker(const std::string
   return response;
 }
 
+absl::StatusOr<std::vector<v1::AuditRecord>> JobClient::ListAudit(const std::string& job_id,
+                                                                  const google::protobuf::Timestamp* since,
+                                                                  int limit) {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  v1::ListAuditRequest request;
+  request.set_job_id(job_id);
+  if (since != nullptr) *request.mutable_since() = *since;
+  request.set_limit(limit);
+  v1::ListAuditResponse response;
+  grpc::Status status = stub_->ListAudit(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return std::vector<v1::AuditRecord>(response.records().begin(), response.records().end());
+}
+
 absl::StatusOr<std::vector<v1::ArtifactInfo>> JobClient::ListArtifacts(
     const std::string& job_id) {
   grpc::ClientContext context;

@@ -84,6 +84,9 @@ class JobClient {
   // Admin only: each --webhooks endpoint's queue, counts and last error
   // (configured = false when the controller has no --webhooks).
   absl::StatusOr<v1::GetWebhookStatusResponse> GetWebhookStatus();
+  // The audit log, newest first (admin only); `since` unset: from the start.
+  absl::StatusOr<std::vector<v1::AuditRecord>> ListAudit(const std::string& job_id,
+                                                         const google::protobuf::Timestamp* since, int limit);
 
   // The job's complete artifacts, oldest first.
   absl::StatusOr<std::vector<v1::ArtifactInfo>> ListArtifacts(const std::string& job_id);

@@ -235,8 +235,10 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
   }
   s->preflight_ =
       std::make_unique<PreflightGate>(s->launcher_, s->metrics_.get(), preflight, s->clock_);
+  s->actions_ = std::make_unique<JobActions>(s->manager_.get(), s->preflight_.get(), s->store_.get(), s->clock_);
   JobServiceOptions job_options;
   job_options.authorizer = s->authorizer_.get();
+  job_options.actions = s->actions_.get();
   job_options.max_watchers_per_owner = options.max_watchers_per_owner;
   if (s->webhooks_) {
     WebhookManager* hooks = s->webhooks_.get();
@@ -274,7 +276,7 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
   }
   if (!options.web_listen.empty()) {
     s->web_api_ = std::make_unique<web::WebApi>(s->manager_.get(), s->store_.get(), s->artifacts_.get(),
-                                                s->authorizer_.get());
+                                                s->authorizer_.get(), s->actions_.get(), &s->hub_);
     TY_ASSIGN_OR_RETURN(s->web_server_, web::WebServer::Start(options.web_listen, s->web_api_.get()));
     spdlog::info("web UI on http://{}:{}/ ({})", options.web_listen.substr(0, options.web_listen.rfind(':')),
                  s->web_server_->port(), s->authorizer_->enabled() ? "bearer tokens required" : "no authorization");
@@ -306,11 +308,13 @@ absl::Status ControllerServer::ReloadPolicy() {
   absl::StatusOr<SharingPolicy> policy = LoadPolicyFile(policy_file_);
   if (!policy.ok()) {
     spdlog::error("--policy-file not reloaded, the policy in force stays: {}", std::string(policy.status().message()));
+    actions_->RecordPolicyReload(policy_file_, policy.status());
     return policy.status();
   }
   spdlog::info("--policy-file {} reloaded: {} group(s), {} owner(s), half-life {} h", policy_file_,
                policy->groups.size(), policy->owners.size(), policy->half_life_hours);
   manager_->SetPolicy(*std::move(policy));
+  actions_->RecordPolicyReload(policy_file_, absl::OkStatus());
   return absl::OkStatus();
 }
 
@@ -332,12 +336,14 @@ void ControllerServer::Shutdown() {
     absl::MutexLock lock(&stop_mu_);
     stopping_ = true;
   }
-  // No new web requests; those in flight finish (they only read).
-  if (web_server_) web_server_->Stop();
+  // Event streams end, so the web server's stop below need not wait for them.
+  if (web_api_) web_api_->Stop();
   // Finishes every SubmitJob waiting for a preflight and every CheckpointJob waiting for
-  // its checkpoint, which the server's shutdown would otherwise wait for.
+  // its checkpoint (gRPC and web), which the servers' shutdowns would otherwise wait for.
   if (preflight_) preflight_->Stop();
   if (manager_) manager_->AbortCheckpointWaiters();
+  // No new web requests; those in flight finish.
+  if (web_server_) web_server_->Stop();
   // Probes see NOT_SERVING for every service from here on.
   if (server_ && server_->GetHealthCheckService() != nullptr) server_->GetHealthCheckService()->Shutdown();
   // In-flight calls get 2 s (of the injected clock) to finish.

@@ -131,6 +131,8 @@ class ControllerServer {
   std::unique_ptr<ArtifactStore> artifacts_;
   std::unique_ptr<PreflightGate> preflight_;
   std::unique_ptr<Authorizer> authorizer_;  // outlives job_service_, which points at it
+  // The mutating calls' rules and the audit log, for job_service_ and web_api_.
+  std::unique_ptr<JobActions> actions_;
   std::unique_ptr<JobServiceImpl> job_service_;
   std::unique_ptr<WorkerServiceImpl> worker_service_;
   std::unique_ptr<grpc::Server> server_;

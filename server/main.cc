@@ -56,9 +56,10 @@ int main(int argc, char** argv) {
                  "Prometheus /metrics address host:port (empty: off). Plain HTTP without "
                  "authentication (it names jobs and workers): beyond loopback only with --insecure");
   app.add_option("--web-listen", options.web_listen,
-                 "Read-only web UI address host:port (empty: off; port 0 picks one): jobs, live "
-                 "charts, compile tables, artifacts, the fleet (docs/web.md). Plain HTTP; the same "
-                 "--token-file and roles as the gRPC API. Beyond loopback only with --insecure");
+                 "Web UI address host:port (empty: off; port 0 picks one): jobs, live "
+                 "charts (server-sent events), compile tables, artifacts, the fleet, and actions by role (cancel, "
+                 "checkpoint, resubmit; cordon, uncordon, drain for admins) (docs/web.md). Plain HTTP; the same "
+                 "--token-file and roles as the gRPC API, every action audited. Beyond loopback only with --insecure");
   app.add_option("--tls-cert", options.tls.cert, "PEM certificate the gRPC port serves (with --tls-key, --tls-ca)");
   app.add_option("--tls-key", options.tls.key, "PEM private key of --tls-cert");
   app.add_option("--tls-ca", options.tls.ca,

@@ -7,6 +7,7 @@
 //   artifact_commands.cc  artifacts list, artifacts pull
 //   fleet_commands.cc     checkpoint, workers cordon / uncordon / drain
 //   webhook_commands.cc   webhooks status
+//   audit_commands.cc     audit
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <functional>
@@ -84,6 +85,8 @@ class Runner {
   int Drain(const std::string& name, const std::string& reason);
   // Each --webhooks endpoint: URL, kinds, owners, queue, counts, last success and error.
   int WebhookStatus();
+  // The audit log (admin only), newest first; `since` as ParseSince takes it.
+  int Audit(const std::string& job_id, const std::string& since, int limit);
 
   int ListArtifacts(const std::string& id);
   // One artifact, or every one of the job when `name` is empty; goes on past a failed

@@ -39,7 +39,8 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
       "  trainyard --controller 10.0.0.5:7070 list --state running\n"
       "  trainyard watch job-3\n"
       "  trainyard explain job-3\n"
-      "  trainyard workers drain w1 --reason 'kernel update'\n\n"
+      "  trainyard workers drain w1 --reason 'kernel update'\n"
+      "  trainyard audit --job job-3\n\n"
       "Exit status (every command):\n",
       ExitCodeTable()));
 
@@ -122,6 +123,23 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
           "no worker; a job without checkpoint.dir restarts from its start. Prints the jobs it moves, one per "
           "line (--output json: the DrainWorkerResponse). The worker stays cordoned until `workers uncordon`.\n"
           "Example: trainyard workers drain w1 --reason 'kernel update'");
+
+  std::string audit_job;
+  std::string audit_since;
+  int audit_limit = 100;
+  CLI::App* audit = app.add_subcommand(
+      "audit", "Admin: who did what: every submit, cancel, checkpoint, resubmit, cordon, uncordon, drain and "
+               "policy reload, accepted or refused, newest first (gRPC and web alike)");
+  audit->add_option("--job", audit_job, "Only the rows naming this job (and the drains that moved it)");
+  audit->add_option("--since", audit_since,
+                    "Only rows from this time on: RFC 3339 (2026-12-06T10:00:00Z) or an age (90m, 12h, 7d)");
+  audit->add_option("--limit", audit_limit, "At most this many rows")->check(CLI::Range(1, 10000))->capture_default_str();
+  example(audit,
+          "Each row: time, identity (role), action, target, via (grpc, web, signal) and outcome (OK, PENDING while "
+          "it ran, or the refusal's code: PERMISSION_DENIED, INVALID_ARGUMENT, NOT_FOUND, ...), then the reason "
+          "and what it did or why it was refused. Text a caller sent is printed escaped. --output json: one "
+          "AuditRecord per line. See docs/security.md, \"Audit log\".\n"
+          "Example: trainyard audit --job job-3 --since 7d");
 
   CLI::App* checkpoint = app.add_subcommand(
       "checkpoint", "Save a checkpoint of a running job now, at its next step boundary, and print where it is");
@@ -370,6 +388,7 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
   if (cordon->parsed()) return runner.Cordon(worker_name, /*cordon=*/true, reason);
   if (uncordon->parsed()) return runner.Cordon(worker_name, /*cordon=*/false, "");
   if (drain->parsed()) return runner.Drain(worker_name, reason);
+  if (audit->parsed()) return runner.Audit(audit_job, audit_since, audit_limit);
   if (workers->parsed()) return runner.Workers();
   if (checkpoint->parsed()) return runner.Checkpoint(job_id);
   if (webhooks_status->parsed()) return runner.WebhookStatus();

@@ -1,3 +1,4 @@
+#include "client/cli/audit_format.h"
 #include "client/cli/command_runner.h"
 
 #include <algorithm>
@@ -75,6 +76,8 @@ int Runner::Get(const std::string& id) {
                                             artifacts.ok() ? *artifacts : std::vector<v1::ArtifactInfo>{},
                                             artifacts.ok() ? "" : FormatError(artifacts.status())),
                        /*keep_newlines=*/true);
+  // Who stopped it, from the controller's audit log (names and reasons came from callers).
+  out_ << TerminalSafe(FormatStoppedBy({job->stopped_by().begin(), job->stopped_by().end()}), /*keep_newlines=*/true);
   out_.flush();
   return kExitOk;
 }

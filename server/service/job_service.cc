@@ -107,6 +107,10 @@ JobServiceImpl::JobServiceImpl(JobManager* manager, JobStore* store, EventHub* h
     : manager_(manager), store_(store), hub_(hub), preflight_(preflight), artifacts_(artifacts),
       disabled_(options.authorizer == nullptr ? Authorizer::Disabled() : nullptr),
       authorizer_(options.authorizer != nullptr ? options.authorizer : disabled_.get()),
+      own_actions_(options.actions == nullptr
+                       ? std::make_unique<JobActions>(manager, preflight, nullptr, SystemClock())
+                       : nullptr),
+      actions_(options.actions != nullptr ? options.actions : own_actions_.get()),
       watchers_(options.max_watchers_per_owner),
       webhook_status_(std::move(options.webhook_status)) {
   hub_->AttachStore(store_);  // WatchJob's events come from its watch cache
@@ -115,12 +119,7 @@ JobServiceImpl::JobServiceImpl(JobManager* manager, JobStore* store, EventHub* h
 JobServiceImpl::~JobServiceImpl() { hub_->DetachStore(); }
 
 absl::StatusOr<v1::Job> JobServiceImpl::VisibleJob(const Caller& caller, const std::string& id) {
-  auto job = manager_->Get(id);
-  if (job.ok() && !Authorizer::CanSee(caller, job->owner())) {
-    // Word for word what JobManager::Get says of a job that does not exist.
-    return absl::NotFoundError(absl::StrCat("job ", id, " not found"));
-  }
-  return job;
+  return actions_->VisibleJob(caller, id);
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext* ctx,
@@ -129,41 +128,20 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
   auto authenticated = authorizer_->Authenticate(*ctx);
   if (!authenticated.ok()) return Done(ctx, authenticated.status());
   const Caller caller = std::move(*authenticated);
-  if (!Authorizer::CanSubmit(caller)) return Done(ctx, Denied(caller, "submit jobs", "submitter or admin"));
   v1::SubmitJobRequest request;
-  if (auto s = ParseRequest(*in, &request); !s.ok()) return Done(ctx, s);
-  const v1::JobMeta& meta = request.spec().job();
-  if (meta.has_preemptible() && !meta.preemptible() && meta.priority() > 0 &&
-      !Authorizer::CanSubmitNonPreemptible(caller)) {
-    return Done(ctx, Denied(caller, absl::StrCat("submit a job with job.preemptible = false above priority 0 "
-                                                 "(this one has priority ", meta.priority(), ")").c_str(),
-                            "admin"));
+  if (auto s = ParseRequest(*in, &request); !s.ok()) {
+    actions_->RecordRefusal(caller, Via::kGrpc, "submit", "", s);
+    return Done(ctx, s);
   }
-  if (!request.spec().compile().preflight()) {
-    auto job = manager_->Submit(request.spec(), caller.owner);
-    absl::Status status = job.status();
-    if (job.ok()) status = SerializeResponse(*job, out);
-    return Done(ctx, status);
-  }
-  // Refuse what Submit would refuse before spending a preflight on it.
-  v1::JobSpec spec = request.spec();
-  if (auto s = manager_->Validate(&spec); !s.ok()) return Done(ctx, s);
   auto* reactor = new PreflightSubmitReactor();
-  auto cancelled = reactor->cancelled();
-  // `out` lives until the call is done, which is after Finish.
-  preflight_->Check(
-      spec, [cancelled] { return cancelled->load(); },
-      [this, reactor, cancelled, spec, out, owner = caller.owner](absl::Status status) {
-        if (status.ok() && cancelled->load()) {
-          status = absl::CancelledError("the client went away during the preflight");
-        }
-        if (status.ok()) {
-          auto job = manager_->Submit(spec, owner);
-          status = job.status();
-          if (job.ok()) status = SerializeResponse(*job, out);
-        }
-        reactor->Finish(ToGrpcStatus(status));
-      });
+  // `out` lives until the call is done, which is after Finish; `done` runs once, at
+  // once or from the preflight gate's thread.
+  actions_->Submit(caller, Via::kGrpc, std::move(*request.mutable_spec()), reactor->cancelled(),
+                   [reactor, out](absl::StatusOr<v1::Job> job) {
+                     absl::Status status = job.status();
+                     if (job.ok()) status = SerializeResponse(*job, out);
+                     reactor->Finish(ToGrpcStatus(status));
+                   });
   return reactor;
 }
 
@@ -173,8 +151,10 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* ct
       ctx, *authorizer_, in, out, [this](const Caller& caller, const v1::GetJobRequest& request, v1::Job* response) {
         if (auto s = request_validation::Check(request); !s.ok()) return s;
         auto job = VisibleJob(caller, request.id());
-        if (job.ok()) *response = std::move(*job);
-        return job.status();
+        if (!job.ok()) return job.status();
+        *response = std::move(*job);
+        for (auto& row : actions_->StoppedBy(request.id())) *response->add_stopped_by() = std::move(row);
+        return absl::OkStatus();
       });
 }
 
@@ -199,13 +179,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext*
                                                     const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
   return Serve<v1::CancelJobRequest, v1::Job>(
       ctx, *authorizer_, in, out, [this](const Caller& caller, const v1::CancelJobRequest& request, v1::Job* response) {
-        if (auto s = request_validation::Check(request); !s.ok()) return s;
-        if (caller.role == Role::kViewer) return Denied(caller, "cancel jobs", "submitter or admin");
-        TY_ASSIGN_OR_RETURN(const v1::Job visible, VisibleJob(caller, request.id()));
-        if (!Authorizer::CanCancel(caller, visible.owner())) {
-          return Denied(caller, "cancel this job", "its owner or admin");
-        }
-        auto job = manager_->Cancel(request.id(), request.reason());
+        auto job = actions_->Cancel(caller, Via::kGrpc, request);
         if (job.ok()) *response = std::move(*job);
         return job.status();
       });
@@ -216,13 +190,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::ResizeJob(grpc::CallbackServerContext*
   return Serve<v1::ResizeJobRequest, v1::ResizeJobResponse>(
       ctx, *authorizer_, in, out,
       [this](const Caller& caller, const v1::ResizeJobRequest& request, v1::ResizeJobResponse* response) {
-        if (auto s = request_validation::Check(request); !s.ok()) return s;
-        if (caller.role == Role::kViewer) return Denied(caller, "resize jobs", "submitter or admin");
-        TY_ASSIGN_OR_RETURN(const v1::Job visible, VisibleJob(caller, request.job_id()));
-        if (!Authorizer::CanCancel(caller, visible.owner())) {
-          return Denied(caller, "resize this job", "its owner or admin");
-        }
-        auto job = manager_->Resize(request.job_id(), request.dp());
+        auto job = actions_->Resize(caller, Via::kGrpc, request);
         if (job.ok()) *response->mutable_job() = std::move(*job);
         return job.status();
       });

@@ -3,6 +3,7 @@
 #include <functional>
 #include <memory>
 
+#include "server/service/job_actions.h"
 #include "server/service/watch_reactor.h"
 #include "server/state/artifact_store.h"
 #include "server/auth/authorizer.h"
@@ -24,6 +25,9 @@ struct JobServiceOptions {
   // GetWebhookStatus's answer (server/notify/webhook_manager.h); empty: the controller
   // runs without --webhooks and answers configured = false.
   std::function<absl::StatusOr<v1::GetWebhookStatusResponse>()> webhook_status;
+  // The mutating calls' rules and audit log, shared with the web API. Null: the
+  // service makes its own, without an audit log. Must outlive the service.
+  JobActions* actions = nullptr;
 };
 
 // Thin gRPC adapter for JobService: parses, calls JobManager, converts the Status.
@@ -37,6 +41,8 @@ struct JobServiceOptions {
 // ListArtifacts and PullArtifact read the ArtifactStore: NOT_FOUND for an unknown job or
 // artifact; PullArtifact sends the ArtifactInfo first, then the bytes in messages of at
 // most 256 KiB, one write in flight.
+// Every call that changes something goes through JobActions (job_actions.h), which the
+// web API shares: its role checks and its audit row. ListAudit reads that log (admin).
 // Authorization: every method first authenticates the caller (UNAUTHENTICATED without
 // a known bearer token), then applies its role (Authorizer::Can*): a viewer's
 // SubmitJob, CancelJob or ResizeJob is PERMISSION_DENIED; a submitter's job gets the
@@ -59,7 +65,8 @@ using JobServiceBase = v1::JobService::WithRawCallbackMethod_SubmitJob<
                             v1::JobService::WithRawCallbackMethod_CordonWorker<
                                 v1::JobService::WithRawCallbackMethod_DrainWorker<
                                     v1::JobService::WithRawCallbackMethod_GetWebhookStatus<
-                                        v1::JobService::Service>>>>>>>>>>>>>>;
+                                    v1::JobService::WithRawCallbackMethod_ListAudit<
+                                        v1::JobService::Service>>>>>>>>>>>>>>>;
 
 class JobServiceImpl final : public JobServiceBase {
  public:
@@ -98,6 +105,8 @@ class JobServiceImpl final : public JobServiceBase {
   // Admin only (it names endpoints and their errors).
   grpc::ServerUnaryReactor* GetWebhookStatus(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
                                              grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ListAudit(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
 
  private:
   // The job `id` if `caller` may see it; NOT_FOUND as for a missing job otherwise.
@@ -113,6 +122,8 @@ class JobServiceImpl final : public JobServiceBase {
   ArtifactStore* const artifacts_;
   std::unique_ptr<Authorizer> disabled_;  // set when options.authorizer is null
   const Authorizer* const authorizer_;
+  std::unique_ptr<JobActions> own_actions_;  // set when options.actions is null
+  JobActions* const actions_;
   WatcherCap watchers_;
   std::function<absl::StatusOr<v1::GetWebhookStatusResponse>()> webhook_status_;
 };

@@ -37,30 +37,19 @@ grpc::ServerUnaryReactor* JobServiceImpl::CheckpointJob(grpc::CallbackServerCont
   if (!caller.ok()) return Done(ctx, caller.status());
   v1::CheckpointJobRequest request;
   if (auto s = ParseRequest(*in, &request); !s.ok()) return Done(ctx, s);
-  if (auto s = request_validation::Check(request); !s.ok()) return Done(ctx, s);
-  if (caller->role == Role::kViewer) return Done(ctx, Denied(*caller, "checkpoint jobs", "submitter or admin"));
-  auto visible = VisibleJob(*caller, request.job_id());
-  if (!visible.ok()) return Done(ctx, visible.status());
-  if (!Authorizer::CanCancel(*caller, visible->owner())) {
-    return Done(ctx, Denied(*caller, "checkpoint this job", "its owner or admin"));
-  }
-  const double timeout_s =
-      request.timeout_s() > 0 ? request.timeout_s() : request_validation::kDefaultCheckpointTimeoutS;
   auto* reactor = new CheckpointReactor();
-  // `out` lives until the call is done, which is after Finish; the manager calls back
-  // exactly once (answered, failed, timed out, aborted, cancelled or stopping).
-  manager_->RequestCheckpoint(
-      request.job_id(), absl::Seconds(timeout_s),
-      [reactor, out](absl::StatusOr<v1::CheckpointRef> ref) {
-        absl::Status status = ref.status();
-        if (ref.ok()) {
-          v1::CheckpointJobResponse response;
-          *response.mutable_checkpoint() = std::move(*ref);
-          status = SerializeResponse(response, out);
-        }
-        reactor->Finish(ToGrpcStatus(status));
-      },
-      reactor->gone());
+  // `out` lives until the call is done, which is after Finish; the actions call back
+  // exactly once (refused, answered, failed, timed out, aborted, cancelled or stopping).
+  actions_->Checkpoint(*caller, Via::kGrpc, request, reactor->gone(),
+                       [reactor, out](absl::StatusOr<v1::CheckpointRef> ref) {
+                         absl::Status status = ref.status();
+                         if (ref.ok()) {
+                           v1::CheckpointJobResponse response;
+                           *response.mutable_checkpoint() = std::move(*ref);
+                           status = SerializeResponse(response, out);
+                         }
+                         reactor->Finish(ToGrpcStatus(status));
+                       });
   return reactor;
 }
 
@@ -69,11 +58,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::CordonWorker(grpc::CallbackServerConte
   return Serve<v1::CordonWorkerRequest, v1::WorkerInfo>(
       ctx, *authorizer_, in, out,
       [this](const Caller& caller, const v1::CordonWorkerRequest& request, v1::WorkerInfo* response) {
-        TY_RETURN_IF_ERROR(request_validation::Check(request));
-        if (!Authorizer::CanManageFleet(caller)) {
-          return Denied(caller, request.cordon() ? "cordon workers" : "uncordon workers", "admin");
-        }
-        TY_ASSIGN_OR_RETURN(*response, manager_->Cordon(request.name(), request.cordon(), request.reason()));
+        TY_ASSIGN_OR_RETURN(*response, actions_->Cordon(caller, Via::kGrpc, request));
         return absl::OkStatus();
       });
 }
@@ -83,9 +68,18 @@ grpc::ServerUnaryReactor* JobServiceImpl::DrainWorker(grpc::CallbackServerContex
   return Serve<v1::DrainWorkerRequest, v1::DrainWorkerResponse>(
       ctx, *authorizer_, in, out,
       [this](const Caller& caller, const v1::DrainWorkerRequest& request, v1::DrainWorkerResponse* response) {
-        TY_RETURN_IF_ERROR(request_validation::Check(request));
-        if (!Authorizer::CanManageFleet(caller)) return Denied(caller, "drain workers", "admin");
-        TY_ASSIGN_OR_RETURN(*response, manager_->Drain(request.name(), request.reason()));
+        TY_ASSIGN_OR_RETURN(*response, actions_->Drain(caller, Via::kGrpc, request));
+        return absl::OkStatus();
+      });
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::ListAudit(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+                                                    grpc::ByteBuffer* out) {
+  return Serve<v1::ListAuditRequest, v1::ListAuditResponse>(
+      ctx, *authorizer_, in, out,
+      [this](const Caller& caller, const v1::ListAuditRequest& request, v1::ListAuditResponse* response) {
+        TY_ASSIGN_OR_RETURN(auto rows, actions_->ListAudit(caller, request));
+        for (auto& row : rows) *response->add_records() = std::move(row);
         return absl::OkStatus();
       });
 }

@@ -84,6 +84,11 @@ absl::StatusOr<RetentionCompactor::Pass> RetentionCompactor::RunOnce() {
                    options_.retain.text);
     }
   }
+  // Audit rows: those naming a job stay as long as its row does (compaction keeps it);
+  // the others (cordon, drain, policy reloads, refusals of no job) for audit_keep.
+  TY_ASSIGN_OR_RETURN(pass.audit_rows,
+                      store_->PruneAudit(absl::ToUnixMillis(clock_->Now() - options_.audit_keep)));
+  if (pass.audit_rows > 0) spdlog::info("retention: {} audit rows naming no job removed", pass.audit_rows);
   while (true) {
     TY_ASSIGN_OR_RETURN(const int64_t pages, store_->IncrementalVacuum(options_.vacuum_chunk));
     pass.pages += pages;

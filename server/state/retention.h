@@ -30,6 +30,9 @@ struct RetentionOptions {
   absl::Duration interval = absl::Minutes(10);  // between passes
   int delete_chunk = 2000;    // events per delete transaction
   int vacuum_chunk = 1024;    // pages per incremental_vacuum step
+  // Audit rows naming no job (cordon, uncordon, drain rows that moved nothing, policy
+  // reloads, refusals of no job) are kept this long; rows naming a job, as long as it.
+  absl::Duration audit_keep = absl::Hours(24 * 365);
 };
 
 // Compacts finished jobs' events once they ended `retain.keep` ago, off the hot path:
@@ -52,6 +55,7 @@ class RetentionCompactor {
     int jobs = 0;            // newly compacted
     int64_t events = 0;      // deleted (theirs and leftovers of earlier passes)
     int64_t pages = 0;       // vacuumed
+    int64_t audit_rows = 0;  // audit rows past audit_keep, deleted
   };
   absl::StatusOr<Pass> RunOnce();
   // A pass now and then every `interval` on a thread of its own, until Stop.

@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "server/store/sqlite_db.h"
+#include "server/store/audit_store.h"
 #include "server/store/job_store.h"
 #include "trainyard/v1/event.pb.h"
 #include "trainyard/v1/job.pb.h"
@@ -24,7 +25,7 @@ namespace trainyard {
 // reads (ReadEvents, LastSeq) use a second connection under `read_mu_` and the
 // committed-seq cache under `seq_mu_`, so a watcher never waits for a writer's fsync:
 // WAL lets a reader see the last committed state while a write is in flight.
-class SqliteJobStore final : public JobStore {
+class SqliteJobStore final : public JobStore, public AuditStore {
  public:
   // Opens (creating if needed) DIR/trainyard.db.
   static absl::StatusOr<std::unique_ptr<SqliteJobStore>> Open(const std::string& data_dir);
@@ -44,6 +45,13 @@ class SqliteJobStore final : public JobStore {
   absl::StatusOr<std::map<std::string, StoredUsage>> LoadUsage() override;
   absl::StatusOr<std::vector<v1::Event>> ReadRecoveryEvents(const std::string& job_id, int attempt,
                                                             int step_tail) override;
+
+  // The audit log (server/store/audit_store.h, sqlite_audit.cc).
+  absl::StatusOr<int64_t> AppendAudit(const v1::AuditRecord& record) override;
+  absl::Status FinishAudit(int64_t id, const std::string& outcome, const std::string& message,
+                           const std::vector<std::string>& job_ids) override;
+  absl::StatusOr<std::vector<v1::AuditRecord>> ReadAudit(const AuditQuery& query) override;
+  absl::StatusOr<int64_t> PruneAudit(int64_t before_ms) override;
 
   // Retention (server/state/retention.h). A job whose row was put with Job.compacted
   // reads as compacted from then on (ReadEvents: FAILED_PRECONDITION), so its events

@@ -60,7 +60,27 @@ constexpr char kMigrateToV2[] = R"sql(
     ALTER TABLE jobs ADD COLUMN compacted INTEGER NOT NULL DEFAULT 0;
 )sql";
 
-// ty_event_kind(blob): the payload case of a serialized v1::Event (0 when unparsable).
+// Version 4: the audit log (server/store/audit_store.h). Empty strings rather than NULL
+// for "none", so the retention query and the reader need no NULL cases.
+constexpr char kMigrateToV4[] = R"sql(
+    CREATE TABLE audit (
+      id       INTEGER PRIMARY KEY AUTOINCREMENT,
+      time_ms  INTEGER NOT NULL,
+      identity TEXT NOT NULL,
+      role     TEXT NOT NULL,
+      action   TEXT NOT NULL,
+      target   TEXT NOT NULL,
+      job_id   TEXT NOT NULL,
+      reason   TEXT NOT NULL,
+      via      TEXT NOT NULL,
+      outcome  TEXT NOT NULL,
+      message  TEXT NOT NULL,
+      job_ids  TEXT NOT NULL
+    );
+    CREATE INDEX audit_job ON audit (job_id) WHERE job_id != '';
+    CREATE INDEX audit_time ON audit (time_ms);
+)sql";
+
 // Version 3: where the MLflow exporter is for each job, per tracking target (the URI
 // and experiment), so a restart resumes the same run from the next unsent event.
 constexpr char kMigrateToV3[] = R"sql(
@@ -79,6 +99,7 @@ constexpr char kMigrateToV3[] = R"sql(
     );
 )sql";
 
+// ty_event_kind(blob): the payload case of a serialized v1::Event (0 when unparsable).
 void EventKindFunction(sqlite3_context* ctx, int, sqlite3_value** argv) {
   const void* blob = sqlite3_value_blob(argv[0]);
   const int size = sqlite3_value_bytes(argv[0]);
@@ -141,6 +162,7 @@ absl::Status MigrateSchema(SqliteDb& db, const std::string& path, int* migrated_
       TY_RETURN_IF_ERROR(db.Exec(kMigrateToV2));
     }
     if (version < 3) TY_RETURN_IF_ERROR(db.Exec(kMigrateToV3));
+    if (version < 4) TY_RETURN_IF_ERROR(db.Exec(kMigrateToV4));
     return db.Exec(absl::StrCat("PRAGMA user_version = ", kSchemaVersion));
   };
   absl::Status status = body();

@@ -14,7 +14,8 @@ namespace trainyard {
 //    it needs), jobs.compacted (retention).
 // 3: mlflow_runs, the MLflow exporter's run id and sent-event cursor per job
 //    (server/mlflow/mlflow_cursor_store.h).
-inline constexpr int kSchemaVersion = 3;
+// 4: audit, the log of mutating calls (server/store/audit_store.h).
+inline constexpr int kSchemaVersion = 4;
 
 // Event kinds (v1::Event payload field numbers) in the events_recovery index: rank
 // states, stalls, job states and checkpoints. Step metrics are read as a tail.

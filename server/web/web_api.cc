@@ -30,16 +30,38 @@ constexpr char kPageSecurityPolicy[] =
 
 }  // namespace
 
-WebApi::WebApi(JobManager* manager, JobStore* store, ArtifactStore* artifacts, const Authorizer* authorizer)
-    : manager_(manager), store_(store), artifacts_(artifacts), authorizer_(authorizer) {}
+bool IsActionRoute(const std::vector<std::string>& segments) {
+  if (segments.size() != 4 || segments[0] != "api") return false;
+  const std::string& action = segments[3];
+  if (segments[1] == "jobs") return action == "cancel" || action == "checkpoint" || action == "resubmit";
+  if (segments[1] == "workers") return action == "cordon" || action == "uncordon" || action == "drain";
+  return false;
+}
+
+WebApi::WebApi(JobManager* manager, JobStore* store, ArtifactStore* artifacts, const Authorizer* authorizer,
+               JobActions* actions, EventHub* hub)
+    : manager_(manager), store_(store), artifacts_(artifacts), authorizer_(authorizer), actions_(actions),
+      hub_(hub), streams_(hub != nullptr ? std::make_unique<EventStreams>(store, hub) : nullptr) {}
+
+void WebApi::Stop() {
+  if (streams_) streams_->Stop();
+}
+
+namespace {
+
+WebResponse MethodNotAllowed(const std::string& method, const char* allow, const char* why) {
+  WebResponse r = ErrorResponse(absl::InvalidArgumentError(
+      absl::StrCat("method ", Quote(method), " is not allowed here: ", why, " (", allow, " only)")));
+  r.status = 405;
+  r.headers.emplace_back("Allow", allow);
+  return r;
+}
+
+}  // namespace
 
 WebResponse WebApi::Handle(const WebRequest& request) const {
-  if (request.method != "GET") {
-    WebResponse r = ErrorResponse(absl::InvalidArgumentError(absl::StrCat(
-        "method ", Quote(request.method), " is not allowed: the web UI is read-only (GET only)")));
-    r.status = 405;
-    r.headers.emplace_back("Allow", "GET");
-    return r;
+  if (request.method != "GET" && request.method != "POST") {
+    return MethodNotAllowed(request.method, "GET", "the web UI reads with GET and acts with POST");
   }
   if (request.path.size() > kMaxPathBytes) {
     return ErrorResponse(absl::InvalidArgumentError(
@@ -54,6 +76,14 @@ WebResponse WebApi::Handle(const WebRequest& request) const {
     std::string decoded;
     if (auto s = PercentDecode(raw, "a path segment", &decoded); !s.ok()) return ErrorResponse(s);
     segments.push_back(std::move(decoded));
+  }
+  // An action takes POST only, and nothing else takes POST.
+  const bool action = IsActionRoute(segments);
+  if (action && request.method != "POST") {
+    return MethodNotAllowed(request.method, "POST", "an action changes something");
+  }
+  if (!action && request.method != "GET") {
+    return MethodNotAllowed(request.method, "GET", "this route only reads");
   }
   auto query = SplitQuery(request.query);
   if (!query.ok()) return ErrorResponse(query.status());
@@ -112,6 +142,14 @@ WebResponse WebApi::Api(const WebRequest& request, const std::vector<std::string
 
   if (n == 2 && segments[1] == "fleet") return Fleet(query, caller, owner_filter);
 
+  if (IsActionRoute(segments)) {
+    if (actions_ == nullptr) return MethodNotAllowed(request.method, "GET", "this controller's web UI is read-only");
+    if (auto params = QueryParams(query, {}); !params.ok()) return ErrorResponse(params.status());
+    if (WebResponse r = CheckActionRequest(request); r.status != 200) return r;
+    if (segments[1] == "jobs") return JobAction(request, caller, segments[2], segments[3]);
+    return WorkerAction(request, caller, segments[2], segments[3]);
+  }
+
   if (n < 2 || segments[1] != "jobs" || n > 5) return NotFoundResponse(request.path);
 
   if (n == 2) return Jobs(query, owner_filter);
@@ -132,6 +170,7 @@ WebResponse WebApi::Api(const WebRequest& request, const std::vector<std::string
   }
 
   if (segments[3] == "events" && n == 4) return Events(query, id, *job);
+  if (segments[3] == "stream" && n == 4 && streams_ != nullptr) return Stream(request, query, id);
   if (segments[3] == "artifacts") return Artifacts(query, id, n == 5 ? &segments[4] : nullptr);
   return NotFoundResponse(request.path);
 }
@@ -297,6 +336,41 @@ WebResponse WebApi::Events(const Query& query, const std::string& id, const v1::
                     {"more", more},
                     {"last_seq", store_->LastSeq(id)},
                     {"state", v1::Job::State_Name(job.state())}});
+}
+
+WebResponse WebApi::Stream(const WebRequest& request, const Query& query, const std::string& id) const {
+  auto params = QueryParams(query, {"after"});
+  if (!params.ok()) return ErrorResponse(params.status());
+  // Where to resume: the browser's Last-Event-ID (the last id it saw) wins over ?after=.
+  int64_t after = 0;
+  if (!request.last_event_id.empty()) {
+    if (auto s = ParseCount("Last-Event-ID", request.last_event_id, std::numeric_limits<int64_t>::max() - 1, &after);
+        !s.ok()) {
+      return ErrorResponse(absl::InvalidArgumentError(
+          absl::StrCat("header Last-Event-ID: '", Quote(request.last_event_id), "' is not an event seq")));
+    }
+  } else if (auto it = params->find("after"); it != params->end()) {
+    if (auto s = ParseCount("after", it->second, std::numeric_limits<int64_t>::max() - 1, &after); !s.ok()) {
+      return ErrorResponse(s);
+    }
+  }
+  auto body = streams_->Open(id, after);
+  if (!body.ok()) {
+    WebResponse r = ErrorResponse(body.status());
+    if (body.status().code() == absl::StatusCode::kResourceExhausted) {
+      r.status = 503;  // the page falls back to polling, or retries after this
+      r.headers.emplace_back("Retry-After", "10");
+    }
+    return r;
+  }
+  WebResponse r;
+  r.content_type = "text/event-stream; charset=utf-8";
+  r.stream = std::move(*body);
+  r.headers.emplace_back("Cache-Control", "no-store");
+  r.headers.emplace_back("X-Content-Type-Options", "nosniff");
+  // A reverse proxy must pass each event on as it comes (nginx buffers otherwise).
+  r.headers.emplace_back("X-Accel-Buffering", "no");
+  return r;
 }
 
 WebResponse WebApi::Artifacts(const Query& query, const std::string& id, const std::string* name) const {

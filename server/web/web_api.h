@@ -2,7 +2,8 @@
 // (WebServer in web_server.h feeds it requests from civetweb; tests call Handle
 // directly). Request parsing is web_http.h's, every answer's JSON web_json.h's.
 //
-// Routes (GET only; any other method is 405 with `Allow: GET`):
+// Routes (GET and HEAD; any other method is 405 with `Allow: GET`), then the actions
+// (POST only: any other method is 405 with `Allow: POST`), below:
 //   /, /index.html, /app.js, /style.css   the embedded static files (web_assets.h);
 //                                         no token needed: they hold no data
 //   /api/me                               who the token is (role, owner), auth on/off
@@ -13,12 +14,23 @@
 //   /api/jobs/ID/artifacts                the job's complete artifacts
 //   /api/jobs/ID/artifacts/NAME           one artifact's bytes (attachment)
 //   /api/fleet                            workers, slots, jobs by state, the queue
+//   /api/jobs/ID/stream?after=N           the job's events as server-sent events
+//   POST /api/jobs/ID/cancel              {"reason": "..."}
+//   POST /api/jobs/ID/checkpoint          {"timeout_s": N}
+//   POST /api/jobs/ID/resubmit            {"set": ["section.key=value", ...]}
+//   POST /api/workers/NAME/cordon|uncordon|drain   {"reason": "..."}
+//
+// The actions go through JobActions, as the gRPC JobService's calls do: the same
+// request checks, roles and audit rows. Their bodies are JSON objects of at most
+// kMaxBodyBytes with only the keys named (an unknown key is 400 naming it), sent
+// with Content-Type: application/json (415 otherwise), and the token in the
+// Authorization header: a cookie is never read, so another site's page cannot act.
 //
 // Authorization is the JobService's (server/auth/authorizer.h): every /api/ route
 // needs `Authorization: Bearer TOKEN` when the controller has a token file (401 with
 // `WWW-Authenticate: Bearer` otherwise); a submitter sees only its own jobs, and
 // another owner's job is 404 with the very message of a missing one; viewer and admin
-// see everything. Nothing here changes anything.
+// see everything.
 //
 // With authorization off (the loopback development mode), /api/ answers only requests
 // whose Host header is an IP literal or localhost (else 403): a web page elsewhere could
@@ -31,14 +43,19 @@
 // or artifact is 404. Every response is bounded: lists by `limit` (capped), events by
 // `limit` and kMaxEventsPageBytes, artifacts streamed from the file.
 //
-// Thread-safe: it holds no state of its own; the objects it reads are thread-safe.
+// Thread-safe: its only state is the event streams' registry (thread-safe); the objects it
+// reads and calls are thread-safe.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "server/service/job_actions.h"
+#include "server/state/event_hub.h"
+#include "server/web/event_stream.h"
 #include "server/web/web_http.h"
 #include "server/state/artifact_store.h"
 #include "server/auth/authorizer.h"
@@ -60,10 +77,15 @@ inline constexpr int kMaxQueueRows = 100;
 class WebApi {
  public:
   // Every pointer must outlive the api. `authorizer` is never null (use
-  // Authorizer::Disabled() for authorization off).
-  WebApi(JobManager* manager, JobStore* store, ArtifactStore* artifacts, const Authorizer* authorizer);
+  // Authorizer::Disabled() for authorization off). Without `actions` the API is
+  // read-only (every action is 405); without `hub` there is no event stream (404).
+  WebApi(JobManager* manager, JobStore* store, ArtifactStore* artifacts, const Authorizer* authorizer,
+         JobActions* actions = nullptr, EventHub* hub = nullptr);
 
   WebResponse Handle(const WebRequest& request) const;
+  // Ends the open event streams and refuses new ones (the controller is stopping).
+  void Stop();
+  int open_streams() const { return streams_ ? streams_->open_streams() : 0; }
 
  private:
   // Authenticates, then routes /api/... to the handlers below.
@@ -77,11 +99,29 @@ class WebApi {
   WebResponse Events(const Query& query, const std::string& id, const v1::Job& job) const;
   // /api/jobs/ID/artifacts (name null) or /api/jobs/ID/artifacts/NAME.
   WebResponse Artifacts(const Query& query, const std::string& id, const std::string* name) const;
+  // /api/jobs/ID/stream: the job's events as server-sent events (event_stream.h).
+  WebResponse Stream(const WebRequest& request, const Query& query, const std::string& id) const;
+
+  // The actions (web_actions.cc): POST with a JSON object body, through JobActions.
+  // /api/jobs/ID/{cancel,checkpoint,resubmit} and /api/workers/NAME/{cordon,uncordon,drain}.
+  WebResponse JobAction(const WebRequest& request, const Caller& caller, const std::string& id,
+                        const std::string& action) const;
+  WebResponse WorkerAction(const WebRequest& request, const Caller& caller, const std::string& name,
+                           const std::string& action) const;
+  // 415 unless the body is JSON, 403 for a foreign Origin: the CSRF guard with
+  // authorization off (docs/security.md).
+  WebResponse CheckActionRequest(const WebRequest& request) const;
 
   JobManager* const manager_;
   JobStore* const store_;
   ArtifactStore* const artifacts_;
   const Authorizer* const authorizer_;
+  JobActions* const actions_;
+  EventHub* const hub_;
+  std::unique_ptr<EventStreams> streams_;  // set with a hub
 };
+
+// Whether `segments` (of /api/...) name an action, which takes POST only.
+bool IsActionRoute(const std::vector<std::string>& segments);
 
 }  // namespace trainyard::web

@@ -100,6 +100,11 @@ int HttpStatusOf(const absl::Status& status) {
     case absl::StatusCode::kNotFound: return 404;
     case absl::StatusCode::kResourceExhausted: return 429;
     case absl::StatusCode::kUnavailable: return 503;
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kAborted:
+    case absl::StatusCode::kAlreadyExists: return 409;
+    case absl::StatusCode::kDeadlineExceeded: return 504;
+    case absl::StatusCode::kCancelled: return 499;
     default: return 500;
   }
 }

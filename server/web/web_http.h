@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <map>
 #include <string>
@@ -20,6 +21,8 @@ namespace trainyard::web {
 
 inline constexpr size_t kMaxPathBytes = 2048;
 inline constexpr size_t kMaxQueryBytes = 2048;
+// The largest request body (the actions' JSON) read; a longer one is 413.
+inline constexpr size_t kMaxBodyBytes = 64 << 10;
 
 struct WebRequest {
   std::string method;  // "GET", ...
@@ -28,6 +31,11 @@ struct WebRequest {
   std::string host;    // the Host header; "" when none (HTTP/1.0)
   // The values of every Authorization header, in order (empty: none).
   std::vector<std::string> authorization;
+  std::string content_type;   // the Content-Type header; "" when none
+  std::string origin;         // the Origin header; "" when none
+  std::string last_event_id;  // the Last-Event-ID header (an event stream's resume)
+  std::string body;           // at most kMaxBodyBytes
+  bool body_too_large = false;  // the client announced or sent more than kMaxBodyBytes
 };
 
 // A file to send as the body: an open descriptor (closed by the response) of
@@ -51,15 +59,22 @@ class FileBody {
   int64_t size_ = 0;
 };
 
+// A response body written as it is produced (an event stream): the server calls it once
+// the headers are out, with a `write` that returns false once the client is gone; it
+// returns when the stream ends. No Content-Length; the connection closes after it.
+using StreamBody = std::function<void(const std::function<bool(std::string_view)>& write)>;
+
 struct WebResponse {
   int status = 200;
   std::string content_type;
   std::vector<std::pair<std::string, std::string>> headers;  // beyond Content-Type/Length
   std::string body;  // ignored when `file` is open
   FileBody file;
+  StreamBody stream;  // when set, `body` and `file` are ignored
 };
 
 // The HTTP status of an absl status code (INVALID_ARGUMENT 400, UNAUTHENTICATED 401,
+// FAILED_PRECONDITION 409, ABORTED 409, DEADLINE_EXCEEDED 504,
 // PERMISSION_DENIED 403, NOT_FOUND 404, RESOURCE_EXHAUSTED 429, UNAVAILABLE 503,
 // anything else 500).
 int HttpStatusOf(const absl::Status& status);

@@ -45,9 +45,45 @@ int Handle(mg_connection* conn, void* cbdata) {
       request.authorization.emplace_back(value);
     } else if (strcasecmp(info->http_headers[i].name, "Host") == 0) {
       request.host = value;
+    } else if (strcasecmp(info->http_headers[i].name, "Content-Type") == 0) {
+      request.content_type = value;
+    } else if (strcasecmp(info->http_headers[i].name, "Origin") == 0) {
+      request.origin = value;
+    } else if (strcasecmp(info->http_headers[i].name, "Last-Event-ID") == 0) {
+      request.last_event_id = value;
     }
   }
+  // The body, bounded: an announced length past the bound is not read at all.
+  if (info->content_length > static_cast<long long>(kMaxBodyBytes)) {
+    request.body_too_large = true;
+  } else if (info->content_length != 0) {
+    char buffer[8192];
+    while (true) {
+      const int n = mg_read(conn, buffer, sizeof(buffer));
+      if (n <= 0) break;
+      if (request.body.size() + static_cast<size_t>(n) > kMaxBodyBytes) {
+        request.body_too_large = true;
+        break;
+      }
+      request.body.append(buffer, static_cast<size_t>(n));
+    }
+  }
+  // What was left unread cannot be skipped safely: no keep-alive after it.
+  if (request.body_too_large) mg_disable_keep_alive(conn);
   WebResponse response = api->Handle(request);
+  if (response.stream) {
+    // An event stream: no length, the connection closes when it ends.
+    mg_disable_keep_alive(conn);
+    mg_response_header_start(conn, response.status);
+    mg_response_header_add(conn, "Content-Type", response.content_type.c_str(), -1);
+    for (const auto& [name, value] : response.headers) {
+      mg_response_header_add(conn, name.c_str(), value.c_str(), -1);
+    }
+    mg_response_header_send(conn);
+    if (request.method == "HEAD") return response.status;
+    response.stream([conn](std::string_view data) { return WriteAll(conn, data.data(), data.size()); });
+    return response.status;
+  }
   const int64_t length = response.file.open() ? response.file.size() : static_cast<int64_t>(response.body.size());
   mg_response_header_start(conn, response.status);
   mg_response_header_add(conn, "Content-Type", response.content_type.c_str(), -1);

@@ -20,13 +20,18 @@ namespace trainyard::web {
 // or an 's'/'r' suffix as more options).
 absl::StatusOr<std::string> CivetwebListeningPorts(const std::string& host_port);
 
+// civetweb's request threads: a browser keeps up to six connections alive, and each
+// open event stream (/api/jobs/ID/stream) holds one thread for as long as it runs, so
+// there are kMaxEventStreams more than the 16 plain requests need.
+inline constexpr int kWebThreads = 16 + kMaxEventStreams;
+
 class WebServer {
  public:
   // Starts listening on `host_port` with `threads` request threads (a browser keeps up
   // to six connections alive, each holding a civetweb thread while open); `api` must
   // outlive the server. UNAVAILABLE with civetweb's reason when it cannot bind.
   static absl::StatusOr<std::unique_ptr<WebServer>> Start(const std::string& host_port, const WebApi* api,
-                                                          int threads = 16);
+                                                          int threads = kWebThreads);
   ~WebServer();  // Stop()
 
   // The bound port (the chosen one when the address said port 0).

@@ -1,16 +1,22 @@
-// One job's live page: events read page by page since the last poll (events.js), the
+// One job's live page: events as they come from the job's event stream (stream.js;
+// polled page by page from /events only when the controller refuses a stream), the
 // loss chart (training and validation loss) and the tokens/s chart, the compile table per region, expert load, restarts,
 // preemptions and stalls, the owner's quota and fair share (share.js), artifact downloads.
 
-import {Unauthorized, api, apiJson, showTokenPrompt} from './api.js';
+import {jobActions} from './actions.js';
+import {Unauthorized, api, apiJson, me, showTokenPrompt} from './api.js';
 import {LineChart, expertLoadSvg} from './charts.js';
 import {badge, card, fill, fmtBytes, fmtDuration, fmtNum, fmtTime, h, table} from './dom.js';
 import {eventKind, numericPayload, timeMs} from './events.js';
 import {placementSummary} from './gpus.js';
 import {isPreemption, shareCards} from './share.js';
 import {Page} from './page.js';
+import {EventStream} from './stream.js';
 
 const POLL_MS = 1000;
+// While the stream runs, the job's summary and artifacts are read again this often
+// (and at once after a state change, checkpoint or artifact event).
+const SUMMARY_MS = 5000;
 const EVENT_KINDS = 'step_metrics,validation,compile,stall,job_state,checkpoint,artifact';
 const TERMINAL = new Set(['SUCCEEDED', 'FAILED', 'CANCELLED']);
 
@@ -43,23 +49,66 @@ export class JobPage extends Page {
     this.states = [];            // job_state events
     this.checkpoints = [];
     this.built = false;
+    this.stream = null;          // EventStream while it runs
+    this.streamEnded = false;
+    this.polling = false;        // the controller refused a stream: read /events instead
+    this.job = null;
+    this.artifacts = [];
+    this.summaryAt = 0;
+    this.actionsKey = '';
+  }
+
+  stop() {
+    super.stop();
+    if (this.stream) this.stream.stop();
+  }
+
+  startStream() {
+    this.stream = new EventStream(`${this.base()}/stream`, this.afterSeq, {
+      onEvents: (events) => {
+        let changed = false;
+        for (const e of events) {
+          this.ingest(e);
+          this.afterSeq = Math.max(this.afterSeq, Number(e.seq));
+          const kind = eventKind(e);
+          changed = changed || kind === 'job_state' || kind === 'checkpoint' || kind === 'artifact';
+        }
+        if (changed) this.summaryAt = 0;
+        if (this.job) this.render(this.job, this.artifacts);
+        if (changed) { clearTimeout(this.timer); this.tick(); }
+      },
+      onEnd: () => { this.streamEnded = true; this.summaryAt = 0; clearTimeout(this.timer); this.tick(); },
+      onFallback: (message) => { this.polling = true; this.stream = null; this.setError(null); console.info(`event stream refused (${message}); polling`); },
+      onUnauthorized: (message) => { showTokenPrompt(message); this.renderLocked(message); },
+    });
+    this.stream.run();
   }
 
   base() { return `/api/jobs/${encodeURIComponent(this.id)}`; }
 
   async refresh() {
-    const job = await apiJson(this.base());
-    // Every event since the last poll, page by page (each page bounded by the server).
-    for (let pages = 0; pages < 50; ++pages) {
-      const page = await apiJson(`${this.base()}/events?after_seq=${this.afterSeq}&limit=1000&kinds=${EVENT_KINDS}`);
-      for (const e of page.events) this.ingest(e);
-      this.afterSeq = page.next_after_seq;
-      if (!page.more) break;
+    this.me = await me();
+    const now = Date.now();
+    if (this.polling || !this.job || now - this.summaryAt >= SUMMARY_MS) {
+      this.job = await apiJson(this.base());
+      this.artifacts = (await apiJson(`${this.base()}/artifacts`)).artifacts;
+      this.summaryAt = now;
     }
-    const artifacts = await apiJson(`${this.base()}/artifacts`);
-    this.render(job, artifacts.artifacts);
-    // A settled job gets nothing new: stop polling once it ended and all is read.
-    return !(TERMINAL.has(job.state) && this.afterSeq >= job.last_seq);
+    if (this.polling) {
+      // Every event since the last poll, page by page (each page bounded by the server).
+      for (let pages = 0; pages < 50; ++pages) {
+        const page = await apiJson(`${this.base()}/events?after_seq=${this.afterSeq}&limit=1000&kinds=${EVENT_KINDS}`);
+        for (const e of page.events) this.ingest(e);
+        this.afterSeq = page.next_after_seq;
+        if (!page.more) break;
+      }
+    } else if (!this.stream && !this.streamEnded) {
+      this.startStream();
+    }
+    this.render(this.job, this.artifacts);
+    // A settled job gets nothing new: stop once it ended and all is read.
+    return !(TERMINAL.has(this.job.state) && this.afterSeq >= this.job.last_seq &&
+             (this.polling || this.streamEnded));
   }
 
   ingest(e) {
@@ -127,9 +176,10 @@ export class JobPage extends Page {
     this.history = h('div', {id: 'history'});
     this.artifactsEl = h('div', {id: 'artifacts'});
     this.failure = h('div');
+    this.actionsEl = h('div', {id: 'actions-slot'});
     fill(this.main,
       h('p', {class: 'crumbs'}, h('a', {href: '#/jobs'}, '← jobs')),
-      this.head, this.failure, this.cards,
+      this.head, this.actionsEl, this.failure, this.cards,
       h('div', {class: 'charts'}, this.lossChart.el, this.tpsChart.el),
       h('section', {}, h('h2', {}, 'Compile regions'), this.compile),
       h('div', {class: 'two'},
@@ -150,6 +200,12 @@ export class JobPage extends Page {
     fill(this.failure,
       job.pending_reason ? h('div', {class: 'note'}, `pending: ${job.pending_reason}`) : null,
       job.failure_reason ? h('div', {class: 'error'}, job.failure_reason, causes.length ? h('ul', {}, causes) : null) : null);
+    // Rebuilt only when what it offers changes, so a half-typed resubmit form stays.
+    const key = `${job.state}|${this.me ? this.me.role : ''}`;
+    if (key !== this.actionsKey) {
+      this.actionsKey = key;
+      fill(this.actionsEl, jobActions(this.me, job, this.base(), () => { this.summaryAt = 0; clearTimeout(this.timer); this.tick(); }));
+    }
     const placed = placementSummary(job);
     fill(this.cards,
       card('step', m ? `${m.step} / ${job.steps}` : `0 / ${job.steps}`,

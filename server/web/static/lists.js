@@ -1,7 +1,8 @@
 // The jobs list and the fleet page (cordoned workers marked with the reason), each
 // refreshed every 3 s.
 
-import {apiJson} from './api.js';
+import {workerActions} from './actions.js';
+import {apiJson, me} from './api.js';
 import {badge, card, fill, fmtDuration, fmtTime, h, table} from './dom.js';
 import {deviceCell, gpuSection, gpusCell} from './gpus.js';
 import {Page} from './page.js';
@@ -32,9 +33,14 @@ export class JobsPage extends Page {
 }
 
 export class FleetPage extends Page {
-  constructor(main) { super(main, LIST_POLL_MS); }
+  constructor(main) {
+    super(main, LIST_POLL_MS);
+    this.actionStatus = h('span', {class: 'action-status', id: 'fleet-action-status'});
+  }
   async refresh() {
     const f = await apiJson('/api/fleet');
+    const who = await me();
+    const admin = who.role === 'admin';
     const used = f.slots - f.free_slots;
     const workers = f.workers.map((w) => h('tr', {},
       h('td', {class: 'mono'}, w.name), h('td', {}, w.address),
@@ -46,7 +52,9 @@ export class FleetPage extends Page {
                     h('div', {style: `width:${w.slots ? (100 * (w.slots - w.free_slots)) / w.slots : 0}%`})),
         h('span', {class: 'small muted'}, ` ${w.slots - w.free_slots} / ${w.slots}`)),
       deviceCell(w), gpusCell(w),
-      h('td', {}, w.jobs.length ? w.jobs.map((id) => h('a', {href: `#/jobs/${encodeURIComponent(id)}`, class: 'chip'}, id)) : '–')));
+      h('td', {}, w.jobs.length ? w.jobs.map((id) => h('a', {href: `#/jobs/${encodeURIComponent(id)}`, class: 'chip'}, id)) : '–'),
+      // Admins only: a viewer's and a submitter's page has no such column.
+      admin ? h('td', {}, workerActions(who, w, this.actionStatus, () => { clearTimeout(this.timer); this.tick(); })) : null));
     const queue = f.queue.map((j, i) => h('tr', {},
       h('td', {class: 'num'}, i + 1), h('td', {}, h('a', {href: `#/jobs/${encodeURIComponent(j.id)}`}, j.id)),
       h('td', {}, j.owner), h('td', {class: 'num'}, j.priority), h('td', {class: 'num'}, j.world_size || j.dp * j.tp),
@@ -54,7 +62,7 @@ export class FleetPage extends Page {
       h('td', {class: 'reason'}, j.pending_reason || '')));
     const states = Object.entries(f.jobs_by_state).map(([s, n]) => h('span', {class: 'state-count'}, badge(s), ` ${n}`));
     fill(this.main,
-      h('div', {class: 'page-head'}, h('h1', {}, 'Fleet')),
+      h('div', {class: 'page-head'}, h('h1', {}, 'Fleet'), admin ? this.actionStatus : null),
       h('div', {class: 'cards'},
         card('workers', `${f.connected_workers} / ${f.workers.length}`, 'connected / known'),
         card('slots busy', `${used} / ${f.slots}`, h('div', {class: 'progress'}, h('div', {style: `width:${f.slots ? (100 * used) / f.slots : 0}%`}))),
@@ -62,7 +70,8 @@ export class FleetPage extends Page {
         f.gpus ? card('GPUs free', `${f.free_gpus} / ${f.gpus}`, f.unhealthy_gpus ? `${f.unhealthy_gpus} unhealthy` : 'all healthy') : null),
       h('section', {}, h('h2', {}, 'Jobs by state'), h('div', {class: 'states'}, states)),
       h('section', {}, h('h2', {}, 'Workers'), f.workers.length
-        ? table(['name', 'address', 'link', 'slots', 'device', 'GPUs', 'jobs'], workers, {class: 'grid', id: 'workers-table'})
+        ? table(['name', 'address', 'link', 'slots', 'device', 'GPUs', 'jobs', ...(admin ? ['actions'] : [])], workers,
+                {class: 'grid', id: 'workers-table'})
         : h('p', {class: 'muted'}, 'No worker has registered.')),
       gpuSection(f.workers),
       h('section', {}, h('h2', {}, 'Queue'), f.queue.length

@@ -18,7 +18,13 @@ a real worker training a job.
      g1 is cordoned: its row says so with the reason. The job's JSON given a
      preemption and its owner's share, the attempt, quota and fair share cards show them.
   4. A screenshot of the job page is saved (--screenshot), kept by CI as an artifact.
-  5. The job cancelled, its events are the proto3 JSON of trainyard.v1.Event (every
+  Actions (before 5): a viewer's job and fleet pages have no action buttons; as the
+     admin it clicks Checkpoint now (refused without checkpoint.dir; `trainyard audit`
+     has the web row), resubmit with a bad --set key (the form names it) and with
+     training.steps=20 (`trainyard get` of the new job has the edits), Cancel
+     (`trainyard get` names root (admin) via web), and cordon, uncordon and drain of w1
+     on the fleet page, each checked with `trainyard workers` and `trainyard audit`.
+  5. The job cancelled (by the Cancel button), its events are the proto3 JSON of trainyard.v1.Event (every
      field by its .proto name, 64-bit integers as strings), and the job page's charts
      hold exactly the steps (and validation runs) the API served, the step card the
      last one; the time card says how long it ran, not "running for".
@@ -649,11 +655,100 @@ with sync_playwright() as playwright:
         check_no_literals(page, "the jobs list")
         log(f"jobs list shows {job_id}, created {created}")
 
+        # Actions. A viewer's pages have none; the admin's buttons act, and each result
+        #    is checked through the CLI (gRPC), the audit log included.
+        page.goto(job_url)
+        page.locator(".page-head .badge").wait_for(timeout=15_000)
+        page.wait_for_timeout(500)
+        if page.locator("#job-actions").count() or page.locator("#action-cancel").count():
+            fail("a viewer's job page shows action buttons")
+        page.goto(f"{base}/#/fleet")
+        worker_row(page, "w1").wait_for(timeout=10_000)
+        if page.locator(".worker-actions button").count():
+            fail("a viewer's fleet page shows worker actions")
+        log("a viewer's job and fleet pages have no action buttons")
+        page.evaluate("(t) => sessionStorage.setItem('trainyard.token', t)", admin_token)
+        page.goto(job_url)
+        page.reload()
+        page.locator("#action-checkpoint").wait_for(timeout=15_000)
+
+        def status_text():
+            return page.locator("#action-status").text_content() or ""
+
+        page.click("#action-checkpoint")
+        # examples/debug.toml sets no checkpoint.dir: the controller refuses, as for the CLI.
+        wait_for("the checkpoint's answer", lambda: re.search(r"checkpoint (saved|refused)", status_text()), 60_000)
+
+        def audit_rows(job):
+            r = cli(["audit", "--job", job, "--output", "json"])
+            if r.status != 0:
+                fail(f"trainyard audit failed: {r.stderr}")
+            return json_lines(r.stdout)
+
+        if not any(r.get("action") == "checkpoint" and r.get("via") == "web" and r.get("identity") == "root"
+                   and r.get("role") == "admin" for r in audit_rows(job_id)):
+            fail(f"no audit row of the web checkpoint: {audit_rows(job_id)}")
+        log(f"checkpoint now: {js(status_text())}, and its audit row")
+
+        page.fill("#resubmit-set", "training.stepz=20")
+        page.click("#action-resubmit")
+        wait_for("the resubmit form's error naming the key",
+                 lambda: "training.stepz" in (page.locator("#resubmit-error").text_content() or ""), 15_000)
+        page.fill("#resubmit-set", "training.steps=20\njob.name=resubmitted")
+        page.click("#action-resubmit")
+        wait_for("the resubmit", lambda: re.search(r"resubmitted as job-\d+", status_text()), 15_000)
+        new_id = re.search(r"resubmitted as (job-\d+)", status_text()).group(1)
+        got = json_lines(cli(["get", new_id, "--output", "json"]).stdout)
+        if not got or str(got[0]["spec"]["training"]["steps"]) != "20" or got[0]["spec"]["job"]["name"] != "resubmitted" \
+                or got[0]["owner"] != "root":
+            fail(f"the resubmitted job is not the edited spec: {got[:1]}")
+        if cli(["cancel", new_id]).status != 0:
+            fail(f"cancel of {new_id} failed")
+        log(f"resubmit: a bad key is named in the form; {new_id} has the edits")
+
+        page.click("#action-cancel")
+        wait_for("the job to be cancelled",
+                 lambda: (json_lines(cli(["get", job_id, "--output", "json"]).stdout) or [{}])[0].get("state")
+                 == "CANCELLED", 20_000)
+        # The audit row's outcome is set just after the cancel commits.
+        wait_for("`trainyard get` to name who cancelled the job", lambda: re.search(
+            r"cancelled by root \(admin\) at 20\S+ \S+ via web", cli(["get", job_id]).stdout), 15_000)
+        log("cancel: the job is CANCELLED and `trainyard get` says by root (admin) via web")
+
+        def w1_cordoned():
+            return any(w.get("name") == "w1" and w.get("cordoned")
+                       for w in json_lines(cli(["workers", "--output", "json"]).stdout))
+
+        page.goto(f"{base}/#/fleet")
+        w1_row = worker_row(page, "w1")
+        w1_row.locator("button.action-cordon").wait_for(timeout=10_000)
+        w1_row.locator("button.action-cordon").click()
+        wait_for("w1 cordoned", w1_cordoned, 15_000)
+        w1_row.locator("button.action-uncordon").click()
+        wait_for("w1 uncordoned", lambda: not w1_cordoned(), 15_000)
+        w1_row.locator("button.action-drain").click()
+        wait_for("w1 drained (and so cordoned)", w1_cordoned, 15_000)
+        w1_row.locator("button.action-uncordon").click()
+        wait_for("w1 uncordoned again", lambda: not w1_cordoned(), 15_000)
+        fleet_rows = [r for r in json_lines(cli(["audit", "--output", "json"]).stdout)
+                      if r.get("target") == "w1" and r.get("via") == "web" and r.get("outcome") == "OK"]
+        if sorted(r["action"] for r in fleet_rows) != ["cordon", "drain", "uncordon", "uncordon"]:
+            fail(f"the fleet actions' audit rows: {fleet_rows}")
+        check_no_literals(page, "the admin's fleet page")
+        log("fleet: cordon, uncordon and drain act on w1, each with its audit row")
+        page.evaluate("(t) => sessionStorage.setItem('trainyard.token', t)", viewer_token)
+        # The refusals above were asked for (the checkpoint's 409, the bad key's 400): the
+        # browser logs each refused request; nothing else may be there.
+        expected_refusals = [e for e in console_errors
+                             if re.fullmatch(r"Failed to load resource: the server responded with a status of "
+                                             r"(409 \(Conflict\)|400 \(Bad Request\))", e)]
+        if len(expected_refusals) != 2:
+            fail(f"the page logged {expected_refusals} for the two refused actions")
+        for e in expected_refusals:
+            console_errors.remove(e)
+
         # 5. The events are the proto3 JSON of trainyard.v1.Event, and the page reads that
         #    dialect: once the job ended, its charts hold exactly the steps the API served.
-        cancel = cli(["cancel", job_id])
-        if cancel.status != 0:
-            fail(f"trainyard cancel failed: {cancel.stderr}")
         # A rank's last steps may commit after the CANCELLED state, and the page stops polling
         # once the job ended and it read up to last_seq: wait for the rank to be gone first.
         wait_for("the rank to be killed", lambda: any(

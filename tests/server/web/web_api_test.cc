@@ -1,6 +1,6 @@
 // The web UI's handler (server/web/web_api.h) against an in-process controller
 // (web_api_fixture.h): roles (a submitter sees only its own jobs, and another owner's
-// job is 404 with the very message of a missing one), read-only (every method but GET
+// job is 404 with the very message of a missing one), GET only outside the actions (every method but GET
 // is 405), hostile inputs (precise 400s, quotes bounded), artifact downloads byte for
 // byte, the fleet view, the static files, the Host rule without tokens. Events:
 // web_events_test.cc; the listener and real HTTP: web_server_test.cc.
@@ -366,7 +366,7 @@ TEST_F(WebApiTest, StaticFilesAreEmbedded) {
   }
   // The embedded bytes are the source files', every ES module the page loads included.
   for (const char* name : {"index.html", "style.css", "favicon.svg", "app.js", "api.js", "charts.js", "dom.js",
-                           "events.js", "gpus.js", "job_page.js", "lists.js", "page.js", "share.js"}) {
+                           "events.js", "gpus.js", "job_page.js", "lists.js", "page.js", "share.js", "actions.js", "stream.js"}) {
     std::ifstream source(std::string(TRAINYARD_SOURCE_DIR) + "/server/web/static/" + name, std::ios::binary);
     ASSERT_TRUE(source.good()) << name;
     const std::string text((std::istreambuf_iterator<char>(source)), std::istreambuf_iterator<char>());
