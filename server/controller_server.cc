@@ -308,13 +308,13 @@ absl::Status ControllerServer::ReloadPolicy() {
   absl::StatusOr<SharingPolicy> policy = LoadPolicyFile(policy_file_);
   if (!policy.ok()) {
     spdlog::error("--policy-file not reloaded, the policy in force stays: {}", std::string(policy.status().message()));
-    actions_->RecordPolicyReload(policy_file_, policy.status());
+    actions_->RecordFileReload("policy_reload", policy_file_, policy.status());
     return policy.status();
   }
   spdlog::info("--policy-file {} reloaded: {} group(s), {} owner(s), half-life {} h", policy_file_,
                policy->groups.size(), policy->owners.size(), policy->half_life_hours);
   manager_->SetPolicy(*std::move(policy));
-  actions_->RecordPolicyReload(policy_file_, absl::OkStatus());
+  actions_->RecordFileReload("policy_reload", policy_file_, absl::OkStatus());
   return absl::OkStatus();
 }
 
@@ -323,10 +323,13 @@ absl::Status ControllerServer::ReloadWebhooks() {
   absl::StatusOr<WebhookConfig> config = LoadWebhookFile(webhooks_file_);
   if (!config.ok()) {
     spdlog::error("--webhooks not reloaded, the endpoints in force stay: {}", std::string(config.status().message()));
+    actions_->RecordFileReload("webhooks_reload", webhooks_file_, config.status());
     return config.status();
   }
   const size_t n = config->endpoints.size();
-  TY_RETURN_IF_ERROR(webhooks_->Reload(*std::move(config)));
+  const absl::Status reloaded = webhooks_->Reload(*std::move(config));
+  actions_->RecordFileReload("webhooks_reload", webhooks_file_, reloaded);
+  TY_RETURN_IF_ERROR(reloaded);
   spdlog::info("--webhooks {} reloaded: {} endpoint(s)", webhooks_file_, n);
   return absl::OkStatus();
 }

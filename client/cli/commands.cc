@@ -129,7 +129,7 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
   int audit_limit = 100;
   CLI::App* audit = app.add_subcommand(
       "audit", "Admin: who did what: every submit, cancel, checkpoint, resubmit, cordon, uncordon, drain and "
-               "policy reload, accepted or refused, newest first (gRPC and web alike)");
+               "policy and webhook reload, accepted or refused, newest first (gRPC and web alike)");
   audit->add_option("--job", audit_job, "Only the rows naming this job (and the drains that moved it)");
   audit->add_option("--since", audit_since,
                     "Only rows from this time on: RFC 3339 (2026-12-06T10:00:00Z) or an age (90m, 12h, 7d)");

@@ -109,14 +109,14 @@ void JobActions::RecordRefusal(const Caller& caller, Via via, const char* action
   Refuse(Row(caller, via, action, target, "", ""), status).IgnoreError();
 }
 
-void JobActions::RecordPolicyReload(const std::string& file, const absl::Status& outcome) {
+void JobActions::RecordFileReload(const char* action, const std::string& file, const absl::Status& outcome) {
   v1::AuditRecord row;
   row.set_identity("operator");
-  row.set_action("policy_reload");
+  row.set_action(action);
   row.set_target(SafeField(file));
   row.set_via(ViaName(Via::kSignal));
   row.set_outcome(OutcomeOf(outcome));
-  row.set_message(outcome.ok() ? "policy file re-read" : std::string(outcome.message()));
+  row.set_message(outcome.ok() ? "file re-read" : std::string(outcome.message()));
   Begin(std::move(row)).IgnoreError();
 }
 

@@ -77,8 +77,9 @@ class JobActions {
   // A request of `action` refused before it could be read (a body that does not parse).
   void RecordRefusal(const Caller& caller, Via via, const char* action, std::string_view target,
                      const absl::Status& status);
-  // The policy file re-read on SIGHUP, by the controller's operator.
-  void RecordPolicyReload(const std::string& file, const absl::Status& outcome);
+  // A file re-read on SIGHUP by the controller's operator: `action` is "policy_reload"
+  // (--policy-file) or "webhooks_reload" (--webhooks, the webhook endpoints).
+  void RecordFileReload(const char* action, const std::string& file, const absl::Status& outcome);
 
   // ListAudit: admin only; since not in the future, limit 0..kMaxAuditLimit, job_id a
   // valid id (a job that does not exist, or no longer does, just has no rows).

@@ -14,6 +14,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -156,6 +157,22 @@ TEST(WebhookTest, EveryStateChangeArrivesOnceAfterDedupAcrossAControllerKill) {
                         std::chrono::seconds(30)))
       << ReadFileOrEmpty(log);
   EXPECT_EQ(endpoint_names(), (std::set<std::string>{"ops"}));
+
+  // Both reloads are in the audit log, the refused one with the file's error.
+  const CommandResult audit = cluster.Cli({"audit", "--output", "json"});
+  ASSERT_EQ(audit.exit_code, 0) << audit.err;
+  std::vector<json> reloads;
+  std::istringstream lines(audit.out);
+  for (std::string line; std::getline(lines, line);) {
+    const json row = json::parse(line, nullptr, false);
+    if (row.is_object() && row.value("action", "") == "webhooks_reload") reloads.push_back(row);
+  }
+  ASSERT_EQ(reloads.size(), 2u) << audit.out;
+  EXPECT_EQ(reloads[0].value("outcome", ""), "OK") << reloads[0].dump();  // newest first
+  EXPECT_EQ(reloads[1].value("outcome", ""), "INVALID_ARGUMENT") << reloads[1].dump();
+  EXPECT_NE(reloads[1].value("message", "").find("has no events"), std::string::npos) << reloads[1].dump();
+  EXPECT_EQ(reloads[0].value("identity", ""), "operator");
+  EXPECT_EQ(reloads[0].value("target", ""), file.string());
 }
 
 // A --webhooks file the controller cannot use stops it with exit status 2 and the
