@@ -14,6 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/base/file_io.h"
+#include "common/base/file_problems.h"
+#include "server/policy/toml_text.h"
 #include "common/base/text.h"
 #include "common/http/http_client.h"
 #include "common/spec/toml_type_name.h"
@@ -30,42 +32,17 @@ constexpr char kEndpointKeys[] = "name, url, events, owners, secret, secret_file
 constexpr char kDeliveryKeys[] =
     "timeout_s, max_attempts, max_age_hours, backoff_initial_s, backoff_max_s, max_pending";
 
-// The 1-based line of the first byte that is not valid UTF-8 (a sequence never spans
-// a newline); 0 when all of `text` is valid.
-uint32_t FirstBadUtf8Line(std::string_view text) {
-  uint32_t line = 1;
-  size_t start = 0;
-  while (start <= text.size()) {
-    size_t end = text.find('\n', start);
-    if (end == std::string_view::npos) end = text.size();
-    if (!IsUtf8(text.substr(start, end - start))) return line;
-    start = end + 1;
-    ++line;
-  }
-  return 0;
-}
-
 // Collects every problem with its position, so the earliest in the file is reported
 // (toml++ tables iterate in key order, not file order).
 class Reader {
  public:
-  explicit Reader(std::string file_name) : file_name_(std::move(file_name)) {}
+  explicit Reader(std::string file_name) : problems_(std::move(file_name)) {}
 
   void Add(const toml::source_region& where, std::string message) {
-    problems_.push_back({where.begin.line, where.begin.column, std::move(message)});
+    problems_.Add(where.begin.line, where.begin.column, std::move(message));
   }
 
-  absl::Status Result() {
-    if (problems_.empty()) return absl::OkStatus();
-    std::stable_sort(problems_.begin(), problems_.end(), [](const Problem& a, const Problem& b) {
-      return std::tie(a.line, a.column) < std::tie(b.line, b.column);
-    });
-    std::string message = absl::StrCat(file_name_, ":", problems_.front().line, ": ", problems_.front().message);
-    if (problems_.size() > 1) {
-      absl::StrAppend(&message, " (and ", problems_.size() - 1, " more problem", problems_.size() > 2 ? "s" : "", ")");
-    }
-    return absl::InvalidArgumentError(message);
-  }
+  absl::Status Result() { return problems_.Result(); }
 
   const std::string* String(const toml::node& node, const std::string& what) {
     const auto* s = node.as_string();
@@ -137,13 +114,7 @@ class Reader {
   }
 
  private:
-  struct Problem {
-    uint32_t line = 0;
-    uint32_t column = 0;
-    std::string message;
-  };
-  std::string file_name_;
-  std::vector<Problem> problems_;
+  FileProblems problems_;
 };
 
 bool EndpointNameChar(unsigned char c) { return std::isalnum(c) || c == '_' || c == '-'; }
@@ -356,20 +327,9 @@ std::vector<std::string> WebhookKindNames(uint32_t kinds) {
 }
 
 absl::StatusOr<WebhookConfig> ParseWebhookFile(std::string_view text, const std::string& file_name) {
-  if (text.size() > kMaxWebhookFileBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(file_name, ":1: the webhooks file is ", text.size(),
-                                                   " bytes, more than the cap of ", kMaxWebhookFileBytes));
-  }
-  if (uint32_t line = FirstBadUtf8Line(text); line != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(file_name, ":", line, ": not valid UTF-8"));
-  }
-  toml::table root;
-  try {
-    root = toml::parse(text, file_name);
-  } catch (const toml::parse_error& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(file_name, ":", e.source().begin.line, ": syntax error: ", Quote(e.description())));
-  }
+  absl::StatusOr<toml::table> parsed = ParseTomlText(text, file_name, kMaxWebhookFileBytes, "webhooks file");
+  if (!parsed.ok()) return parsed.status();
+  toml::table root = *std::move(parsed);
   Reader r(file_name);
   WebhookConfig config;
   std::vector<toml::source_region> name_at;  // parallel to config.endpoints
@@ -420,18 +380,8 @@ absl::StatusOr<WebhookConfig> ParseWebhookFile(std::string_view text, const std:
 }
 
 absl::StatusOr<WebhookConfig> LoadWebhookFile(const std::string& path) {
-  absl::StatusOr<std::string> text = ReadFile(path, kMaxWebhookFileBytes);
-  if (!text.ok()) {
-    if (absl::IsOutOfRange(text.status())) {
-      struct stat st {};
-      std::string size = absl::StrCat("more than ", kMaxWebhookFileBytes);
-      if (::stat(path.c_str(), &st) == 0) size = absl::StrCat(st.st_size);
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ":1: the webhooks file is ", size, " bytes, more than the cap of ", kMaxWebhookFileBytes));
-    }
-    return absl::Status(text.status().code(),
-                        absl::StrCat("webhooks file ", Quoted(path), ": ", text.status().message()));
-  }
+  absl::StatusOr<std::string> text = ReadTomlFile(path, kMaxWebhookFileBytes, "webhooks file");
+  if (!text.ok()) return text.status();
   return ParseWebhookFile(*text, path);
 }
 
