@@ -39,7 +39,7 @@ _trainyard() {
   fi
 
   local global="--controller --timeout --tls-ca --token-file --output -o --json --help -h --version"
-  local commands="submit list get explain watch logs workers cancel resize checkpoint artifacts preflight export tensorboard webhooks"
+  local commands="submit list get explain watch logs workers cancel resize checkpoint artifacts preflight export tensorboard webhooks audit"
 
   # Values of flags.
   case "$prev" in
@@ -65,7 +65,11 @@ _trainyard() {
     --state)
       COMPREPLY=($(compgen -W "PENDING SCHEDULED RUNNING RESTARTING SUCCEEDED FAILED CANCELLED" -- "${cur^^}"))
       return ;;
-    --controller | --timeout | --set | --limit | --reason | --dp | --from-seq | --reconnect-for | --rank | --step)
+    --controller | --timeout | --set | --limit | --reason | --dp | --from-seq | --reconnect-for | --rank | --step | \
+      --since)
+      return ;;
+    --job)
+      COMPREPLY=($(compgen -W "$(_trainyard_job_ids)" -- "$cur"))
       return ;;
   esac
 
@@ -77,7 +81,7 @@ _trainyard() {
     case "$w" in
       --controller | --timeout | --tls-ca | --token-file | --output | -o | --set | --state | --limit | \
         --reason | --dp | --from-seq | --reconnect-for | --rank | --output-dir | --train-binary | \
-        --checkpoint | --step | --output-file | --names)
+        --checkpoint | --step | --output-file | --names | --job | --since)
         ((i++)) ;;
       -*) ;;
       *)
@@ -125,6 +129,7 @@ _trainyard() {
     preflight) flags="--set --shrink --json --train-binary --timeout" ;;
     export) flags="--checkpoint --step --output-file -o --names --force" ;;
     tensorboard) flags="--output-dir -o" ;;
+    audit) flags="--job --since --limit" ;;
     webhooks)
       if [[ -z "$sub" && "$cur" != -* ]]; then
         COMPREPLY=($(compgen -W "status" -- "$cur"))
