@@ -46,10 +46,10 @@ class EventStreams {
   // checked that the job exists and may be seen); RESOURCE_EXHAUSTED past the bound.
   absl::StatusOr<StreamBody> Open(const std::string& job_id, int64_t after);
   // Ends every stream at its next wake-up (with `event: end`) and refuses new ones.
-  void Stop() ABSL_LOCKS_EXCLUDED(mu_);
-  int open_streams() ABSL_LOCKS_EXCLUDED(mu_);
+  void Stop();
+  int open_streams();
 
- // The state streams share with the registry (event_stream.cc).
+  // The state streams share with the registry (event_stream.cc), locked inside.
   struct Shared;
 
  private:
