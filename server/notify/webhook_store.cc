@@ -58,7 +58,7 @@ absl::StatusOr<std::unique_ptr<WebhookStore>> WebhookStore::Open(const std::stri
 template <class Body>
 absl::Status WebhookStore::Transaction(Body body) {
   TY_RETURN_IF_ERROR(db_->Exec("BEGIN IMMEDIATE"));
-  absl::Status s = body();
+  absl::Status s = body(*db_);
   if (s.ok()) s = db_->Exec("COMMIT");
   if (!s.ok()) db_->Exec("ROLLBACK").IgnoreError();
   return s;
@@ -73,15 +73,15 @@ absl::StatusOr<bool> WebhookStore::Initialized() {
 
 absl::Status WebhookStore::MarkInitialized(const std::map<std::string, int64_t>& last_seqs) {
   absl::MutexLock lock(&mu_);
-  return Transaction([&]() -> absl::Status {
-    TY_ASSIGN_OR_RETURN(auto put, db_->Prepare("INSERT OR REPLACE INTO scanned (job_id, seq) VALUES (?, ?)"));
+  return Transaction([&](SqliteDb& db) -> absl::Status {
+    TY_ASSIGN_OR_RETURN(auto put, db.Prepare("INSERT OR REPLACE INTO scanned (job_id, seq) VALUES (?, ?)"));
     for (const auto& [job, seq] : last_seqs) {
       put.Reset();
       put.BindText(1, job);
       put.BindInt(2, seq);
       TY_RETURN_IF_ERROR(put.Run());
     }
-    return db_->Exec("INSERT OR REPLACE INTO meta (key, value) VALUES ('initialized', 1)");
+    return db.Exec("INSERT OR REPLACE INTO meta (key, value) VALUES ('initialized', 1)");
   });
 }
 
@@ -97,12 +97,12 @@ absl::StatusOr<WebhookStore::Enqueued> WebhookStore::Enqueue(const std::string& 
                                                             const std::vector<Queued>& deliveries, int max_pending) {
   absl::MutexLock lock(&mu_);
   Enqueued out;
-  absl::Status s = Transaction([&]() -> absl::Status {
+  absl::Status s = Transaction([&](SqliteDb& db) -> absl::Status {
     std::map<std::string, int64_t> pending;
-    TY_ASSIGN_OR_RETURN(auto count, db_->Prepare("SELECT COUNT(*) FROM outbox WHERE endpoint = ?"));
-    TY_ASSIGN_OR_RETURN(auto insert, db_->Prepare("INSERT OR IGNORE INTO outbox (endpoint, job_id, seq, body, "
+    TY_ASSIGN_OR_RETURN(auto count, db.Prepare("SELECT COUNT(*) FROM outbox WHERE endpoint = ?"));
+    TY_ASSIGN_OR_RETURN(auto insert, db.Prepare("INSERT OR IGNORE INTO outbox (endpoint, job_id, seq, body, "
                                                   "created_ms) VALUES (?, ?, ?, ?, ?)"));
-    TY_ASSIGN_OR_RETURN(auto drop, db_->Prepare("UPDATE endpoints SET dropped = dropped + 1 WHERE name = ?"));
+    TY_ASSIGN_OR_RETURN(auto drop, db.Prepare("UPDATE endpoints SET dropped = dropped + 1 WHERE name = ?"));
     for (const Queued& q : deliveries) {
       auto it = pending.find(q.endpoint);
       if (it == pending.end()) {
@@ -125,12 +125,12 @@ absl::StatusOr<WebhookStore::Enqueued> WebhookStore::Enqueue(const std::string& 
       insert.BindText(4, q.body);
       insert.BindInt(5, Ms(q.created));
       TY_RETURN_IF_ERROR(insert.Run());
-      if (db_->Changes() > 0) {
+      if (db.Changes() > 0) {
         ++it->second;
         out.queued.insert(q.endpoint);
       }
     }
-    TY_ASSIGN_OR_RETURN(auto put, db_->Prepare("INSERT OR REPLACE INTO scanned (job_id, seq) VALUES (?, ?)"));
+    TY_ASSIGN_OR_RETURN(auto put, db.Prepare("INSERT OR REPLACE INTO scanned (job_id, seq) VALUES (?, ?)"));
     put.BindText(1, job_id);
     put.BindInt(2, scanned);
     return put.Run();
@@ -159,11 +159,11 @@ absl::StatusOr<std::optional<WebhookStore::Pending>> WebhookStore::Next(const st
 
 absl::Status WebhookStore::Delivered(const std::string& endpoint, int64_t id, absl::Time now) {
   absl::MutexLock lock(&mu_);
-  return Transaction([&]() -> absl::Status {
-    TY_ASSIGN_OR_RETURN(auto del, db_->Prepare("DELETE FROM outbox WHERE id = ?"));
+  return Transaction([&](SqliteDb& db) -> absl::Status {
+    TY_ASSIGN_OR_RETURN(auto del, db.Prepare("DELETE FROM outbox WHERE id = ?"));
     del.BindInt(1, id);
     TY_RETURN_IF_ERROR(del.Run());
-    TY_ASSIGN_OR_RETURN(auto up, db_->Prepare("UPDATE endpoints SET delivered = delivered + 1, last_success_ms = ? "
+    TY_ASSIGN_OR_RETURN(auto up, db.Prepare("UPDATE endpoints SET delivered = delivered + 1, last_success_ms = ? "
                                               "WHERE name = ?"));
     up.BindInt(1, Ms(now));
     up.BindText(2, endpoint);
@@ -174,13 +174,13 @@ absl::Status WebhookStore::Delivered(const std::string& endpoint, int64_t id, ab
 absl::Status WebhookStore::Retry(const std::string& endpoint, int64_t id, int attempts, absl::Time next,
                                  const std::string& error, absl::Time now) {
   absl::MutexLock lock(&mu_);
-  return Transaction([&]() -> absl::Status {
-    TY_ASSIGN_OR_RETURN(auto up, db_->Prepare("UPDATE outbox SET attempts = ?, next_ms = ? WHERE id = ?"));
+  return Transaction([&](SqliteDb& db) -> absl::Status {
+    TY_ASSIGN_OR_RETURN(auto up, db.Prepare("UPDATE outbox SET attempts = ?, next_ms = ? WHERE id = ?"));
     up.BindInt(1, attempts);
     up.BindInt(2, Ms(next));
     up.BindInt(3, id);
     TY_RETURN_IF_ERROR(up.Run());
-    TY_ASSIGN_OR_RETURN(auto err, db_->Prepare("UPDATE endpoints SET last_error = ?, last_error_ms = ? WHERE name = ?"));
+    TY_ASSIGN_OR_RETURN(auto err, db.Prepare("UPDATE endpoints SET last_error = ?, last_error_ms = ? WHERE name = ?"));
     err.BindText(1, error);
     err.BindInt(2, Ms(now));
     err.BindText(3, endpoint);
@@ -190,11 +190,11 @@ absl::Status WebhookStore::Retry(const std::string& endpoint, int64_t id, int at
 
 absl::Status WebhookStore::GiveUp(const std::string& endpoint, int64_t id, const std::string& error, absl::Time now) {
   absl::MutexLock lock(&mu_);
-  return Transaction([&]() -> absl::Status {
-    TY_ASSIGN_OR_RETURN(auto del, db_->Prepare("DELETE FROM outbox WHERE id = ?"));
+  return Transaction([&](SqliteDb& db) -> absl::Status {
+    TY_ASSIGN_OR_RETURN(auto del, db.Prepare("DELETE FROM outbox WHERE id = ?"));
     del.BindInt(1, id);
     TY_RETURN_IF_ERROR(del.Run());
-    TY_ASSIGN_OR_RETURN(auto up, db_->Prepare("UPDATE endpoints SET failed = failed + 1, last_error = ?, "
+    TY_ASSIGN_OR_RETURN(auto up, db.Prepare("UPDATE endpoints SET failed = failed + 1, last_error = ?, "
                                               "last_error_ms = ? WHERE name = ?"));
     up.BindText(1, error);
     up.BindInt(2, Ms(now));
@@ -206,16 +206,16 @@ absl::Status WebhookStore::GiveUp(const std::string& endpoint, int64_t id, const
 absl::StatusOr<std::map<std::string, int64_t>> WebhookStore::KeepEndpoints(const std::vector<std::string>& names) {
   absl::MutexLock lock(&mu_);
   std::map<std::string, int64_t> removed;
-  absl::Status s = Transaction([&]() -> absl::Status {
+  absl::Status s = Transaction([&](SqliteDb& db) -> absl::Status {
     std::set<std::string> keep(names.begin(), names.end());
-    TY_ASSIGN_OR_RETURN(auto list, db_->Prepare("SELECT endpoint, COUNT(*) FROM outbox GROUP BY endpoint"));
+    TY_ASSIGN_OR_RETURN(auto list, db.Prepare("SELECT endpoint, COUNT(*) FROM outbox GROUP BY endpoint"));
     while (true) {
       TY_ASSIGN_OR_RETURN(bool row, list.Step());
       if (!row) break;
       std::string name = list.ColumnText(0);
       if (keep.count(name) == 0) removed[name] = list.ColumnInt(1);
     }
-    TY_ASSIGN_OR_RETURN(auto all, db_->Prepare("SELECT name FROM endpoints"));
+    TY_ASSIGN_OR_RETURN(auto all, db.Prepare("SELECT name FROM endpoints"));
     std::vector<std::string> gone;
     while (true) {
       TY_ASSIGN_OR_RETURN(bool row, all.Step());
@@ -223,8 +223,8 @@ absl::StatusOr<std::map<std::string, int64_t>> WebhookStore::KeepEndpoints(const
       if (keep.count(all.ColumnText(0)) == 0) gone.push_back(all.ColumnText(0));
     }
     for (const auto& [name, n] : removed) gone.push_back(name);
-    TY_ASSIGN_OR_RETURN(auto del_outbox, db_->Prepare("DELETE FROM outbox WHERE endpoint = ?"));
-    TY_ASSIGN_OR_RETURN(auto del_row, db_->Prepare("DELETE FROM endpoints WHERE name = ?"));
+    TY_ASSIGN_OR_RETURN(auto del_outbox, db.Prepare("DELETE FROM outbox WHERE endpoint = ?"));
+    TY_ASSIGN_OR_RETURN(auto del_row, db.Prepare("DELETE FROM endpoints WHERE name = ?"));
     for (const std::string& name : gone) {
       del_outbox.Reset();
       del_outbox.BindText(1, name);
@@ -233,7 +233,7 @@ absl::StatusOr<std::map<std::string, int64_t>> WebhookStore::KeepEndpoints(const
       del_row.BindText(1, name);
       TY_RETURN_IF_ERROR(del_row.Run());
     }
-    TY_ASSIGN_OR_RETURN(auto add, db_->Prepare("INSERT OR IGNORE INTO endpoints (name) VALUES (?)"));
+    TY_ASSIGN_OR_RETURN(auto add, db.Prepare("INSERT OR IGNORE INTO endpoints (name) VALUES (?)"));
     for (const std::string& name : keep) {
       add.Reset();
       add.BindText(1, name);

@@ -96,7 +96,8 @@ class WebhookStore {
 
  private:
   explicit WebhookStore(std::unique_ptr<SqliteDb> db) : db_(std::move(db)) {}
-  // Runs `body` in BEGIN IMMEDIATE .. COMMIT, rolled back when it fails.
+  // Runs `body(db)` in BEGIN IMMEDIATE .. COMMIT, rolled back when it fails; the
+  // connection is passed in so the body reads no guarded member.
   template <class Body>
   absl::Status Transaction(Body body) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
