@@ -126,6 +126,8 @@ TEST_F(RankSupervisorClockTest, ARankThatStopsOnSigtermIsKilledWithoutSigkill) {
   sup->KillAll("shutting down");  // returns once the rank is reaped
   ASSERT_EQ(launcher.signals().size(), 1u);
   EXPECT_EQ(launcher.signals()[0].signal, SIGTERM);
+  // The slot is freed before the final state goes out, so that state may follow KillAll.
+  ASSERT_TRUE(WaitForState(0, v1::RankState::KILLED));
   const v1::RankState last = events_.events().back().rank_state();
   EXPECT_EQ(last.state(), v1::RankState::KILLED);
   EXPECT_EQ(last.message(), "shutting down (killed by signal 15 (SIGTERM))");
