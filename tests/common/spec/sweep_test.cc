@@ -204,6 +204,13 @@ TEST(SweepTableTest, SubTableFormIsTheSameTable) {
   EXPECT_EQ(s.axes[1].label, "sweep.training.shuffle");
 }
 
+TEST(SweepTableTest, ValidationErrorsPointAtTheTableKey) {
+  if (!HaveToml()) GTEST_SKIP() << "this build reads no TOML";
+  EXPECT_EQ(TomlError("[sweep]\nmodel.n_routed_experts = [8, 4]\nmodel.top_k = [2, 8]\n"),
+            "job.toml:3:7: sweep point 3 of 4 (n_routed_experts=4,top_k=8): model.top_k must be in [1, "
+            "model.n_routed_experts=4], got 8");
+}
+
 TEST(SweepLimitTest, CountsBeforeReadingAnyValue) {
   std::string thousand_bad;  // 1,000 values, the last one not a number at all
   for (int i = 0; i < 999; ++i) thousand_bad += std::to_string(i) + ",";
