@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/spec/job_file_reader.h"
 #include "common/spec/presets.h"
 #include "common/spec/sweep.h"
 #include "common/spec/sweep_reader.h"
@@ -209,6 +210,23 @@ TEST(SweepTableTest, ValidationErrorsPointAtTheTableKey) {
   EXPECT_EQ(TomlError("[sweep]\nmodel.n_routed_experts = [8, 4]\nmodel.top_k = [2, 8]\n"),
             "job.toml:3:7: sweep point 3 of 4 (n_routed_experts=4,top_k=8): model.top_k must be in [1, "
             "model.n_routed_experts=4], got 8");
+}
+
+TEST(SweepTableTest, OnlyTheSweepReaderSkipsTheTable) {
+  if (!HaveToml()) GTEST_SKIP() << "this build reads no TOML";
+  // An ordinary job file reader (trainyard submit's today) still refuses [sweep], so a
+  // sweep is never run as one job by a reader that does not know it.
+  const std::string text = "[training]\nsteps = 5\n[sweep]\ntraining.lr = [1e-4]\n";
+  Result<SpecInput> plain = ParseJobText(text, "job.toml");
+  ASSERT_FALSE(plain.ok());
+  EXPECT_THAT(plain.error().ToString(), HasSubstr("job.toml:3:2: unknown section [sweep]"));
+  // Skipped by name only: another unknown table is still refused.
+  Result<SpecInput> other = ParseJobText("[swept]\nx = 1\n", "job.toml", {}, "sweep");
+  ASSERT_FALSE(other.ok());
+  EXPECT_THAT(other.error().ToString(), HasSubstr("unknown section [swept]"));
+  Result<SpecInput> skipped = ParseJobText(text, "job.toml", {}, "sweep");
+  ASSERT_TRUE(skipped.ok()) << skipped.error().ToString();
+  EXPECT_EQ(skipped.value().assignments().size(), 1u);  // training.steps alone
 }
 
 TEST(SweepLimitTest, CountsBeforeReadingAnyValue) {
