@@ -40,30 +40,35 @@ std::string_view Trim(std::string_view s) {
   return s.substr(first, last - first + 1);
 }
 
-// "a, b,\"c,d\",'e,f'" -> a | b | "c,d" | 'e,f': commas inside TOML strings (basic
-// with backslash escapes, literal without) do not split. nullopt: a quote not closed.
-std::optional<std::vector<std::string_view>> SplitValues(std::string_view list) {
-  std::vector<std::string_view> out;
-  char quote = 0;
+// The quoting state after `c`: 0 outside a string, '"' or '\'' inside a basic or a
+// literal TOML string, '\\' just after a backslash inside a basic string.
+char QuoteState(char state, char c) {
+  if (state == '\\') return '"';
+  if (state == '"' && c == '\\') return '\\';
+  if (state != 0) return c == state ? 0 : state;
+  return (c == '"' || c == '\'') ? c : 0;
+}
+
+// Calls visit(value) for each value of "a, b,\"c,d\",'e,f'" -> a | b | "c,d" | 'e,f'
+// (trimmed): commas inside TOML strings do not split. False, having visited nothing,
+// when a quote is not closed. Nothing is allocated, so a list of millions of values
+// is counted before any is kept.
+template <class Visit>
+bool ForEachValue(std::string_view list, Visit&& visit) {
+  char state = 0;
+  for (char c : list) state = QuoteState(state, c);
+  if (state != 0) return false;
   std::size_t start = 0;
   for (std::size_t i = 0; i < list.size(); ++i) {
-    const char c = list[i];
-    if (quote != 0) {
-      if (quote == '"' && c == '\\') {
-        ++i;
-      } else if (c == quote) {
-        quote = 0;
-      }
-    } else if (c == '"' || c == '\'') {
-      quote = c;
-    } else if (c == ',') {
-      out.push_back(Trim(list.substr(start, i - start)));
+    const bool outside = state == 0;
+    state = QuoteState(state, list[i]);
+    if (outside && list[i] == ',') {
+      visit(Trim(list.substr(start, i - start)));
       start = i + 1;
     }
   }
-  if (quote != 0) return std::nullopt;
-  out.push_back(Trim(list.substr(start)));
-  return out;
+  visit(Trim(list.substr(start)));
+  return true;
 }
 
 // One --sweep flag up to its values: the key checked, the values split (not read).
@@ -94,23 +99,26 @@ Result<PendingAxis> ParseFlag(const std::string& text) {
   if (list.front() == '[') {
     return Invalid(key, "syntax", label + ": values are a plain comma list, without brackets (" + syntax + ")");
   }
-  std::optional<std::vector<std::string_view>> values = SplitValues(list);
-  if (!values) return Invalid(key, "syntax", label + ": a quoted value is not closed");
-  for (std::size_t i = 0; i < values->size(); ++i) {
-    if ((*values)[i].empty()) {
-      return Invalid(key, "syntax",
-                     label + ": value " + std::to_string(i + 1) + " of " + std::to_string(values->size()) +
-                         " is empty (write \"\" for an empty string)");
-    }
+  std::size_t count = 0;
+  std::size_t first_empty = 0;  // 1-based; 0: none
+  const bool closed = ForEachValue(list, [&](std::string_view v) {
+    ++count;
+    if (v.empty() && first_empty == 0) first_empty = count;
+  });
+  if (!closed) return Invalid(key, "syntax", label + ": a quoted value is not closed");
+  if (first_empty != 0) {
+    return Invalid(key, "syntax",
+                   label + ": value " + std::to_string(first_empty) + " of " + std::to_string(count) +
+                       " is empty (write \"\" for an empty string)");
   }
   PendingAxis axis;
   axis.field = field.value();
   axis.label = label;
-  axis.size = values->size();
-  axis.read = [views = *std::move(values)]() -> Result<std::vector<RawValue>> {
+  axis.size = count;
+  // `list` views the caller's flag, which outlives the pending axis.
+  axis.read = [list]() -> Result<std::vector<RawValue>> {
     std::vector<RawValue> raw;
-    raw.reserve(views.size());
-    for (std::string_view v : views) raw.push_back(ParseOverrideValue(v));
+    ForEachValue(list, [&](std::string_view v) { raw.push_back(ParseOverrideValue(v)); });
     return raw;
   };
   return axis;

@@ -112,6 +112,12 @@ TEST(SweepExpandTest, CommasInsideQuotedStringsDoNotSplit) {
   EXPECT_THAT(job.value().sweep.axes[0].values,
               ElementsAre(FieldValue{std::string("/d/a.txt,/d/b.txt")}, FieldValue{std::string("/d/c.txt")},
                           FieldValue{std::string("/d/e.txt")}));
+  // An escaped quote stays inside a basic string; a literal string has no escapes.
+  Result<SweepJob> escaped = FromFlags({R"(training.dataset_path="/d/a\",b",'/d/c\',/d/e)"});
+  ASSERT_TRUE(escaped.ok()) << escaped.error().ToString();
+  EXPECT_THAT(escaped.value().sweep.axes[0].values,
+              ElementsAre(FieldValue{std::string("/d/a\",b")}, FieldValue{std::string("/d/c\\")},
+                          FieldValue{std::string("/d/e")}));
 }
 
 TEST(SweepExpandTest, LabelsUseSectionKeyWhenTwoAxesShareAKeyName) {
@@ -243,6 +249,11 @@ TEST(SweepLimitTest, CountsBeforeReadingAnyValue) {
   EXPECT_EQ(FlagError({"training.seed=" + hundred, "training.steps=" + hundred}),
             "sweep of 10000 points (training.seed: 100 x training.steps: 100 values) is over the limit of 1000 "
             "points");
+  // Two million values in one flag are counted, not kept.
+  std::string two_million = "1";
+  for (int i = 1; i < 2'000'000; ++i) two_million += ",1";
+  EXPECT_EQ(FlagError({"training.seed=" + two_million}),
+            "sweep of 2000000 points (training.seed: 2000000 values) is over the limit of 1000 points");
   // Within the limit, the bad value is read and named.
   EXPECT_EQ(FlagError({"training.seed=" + thousand_bad}),
             "--sweep training.seed: value 1000 of 1000 (\"abc\"): expected integer, got string");
