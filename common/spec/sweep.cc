@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <unordered_map>
 #include <utility>
 
 #include "common/spec/presets.h"
@@ -104,6 +105,7 @@ std::optional<SpecError> AddSweepAxis(Sweep& sweep, const FieldInfo& field, cons
   // Typed through SpecInput::Set, so a swept value meets exactly the checks the same
   // value meets in a job file or a --set flag.
   SpecInput scratch;
+  std::unordered_map<FieldValue, std::size_t> first_seen;  // -0 is stored as 0, NaN never
   for (std::size_t i = 0; i < values.size(); ++i) {
     if (auto e = scratch.Set(field.section, field.key, values[i], origin)) {
       std::string why = e->message;
@@ -113,11 +115,12 @@ std::optional<SpecError> AddSweepAxis(Sweep& sweep, const FieldInfo& field, cons
     }
     FieldValue typed = scratch.Find(field.section, field.key)->value;
     // A repeated value would make two children with the same spec: a typo, not a plan.
-    const auto same = std::find(axis.values.begin(), axis.values.end(), typed);
-    if (same != axis.values.end()) {
+    // Hashed, so an axis as long as a raised limit is still checked in linear time.
+    const auto [same, fresh] = first_seen.emplace(typed, i);
+    if (!fresh) {
       return Fail(path, "duplicate", label, origin,
                   Position(i, values.size()) + " (" + ToText(typed) + ") repeats value " +
-                      std::to_string(same - axis.values.begin() + 1));
+                      std::to_string(same->second + 1));
     }
     axis.values.push_back(std::move(typed));
   }
