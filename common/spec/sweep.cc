@@ -93,6 +93,9 @@ Result<const FieldInfo*> SweepableField(std::string_view section, std::string_vi
 std::optional<SpecError> AddSweepAxis(Sweep& sweep, const FieldInfo& field, const std::vector<RawValue>& values,
                                       const std::string& label, const std::string& origin) {
   const std::string path = field.path();
+  // Again here, for callers that build axes from a FieldInfo of their own.
+  Result<const FieldInfo*> sweepable = SweepableField(field.section, field.key, label, origin);
+  if (!sweepable.ok()) return sweepable.error();
   for (const SweepAxis& a : sweep.axes) {
     if (a.field == &field) {
       const std::string first = a.origin.empty() ? a.label : a.origin + " (" + a.label + ")";

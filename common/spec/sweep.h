@@ -61,9 +61,10 @@ Result<const FieldInfo*> SweepableField(std::string_view section, std::string_vi
 
 // Types `values` as `field` does for a job file or --set (integers in range, finite
 // floats, an integer taken as a float, a string field taking an unquoted --sweep value
-// literally) and appends the axis. Refused, with nothing appended: a key the sweep
-// already has, no values, a value of the wrong kind, a value given twice (1e-4 and
-// 0.0001 are the same value). Errors carry `origin` and start with `label`.
+// literally) and appends the axis. Refused, with nothing appended: a key that may not
+// be swept (as SweepableField), a key the sweep already has, no values, a value of the
+// wrong kind, a value given twice (1e-4 and 0.0001 are the same value). Errors carry
+// `origin` and start with `label`.
 std::optional<SpecError> AddSweepAxis(Sweep& sweep, const FieldInfo& field, const std::vector<RawValue>& values,
                                       const std::string& label, const std::string& origin);
 

@@ -165,6 +165,12 @@ TEST(SweepExpandTest, AxesBuiltDirectlyExpandTheSame) {
   EXPECT_EQ(r.value()[0].spec.model.n_routed_experts, 4);
   EXPECT_EQ(r.value()[1].spec.model.n_routed_experts, 16);
   EXPECT_EQ(r.value()[1].input.OriginOf("model.n_routed_experts"), "sweep.model.n_routed_experts");
+  // A key that may not be swept is refused however its FieldInfo was found.
+  std::optional<SpecError> name =
+      AddSweepAxis(sweep, *FindField("job", "name"), {RawValue{std::string("a"), std::nullopt}}, "axis", "");
+  ASSERT_TRUE(name.has_value());
+  EXPECT_EQ(name->rule, "not_sweepable");
+  EXPECT_EQ(sweep.axes.size(), 1u);  // nothing appended
 }
 
 TEST(SweepTableTest, AxesInFileOrderThenFlags) {
