@@ -61,7 +61,12 @@ void PrintMachine() {
 #else
   const char* build = "assertions on";
 #endif
-  std::printf("compiler: %s, %s\n", __VERSION__, build);
+#if defined(__clang__)
+  const char* compiler = "clang";
+#else
+  const char* compiler = "gcc";
+#endif
+  std::printf("compiler: %s %s, %s\n", compiler, __VERSION__, build);
 }
 
 struct Timing {
