@@ -12,12 +12,6 @@
 namespace trainyard::spec {
 namespace {
 
-bool LooksLikeJson(std::string_view name, std::string_view text) {
-  if (name.size() >= 5 && name.substr(name.size() - 5) == ".json") return true;
-  const std::size_t first = text.find_first_not_of(" \t\r\n");
-  return first != std::string_view::npos && text[first] == '{';
-}
-
 SpecError FileError(SpecError::Kind kind, const std::string& path, const std::string& what) {
   SpecError e = Invalid("", "file", what);
   e.kind = kind;
@@ -26,6 +20,12 @@ SpecError FileError(SpecError::Kind kind, const std::string& path, const std::st
 }
 
 }  // namespace
+
+bool IsJsonJobText(std::string_view source_name, std::string_view text) {
+  if (source_name.size() >= 5 && source_name.substr(source_name.size() - 5) == ".json") return true;
+  const std::size_t first = text.find_first_not_of(" \t\r\n");
+  return first != std::string_view::npos && text[first] == '{';
+}
 
 Result<std::string> ReadJobFile(const std::string& path) {
   absl::StatusOr<std::string> text = ReadFile(path, kMaxJobFileBytes);
@@ -42,14 +42,14 @@ Result<std::string> ReadJobFile(const std::string& path) {
 }
 
 Result<SpecInput> ParseJobText(std::string_view text, std::string_view source_name,
-                               const std::vector<std::string>& overrides) {
+                               const std::vector<std::string>& overrides, std::string_view reserved_table) {
   if (text.size() > kMaxJobFileBytes) {
     return FileError(SpecError::Kind::kInvalid, std::string(source_name),
                      "job file is " + std::to_string(text.size()) + " bytes, over the limit of " +
                          std::to_string(kMaxJobFileBytes) + " bytes (1 MiB)");
   }
-  Result<SpecInput> input = LooksLikeJson(source_name, text) ? ParseJson(text, source_name)
-                                                              : ParseToml(text, source_name);
+  Result<SpecInput> input = IsJsonJobText(source_name, text) ? ParseJson(text, source_name)
+                                                              : ParseToml(text, source_name, reserved_table);
   if (!input.ok()) return input;
   for (const std::string& o : overrides) {
     if (auto e = ApplyOverride(o, input.value())) return *e;

@@ -19,11 +19,16 @@ inline constexpr std::size_t kMaxJobFileBytes = std::size_t{1} << 20;
 // cannot be opened, kInvalid when it is over 1 MiB or unreadable.
 Result<std::string> ReadJobFile(const std::string& path);
 
-// JSON when `source_name` ends in ".json" or the text starts with '{', else TOML; then
-// applies `overrides` ("section.key=value", later wins). File errors come before
-// override errors.
+// True when ParseJobText reads `text` as JSON: `source_name` ends in ".json" or the
+// text starts with '{'.
+bool IsJsonJobText(std::string_view source_name, std::string_view text);
+
+// JSON when IsJsonJobText, else TOML; then applies `overrides` ("section.key=value",
+// later wins). File errors come before override errors. `reserved_table` as ParseToml's
+// (TOML only; JSON job files have no such key).
 Result<SpecInput> ParseJobText(std::string_view text, std::string_view source_name,
-                               const std::vector<std::string>& overrides = {});
+                               const std::vector<std::string>& overrides = {},
+                               std::string_view reserved_table = {});
 
 // ReadJobFile, then ParseJobText with the path as the source name.
 Result<SpecInput> LoadJobFile(const std::string& path, const std::vector<std::string>& overrides = {});

@@ -46,6 +46,13 @@ std::optional<RawValue> ParseScalar(std::string_view value) {
 
 }  // namespace
 
+RawValue ParseOverrideValue(std::string_view value) {
+  value = Trim(value);
+  RawValue raw = ParseScalar(value).value_or(RawValue{std::string(value), std::nullopt});
+  raw.literal = std::string(value);
+  return raw;
+}
+
 std::optional<SpecError> ApplyOverride(std::string_view text, SpecInput& input) {
   const std::size_t eq = text.find('=');
   if (eq == std::string_view::npos) {
@@ -71,8 +78,7 @@ std::optional<SpecError> ApplyOverride(std::string_view text, SpecInput& input) 
     e.message = label + ": " + e.message;
     return e;
   }
-  RawValue raw = ParseScalar(value).value_or(RawValue{std::string(value), std::nullopt});
-  raw.literal = std::string(value);
+  const RawValue raw = ParseOverrideValue(value);
   // A value that is set but breaks a rule later is reported as coming from this flag.
   if (auto e = input.Set(section, key, raw, "--set " + Quote(text))) {
     // "--set training.steps: expected integer, got string": the message already

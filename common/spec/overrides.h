@@ -17,4 +17,9 @@ namespace trainyard::spec {
 // gets the origin "--set section.key=value" for errors found after resolving.
 std::optional<SpecError> ApplyOverride(std::string_view text, SpecInput& input);
 
+// The value text of one override as ApplyOverride reads it: a TOML scalar when it is
+// exactly one, else the text as a string; `literal` is the text (trimmed), so a string
+// field takes it as typed. --sweep reads each of its values this way.
+RawValue ParseOverrideValue(std::string_view value);
+
 }  // namespace trainyard::spec

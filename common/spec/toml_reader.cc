@@ -32,7 +32,8 @@ std::string Position(std::string_view source, const toml::source_position& p) {
 
 bool HaveToml() { return true; }
 
-Result<SpecInput> ParseToml(std::string_view text, std::string_view source_name) {
+Result<SpecInput> ParseToml(std::string_view text, std::string_view source_name,
+                            std::string_view reserved_table) {
   toml::table root;
   try {
     root = toml::parse(text, source_name);
@@ -50,6 +51,7 @@ Result<SpecInput> ParseToml(std::string_view text, std::string_view source_name)
   };
   for (auto&& [section_key, section_node] : root) {
     const std::string section(section_key.str());
+    if (!reserved_table.empty() && section == reserved_table) continue;
     if (!IsSection(section)) {
       if (section_node.is_table()) {
         add(section_key.source(), UnknownSection(section));
@@ -109,7 +111,7 @@ Result<SpecInput> ParseToml(std::string_view text, std::string_view source_name)
 
 bool HaveToml() { return false; }
 
-Result<SpecInput> ParseToml(std::string_view, std::string_view source_name) {
+Result<SpecInput> ParseToml(std::string_view, std::string_view source_name, std::string_view) {
   return Invalid("", "syntax",
                  std::string(source_name) +
                      ": this build has no TOML support (toml++ was not found); use a JSON job file");

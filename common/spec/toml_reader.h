@@ -17,6 +17,10 @@ bool HaveToml();
 //   debug.toml:5:9: training.steps: expected integer, got string
 // When a file has several problems the earliest in the file is reported, with a count
 // of the others. Only keys present in the file are set.
-Result<SpecInput> ParseToml(std::string_view text, std::string_view source_name);
+//
+// `reserved_table`, when not empty, names a top-level key that another reader owns
+// (the [sweep] table, common/spec/sweep_reader.h): it is skipped here, not refused.
+Result<SpecInput> ParseToml(std::string_view text, std::string_view source_name,
+                            std::string_view reserved_table = {});
 
 }  // namespace trainyard::spec
