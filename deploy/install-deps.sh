@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building, testing and running the demo need:
 # - Debian 12 packages (openssl: deploy/make-certs.sh; clang, compiler-rt and llvm's
-#   symbolizer: the sanitizer and fuzzing build of .ci/sanitizers.sh; kubernetes-client,
+#   symbolizer: the sanitizer and fuzzing build of .ci/sanitizers.sh; clang-format: the
+#   formatting check of .ci/run; kubernetes-client,
 #   yamllint and prometheus's promtool: the deploy/ checks; tmux: the CLI's terminal
 #   test; chromium: the web UI test; iproute2: the multi-host tests' network namespaces,
 #   veths, bridge and tc; libgloo-dev: the Gloo headers c10d's ProcessGroupGloo.hpp
@@ -26,7 +27,7 @@ PACKAGES=(
   prometheus
   openssl
   iproute2
-  clang libclang-rt-14-dev llvm
+  clang libclang-rt-14-dev llvm clang-format
   yamllint tmux chromium
   python3 python3-venv
   libboost-dev

@@ -1,8 +1,5 @@
 #include "server/controller_server.h"
 
-#include "server/policy/policy_file.h"
-#include "server/notify/webhook_file.h"
-
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/server_builder.h>
@@ -15,11 +12,13 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/listen_probe.h"
-#include "common/http/http_client.h"
 #include "common/base/posix_process_launcher.h"  // ExecutableSibling
-#include "common/spec/spec_error.h"
 #include "common/base/status_macros.h"
+#include "common/http/http_client.h"
+#include "common/spec/spec_error.h"
 #include "server/metrics/grpc_metrics.h"
+#include "server/notify/webhook_file.h"
+#include "server/policy/policy_file.h"
 #include "spdlog/spdlog.h"
 
 namespace trainyard {
@@ -31,23 +30,23 @@ absl::Status CheckListenerSecurity(const ControllerOptions& options, std::vector
   if (!IsLoopbackAddress(options.listen) && !(tls && tokens)) {
     const std::string missing = !tls && !tokens ? "TLS and --token-file" : !tls ? "TLS" : "--token-file";
     if (!options.insecure) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "--listen '", Quote(options.listen),
-          "' is not a loopback address: serving beyond this machine needs TLS (--tls-cert, "
-          "--tls-key, --tls-ca) and --token-file, and ", missing, !tls && !tokens ? " are" : " is",
-          " missing; --insecure allows it anyway"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("--listen '", Quote(options.listen),
+                       "' is not a loopback address: serving beyond this machine needs TLS (--tls-cert, "
+                       "--tls-key, --tls-ca) and --token-file, and ",
+                       missing, !tls && !tokens ? " are" : " is", " missing; --insecure allows it anyway"));
     }
-    exposed.push_back(absl::StrCat(
-        "--listen ", Quote(options.listen), " is reachable beyond this machine without ", missing,
-        ": ", tls ? "" : "any process can register as a worker and read job specs",
-        tls || tokens ? "" : ", and ", tokens ? "" : "any client can submit, cancel and read every job"));
+    exposed.push_back(absl::StrCat("--listen ", Quote(options.listen), " is reachable beyond this machine without ",
+                                   missing, ": ", tls ? "" : "any process can register as a worker and read job specs",
+                                   tls || tokens ? "" : ", and ",
+                                   tokens ? "" : "any client can submit, cancel and read every job"));
   }
   if (!options.metrics_listen.empty() && !IsLoopbackAddress(options.metrics_listen)) {
     if (!options.insecure) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "--metrics-listen '", Quote(options.metrics_listen),
-          "' is not a loopback address: /metrics is plain HTTP without authentication (job ids, "
-          "worker names), so serving it beyond this machine needs --insecure"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("--metrics-listen '", Quote(options.metrics_listen),
+                       "' is not a loopback address: /metrics is plain HTTP without authentication (job ids, "
+                       "worker names), so serving it beyond this machine needs --insecure"));
     }
     exposed.push_back(absl::StrCat("--metrics-listen ", Quote(options.metrics_listen),
                                    " serves /metrics beyond this machine over plain HTTP without authentication"));
@@ -96,8 +95,8 @@ absl::Status CheckListeners(const ControllerOptions& options) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
-    const ControllerOptions& options, ProcessLauncher* launcher, Clock* clock) {
+absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(const ControllerOptions& options,
+                                                                          ProcessLauncher* launcher, Clock* clock) {
   TY_RETURN_IF_ERROR(CheckTlsFlags(options.tls));
   std::vector<std::string> warnings;
   TY_RETURN_IF_ERROR(CheckListenerSecurity(options, &warnings));
@@ -135,9 +134,10 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
   TY_ASSIGN_OR_RETURN(s->data_lock_,
                       DirLock::Acquire(options.data_dir, "--data-dir", "trainyard-controller", clock->Now()));
   if (const std::optional<DirLock::Holder>& before = s->data_lock_->previous()) {
-    spdlog::warn("--data-dir {}: the previous trainyard-controller (pid {} on host {}, started {}) ended without "
-                 "releasing it (killed or crashed); taking over",
-                 options.data_dir, before->pid, Quote(before->host), Quote(before->started));
+    spdlog::warn(
+        "--data-dir {}: the previous trainyard-controller (pid {} on host {}, started {}) ended without "
+        "releasing it (killed or crashed); taking over",
+        options.data_dir, before->pid, Quote(before->host), Quote(before->started));
   }
   TY_ASSIGN_OR_RETURN(s->store_, SqliteJobStore::Open(options.data_dir));
   s->metrics_ = std::make_unique<ControllerMetrics>();
@@ -146,29 +146,28 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
     spdlog::info("metrics on http://{}:{}/metrics", options.metrics_listen.substr(0, options.metrics_listen.rfind(':')),
                  s->metrics_->listening_port());
   }
-  s->manager_ = std::make_unique<JobManager>(s->store_.get(), &s->hub_, s->metrics_.get(),
-                                             s->clock_, options.manager);
+  s->manager_ = std::make_unique<JobManager>(s->store_.get(), &s->hub_, s->metrics_.get(), s->clock_, options.manager);
   if (!options.tensorboard.dir.empty()) {
     JobManager* manager = s->manager_.get();
-    TY_ASSIGN_OR_RETURN(s->tensorboard_,
-                        TensorBoardExporter::Create(
-                            options.tensorboard, s->store_.get(),
-                            [manager](const std::string& id) -> absl::StatusOr<v1::JobSpec> {
-                              TY_ASSIGN_OR_RETURN(v1::Job job, manager->Get(id));
-                              return job.spec();
-                            },
-                            *s->metrics_->registry(), s->clock_));
+    TY_ASSIGN_OR_RETURN(s->tensorboard_, TensorBoardExporter::Create(
+                                             options.tensorboard, s->store_.get(),
+                                             [manager](const std::string& id) -> absl::StatusOr<v1::JobSpec> {
+                                               TY_ASSIGN_OR_RETURN(v1::Job job, manager->Get(id));
+                                               return job.spec();
+                                             },
+                                             *s->metrics_->registry(), s->clock_));
     TensorBoardExporter* exporter = s->tensorboard_.get();
     s->hub_.AddCommitObserver([exporter](const std::string& id) { exporter->OnCommitted(id); });
   }
   if (!options.mlflow.uri.empty()) {
-    TY_ASSIGN_OR_RETURN(auto cursors, mlflow::MlflowCursorStore::Open(
-                                          options.data_dir, absl::StrCat(options.mlflow.uri, " ", options.mlflow.experiment)));
+    TY_ASSIGN_OR_RETURN(auto cursors,
+                        mlflow::MlflowCursorStore::Open(
+                            options.data_dir, absl::StrCat(options.mlflow.uri, " ", options.mlflow.experiment)));
     JobManager* manager = s->manager_.get();
-    TY_ASSIGN_OR_RETURN(s->mlflow_, mlflow::MlflowExporter::Create(
-                                        options.mlflow, s->store_.get(),
-                                        [manager](const std::string& id) { return manager->Get(id); },
-                                        std::move(cursors), *s->metrics_->registry(), s->clock_));
+    TY_ASSIGN_OR_RETURN(
+        s->mlflow_, mlflow::MlflowExporter::Create(
+                        options.mlflow, s->store_.get(), [manager](const std::string& id) { return manager->Get(id); },
+                        std::move(cursors), *s->metrics_->registry(), s->clock_));
     // Before Recover, so its commits are heard too; sending starts after it (Start).
     mlflow::MlflowExporter* mlflow = s->mlflow_.get();
     s->hub_.AddCommitObserver([mlflow](const std::string& id) { mlflow->OnCommitted(id); });
@@ -179,9 +178,9 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
   TY_RETURN_IF_ERROR(s->manager_->Recover());
   if (s->tensorboard_) {
     std::vector<std::string> unfinished;
-    for (const v1::Job& job : s->manager_->List({v1::Job::PENDING, v1::Job::SCHEDULED, v1::Job::RUNNING,
-                                                 v1::Job::RESTARTING},
-                                                std::numeric_limits<int>::max())) {
+    for (const v1::Job& job :
+         s->manager_->List({v1::Job::PENDING, v1::Job::SCHEDULED, v1::Job::RUNNING, v1::Job::RESTARTING},
+                           std::numeric_limits<int>::max())) {
       unfinished.push_back(job.id());
     }
     s->tensorboard_->Start(unfinished);
@@ -200,10 +199,10 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
     };
     deps.clock = s->clock_;
     deps.metrics = s->webhook_metrics_.get();
-    TY_ASSIGN_OR_RETURN(s->webhooks_,
-                        WebhookManager::Start(*std::move(webhooks), options.webhooks_file,
-                                              (std::filesystem::path(options.data_dir) / "webhooks.db").string(),
-                                              std::move(deps)));
+    TY_ASSIGN_OR_RETURN(
+        s->webhooks_,
+        WebhookManager::Start(*std::move(webhooks), options.webhooks_file,
+                              (std::filesystem::path(options.data_dir) / "webhooks.db").string(), std::move(deps)));
     WebhookManager* hooks = s->webhooks_.get();
     s->hub_.AddCommitObserver([hooks](const std::string& job_id) { hooks->OnCommitted(job_id); });
     hooks->Begin();
@@ -219,22 +218,21 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
   TY_ASSIGN_OR_RETURN(s->artifacts_,
                       ArtifactStore::Open(options.data_dir, s->manager_.get(), s->clock_, options.artifacts));
   PreflightGateOptions preflight;
-  preflight.binary = options.preflight_binary.empty() ? ExecutableSibling("trainyard-train")
-                                                      : options.preflight_binary;
+  preflight.binary = options.preflight_binary.empty() ? ExecutableSibling("trainyard-train") : options.preflight_binary;
   preflight.timeout = options.preflight_timeout;
   preflight.spec_dir = (std::filesystem::path(options.data_dir) / "preflight").string();
   std::error_code ec;
   std::filesystem::create_directories(preflight.spec_dir, ec);
   if (ec) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot create ", preflight.spec_dir, ": ", ec.message()));
+    return absl::UnavailableError(absl::StrCat("cannot create ", preflight.spec_dir, ": ", ec.message()));
   }
   if (access(preflight.binary.c_str(), X_OK) != 0) {
-    spdlog::warn("preflight runner {} is missing: jobs with compile.preflight=true will be "
-                 "refused (set --preflight-binary)", preflight.binary);
+    spdlog::warn(
+        "preflight runner {} is missing: jobs with compile.preflight=true will be "
+        "refused (set --preflight-binary)",
+        preflight.binary);
   }
-  s->preflight_ =
-      std::make_unique<PreflightGate>(s->launcher_, s->metrics_.get(), preflight, s->clock_);
+  s->preflight_ = std::make_unique<PreflightGate>(s->launcher_, s->metrics_.get(), preflight, s->clock_);
   s->actions_ = std::make_unique<JobActions>(s->manager_.get(), s->preflight_.get(), s->store_.get(), s->clock_);
   JobServiceOptions job_options;
   job_options.authorizer = s->authorizer_.get();
@@ -244,8 +242,8 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
     WebhookManager* hooks = s->webhooks_.get();
     job_options.webhook_status = [hooks] { return hooks->Status(); };
   }
-  s->job_service_ = std::make_unique<JobServiceImpl>(s->manager_.get(), s->store_.get(), &s->hub_,
-                                                     s->preflight_.get(), s->artifacts_.get(), job_options);
+  s->job_service_ = std::make_unique<JobServiceImpl>(s->manager_.get(), s->store_.get(), &s->hub_, s->preflight_.get(),
+                                                     s->artifacts_.get(), job_options);
   s->worker_service_ = std::make_unique<WorkerServiceImpl>(s->manager_.get(), s->artifacts_.get(),
                                                            /*require_worker_certificate=*/options.tls.any());
 
@@ -281,9 +279,9 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
     spdlog::info("web UI on http://{}:{}/ ({})", options.web_listen.substr(0, options.web_listen.rfind(':')),
                  s->web_server_->port(), s->authorizer_->enabled() ? "bearer tokens required" : "no authorization");
   }
-  // Retention runs on its own thread, never under the state lock (retention.h).
-  s->retention_ = std::make_unique<RetentionCompactor>(s->manager_.get(), s->store_.get(), s->metrics_.get(),
-                                                       s->clock_, options.retention);
+  // Retention runs on its own thread, never under the state lock (event_compaction.h).
+  s->retention_ = std::make_unique<RetentionCompactor>(s->manager_.get(), s->store_.get(), s->metrics_.get(), s->clock_,
+                                                       options.retention);
   s->retention_->Start();
   ControllerServer* raw = s.get();
   s->ticker_ = std::thread([raw] {
@@ -351,7 +349,7 @@ void ControllerServer::Shutdown() {
   if (server_ && server_->GetHealthCheckService() != nullptr) server_->GetHealthCheckService()->Shutdown();
   // In-flight calls get 2 s (of the injected clock) to finish.
   if (server_) server_->Shutdown(absl::ToChronoTime(clock_->Now() + absl::Seconds(2)));
-  if (retention_) retention_->Stop();  // a pass stops between jobs
+  if (retention_) retention_->Stop();      // a pass stops between jobs
   if (tensorboard_) tensorboard_->Stop();  // after the last commit: its final round writes it
   // Deliveries still queued stay in webhooks.db for the next start; OnCommitted is a
   // no-op from here on.

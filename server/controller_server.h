@@ -1,34 +1,34 @@
 #pragma once
 
+#include <grpcpp/server.h>
+
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include <grpcpp/server.h>
-
-#include "absl/status/statusor.h"
 #include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/base/clock.h"
 #include "common/base/dir_lock.h"
 #include "common/base/process_launcher.h"
 #include "common/tls_files.h"
-#include "server/state/artifact_store.h"
 #include "server/metrics/controller_metrics.h"
-#include "server/state/event_hub.h"
-#include "server/state/job_manager.h"
-#include "server/service/job_service.h"
-#include "server/store/sqlite_job_store.h"
-#include "server/state/preflight_gate.h"
-#include "server/web/web_api.h"
-#include "server/web/web_server.h"
-#include "server/service/worker_service.h"
-#include "server/state/retention.h"
+#include "server/mlflow/mlflow_exporter.h"
 #include "server/notify/webhook_manager.h"
 #include "server/notify/webhook_metrics.h"
+#include "server/service/job_service.h"
+#include "server/service/worker_service.h"
+#include "server/state/artifact_store.h"
+#include "server/state/event_compaction.h"
+#include "server/state/event_hub.h"
+#include "server/state/job_manager.h"
+#include "server/state/preflight_gate.h"
+#include "server/store/sqlite_job_store.h"
 #include "server/tensorboard/tensorboard_exporter.h"
-#include "server/mlflow/mlflow_exporter.h"
+#include "server/web/web_api.h"
+#include "server/web/web_server.h"
 
 namespace trainyard {
 
@@ -58,7 +58,7 @@ struct ControllerOptions {
   // --policy-file: quotas, groups and fair-share weights (server/policy/policy_file.h);
   // empty: no quotas, every owner weight 1. Re-read on SIGHUP.
   std::string policy_file;
-  // --retain-finished and the compactor's pace (server/state/retention.h).
+  // --retain-finished and the compactor's pace (server/state/event_compaction.h).
   RetentionOptions retention;
   // --webhooks: endpoints that get job events (server/notify/webhook_file.h); empty:
   // none. Re-read on SIGHUP.
@@ -86,8 +86,7 @@ struct ControllerOptions {
 class ControllerServer {
  public:
   static absl::StatusOr<std::unique_ptr<ControllerServer>> Start(const ControllerOptions& options,
-                                                                 ProcessLauncher* launcher,
-                                                                 Clock* clock);
+                                                                 ProcessLauncher* launcher, Clock* clock);
   ~ControllerServer();
 
   int port() const { return port_; }

@@ -8,7 +8,7 @@
 
 namespace trainyard {
 
-// The store's series (server/state/retention.h sets them after each retention pass):
+// The store's series (server/state/event_compaction.h sets them after each retention pass):
 // trainyard_store_size_bytes and trainyard_store_free_pages (trainyard.db's pages and
 // its freelist), trainyard_store_compacted_jobs_total and
 // trainyard_store_compacted_events_total, trainyard_store_vacuumed_pages_total,

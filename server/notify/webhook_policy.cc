@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "common/base/text.h"
 #include "trainyard/v1/job.pb.h"
 
@@ -18,10 +18,11 @@ uint32_t WebhookKindsOf(const v1::Event& event) {
     case v1::Event::kJobState: {
       uint32_t kinds = kWebhookStateChange;
       if (event.job_state().state() == v1::Job::RESTARTING) {
-        // The reasons JobLifecycle writes for an eviction (EvictionOf in
+        // The reasons EvictionManager writes for an eviction (EvictionOf in
         // server/state/tracked_job.cc reads them back the same way at recovery).
         const std::string& reason = event.job_state().reason();
-        const bool eviction = absl::StartsWith(reason, "preempted by job-") || absl::StartsWith(reason, "drained from ");
+        const bool eviction =
+            absl::StartsWith(reason, "preempted by job-") || absl::StartsWith(reason, "drained from ");
         kinds |= eviction ? kWebhookPreemption : kWebhookRestart;
       }
       return kinds;

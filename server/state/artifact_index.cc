@@ -1,23 +1,24 @@
-// The artifact store's SQLite index: the `artifacts` table, its rows, and the listing
-// of complete artifacts (List, Find). The files and uploads are artifact_store.cc's;
-// see artifact_store.h for the layout, the states and the thread contract.
+// The artifact store's SQLite index: the rows of the `artifacts` table (its schema is
+// server/store/artifact_schema.h) and the listing of complete artifacts (List, Find).
+// The files and uploads are artifact_store.cc's; see artifact_store.h for the layout,
+// the states and the thread contract.
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 #include "common/proto_time.h"
 #include "common/spec/spec_error.h"
-#include "common/base/status_macros.h"
 #include "server/state/artifact_store.h"
+#include "server/store/artifact_schema.h"
 
 namespace trainyard {
 namespace {
 
 constexpr char kSelectColumns[] =
     "SELECT job_id, name, kind, attempt, rank, worker, size_bytes, sha256, state, create_time FROM artifacts ";
-
 
 v1::ArtifactInfo InfoOf(const v1::ArtifactHeader& h, int64_t create_time_us) {
   v1::ArtifactInfo info;
@@ -53,23 +54,7 @@ ArtifactStore::Row ArtifactStore::RowAt(SqliteStatement& stmt) {
 
 absl::Status ArtifactStore::InitSchema() {
   absl::MutexLock lock(&mu_);
-  // In the controller's database, created as SqliteJobStore creates its tables (IF NOT
-  // EXISTS: a database from before artifacts gains the table on the next start).
-  return db_->Exec(R"sql(
-    CREATE TABLE IF NOT EXISTS artifacts (
-      job_id      TEXT NOT NULL,
-      name        TEXT NOT NULL,
-      kind        TEXT NOT NULL,
-      attempt     INTEGER NOT NULL,
-      rank        INTEGER NOT NULL,
-      worker      TEXT NOT NULL,
-      size_bytes  INTEGER NOT NULL,
-      sha256      TEXT NOT NULL,
-      state       TEXT NOT NULL CHECK (state IN ('partial', 'complete')),
-      create_time INTEGER NOT NULL,
-      PRIMARY KEY (job_id, name)
-    );
-  )sql");
+  return CreateArtifactsTable(*db_);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -97,9 +82,11 @@ absl::StatusOr<std::vector<ArtifactStore::Row>> ArtifactStore::AllRowsLocked() {
 }
 
 absl::Status ArtifactStore::InsertPartialLocked(const v1::ArtifactHeader& h) {
-  TY_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(
-      "INSERT INTO artifacts (job_id, name, kind, attempt, rank, worker, size_bytes, sha256, state, create_time) "
-      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'partial', ?9)"));
+  TY_ASSIGN_OR_RETURN(
+      auto stmt,
+      db_->Prepare(
+          "INSERT INTO artifacts (job_id, name, kind, attempt, rank, worker, size_bytes, sha256, state, create_time) "
+          "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'partial', ?9)"));
   stmt.BindText(1, h.job_id());
   stmt.BindText(2, h.name());
   stmt.BindText(3, h.kind());
@@ -138,8 +125,9 @@ absl::StatusOr<int64_t> ArtifactStore::JobFilesLocked(const std::string& job_id)
 
 absl::StatusOr<std::vector<v1::ArtifactInfo>> ArtifactStore::List(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
-  TY_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(absl::StrCat(
-      kSelectColumns, "WHERE job_id = ?1 AND state = 'complete' ORDER BY create_time, rowid")));
+  TY_ASSIGN_OR_RETURN(
+      auto stmt, db_->Prepare(absl::StrCat(kSelectColumns,
+                                           "WHERE job_id = ?1 AND state = 'complete' ORDER BY create_time, rowid")));
   stmt.BindText(1, job_id);
   std::vector<v1::ArtifactInfo> out;
   while (true) {
@@ -155,8 +143,7 @@ absl::StatusOr<v1::ArtifactInfo> ArtifactStore::Find(const std::string& job_id, 
   absl::MutexLock lock(&mu_);
   TY_ASSIGN_OR_RETURN(std::optional<Row> row, ReadRowLocked(job_id, name));
   if (!row || !row->complete) {
-    return absl::NotFoundError(
-        absl::StrCat("job ", Quote(job_id), " has no stored artifact ", Quote(name)));
+    return absl::NotFoundError(absl::StrCat("job ", Quote(job_id), " has no stored artifact ", Quote(name)));
   }
   return InfoOf(row->header, row->create_time_us);
 }

@@ -13,7 +13,7 @@
 // Why per job: one runaway job (a rank printing in a loop, a forged flood) must not
 // fill the store or starve the ingest of every other job.
 //
-// Not thread-safe; owned by JobLifecycle, used under JobManager's state lock.
+// Not thread-safe; owned by JobStateMachine, used under JobManager's state lock.
 #pragma once
 
 #include <map>

@@ -1,15 +1,16 @@
 #include "server/state/job_manager.h"
 
-#include "common/spec/spec_error.h"
-#include "server/policy/request_validation.h"
-
 #include <algorithm>
 #include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/proto_time.h"
 #include "common/base/status_macros.h"
+#include "common/proto_time.h"
+#include "common/spec/spec_error.h"
+#include "server/policy/request_validation.h"
+#include "server/state/quota_gate.h"
+#include "server/state/restart_backoff_gate.h"
 #include "spdlog/spdlog.h"
 
 namespace trainyard {
@@ -24,16 +25,24 @@ bool NeedsEvents(const v1::Job& job) {
 
 }  // namespace
 
-JobManager::JobManager(JobStore* store, EventHub* hub, ControllerMetrics* metrics,
-                       Clock* clock, JobManagerOptions options)
+JobManager::JobManager(JobStore* store, EventHub* hub, ControllerMetrics* metrics, Clock* clock,
+                       JobManagerOptions options)
     : store_(store),
       hub_(hub),
       metrics_(metrics),
       clock_(clock),
       options_(options),
       registry_(clock, options.heartbeat_interval, options.heartbeat_timeout, options.reconnect_window),
-      lifecycle_(&registry_, metrics, clock, options.max_events_per_s_per_rank) {
-  lifecycle_.ConfigureSharing(options.sharing);
+      jobs_(&registry_, metrics, clock, options.max_events_per_s_per_rank),
+      fair_share_(metrics, clock),
+      evictions_(&jobs_, &registry_, metrics, clock, options.sharing),
+      faults_(&jobs_, &registry_, clock),
+      cycle_(&jobs_, &fair_share_, &evictions_, &registry_, clock) {
+  absl::MutexLock lock(&mu_);
+  // The queue gates, in the order they are asked: a job backing off says so, whatever
+  // its quota.
+  cycle_.AddGate(std::make_unique<RestartBackoffGate>());
+  cycle_.AddGate(std::make_unique<QuotaGate>(&fair_share_));
 }
 
 absl::Status JobManager::Recover() {
@@ -44,27 +53,23 @@ absl::Status JobManager::Recover() {
   std::vector<int64_t> last_seq(jobs.size());
   for (size_t i = 0; i < jobs.size(); ++i) {
     if (NeedsEvents(jobs[i])) {  // not the whole log: the kinds Recover uses, a tail of steps
-      const int tail = JobLifecycle::RecoveryStepTail(jobs[i]);
+      const int tail = JobStateMachine::RecoveryStepTail(jobs[i]);
       TY_ASSIGN_OR_RETURN(events[i], store_->ReadRecoveryEvents(jobs[i].id(), jobs[i].attempt(), tail));
     }
     last_seq[i] = store_->LastSeq(jobs[i].id());
   }
   absl::MutexLock commit(&commit_mu_);
-  Effects fx;
-  {
-    absl::MutexLock lock(&mu_);
+  Write([&](Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     registry_.RestoreCordons(std::move(cordons));
-    lifecycle_.RestoreUsage(usage);
+    fair_share_.RestoreUsage(usage);
     for (size_t i = 0; i < jobs.size(); ++i) {
       const std::string id = jobs[i].id();
       JobView view{jobs[i], 0, last_seq[i]};
-      view.order = lifecycle_.Recover(std::move(jobs[i]), events[i], &fx);
+      view.order = jobs_.Recover(std::move(jobs[i]), events[i], fx);
       views_[id] = std::move(view);
     }
-    lifecycle_.Schedule(&fx);
-    UpdateSlotMetricsLocked();
-  }
-  Run(std::move(fx)).IgnoreError();  // logged by Run
+    return absl::OkStatus();
+  }).IgnoreError();  // logged by Run
   return absl::OkStatus();
 }
 
@@ -104,7 +109,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(v1::JobSpec spec, const std::string& 
   auto admitted = AdmissionPolicy::Admit(std::move(spec), fleet);
   if (!admitted.ok()) return Reject(admitted.status());
   std::vector<v1::Event> first(1);
-  v1::Job job = JobLifecycle::NewJob(std::move(*admitted), owner, clock_->Now(), &first[0]);
+  v1::Job job = JobStateMachine::NewJob(std::move(*admitted), owner, clock_->Now(), &first[0]);
 
   absl::MutexLock commit(&commit_mu_);
   // The row and its PENDING event, in one transaction; nothing exists when it fails.
@@ -112,15 +117,15 @@ absl::StatusOr<v1::Job> JobManager::Submit(v1::JobSpec spec, const std::string& 
   const std::string id = job.id();
   Effects fx;
   fx.Notify(id);
-  {
-    absl::MutexLock lock(&mu_);
-    JobView view{job, 0, first.empty() ? 0 : first.back().seq()};
-    view.order = lifecycle_.Add(std::move(job));
-    views_[id] = std::move(view);
-    lifecycle_.Schedule(&fx);
-    UpdateSlotMetricsLocked();
-  }
-  Run(std::move(fx)).IgnoreError();  // the job exists; a failed placement write is logged
+  Write(
+      [&](Effects*) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        JobView view{job, 0, first.empty() ? 0 : first.back().seq()};
+        view.order = jobs_.Add(std::move(job));
+        views_[id] = std::move(view);
+        return absl::OkStatus();
+      },
+      std::move(fx))
+      .IgnoreError();  // the job exists; a failed placement write is logged
   absl::MutexLock lock(&mu_);
   return ViewLocked(id);
 }
@@ -129,9 +134,11 @@ v1::Job JobManager::ViewLocked(const std::string& id) {
   const JobView& view = views_.at(id);
   v1::Job out = view.job;
   out.set_last_seq(view.last_seq);
-  lifecycle_.FillEstimate(id, &out);
-  lifecycle_.FillShare(id, &out);
-  lifecycle_.FillUnreachable(id, &out);
+  jobs_.FillEstimate(id, &out);
+  if (const TrackedJob* rt = jobs_.Find(id)) {
+    fair_share_.FillShare(*rt, static_cast<int>(cycle_.queue_order().size()), &out);
+  }
+  faults_.FillUnreachable(id, &out);
   return out;
 }
 
@@ -141,21 +148,18 @@ absl::StatusOr<v1::Job> JobManager::Get(const std::string& id) {
   return ViewLocked(id);
 }
 
-std::vector<v1::Job> JobManager::List(const std::vector<v1::Job::State>& states, int limit,
-                                      const std::string& owner) {
+std::vector<v1::Job> JobManager::List(const std::vector<v1::Job::State>& states, int limit, const std::string& owner) {
   absl::MutexLock lock(&mu_);
   std::vector<const JobView*> rows;
   for (const auto& [id, view] : views_) {
     if (!owner.empty() && view.job.owner() != owner) continue;
-    if (!states.empty() &&
-        std::find(states.begin(), states.end(), view.job.state()) == states.end()) {
+    if (!states.empty() && std::find(states.begin(), states.end(), view.job.state()) == states.end()) {
       continue;
     }
     rows.push_back(&view);
   }
   // Newest first, as a person scanning the list wants.
-  std::sort(rows.begin(), rows.end(),
-            [](const JobView* a, const JobView* b) { return a->order > b->order; });
+  std::sort(rows.begin(), rows.end(), [](const JobView* a, const JobView* b) { return a->order > b->order; });
   if (limit <= 0) limit = 100;
   std::vector<v1::Job> out;
   for (const auto* view : rows) {
@@ -168,28 +172,15 @@ std::vector<v1::Job> JobManager::List(const std::vector<v1::Job::State>& states,
 
 absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& id, const std::string& reason) {
   absl::MutexLock commit(&commit_mu_);
-  Effects fx;
-  {
-    absl::MutexLock lock(&mu_);
-    TY_RETURN_IF_ERROR(lifecycle_.Cancel(id, reason, &fx));
-    lifecycle_.Schedule(&fx);
-    UpdateSlotMetricsLocked();
-  }
-  TY_RETURN_IF_ERROR(Run(std::move(fx)));
+  TY_RETURN_IF_ERROR(
+      Write([&](Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return jobs_.Cancel(id, reason, fx); }));
   absl::MutexLock lock(&mu_);
   return ViewLocked(id);
 }
 
 absl::StatusOr<v1::Job> JobManager::Resize(const std::string& id, int dp) {
   absl::MutexLock commit(&commit_mu_);
-  Effects fx;
-  {
-    absl::MutexLock lock(&mu_);
-    TY_RETURN_IF_ERROR(lifecycle_.Resize(id, dp, &fx));
-    lifecycle_.Schedule(&fx);
-    UpdateSlotMetricsLocked();
-  }
-  TY_RETURN_IF_ERROR(Run(std::move(fx)));
+  TY_RETURN_IF_ERROR(Write([&](Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return jobs_.Resize(id, dp, fx); }));
   absl::MutexLock lock(&mu_);
   return ViewLocked(id);
 }
@@ -199,20 +190,17 @@ std::vector<v1::WorkerInfo> JobManager::Workers() {
   return registry_.List();
 }
 
-absl::Status JobManager::RegisterWorker(int64_t conn, const v1::Register& reg,
-                                        std::shared_ptr<WorkerChannel> channel) {
+absl::Status JobManager::RegisterWorker(int64_t conn, const v1::Register& reg, std::shared_ptr<WorkerChannel> channel) {
   absl::MutexLock commit(&commit_mu_);
-  Effects fx;
-  {
-    absl::MutexLock lock(&mu_);
-    TY_RETURN_IF_ERROR(registry_.Register(conn, reg, std::move(channel), &fx));
-    lifecycle_.WorkerRegistered(reg, registry_.Channel(reg.name()), &fx);
-    lifecycle_.Schedule(&fx);
-    UpdateSlotMetricsLocked();
+  absl::Status registered;
+  Write([&](Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    registered = registry_.Register(conn, reg, std::move(channel), fx);
+    if (!registered.ok()) return registered;
+    faults_.WorkerRegistered(reg, registry_.Channel(reg.name()), fx);
     UpdateGpuMetricsLocked(reg.name());
-  }
-  Run(std::move(fx)).IgnoreError();  // logged by Run
-  return absl::OkStatus();
+    return absl::OkStatus();
+  }).IgnoreError();  // a refused registration is returned below; a store error is logged by Run
+  return registered;
 }
 
 void JobManager::Heartbeat(int64_t conn, const v1::Heartbeat& heartbeat) {
@@ -226,14 +214,10 @@ void JobManager::Heartbeat(int64_t conn, const v1::Heartbeat& heartbeat) {
   // A GPU went out of service: a writer's path, for the attempts on it. Their holds
   // are read again under the lock, so a rank that ended in between is left alone.
   absl::MutexLock commit(&commit_mu_);
-  Effects fx;
-  {
-    absl::MutexLock lock(&mu_);
-    lifecycle_.GpusUnhealthy(faults, &fx);
-    lifecycle_.Schedule(&fx);
-    UpdateSlotMetricsLocked();
-  }
-  Run(std::move(fx)).IgnoreError();  // logged by Run
+  Write([&](Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    faults_.GpusUnhealthy(faults, fx);
+    return absl::OkStatus();
+  }).IgnoreError();  // logged by Run
 }
 
 absl::Status JobManager::IngestEvents(int64_t conn, const v1::EventBatch& batch) {
@@ -279,20 +263,20 @@ absl::Status JobManager::IngestEventsLocked(int64_t conn, const v1::EventBatch& 
       }
     }
     for (auto it = by_job.begin(); it != by_job.end();) {
-      if (lifecycle_.Closed(it->first)) {
+      if (jobs_.Closed(it->first)) {
         // The job ended and its ranks are gone: its stream is closed. A late event (a
         // resend, a rank that outlived its cancel) is dropped and counted, not appended.
-        spdlog::info("worker={} sent {} events for job={}, whose stream is closed; dropped", *worker,
-                     it->second.size(), it->first);
+        spdlog::info("worker={} sent {} events for job={}, whose stream is closed; dropped", *worker, it->second.size(),
+                     it->first);
         metrics_->EventsDropped("job_ended", static_cast<int>(it->second.size()));
         it = by_job.erase(it);
         continue;
       }
-      if (lifecycle_.Contains(it->first)) {
+      if (jobs_.Contains(it->first)) {
         // Another attempt's events, a rank not placed on this worker, a checkpoint that
         // cannot be the job's newest: dropped and counted, the batch still acknowledged.
         std::map<std::string, int> dropped;  // by label; the first of each is logged
-        for (const EventRefusal& r : lifecycle_.Screen(*worker, it->first, &it->second)) {
+        for (const EventRefusal& r : jobs_.Screen(*worker, it->first, &it->second)) {
           if (dropped[r.label]++ == 0) {
             spdlog::warn("worker={} job={}: dropped an event ({}): {}", *worker, it->first, r.label, r.why);
           }
@@ -301,8 +285,7 @@ absl::Status JobManager::IngestEventsLocked(int64_t conn, const v1::EventBatch& 
         ++it;
         continue;
       }
-      spdlog::warn("worker={} sent {} events for unknown job={}", *worker, it->second.size(),
-                   it->first);
+      spdlog::warn("worker={} sent {} events for unknown job={}", *worker, it->second.size(), it->first);
       it = by_job.erase(it);
     }
   }
@@ -332,22 +315,22 @@ absl::Status JobManager::IngestEventsLocked(int64_t conn, const v1::EventBatch& 
     committed[job_id] = std::move(*stored);
   }
   if (!by_job.empty()) metrics_->IngestBatch(absl::Now() - started);
-  {
-    absl::MutexLock lock(&mu_);
-    for (const auto& [job_id, events] : committed) {
-      if (!events.empty()) {
-        JobView& view = views_.at(job_id);
-        view.last_seq = std::max(view.last_seq, events.back().seq());
-      }
-      lifecycle_.ApplyEvents(job_id, events, &fx);
-      if (!checkpoint_waiters_.empty()) {
-        for (auto& a : TakeAnsweredLocked(job_id, events)) answers->push_back(std::move(a));
-      }
-    }
-    lifecycle_.Schedule(&fx);
-    UpdateSlotMetricsLocked();
-  }
-  Run(std::move(fx)).IgnoreError();  // follow-up transitions; logged by Run
+  Write(
+      [&](Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        for (const auto& [job_id, events] : committed) {
+          if (!events.empty()) {
+            JobView& view = views_.at(job_id);
+            view.last_seq = std::max(view.last_seq, events.back().seq());
+          }
+          jobs_.ApplyEvents(job_id, events, fx);
+          if (!checkpoint_waiters_.empty()) {
+            for (auto& a : TakeAnsweredLocked(job_id, events)) answers->push_back(std::move(a));
+          }
+        }
+        return absl::OkStatus();
+      },
+      std::move(fx))
+      .IgnoreError();  // follow-up transitions; logged by Run
   return status;
 }
 
@@ -360,25 +343,21 @@ void JobManager::Tick() {
   std::vector<Answer> answers;
   {
     absl::MutexLock commit(&commit_mu_);
-    Effects fx;
-    {
-      absl::MutexLock lock(&mu_);
-      TickWorkersLocked(&fx);
-      lifecycle_.EnforceTimeLimits(&fx);
-      lifecycle_.EnforceEvictions(&fx);
-      lifecycle_.AccrueUsage();
-      // Every tick: estimates move with time and measured step times, and a job may
-      // now backfill.
-      lifecycle_.Schedule(&fx);
-      UpdateSlotMetricsLocked();
+    // Every tick ends with a scheduling pass: estimates move with time and measured
+    // step times, and a job may now backfill.
+    Write([&](Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      TickWorkersLocked(fx);
+      jobs_.EnforceTimeLimits(fx);
+      evictions_.EnforceEvictions(fx);
+      fair_share_.Accrue(FairShareManager::InUseByOwner(jobs_.jobs()));
       if (!checkpoint_waiters_.empty()) answers = TakeAnsweredLocked("", {});
-    }
-    Run(std::move(fx)).IgnoreError();  // logged by Run
+      return absl::OkStatus();
+    }).IgnoreError();  // logged by Run
     if (clock_->Now() - usage_saved_ >= options_.usage_save_interval) {
       std::map<std::string, StoredUsage> usage;
       {
         absl::MutexLock lock(&mu_);
-        usage = lifecycle_.UsageSnapshot();
+        usage = fair_share_.UsageSnapshot();
       }
       if (absl::Status s = store_->SaveUsage(usage); !s.ok()) {
         spdlog::error("storing the owners' fair-share usage: {}", std::string(s.message()));
@@ -397,7 +376,7 @@ bool JobManager::WorkerConnected(const std::string& name) {
 
 std::optional<std::vector<std::string>> JobManager::AttemptWorkers(const std::string& job_id, int attempt) {
   absl::MutexLock lock(&mu_);
-  return lifecycle_.AttemptWorkers(job_id, attempt);
+  return jobs_.AttemptWorkers(job_id, attempt);
 }
 
 absl::StatusOr<bool> JobManager::AppendControllerEvent(const std::string& job_id, v1::Event event) {
@@ -437,6 +416,17 @@ void JobManager::UpdateSlotMetricsLocked() {
   const WorkerRegistry::Totals t = registry_.Count();
   metrics_->SetWorkersConnected(t.connected);
   metrics_->SetSlots(t.slots, t.free);
+}
+
+absl::Status JobManager::Write(absl::FunctionRef<absl::Status(Effects* fx)> op, Effects fx) {
+  {
+    absl::MutexLock lock(&mu_);
+    absl::Status s = op(&fx);
+    if (!s.ok()) return s;
+    cycle_.Run(&fx);
+    UpdateSlotMetricsLocked();
+  }
+  return Run(std::move(fx));
 }
 
 absl::Status JobManager::Run(Effects fx) {
@@ -485,9 +475,10 @@ absl::Status JobManager::Run(Effects fx) {
   // 3. Worker messages, 4. watchers: only when every write before them was committed.
   if (!first_error.ok()) {
     for (const auto& id : notify) hub_->Notify(id);  // what was committed is readable
-    spdlog::critical("a store write failed after a state change; {} worker message(s) and the "
-                     "rest of this update were not carried out: {}",
-                     fx.outbound().size(), std::string(first_error.message()));
+    spdlog::critical(
+        "a store write failed after a state change; {} worker message(s) and the "
+        "rest of this update were not carried out: {}",
+        fx.outbound().size(), std::string(first_error.message()));
     if (options_.on_lost_write) options_.on_lost_write(first_error);
     return first_error;
   }

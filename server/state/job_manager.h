@@ -9,18 +9,23 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/base/clock.h"
-#include "server/policy/admission_policy.h"
 #include "server/metrics/controller_metrics.h"
+#include "server/policy/admission_policy.h"
 #include "server/state/effects.h"
 #include "server/state/event_hub.h"
-#include "server/state/job_lifecycle.h"
-#include "server/store/job_store.h"
+#include "server/state/eviction_manager.h"
+#include "server/state/fair_share_manager.h"
+#include "server/state/job_state_machine.h"
+#include "server/state/scheduling_cycle.h"
 #include "server/state/worker_channel.h"
+#include "server/state/worker_fault_manager.h"
 #include "server/state/worker_registry.h"
+#include "server/store/job_store.h"
 #include "trainyard/v1/job_service.pb.h"
 #include "trainyard/v1/worker_service.pb.h"
 
@@ -46,7 +51,7 @@ struct JobManagerOptions {
   // a supervisor restarts it and Recover rebuilds the state from the store; tests
   // record the call. Unset: only logged.
   std::function<void(const absl::Status&)> on_lost_write;
-  // Preemption grace and guard (JobLifecycle).
+  // Preemption grace and guard (EvictionManager).
   SharingOptions sharing;
   // How often Tick stores the owners' fair-share usage (a crash loses at most this
   // much of it).
@@ -57,15 +62,20 @@ struct JobManagerOptions {
 using CheckpointDone = std::function<void(absl::StatusOr<v1::CheckpointRef>)>;
 
 // The controller's job and worker service, behind JobService and WorkerService:
-// admission (AdmissionPolicy), the worker registry (WorkerRegistry) and the job state
-// machine (JobLifecycle), with the store as the source of truth after a restart.
+// admission (AdmissionPolicy), the worker registry (WorkerRegistry), and the managers
+// that own the jobs' state: the job state machine (JobStateMachine), the scheduling
+// cycle and its queue gates (SchedulingCycle), fair share and quotas
+// (FairShareManager), evictions (EvictionManager) and worker faults
+// (WorkerFaultManager); the store is the source of truth after a restart.
 //
 // Thread-safe. Two mutexes, always taken in this order:
-//   commit_mu_  taken by writers only (Submit, Cancel, Resize, RegisterWorker,
-//               IngestEvents, Tick, Recover) for their whole call: writers run one at
-//               a time.
-//   mu_         the state lock over registry_, lifecycle_ and views_. Held only for
-//               in-memory work; never across a store call or a send.
+//   commit_mu_  taken by writers only for their whole call: writers run one at a
+//               time. The writers: Recover, Submit, Cancel, Resize, RegisterWorker,
+//               Heartbeat (a GPU out of service), IngestEvents, Tick,
+//               RequestCheckpoint, Cordon, Drain, AppendControllerEvent and
+//               MarkCompacted. All but the last two go through Write.
+//   mu_         the state lock over registry_, the managers and views_. Held only
+//               for in-memory work; never across a store call or a send.
 // Readers (Get, List, Workers) and the in-memory-only calls (Heartbeat, StreamClosed)
 // take only mu_, so they never wait for an fsync; a heartbeat that takes a GPU out of
 // service then becomes a writer (commit_mu_, then mu_) to fail the attempts on it.
@@ -97,8 +107,7 @@ using CheckpointDone = std::function<void(absl::StatusOr<v1::CheckpointRef>)>;
 // process for a restart from the store (fail-stop, as etcd does on a failed WAL write).
 class JobManager {
  public:
-  JobManager(JobStore* store, EventHub* hub, ControllerMetrics* metrics, Clock* clock,
-             JobManagerOptions options);
+  JobManager(JobStore* store, EventHub* hub, ControllerMetrics* metrics, Clock* clock, JobManagerOptions options);
 
   absl::Status Recover();
 
@@ -110,16 +119,15 @@ class JobManager {
   absl::StatusOr<v1::Job> Submit(v1::JobSpec spec, const std::string& owner);
   absl::StatusOr<v1::Job> Get(const std::string& id);
   // Newest first, at most `limit` (0: 100); only jobs of `owner` unless it is empty.
-  std::vector<v1::Job> List(const std::vector<v1::Job::State>& states, int limit,
-                            const std::string& owner = "");
+  std::vector<v1::Job> List(const std::vector<v1::Job::State>& states, int limit, const std::string& owner = "");
   absl::StatusOr<v1::Job> Cancel(const std::string& id, const std::string& reason);
   // Restarts a job at data-parallel degree `dp` from its last checkpoint
-  // (JobLifecycle::Resize); returns the job as committed after the request.
+  // (JobStateMachine::Resize); returns the job as committed after the request.
   absl::StatusOr<v1::Job> Resize(const std::string& id, int dp);
   std::vector<v1::WorkerInfo> Workers();
 
   // Sharing the fleet (job_manager_sharing.cc).
-  // CheckpointJob: asks the running attempt to checkpoint (JobLifecycle's errors come
+  // CheckpointJob: asks the running attempt to checkpoint (EvictionManager's errors come
   // back at once) and calls `done` once a requested checkpoint of it is committed;
   // DEADLINE_EXCEEDED after `timeout`, ABORTED when the attempt ends first, CANCELLED
   // once `*gone` (the caller went away; may be null) is set. `done` is called exactly
@@ -132,7 +140,7 @@ class JobManager {
   // CordonWorker: stored first, then in force (WorkerRegistry::Cordon); NOT_FOUND for
   // an unknown worker.
   absl::StatusOr<v1::WorkerInfo> Cordon(const std::string& name, bool cordon, const std::string& reason);
-  // DrainWorker: cordons, then evicts every job with a rank there (JobLifecycle::Drain).
+  // DrainWorker: cordons, then evicts every job with a rank there (EvictionManager::Drain).
   absl::StatusOr<v1::DrainWorkerResponse> Drain(const std::string& name, const std::string& reason);
   // The --policy-file's quotas and weights, in force from the next scheduling pass.
   void SetPolicy(SharingPolicy policy);
@@ -140,10 +148,9 @@ class JobManager {
   std::vector<std::string> QueueOrder();
 
   // WorkerService. A connection id names one Connect stream.
-  absl::Status RegisterWorker(int64_t conn, const v1::Register& reg,
-                              std::shared_ptr<WorkerChannel> channel);
+  absl::Status RegisterWorker(int64_t conn, const v1::Register& reg, std::shared_ptr<WorkerChannel> channel);
   // Touches the worker and takes its GPU samples (WorkerRegistry::Heartbeat); a GPU
-  // newly out of service fails the attempt with a rank on it (JobLifecycle::GpusUnhealthy).
+  // newly out of service fails the attempt with a rank on it (WorkerFaultManager::GpusUnhealthy).
   void Heartbeat(int64_t conn, const v1::Heartbeat& heartbeat);
   // Commits the batch (each job's events in one transaction), then acts on them.
   absl::Status IngestEvents(int64_t conn, const v1::EventBatch& batch);
@@ -155,7 +162,7 @@ class JobManager {
   // Artifacts (server/artifact_store). Whether a worker of that name is registered and
   // connected now.
   bool WorkerConnected(const std::string& name);
-  // JobLifecycle::AttemptWorkers, under the state lock.
+  // JobStateMachine::AttemptWorkers, under the state lock.
   std::optional<std::vector<std::string>> AttemptWorkers(const std::string& job_id, int attempt);
   // Commits `event`, a controller event (an ArtifactRef, a LogLine), to job `job_id` as
   // a writer does, then wakes its watchers. Returns false, writing nothing, when the
@@ -163,8 +170,8 @@ class JobManager {
   // NOT_FOUND for an unknown job; the store's error when the commit fails.
   absl::StatusOr<bool> AppendControllerEvent(const std::string& job_id, v1::Event event);
 
-  // Retention (job_manager_retention.cc, server/state/retention.h). Finished, settled
-  // (JobLifecycle::Closed), not yet compacted jobs that ended before `cutoff`, oldest
+  // Event compaction (job_manager_compaction.cc, server/state/event_compaction.h).
+  // Finished, settled (JobStateMachine::Closed), not yet compacted jobs that ended before `cutoff`, oldest
   // first. MarkCompacted commits the job's row with Job.compacted (`compaction`, its
   // counts filled in here) and keeps it in memory: from then on the job's events read
   // as compacted and the caller deletes them. FAILED_PRECONDITION for a job that is
@@ -213,9 +220,15 @@ class JobManager {
   absl::Status IngestEventsLocked(int64_t conn, const v1::EventBatch& batch, std::vector<Answer>* answers)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(commit_mu_);
 
+  // The writer's ritual, under the commit lock: takes the state lock, runs `op`, then a
+  // scheduling pass and the slot gauges, releases the state lock and carries out what
+  // was recorded (Run). `fx` may already hold what the caller did (IngestEvents'
+  // wake-ups). An error of `op` returns at once, with nothing carried out; else Run's.
+  // `op` runs under mu_: give the lambda ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_).
+  absl::Status Write(absl::FunctionRef<absl::Status(Effects* fx)> op, Effects fx = Effects())
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(commit_mu_) ABSL_LOCKS_EXCLUDED(mu_);
   // Carries out `fx` in order (see above); returns the first store error.
-  absl::Status Run(Effects fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(commit_mu_)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Run(Effects fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(commit_mu_) ABSL_LOCKS_EXCLUDED(mu_);
 
   JobStore* const store_;
   EventHub* const hub_;
@@ -226,7 +239,13 @@ class JobManager {
   absl::Mutex commit_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   absl::Mutex mu_;
   WorkerRegistry registry_ ABSL_GUARDED_BY(mu_);
-  JobLifecycle lifecycle_ ABSL_GUARDED_BY(mu_);  // uses registry_
+  // The managers, each over the job table of jobs_ and the registry; wired in the
+  // constructor (which also registers the queue gates).
+  JobStateMachine jobs_ ABSL_GUARDED_BY(mu_);
+  FairShareManager fair_share_ ABSL_GUARDED_BY(mu_);
+  EvictionManager evictions_ ABSL_GUARDED_BY(mu_);
+  WorkerFaultManager faults_ ABSL_GUARDED_BY(mu_);
+  SchedulingCycle cycle_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, JobView> views_ ABSL_GUARDED_BY(mu_);
   std::vector<CheckpointWaiter> checkpoint_waiters_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;  // AbortCheckpointWaiters was called

@@ -22,9 +22,7 @@ void JobManager::RequestCheckpoint(const std::string& job_id, absl::Duration tim
   absl::StatusOr<CheckpointWant> want;
   {
     absl::MutexLock commit(&commit_mu_);
-    Effects fx;
-    {
-      absl::MutexLock lock(&mu_);
+    const absl::Status sent = Write([&](Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       const size_t waiting = std::count_if(checkpoint_waiters_.begin(), checkpoint_waiters_.end(),
                                            [&](const CheckpointWaiter& w) { return w.job_id == job_id; });
       if (stopping_) {
@@ -33,22 +31,23 @@ void JobManager::RequestCheckpoint(const std::string& job_id, absl::Duration tim
         want = absl::ResourceExhaustedError(
             absl::StrCat("job ", job_id, " already has ", waiting, " checkpoint requests waiting"));
       } else {
-        want = lifecycle_.RequestCheckpoint(job_id, &fx);
+        want = evictions_.RequestCheckpoint(job_id, fx);
       }
-      if (want.ok()) {
-        checkpoint_waiters_.push_back({job_id, *want, clock_->Now() + timeout, std::move(done), std::move(gone)});
-      }
-    }
-    if (want.ok()) {
-      absl::Status sent = Run(std::move(fx));
-      if (!sent.ok()) spdlog::error("job={} checkpoint request not sent: {}", job_id, std::string(sent.message()));
+      if (!want.ok()) return want.status();
+      checkpoint_waiters_.push_back({job_id, *want, clock_->Now() + timeout, std::move(done), std::move(gone)});
+      return absl::OkStatus();
+    });
+    if (want.ok() && !sent.ok()) {
+      spdlog::error("job={} checkpoint request not sent: {}", job_id, std::string(sent.message()));
     }
   }
   if (!want.ok()) done(want.status());
 }
 
-std::optional<absl::StatusOr<v1::CheckpointRef>> JobManager::AnswerOfLocked(
-    const CheckpointWaiter& w, const std::string& job_id, const std::vector<v1::Event>& committed, absl::Time now) {
+std::optional<absl::StatusOr<v1::CheckpointRef>> JobManager::AnswerOfLocked(const CheckpointWaiter& w,
+                                                                            const std::string& job_id,
+                                                                            const std::vector<v1::Event>& committed,
+                                                                            absl::Time now) {
   if (w.gone && w.gone->load()) return absl::CancelledError("the caller went away");
   if (!job_id.empty() && w.job_id != job_id) return std::nullopt;
   for (const auto& e : committed) {
@@ -63,19 +62,20 @@ std::optional<absl::StatusOr<v1::CheckpointRef>> JobManager::AnswerOfLocked(
       return ref;
     }
   }
-  if (std::string why; !lifecycle_.CheckpointStillPossible(w.job_id, w.want, &why)) {
+  if (std::string why; !evictions_.CheckpointStillPossible(w.job_id, w.want, &why)) {
     return absl::AbortedError(why);
   }
   if (now >= w.deadline) {
     return absl::DeadlineExceededError(
-        absl::StrCat("job ", w.job_id, "'s checkpoint was not complete in time (its ranks save at their next "
+        absl::StrCat("job ", w.job_id,
+                     "'s checkpoint was not complete in time (its ranks save at their next "
                      "step boundary; a long step or a slow write takes longer)"));
   }
   return std::nullopt;
 }
 
 std::vector<JobManager::Answer> JobManager::TakeAnsweredLocked(const std::string& job_id,
-                                                              const std::vector<v1::Event>& committed) {
+                                                               const std::vector<v1::Event>& committed) {
   std::vector<Answer> out;
   const absl::Time now = clock_->Now();
   for (auto it = checkpoint_waiters_.begin(); it != checkpoint_waiters_.end();) {
@@ -116,15 +116,14 @@ absl::StatusOr<v1::WorkerInfo> JobManager::Cordon(const std::string& name, bool 
   }
   // Stored before it is in force: a restart never forgets a cordon it acted on.
   TY_RETURN_IF_ERROR(store_->PutCordon(name, cordon, reason));
-  Effects fx;
-  {
-    absl::MutexLock lock(&mu_);
-    TY_RETURN_IF_ERROR(registry_.Cordon(name, cordon, reason));
+  absl::Status in_force;
+  Write([&](Effects*) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    in_force = registry_.Cordon(name, cordon, reason);
+    if (!in_force.ok()) return in_force;
     spdlog::info("worker={} {}{}", name, cordon ? "cordoned" : "uncordoned", reason.empty() ? "" : ": " + reason);
-    lifecycle_.Schedule(&fx);
-    UpdateSlotMetricsLocked();
-  }
-  Run(std::move(fx)).IgnoreError();  // logged by Run
+    return absl::OkStatus();
+  }).IgnoreError();  // a refused cordon is returned below; a store error is logged by Run
+  TY_RETURN_IF_ERROR(in_force);
   absl::MutexLock lock(&mu_);
   return *registry_.Info(name);
 }
@@ -132,16 +131,12 @@ absl::StatusOr<v1::WorkerInfo> JobManager::Cordon(const std::string& name, bool 
 absl::StatusOr<v1::DrainWorkerResponse> JobManager::Drain(const std::string& name, const std::string& reason) {
   TY_RETURN_IF_ERROR(Cordon(name, true, reason.empty() ? "draining" : reason).status());
   absl::MutexLock commit(&commit_mu_);
-  Effects fx;
   v1::DrainWorkerResponse response;
-  {
-    absl::MutexLock lock(&mu_);
-    for (auto& id : lifecycle_.Drain(name, reason, &fx)) response.add_job_ids(std::move(id));
+  TY_RETURN_IF_ERROR(Write([&](Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (auto& id : evictions_.Drain(name, reason, fx)) response.add_job_ids(std::move(id));
     spdlog::info("worker={} drained: {} job(s) move", name, response.job_ids_size());
-    lifecycle_.Schedule(&fx);
-    UpdateSlotMetricsLocked();
-  }
-  TY_RETURN_IF_ERROR(Run(std::move(fx)));
+    return absl::OkStatus();
+  }));
   absl::MutexLock lock(&mu_);
   *response.mutable_worker() = *registry_.Info(name);
   return response;
@@ -149,12 +144,12 @@ absl::StatusOr<v1::DrainWorkerResponse> JobManager::Drain(const std::string& nam
 
 void JobManager::SetPolicy(SharingPolicy policy) {
   absl::MutexLock lock(&mu_);
-  lifecycle_.SetPolicy(std::move(policy));
+  fair_share_.SetPolicy(std::move(policy));
 }
 
 std::vector<std::string> JobManager::QueueOrder() {
   absl::MutexLock lock(&mu_);
-  return lifecycle_.queue_order();
+  return cycle_.queue_order();
 }
 
 }  // namespace trainyard

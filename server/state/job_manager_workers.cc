@@ -7,14 +7,14 @@ namespace trainyard {
 void JobManager::TickWorkersLocked(Effects* fx) {
   WorkerChanges changes = registry_.Tick(fx);
   // Back first: a worker heard from again before this Tick is not waited for.
-  lifecycle_.WorkersReconnected(changes.reconnected, fx);
-  lifecycle_.WorkersUnreachable(changes.unreachable, fx);
+  faults_.WorkersReconnected(changes.reconnected, fx);
+  faults_.WorkersUnreachable(changes.unreachable, fx);
   for (const auto& l : changes.lost) {
-    lifecycle_.WorkerLost(l.name, l.why, fx);
+    faults_.WorkerLost(l.name, l.why, fx);
     metrics_->gpus().RemoveWorker(l.name);
   }
   if (!changes.lost.empty()) metrics_->WorkersLost(static_cast<int>(changes.lost.size()));
-  lifecycle_.ReleaseUnreachable(fx);
+  faults_.ReleaseUnreachable(fx);
 }
 
 }  // namespace trainyard

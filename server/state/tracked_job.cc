@@ -10,8 +10,8 @@
 #include "absl/strings/str_join.h"
 #include "common/proto_time.h"
 #include "common/spec/memory_estimate.h"
-#include "common/spec_proto.h"
 #include "common/spec/rules.h"
+#include "common/spec_proto.h"
 #include "server/policy/event_fencing.h"
 #include "server/policy/resize_policy.h"
 #include "server/policy/restart_policy.h"
@@ -118,25 +118,24 @@ std::string PlacementNote(const TrackedJob& rt, const GangDecision& decision, ab
   const v1::JobSpec& spec = rt.job.spec();
   // The FSDP degree, named when the resize changed it (gcd(dp_shard, dp)).
   const int dp_shard = std::max(1, spec.parallelism().dp_shard());
-  const std::string shard_note = rt.layout && rt.layout->dp_shard != dp_shard
-                                     ? absl::StrCat(", dp_shard=", rt.layout->dp_shard) : std::string();
+  const std::string shard_note =
+      rt.layout && rt.layout->dp_shard != dp_shard ? absl::StrCat(", dp_shard=", rt.layout->dp_shard) : std::string();
   if (rt.resize_dp) {
     const int ep = rt.layout ? rt.layout->ep : spec.parallelism().ep();
-    notes.push_back(absl::StrCat("resized on request: dp=", *rt.resize_dp, " of ", spec.parallelism().dp(),
-                                 ", grad_accum_steps=",
-                                 rt.layout ? rt.layout->grad_accum_steps : spec.training().grad_accum_steps(),
-                                 ep != spec.parallelism().ep() ? absl::StrCat(", ep=", ep) : std::string(),
-                                 shard_note));
+    notes.push_back(absl::StrCat(
+        "resized on request: dp=", *rt.resize_dp, " of ", spec.parallelism().dp(),
+        ", grad_accum_steps=", rt.layout ? rt.layout->grad_accum_steps : spec.training().grad_accum_steps(),
+        ep != spec.parallelism().ep() ? absl::StrCat(", ep=", ep) : std::string(), shard_note));
   } else if (rt.layout) {
     const std::optional<absl::Time> from = ElasticFrom(rt);
-    const absl::Duration waited = from ? now - *from + absl::Seconds(rt.job.spec().restart().elastic_wait_s())
-                                       : absl::ZeroDuration();
-    notes.push_back(absl::StrCat("elastic: dp=", rt.layout->dp, " of ", rt.job.spec().parallelism().dp(),
-                                 ", grad_accum_steps=", rt.layout->grad_accum_steps,
-                                 rt.layout->ep != rt.job.spec().parallelism().ep()
-                                     ? absl::StrCat(", ep=", rt.layout->ep) : std::string(),
-                                 shard_note, ", after ", absl::ToInt64Seconds(waited), " s without slots for dp=",
-                                 rt.job.spec().parallelism().dp()));
+    const absl::Duration waited =
+        from ? now - *from + absl::Seconds(rt.job.spec().restart().elastic_wait_s()) : absl::ZeroDuration();
+    notes.push_back(absl::StrCat(
+        "elastic: dp=", rt.layout->dp, " of ", rt.job.spec().parallelism().dp(),
+        ", grad_accum_steps=", rt.layout->grad_accum_steps,
+        rt.layout->ep != rt.job.spec().parallelism().ep() ? absl::StrCat(", ep=", rt.layout->ep) : std::string(),
+        shard_note, ", after ", absl::ToInt64Seconds(waited),
+        " s without slots for dp=", rt.job.spec().parallelism().dp()));
   }
   auto failures = [&](const std::vector<std::string>& names) {
     std::vector<std::string> out;
@@ -162,9 +161,9 @@ std::string RestartPendingReason(const TrackedJob& rt, absl::Time now) {
   if (!rt.evicted_reason.empty()) return AfterEviction(rt, "waiting for slots");
   const std::string resize = rt.resize_dp ? absl::StrCat(" at dp=", *rt.resize_dp, " (resize requested)") : "";
   if (now < rt.not_before) {
-    return absl::StrCat(RestartPolicy::BackoffReason(rt.not_before, RestartsUsed(rt) + 1,
-                                                     rt.job.spec().restart().max_restarts()),
-                        rt.resize_dp ? absl::StrCat("; then", resize) : std::string());
+    return absl::StrCat(
+        RestartPolicy::BackoffReason(rt.not_before, RestartsUsed(rt) + 1, rt.job.spec().restart().max_restarts()),
+        rt.resize_dp ? absl::StrCat("; then", resize) : std::string());
   }
   return absl::StrCat("restarting", resize, ": waiting for slots");
 }
@@ -244,6 +243,16 @@ std::string StallCause(const v1::Event& event) {
                                       s.collective(), s.collective_seq(), s.waited_s(), s.lagging_rank());
   if (!s.message().empty()) absl::StrAppend(&cause, ": ", s.message());
   return cause;
+}
+
+v1::Event ControllerLog(const std::string& level, const std::string& message, int attempt, absl::Time now) {
+  v1::Event event;
+  event.set_rank(-1);
+  event.set_attempt(attempt);
+  event.mutable_log()->set_level(level);
+  event.mutable_log()->set_message(message);
+  *event.mutable_time() = ToProtoTime(now);
+  return event;
 }
 
 v1::Event JobStateEvent(v1::Job::State state, const std::string& reason, int attempt, absl::Time now) {

@@ -1,8 +1,8 @@
-// One job's working state inside JobLifecycle (the current attempt's rank phases,
+// One job's working state inside JobStateMachine (the current attempt's rank phases,
 // its restart backoff, the workers it failed on, its shrunk or resized layout) and what
 // is derived from it alone: the Assign for a worker, and the sentences about a restart.
 //
-// Not thread-safe; owned by JobLifecycle, used under JobManager's state mutex.
+// Not thread-safe; owned by JobStateMachine, used under JobManager's state mutex.
 #pragma once
 
 #include <cstdint>
@@ -30,7 +30,7 @@ struct Eviction {
   absl::Time deadline;
   int64_t min_step = 0;
   bool preemption = true;  // counted against --max-preemptions-per-job (a drain is not)
-  std::string by;  // the preemptor; "" for a drain
+  std::string by;          // the preemptor; "" for a drain
 };
 
 // A victim a preemptor waits for: that job's attempt.
@@ -41,21 +41,21 @@ struct Victim {
 
 struct TrackedJob {
   v1::Job job;
-  int64_t order = 0;  // FIFO position
+  int64_t order = 0;             // FIFO position
   std::vector<RankPhase> ranks;  // current attempt
   int running = 0;
   int exited_ok = 0;
-  int live = 0;  // ranks holding a slot
-  bool tearing_down = false;  // a failure or cancel was sent for this attempt
-  absl::Time queued_at;  // when the job last entered PENDING (scheduling latency)
-  absl::Time attempt_started;  // when the current attempt was placed
-  int64_t last_step = 0;  // of the current attempt, from its StepMetrics
-  double step_seconds = 0;  // the last reported step's wall time; 0: none yet
-  std::optional<absl::Time> estimated_start;  // PENDING: the scheduler's estimate
-  std::vector<std::string> reserved_workers;  // PENDING head: its reservation
+  int live = 0;                                  // ranks holding a slot
+  bool tearing_down = false;                     // a failure or cancel was sent for this attempt
+  absl::Time queued_at;                          // when the job last entered PENDING (scheduling latency)
+  absl::Time attempt_started;                    // when the current attempt was placed
+  int64_t last_step = 0;                         // of the current attempt, from its StepMetrics
+  double step_seconds = 0;                       // the last reported step's wall time; 0: none yet
+  std::optional<absl::Time> estimated_start;     // PENDING: the scheduler's estimate
+  std::vector<std::string> reserved_workers;     // PENDING head: its reservation
   absl::Time not_before = absl::InfinitePast();  // restart backoff: not placed before
-  std::map<std::string, int> failures_on;  // worker -> failed attempts blamed on it
-  std::optional<ElasticLayout> layout;  // the (next) attempt's shrunk or resized layout
+  std::map<std::string, int> failures_on;        // worker -> failed attempts blamed on it
+  std::optional<ElasticLayout> layout;           // the (next) attempt's shrunk or resized layout
   // A requested resize (ResizeJob) not placed yet: the next attempt runs at exactly
   // this dp. Cleared once an attempt starts, so a failure restart tries the full dp.
   std::optional<int> resize_dp;
@@ -71,7 +71,7 @@ struct TrackedJob {
   // One rank's estimated memory under job.spec (RankMemoryOf), once computed.
   std::optional<int64_t> rank_memory;
 
-  // Sharing (job_lifecycle_sharing.cc).
+  // Sharing (EvictionManager).
   std::optional<Eviction> eviction;  // the running attempt is being evicted
   // PENDING after an eviction ("preempted by job-5 (priority 10)"): leads its pending
   // reason until the next attempt is placed.
@@ -87,11 +87,11 @@ inline constexpr int kMaxPastPlacements = 64;
 
 // Whether `rank` indexes the current attempt's rank table (a rank an event or a
 // placement names may not).
-inline bool HasRank(const TrackedJob& rt, int rank) {
-  return rank >= 0 && rank < static_cast<int>(rt.ranks.size());
-}
+inline bool HasRank(const TrackedJob& rt, int rank) { return rank >= 0 && rank < static_cast<int>(rt.ranks.size()); }
 // The controller's event for a job entering `state` (rank -1).
 v1::Event JobStateEvent(v1::Job::State state, const std::string& reason, int attempt, absl::Time now);
+// A controller-written log line (rank -1) of `attempt`, for a job's event stream.
+v1::Event ControllerLog(const std::string& level, const std::string& message, int attempt, absl::Time now);
 // Notes a StepMetrics of the current attempt (its step, the step's wall time).
 void NoteStep(TrackedJob& rt, const v1::StepMetrics& step);
 // How long until an active job's slots free: remaining steps at the measured step
@@ -151,7 +151,7 @@ void RestoreBackoff(TrackedJob& rt, const std::vector<v1::Event>& events);
 // newest kMaxPastPlacements attempts are kept.
 void RestorePastPlacements(TrackedJob& rt, const std::vector<v1::Event>& events);
 // The eviction a RESTARTING reason is ("preempted by job-5 (priority 10)", "drained
-// from w1: kernel update"; JobLifecycle::StopEvicted writes exactly that), "" for any
+// from w1: kernel update"; EvictionManager::StopEvicted writes exactly that), "" for any
 // other reason.
 std::string EvictionOf(const std::string& reason);
 // An active job as the scheduler sees it: the workers of its ranks still running, and

@@ -12,34 +12,33 @@
 
 namespace trainyard {
 
-WorkerRegistry::WorkerRegistry(Clock* clock, absl::Duration heartbeat_interval,
-                               absl::Duration heartbeat_timeout, absl::Duration reconnect_window)
+WorkerRegistry::WorkerRegistry(Clock* clock, absl::Duration heartbeat_interval, absl::Duration heartbeat_timeout,
+                               absl::Duration reconnect_window)
     : clock_(clock),
       heartbeat_interval_(heartbeat_interval),
       heartbeat_timeout_(heartbeat_timeout),
       reconnect_window_(std::max(reconnect_window, absl::ZeroDuration())) {}
 
-absl::Status WorkerRegistry::Register(int64_t conn, const v1::Register& reg,
-                                      std::shared_ptr<WorkerChannel> channel, Effects* fx) {
+absl::Status WorkerRegistry::Register(int64_t conn, const v1::Register& reg, std::shared_ptr<WorkerChannel> channel,
+                                      Effects* fx) {
   if (reg.name().empty()) return absl::InvalidArgumentError("register: name is empty");
   if (reg.slots() <= 0 || reg.slots() > spec::kMaxWorldSize) {
-    return absl::InvalidArgumentError(absl::StrCat("register: slots must be in [1, ",
-                                                   spec::kMaxWorldSize, "], got ", reg.slots()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("register: slots must be in [1, ", spec::kMaxWorldSize, "], got ", reg.slots()));
   }
   if (reg.rendezvous_port_min() <= 0 || reg.rendezvous_port_max() > 65535 ||
       reg.rendezvous_port_min() > reg.rendezvous_port_max()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("register: bad rendezvous port range ", reg.rendezvous_port_min(), "-",
-                     reg.rendezvous_port_max()));
+    return absl::InvalidArgumentError(absl::StrCat("register: bad rendezvous port range ", reg.rendezvous_port_min(),
+                                                   "-", reg.rendezvous_port_max()));
   }
   // The GPU part is checked here too (the service checked it already): the accounting
   // below relies on unique indices and UUIDs.
   if (absl::Status s = request_validation::CheckDevices(reg); !s.ok()) return s;
   // Every gang whose rank 0 sits here holds one port, and each holds a slot here.
   if (reg.rendezvous_port_max() - reg.rendezvous_port_min() + 1 < reg.slots()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "register: rendezvous port range ", reg.rendezvous_port_min(), "-",
-        reg.rendezvous_port_max(), " holds fewer ports than the ", reg.slots(), " slots"));
+    return absl::InvalidArgumentError(absl::StrCat("register: rendezvous port range ", reg.rendezvous_port_min(), "-",
+                                                   reg.rendezvous_port_max(), " holds fewer ports than the ",
+                                                   reg.slots(), " slots"));
   }
   // Two streams claiming one name: the older one keeps it while its heartbeats arrive.
   // A newcomer (a forger, or the same daemon reconnecting behind a half-open connection)
@@ -58,7 +57,8 @@ absl::Status WorkerRegistry::Register(int64_t conn, const v1::Register& reg,
           "register: the name ", Quoted(reg.name()), " is taken by a connected worker (address ",
           Quoted(holder.address()), ", ", holder.slots(), holder.slots() == 1 ? " slot" : " slots", ", registered ",
           absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", existing->second.registered_at, absl::UTCTimeZone()),
-          ", last heard from ", absl::ToInt64Seconds(silent), "s ago); each worker needs its own --name. A new "
+          ", last heard from ", absl::ToInt64Seconds(silent),
+          "s ago); each worker needs its own --name. A new "
           "connection takes the name only once that one has been silent for ",
           absl::FormatDuration(lapse), " (the same worker reconnecting behind a stale connection)"));
     }
@@ -68,7 +68,7 @@ absl::Status WorkerRegistry::Register(int64_t conn, const v1::Register& reg,
     fx->Close(w.channel, "replaced by a newer connection of the same worker (the old one fell silent)");
   }
   AdoptGpus(w, reg);
-  // What it runs is stated afresh by this registration (JobLifecycle::WorkerRegistered
+  // What it runs is stated afresh by this registration (WorkerFaultManager::WorkerRegistered
   // sets its strays), so an earlier refusal's doubt is settled.
   w.resync = false;
   w.registered_at = clock_->Now();
@@ -84,8 +84,8 @@ absl::Status WorkerRegistry::Register(int64_t conn, const v1::Register& reg,
   ack.mutable_register_ack()->set_heartbeat_interval_ms(
       static_cast<int32_t>(absl::ToInt64Milliseconds(heartbeat_interval_)));
   fx->Send(w.channel, std::move(ack));
-  spdlog::info("worker={} registered slots={} address={} gpus={} running_attempts={}", reg.name(),
-               reg.slots(), reg.address(), reg.gpus_size(), reg.running_size());
+  spdlog::info("worker={} registered slots={} address={} gpus={} running_attempts={}", reg.name(), reg.slots(),
+               reg.address(), reg.gpus_size(), reg.running_size());
   return absl::OkStatus();
 }
 
@@ -152,8 +152,8 @@ WorkerChanges WorkerRegistry::Tick(Effects* fx) {
   for (auto& [name, w] : workers_) {
     const absl::Duration silent = now - w.last_seen;
     if (silent <= heartbeat_timeout_) continue;
-    const std::string why = absl::StrCat(w.connected ? "no heartbeat for " : "disconnected for ",
-                                         absl::ToInt64Seconds(silent), "s");
+    const std::string why =
+        absl::StrCat(w.connected ? "no heartbeat for " : "disconnected for ", absl::ToInt64Seconds(silent), "s");
     if (silent > heartbeat_timeout_ + reconnect_window_) {
       out.lost.push_back({name, reconnect_window_ > absl::ZeroDuration()
                                     ? absl::StrCat(why, ", not back within the ",
@@ -164,8 +164,8 @@ WorkerChanges WorkerRegistry::Tick(Effects* fx) {
     if (w.unreachable_since.has_value()) continue;
     w.unreachable_since = w.last_seen + heartbeat_timeout_;
     out.unreachable.push_back({name, why, *w.unreachable_since, *w.unreachable_since + reconnect_window_});
-    spdlog::warn("worker={} unreachable: {}; its ranks are waited for until it is {}s past the heartbeat timeout",
-                 name, why, absl::ToInt64Seconds(reconnect_window_));
+    spdlog::warn("worker={} unreachable: {}; its ranks are waited for until it is {}s past the heartbeat timeout", name,
+                 why, absl::ToInt64Seconds(reconnect_window_));
   }
   for (const auto& l : out.lost) {
     spdlog::error("worker={} lost: {}", l.name, l.why);
@@ -262,9 +262,7 @@ int WorkerRegistry::AllocatePort(const std::string& worker) {
   return lo;
 }
 
-void WorkerRegistry::HoldPort(const std::string& worker, int port) {
-  held_ports_[worker].insert(port);
-}
+void WorkerRegistry::HoldPort(const std::string& worker, int port) { held_ports_[worker].insert(port); }
 
 void WorkerRegistry::ReleasePort(const std::string& worker, int port) {
   auto it = held_ports_.find(worker);

@@ -38,12 +38,11 @@ class JobStore {
   // Commits `events` for one job in one transaction, giving each the next per-job seq
   // (gapless, from 1). An event whose (attempt, rank, source_seq) was already committed
   // (a worker's resend) is dropped. Returns the events committed, with seq set.
-  virtual absl::StatusOr<std::vector<v1::Event>> AppendEvents(
-      const std::string& job_id, std::vector<v1::Event> events) = 0;
+  virtual absl::StatusOr<std::vector<v1::Event>> AppendEvents(const std::string& job_id,
+                                                              std::vector<v1::Event> events) = 0;
   // Committed events with seq >= from_seq, in order, at most `limit`.
-  virtual absl::StatusOr<std::vector<v1::Event>> ReadEvents(const std::string& job_id,
-                                                            int64_t from_seq, int limit) = 0;
-  // What JobLifecycle::Recover needs of an active job's events, in seq order: every
+  virtual absl::StatusOr<std::vector<v1::Event>> ReadEvents(const std::string& job_id, int64_t from_seq, int limit) = 0;
+  // What JobStateMachine::Recover needs of an active job's events, in seq order: every
   // rank state, stall, job state and checkpoint event, and the last `step_tail` step
   // metrics of attempt `attempt`. This default reads every event (tests' wrappers).
   virtual absl::StatusOr<std::vector<v1::Event>> ReadRecoveryEvents(const std::string& job_id, int attempt,

@@ -9,9 +9,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "server/store/sqlite_db.h"
 #include "server/store/audit_store.h"
 #include "server/store/job_store.h"
+#include "server/store/sqlite_db.h"
 #include "trainyard/v1/event.pb.h"
 #include "trainyard/v1/job.pb.h"
 
@@ -36,8 +36,7 @@ class SqliteJobStore final : public JobStore, public AuditStore {
   absl::StatusOr<std::vector<v1::Job>> LoadJobs() override;
   absl::StatusOr<std::vector<v1::Event>> AppendEvents(const std::string& job_id,
                                                       std::vector<v1::Event> events) override;
-  absl::StatusOr<std::vector<v1::Event>> ReadEvents(const std::string& job_id,
-                                                    int64_t from_seq, int limit) override;
+  absl::StatusOr<std::vector<v1::Event>> ReadEvents(const std::string& job_id, int64_t from_seq, int limit) override;
   int64_t LastSeq(const std::string& job_id) override;
   absl::Status PutCordon(const std::string& worker, bool cordoned, const std::string& reason) override;
   absl::StatusOr<std::map<std::string, std::string>> LoadCordons() override;
@@ -53,7 +52,7 @@ class SqliteJobStore final : public JobStore, public AuditStore {
   absl::StatusOr<std::vector<v1::AuditRecord>> ReadAudit(const AuditQuery& query) override;
   absl::StatusOr<int64_t> PruneAudit(int64_t before_ms) override;
 
-  // Retention (server/state/retention.h). A job whose row was put with Job.compacted
+  // Retention (server/state/event_compaction.h). A job whose row was put with Job.compacted
   // reads as compacted from then on (ReadEvents: FAILED_PRECONDITION), so its events
   // may go in several transactions: DeleteCompactedEvents removes up to `max_rows` of
   // them (refusing a job that is not compacted) and returns how many it removed.
@@ -79,14 +78,11 @@ class SqliteJobStore final : public JobStore, public AuditStore {
   // FAILED_PRECONDITION naming when and why, for a compacted job; OK otherwise.
   absl::Status CompactedError(const std::string& job_id) ABSL_LOCKS_EXCLUDED(seq_mu_);
   // The job's last committed seq, from the cache or the writer connection.
-  absl::StatusOr<int64_t> LastSeqForWriteLocked(const std::string& job_id)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  absl::StatusOr<int64_t> LastSeqForWriteLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   // Inside an open transaction: inserts `events` after seq `last`, skipping resends.
   // Returns the inserted ones; *last becomes the new last seq.
-  absl::StatusOr<std::vector<v1::Event>> InsertEventsLocked(const std::string& job_id,
-                                                            std::vector<v1::Event> events,
-                                                            int64_t* last)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  absl::StatusOr<std::vector<v1::Event>> InsertEventsLocked(const std::string& job_id, std::vector<v1::Event> events,
+                                                            int64_t* last) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   void SetCommittedSeq(const std::string& job_id, int64_t seq) ABSL_LOCKS_EXCLUDED(seq_mu_);
 
   absl::Mutex write_mu_ ABSL_ACQUIRED_BEFORE(seq_mu_);

@@ -1,5 +1,5 @@
 // SqliteJobStore::ReadRecoveryEvents: what a restarted controller reads of an active
-// job's events (JobLifecycle::Recover), without reading the job's whole log.
+// job's events (JobStateMachine::Recover), without reading the job's whole log.
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -9,8 +9,8 @@
 
 namespace trainyard {
 
-absl::StatusOr<std::vector<v1::Event>> SqliteJobStore::ReadRecoveryEvents(const std::string& job_id,
-                                                                          int attempt, int step_tail) {
+absl::StatusOr<std::vector<v1::Event>> SqliteJobStore::ReadRecoveryEvents(const std::string& job_id, int attempt,
+                                                                          int step_tail) {
   TY_RETURN_IF_ERROR(CompactedError(job_id));
   absl::MutexLock lock(&read_mu_);
   std::vector<v1::Event> out;
@@ -28,8 +28,9 @@ absl::StatusOr<std::vector<v1::Event>> SqliteJobStore::ReadRecoveryEvents(const 
   // The rare kinds, through the events_recovery partial index (its WHERE repeated
   // word for word, so SQLite uses it): every attempt's, as RestoreBackoff counts the
   // resizes of all of them and RestorePastPlacements reads earlier placements.
-  TY_ASSIGN_OR_RETURN(auto rare, reader_->Prepare(
-      "SELECT data FROM events WHERE job_id = ?1 AND kind IN (12, 15, 16, 17) ORDER BY seq"));
+  TY_ASSIGN_OR_RETURN(
+      auto rare,
+      reader_->Prepare("SELECT data FROM events WHERE job_id = ?1 AND kind IN (12, 15, 16, 17) ORDER BY seq"));
   rare.BindText(1, job_id);
   TY_RETURN_IF_ERROR(read(rare));
   // The current attempt's step metrics start after its first event among those (its
@@ -44,9 +45,10 @@ absl::StatusOr<std::vector<v1::Event>> SqliteJobStore::ReadRecoveryEvents(const 
   }
   if (step_tail > 0) {
     // Newest first along the primary key, stopping after `step_tail` of them.
-    TY_ASSIGN_OR_RETURN(auto steps, reader_->Prepare(
-        "SELECT data FROM events WHERE job_id = ?1 AND seq >= ?2 AND attempt = ?3 AND kind = ?4 "
-        "ORDER BY seq DESC LIMIT ?5"));
+    TY_ASSIGN_OR_RETURN(
+        auto steps,
+        reader_->Prepare("SELECT data FROM events WHERE job_id = ?1 AND seq >= ?2 AND attempt = ?3 AND kind = ?4 "
+                         "ORDER BY seq DESC LIMIT ?5"));
     steps.BindText(1, job_id);
     steps.BindInt(2, from);
     steps.BindInt(3, attempt);

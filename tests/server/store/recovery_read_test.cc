@@ -1,4 +1,4 @@
-// SqliteJobStore::ReadRecoveryEvents reads the kinds JobLifecycle::Recover uses and a
+// SqliteJobStore::ReadRecoveryEvents reads the kinds JobStateMachine::Recover uses and a
 // tail of the current attempt's step metrics, through the events_recovery index.
 #include <gtest/gtest.h>
 #include <sqlite3.h>
@@ -16,9 +16,8 @@ namespace {
 class RecoveryReadTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("recovery_read_test_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = std::filesystem::temp_directory_path() / ("recovery_read_test_" + std::to_string(::getpid()) + "_" +
+                                                     ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::remove_all(dir_);
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }

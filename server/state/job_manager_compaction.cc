@@ -1,5 +1,6 @@
-// JobManager's side of retention (server/state/retention.h): which finished jobs are
-// due, and marking one compacted in its row and in memory before its events go.
+// JobManager's side of event compaction (server/state/event_compaction.h): which
+// finished jobs are due, and marking one compacted in its row and in memory before
+// its events go.
 #include <algorithm>
 #include <utility>
 
@@ -10,17 +11,12 @@
 
 namespace trainyard {
 
-void JobLifecycle::MarkCompacted(const std::string& id, const v1::Compaction& compaction) {
-  auto it = jobs_.find(id);
-  if (it != jobs_.end()) *it->second.job.mutable_compacted() = compaction;
-}
-
 std::vector<std::string> JobManager::CompactionCandidates(absl::Time cutoff) {
   absl::MutexLock lock(&mu_);
   std::vector<std::pair<absl::Time, std::string>> due;
   for (const auto& [id, view] : views_) {
     const v1::Job& job = view.job;
-    if (job.has_compacted() || !lifecycle_.Closed(id)) continue;
+    if (job.has_compacted() || !jobs_.Closed(id)) continue;
     // A row without an end time (none should lack one) counts from its creation.
     const absl::Time ended = FromProtoTime(job.has_end_time() ? job.end_time() : job.create_time());
     if (ended < cutoff) due.emplace_back(ended, id);
@@ -42,7 +38,7 @@ absl::StatusOr<v1::Job> JobManager::MarkCompacted(const std::string& id, v1::Com
     if (it->second.job.has_compacted()) {
       return absl::FailedPreconditionError(absl::StrCat("job ", id, " is already compacted"));
     }
-    if (!lifecycle_.Closed(id)) {
+    if (!jobs_.Closed(id)) {
       return absl::FailedPreconditionError(absl::StrCat("job ", id, " has not ended and settled"));
     }
     row = it->second.job;
@@ -55,7 +51,7 @@ absl::StatusOr<v1::Job> JobManager::MarkCompacted(const std::string& id, v1::Com
   absl::MutexLock lock(&mu_);
   auto it = views_.find(id);
   if (it != views_.end()) *it->second.job.mutable_compacted() = compaction;
-  lifecycle_.MarkCompacted(id, compaction);
+  jobs_.MarkCompacted(id, compaction);
   return row;
 }
 

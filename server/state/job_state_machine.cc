@@ -1,14 +1,15 @@
-#include "server/state/job_lifecycle.h"
+#include "server/state/job_state_machine.h"
 
+#include <map>
 #include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/base/status_macros.h"
 #include "common/events/rank_exit.h"
 #include "common/proto_time.h"
 #include "common/spec/rules.h"
-#include "common/base/status_macros.h"
 #include "server/policy/gang_scheduler.h"
 #include "server/policy/resize_policy.h"
 #include "server/policy/restart_policy.h"
@@ -21,11 +22,11 @@ std::string StateName(v1::Job::State s) { return v1::Job::State_Name(s); }
 
 }  // namespace
 
-JobLifecycle::JobLifecycle(WorkerRegistry* workers, ControllerMetrics* metrics, Clock* clock,
-                           double max_events_per_s_per_rank)
+JobStateMachine::JobStateMachine(WorkerRegistry* workers, ControllerMetrics* metrics, Clock* clock,
+                                 double max_events_per_s_per_rank)
     : workers_(workers), metrics_(metrics), clock_(clock), rate_(max_events_per_s_per_rank, 10.0) {}
 
-v1::Job JobLifecycle::NewJob(v1::JobSpec normalised, const std::string& owner, absl::Time now, v1::Event* first) {
+v1::Job JobStateMachine::NewJob(v1::JobSpec normalised, const std::string& owner, absl::Time now, v1::Event* first) {
   v1::Job job;
   job.set_owner(owner);
   job.set_state(v1::Job::PENDING);
@@ -38,15 +39,15 @@ v1::Job JobLifecycle::NewJob(v1::JobSpec normalised, const std::string& owner, a
   return job;
 }
 
-bool JobLifecycle::IsTerminal(v1::Job::State s) {
+bool JobStateMachine::IsTerminal(v1::Job::State s) {
   return s == v1::Job::SUCCEEDED || s == v1::Job::FAILED || s == v1::Job::CANCELLED;
 }
 
-bool JobLifecycle::IsActive(const TrackedJob& rt) {
+bool JobStateMachine::IsActive(const TrackedJob& rt) {
   return !IsTerminal(rt.job.state()) && rt.job.state() != v1::Job::PENDING;
 }
 
-int64_t JobLifecycle::Recover(v1::Job job, const std::vector<v1::Event>& events, Effects* fx) {
+int64_t JobStateMachine::Recover(v1::Job job, const std::vector<v1::Event>& events, Effects* fx) {
   const std::string id = job.id();
   TrackedJob& rt = jobs_[id];
   rt.job = std::move(job);
@@ -95,7 +96,7 @@ int64_t JobLifecycle::Recover(v1::Job job, const std::vector<v1::Event>& events,
   return rt.order;
 }
 
-int64_t JobLifecycle::Add(v1::Job job) {
+int64_t JobStateMachine::Add(v1::Job job) {
   const std::string id = job.id();
   TrackedJob& rt = jobs_[id];
   rt.job = std::move(job);
@@ -104,25 +105,36 @@ int64_t JobLifecycle::Add(v1::Job job) {
   metrics_->JobSubmitted();
   metrics_->JobEntered(v1::Job::PENDING);
   metrics_->JobMoved(v1::Job::STATE_UNSPECIFIED, v1::Job::PENDING);
-  spdlog::info("job={} submitted name={} world_size={} owner={}", id,
-               rt.job.spec().job().name(), rt.job.world_size(), rt.job.owner());
+  spdlog::info("job={} submitted name={} world_size={} owner={}", id, rt.job.spec().job().name(), rt.job.world_size(),
+               rt.job.owner());
   return rt.order;
 }
 
-bool JobLifecycle::Contains(const std::string& id) const { return jobs_.count(id) > 0; }
-
-bool JobLifecycle::Closed(const std::string& id) const {
+bool JobStateMachine::Closed(const std::string& id) const {
   auto it = jobs_.find(id);
   return it != jobs_.end() && IsTerminal(it->second.job.state()) && it->second.live == 0;
 }
 
-absl::Status JobLifecycle::Cancel(const std::string& id, const std::string& reason, Effects* fx) {
+TrackedJob* JobStateMachine::Find(const std::string& id) {
+  auto it = jobs_.find(id);
+  return it == jobs_.end() ? nullptr : &it->second;
+}
+
+const TrackedJob* JobStateMachine::Find(const std::string& id) const {
+  auto it = jobs_.find(id);
+  return it == jobs_.end() ? nullptr : &it->second;
+}
+
+void JobStateMachine::MarkCompacted(const std::string& id, const v1::Compaction& compaction) {
+  if (TrackedJob* rt = Find(id)) *rt->job.mutable_compacted() = compaction;
+}
+
+absl::Status JobStateMachine::Cancel(const std::string& id, const std::string& reason, Effects* fx) {
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", id, " not found"));
   TrackedJob& rt = it->second;
   if (IsTerminal(rt.job.state())) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("job ", id, " already ended ", StateName(rt.job.state())));
+    return absl::FailedPreconditionError(absl::StrCat("job ", id, " already ended ", StateName(rt.job.state())));
   }
   std::string why = reason.empty() ? "cancelled by user" : absl::StrCat("cancelled: ", reason);
   if (IsActive(rt)) {
@@ -133,7 +145,7 @@ absl::Status JobLifecycle::Cancel(const std::string& id, const std::string& reas
   return absl::OkStatus();
 }
 
-absl::Status JobLifecycle::Resize(const std::string& id, int dp, Effects* fx) {
+absl::Status JobStateMachine::Resize(const std::string& id, int dp, Effects* fx) {
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", id, " not found"));
   TrackedJob& rt = it->second;
@@ -154,7 +166,7 @@ absl::Status JobLifecycle::Resize(const std::string& id, int dp, Effects* fx) {
   return absl::OkStatus();
 }
 
-std::optional<std::vector<std::string>> JobLifecycle::AttemptWorkers(const std::string& id, int attempt) const {
+std::optional<std::vector<std::string>> JobStateMachine::AttemptWorkers(const std::string& id, int attempt) const {
   auto it = jobs_.find(id);
   if (it == jobs_.end() || attempt <= 0 || attempt > it->second.job.attempt()) return std::nullopt;
   const TrackedJob& rt = it->second;
@@ -168,8 +180,8 @@ std::optional<std::vector<std::string>> JobLifecycle::AttemptWorkers(const std::
   return past->second;
 }
 
-std::vector<EventRefusal> JobLifecycle::Screen(const std::string& worker, const std::string& job_id,
-                                               std::vector<v1::Event>* events) {
+std::vector<EventRefusal> JobStateMachine::Screen(const std::string& worker, const std::string& job_id,
+                                                  std::vector<v1::Event>* events) {
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return {};
   std::vector<EventRefusal> refused = ScreenEvents(it->second.job, worker, events);
@@ -182,8 +194,7 @@ std::vector<EventRefusal> JobLifecycle::Screen(const std::string& worker, const 
   return refused;
 }
 
-void JobLifecycle::ApplyEvents(const std::string& job_id,
-                               const std::vector<v1::Event>& committed, Effects* fx) {
+void JobStateMachine::ApplyEvents(const std::string& job_id, const std::vector<v1::Event>& committed, Effects* fx) {
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return;
   TrackedJob& rt = it->second;
@@ -196,19 +207,21 @@ void JobLifecycle::ApplyEvents(const std::string& job_id,
       spdlog::info("job={} attempt={} checkpoint step={} path={}{}", job_id, e.attempt(), e.checkpoint().step(),
                    e.checkpoint().path(), e.checkpoint().requested() ? " (requested)" : "");
     }
-    if (e.has_checkpoint()) RequestedCheckpointSaved(rt, e, fx);
+    if (e.has_checkpoint()) {
+      for (const auto& listener : checkpoint_listeners_) listener(rt, e, fx);
+    }
     if (e.has_step_metrics()) NoteStep(rt, e.step_metrics());
   }
 }
 
-void JobLifecycle::ApplyStall(TrackedJob& rt, const v1::Event& event, Effects* fx) {
+void JobStateMachine::ApplyStall(TrackedJob& rt, const v1::Event& event, Effects* fx) {
   if (IsTerminal(rt.job.state()) || rt.tearing_down) return;
   // Blamed on the lagging rank's worker, else the reporter's.
   std::string blamed = WorkerOf(rt, event.stall().lagging_rank());
   FailAttempt(rt, StallCause(event), blamed.empty() ? WorkerOf(rt, event.rank()) : blamed, fx);
 }
 
-void JobLifecycle::EnforceTimeLimits(Effects* fx) {
+void JobStateMachine::EnforceTimeLimits(Effects* fx) {
   const absl::Time now = clock_->Now();
   for (auto& [id, rt] : jobs_) {
     const int limit = rt.job.spec().job().time_limit_s();
@@ -222,17 +235,16 @@ void JobLifecycle::EnforceTimeLimits(Effects* fx) {
   }
 }
 
-void JobLifecycle::FillEstimate(const std::string& id, v1::Job* job) const {
+void JobStateMachine::FillEstimate(const std::string& id, v1::Job* job) const {
   auto it = jobs_.find(id);
   if (it == jobs_.end() || it->second.job.state() != v1::Job::PENDING) return;
   if (it->second.estimated_start) *job->mutable_estimated_start_time() = ToProtoTime(*it->second.estimated_start);
   for (const auto& w : it->second.reserved_workers) job->add_reserved_workers(w);
 }
 
-// ---- private ----
+// ---- Transitions ----
 
-void JobLifecycle::SetState(TrackedJob& rt, v1::Job::State state, const std::string& reason,
-                            Effects* fx) {
+void JobStateMachine::SetState(TrackedJob& rt, v1::Job::State state, const std::string& reason, Effects* fx) {
   const absl::Time now = clock_->Now();
   v1::Job& job = rt.job;
   metrics_->JobMoved(job.state(), state);
@@ -247,16 +259,16 @@ void JobLifecycle::SetState(TrackedJob& rt, v1::Job::State state, const std::str
   fx->PutJob(job);
   metrics_->JobEntered(state);
   metrics_->JobStateChanged(job.id(), state, now);
-  spdlog::info("job={} attempt={} state={} {}", job.id(), job.attempt(), StateName(state),
-               reason);
+  spdlog::info("job={} attempt={} state={} {}", job.id(), job.attempt(), StateName(state), reason);
   fx->AppendEvent(job.id(), JobStateEvent(state, reason, job.attempt(), now));
   if (IsTerminal(state)) {
     metrics_->JobEnded(job.id(), now);
     if (rt.live == 0) fx->Settle(job.id());
+    for (const auto& listener : ended_listeners_) listener(rt, fx);
   }
 }
 
-void JobLifecycle::ApplyRankState(TrackedJob& rt, const v1::Event& event, Effects* fx) {
+void JobStateMachine::ApplyRankState(TrackedJob& rt, const v1::Event& event, Effects* fx) {
   const int r = event.rank();
   if (r < 0 || r >= static_cast<int>(rt.ranks.size())) return;
   const auto& rs = event.rank_state();
@@ -267,8 +279,7 @@ void JobLifecycle::ApplyRankState(TrackedJob& rt, const v1::Event& event, Effect
         rt.ranks[r] = RankPhase::kRunning;
         ++rt.running;
       }
-      if (rt.running == static_cast<int>(rt.ranks.size()) &&
-          rt.job.state() == v1::Job::SCHEDULED && !rt.tearing_down) {
+      if (rt.running == static_cast<int>(rt.ranks.size()) && rt.job.state() == v1::Job::SCHEDULED && !rt.tearing_down) {
         SetState(rt, v1::Job::RUNNING, "all ranks running", fx);
       }
       break;
@@ -305,7 +316,7 @@ void JobLifecycle::ApplyRankState(TrackedJob& rt, const v1::Event& event, Effect
   }
 }
 
-void JobLifecycle::AssignRefused(TrackedJob& rt, int rank, const v1::RankState& rs, Effects* fx) {
+void JobStateMachine::AssignRefused(TrackedJob& rt, int rank, const v1::RankState& rs, Effects* fx) {
   const std::string worker = WorkerOf(rt, rank);
   spdlog::warn("job={} attempt={}: worker {} refused rank {}: {}", rt.job.id(), rt.job.attempt(), worker, rank,
                rs.message());
@@ -318,7 +329,7 @@ void JobLifecycle::AssignRefused(TrackedJob& rt, int rank, const v1::RankState& 
   RestartWithoutFailure(rt, why, why, fx);
 }
 
-void JobLifecycle::RankEnded(TrackedJob& rt, int rank, Effects* fx) {
+void JobStateMachine::RankEnded(TrackedJob& rt, int rank, Effects* fx) {
   if (rank < 0 || rank >= static_cast<int>(rt.ranks.size())) return;
   if (rt.ranks[rank] == RankPhase::kEnded) return;
   rt.ranks[rank] = RankPhase::kEnded;
@@ -339,8 +350,8 @@ void JobLifecycle::RankEnded(TrackedJob& rt, int rank, Effects* fx) {
   }
 }
 
-void JobLifecycle::FailAttempt(TrackedJob& rt, const std::string& cause, const std::string& worker,
-                               Effects* fx, bool permanent) {
+void JobStateMachine::FailAttempt(TrackedJob& rt, const std::string& cause, const std::string& worker, Effects* fx,
+                                  bool permanent) {
   rt.tearing_down = true;
   SendCancel(rt, cause, fx);
   if (!worker.empty()) ++rt.failures_on[worker];
@@ -359,8 +370,8 @@ void JobLifecycle::FailAttempt(TrackedJob& rt, const std::string& cause, const s
   }
 }
 
-void JobLifecycle::RestartWithoutFailure(TrackedJob& rt, const std::string& cancel_reason, const std::string& why,
-                                         Effects* fx) {
+void JobStateMachine::RestartWithoutFailure(TrackedJob& rt, const std::string& cancel_reason, const std::string& why,
+                                            Effects* fx) {
   rt.tearing_down = true;
   rt.not_before = clock_->Now();  // no backoff: nothing failed
   SendCancel(rt, cancel_reason, fx);
@@ -368,12 +379,11 @@ void JobLifecycle::RestartWithoutFailure(TrackedJob& rt, const std::string& canc
   if (rt.live == 0) SetState(rt, v1::Job::PENDING, RestartPendingReason(rt, clock_->Now()), fx);
 }
 
-void JobLifecycle::SendCancel(TrackedJob& rt, const std::string& reason, Effects* fx) {
+void JobStateMachine::SendCancel(TrackedJob& rt, const std::string& reason, Effects* fx) {
   std::set<std::string> targets;
   for (const auto& r : rt.job.placement().ranks()) {
     const int rank = r.rank();
-    if (rank >= 0 && rank < static_cast<int>(rt.ranks.size()) &&
-        rt.ranks[rank] != RankPhase::kEnded) {
+    if (rank >= 0 && rank < static_cast<int>(rt.ranks.size()) && rt.ranks[rank] != RankPhase::kEnded) {
       targets.insert(r.worker());
     }
   }
@@ -384,6 +394,77 @@ void JobLifecycle::SendCancel(TrackedJob& rt, const std::string& reason, Effects
     msg.mutable_cancel()->set_reason(reason);
     fx->Send(workers_->Channel(name), std::move(msg));
   }
+}
+
+std::pair<std::string, std::string> JobStateMachine::BlameRankFailure(const TrackedJob& rt, int rank) const {
+  const std::string own = WorkerOf(rt, rank);
+  for (const auto& r : rt.job.placement().ranks()) {
+    if (r.worker() == own || !HasRank(rt, r.rank()) || rt.ranks[r.rank()] == RankPhase::kEnded) continue;
+    if (const std::optional<UnreachableWorker> u = workers_->Unreachable(r.worker())) {
+      return {u->name, absl::StrCat(" (worker ", u->name, " of the attempt unreachable: ", u->why, ")")};
+    }
+  }
+  return {own, ""};
+}
+
+void JobStateMachine::StartAttempt(TrackedJob& rt, const GangDecision& decision, Effects* fx) {
+  v1::Job& job = rt.job;
+  const std::vector<std::string>& rank_workers = decision.rank_workers;
+  const int world = static_cast<int>(rank_workers.size());
+  const std::string note = PlacementNote(rt, decision, clock_->Now());
+  rt.resize_dp.reset();  // a resize holds for one placement; a failure restart tries the full dp
+  rt.evicted_reason.clear();
+  rt.preempting.clear();
+  rt.eviction.reset();
+  rt.queue_position = 0;
+  metrics_->JobPlaced(clock_->Now() - rt.queued_at);
+  rt.attempt_started = clock_->Now();
+  rt.last_step = 0;
+  rt.step_seconds = 0;
+  if (job.attempt() > 0) {
+    std::vector<std::string>& past = rt.past_placements[job.attempt()];
+    for (const auto& r : job.placement().ranks()) past.push_back(r.worker());  // rank i at index i
+    while (rt.past_placements.size() > kMaxPastPlacements) rt.past_placements.erase(rt.past_placements.begin());
+  }
+  job.set_attempt(job.attempt() + 1);
+  job.set_world_size(world);  // the spec's dp·tp, or the elastic layout's
+  job.clear_placement();
+  std::map<std::string, std::vector<int>> by_worker;
+  for (int r = 0; r < world; ++r) {
+    auto* pr = job.mutable_placement()->add_ranks();
+    pr->set_rank(r);
+    pr->set_worker(rank_workers[r]);
+    by_worker[rank_workers[r]].push_back(r);
+    workers_->Reserve(rank_workers[r]);
+    const int gpu = r < static_cast<int>(decision.rank_gpus.size()) ? decision.rank_gpus[r] : -1;
+    if (gpu >= 0) {
+      pr->set_gpu(gpu);
+      pr->set_gpu_uuid(workers_->GpuUuid(rank_workers[r], gpu));
+      workers_->HoldGpu(rank_workers[r], gpu, GpuHolder{job.id(), job.attempt(), r});
+    }
+  }
+  for (const auto& [name, ranks] : by_worker) {
+    std::vector<std::string> env = workers_->NcclEnv(name);
+    if (env.empty()) continue;
+    auto* we = job.mutable_placement()->add_worker_env();
+    we->set_worker(name);
+    for (auto& e : env) we->add_nccl_env(std::move(e));
+  }
+  job.mutable_placement()->set_master_addr(workers_->Address(rank_workers[0]));
+  job.mutable_placement()->set_master_port(workers_->AllocatePort(rank_workers[0]));
+  rt.ranks.assign(world, RankPhase::kAssigned);
+  rt.live = world;
+  rt.running = 0;
+  rt.exited_ok = 0;
+  rt.tearing_down = false;
+
+  std::vector<std::string> parts;
+  for (const auto& [name, ranks] : by_worker) {
+    parts.push_back(absl::StrCat(name, "×", ranks.size()));
+  }
+  SetState(rt, v1::Job::SCHEDULED, absl::StrCat("placed on ", absl::StrJoin(parts, ", "), note), fx);
+  // Recorded after the SCHEDULED writes, so they go out once those are committed.
+  for (const auto& [name, ranks] : by_worker) fx->Send(workers_->Channel(name), AssignFor(rt, ranks));
 }
 
 }  // namespace trainyard

@@ -1,4 +1,4 @@
-#include "server/state/retention.h"
+#include "server/state/event_compaction.h"
 
 #include <cmath>
 #include <cstdlib>
@@ -30,11 +30,20 @@ absl::StatusOr<RetentionSetting> ParseRetainFinished(const std::string& text) {
   if (n == 0) return bad("zero with a unit; 0 alone means forever");
   absl::Duration per;
   switch (unit) {
-    case 's': per = absl::Seconds(1); break;
-    case 'm': per = absl::Minutes(1); break;
-    case 'h': per = absl::Hours(1); break;
-    case 'd': per = absl::Hours(24); break;
-    default: return bad(absl::StrCat("unknown unit '", std::string(1, unit), "'"));
+    case 's':
+      per = absl::Seconds(1);
+      break;
+    case 'm':
+      per = absl::Minutes(1);
+      break;
+    case 'h':
+      per = absl::Hours(1);
+      break;
+    case 'd':
+      per = absl::Hours(24);
+      break;
+    default:
+      return bad(absl::StrCat("unknown unit '", std::string(1, unit), "'"));
   }
   if (n * absl::ToDoubleSeconds(per) > 100.0 * 365 * 86400) return bad("over 100 years; use forever");
   out.keep = n * per;
@@ -86,8 +95,7 @@ absl::StatusOr<RetentionCompactor::Pass> RetentionCompactor::RunOnce() {
   }
   // Audit rows: those naming a job stay as long as its row does (compaction keeps it);
   // the others (cordon, drain, policy reloads, refusals of no job) for audit_keep.
-  TY_ASSIGN_OR_RETURN(pass.audit_rows,
-                      store_->PruneAudit(absl::ToUnixMillis(clock_->Now() - options_.audit_keep)));
+  TY_ASSIGN_OR_RETURN(pass.audit_rows, store_->PruneAudit(absl::ToUnixMillis(clock_->Now() - options_.audit_keep)));
   if (pass.audit_rows > 0) spdlog::info("retention: {} audit rows naming no job removed", pass.audit_rows);
   while (true) {
     TY_ASSIGN_OR_RETURN(const int64_t pages, store_->IncrementalVacuum(options_.vacuum_chunk));

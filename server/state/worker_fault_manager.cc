@@ -1,5 +1,5 @@
-// JobLifecycle: what a worker's registration, unreachability, return, loss or GPU fault
-// does to the jobs placed on it.
+#include "server/state/worker_fault_manager.h"
+
 #include <set>
 #include <utility>
 
@@ -7,7 +7,6 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/proto_time.h"
-#include "server/state/job_lifecycle.h"
 #include "spdlog/spdlog.h"
 
 namespace trainyard {
@@ -29,10 +28,10 @@ std::vector<int> LiveRanksOn(const TrackedJob& rt, const std::string& worker) {
 
 }  // namespace
 
-void JobLifecycle::WorkersUnreachable(const std::vector<UnreachableWorker>& workers, Effects* fx) {
+void WorkerFaultManager::WorkersUnreachable(const std::vector<UnreachableWorker>& workers, Effects* fx) {
   for (const UnreachableWorker& w : workers) {
-    for (auto& [id, rt] : jobs_) {
-      if (!IsActive(rt) || rt.tearing_down) continue;
+    for (auto& [id, rt] : jobs_->jobs()) {
+      if (!JobStateMachine::IsActive(rt) || rt.tearing_down) continue;
       const std::vector<int> ranks = LiveRanksOn(rt, w.name);
       if (ranks.empty()) continue;
       const std::string msg = absl::StrCat(
@@ -45,30 +44,29 @@ void JobLifecycle::WorkersUnreachable(const std::vector<UnreachableWorker>& work
   }
 }
 
-void JobLifecycle::WorkersReconnected(const std::vector<ReconnectedWorker>& workers, Effects* fx) {
+void WorkerFaultManager::WorkersReconnected(const std::vector<ReconnectedWorker>& workers, Effects* fx) {
   for (const ReconnectedWorker& w : workers) {
-    for (auto& [id, rt] : jobs_) {
-      if (!IsActive(rt) || rt.tearing_down || LiveRanksOn(rt, w.name).empty()) continue;
+    for (auto& [id, rt] : jobs_->jobs()) {
+      if (!JobStateMachine::IsActive(rt) || rt.tearing_down || LiveRanksOn(rt, w.name).empty()) continue;
       const std::string msg =
           absl::StrFormat("worker %s reconnected after %.1fs%s; attempt %d re-adopted", w.name,
-                          absl::ToDoubleSeconds(w.silent), w.registered ? " (registered again)" : "",
-                          rt.job.attempt());
+                          absl::ToDoubleSeconds(w.silent), w.registered ? " (registered again)" : "", rt.job.attempt());
       spdlog::info("job={} {}", id, msg);
       fx->AppendEvent(id, ControllerLog("info", msg, rt.job.attempt(), clock_->Now()));
     }
   }
 }
 
-void JobLifecycle::ReleaseUnreachable(Effects* fx) {
+void WorkerFaultManager::ReleaseUnreachable(Effects* fx) {
   if (!workers_->AnyUnreachable()) return;
-  for (auto& [id, rt] : jobs_) {
-    if (rt.live == 0 || (!rt.tearing_down && !IsTerminal(rt.job.state()))) continue;
+  for (auto& [id, rt] : jobs_->jobs()) {
+    if (rt.live == 0 || (!rt.tearing_down && !JobStateMachine::IsTerminal(rt.job.state()))) continue;
     for (const auto& r : rt.job.placement().ranks()) {
       if (!HasRank(rt, r.rank()) || rt.ranks[r.rank()] == RankPhase::kEnded) continue;
       if (!workers_->Unreachable(r.worker())) continue;
-      spdlog::warn("job={} attempt={}: rank {} on unreachable worker {} counted as ended (the attempt is ending)",
-                   id, rt.job.attempt(), r.rank(), r.worker());
-      RankEnded(rt, r.rank(), fx);
+      spdlog::warn("job={} attempt={}: rank {} on unreachable worker {} counted as ended (the attempt is ending)", id,
+                   rt.job.attempt(), r.rank(), r.worker());
+      jobs_->RankEnded(rt, r.rank(), fx);
       // The job is done with it, the worker is not: the rank may well still run there,
       // so its slot (and GPU) stay busy until the worker reports it gone.
       workers_->HoldStray(r.worker(), StrayRank{id, rt.job.attempt(), r.rank(), r.has_gpu() ? r.gpu() : -1});
@@ -76,20 +74,9 @@ void JobLifecycle::ReleaseUnreachable(Effects* fx) {
   }
 }
 
-std::pair<std::string, std::string> JobLifecycle::BlameRankFailure(const TrackedJob& rt, int rank) const {
-  const std::string own = WorkerOf(rt, rank);
-  for (const auto& r : rt.job.placement().ranks()) {
-    if (r.worker() == own || !HasRank(rt, r.rank()) || rt.ranks[r.rank()] == RankPhase::kEnded) continue;
-    if (const std::optional<UnreachableWorker> u = workers_->Unreachable(r.worker())) {
-      return {u->name, absl::StrCat(" (worker ", u->name, " of the attempt unreachable: ", u->why, ")")};
-    }
-  }
-  return {own, ""};
-}
-
-void JobLifecycle::FillUnreachable(const std::string& id, v1::Job* job) const {
-  auto it = jobs_.find(id);
-  if (it == jobs_.end() || !IsActive(it->second) || it->second.tearing_down) return;
+void WorkerFaultManager::FillUnreachable(const std::string& id, v1::Job* job) const {
+  auto it = jobs_->jobs().find(id);
+  if (it == jobs_->jobs().end() || !JobStateMachine::IsActive(it->second) || it->second.tearing_down) return;
   std::set<std::string> seen;
   std::vector<std::string> parts;
   for (const auto& r : it->second.job.placement().ranks()) {
@@ -103,9 +90,8 @@ void JobLifecycle::FillUnreachable(const std::string& id, v1::Job* job) const {
   job->set_unreachable_reason(absl::StrJoin(parts, "; "));
 }
 
-void JobLifecycle::WorkerRegistered(const v1::Register& reg,
-                                    const std::shared_ptr<WorkerChannel>& channel,
-                                    Effects* fx) {
+void WorkerFaultManager::WorkerRegistered(const v1::Register& reg, const std::shared_ptr<WorkerChannel>& channel,
+                                          Effects* fx) {
   // Reconcile what the worker runs with what the controller believes.
   std::set<std::pair<std::string, int>> reported;
   std::vector<StrayRank> strays;
@@ -114,9 +100,9 @@ void JobLifecycle::WorkerRegistered(const v1::Register& reg,
     // Ended while the controller was away: nothing to cancel, and the ranks' final
     // states follow on this stream (the worker resends what was not acknowledged).
     if (ra.ended()) continue;
-    auto it = jobs_.find(ra.job_id());
-    const bool current = it != jobs_.end() && it->second.job.attempt() == ra.attempt();
-    bool wanted = current && IsActive(it->second) && !it->second.tearing_down;
+    auto it = jobs_->jobs().find(ra.job_id());
+    const bool current = it != jobs_->jobs().end() && it->second.job.attempt() == ra.attempt();
+    bool wanted = current && JobStateMachine::IsActive(it->second) && !it->second.tearing_down;
     if (!wanted) {
       v1::ControllerMessage cancel;
       cancel.mutable_cancel()->set_job_id(ra.job_id());
@@ -146,38 +132,40 @@ void JobLifecycle::WorkerRegistered(const v1::Register& reg,
   });
 }
 
-void JobLifecycle::WorkerLost(const std::string& name, const std::string& why, Effects* fx) {
+void WorkerFaultManager::WorkerLost(const std::string& name, const std::string& why, Effects* fx) {
   EndRanksOn(name, nullptr, fx,
              [&](int rank) { return absl::StrCat("worker ", name, " lost (", why, ") running rank ", rank); });
 }
 
-void JobLifecycle::EndRanksOn(const std::string& worker, const std::set<std::pair<std::string, int>>* still_running,
-                              Effects* fx, const std::function<std::string(int rank)>& cause) {
-  for (auto& [id, rt] : jobs_) {
+void WorkerFaultManager::EndRanksOn(const std::string& worker,
+                                    const std::set<std::pair<std::string, int>>* still_running, Effects* fx,
+                                    const std::function<std::string(int rank)>& cause) {
+  for (auto& [id, rt] : jobs_->jobs()) {
     if (rt.live == 0 || (still_running != nullptr && still_running->count({id, rt.job.attempt()}))) continue;
     for (const auto& r : rt.job.placement().ranks()) {
       if (r.worker() != worker || !HasRank(rt, r.rank()) || rt.ranks[r.rank()] == RankPhase::kEnded) continue;
-      RankEnded(rt, r.rank(), fx);
-      if (!IsTerminal(rt.job.state()) && !rt.tearing_down) FailAttempt(rt, cause(r.rank()), worker, fx);
+      jobs_->RankEnded(rt, r.rank(), fx);
+      if (!JobStateMachine::IsTerminal(rt.job.state()) && !rt.tearing_down)
+        jobs_->FailAttempt(rt, cause(r.rank()), worker, fx);
     }
   }
 }
 
-void JobLifecycle::GpusUnhealthy(const std::vector<GpuFault>& faults, Effects* fx) {
+void WorkerFaultManager::GpusUnhealthy(const std::vector<GpuFault>& faults, Effects* fx) {
   for (const auto& f : faults) {
     const std::optional<GpuHolder> holder = workers_->GpuHeldBy(f.worker, f.index);
     if (!holder) continue;
-    auto it = jobs_.find(holder->job_id);
-    if (it == jobs_.end()) continue;
+    auto it = jobs_->jobs().find(holder->job_id);
+    if (it == jobs_->jobs().end()) continue;
     TrackedJob& rt = it->second;
-    if (rt.job.attempt() != holder->attempt || !IsActive(rt) || rt.tearing_down) continue;
+    if (rt.job.attempt() != holder->attempt || !JobStateMachine::IsActive(rt) || rt.tearing_down) continue;
     if (!HasRank(rt, holder->rank) || rt.ranks[holder->rank] == RankPhase::kEnded) continue;
     // Not blamed on the worker: one bad GPU is out of service, its other GPUs are fine.
-    FailAttempt(rt,
-                absl::StrCat("GPU ", f.index, " (", f.uuid, ") of worker ", f.worker, " unhealthy: ",
-                             f.reason.empty() ? std::string("no reason given") : f.reason, " (rank ", holder->rank,
-                             " ran on it)"),
-                "", fx);
+    jobs_->FailAttempt(rt,
+                       absl::StrCat("GPU ", f.index, " (", f.uuid, ") of worker ", f.worker,
+                                    " unhealthy: ", f.reason.empty() ? std::string("no reason given") : f.reason,
+                                    " (rank ", holder->rank, " ran on it)"),
+                       "", fx);
   }
 }
 

@@ -1,7 +1,7 @@
 // Retention (--retain-finished): finished jobs' events compacted after the retention,
 // the row kept as the summary, reads that say so, a pass cut off mid-way finished by
 // the next, the flag's parsing. A fake clock moves time; nothing sleeps.
-#include "server/state/retention.h"
+#include "server/state/event_compaction.h"
 
 #include <gtest/gtest.h>
 #include <sqlite3.h>

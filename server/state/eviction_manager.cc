@@ -1,6 +1,5 @@
-// JobLifecycle: sharing the fleet. Checkpoints on request, evictions (a preemption
-// or a drain: checkpoint first, then stop, resume later from that checkpoint) and the
-// choice of preemption victims (PreemptionPolicy) after each scheduling pass.
+#include "server/state/eviction_manager.h"
+
 #include <algorithm>
 #include <set>
 #include <utility>
@@ -9,7 +8,6 @@
 #include "absl/strings/str_join.h"
 #include "common/proto_time.h"
 #include "server/policy/preemption_policy.h"
-#include "server/state/job_lifecycle.h"
 #include "spdlog/spdlog.h"
 
 namespace trainyard {
@@ -21,22 +19,19 @@ std::string TimeOfDay(absl::Time t) { return absl::FormatTime("%H:%M:%SZ", t, ab
 
 }  // namespace
 
-v1::Event ControllerLog(const std::string& level, const std::string& message, int attempt, absl::Time now) {
-  v1::Event event;
-  event.set_rank(-1);
-  event.set_attempt(attempt);
-  event.mutable_log()->set_level(level);
-  event.mutable_log()->set_message(message);
-  *event.mutable_time() = ToProtoTime(now);
-  return event;
+EvictionManager::EvictionManager(JobStateMachine* jobs, WorkerRegistry* workers, ControllerMetrics* metrics,
+                                 Clock* clock, SharingOptions options)
+    : jobs_(jobs), workers_(workers), metrics_(metrics), clock_(clock), options_(options) {
+  jobs_->AddCheckpointListener(
+      [this](TrackedJob& rt, const v1::Event& event, Effects* fx) { RequestedCheckpointSaved(rt, event, fx); });
 }
 
-absl::StatusOr<CheckpointWant> JobLifecycle::RequestCheckpoint(const std::string& id, Effects* fx) {
-  auto it = jobs_.find(id);
-  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", id, " not found"));
+absl::StatusOr<CheckpointWant> EvictionManager::RequestCheckpoint(const std::string& id, Effects* fx) {
+  auto it = jobs_->jobs().find(id);
+  if (it == jobs_->jobs().end()) return absl::NotFoundError(absl::StrCat("job ", id, " not found"));
   TrackedJob& rt = it->second;
   const v1::Job::State s = rt.job.state();
-  if (IsTerminal(s)) {
+  if (JobStateMachine::IsTerminal(s)) {
     return absl::FailedPreconditionError(absl::StrCat("job ", id, " already ended ", v1::Job::State_Name(s)));
   }
   if (rt.job.spec().checkpoint().dir().empty()) {
@@ -51,18 +46,18 @@ absl::StatusOr<CheckpointWant> JobLifecycle::RequestCheckpoint(const std::string
   return CheckpointWant{rt.job.attempt(), SendCheckpointRequest(rt, fx)};
 }
 
-bool JobLifecycle::CheckpointStillPossible(const std::string& id, const CheckpointWant& want,
-                                           std::string* why) const {
-  auto it = jobs_.find(id);
-  if (it == jobs_.end()) return false;
+bool EvictionManager::CheckpointStillPossible(const std::string& id, const CheckpointWant& want,
+                                              std::string* why) const {
+  auto it = jobs_->jobs().find(id);
+  if (it == jobs_->jobs().end()) return false;
   const TrackedJob& rt = it->second;
-  if (rt.job.attempt() == want.attempt && IsActive(rt) && !rt.tearing_down) return true;
+  if (rt.job.attempt() == want.attempt && JobStateMachine::IsActive(rt) && !rt.tearing_down) return true;
   *why = absl::StrCat("job ", id, "'s attempt ", want.attempt, " ended (the job is ",
                       v1::Job::State_Name(rt.job.state()), ") before its checkpoint was complete");
   return false;
 }
 
-int64_t JobLifecycle::SendCheckpointRequest(TrackedJob& rt, Effects* fx) {
+int64_t EvictionManager::SendCheckpointRequest(TrackedJob& rt, Effects* fx) {
   // A request already sent is sent again: the ranks save once at their next step either
   // way, and the new one's step floor is the newer.
   std::set<std::string> targets;
@@ -75,12 +70,11 @@ int64_t JobLifecycle::SendCheckpointRequest(TrackedJob& rt, Effects* fx) {
     msg.mutable_checkpoint()->set_attempt(rt.job.attempt());
     fx->Send(workers_->Channel(name), std::move(msg));
   }
-  spdlog::info("job={} attempt={} checkpoint requested (after step {})", rt.job.id(), rt.job.attempt(),
-               rt.last_step);
+  spdlog::info("job={} attempt={} checkpoint requested (after step {})", rt.job.id(), rt.job.attempt(), rt.last_step);
   return rt.last_step + 1;
 }
 
-void JobLifecycle::RequestedCheckpointSaved(TrackedJob& rt, const v1::Event& event, Effects* fx) {
+void EvictionManager::RequestedCheckpointSaved(TrackedJob& rt, const v1::Event& event, Effects* fx) {
   const v1::CheckpointSaved& ck = event.checkpoint();
   if (event.rank() != 0 || !ck.requested() || event.attempt() != rt.job.attempt()) return;
   if (!rt.eviction || ck.step() < rt.eviction->min_step || rt.tearing_down) return;
@@ -89,23 +83,23 @@ void JobLifecycle::RequestedCheckpointSaved(TrackedJob& rt, const v1::Event& eve
   StopEvicted(rt, e.reason, e.preemption, absl::StrCat(" after its checkpoint at step ", ck.step()), fx);
 }
 
-bool JobLifecycle::EvictionStillWanted(const TrackedJob& rt) const {
+bool EvictionManager::EvictionStillWanted(const TrackedJob& rt) const {
   if (!rt.eviction->preemption) return true;
-  auto by = jobs_.find(rt.eviction->by);
-  if (by == jobs_.end() || by->second.job.state() != v1::Job::PENDING) return false;
+  auto by = jobs_->jobs().find(rt.eviction->by);
+  if (by == jobs_->jobs().end() || by->second.job.state() != v1::Job::PENDING) return false;
   for (const Victim& v : by->second.preempting) {
     if (v.id == rt.job.id() && v.attempt == rt.job.attempt()) return true;
   }
   return false;
 }
 
-void JobLifecycle::Evict(TrackedJob& rt, const std::string& reason, const std::string& by, Effects* fx) {
-  if (!IsActive(rt) || rt.tearing_down || rt.eviction) return;
+void EvictionManager::Evict(TrackedJob& rt, const std::string& reason, const std::string& by, Effects* fx) {
+  if (!JobStateMachine::IsActive(rt) || rt.tearing_down || rt.eviction) return;
   const absl::Time now = clock_->Now();
   const bool preemption = !by.empty();
   if (rt.job.state() == v1::Job::RUNNING && !rt.job.spec().checkpoint().dir().empty()) {
     const int64_t min_step = SendCheckpointRequest(rt, fx);
-    rt.eviction = Eviction{reason, now + sharing_.preemption_grace, min_step, preemption, by};
+    rt.eviction = Eviction{reason, now + options_.preemption_grace, min_step, preemption, by};
     const std::string message = absl::StrCat(reason, ": saving a checkpoint before stopping (grace until ",
                                              TimeOfDay(rt.eviction->deadline), ")");
     spdlog::info("job={} attempt={} {}", rt.job.id(), rt.job.attempt(), message);
@@ -118,8 +112,8 @@ void JobLifecycle::Evict(TrackedJob& rt, const std::string& reason, const std::s
   StopEvicted(rt, reason, preemption, note, fx);
 }
 
-void JobLifecycle::StopEvicted(TrackedJob& rt, const std::string& reason, bool preemption, const std::string& note,
-                               Effects* fx) {
+void EvictionManager::StopEvicted(TrackedJob& rt, const std::string& reason, bool preemption, const std::string& note,
+                                  Effects* fx) {
   const absl::Time now = clock_->Now();
   rt.eviction.reset();
   rt.evicted_reason = reason;
@@ -127,28 +121,30 @@ void JobLifecycle::StopEvicted(TrackedJob& rt, const std::string& reason, bool p
   job.set_preemptions(job.preemptions() + 1);  // before the RESTARTING row is written
   if (preemption) {
     *job.add_preempt_times() = ToProtoTime(now);
-    while (job.preempt_times_size() > kKeptPreemptTimes) job.mutable_preempt_times()->erase(job.preempt_times().begin());
+    while (job.preempt_times_size() > kKeptPreemptTimes)
+      job.mutable_preempt_times()->erase(job.preempt_times().begin());
   }
   metrics_->sharing().Evicted(preemption);
   // The RESTARTING reason is the eviction alone (EvictionOf reads it back at recovery);
   // how it went is a log line of the job's.
   fx->AppendEvent(job.id(), ControllerLog("info", absl::StrCat(reason, ": stopping", note), job.attempt(), now));
-  RestartWithoutFailure(rt, reason, reason, fx);
+  jobs_->RestartWithoutFailure(rt, reason, reason, fx);
 }
 
-void JobLifecycle::EnforceEvictions(Effects* fx) {
+void EvictionManager::EnforceEvictions(Effects* fx) {
   const absl::Time now = clock_->Now();
-  for (auto& [id, rt] : jobs_) {
+  for (auto& [id, rt] : jobs_->jobs()) {
     if (!rt.eviction) continue;
-    if (!IsActive(rt) || rt.tearing_down) {  // cancelled, failed or finished meanwhile
+    if (!JobStateMachine::IsActive(rt) || rt.tearing_down) {  // cancelled, failed or finished meanwhile
       rt.eviction.reset();
       continue;
     }
     if (!EvictionStillWanted(rt)) {
       spdlog::info("job={} attempt={} eviction called off ({}): {} no longer waits for it", id, rt.job.attempt(),
                    rt.eviction->reason, rt.eviction->by);
-      fx->AppendEvent(id, ControllerLog("info", absl::StrCat(rt.eviction->reason, ": called off, ",
-                                                             rt.eviction->by, " no longer waits for it"),
+      fx->AppendEvent(id, ControllerLog("info",
+                                        absl::StrCat(rt.eviction->reason, ": called off, ", rt.eviction->by,
+                                                     " no longer waits for it"),
                                         rt.job.attempt(), now));
       rt.eviction.reset();
       continue;
@@ -158,17 +154,17 @@ void JobLifecycle::EnforceEvictions(Effects* fx) {
     const int64_t from = rt.job.last_checkpoint().step();
     StopEvicted(rt, e.reason, e.preemption,
                 absl::StrCat(" without a new checkpoint: none was complete within the ",
-                             absl::ToInt64Seconds(sharing_.preemption_grace), " s grace; it resumes from ",
+                             absl::ToInt64Seconds(options_.preemption_grace), " s grace; it resumes from ",
                              from > 0 ? absl::StrCat("step ", from) : std::string("the start")),
                 fx);
   }
 }
 
-std::vector<std::string> JobLifecycle::Drain(const std::string& worker, const std::string& reason, Effects* fx) {
+std::vector<std::string> EvictionManager::Drain(const std::string& worker, const std::string& reason, Effects* fx) {
   std::vector<std::string> moved;
   const std::string why = absl::StrCat("drained from ", worker, reason.empty() ? "" : ": ", reason);
-  for (auto& [id, rt] : jobs_) {
-    if (!IsActive(rt) || rt.tearing_down) continue;
+  for (auto& [id, rt] : jobs_->jobs()) {
+    if (!JobStateMachine::IsActive(rt) || rt.tearing_down) continue;
     bool here = false;
     for (const auto& r : rt.job.placement().ranks()) {
       if (r.worker() == worker && HasRank(rt, r.rank()) && rt.ranks[r.rank()] != RankPhase::kEnded) here = true;
@@ -186,7 +182,7 @@ std::vector<std::string> JobLifecycle::Drain(const std::string& worker, const st
   return moved;
 }
 
-int JobLifecycle::PreemptionsInLastHour(const TrackedJob& rt) const {
+int EvictionManager::PreemptionsInLastHour(const TrackedJob& rt) const {
   const absl::Time since = clock_->Now() - absl::Hours(1);
   int n = 0;
   for (const auto& t : rt.job.preempt_times()) {
@@ -195,17 +191,17 @@ int JobLifecycle::PreemptionsInLastHour(const TrackedJob& rt) const {
   return n;
 }
 
-void JobLifecycle::MaybePreempt(const std::vector<QueuedJob>& queue, const std::vector<GangDecision>& decisions,
-                                const std::set<std::string>& placed_now, Effects* fx) {
+void EvictionManager::MaybePreempt(const std::vector<QueuedJob>& queue, const std::vector<GangDecision>& decisions,
+                                   const std::set<std::string>& placed_now, Effects* fx) {
   // One preemption at a time: while a preemptor waits for its victims' attempts to
   // stop, no other victims are taken (what they give back is not counted yet).
   bool waiting = false;
-  for (auto& [id, rt] : jobs_) {
+  for (auto& [id, rt] : jobs_->jobs()) {
     if (rt.preempting.empty()) continue;
     bool live = false;
     for (const Victim& v : rt.preempting) {
-      auto vt = jobs_.find(v.id);
-      if (vt != jobs_.end() && vt->second.job.attempt() == v.attempt && vt->second.live > 0) live = true;
+      auto vt = jobs_->jobs().find(v.id);
+      if (vt != jobs_->jobs().end() && vt->second.job.attempt() == v.attempt && vt->second.live > 0) live = true;
     }
     if (live && rt.job.state() == v1::Job::PENDING) {
       waiting = true;
@@ -219,12 +215,12 @@ void JobLifecycle::MaybePreempt(const std::vector<QueuedJob>& queue, const std::
   size_t head = 0;
   while (head < decisions.size() && decisions[head].placed) ++head;
   if (head >= decisions.size() || head >= queue.size()) return;
-  TrackedJob& rt = jobs_.at(queue[head].id);
+  TrackedJob& rt = jobs_->jobs().at(queue[head].id);
   const int priority = rt.job.spec().job().priority();
   const absl::Time now = clock_->Now();
   std::vector<PreemptionCandidate> candidates, stopping;
-  for (const auto& [id, other] : jobs_) {
-    if (!IsActive(other) || other.live == 0 || placed_now.count(id)) continue;
+  for (const auto& [id, other] : jobs_->jobs()) {
+    if (!JobStateMachine::IsActive(other) || other.live == 0 || placed_now.count(id)) continue;
     const RunningJob running = RunningJobOf(other, now);
     PreemptionCandidate c;
     c.id = id;
@@ -247,24 +243,24 @@ void JobLifecycle::MaybePreempt(const std::vector<QueuedJob>& queue, const std::
   for (const auto& c : stopping) ending.push_back(&c);
   const std::vector<WorkerSnapshot> free = PreemptionPolicy::Freed(workers_->ConnectedFree(), ending);
   std::optional<PreemptionPlan> plan =
-      PreemptionPolicy::Plan(queue[head], free, candidates, sharing_.max_preemptions_per_hour);
+      PreemptionPolicy::Plan(queue[head], free, candidates, options_.max_preemptions_per_hour);
   if (!plan || plan->victims.empty()) return;
   const std::string reason = absl::StrCat("preempted by ", rt.job.id(), " (priority ", priority, ")");
   absl::Time until = now;
   rt.preempting.clear();
   for (const std::string& v : plan->victims) {
-    TrackedJob& victim = jobs_.at(v);
+    TrackedJob& victim = jobs_->jobs().at(v);
     rt.preempting.push_back(Victim{v, victim.job.attempt()});
   }
   for (const std::string& v : plan->victims) {
-    TrackedJob& victim = jobs_.at(v);
+    TrackedJob& victim = jobs_->jobs().at(v);
     Evict(victim, reason, rt.job.id(), fx);
     if (victim.eviction) until = std::max(until, victim.eviction->deadline);
   }
   rt.preempting_until = until;
   spdlog::info("job={} preempts {}", rt.job.id(), absl::StrJoin(plan->victims, ", "));
   if (std::string why = PendingReasonOf(rt, decisions[head], now); why != rt.job.pending_reason()) {
-    SetState(rt, v1::Job::PENDING, why, fx);
+    jobs_->SetState(rt, v1::Job::PENDING, why, fx);
   }
 }
 

@@ -18,7 +18,7 @@ namespace trainyard {
 // --retain-finished: how long a finished job keeps its events.
 struct RetentionSetting {
   absl::Duration keep = absl::Hours(24 * 30);  // absl::InfiniteDuration(): forever
-  std::string text = "30d";                     // as the job's Compaction names it
+  std::string text = "30d";                    // as the job's Compaction names it
 };
 // "30d", "12h", "90m", "3600s" (a positive number, decimals allowed, and a unit), or
 // "forever" / "0": events are never compacted. INVALID_ARGUMENT for anything else,
@@ -28,8 +28,8 @@ absl::StatusOr<RetentionSetting> ParseRetainFinished(const std::string& text);
 struct RetentionOptions {
   RetentionSetting retain;
   absl::Duration interval = absl::Minutes(10);  // between passes
-  int delete_chunk = 2000;    // events per delete transaction
-  int vacuum_chunk = 1024;    // pages per incremental_vacuum step
+  int delete_chunk = 2000;                      // events per delete transaction
+  int vacuum_chunk = 1024;                      // pages per incremental_vacuum step
   // Audit rows naming no job (cordon, uncordon, drain rows that moved nothing, policy
   // reloads, refusals of no job) are kept this long; rows naming a job, as long as it.
   absl::Duration audit_keep = absl::Hours(24 * 365);
