@@ -330,8 +330,11 @@ void RankSupervisor::WaitRank(Rank *rank) {
     auto it = alive_.find(key);
     finished_.push_back(std::move(it->second));
     alive_.erase(it);
+    ++unreported_;
   }
   Emit(rank, std::move(event));
+  absl::MutexLock lock(&mu_);
+  --unreported_;
 }
 
 void RankSupervisor::KillLocked(Rank *rank, const std::string &reason) {
@@ -400,7 +403,10 @@ void RankSupervisor::KillAll(const std::string &reason) {
   absl::MutexLock lock(&mu_);
   for (auto &[key, rank] : alive_) KillLocked(rank.get(), reason);
   mu_.Await(absl::Condition(
-      +[](std::map<Key, std::unique_ptr<Rank>> *alive) { return alive->empty(); }, &alive_));
+      +[](RankSupervisor *self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
+        return self->alive_.empty() && self->unreported_ == 0;
+      },
+      this));
 }
 
 bool RankSupervisor::WaitIdle(absl::Duration timeout) {

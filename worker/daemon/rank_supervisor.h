@@ -133,6 +133,9 @@ class RankSupervisor : public JobRunner {
   mutable absl::Mutex mu_;
   std::map<Key, std::unique_ptr<Rank>> alive_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<Rank>> finished_ ABSL_GUARDED_BY(mu_);
+  // Ranks whose slot is free but whose final state is not yet emitted: KillAll waits
+  // for them too, so a worker that exits right after it still reports every end.
+  int unreported_ ABSL_GUARDED_BY(mu_) = 0;
   // Last source_seq used per key, so a re-assigned (job, attempt, rank) never
   // repeats one.
   std::map<Key, int64_t> last_seq_ ABSL_GUARDED_BY(mu_);
