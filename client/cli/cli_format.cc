@@ -209,6 +209,17 @@ std::string FormatEventText(const v1::Event& event) {
                       absl::StrFormat(", write %.0f ms)", c.write_ms()));
       // Saved for `trainyard checkpoint`, a preemption or a drain, outside the interval.
       if (c.requested()) line += " on request";
+      if (!c.metric_name().empty()) absl::StrAppend(&line, " ", c.metric_name(), absl::StrFormat(" %.4f", c.metric()));
+      break;
+    }
+    case v1::Event::kCheckpointsPruned: {
+      const v1::CheckpointsPruned& p = event.checkpoints_pruned();
+      std::vector<std::string> steps;
+      for (const v1::CheckpointRef& r : p.removed()) steps.push_back(absl::StrCat(r.step()));
+      absl::StrAppend(&line, "checkpoints pruned after step ", p.step(), ": removed ",
+                      steps.empty() ? "none" : absl::StrCat("step ", absl::StrJoin(steps, ", ")), " (",
+                      FormatBytes(p.bytes_freed()), " freed), ", p.kept(), " kept (", FormatBytes(p.bytes_kept()),
+                      ")");
       break;
     }
     case v1::Event::PAYLOAD_NOT_SET:

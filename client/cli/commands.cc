@@ -300,8 +300,14 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
   export_cmd->add_option("--checkpoint", export_options.checkpoint,
                          "Read this checkpoint directory (holding manifest.json) or folder of them instead; "
                          "needs no controller when no job id is given");
-  export_cmd->add_option("--step", export_step, "Export the checkpoint of this step (default: the newest complete one)")
-      ->check(CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()));
+  CLI::Option* export_step_option =
+      export_cmd->add_option("--step", export_step, "Export the checkpoint of this step (default: the newest complete one)")
+          ->check(CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()));
+  export_cmd
+      ->add_flag("--best", export_options.best,
+                 "Export the kept checkpoint with the lowest checkpoint.best_metric (recorded in each manifest when "
+                 "checkpoint.keep_best > 0; a NaN is never best)")
+      ->excludes(export_step_option);
   export_cmd->add_option("-o,--output-file", export_options.output, "The .safetensors file to write")->required();
   export_cmd->add_option("--names", export_options.names,
                          "Tensor names: torchtitan (the checkpoint's own, loadable as checkpoint.initial_load_path) or "
@@ -317,6 +323,7 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
           "into place when complete. --output json prints one JSON object. Memory stays bounded (a 4 MiB copy "
           "buffer) whatever the model's size. See docs/checkpoints.md, \"Export\".\n"
           "Examples: trainyard export job-3 -o model.safetensors\n"
+          "          trainyard export job-3 --best -o best.safetensors\n"
           "          trainyard export --checkpoint /ck/job-3 --step 200 --names hf -o hf/model.safetensors");
 
   TensorBoardCommandOptions tensorboard_options;

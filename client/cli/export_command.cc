@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "client/cli/cli_format.h"
 #include "common/base/text.h"
 #include "common/events/proto_json.h"
@@ -42,6 +43,7 @@ int RunExportCommand(const ExportCommandOptions& options, JobClient* client, std
     o.metadata["trainyard.spec"] = ToJsonLine(job->spec());
   }
   o.step = options.step;
+  o.best = options.best;
   o.output = options.output;
   o.force = options.force;
   absl::StatusOr<engine::ExportResult> r = engine::ExportCheckpoint(o);
@@ -52,10 +54,13 @@ int RunExportCommand(const ExportCommandOptions& options, JobClient* client, std
                                 {"tp", r->tp},            {"ep", r->ep},
                                 {"names", options.names}, {"tensors", r->tensors},
                                 {"bytes", r->bytes}};
+    if (r->metric) j["metric"] = {{"name", r->metric->name}, {"value", r->metric->value}};
     if (!options.job_id.empty()) j["job_id"] = options.job_id;
     out << j.dump() << std::endl;
   } else {
-    out << TerminalSafe(absl::StrCat("exported step ", r->step, " (dp=", r->dp, " tp=", r->tp, " ep=", r->ep,
+    const std::string metric =
+        r->metric ? absl::StrCat(", ", r->metric->name, " ", absl::StrFormat("%.6g", r->metric->value)) : "";
+    out << TerminalSafe(absl::StrCat("exported step ", r->step, " (dp=", r->dp, " tp=", r->tp, " ep=", r->ep, metric,
                                      ") from ", r->checkpoint_dir, ": ", r->tensors, " tensors, ",
                                      FormatBytes(static_cast<int64_t>(r->bytes)), ", ", options.names,
                                      " names -> ", o.output),

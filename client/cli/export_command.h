@@ -20,6 +20,7 @@ struct ExportCommandOptions {
   std::string job_id;      // "" with --checkpoint alone
   std::string checkpoint;  // --checkpoint: a checkpoint directory or a folder of them
   std::optional<int64_t> step;
+  bool best = false;  // --best: the lowest metric (checkpoint.keep_best); excludes --step
   std::string output;              // -o
   std::string names = "torchtitan";  // --names torchtitan|hf
   bool force = false;              // replace an existing output

@@ -1,6 +1,7 @@
 #include "client/cli/job_view.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <tuple>
 
@@ -230,6 +231,18 @@ void JobHistory::Add(const v1::Event& event) {
       checkpoints_.push_back(event);
       if (checkpoints_.size() > kMaxListed) checkpoints_.erase(checkpoints_.begin());
       break;
+    case v1::Event::kCheckpointsPruned: {
+      const v1::CheckpointsPruned& p = event.checkpoints_pruned();
+      checkpoints_removed_ += p.removed_size();
+      checkpoint_bytes_freed_ += p.bytes_freed();
+      checkpoint_bytes_kept_ = p.bytes_kept();
+      std::set<std::string> removed;
+      for (const v1::CheckpointRef& r : p.removed()) removed.insert(r.path());
+      checkpoints_.erase(std::remove_if(checkpoints_.begin(), checkpoints_.end(),
+                                        [&](const v1::Event& e) { return removed.count(e.checkpoint().path()) > 0; }),
+                         checkpoints_.end());
+      break;
+    }
     default:
       break;
   }
@@ -408,16 +421,31 @@ std::string FormatJobDescription(const v1::Job& job, const JobHistory& history,
     absl::StrAppend(&out, "checkpoints none\n");
   } else {
     out += "checkpoints:";
-    if (history.checkpoint_count() > static_cast<int64_t>(history.checkpoints().size())) {
+    if (history.checkpoints_removed() > 0) {
+      absl::StrAppend(&out, " ", history.checkpoint_count(), " saved, ", history.checkpoints_removed(),
+                      " removed by retention (", FormatBytes(history.checkpoint_bytes_freed()), " freed), ",
+                      FormatBytes(std::max<int64_t>(history.checkpoint_bytes_kept(), 0)), " kept on disk;");
+    }
+    if (history.checkpoint_count() - history.checkpoints_removed() > static_cast<int64_t>(history.checkpoints().size())) {
       absl::StrAppend(&out, " ", history.checkpoint_count(), " in all, the newest ", history.checkpoints().size(),
                       " shown");
     }
     out += "\n";
+    // The one `export --best` takes among those listed: the lowest finite metric, of
+    // equal ones the newest.
+    const v1::Event* best = nullptr;
+    for (const v1::Event& e : history.checkpoints()) {
+      const v1::CheckpointSaved& c = e.checkpoint();
+      if (c.metric_name().empty() || !std::isfinite(c.metric())) continue;
+      if (best == nullptr || c.metric() <= best->checkpoint().metric()) best = &e;
+    }
     for (const v1::Event& e : history.checkpoints()) {
       const v1::CheckpointSaved& c = e.checkpoint();
       absl::StrAppend(&out, "  step ", c.step(), "  ", c.path(), "  ", FormatBytes(c.bytes()), "  attempt ",
-                      e.attempt(), "  dp ", c.dp(), " tp ", c.tp(), " ep ", c.ep(), c.requested() ? "  on request" : "",
-                      "\n");
+                      e.attempt(), "  dp ", c.dp(), " tp ", c.tp(), " ep ", c.ep(), c.requested() ? "  on request" : "");
+      if (!c.metric_name().empty()) absl::StrAppend(&out, "  ", c.metric_name(), absl::StrFormat(" %.4f", c.metric()));
+      if (&e == best) out += "  (best)";
+      out += "\n";
     }
   }
   if (!artifacts_error.empty()) {

@@ -79,8 +79,14 @@ class JobHistory {
   const std::vector<int64_t>& loss_steps() const { return loss_steps_; }
   // The newest kMaxListed checkpoints and stalls, oldest first; *_count() says how many
   // there were in all. A job of a million steps may save thousands of checkpoints, and
-  // `get` keeps no more than it prints.
+  // `get` keeps no more than it prints. Checkpoints that a CheckpointsPruned event
+  // reports removed leave the list: it holds the kept ones.
   const std::vector<v1::Event>& checkpoints() const { return checkpoints_; }
+  // From the CheckpointsPruned events: checkpoints removed in all, and the newest
+  // event's bytes kept on disk (-1 before any) and bytes freed summed.
+  int64_t checkpoints_removed() const { return checkpoints_removed_; }
+  int64_t checkpoint_bytes_kept() const { return checkpoint_bytes_kept_; }
+  int64_t checkpoint_bytes_freed() const { return checkpoint_bytes_freed_; }
   const std::vector<v1::Event>& stalls() const { return stalls_; }
   int64_t checkpoint_count() const { return checkpoint_count_; }
   int64_t stall_count() const { return stall_count_; }
@@ -114,6 +120,9 @@ class JobHistory {
   std::vector<v1::Event> checkpoints_;
   std::vector<v1::Event> stalls_;
   int64_t checkpoint_count_ = 0;
+  int64_t checkpoints_removed_ = 0;
+  int64_t checkpoint_bytes_kept_ = -1;
+  int64_t checkpoint_bytes_freed_ = 0;
   int64_t stall_count_ = 0;
   int recompiles_ = 0;
   int64_t last_seq_ = 0;

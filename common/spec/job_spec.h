@@ -105,6 +105,8 @@ struct ProfilingSpec {
 struct CheckpointSpec {
   int interval = 0;  // steps; 0 = off
   int keep = 3;
+  int keep_best = 0;  // 0 = off
+  std::string best_metric = "val_loss";  // "val_loss" | "train_loss"; lower is better
   std::string initial_load_path;
   std::string dir;  // where checkpoints go; required when interval > 0
 };
@@ -211,6 +213,8 @@ void ForEachField(Spec& s, Visit&& visit) {
 
   visit("checkpoint", "interval", s.checkpoint.interval);
   visit("checkpoint", "keep", s.checkpoint.keep);
+  visit("checkpoint", "keep_best", s.checkpoint.keep_best);
+  visit("checkpoint", "best_metric", s.checkpoint.best_metric);
   visit("checkpoint", "initial_load_path", s.checkpoint.initial_load_path);
   visit("checkpoint", "dir", s.checkpoint.dir);
 

@@ -368,6 +368,20 @@ Check Rest(const JobSpec& s) {
     return Invalid("checkpoint.keep", "requires", "checkpoint.keep must be >= 1 when checkpoints are on, got " +
                                                     std::to_string(ck.keep));
   }
+  TY_SPEC_CHECK(IntRange("checkpoint.keep_best", ck.keep_best, 0, 1000000));
+  TY_SPEC_CHECK(OneOf("checkpoint.best_metric", ck.best_metric, BestMetrics()));
+  if (ck.keep_best > 0 && ck.dir.empty()) {
+    return Invalid("checkpoint.keep_best", "requires",
+                   "checkpoint.keep_best=" + std::to_string(ck.keep_best) +
+                       " needs checkpoint.dir (the checkpoints it keeps are written there)");
+  }
+  // A checkpoint is ranked by the validation run at its own step: without a validation
+  // dataset there is none.
+  if (ck.keep_best > 0 && ck.best_metric == "val_loss" && s.validation.dataset.empty()) {
+    return Invalid("checkpoint.best_metric", "requires",
+                   "checkpoint.best_metric=\"val_loss\" with checkpoint.keep_best=" + std::to_string(ck.keep_best) +
+                       " needs validation.dataset; set it, or rank by best_metric=\"train_loss\"");
+  }
   TY_SPEC_CHECK(OneOf("resources.device", s.resources.device, Devices()));
   TY_SPEC_CHECK(IntRange("resources.ranks_per_worker", s.resources.ranks_per_worker, 0, kMaxWorldSize));
   TY_SPEC_CHECK(IntRange("restart.max_restarts", s.restart.max_restarts, 0, 1000));
@@ -411,6 +425,10 @@ const std::vector<std::string>& CheckpointModes() {
 }
 const std::vector<std::string>& Devices() {
   static const std::vector<std::string> v = {"cpu", "cuda"};
+  return v;
+}
+const std::vector<std::string>& BestMetrics() {
+  static const std::vector<std::string> v = {"val_loss", "train_loss"};
   return v;
 }
 

@@ -29,6 +29,7 @@ const std::vector<std::string>& RegionModes();       // per_layer, model
 const std::vector<std::string>& SideEffectPolicies();  // error, fallback
 const std::vector<std::string>& CheckpointModes();   // none, full, selective
 const std::vector<std::string>& Devices();           // cpu, cuda
+const std::vector<std::string>& BestMetrics();       // val_loss, train_loss (lower is better)
 
 // Upper bounds shared with callers (a world larger than this is refused).
 inline constexpr int kMaxWorldSize = 65536;

@@ -110,6 +110,15 @@ std::vector<Event> Summarize(const v1::Event& event, AttemptCounters* counters) 
       r.Scalar("checkpoint/bytes", static_cast<double>(c.bytes()));
       r.Scalar("checkpoint/blocked_ms", c.blocked_ms());
       r.Scalar("checkpoint/write_ms", c.write_ms());
+      if (!c.metric_name().empty()) r.Scalar("checkpoint/metric", c.metric());
+      return r.Take();
+    }
+    case v1::Event::kCheckpointsPruned: {
+      const v1::CheckpointsPruned& p = event.checkpoints_pruned();
+      Records r(wall, p.step());
+      r.Scalar("checkpoint/bytes_freed", static_cast<double>(p.bytes_freed()));
+      r.Scalar("checkpoint/bytes_kept", static_cast<double>(p.bytes_kept()));
+      r.Scalar("checkpoint/kept", static_cast<double>(p.kept()));
       return r.Take();
     }
     default:

@@ -10,7 +10,9 @@
 //   compile/compile_ms                                  (CompileEvent, at the attempt's
 //                                                        latest reported step)
 //   faults/stalls (running count), faults/stall_waited_s (Stall, at its step)
-//   checkpoint/bytes, checkpoint/blocked_ms, checkpoint/write_ms (CheckpointSaved)
+//   checkpoint/bytes, checkpoint/blocked_ms, checkpoint/write_ms (CheckpointSaved),
+//   checkpoint/metric (CheckpointSaved with a best_metric), checkpoint/bytes_freed,
+//   checkpoint/bytes_kept, checkpoint/kept (CheckpointsPruned, at the save's step)
 // and the job's resolved spec as text (tag `spec`, TensorBoard's text plugin).
 // Values are written as they were stored, NaN and infinities included (simple_value is
 // a float, so a double is rounded to the nearest float).

@@ -166,6 +166,7 @@ std::string InvalidEvent(const v1::Event& e) {
     return absl::StrCat(bytes, " bytes, more than the ", kMaxEventBytes, " allowed");
   }
   if (e.has_checkpoint()) return CheckpointProblem(e.checkpoint());
+  if (e.has_checkpoints_pruned()) return CheckpointsPrunedProblem(e.checkpoints_pruned());
   if (e.has_validation()) return ValidationProblem(e.validation());
   return "";
 }
@@ -179,17 +180,45 @@ std::string ValidationProblem(const v1::Validation& v) {
   return "";
 }
 
-std::string CheckpointProblem(const v1::CheckpointSaved& ck) {
-  if (ck.step() < 1) return absl::StrCat("checkpoint.step must be >= 1, got ", ck.step());
-  const std::string& path = ck.path();
-  if (path.empty()) return "checkpoint.path is empty";
+namespace {
+
+// Why a checkpoint directory's path named `field` cannot be stored and shown, or "".
+std::string CheckpointPathProblem(const std::string& field, const std::string& path) {
+  if (path.empty()) return field + " is empty";
   if (path.size() > spec::kMaxPathLength) {
-    return absl::StrCat("checkpoint.path is ", path.size(), " bytes, more than the ", spec::kMaxPathLength,
+    return absl::StrCat(field, " is ", path.size(), " bytes, more than the ", spec::kMaxPathLength,
                         " allowed: ", Quote(path));
   }
-  if (!IsUtf8(path)) return absl::StrCat("checkpoint.path is not UTF-8: ", Quote(path));
+  if (!IsUtf8(path)) return absl::StrCat(field, " is not UTF-8: ", Quote(path));
   for (unsigned char c : path) {
-    if (c < 0x20 || c == 0x7f) return absl::StrCat("checkpoint.path holds a control character: ", Quote(path));
+    if (c < 0x20 || c == 0x7f) return absl::StrCat(field, " holds a control character: ", Quote(path));
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string CheckpointsPrunedProblem(const v1::CheckpointsPruned& p) {
+  if (p.step() < 1) return absl::StrCat("checkpoints_pruned.step must be >= 1, got ", p.step());
+  for (const auto& [name, n] : {std::pair<const char*, int64_t>{"checkpoints_pruned.bytes_freed", p.bytes_freed()},
+                                {"checkpoints_pruned.bytes_kept", p.bytes_kept()},
+                                {"checkpoints_pruned.kept", p.kept()}}) {
+    if (n < 0) return absl::StrCat(name, " must be >= 0, got ", n);
+  }
+  for (const v1::CheckpointRef& r : p.removed()) {
+    if (std::string why = CheckpointPathProblem("checkpoints_pruned.removed.path", r.path()); !why.empty()) return why;
+    if (r.step() < 1) return absl::StrCat("checkpoints_pruned.removed.step must be >= 1, got ", r.step());
+    if (r.bytes() < 0) return absl::StrCat("checkpoints_pruned.removed.bytes must be >= 0, got ", r.bytes());
+  }
+  return "";
+}
+
+std::string CheckpointProblem(const v1::CheckpointSaved& ck) {
+  if (ck.step() < 1) return absl::StrCat("checkpoint.step must be >= 1, got ", ck.step());
+  if (std::string why = CheckpointPathProblem("checkpoint.path", ck.path()); !why.empty()) return why;
+  // The engine writes at most this many bytes of a metric's name into a manifest.
+  if (ck.metric_name().size() > 64 || !IsUtf8(ck.metric_name())) {
+    return absl::StrCat("checkpoint.metric_name must be UTF-8 of at most 64 bytes, got ", Quote(ck.metric_name()));
   }
   if (ck.bytes() < 0) return absl::StrCat("checkpoint.bytes must be >= 0, got ", ck.bytes());
   for (const auto& [name, ms] : {std::pair<const char*, double>{"checkpoint.blocked_ms", ck.blocked_ms()},

@@ -68,6 +68,9 @@ std::string InvalidEvent(const v1::Event& event);
 // blocked_ms and write_ms finite and >= 0; dp, tp, ep in [1, spec::kMaxWorldSize].
 // Whether it fits its job (steps, directory, newer than the last) is event_fencing's.
 std::string CheckpointProblem(const v1::CheckpointSaved& checkpoint);
+// Why a CheckpointsPruned's fields are out of range, or "": step >= 1, byte counts and
+// kept >= 0, each removed checkpoint's path as CheckpointProblem's, step >= 1, bytes >= 0.
+std::string CheckpointsPrunedProblem(const v1::CheckpointsPruned& pruned);
 
 // Why a Validation's fields are out of range, or "": step >= 0 (0: before the first
 // step), tokens >= 0, ms finite and >= 0. The loss may be NaN or infinite: a diverged

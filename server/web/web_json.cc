@@ -229,10 +229,13 @@ const std::vector<std::string>& EventKinds() {
 }
 
 std::string EventJsonLine(const v1::Event& e) {
-  if (!e.has_artifact() && !e.has_checkpoint()) return ToJsonLine(e);
+  if (!e.has_artifact() && !e.has_checkpoint() && !e.has_checkpoints_pruned()) return ToJsonLine(e);
   v1::Event shown = e;
   if (shown.has_artifact()) shown.mutable_artifact()->clear_uri();
   if (shown.has_checkpoint()) shown.mutable_checkpoint()->clear_path();
+  if (shown.has_checkpoints_pruned()) {
+    for (v1::CheckpointRef& r : *shown.mutable_checkpoints_pruned()->mutable_removed()) r.clear_path();
+  }
   return ToJsonLine(shown);
 }
 

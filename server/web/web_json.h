@@ -57,7 +57,8 @@ std::string EventKindName(const v1::Event& event);
 // Every payload name of trainyard.v1.Event, in field order (from its descriptor).
 const std::vector<std::string>& EventKinds();
 // The event's proto3 JSON (proto_json's ToJsonLine: .proto names, every field), with
-// what names a file on a machine blanked: an artifact's uri, a checkpoint's path.
+// what names a file on a machine blanked: an artifact's uri, a checkpoint's path, the
+// paths of the checkpoints a prune removed.
 std::string EventJsonLine(const v1::Event& event);
 // 200 with {"events": [the lines, as they are], ...envelope's members}; `envelope` is a
 // non-empty object.

@@ -104,6 +104,13 @@ def main():
                 put("checkpoint/bytes", c["step"], c["bytes"], e)
                 put("checkpoint/blocked_ms", c["step"], c["blocked_ms"], e)
                 put("checkpoint/write_ms", c["step"], c["write_ms"], e)
+                if c.get("metric_name"):
+                    put("checkpoint/metric", c["step"], c["metric"], e)
+            elif "checkpoints_pruned" in e:
+                p = e["checkpoints_pruned"]
+                put("checkpoint/bytes_freed", p["step"], p["bytes_freed"], e)
+                put("checkpoint/bytes_kept", p["step"], p["bytes_kept"], e)
+                put("checkpoint/kept", p["step"], p["kept"], e)
         tags = set(acc.Tags()["scalars"])
         if tags != set(want):
             sys.exit("%s: scalar tags %s, want %s" % (run, sorted(tags), sorted(want)))

@@ -127,7 +127,7 @@ _trainyard() {
       fi
       [[ "$sub" == pull ]] && flags="--output-dir -o" ;;
     preflight) flags="--set --shrink --json --train-binary --timeout" ;;
-    export) flags="--checkpoint --step --output-file -o --names --force" ;;
+    export) flags="--checkpoint --step --best --output-file -o --names --force" ;;
     tensorboard) flags="--output-dir -o" ;;
     audit) flags="--job --since --limit" ;;
     webhooks)

@@ -4,6 +4,7 @@
 // absent --step (listing the steps present), a job without checkpoint.dir, an unknown
 // job, an output that exists (refused unless --force) and missing arguments. The
 // checkpoints are written by hand (tests/worker/engine/checkpoint/synthetic_checkpoint.h).
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -117,6 +118,40 @@ TEST_F(CliExportTest, RefusalsAndTheirExitCodes) {
   EXPECT_EQ(Export({"job-3", "-o", root_ + "/out/n.safetensors", "--names", "llama"}), cli::kExitUsage);
   EXPECT_EQ(Export({"job-3", "-o", root_ + "/nope/n.safetensors"}), cli::kExitNotFound);
   EXPECT_FALSE(fs::exists(root_ + "/out/n.safetensors"));
+}
+
+TEST_F(CliExportTest, BestTakesTheLowestFiniteMetricAndLeavesNoPin) {
+  const std::string jobs = root_ + "/ck/job-3";
+  // Steps 5 and 10 (SetUp) have no metric; 15 is NaN (never best); 20 and 25 tie at the
+  // lowest, 30 is higher.
+  WriteSyntheticCheckpoint(jobs, 15, Ranks(), 1, engine::CheckpointMetric{"val_loss", std::nan("")});
+  WriteSyntheticCheckpoint(jobs, 20, Ranks(), 1, engine::CheckpointMetric{"val_loss", 1.25});
+  WriteSyntheticCheckpoint(jobs, 25, Ranks(), 1, engine::CheckpointMetric{"val_loss", 1.25});
+  WriteSyntheticCheckpoint(jobs, 30, Ranks(), 1, engine::CheckpointMetric{"val_loss", 2.5});
+  const std::string out = root_ + "/out/best.safetensors";
+  ASSERT_EQ(Export({"job-3", "--best", "-o", out}), cli::kExitOk) << err_.str();
+  EXPECT_NE(out_.str().find("exported step 25 (dp=2 tp=1 ep=1, val_loss 1.25) from " + jobs +
+                            "/step-00000025-attempt-1"),
+            std::string::npos)
+      << out_.str();
+  EXPECT_EQ(ReadRawSafetensors(out).metadata.at("trainyard.step"), "25");
+  EXPECT_TRUE(fs::is_empty(jobs + "/step-00000025-attempt-1/pins")) << "the export's pin is gone once it is done";
+
+  EXPECT_EQ(Export({"job-3", "--best", "--step", "5", "-o", root_ + "/out/x.safetensors"}), cli::kExitUsage);
+  EXPECT_NE(err_.str().find("excludes"), std::string::npos) << err_.str();
+  EXPECT_EQ(Export({"--checkpoint", jobs + "/step-00000020-attempt-1", "--best", "-o", root_ + "/out/x.safetensors"}),
+            cli::kExitUsage);
+  EXPECT_NE(err_.str().find("is one checkpoint; --best chooses among a folder of them"), std::string::npos)
+      << err_.str();
+}
+
+TEST_F(CliExportTest, BestWithoutAnyMetricSaysWhy) {
+  EXPECT_EQ(Export({"job-3", "--best", "-o", root_ + "/out/x.safetensors"}), cli::kExitNotFound);
+  EXPECT_NE(err_.str().find("no checkpoint under '" + root_ + "/ck/job-3' has a metric to rank by (2 complete, 2 "
+                            "without a finite metric); checkpoint.keep_best records one"),
+            std::string::npos)
+      << err_.str();
+  EXPECT_FALSE(fs::exists(root_ + "/out/x.safetensors"));
 }
 
 }  // namespace

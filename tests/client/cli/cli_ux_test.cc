@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -409,6 +411,54 @@ TEST(JobHistoryTest, CheckpointsAndStallsAreBounded) {
   const std::string explain = FormatExplainHistory(job, history);
   EXPECT_THAT(explain, HasSubstr("stalls: 5000"));
   EXPECT_LT(std::count(explain.begin(), explain.end(), '\n'), 100);
+}
+
+// Retention: a CheckpointsPruned event takes the removed checkpoints off `get`'s list,
+// which then shows the kept ones with their metric, the best marked (a NaN never is),
+// and the bytes freed and kept.
+TEST(JobHistoryTest, PrunedCheckpointsLeaveTheListAndTheBestIsMarked) {
+  JobHistory history;
+  int64_t seq = 0;
+  const std::map<int, double> metric = {{5, 3.0}, {10, 1.5}, {15, std::nan("")}, {20, 2.0}};
+  for (const auto& [step, value] : metric) {
+    v1::Event c;
+    c.set_seq(++seq);
+    c.set_attempt(1);
+    *c.mutable_time() = At(step);
+    c.mutable_checkpoint()->set_step(step);
+    c.mutable_checkpoint()->set_path("/ckpt/job-1/step-" + std::to_string(step));
+    c.mutable_checkpoint()->set_bytes(1000);
+    c.mutable_checkpoint()->set_metric_name("val_loss");
+    c.mutable_checkpoint()->set_metric(value);
+    history.Add(c);
+  }
+  v1::Event p;
+  p.set_seq(++seq);
+  p.set_attempt(1);
+  v1::CheckpointsPruned* pruned = p.mutable_checkpoints_pruned();
+  pruned->set_step(20);
+  for (int step : {5, 15}) {
+    v1::CheckpointRef* r = pruned->add_removed();
+    r->set_step(step);
+    r->set_path("/ckpt/job-1/step-" + std::to_string(step));
+    r->set_bytes(1000);
+  }
+  pruned->set_bytes_freed(2000);
+  pruned->set_bytes_kept(2000);
+  pruned->set_kept(2);
+  history.Add(p);
+  ASSERT_EQ(history.checkpoints().size(), 2u);
+  EXPECT_EQ(history.checkpoints_removed(), 2);
+  v1::Job job;
+  job.set_id("job-1");
+  job.set_state(v1::Job::RUNNING);
+  const std::string get = FormatJobDescription(job, history, {});
+  EXPECT_THAT(get, HasSubstr("checkpoints: 4 saved, 2 removed by retention ("));
+  EXPECT_THAT(get, HasSubstr("/ckpt/job-1/step-10  "));
+  EXPECT_THAT(get, HasSubstr("val_loss 1.5000  (best)\n"));
+  EXPECT_THAT(get, HasSubstr("val_loss 2.0000\n"));
+  EXPECT_THAT(get, Not(HasSubstr("/ckpt/job-1/step-5 ")));
+  EXPECT_THAT(get, Not(HasSubstr("/ckpt/job-1/step-15 ")));
 }
 
 TEST(TerminalSafeTest, EscapesControlsAndInvalidUtf8AndKeepsText) {

@@ -138,7 +138,23 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"KeepZeroWithCheckpoints", {"checkpoint.interval=5", "checkpoint.dir=\"/ck\"", "checkpoint.keep=0"},
              "checkpoint.keep", "requires", "checkpoint.keep must be >= 1 when checkpoints are on, got 0"},
         Case{"RanksPerWorkerNegative", {"resources.ranks_per_worker=-1"}, "resources.ranks_per_worker", "range",
-             "resources.ranks_per_worker must be in [0, 65536], got -1"}),
+             "resources.ranks_per_worker must be in [0, 65536], got -1"},
+        Case{"KeepBestNegative", {"checkpoint.keep_best=-1"}, "checkpoint.keep_best", "range",
+             "checkpoint.keep_best must be in [0, 1000000], got -1"},
+        Case{"KeepBestHuge", {"checkpoint.keep_best=1000001"}, "checkpoint.keep_best", "range",
+             "checkpoint.keep_best must be in [0, 1000000], got 1000001"},
+        Case{"BestMetricUnknown", {"checkpoint.best_metric=\"val_accuracy\""}, "checkpoint.best_metric", "one_of",
+             "checkpoint.best_metric: unknown value \"val_accuracy\" (known: val_loss, train_loss)"},
+        Case{"BestMetricEmpty", {"checkpoint.best_metric=\"\""}, "checkpoint.best_metric", "one_of",
+             "checkpoint.best_metric: unknown value \"\" (known: val_loss, train_loss)"},
+        Case{"KeepBestWithoutDir", {"checkpoint.keep_best=2", "checkpoint.best_metric=\"train_loss\""},
+             "checkpoint.keep_best", "requires",
+             "checkpoint.keep_best=2 needs checkpoint.dir (the checkpoints it keeps are written there)"},
+        Case{"KeepBestByValidationWithoutValidation",
+             {"checkpoint.interval=5", "checkpoint.dir=\"/ck\"", "checkpoint.keep_best=2"}, "checkpoint.best_metric",
+             "requires",
+             "checkpoint.best_metric=\"val_loss\" with checkpoint.keep_best=2 needs validation.dataset; set it, or "
+             "rank by best_metric=\"train_loss\""}),
     CaseName);
 
 INSTANTIATE_TEST_SUITE_P(
@@ -261,6 +277,20 @@ TEST(RulesTest, CheckpointsAndElasticRestartsAreAccepted) {
     EXPECT_TRUE(FromPreset("debug", {std::string("checkpoint.dir=\"") + dir + "\""}).ok()) << dir;
   }
   EXPECT_EQ(spec.value().training.grad_accum_steps, 1024);
+}
+
+TEST(RulesTest, BestCheckpointsAreAcceptedWithWhatTheyRankBy) {
+  Result<JobSpec> by_val = FromPreset("debug", {"checkpoint.interval=5", "checkpoint.dir=\"/ck\"", "checkpoint.keep=1",
+                                                "checkpoint.keep_best=1000000", "validation.dataset=synthetic"});
+  ASSERT_TRUE(by_val.ok()) << by_val.error().message;
+  EXPECT_EQ(by_val.value().checkpoint.keep_best, 1000000);
+  EXPECT_EQ(by_val.value().checkpoint.best_metric, "val_loss") << "the default";
+  // Training loss needs no validation; interval 0 keeps requested checkpoints only.
+  Result<JobSpec> by_train = FromPreset(
+      "debug", {"checkpoint.dir=\"/ck\"", "checkpoint.keep_best=3", "checkpoint.best_metric=\"train_loss\""});
+  ASSERT_TRUE(by_train.ok()) << by_train.error().message;
+  // Off (0, the default) needs nothing, whatever best_metric says.
+  EXPECT_TRUE(FromPreset("debug", {"checkpoint.best_metric=\"val_loss\""}).ok());
 }
 
 TEST(RulesTest, PresetsAndBoundaryValuesPass) {

@@ -360,5 +360,46 @@ TEST(RequestChecksTest, AValidationNeedsNonNegativeCountsAndAFiniteDuration) {
   EXPECT_EQ(request_validation::ValidationProblem(*v), "");
 }
 
+// What rank 0 reports after pruning: counts and paths are checked like a checkpoint's;
+// a NaN metric on a CheckpointSaved is an outcome (a diverged run), not a broken rank.
+TEST(RequestChecksTest, CheckpointsPrunedAndCheckpointMetricsAreChecked) {
+  v1::Event e;
+  e.set_job_id("job-1");
+  e.set_attempt(1);
+  v1::CheckpointsPruned* p = e.mutable_checkpoints_pruned();
+  p->set_step(10);
+  v1::CheckpointRef* r = p->add_removed();
+  r->set_step(5);
+  r->set_path("/ck/job-1/step-00000005-attempt-1");
+  r->set_bytes(4096);
+  p->set_bytes_freed(4096);
+  p->set_bytes_kept(8192);
+  p->set_kept(2);
+  EXPECT_EQ(request_validation::InvalidEvent(e), "");
+  p->set_bytes_kept(-1);
+  EXPECT_EQ(request_validation::InvalidEvent(e), "checkpoints_pruned.bytes_kept must be >= 0, got -1");
+  p->set_bytes_kept(0);
+  r->set_path("/ck/\x1b[2J");
+  EXPECT_EQ(request_validation::InvalidEvent(e),
+            "checkpoints_pruned.removed.path holds a control character: /ck/\\x1b[2J");
+  r->set_path("");
+  EXPECT_EQ(request_validation::InvalidEvent(e), "checkpoints_pruned.removed.path is empty");
+  p->set_step(0);
+  EXPECT_EQ(request_validation::InvalidEvent(e), "checkpoints_pruned.step must be >= 1, got 0");
+
+  v1::CheckpointSaved ck;
+  ck.set_step(10);
+  ck.set_path("/ck/job-1/step-00000010-attempt-1");
+  ck.set_dp(1);
+  ck.set_tp(1);
+  ck.set_ep(1);
+  ck.set_metric_name("val_loss");
+  ck.set_metric(std::numeric_limits<double>::quiet_NaN());
+  EXPECT_EQ(request_validation::CheckpointProblem(ck), "");
+  ck.set_metric_name(std::string(65, 'm'));
+  EXPECT_NE(request_validation::CheckpointProblem(ck).find("checkpoint.metric_name must be UTF-8 of at most 64 bytes"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace trainyard::testing

@@ -116,7 +116,7 @@ TEST_F(WebApiTest, HostileInputsArePrecise400sOr404s) {
       {events + "?limit=2001", 400, "query parameter limit: 2001 is over the maximum 2000"},
       {events + "?kinds=step_metrics,bogus", 400,
        "query parameter kinds: 'bogus' is not an event kind (step_metrics, compile, rank_state, log, artifact, "
-       "stall, job_state, checkpoint, validation)"},
+       "stall, job_state, checkpoint, validation, checkpoints_pruned)"},
       {events + "?after_seq=1&after_seq=2", 400, "query parameter after_seq is given more than once"},
       {events + "?token=x", 400, "unknown query parameter 'token'; this endpoint takes after_seq, limit, kinds"},
       {events + "?after_seq=%zz", 400, "a query parameter value '%zz' has a bad percent escape at byte 0"},

@@ -125,7 +125,7 @@ TEST_F(WebApiTest, AnEventIsTheProto3JsonOfTrainyardV1Event) {
       {"job_id", alice_job_}, {"seq", std::to_string(first + 2)}, {"rank", 0}, {"attempt", 2}, {"source_seq", "0"},
       {"checkpoint",
        {{"step", "100"}, {"path", ""}, {"bytes", "21474836480"}, {"blocked_ms", 1.5}, {"write_ms", 20},
-        {"dp", 2}, {"tp", 1}, {"ep", 1}, {"requested", false}}}};
+        {"dp", 2}, {"tp", 1}, {"ep", 1}, {"requested", false}, {"metric_name", ""}, {"metric", 0}}}};
   EXPECT_EQ(body["events"][2], expected_checkpoint);
   EXPECT_EQ(r.body.find("secret"), std::string::npos) << r.body;
 

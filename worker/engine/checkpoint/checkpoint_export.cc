@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -18,6 +19,7 @@
 #include "absl/status/status.h"
 #include "common/base/file_io.h"
 #include "common/base/text.h"
+#include "worker/engine/checkpoint/checkpoint_pin.h"
 
 namespace trainyard::engine {
 namespace {
@@ -211,8 +213,13 @@ void CheckOutput(const ExportOptions& o) {
 
 ExportResult Export(const ExportOptions& o) {
   CheckOutput(o);
-  absl::StatusOr<std::string> dir = SelectCheckpoint(o.checkpoint, o.step);
+  if (o.best && o.step) Fail(absl::InvalidArgumentError("--best and --step choose the checkpoint both; give one"));
+  absl::StatusOr<std::string> dir = o.best ? SelectBestCheckpoint(o.checkpoint) : SelectCheckpoint(o.checkpoint, o.step);
   if (!dir.ok()) Fail(dir.status());
+  absl::StatusOr<std::unique_ptr<CheckpointPin>> pin = CheckpointPin::Acquire(*dir, "export");
+  if (!pin.ok() && pin.status().code() == absl::StatusCode::kNotFound) {
+    Fail(absl::NotFoundError(std::string(pin.status().message()) + "; the job pruned it meanwhile, export again"));
+  }
   std::error_code ec;
   if (fs::equivalent(fs::absolute(o.output).parent_path(), *dir, ec)) {
     Fail(absl::InvalidArgumentError("output " + Quoted(o.output) + " is inside the checkpoint it exports"));
@@ -264,6 +271,7 @@ ExportResult Export(const ExportOptions& o) {
   r.ep = index.manifest.ep;
   r.tensors = plan.size();
   r.bytes = start + buffer_bytes;
+  r.metric = index.manifest.metric;
   return r;
 }
 
@@ -314,6 +322,43 @@ absl::StatusOr<std::string> SelectCheckpoint(const std::string& path, std::optio
   }
   return absl::NotFoundError("no complete checkpoint under " + Quoted(path) + " (no step-*-attempt-*/manifest.json)" +
                              skipped);
+}
+
+absl::StatusOr<std::string> SelectBestCheckpoint(const std::string& path) {
+  std::error_code ec;
+  if (path.empty()) return absl::InvalidArgumentError("no checkpoint folder given");
+  if (!fs::is_directory(path, ec)) return absl::NotFoundError("checkpoint folder " + Quoted(path) + " does not exist");
+  if (fs::exists(fs::path(path) / kManifestName, ec)) {
+    return absl::InvalidArgumentError(Quoted(path) +
+                                      " is one checkpoint; --best chooses among a folder of them (the job's)");
+  }
+  std::string best;
+  CheckpointMetric best_metric;
+  int complete = 0, unscored = 0;
+  for (const CheckpointDirEntry& d : ListCheckpointDirs(path)) {  // oldest first: `<=` keeps the newest of a tie
+    if (!d.complete) continue;
+    ++complete;
+    CheckpointManifest m;
+    try {
+      m = ReadVerifiedManifest(d.path);
+    } catch (const std::exception&) {
+      continue;  // damaged: not a candidate
+    }
+    if (!m.metric || !std::isfinite(m.metric->value)) {
+      ++unscored;
+      continue;
+    }
+    if (best.empty() || m.metric->value <= best_metric.value) {
+      best = d.path;
+      best_metric = *m.metric;
+    }
+  }
+  if (best.empty()) {
+    return absl::NotFoundError("no checkpoint under " + Quoted(path) + " has a metric to rank by (" +
+                               std::to_string(complete) + " complete, " + std::to_string(unscored) +
+                               " without a finite metric); checkpoint.keep_best records one");
+  }
+  return best;
 }
 
 absl::StatusOr<ExportResult> ExportCheckpoint(const ExportOptions& options) {

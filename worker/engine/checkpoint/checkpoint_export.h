@@ -29,6 +29,7 @@ struct ExportOptions {
   // checkpoint root, step-*-attempt-*/ inside).
   std::string checkpoint;
   std::optional<int64_t> step;  // that step's checkpoint; else the newest complete one
+  bool best = false;            // the best by its manifest metric (SelectBestCheckpoint); not with step
   std::string output;           // the .safetensors file to write
   ExportNames names = ExportNames::kTorchtitan;
   bool force = false;  // replace an existing output (else refused)
@@ -43,6 +44,7 @@ struct ExportResult {
   int dp = 1, tp = 1, ep = 1;
   std::size_t tensors = 0;
   std::uint64_t bytes = 0;  // of the output file
+  std::optional<CheckpointMetric> metric;  // the checkpoint's, when its manifest has one
 };
 
 // The checkpoint directory `path` means: `path` itself when it holds manifest.json
@@ -52,7 +54,16 @@ struct ExportResult {
 // directories it skipped) or none of `step` (listing the steps it has).
 absl::StatusOr<std::string> SelectCheckpoint(const std::string& path, std::optional<int64_t> step);
 
-// Exports as above. Errors: INVALID_ARGUMENT (an empty output, an output that is a
+// The best checkpoint under the folder `path` (a job's checkpoint root): of the
+// complete ones whose manifest verifies and holds a finite metric, the lowest (of equal
+// values the newest). NOT_FOUND when there is none (naming how many complete ones had
+// no metric or a NaN one: checkpoint.keep_best was off, or no validation scored them);
+// INVALID_ARGUMENT when `path` is itself one checkpoint directory.
+absl::StatusOr<std::string> SelectBestCheckpoint(const std::string& path);
+
+// Exports as above. The chosen directory is pinned (checkpoint_pin.h) while it is read,
+// so the job that writes it does not prune it meanwhile; a folder that cannot be pinned
+// (a read-only mount) is read unpinned. Errors: INVALID_ARGUMENT (an empty output, an output that is a
 // directory, a tensor with no Hugging Face name), NOT_FOUND (no checkpoint as above, the
 // output's folder missing), ALREADY_EXISTS (the output exists and not `force`),
 // DATA_LOSS (a damaged checkpoint: a truncated or missing file, bad metadata, slices

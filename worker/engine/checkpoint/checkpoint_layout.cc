@@ -83,6 +83,8 @@ std::string ManifestToJson(const CheckpointManifest& m) {
             {"seed", m.seed},
             {"files", files},
             {"total_bytes", m.total_bytes}};
+  // nlohmann writes a NaN or an infinity as null, which ParseManifest reads back as NaN.
+  if (m.metric) j["metric"] = {{"name", m.metric->name}, {"value", m.metric->value}};
   return j.dump(2) + "\n";
 }
 
@@ -145,6 +147,22 @@ CheckpointManifest ParseManifest(const std::string& text, const std::string& whe
   if (m.total_bytes != total) {
     FailCheckpoint(where, "total_bytes " + std::to_string(m.total_bytes) + " is not the sum of the files' bytes " +
                     std::to_string(total));
+  }
+  if (auto metric = j.find("metric"); metric != j.end()) {
+    if (!metric->is_object()) FailCheckpoint(where, "field \"metric\" must be an object {name, value}");
+    CheckpointMetric cm;
+    cm.name = StringField(*metric, "name", where + " metric");
+    if (cm.name.empty() || cm.name.size() > kMaxMetricNameBytes) {
+      FailCheckpoint(where, "metric name must be 1 to " + std::to_string(kMaxMetricNameBytes) + " bytes, got \"" +
+                                Quote(cm.name) + "\"");
+    }
+    auto value = metric->find("value");
+    if (value == metric->end() || !(value->is_number() || value->is_null())) {
+      FailCheckpoint(where, "metric value must be a number or null" +
+                                (value == metric->end() ? std::string(" (missing)") : ", got " + Clip(value->dump())));
+    }
+    cm.value = value->is_null() ? std::numeric_limits<double>::quiet_NaN() : value->get<double>();
+    m.metric = cm;
   }
   return m;
 }
@@ -217,34 +235,6 @@ std::string FindLatestCheckpoint(const std::string& root) {
     }
   }
   return "";
-}
-
-std::vector<std::string> PruneCheckpoints(const std::string& root, int keep, int attempt, const std::string& kept,
-                                          std::vector<std::string>* failures) {
-  const auto dirs = ListCheckpointDirs(root);
-  const fs::path kept_path = fs::path(kept).lexically_normal();
-  std::vector<std::string> removed;
-  int complete_seen = 0;
-  bool newer_complete = false;
-  for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) {
-    if (it->attempt > attempt) continue;
-    const bool is_kept = fs::path(it->path).lexically_normal() == kept_path;
-    const bool drop = !is_kept && (it->complete ? ++complete_seen > keep : newer_complete);
-    if (is_kept) ++complete_seen;
-    if (it->complete || is_kept) newer_complete = true;
-    if (!drop) continue;
-    std::error_code ec;
-    // The manifest goes first, so a removal cut short never leaves a "complete" dir
-    // with files missing.
-    fs::remove(fs::path(it->path) / kManifestName, ec);
-    if (!ec) fs::remove_all(it->path, ec);
-    if (ec) {
-      if (failures != nullptr) failures->push_back(it->path + ": " + ec.message());
-      continue;
-    }
-    removed.push_back(it->path);
-  }
-  return removed;
 }
 
 int NextCheckpointAttempt(const std::string& root) {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,15 @@ struct ManifestFile {
   int64_t bytes = 0;
 };
 
+// The score best-K retention ranks a checkpoint by (checkpoint.best_metric; lower is
+// better), taken at the checkpoint's own step. A value that was not finite is stored as
+// JSON null and read back as NaN: such a checkpoint is never one of the best.
+struct CheckpointMetric {
+  std::string name;  // "val_loss" | "train_loss"
+  double value = 0;
+};
+inline constexpr std::size_t kMaxMetricNameBytes = 64;
+
 // What a checkpoint holds beyond its tensors, as manifest.json spells it.
 struct CheckpointManifest {
   int64_t step = 0;            // optimizer steps done; a resume continues at step + 1
@@ -47,6 +57,7 @@ struct CheckpointManifest {
   uint64_t seed = 0;
   std::vector<ManifestFile> files;  // one per rank, rank order
   int64_t total_bytes = 0;
+  std::optional<CheckpointMetric> metric;  // absent when the job ranks none (keep_best = 0)
   int world() const { return dp * tp; }
 };
 
@@ -54,7 +65,8 @@ std::string ManifestToJson(const CheckpointManifest& m);
 
 // Parses and checks a manifest's text: JSON syntax, the format tag, every field present
 // with its type (integers must be integers: "NaN", 1.5 or -1 are refused), the layout,
-// one file per rank with a plain file name, samples_consumed = step · global_batch.
+// one file per rank with a plain file name, samples_consumed = step · global_batch, and
+// an optional "metric": {"name": string, "value": number or null}.
 // Throws std::runtime_error naming `where` and the field.
 CheckpointManifest ParseManifest(const std::string& text, const std::string& where);
 
@@ -82,15 +94,6 @@ std::vector<CheckpointDirEntry> ListCheckpointDirs(const std::string& root);
 // The newest directory under `root` whose manifest verifies (ReadVerifiedManifest), or
 // "" when there is none; incomplete and invalid ones are skipped.
 std::string FindLatestCheckpoint(const std::string& root);
-
-// After the manifest of `kept` (a directory of attempt `attempt`) landed: among the
-// directories of attempts <= `attempt` (a later attempt's are never touched: they
-// supersede this one), removes the oldest complete checkpoints beyond `keep` and
-// incomplete directories older than the newest complete one; never `kept` itself.
-// Best effort: returns what it removed, and what it could not remove in *failures
-// (a checkpoint that stays behind costs disk, not the run).
-std::vector<std::string> PruneCheckpoints(const std::string& root, int keep, int attempt, const std::string& kept,
-                                          std::vector<std::string>* failures);
 
 // 1 + the highest attempt of any checkpoint directory under `root` (1 when none): a
 // run that resumes into the same root never writes into a directory of an earlier run.

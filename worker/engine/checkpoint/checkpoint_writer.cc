@@ -27,6 +27,13 @@ double MsSince(Clock::time_point t) {
 
 CheckpointWriter::CheckpointWriter(CheckpointWriterOptions options) : options_(std::move(options)) {
   options_.root = fs::absolute(options_.root).lexically_normal().string();
+  // A prune cut short by a crash left .deleting-* folders: nothing loads them, and the
+  // space is the job's to give back.
+  if (options_.rank == 0) {
+    for (const std::string& path : FinishInterruptedDeletions(options_.root, nullptr)) {
+      if (options_.on_log) options_.on_log("checkpoint deletion finished: " + path);
+    }
+  }
 }
 
 CheckpointWriter::~CheckpointWriter() {
@@ -122,6 +129,7 @@ void CheckpointWriter::Write(const CheckpointStep& step, std::vector<std::pair<s
   m.samples_consumed = step.step * step.global_batch;
   m.dataset = step.dataset;
   m.seed = step.seed;
+  m.metric = step.metric;
   const auto deadline = start + std::chrono::duration<double>(options_.wait_for_ranks_s);
   for (int r = 0; r < world; ++r) {
     const std::string path = (fs::path(dir) / RankFileName(r)).string();
@@ -152,15 +160,17 @@ void CheckpointWriter::Write(const CheckpointStep& step, std::vector<std::pair<s
   // older one it may have recorded is removed.
   if (options_.on_saved) {
     options_.on_saved({step.step, dir, m.total_bytes, blocked_ms, write_ms, options_.dp, options_.tp, options_.ep,
-                       step.requested});
+                       step.requested, step.metric});
   }
-  std::vector<std::string> failures;
-  for (const std::string& removed : PruneCheckpoints(options_.root, options_.keep, options_.attempt, dir, &failures)) {
-    if (options_.on_log) options_.on_log("checkpoint pruned: " + removed);
+  const PruneResult pruned = PruneCheckpoints(
+      options_.root, {options_.keep, options_.keep_best, options_.best_metric}, options_.attempt, dir,
+      options_.prune_hook);
+  if (options_.on_log) {
+    for (const std::string& path : pruned.finished) options_.on_log("checkpoint deletion finished: " + path);
+    for (const RemovedCheckpoint& r : pruned.removed) options_.on_log("checkpoint pruned: " + r.path);
+    for (const std::string& failure : pruned.failures) options_.on_log("checkpoint pruning left " + Quote(failure));
   }
-  for (const std::string& failure : failures) {
-    if (options_.on_log) options_.on_log("checkpoint pruning left " + Quote(failure));
-  }
+  if (options_.on_pruned) options_.on_pruned(step.step, pruned);
 }
 
 }  // namespace trainyard::engine

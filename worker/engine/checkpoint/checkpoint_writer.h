@@ -3,8 +3,9 @@
 // over the world) and its RNG states are copied into host memory; a background thread
 // then writes <root>/step-S-attempt-A/rank-R.safetensors (temporary file, fsync,
 // rename). Rank 0's thread then waits for every rank's file to appear, writes
-// manifest.json the same way (and fsyncs the directory), prunes old checkpoints and
-// reports the save. A new Save first waits for the previous write of this rank.
+// manifest.json the same way (and fsyncs the directory), reports the save and prunes
+// (checkpoint_retention.h). Rank 0 also finishes deletions a crash cut short when it
+// is constructed. A new Save first waits for the previous write of this rank.
 // A failed write surfaces as an exception naming the path from the next Save, Wait or
 // ThrowIfFailed. Not thread-safe: one owner (the Trainer) calls it; the callbacks run
 // on the background thread.
@@ -14,9 +15,12 @@
 #include <cstdint>
 #include <functional>
 #include <future>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "worker/engine/checkpoint/checkpoint_layout.h"
+#include "worker/engine/checkpoint/checkpoint_retention.h"
 #include "worker/engine/checkpoint/train_state.h"
 
 namespace trainyard::engine {
@@ -29,6 +33,7 @@ struct CheckpointSavedInfo {
   double write_ms = 0;
   int dp = 1, tp = 1, ep = 1;
   bool requested = false;  // saved on request ("checkpoint now"), not for the interval
+  std::optional<CheckpointMetric> metric;  // recorded in its manifest
 };
 
 struct CheckpointWriterOptions {
@@ -37,12 +42,16 @@ struct CheckpointWriterOptions {
   int rank = 0;
   int dp = 1, tp = 1, ep = 1;
   int keep = 3;
+  int keep_best = 0;        // checkpoint.keep_best
+  std::string best_metric;  // checkpoint.best_metric
+  PruneHook prune_hook;     // test hook (checkpoint_retention.h)
   double wait_for_ranks_s = 300;  // rank 0: the longest wait for the other ranks' files
   int64_t pause_at_step = 0;      // test hook (TRAINYARD_TEST_PAUSE_CHECKPOINT_AT_STEP); 0: off
   // Test hook (TRAINYARD_TEST_HANG_REQUESTED_CHECKPOINT): the write of every requested
   // checkpoint stops mid-file, as pause_at_step does, and sleeps until killed.
   bool hang_requested = false;
   std::function<void(const CheckpointSavedInfo&)> on_saved;  // rank 0, after the manifest landed
+  std::function<void(int64_t step, const PruneResult&)> on_pruned;  // rank 0, after each prune
   std::function<void(const std::string&)> on_log;            // informational lines
 };
 
@@ -54,6 +63,7 @@ struct CheckpointStep {
   std::string dataset;
   uint64_t seed = 0;
   bool requested = false;  // asked for ("checkpoint now"); reported in CheckpointSavedInfo
+  std::optional<CheckpointMetric> metric;  // into the manifest, for best-K retention
 };
 
 class CheckpointWriter {

@@ -63,6 +63,7 @@
 #include "worker/engine/base/input_error.h"
 #include "worker/engine/checkpoint/checkpoint_export.h"
 #include "worker/engine/checkpoint/checkpoint_loader.h"
+#include "worker/engine/checkpoint/checkpoint_pin.h"
 #include "worker/engine/config/engine_config.h"
 #include "worker/engine/diagnostics/tensor_memory.h"
 #include "worker/engine/diagnostics/watchdog.h"
@@ -98,6 +99,7 @@ struct RankFlags {
   std::string checkpoint_dir;  // where checkpoints go (default checkpoint.dir)
   int64_t pause_checkpoint_at_step = 0;  // test hook, from the environment
   bool hang_requested_checkpoint = false;  // test hook, from the environment
+  bool kill_in_prune = false;              // test hook, from the environment
   std::string run_dir;                   // the attempt's folder: flight/, artifacts/
   int64_t test_stall_at_step = 0;        // test hook, from the environment
 };
@@ -223,6 +225,7 @@ void RunRank(const RankFlags& f, EventWriter& events) {
   options.attempt = f.attempt;
   options.pause_checkpoint_at_step = f.pause_checkpoint_at_step;
   options.hang_requested_checkpoint = f.hang_requested_checkpoint;
+  options.kill_in_prune = f.kill_in_prune;
   options.checkpoint_request_path = checkpoint_request;
   options.flight = ring.get();
   options.artifacts_dir = run_dir + "/artifacts";
@@ -233,6 +236,18 @@ void RunRank(const RankFlags& f, EventWriter& events) {
   if (!f.resume.empty()) {
     trainer.Resume(f.resume);
   } else if (!initial.empty()) {
+    // Pinned while it is read, so that the job that wrote it does not prune it meanwhile
+    // (a read-only mount cannot be pinned, and is read as it is).
+    std::unique_ptr<CheckpointPin> pin;
+    if (std::error_code ec; std::filesystem::exists(std::filesystem::path(initial) / kManifestName, ec)) {
+      absl::StatusOr<std::unique_ptr<CheckpointPin>> p =
+          CheckpointPin::Acquire(initial, "load-rank-" + std::to_string(f.rank));
+      if (p.ok()) {
+        pin = std::move(*p);
+      } else {
+        events.Log("warning", "initial weights " + initial + " not pinned: " + std::string(p.status().message()));
+      }
+    }
     // A missing or unloadable path is the job's input error: permanent.
     try {
       events.Log("info", "initial weights: " + trainer.LoadWeights(initial));
@@ -320,7 +335,8 @@ int main(int argc, char** argv) {
              "Test-only environment (attempt 1 only): TRAINYARD_TEST_STALL_RANK=R and "
              "TRAINYARD_TEST_STALL_AT_STEP=S stall rank R before step S's data fetch; "
              "TRAINYARD_TEST_PAUSE_CHECKPOINT_AT_STEP=N pauses the checkpoint writer at step N; "
-             "TRAINYARD_TEST_HANG_REQUESTED_CHECKPOINT=1 hangs the writer of every requested checkpoint.");
+             "TRAINYARD_TEST_HANG_REQUESTED_CHECKPOINT=1 hangs the writer of every requested checkpoint; "
+             "TRAINYARD_TEST_KILL_IN_PRUNE=1 kills rank 0 in its first checkpoint removal.");
   CLI11_PARSE(app, argc, argv);
   if (f.capabilities) {
     std::cout << CapabilitiesJson() << std::endl;
@@ -332,6 +348,9 @@ int main(int argc, char** argv) {
   }
   if (const char* hang = std::getenv("TRAINYARD_TEST_HANG_REQUESTED_CHECKPOINT")) {
     f.hang_requested_checkpoint = f.attempt == 1 && std::string(hang) == "1";
+  }
+  if (const char* kill = std::getenv("TRAINYARD_TEST_KILL_IN_PRUNE")) {
+    f.kill_in_prune = f.attempt == 1 && std::string(kill) == "1";
   }
   const char* stall_rank = std::getenv("TRAINYARD_TEST_STALL_RANK");
   const char* stall_step = std::getenv("TRAINYARD_TEST_STALL_AT_STEP");

@@ -50,6 +50,12 @@ void EventWriter::Checkpoint(const v1::CheckpointSaved& checkpoint) {
   Emit(std::move(e));
 }
 
+void EventWriter::CheckpointsPruned(const v1::CheckpointsPruned& pruned) {
+  v1::Event e;
+  *e.mutable_checkpoints_pruned() = pruned;
+  Emit(std::move(e));
+}
+
 void EventWriter::Stall(const v1::Stall& stall) {
   v1::Event e;
   *e.mutable_stall() = stall;

@@ -30,6 +30,7 @@ class EventWriter {
   void Step(const v1::StepMetrics& metrics);
   void Compile(const v1::CompileEvent& compile);
   void Checkpoint(const v1::CheckpointSaved& checkpoint);
+  void CheckpointsPruned(const v1::CheckpointsPruned& pruned);
   void Validation(const v1::Validation& validation);
   void Stall(const v1::Stall& stall);
   void Artifact(const v1::ArtifactRef& artifact);

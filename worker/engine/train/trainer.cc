@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <optional>
 #include <thread>
@@ -217,6 +218,14 @@ void Trainer::Run() {
     o.tp = ctx.tp;
     o.ep = ctx.ep;
     o.keep = config_.checkpoint.keep;
+    o.keep_best = config_.checkpoint.keep_best;
+    o.best_metric = config_.checkpoint.best_metric;
+    if (options_.kill_in_prune && ctx.rank == 0) {
+      o.prune_hook = [this](const std::string& deleting) {
+        events_.Log("info", "test hook: killed while removing " + deleting);
+        ::raise(SIGKILL);
+      };
+    }
     o.wait_for_ranks_s = config_.parallelism.collective_timeout_s;
     o.pause_at_step = options_.pause_checkpoint_at_step;
     o.hang_requested = options_.hang_requested_checkpoint;
@@ -233,7 +242,27 @@ void Trainer::Run() {
         saved.set_tp(s.tp);
         saved.set_ep(s.ep);
         saved.set_requested(s.requested);
+        if (s.metric) {
+          saved.set_metric_name(s.metric->name);
+          saved.set_metric(s.metric->value);
+        }
         events_.Checkpoint(saved);
+      };
+      o.on_pruned = [this](int64_t step, const PruneResult& p) {
+        if (p.removed.empty() && p.finished.empty()) return;
+        v1::CheckpointsPruned pruned;
+        for (const RemovedCheckpoint& r : p.removed) {
+          v1::CheckpointRef* ref = pruned.add_removed();
+          ref->set_step(r.step);
+          ref->set_path(r.path);
+          ref->set_attempt(r.attempt);
+          ref->set_bytes(r.bytes);
+        }
+        pruned.set_step(step);
+        pruned.set_bytes_freed(p.bytes_freed);
+        pruned.set_bytes_kept(p.bytes_kept);
+        pruned.set_kept(p.kept);
+        events_.CheckpointsPruned(pruned);
       };
     }
     checkpoints = std::make_unique<CheckpointWriter>(std::move(o));
@@ -242,6 +271,8 @@ void Trainer::Run() {
   // Every step's tokens count, reported or not: a report carries those since the last.
   int64_t tokens_since_report = 0;
   const int64_t step_tokens = GlobalBatch() * t.seq_len;
+  const bool rank_by_validation =
+      evaluator_ && config_.checkpoint.keep_best > 0 && config_.checkpoint.best_metric == "val_loss";
   if (evaluator_ && start_step_ == 0) Evaluate(0);
   for (int step = static_cast<int>(start_step_) + 1; step <= t.steps; ++step) {
     v1::StepMetrics m;
@@ -260,17 +291,27 @@ void Trainer::Run() {
       tokens_since_report = 0;
       events_.Step(m);
     }
-    if (evaluator_ && evaluator_->DueAfter(step)) Evaluate(step);
+    // Every rank read the same reduced flag, so all save this step or none do; an
+    // interval step that was also asked for saves once, as requested.
+    const bool save = checkpoints && (checkpoint_requested_ || (interval > 0 && step % interval == 0));
+    // A checkpoint ranked by validation loss is scored by a validation of its own
+    // weights: one runs at every saved step, also off validation.freq (every rank
+    // agrees on `save`, so all run its collective).
+    std::optional<v1::Validation> validated;
+    if (evaluator_ && (evaluator_->DueAfter(step) || (save && rank_by_validation))) validated = Evaluate(step);
     if (step % config_.compile.summary_every == 0 || step == t.steps) compile_->Summary();
     if (checkpoints) {
       checkpoints->ThrowIfFailed();
-      // Every rank read the same reduced flag, so all save this step or none do; an
-      // interval step that was also asked for saves once, as requested.
       if (checkpoint_requested_ && mesh_.world().rank() == 0) {
         events_.Log("info", "checkpoint requested: saving after step " + std::to_string(step));
       }
-      if (checkpoint_requested_ || (interval > 0 && step % interval == 0)) {
-        checkpoints->Save({step, optimizer_->steps(), GlobalBatch(), t.dataset, t.seed, checkpoint_requested_}, state);
+      if (save) {
+        CheckpointStep cs{step, optimizer_->steps(), GlobalBatch(), t.dataset, t.seed, checkpoint_requested_};
+        if (config_.checkpoint.keep_best > 0) {
+          if (rank_by_validation && validated) cs.metric = CheckpointMetric{"val_loss", validated->loss()};
+          if (config_.checkpoint.best_metric == "train_loss") cs.metric = CheckpointMetric{"train_loss", m.loss()};
+        }
+        checkpoints->Save(cs, state);
       }
     } else if (checkpoint_requested_ && mesh_.world().rank() == 0) {
       events_.Log("warning", "checkpoint requested at step " + std::to_string(step) +

@@ -58,6 +58,9 @@ struct TrainerOptions {
   // Test hook (TRAINYARD_TEST_HANG_REQUESTED_CHECKPOINT): the writer of every requested
   // checkpoint stops mid-file and sleeps until killed.
   bool hang_requested_checkpoint = false;
+  // Test hook (TRAINYARD_TEST_KILL_IN_PRUNE): rank 0 kills itself (SIGKILL) in its first
+  // checkpoint removal, after the rename and the manifest's removal.
+  bool kill_in_prune = false;
   // This rank's flight ring (trainyard-rank --run-dir); the trainer marks each step and
   // its progress in it for the watchdog. Null: none.
   flight::FlightRing* flight = nullptr;
@@ -167,7 +170,7 @@ class Trainer {
   // The checkpoint's tensors (train_state.h): CollectTrainState, or its FSDP form.
   std::vector<StateTensor> TrainState();
   // The evaluator's pass after `step`; under FSDP it gathers and then empties again.
-  void Evaluate(int64_t step);
+  v1::Validation Evaluate(int64_t step);
 };
 
 }  // namespace trainyard::engine

@@ -61,9 +61,10 @@ int64_t Trainer::PersistentStateBytes() const {
   return elements * int64_t{16};  // fp32 parameter, gradient, AdamW m and v
 }
 
-void Trainer::Evaluate(int64_t step) {
-  evaluator_->Run(step);
+v1::Validation Trainer::Evaluate(int64_t step) {
+  v1::Validation v = evaluator_->Run(step);
   if (fsdp_) fsdp_->ReleaseAll();
+  return v;
 }
 
 bool Trainer::TakeCheckpointRequest() {

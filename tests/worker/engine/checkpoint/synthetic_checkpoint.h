@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -69,7 +70,8 @@ inline std::vector<float> SliceData(const SyntheticSlice& s) {
 // plus a U8 rng.cpu state) and the manifest (dp = ranks.size(), tp 1, ep `ep`).
 // Returns the directory.
 inline std::string WriteSyntheticCheckpoint(const std::string& root, int64_t step,
-                                            const std::vector<std::vector<SyntheticSlice>>& ranks, int ep = 1) {
+                                            const std::vector<std::vector<SyntheticSlice>>& ranks, int ep = 1,
+                                            std::optional<CheckpointMetric> metric = std::nullopt) {
   namespace fs = std::filesystem;
   const std::string dir = (fs::path(root) / CheckpointDirName(step, 1)).string();
   fs::create_directories(dir);
@@ -83,6 +85,7 @@ inline std::string WriteSyntheticCheckpoint(const std::string& root, int64_t ste
   m.samples_consumed = step * 4;
   m.dataset = "synthetic";
   m.seed = 42;
+  m.metric = metric;
   for (size_t r = 0; r < ranks.size(); ++r) {
     nlohmann::ordered_json header = nlohmann::ordered_json::object();
     nlohmann::json slices = nlohmann::json::object();
