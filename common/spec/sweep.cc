@@ -37,9 +37,8 @@ std::string Position(std::size_t i, std::size_t n) {
 std::vector<std::string> LabelNames(const Sweep& sweep) {
   std::vector<std::string> out;
   for (const SweepAxis& a : sweep.axes) {
-    const bool shared = std::count_if(sweep.axes.begin(), sweep.axes.end(), [&](const SweepAxis& b) {
-                          return b.field->key == a.field->key;
-                        }) > 1;
+    const bool shared = std::count_if(sweep.axes.begin(), sweep.axes.end(),
+                                      [&](const SweepAxis& b) { return b.field->key == a.field->key; }) > 1;
     out.push_back(shared ? a.field->path() : a.field->key);
   }
   return out;
@@ -96,14 +95,17 @@ std::optional<SpecError> AddSweepAxis(Sweep& sweep, const FieldInfo& field, cons
   // Again here, for callers that build axes from a FieldInfo of their own.
   Result<const FieldInfo*> sweepable = SweepableField(field.section, field.key, label, origin);
   if (!sweepable.ok()) return sweepable.error();
+  // The schema's own entry, so a caller's copy of a FieldInfo is still seen as a
+  // duplicate and the axis never points at the caller's storage.
+  const FieldInfo* canonical = sweepable.value();
   for (const SweepAxis& a : sweep.axes) {
-    if (a.field == &field) {
+    if (a.field == canonical) {
       const std::string first = a.origin.empty() ? a.label : a.origin + " (" + a.label + ")";
       return Fail(path, "duplicate", label, origin, path + " is swept twice; first by " + first);
     }
   }
   if (values.empty()) return Fail(path, "length", label, origin, "no values (a swept key needs at least one)");
-  SweepAxis axis{&field, {}, label, origin};
+  SweepAxis axis{canonical, {}, label, origin};
   axis.values.reserve(values.size());
   // Typed through SpecInput::Set, so a swept value meets exactly the checks the same
   // value meets in a job file or a --set flag.
@@ -113,17 +115,16 @@ std::optional<SpecError> AddSweepAxis(Sweep& sweep, const FieldInfo& field, cons
     if (auto e = scratch.Set(field.section, field.key, values[i], origin)) {
       std::string why = e->message;
       if (why.rfind(path + ": ", 0) == 0) why = why.substr(path.size() + 2);
-      return Fail(path, e->rule, label, origin,
-                  Position(i, values.size()) + " (" + RawText(values[i]) + "): " + why);
+      return Fail(path, e->rule, label, origin, Position(i, values.size()) + " (" + RawText(values[i]) + "): " + why);
     }
     FieldValue typed = scratch.Find(field.section, field.key)->value;
     // A repeated value would make two children with the same spec: a typo, not a plan.
     // Hashed, so an axis as long as a raised limit is still checked in linear time.
     const auto [same, fresh] = first_seen.emplace(typed, i);
     if (!fresh) {
-      return Fail(path, "duplicate", label, origin,
-                  Position(i, values.size()) + " (" + ToText(typed) + ") repeats value " +
-                      std::to_string(same->second + 1));
+      return Fail(
+          path, "duplicate", label, origin,
+          Position(i, values.size()) + " (" + ToText(typed) + ") repeats value " + std::to_string(same->second + 1));
     }
     axis.values.push_back(std::move(typed));
   }
@@ -156,8 +157,8 @@ Result<std::size_t> CountSweepPoints(const std::vector<SweepAxisSize>& axes, std
     if (!overflow) total *= a.values;
   }
   if (overflow || total > max_points) {
-    const std::string count = overflow ? "more than " + std::to_string(std::numeric_limits<std::uint64_t>::max())
-                                       : std::to_string(total);
+    const std::string count =
+        overflow ? "more than " + std::to_string(std::numeric_limits<std::uint64_t>::max()) : std::to_string(total);
     return Invalid("", "limit",
                    "sweep of " + count + " points (" + sizes + " values) is over the limit of " +
                        std::to_string(max_points) + " points");
@@ -185,9 +186,8 @@ Result<std::vector<SweepPoint>> ExpandSweep(const SpecInput& base, const Sweep& 
   if (longest > kMaxNameLength) {
     SpecError e = Invalid("job.name", "length",
                           "job.name \"" + Quote(base_name) + "\" is too long for a sweep of " + std::to_string(n) +
-                              " points: its children are named <job.name>-<index>, up to " +
-                              std::to_string(longest) + " characters, over the limit of " +
-                              std::to_string(kMaxNameLength));
+                              " points: its children are named <job.name>-<index>, up to " + std::to_string(longest) +
+                              " characters, over the limit of " + std::to_string(kMaxNameLength));
     e.origin = name_origin;
     return e;
   }
@@ -228,8 +228,8 @@ Result<std::vector<SweepPoint>> ExpandSweep(const SpecInput& base, const Sweep& 
       // of them) from a bad base (all of them). Bounded by max_points.
       if (!first_error) {
         first_error = std::move(e);
-        first_error->message = "sweep point " + std::to_string(i) + " of " + std::to_string(n) + " (" +
-                               point.label + "): " + first_error->message;
+        first_error->message = "sweep point " + std::to_string(i) + " of " + std::to_string(n) + " (" + point.label +
+                               "): " + first_error->message;
       }
       ++failed;
       points.clear();

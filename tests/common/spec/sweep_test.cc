@@ -1,6 +1,8 @@
 // Sweeps at the spec level: --sweep flags and the [sweep] table, the count of points
 // and its limit, the expansion's order, names, labels and typed values, and every
 // hostile input refused with a precise error and no points.
+#include "common/spec/sweep.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -10,7 +12,6 @@
 
 #include "common/spec/job_file_reader.h"
 #include "common/spec/presets.h"
-#include "common/spec/sweep.h"
 #include "common/spec/sweep_reader.h"
 #include "common/spec/toml_reader.h"
 
@@ -64,7 +65,7 @@ TEST(SweepExpandTest, CartesianOrderFirstAxisSlowestWithNamesLabelsAndValues) {
     EXPECT_EQ(p[i].spec.job.name, p[i].name);
     EXPECT_DOUBLE_EQ(p[i].spec.training.lr, lrs[i]);
     EXPECT_EQ(p[i].spec.model.top_k, top_ks[i]);
-    EXPECT_EQ(p[i].spec.training.steps, 20);       // the base's keys stay
+    EXPECT_EQ(p[i].spec.training.steps, 20);         // the base's keys stay
     EXPECT_EQ(p[i].spec.model.n_routed_experts, 8);  // and the preset fills the rest
     EXPECT_EQ(std::get<double>(p[i].values[0]), lrs[i]);
     EXPECT_EQ(std::get<int>(p[i].values[1]), top_ks[i]);
@@ -156,8 +157,8 @@ TEST(SweepExpandTest, AxesBuiltDirectlyExpandTheSame) {
   Sweep sweep;
   Result<const FieldInfo*> f = SweepableField("model", "n_routed_experts", "sweep.model.n_routed_experts", "");
   ASSERT_TRUE(f.ok());
-  ASSERT_FALSE(AddSweepAxis(sweep, *f.value(), {RawValue{std::int64_t{4}, std::nullopt},
-                                                 RawValue{std::int64_t{16}, std::nullopt}},
+  ASSERT_FALSE(AddSweepAxis(sweep, *f.value(),
+                            {RawValue{std::int64_t{4}, std::nullopt}, RawValue{std::int64_t{16}, std::nullopt}},
                             "sweep.model.n_routed_experts", "")
                    .has_value());
   Result<std::vector<SweepPoint>> r = ExpandSweep(SpecInput(), sweep);
@@ -171,6 +172,15 @@ TEST(SweepExpandTest, AxesBuiltDirectlyExpandTheSame) {
   ASSERT_TRUE(name.has_value());
   EXPECT_EQ(name->rule, "not_sweepable");
   EXPECT_EQ(sweep.axes.size(), 1u);  // nothing appended
+  // A caller's own copy of the field is the same key: a duplicate, and the axis keeps
+  // the schema's entry, not a pointer into the caller's storage.
+  const FieldInfo copy = *f.value();
+  std::optional<SpecError> again = AddSweepAxis(sweep, copy, {RawValue{std::int64_t{8}, std::nullopt}}, "copy", "");
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->rule, "duplicate");
+  Sweep fresh;
+  ASSERT_FALSE(AddSweepAxis(fresh, copy, {RawValue{std::int64_t{8}, std::nullopt}}, "copy", "").has_value());
+  EXPECT_EQ(fresh.axes[0].field, f.value());
 }
 
 TEST(SweepTableTest, AxesInFileOrderThenFlags) {
@@ -207,8 +217,8 @@ TEST(SweepTableTest, AxesInFileOrderThenFlags) {
 TEST(SweepTableTest, SubTableFormIsTheSameTable) {
   if (!HaveToml()) GTEST_SKIP() << "this build reads no TOML";
   Result<SweepJob> job = ParseSweepJobText(
-      "[sweep.model]\nscore_func = [\"softmax\", \"sigmoid\"]\n[sweep.training]\nshuffle = [true, false]\n",
-      "job.toml", {}, SweepFlags{});
+      "[sweep.model]\nscore_func = [\"softmax\", \"sigmoid\"]\n[sweep.training]\nshuffle = [true, false]\n", "job.toml",
+      {}, SweepFlags{});
   ASSERT_TRUE(job.ok()) << job.error().ToString();
   const Sweep& s = job.value().sweep;
   ASSERT_EQ(s.axes.size(), 2u);
@@ -350,8 +360,7 @@ TEST(SweepHostileTest, UnicodeAndNonUtf8Keys) {
             "--sweep \\xe8\\xae\\xad\\xe7\\xbb\\x83.lr: unknown section [\\xe8\\xae\\xad\\xe7\\xbb\\x83] (known: job, "
             "model, training, parallelism, compile, activation_checkpoint, profiling, checkpoint, resources, restart, "
             "validation)");
-  EXPECT_EQ(FlagError({"training.l\xff=1e-4"}),
-            "--sweep training.l\\xff: key \"training.l\\xff\" is not valid UTF-8");
+  EXPECT_EQ(FlagError({"training.l\xff=1e-4"}), "--sweep training.l\\xff: key \"training.l\\xff\" is not valid UTF-8");
   // A non-UTF-8 string value meets the spec's own rule, at its point.
   Result<std::vector<SweepPoint>> r = Expand(FromFlags({"job.priority=1,2", "compile.backend=eager,\xff"}));
   ASSERT_FALSE(r.ok());

@@ -11,10 +11,10 @@
 #include <filesystem>
 #include <map>
 #include <memory>
-#include <stdexcept>
-#include <vector>
-
 #include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "common/base/file_io.h"
@@ -185,7 +185,8 @@ std::string HeaderText(const std::vector<ExportTensor>& plan, const std::map<std
   std::uint64_t offset = 0;
   for (const ExportTensor& t : plan) {
     const std::uint64_t bytes = static_cast<std::uint64_t>(NumElements(t.shape)) * SafetensorsDtypeSize(t.dtype);
-    header[t.name] = {{"dtype", SafetensorsDtypeName(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    header[t.name] = {
+        {"dtype", SafetensorsDtypeName(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
     begins->push_back(offset);
     offset += bytes;
   }
@@ -214,7 +215,8 @@ void CheckOutput(const ExportOptions& o) {
 ExportResult Export(const ExportOptions& o) {
   CheckOutput(o);
   if (o.best && o.step) Fail(absl::InvalidArgumentError("--best and --step choose the checkpoint both; give one"));
-  absl::StatusOr<std::string> dir = o.best ? SelectBestCheckpoint(o.checkpoint) : SelectCheckpoint(o.checkpoint, o.step);
+  absl::StatusOr<std::string> dir =
+      o.best ? SelectBestCheckpoint(o.checkpoint) : SelectCheckpoint(o.checkpoint, o.step);
   if (!dir.ok()) Fail(dir.status());
   absl::StatusOr<std::unique_ptr<CheckpointPin>> pin = CheckpointPin::Acquire(*dir, "export");
   if (!pin.ok() && pin.status().code() == absl::StatusCode::kNotFound) {
@@ -247,7 +249,8 @@ ExportResult Export(const ExportOptions& o) {
 
   TempFile tmp(o.output);
   if (::ftruncate(tmp.fd(), static_cast<off_t>(start + buffer_bytes)) != 0) {
-    Fail(absl::InternalError(tmp.path() + ": cannot size to " + std::to_string(start + buffer_bytes) + " bytes: " + Errno()));
+    Fail(absl::InternalError(tmp.path() + ": cannot size to " + std::to_string(start + buffer_bytes) +
+                             " bytes: " + Errno()));
   }
   char len_bytes[8];
   for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<char>(static_cast<std::uint64_t>(header.size()) >> (8 * i));
@@ -332,8 +335,9 @@ absl::StatusOr<std::string> SelectBestCheckpoint(const std::string& path) {
     return absl::InvalidArgumentError(Quoted(path) +
                                       " is one checkpoint; --best chooses among a folder of them (the job's)");
   }
-  std::string best;
-  CheckpointMetric best_metric;
+  // The metric of the newest scored checkpoint names the ranking: a folder reused
+  // after best_metric changed holds values of another metric, which are not compared.
+  std::vector<std::pair<std::string, CheckpointMetric>> scored;
   int complete = 0, unscored = 0;
   for (const CheckpointDirEntry& d : ListCheckpointDirs(path)) {  // oldest first: `<=` keeps the newest of a tie
     if (!d.complete) continue;
@@ -348,9 +352,15 @@ absl::StatusOr<std::string> SelectBestCheckpoint(const std::string& path) {
       ++unscored;
       continue;
     }
-    if (best.empty() || m.metric->value <= best_metric.value) {
-      best = d.path;
-      best_metric = *m.metric;
+    scored.emplace_back(d.path, *m.metric);
+  }
+  std::string best;
+  CheckpointMetric best_metric;
+  for (const auto& [dir, metric] : scored) {
+    if (metric.name != scored.back().second.name) continue;
+    if (best.empty() || metric.value <= best_metric.value) {
+      best = dir;
+      best_metric = metric;
     }
   }
   if (best.empty()) {

@@ -34,26 +34,37 @@ bool IsStale(const fs::path& pin) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<CheckpointPin>> CheckpointPin::Acquire(const std::string& dir, const std::string& owner) {
-  std::error_code ec;
-  if (!fs::exists(fs::path(dir) / kManifestName, ec)) {
+absl::StatusOr<std::unique_ptr<CheckpointPin>> CheckpointPin::Acquire(const std::string& dir,
+                                                                      const std::string& owner) {
+  const fs::path manifest = fs::path(dir) / kManifestName;
+  const auto present = [&manifest] {
+    std::error_code ec;
+    return fs::exists(manifest, ec);
+  };
+  if (!present()) {
     return absl::NotFoundError("checkpoint " + dir + " holds no manifest.json (incomplete, or being deleted)");
   }
+  // A pruner that renamed the directory away meanwhile makes the pin's own writes fail
+  // (its folder is gone from this name): that is the checkpoint being deleted, not a
+  // file system that cannot hold pins.
+  const auto refused = [&](const std::string& why) -> absl::Status {
+    if (!present()) return absl::NotFoundError("checkpoint " + dir + " is being deleted");
+    return absl::InternalError("cannot pin checkpoint " + dir + ": " + why);
+  };
+  std::error_code ec;
   const fs::path pins = fs::path(dir) / kPinsDirName;
   fs::create_directory(pins, ec);
-  if (ec) return absl::InternalError("cannot pin checkpoint " + dir + ": " + ec.message());
+  if (ec) return refused(ec.message());
   const std::string host = HostName();
   const std::string path = (pins / (owner + "-" + host + "-" + std::to_string(::getpid()))).string();
   if (absl::Status s = WriteFileAtomically(path, host + " " + std::to_string(::getpid()) + "\n"); !s.ok()) {
-    return absl::InternalError("cannot pin checkpoint " + dir + ": " + std::string(s.message()));
+    return refused(std::string(s.message()));
   }
   std::unique_ptr<CheckpointPin> pin(new CheckpointPin(path));
-  // A pruner may have renamed the directory between the check above and the pin: then
-  // the manifest is gone from this name and the pin (made in a folder that a rename
-  // back would restore) must not be trusted.
-  if (!fs::exists(fs::path(dir) / kManifestName, ec)) {
-    return absl::NotFoundError("checkpoint " + dir + " is being deleted");
-  }
+  // A pruner may have renamed the directory after the pin landed: it then sees the pin
+  // and renames the directory back, so give it a moment before calling it deleted.
+  for (int i = 0; i < 20 && !present(); ++i) ::usleep(50 * 1000);
+  if (!present()) return absl::NotFoundError("checkpoint " + dir + " is being deleted");
   return pin;
 }
 

@@ -157,6 +157,17 @@ std::vector<std::string> FinishInterruptedDeletions(const std::string& root, int
     }
   }
   for (const fs::path& p : leftovers) {
+    // A leftover that a reader pinned (a pruner that died before it could rename the
+    // directory back, or whose rename back failed) is restored, not removed, as long
+    // as its manifest is still there.
+    std::error_code ex;
+    if (HasLivePin(p.string()) && fs::exists(p / kManifestName, ex)) {
+      const fs::path original =
+          fs::path(root) / fs::path(p.filename().string().substr(std::string(kDeletingPrefix).size()));
+      std::error_code mv;
+      if (!fs::exists(original, ex)) fs::rename(p, original, mv);
+      continue;
+    }
     const int64_t bytes = DirectoryBytes(p.string());
     std::error_code rm;
     fs::remove_all(p, rm);

@@ -4,6 +4,9 @@
 // (a forked process SIGKILLed by the test hook, or a hook that throws) leaves only a
 // .deleting-* folder that no lister sees and the next prune finishes. Bytes freed and
 // kept are what the disk says. Also the manifest's metric field, hostile values first.
+#include "worker/engine/checkpoint/checkpoint_retention.h"
+
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,12 +21,9 @@
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "worker/engine/checkpoint/checkpoint_export.h"
 #include "worker/engine/checkpoint/checkpoint_layout.h"
 #include "worker/engine/checkpoint/checkpoint_pin.h"
-#include "worker/engine/checkpoint/checkpoint_retention.h"
 
 namespace trainyard::engine {
 namespace {
@@ -54,9 +54,8 @@ std::map<int64_t, RetentionVerdict> ByStep(const std::vector<RetentionCandidate>
 
 TEST(PlanRetentionTest, KeepsNewestAndLowestFiniteMetrics) {
   // 15 has NaN and 25 +inf: below every finite value in a careless comparison.
-  std::vector<RetentionCandidate> dirs = {Complete(5, 3.0),  Complete(10, 2.0), Complete(15, kNaN),
-                                          Complete(20, 1.5), Complete(25, kInf), Complete(30, 2.5),
-                                          Complete(35, -kInf)};
+  std::vector<RetentionCandidate> dirs = {Complete(5, 3.0),   Complete(10, 2.0), Complete(15, kNaN), Complete(20, 1.5),
+                                          Complete(25, kInf), Complete(30, 2.5), Complete(35, -kInf)};
   dirs[6].metric = std::nullopt;  // a checkpoint saved without a metric
   const auto v = ByStep(dirs, PlanRetention(dirs, {1, 2, "val_loss"}, dirs.back().path));
   EXPECT_EQ(v.at(35), RetentionVerdict::kNewest);
@@ -123,7 +122,8 @@ class PruneTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(root_); }
 
-  std::string Write(int64_t step, std::optional<double> metric, int64_t bytes = 1000, int attempt = 1) {
+  std::string Write(int64_t step, std::optional<double> metric, int64_t bytes = 1000, int attempt = 1,
+                    const std::string& metric_name = "val_loss") {
     const std::string dir = (fs::path(root_) / CheckpointDirName(step, attempt)).string();
     fs::create_directories(dir);
     std::ofstream(fs::path(dir) / RankFileName(0), std::ios::binary) << std::string(bytes, 'x');
@@ -135,7 +135,7 @@ class PruneTest : public ::testing::Test {
     m.dataset = "synthetic";
     m.files = {{RankFileName(0), 0, bytes}};
     m.total_bytes = bytes;
-    if (metric) m.metric = CheckpointMetric{"val_loss", *metric};
+    if (metric) m.metric = CheckpointMetric{metric_name, *metric};
     WriteManifestAtomically(dir, m);
     return dir;
   }
@@ -214,9 +214,9 @@ TEST_F(PruneTest, AKilledRemovalIsFinishedByTheNextPruneAndResumeStillFindsTheNe
 TEST_F(PruneTest, AThrowingRemovalLeavesOnlyALeftoverThatStartupFinishes) {
   Write(5, 1.0);
   const std::string newest = Write(10, 1.0);
-  EXPECT_THROW(PruneCheckpoints(root_, {1, 0, ""}, 1, newest,
-                                [](const std::string&) { throw std::runtime_error("crash"); }),
-               std::runtime_error);
+  EXPECT_THROW(
+      PruneCheckpoints(root_, {1, 0, ""}, 1, newest, [](const std::string&) { throw std::runtime_error("crash"); }),
+      std::runtime_error);
   ASSERT_EQ(Leftovers().size(), 1u);
   EXPECT_FALSE(fs::exists(fs::path(root_) / Leftovers()[0] / kManifestName)) << "the manifest went first";
   int64_t freed = 0;
@@ -259,6 +259,36 @@ TEST_F(PruneTest, APinOfADeadProcessOnThisHostIsStale) {
   EXPECT_FALSE(HasLivePin(old));
   PruneCheckpoints(root_, {1, 0, ""}, 1, newest);
   EXPECT_EQ(Steps(), (std::vector<int64_t>{10}));
+}
+
+TEST_F(PruneTest, APinnedLeftoverIsRestoredNotRemoved) {
+  // A pruner that died between its rename and the rename back it owed a reader.
+  const std::string old = Write(5, 1.0);
+  const std::string newest = Write(10, 1.0);
+  absl::StatusOr<std::unique_ptr<CheckpointPin>> pin = CheckpointPin::Acquire(old, "export");
+  ASSERT_TRUE(pin.ok()) << pin.status();
+  fs::rename(old, fs::path(root_) / (std::string(kDeletingPrefix) + CheckpointDirName(5, 1)));
+  int64_t freed = 0;
+  EXPECT_TRUE(FinishInterruptedDeletions(root_, &freed).empty());
+  EXPECT_EQ(freed, 0);
+  EXPECT_TRUE(Leftovers().empty());
+  EXPECT_EQ(Steps(), (std::vector<int64_t>{5, 10}));
+  EXPECT_TRUE(HasLivePin(old));
+  pin->reset();
+  // Unpinned, the same leftover is removed.
+  fs::rename(old, fs::path(root_) / (std::string(kDeletingPrefix) + CheckpointDirName(5, 1)));
+  EXPECT_EQ(FinishInterruptedDeletions(root_, &freed).size(), 1u);
+  EXPECT_EQ(Steps(), (std::vector<int64_t>{10}));
+}
+
+TEST_F(PruneTest, BestRanksOnlyTheNewestCheckpointsMetric) {
+  // A folder reused after best_metric changed: train_loss values are not val_loss ones.
+  const std::string best = Write(5, 0.5);
+  Write(10, 0.01, 1000, 1, "train_loss");
+  Write(15, 0.9);
+  absl::StatusOr<std::string> picked = SelectBestCheckpoint(root_);
+  ASSERT_TRUE(picked.ok()) << picked.status();
+  EXPECT_EQ(*picked, best);
 }
 
 TEST_F(PruneTest, PinningADeletedOrIncompleteCheckpointFails) {
