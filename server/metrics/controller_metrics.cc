@@ -45,34 +45,20 @@ ControllerMetrics::ControllerMetrics()
                              .Help("Workers with a live Connect stream")
                              .Register(*registry_)
                              .Add({})),
-      slots_total_(BuildGauge()
-                       .Name("trainyard_slots")
-                       .Help("Rank slots of connected workers")
-                       .Register(*registry_)
-                       .Add({})),
-      slots_free_(BuildGauge()
-                      .Name("trainyard_slots_free")
-                      .Help("Rank slots not running a rank")
-                      .Register(*registry_)
-                      .Add({})),
+      slots_total_(
+          BuildGauge().Name("trainyard_slots").Help("Rank slots of connected workers").Register(*registry_).Add({})),
+      slots_free_(
+          BuildGauge().Name("trainyard_slots_free").Help("Rank slots not running a rank").Register(*registry_).Add({})),
       workers_lost_(BuildCounter()
                         .Name("trainyard_workers_lost_total")
                         .Help("Workers declared lost: silent or disconnected past the heartbeat "
                               "timeout (their gangs were torn down)")
                         .Register(*registry_)
                         .Add({})),
-      transitions_family_(BuildCounter()
-                              .Name("trainyard_job_transitions_total")
-                              .Help("Jobs entering each state")
-                              .Register(*registry_)),
-      step_family_(BuildGauge()
-                       .Name("trainyard_job_step")
-                       .Help("Last reported optimizer step")
-                       .Register(*registry_)),
-      loss_family_(BuildGauge()
-                       .Name("trainyard_job_loss")
-                       .Help("Last reported training loss")
-                       .Register(*registry_)),
+      transitions_family_(
+          BuildCounter().Name("trainyard_job_transitions_total").Help("Jobs entering each state").Register(*registry_)),
+      step_family_(BuildGauge().Name("trainyard_job_step").Help("Last reported optimizer step").Register(*registry_)),
+      loss_family_(BuildGauge().Name("trainyard_job_loss").Help("Last reported training loss").Register(*registry_)),
       tokens_family_(BuildGauge()
                          .Name("trainyard_job_tokens_per_second")
                          .Help("Last reported global training throughput")
@@ -103,6 +89,20 @@ ControllerMetrics::ControllerMetrics()
                               .Name("trainyard_job_validations_total")
                               .Help("Validation runs reported for a job")
                               .Register(*registry_)),
+      checkpoint_bytes_freed_family_(BuildCounter()
+                                         .Name("trainyard_job_checkpoint_bytes_freed_total")
+                                         .Help("Bytes of checkpoints that retention (checkpoint.keep, "
+                                               "keep_best) removed from a job's folder")
+                                         .Register(*registry_)),
+      checkpoint_bytes_kept_family_(BuildGauge()
+                                        .Name("trainyard_job_checkpoint_bytes_kept")
+                                        .Help("Bytes of the checkpoints left in a job's folder after its "
+                                              "last prune")
+                                        .Register(*registry_)),
+      checkpoints_kept_family_(BuildGauge()
+                                   .Name("trainyard_job_checkpoints_kept")
+                                   .Help("Checkpoints left in a job's folder after its last prune")
+                                   .Register(*registry_)),
       expert_imbalance_family_(BuildGauge()
                                    .Name("trainyard_job_expert_load_imbalance_ratio")
                                    .Help("Max over mean of the tokens routed to each expert in the "
@@ -138,27 +138,25 @@ ControllerMetrics::ControllerMetrics()
                                 .Help("Unix time the controller committed the job's last step "
                                       "report, or the job last entered RUNNING if that is later")
                                 .Register(*registry_)),
-      jobs_family_(BuildGauge()
-                       .Name("trainyard_jobs")
-                       .Help("Jobs the controller knows, by state")
-                       .Register(*registry_)),
+      jobs_family_(
+          BuildGauge().Name("trainyard_jobs").Help("Jobs the controller knows, by state").Register(*registry_)),
       queue_depth_(BuildGauge()
                        .Name("trainyard_queue_depth")
                        .Help("Jobs waiting to be placed (PENDING)")
                        .Register(*registry_)
                        .Add({})),
-      scheduling_seconds_(BuildHistogram()
-                              .Name("trainyard_scheduling_latency_seconds")
-                              .Help("Time from a job entering the queue to its placement")
-                              .Register(*registry_)
-                              .Add({}, prometheus::Histogram::BucketBoundaries{
-                                           0.01, 0.1, 0.5, 1, 5, 30, 60, 300, 1800, 3600, 21600})),
+      scheduling_seconds_(
+          BuildHistogram()
+              .Name("trainyard_scheduling_latency_seconds")
+              .Help("Time from a job entering the queue to its placement")
+              .Register(*registry_)
+              .Add({}, prometheus::Histogram::BucketBoundaries{0.01, 0.1, 0.5, 1, 5, 30, 60, 300, 1800, 3600, 21600})),
       ingest_seconds_(BuildHistogram()
                           .Name("trainyard_event_ingest_batch_seconds")
                           .Help("Wall time of committing one worker event batch to the store")
                           .Register(*registry_)
-                          .Add({}, prometheus::Histogram::BucketBoundaries{
-                                       0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1})),
+                          .Add({}, prometheus::Histogram::BucketBoundaries{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                                                           0.05, 0.1, 0.25, 1})),
       grpc_started_family_(BuildCounter()
                                .Name("trainyard_grpc_server_started_total")
                                .Help("gRPC calls started on the controller")
@@ -175,19 +173,18 @@ ControllerMetrics::ControllerMetrics()
                              .Name("trainyard_preflights_total")
                              .Help("Compile preflights run before accepting a job, by outcome")
                              .Register(*registry_)),
-      preflight_seconds_(BuildHistogram()
-                             .Name("trainyard_preflight_duration_seconds")
-                             .Help("Wall time of each compile preflight run")
-                             .Register(*registry_)
-                             .Add({}, prometheus::Histogram::BucketBoundaries{
-                                          1, 2, 5, 10, 20, 30, 60, 120, 300, 600})) {
+      preflight_seconds_(
+          BuildHistogram()
+              .Name("trainyard_preflight_duration_seconds")
+              .Help("Wall time of each compile preflight run")
+              .Register(*registry_)
+              .Add({}, prometheus::Histogram::BucketBoundaries{1, 2, 5, 10, 20, 30, 60, 120, 300, 600})) {
   for (int s = v1::Job::PENDING; s <= v1::Job::RESTARTING; ++s) {
     std::string name = absl::AsciiStrToLower(v1::Job::State_Name(static_cast<v1::Job::State>(s)));
     transitions_[s] = &transitions_family_.Add({{"state", name}});
     jobs_by_state_[s] = &jobs_family_.Add({{"state", name}});
   }
-  for (const char* outcome :
-       {"clean", "findings", "bad_config", "failed", "timeout", "cancelled", "refused"}) {
+  for (const char* outcome : {"clean", "findings", "bad_config", "failed", "timeout", "cancelled", "refused"}) {
     preflights_[outcome] = &preflights_family_.Add({{"outcome", outcome}});
   }
 }
@@ -248,8 +245,7 @@ void ControllerMetrics::StallReported(const std::string& job_id) {
   SeriesLocked(job_id).stalls->Increment();
 }
 
-void ControllerMetrics::JobStateChanged(const std::string& job_id, v1::Job::State state,
-                                        absl::Time now) {
+void ControllerMetrics::JobStateChanged(const std::string& job_id, v1::Job::State state, absl::Time now) {
   const bool placed = state == v1::Job::SCHEDULED || state == v1::Job::RUNNING;
   absl::MutexLock lock(&mu_);
   // A queued job that was never placed has no per-job series.
@@ -283,24 +279,20 @@ void ControllerMetrics::GrpcStarted(const std::string& full_method) {
   grpc_started_family_.Add({{"grpc_service", service}, {"grpc_method", method}}).Increment();
 }
 
-void ControllerMetrics::GrpcHandled(const std::string& full_method, int code, bool unary,
-                                    absl::Duration elapsed) {
+void ControllerMetrics::GrpcHandled(const std::string& full_method, int code, bool unary, absl::Duration elapsed) {
   static const char* const kCodes[] = {
-      "OK",           "CANCELLED",          "UNKNOWN",           "INVALID_ARGUMENT",
-      "DEADLINE_EXCEEDED", "NOT_FOUND",     "ALREADY_EXISTS",    "PERMISSION_DENIED",
-      "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED",    "OUT_OF_RANGE",
-      "UNIMPLEMENTED", "INTERNAL",          "UNAVAILABLE",       "DATA_LOSS",
-      "UNAUTHENTICATED"};
+      "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
+      "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+      "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
+      "DATA_LOSS", "UNAUTHENTICATED"};
   auto [service, method] = GrpcLabels(full_method);
   const std::string code_name = code >= 0 && code <= 16 ? kCodes[code] : "UNKNOWN";
-  grpc_handled_family_
-      .Add({{"grpc_service", service}, {"grpc_method", method}, {"grpc_code", code_name}})
-      .Increment();
+  grpc_handled_family_.Add({{"grpc_service", service}, {"grpc_method", method}, {"grpc_code", code_name}}).Increment();
   if (unary) {
     grpc_seconds_family_
         .Add({{"grpc_service", service}, {"grpc_method", method}},
-             prometheus::Histogram::BucketBoundaries{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
-                                                     0.05, 0.1, 0.25, 1, 5, 30, 120})
+             prometheus::Histogram::BucketBoundaries{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5,
+                                                     30, 120})
         .Observe(absl::ToDoubleSeconds(elapsed));
   }
 }
@@ -316,14 +308,12 @@ ControllerMetrics::JobSeries& ControllerMetrics::SeriesLocked(const std::string&
     s.validations = &validations_family_.Add({{"job_id", job_id}});
     // The recompile-storm alert reads this per-job total (the by-region series appear
     // only at a region's first recompile, which increase() cannot see).
-    s.compile[v1::CompileEvent::RECOMPILE] =
-        &compile_family_.Add({{"job_id", job_id}, {"kind", "recompile"}});
+    s.compile[v1::CompileEvent::RECOMPILE] = &compile_family_.Add({{"job_id", job_id}, {"kind", "recompile"}});
   }
   return it->second;
 }
 
-void ControllerMetrics::StepReported(const std::string& job_id, const v1::StepMetrics& step,
-                                     absl::Time now) {
+void ControllerMetrics::StepReported(const std::string& job_id, const v1::StepMetrics& step, absl::Time now) {
   absl::MutexLock lock(&mu_);
   JobSeries& s = SeriesLocked(job_id);
   if (s.step == nullptr) {
@@ -356,8 +346,21 @@ void ControllerMetrics::ValidationReported(const std::string& job_id, const v1::
   s.validations->Increment();
 }
 
-void ControllerMetrics::ExpertLoadLocked(const std::string& job_id, JobSeries& s,
-                                         const v1::StepMetrics& step) {
+void ControllerMetrics::CheckpointsPruned(const std::string& job_id, const v1::CheckpointsPruned& pruned) {
+  absl::MutexLock lock(&mu_);
+  JobSeries& s = SeriesLocked(job_id);
+  if (s.checkpoint_bytes_freed == nullptr) {
+    s.checkpoint_bytes_freed = &checkpoint_bytes_freed_family_.Add({{"job_id", job_id}});
+    s.checkpoint_bytes_kept = &checkpoint_bytes_kept_family_.Add({{"job_id", job_id}});
+    s.checkpoints_kept = &checkpoints_kept_family_.Add({{"job_id", job_id}});
+  }
+  // request_validation refuses negative figures; a counter never goes down regardless.
+  if (pruned.bytes_freed() > 0) s.checkpoint_bytes_freed->Increment(static_cast<double>(pruned.bytes_freed()));
+  s.checkpoint_bytes_kept->Set(static_cast<double>(pruned.bytes_kept()));
+  s.checkpoints_kept->Set(static_cast<double>(pruned.kept()));
+}
+
+void ControllerMetrics::ExpertLoadLocked(const std::string& job_id, JobSeries& s, const v1::StepMetrics& step) {
   const auto& load = step.expert_load();
   // A dense model reports none; a negative count can only come from a broken rank, and
   // then the whole vector is suspect (its max/mean would be meaningless).
@@ -370,8 +373,7 @@ void ControllerMetrics::ExpertLoadLocked(const std::string& job_id, JobSeries& s
   const int shown = std::min(load.size(), kMaxExpertSeries);
   while (static_cast<int>(s.expert_tokens.size()) < shown) {
     const int expert = static_cast<int>(s.expert_tokens.size());
-    s.expert_tokens.push_back(
-        &expert_tokens_family_.Add({{"job_id", job_id}, {"expert", std::to_string(expert)}}));
+    s.expert_tokens.push_back(&expert_tokens_family_.Add({{"job_id", job_id}, {"expert", std::to_string(expert)}}));
   }
   for (int i = 0; i < shown; ++i) s.expert_tokens[i]->Set(static_cast<double>(load[i]));
   // max/mean needs at least two experts to say anything, and a mean above 0.
@@ -390,15 +392,13 @@ void ControllerMetrics::ExpertLoadLocked(const std::string& job_id, JobSeries& s
   s.expert_imbalance->Set(max / mean);
 }
 
-void ControllerMetrics::CompileReported(const std::string& job_id,
-                                        const v1::CompileEvent& compile) {
+void ControllerMetrics::CompileReported(const std::string& job_id, const v1::CompileEvent& compile) {
   absl::MutexLock lock(&mu_);
   JobSeries& s = SeriesLocked(job_id);
   auto& counter = s.compile[compile.kind()];
   if (counter == nullptr) {
     counter = &compile_family_.Add(
-        {{"job_id", job_id},
-         {"kind", absl::AsciiStrToLower(v1::CompileEvent::Kind_Name(compile.kind()))}});
+        {{"job_id", job_id}, {"kind", absl::AsciiStrToLower(v1::CompileEvent::Kind_Name(compile.kind()))}});
   }
   counter->Increment();
   if (compile.kind() != v1::CompileEvent::RECOMPILE) return;
@@ -419,9 +419,7 @@ void ControllerMetrics::CompileReported(const std::string& job_id,
     if (s.recompiles.size() >= kMaxRegionsPerJob) region = "other";
     it = s.recompiles.find(region);
     if (it == s.recompiles.end()) {
-      it = s.recompiles
-               .emplace(region, &recompiles_family_.Add({{"job_id", job_id}, {"region", region}}))
-               .first;
+      it = s.recompiles.emplace(region, &recompiles_family_.Add({{"job_id", job_id}, {"region", region}})).first;
     }
   }
   it->second->Increment();
@@ -449,6 +447,11 @@ void ControllerMetrics::Sweep(absl::Time now, absl::Duration grace) {
       epoch_family_.Remove(s.epoch);
     }
     if (s.validation_loss != nullptr) validation_loss_family_.Remove(s.validation_loss);
+    if (s.checkpoint_bytes_freed != nullptr) {
+      checkpoint_bytes_freed_family_.Remove(s.checkpoint_bytes_freed);
+      checkpoint_bytes_kept_family_.Remove(s.checkpoint_bytes_kept);
+      checkpoints_kept_family_.Remove(s.checkpoints_kept);
+    }
     if (s.expert_imbalance != nullptr) expert_imbalance_family_.Remove(s.expert_imbalance);
     for (prometheus::Gauge* g : s.expert_tokens) expert_tokens_family_.Remove(g);
     if (s.last_progress != nullptr) last_progress_family_.Remove(s.last_progress);

@@ -70,19 +70,26 @@ class ControllerMetrics {
   // that no worker may send (reason "invalid", request_validation::InvalidEvent).
   void EventsDropped(const std::string& reason, int n);
   void SetWorkersConnected(int n) { workers_connected_.Set(n); }
-  void SetSlots(int total, int free) { slots_total_.Set(total); slots_free_.Set(free); }
+  void SetSlots(int total, int free) {
+    slots_total_.Set(total);
+    slots_free_.Set(free);
+  }
   // A step report committed at `now` (the controller's clock: the time it arrived, not the
   // rank's, so a worker's replay after an outage counts as progress when it lands).
   // Its expert_load (tokens per routed expert, summed over the MoE layers) sets
   // trainyard_job_expert_tokens{expert} and trainyard_job_expert_load_imbalance_ratio
   // (max/mean); a report without one, or with a negative count, leaves them as they were.
   // Its epoch sets trainyard_job_epoch (0 for the synthetic dataset, which has none).
-  void StepReported(const std::string& job_id, const v1::StepMetrics& step,
-                    absl::Time now = absl::Now());
+  void StepReported(const std::string& job_id, const v1::StepMetrics& step, absl::Time now = absl::Now());
   // A committed Validation: trainyard_job_validation_loss (the last one's, NaN included:
   // a diverged model's loss is what the gauge should say) and one more
   // trainyard_job_validations_total.
   void ValidationReported(const std::string& job_id, const v1::Validation& validation);
+  // Checkpoint retention after a save (rank 0's CheckpointsPruned): the bytes it freed
+  // add to trainyard_job_checkpoint_bytes_freed_total; the bytes and the count of
+  // checkpoints left on disk become trainyard_job_checkpoint_bytes_kept and
+  // trainyard_job_checkpoints_kept.
+  void CheckpointsPruned(const std::string& job_id, const v1::CheckpointsPruned& pruned);
   void CompileReported(const std::string& job_id, const v1::CompileEvent& compile);
   // One finished preflight; `outcome` is a PreflightVerdictName() or "refused" (queue
   // full, runner binary missing, controller stopping). Other values are dropped.
@@ -111,6 +118,10 @@ class ControllerMetrics {
     prometheus::Gauge* step_seconds = nullptr;
     prometheus::Gauge* epoch = nullptr;
     prometheus::Gauge* validation_loss = nullptr;  // from the first Validation
+    // From the first CheckpointsPruned.
+    prometheus::Counter* checkpoint_bytes_freed = nullptr;
+    prometheus::Gauge* checkpoint_bytes_kept = nullptr;
+    prometheus::Gauge* checkpoints_kept = nullptr;
     // From the first step report that carries a usable expert_load.
     prometheus::Gauge* expert_imbalance = nullptr;
     std::vector<prometheus::Gauge*> expert_tokens;  // by routed expert index
@@ -149,6 +160,9 @@ class ControllerMetrics {
   prometheus::Family<prometheus::Gauge>& epoch_family_;
   prometheus::Family<prometheus::Gauge>& validation_loss_family_;
   prometheus::Family<prometheus::Counter>& validations_family_;
+  prometheus::Family<prometheus::Counter>& checkpoint_bytes_freed_family_;
+  prometheus::Family<prometheus::Gauge>& checkpoint_bytes_kept_family_;
+  prometheus::Family<prometheus::Gauge>& checkpoints_kept_family_;
   prometheus::Family<prometheus::Gauge>& expert_imbalance_family_;
   prometheus::Family<prometheus::Gauge>& expert_tokens_family_;
   prometheus::Family<prometheus::Counter>& tokens_total_family_;

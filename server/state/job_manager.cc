@@ -310,6 +310,7 @@ absl::Status JobManager::IngestEventsLocked(int64_t conn, const v1::EventBatch& 
       if (e.has_compile()) metrics_->CompileReported(job_id, e.compile());
       if (e.has_stall()) metrics_->StallReported(job_id);
       if (e.has_validation()) metrics_->ValidationReported(job_id, e.validation());
+      if (e.has_checkpoints_pruned()) metrics_->CheckpointsPruned(job_id, e.checkpoints_pruned());
     }
     fx.Notify(job_id);
     committed[job_id] = std::move(*stored);

@@ -41,9 +41,7 @@ TEST(ControllerMetricsTest, DroppedEventsAreCountedByReason) {
       << Scrape(metrics);
 }
 
-bool Has(const std::string& text, const std::string& line) {
-  return text.find(line + "\n") != std::string::npos;
-}
+bool Has(const std::string& text, const std::string& line) { return text.find(line + "\n") != std::string::npos; }
 
 TEST(ControllerMetricsTest, TokensAccumulateOverReportsAndStepSecondsFollowTheLast) {
   ControllerMetrics metrics;
@@ -97,8 +95,7 @@ TEST(ControllerMetricsTest, RestartsStallsAndRecompilesByRegionArePerJob) {
   const std::string text = Scrape(metrics);
   EXPECT_TRUE(Has(text, "trainyard_job_restarts_total{job_id=\"job-2\"} 2")) << text;
   EXPECT_TRUE(Has(text, "trainyard_job_stalls_total{job_id=\"job-2\"} 1")) << text;
-  EXPECT_TRUE(Has(text, "trainyard_job_recompiles_total{job_id=\"job-2\",region=\"layer0.attention\"} 2"))
-      << text;
+  EXPECT_TRUE(Has(text, "trainyard_job_recompiles_total{job_id=\"job-2\",region=\"layer0.attention\"} 2")) << text;
   EXPECT_TRUE(Has(text, "trainyard_job_recompiles_total{job_id=\"job-2\",region=\"other\"} 45")) << text;
   size_t series = 0;
   for (size_t at = text.find("trainyard_job_recompiles_total{"); at != std::string::npos;
@@ -226,6 +223,38 @@ TEST(ControllerMetricsTest, ValidationLossEvaluationsAndEpochAreSweptWithTheJob)
   EXPECT_EQ(text.find("job-4"), std::string::npos) << text;
 }
 
+// Retention's figures: freed bytes add up over prunes, kept bytes and count are the last
+// prune's; no series before the first prune, none after the job is swept.
+TEST(ControllerMetricsTest, CheckpointRetentionBytesAreCountedAndSweptWithTheJob) {
+  ControllerMetrics metrics;
+  metrics.JobStateChanged("job-5", v1::Job::SCHEDULED, absl::FromUnixSeconds(10));
+  std::string text = Scrape(metrics);
+  EXPECT_EQ(text.find("trainyard_job_checkpoint_bytes_kept{"), std::string::npos) << text;
+  v1::CheckpointsPruned p;
+  p.set_step(10);
+  p.set_bytes_freed(1500);
+  p.set_bytes_kept(9000);
+  p.set_kept(3);
+  metrics.CheckpointsPruned("job-5", p);
+  p.set_step(20);
+  p.set_bytes_freed(2500);
+  p.set_bytes_kept(8000);
+  p.set_kept(2);
+  metrics.CheckpointsPruned("job-5", p);
+  p.set_step(30);
+  p.set_bytes_freed(0);  // nothing to remove this time
+  metrics.CheckpointsPruned("job-5", p);
+  text = Scrape(metrics);
+  EXPECT_TRUE(Has(text, "trainyard_job_checkpoint_bytes_freed_total{job_id=\"job-5\"} 4000")) << text;
+  EXPECT_TRUE(Has(text, "trainyard_job_checkpoint_bytes_kept{job_id=\"job-5\"} 8000")) << text;
+  EXPECT_TRUE(Has(text, "trainyard_job_checkpoints_kept{job_id=\"job-5\"} 2")) << text;
+  const absl::Time ended = absl::FromUnixSeconds(1000);
+  metrics.JobEnded("job-5", ended);
+  metrics.Sweep(ended + absl::Minutes(10), absl::Minutes(10));
+  text = Scrape(metrics);
+  EXPECT_EQ(text.find("job-5"), std::string::npos) << text;
+}
+
 TEST(ControllerMetricsTest, GrpcCallsAreCountedByMethodAndCodeWithBoundedLabels) {
   ControllerMetrics metrics;
   metrics.GrpcStarted("/trainyard.v1.JobService/SubmitJob");
@@ -233,15 +262,25 @@ TEST(ControllerMetricsTest, GrpcCallsAreCountedByMethodAndCodeWithBoundedLabels)
   metrics.GrpcHandled("/evil.Service/" + std::string(1000, 'm'), 12, true, absl::Milliseconds(1));
   metrics.GrpcHandled("/trainyard.v1.JobService/SubmitJob", 99, true, absl::Milliseconds(1));
   const std::string text = Scrape(metrics);
-  EXPECT_TRUE(Has(text, "trainyard_grpc_server_started_total{grpc_method=\"SubmitJob\",grpc_service=\"trainyard.v1.JobService\"} 1"))
+  EXPECT_TRUE(
+      Has(text,
+          "trainyard_grpc_server_started_total{grpc_method=\"SubmitJob\",grpc_service=\"trainyard.v1.JobService\"} 1"))
       << text;
-  EXPECT_TRUE(Has(text, "trainyard_grpc_server_handled_total{grpc_code=\"INVALID_ARGUMENT\",grpc_method=\"SubmitJob\",grpc_service=\"trainyard.v1.JobService\"} 1"))
+  EXPECT_TRUE(Has(text,
+                  "trainyard_grpc_server_handled_total{grpc_code=\"INVALID_ARGUMENT\",grpc_method=\"SubmitJob\",grpc_"
+                  "service=\"trainyard.v1.JobService\"} 1"))
       << text;
-  EXPECT_TRUE(Has(text, "trainyard_grpc_server_handled_total{grpc_code=\"UNIMPLEMENTED\",grpc_method=\"unknown\",grpc_service=\"unknown\"} 1"))
+  EXPECT_TRUE(Has(text,
+                  "trainyard_grpc_server_handled_total{grpc_code=\"UNIMPLEMENTED\",grpc_method=\"unknown\",grpc_"
+                  "service=\"unknown\"} 1"))
       << text;
-  EXPECT_TRUE(Has(text, "trainyard_grpc_server_handled_total{grpc_code=\"UNKNOWN\",grpc_method=\"SubmitJob\",grpc_service=\"trainyard.v1.JobService\"} 1"))
+  EXPECT_TRUE(Has(text,
+                  "trainyard_grpc_server_handled_total{grpc_code=\"UNKNOWN\",grpc_method=\"SubmitJob\",grpc_service="
+                  "\"trainyard.v1.JobService\"} 1"))
       << text;
-  EXPECT_TRUE(Has(text, "trainyard_grpc_server_handling_seconds_count{grpc_method=\"SubmitJob\",grpc_service=\"trainyard.v1.JobService\"} 2"))
+  EXPECT_TRUE(Has(text,
+                  "trainyard_grpc_server_handling_seconds_count{grpc_method=\"SubmitJob\",grpc_service=\"trainyard.v1."
+                  "JobService\"} 2"))
       << text;
 }
 

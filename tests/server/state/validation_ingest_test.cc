@@ -87,6 +87,27 @@ TEST_F(ValidationIngestTest, AValidationOfTheRunningAttemptIsStoredExportedAndRe
   EXPECT_EQ(StoredValidations(id).size(), 2u);
 }
 
+// Rank 0's CheckpointsPruned, through the ingest path, becomes the retention metrics.
+TEST_F(ValidationIngestTest, ACheckpointsPrunedEventIsExportedAsRetentionMetrics) {
+  Conn w1 = Connect("w1", 1);
+  const std::string id = Submit(Spec(1));
+  Report(w1, id, 1, {0}, v1::RankState::RUNNING);
+  v1::Event e;
+  e.set_job_id(id);
+  e.set_attempt(1);
+  e.set_rank(0);
+  e.set_source_seq(++source_seq_[{id, 1, 0}]);
+  e.mutable_checkpoints_pruned()->set_step(20);
+  e.mutable_checkpoints_pruned()->set_bytes_freed(123456);
+  e.mutable_checkpoints_pruned()->set_bytes_kept(654321);
+  e.mutable_checkpoints_pruned()->set_kept(3);
+  Send(w1, {e});
+  const std::string text = Scrape();
+  EXPECT_TRUE(Has(text, "trainyard_job_checkpoint_bytes_freed_total{job_id=\"" + id + "\"} 123456")) << text;
+  EXPECT_TRUE(Has(text, "trainyard_job_checkpoint_bytes_kept{job_id=\"" + id + "\"} 654321")) << text;
+  EXPECT_TRUE(Has(text, "trainyard_job_checkpoints_kept{job_id=\"" + id + "\"} 3")) << text;
+}
+
 // A diverged model: the loss is NaN (or infinite). That is the run's outcome, stored and
 // exported as the training loss is, not an invalid event.
 TEST_F(ValidationIngestTest, ANonFiniteLossIsStoredAndExportedAsIs) {
