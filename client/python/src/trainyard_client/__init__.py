@@ -12,7 +12,7 @@ from .client import DEFAULT_CONTROLLER, Client, check_token, is_loopback, read_t
 from .errors import (Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceeded, FailedPrecondition,
                      Internal, InvalidArgument, NotFound, PermissionDenied, ResourceExhausted,
                      TrainyardError, Unauthenticated, Unavailable, Unimplemented)
-from .results import (ArtifactInfo, ArtifactRef, CheckpointRef, CheckpointSaved, CompileEvent,
+from .results import (ArtifactInfo, ArtifactRef, CheckpointRef, CheckpointSaved, CheckpointsPruned, CompileEvent,
                       DrainResult, EngineCapabilities, Event, GpuDevice, GpuSample, Job, JobState,
                       JobStateChange, LogLine, Placement, RankPlacement, RankState, ShareInfo, Stall,
                       StepMetrics, Validation, WorkerEnv, WorkerInfo)

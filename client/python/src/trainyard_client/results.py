@@ -194,8 +194,11 @@ Job = _dataclass(job_pb2.Job.DESCRIPTOR,
 # One class per payload of Event's oneof, named as its message: StepMetrics (epoch: the
 # 1-based epoch of the step's last sample, 0 for synthetic data), CompileEvent (kind: a
 # Kind name), RankState (state: a State name), LogLine, ArtifactRef, Stall,
-# JobStateChange (state: a JobState), CheckpointSaved, Validation (step, loss, tokens,
-# ms of one [validation] run; loss may be nan for a diverged model).
+# JobStateChange (state: a JobState), CheckpointSaved (metric_name and metric: the
+# checkpoint's checkpoint.best_metric when the job keeps best ones), Validation (step,
+# loss, tokens, ms of one [validation] run; loss may be nan for a diverged model),
+# CheckpointsPruned (what retention removed after a save: removed, bytes_freed,
+# bytes_kept, kept).
 _PAYLOADS: Dict[str, type] = {
     f.name: _dataclass(f.message_type)
     for f in event_pb2.Event.DESCRIPTOR.oneofs_by_name["payload"].fields
@@ -209,6 +212,7 @@ Stall = _CLASSES["trainyard.v1.Stall"]
 JobStateChange = _CLASSES["trainyard.v1.JobStateChange"]
 CheckpointSaved = _CLASSES["trainyard.v1.CheckpointSaved"]
 Validation = _CLASSES["trainyard.v1.Validation"]
+CheckpointsPruned = _CLASSES["trainyard.v1.CheckpointsPruned"]
 
 Payload = Any  # one of the classes above, or None
 
