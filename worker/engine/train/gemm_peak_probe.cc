@@ -1,18 +1,35 @@
 #include "worker/engine/train/gemm_peak_probe.h"
 
+#include <torch/torch.h>
+
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <fstream>
 #include <set>
 #include <sstream>
 #include <string>
 
-#include <torch/torch.h>
-
 #include "worker/engine/base/torch_compat.h"
 #include "worker/engine/kernels/cpu/cpu_blas.h"
 
 namespace trainyard::engine {
+
+namespace {
+
+// FLOP/s of one [256,256]·[256,256] multiply in `dtype` on the CPU, after one warm-up.
+double ScoutRate(c10::ScalarType dtype) {
+  torch::NoGradGuard no_grad;
+  auto a = torch::ones({256, 256}).to(dtype);
+  auto c = torch::empty({256, 256}, a.options());
+  torch::mm_out(c, a, a);
+  const auto t0 = std::chrono::steady_clock::now();
+  torch::mm_out(c, a, a);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return 2.0 * 256 * 256 * 256 / std::max(s, 1e-9);
+}
+
+}  // namespace
 
 double GemmPeakProbe::MeasureFlops(double seconds, const c10::Device& device, c10::ScalarType dtype) {
   const int cpu_shapes[][3] = {{1024, 1024, 1024}, {2048, 256, 1024}, {1024, 2048, 256}};
@@ -20,9 +37,29 @@ double GemmPeakProbe::MeasureFlops(double seconds, const c10::Device& device, c1
   // synchronize; these take milliseconds at an H100/H200's fp32 rate.
   const int cuda_shapes[][3] = {{4096, 4096, 4096}, {16384, 1024, 4096}, {4096, 16384, 1024}};
   const auto& shapes = device.is_cuda() ? cuda_shapes : cpu_shapes;
+  // On CPU a dtype with only a slow kernel (bf16 where LibTorch has no oneDNN bf16 path,
+  // as on a CPU without AVX-512: its reference loop runs ~1 GFLOP/s, two seconds for one
+  // 1024³ multiply) would make the probe take tens of seconds, at start-up and at every
+  // re-probe. A 256³ scout gives the rate, and a shape's largest side is halved until one
+  // multiply takes at most half the shape's share of the time; a fast kernel keeps the
+  // shapes above.
+  const double rate = device.is_cuda() ? 0 : ScoutRate(dtype);
   double best = 0;
-  for (const auto& s : shapes) best = std::max(best, MeasureShape(s[0], s[1], s[2], seconds / 3, device, dtype));
+  for (const auto& s : shapes) {
+    const std::array<int, 3> d =
+        rate > 0 ? FitShape({s[0], s[1], s[2]}, rate, seconds / 6) : std::array<int, 3>{s[0], s[1], s[2]};
+    best = std::max(best, MeasureShape(d[0], d[1], d[2], seconds / 3, device, dtype));
+  }
   return best;
+}
+
+std::array<int, 3> GemmPeakProbe::FitShape(std::array<int, 3> mkn, double flops_per_s, double max_seconds) {
+  while (2.0 * mkn[0] * mkn[1] * mkn[2] / flops_per_s > max_seconds) {
+    int* largest = std::max_element(mkn.begin(), mkn.end());
+    if (*largest <= 64) break;
+    *largest /= 2;
+  }
+  return mkn;
 }
 
 double GemmPeakProbe::MeasureShape(int m, int k, int n, double seconds, const c10::Device& device,
@@ -50,8 +87,7 @@ double GemmPeakProbe::MeasureShape(int m, int k, int n, double seconds, const c1
   auto fastest = [&](double budget, const auto& multiply) {
     double best = 0;
     const auto start = Clock::now();
-    for (int iters = 0; iters < 5 || std::chrono::duration<double>(Clock::now() - start).count() < budget;
-         ++iters) {
+    for (int iters = 0; iters < 5 || std::chrono::duration<double>(Clock::now() - start).count() < budget; ++iters) {
       const auto t0 = Clock::now();
       multiply();
       compat::Synchronize(device);
@@ -71,9 +107,9 @@ double GemmPeakProbe::MeasureShape(int m, int k, int n, double seconds, const c1
   // split half they only delay the first few multiplies.
   const double best = fastest(seconds / 2, library);
   return std::max(best, fastest(seconds / 2, [&] {
-    cpu_blas::SplitGemm(false, false, m, n, k, 1, a.data_ptr<float>(), k, b.data_ptr<float>(), n, 0,
-                        c.data_ptr<float>(), n);
-  }));
+                    cpu_blas::SplitGemm(false, false, m, n, k, 1, a.data_ptr<float>(), k, b.data_ptr<float>(), n, 0,
+                                        c.data_ptr<float>(), n);
+                  }));
 }
 
 std::string GemmPeakProbe::Bf16GemmPath(const c10::Device& device) {

@@ -1,5 +1,6 @@
 #include "worker/engine/train/trainer.h"
 
+#include <ATen/record_function.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,12 +11,10 @@
 #include <csignal>
 #include <cstdio>
 #include <optional>
-#include <thread>
 #include <stdexcept>
+#include <thread>
 #include <tuple>
 #include <utility>
-
-#include <ATen/record_function.h>
 
 #include "common/flight/artifact_file.h"
 #include "common/flight/stall_analysis.h"
@@ -35,9 +34,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double Ms(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
+double Ms(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
 
 double PeakRssMb() {
   rusage usage{};
@@ -70,8 +67,7 @@ compile::CompileOptions MakeCompileOptions(const CompileConfig& c) {
 
 }  // namespace
 
-Trainer::Trainer(const EngineConfig& config, ProcessMesh& mesh, EventWriter& events,
-                 TrainerOptions options)
+Trainer::Trainer(const EngineConfig& config, ProcessMesh& mesh, EventWriter& events, TrainerOptions options)
     : config_(config),
       mesh_(mesh),
       events_(events),
@@ -338,8 +334,7 @@ void Trainer::EndStepProfile(int step) {
   profile_window_start_ = 0;
   std::string trace;
   try {
-    trace = TraceProfiler::Stop(rank, mesh_.world().world_size(), mesh_.world().backend_name(),
-                                options_.artifacts_dir);
+    trace = TraceProfiler::Stop(rank, mesh_.world().world_size(), mesh_.world().backend_name(), options_.artifacts_dir);
   } catch (const std::exception& e) {
     events_.Log("warning", "profiler trace " + name + " not recorded: " + e.what());
     return;
@@ -360,8 +355,8 @@ v1::StepMetrics Trainer::Step(int step) {
     // The start-up probe may have run while the machine was still busy (controller,
     // worker and ranks loading); a peak measured low reports MFU > 1. Probe again once
     // the job is running, outside the step's time, and keep the higher figure.
-    options_.peak_flops = std::max(options_.peak_flops, GemmPeakProbe::MeasureFlops(0.6, options_.device,
-                                                                                    ComputeDtype(config_.training)));
+    options_.peak_flops = std::max(options_.peak_flops,
+                                   GemmPeakProbe::MeasureFlops(0.6, options_.device, ComputeDtype(config_.training)));
   }
   tensor_memory::ResetPeak();  // the step's peak tensor bytes start from what it holds now
   const auto start = Clock::now();
@@ -467,8 +462,10 @@ v1::StepMetrics Trainer::Step(int step) {
     }
     if (fsdp_) {
       line += " fsdp: dp_shard=" + std::to_string(ctx.dp_shard) + ", " + std::to_string(fsdp_->unit_count()) +
-              " units, " + (fsdp_->prefetch() ? "all-gathers started at the step's start (prefetch)"
-                                              : "each unit's all-gather started when forward reaches it") + ";";
+              " units, " +
+              (fsdp_->prefetch() ? "all-gathers started at the step's start (prefetch)"
+                                 : "each unit's all-gather started when forward reaches it") +
+              ";";
     }
     events_.Log("info", line);
   }
@@ -510,12 +507,21 @@ v1::StepMetrics Trainer::Step(int step) {
   m.set_tokens_per_s(rank_tokens * ctx.dp / step_s);
   // Each rank does 1/world of the global work (TP/EP split the model, not tokens).
   m.set_model_tflops(flops_.flops_per_token * rank_tokens * ctx.dp / ctx.world / step_s / 1e12);
-  if (options_.peak_flops > 0 && m.model_tflops() * 1e12 > options_.peak_flops && step >= next_peak_reprobe_) {
+  const double achieved = m.model_tflops() * 1e12;
+  if (options_.peak_flops > 0 && achieved > options_.peak_flops) {
     // More than the peak proves the peak was measured low (a busy moment of the
     // machine): measure again, after the step's time, at most every few steps.
-    options_.peak_flops = std::max(options_.peak_flops, GemmPeakProbe::MeasureFlops(0.6, options_.device,
-                                                                                    ComputeDtype(config_.training)));
-    next_peak_reprobe_ = step + kPeakReprobeInterval;
+    if (!peak_probe_futile_ && step >= next_peak_reprobe_) {
+      const double measured = GemmPeakProbe::MeasureFlops(0.6, options_.device, ComputeDtype(config_.training));
+      options_.peak_flops = std::max(options_.peak_flops, measured);
+      next_peak_reprobe_ = step + kPeakReprobeInterval;
+      // The probe's multiply cannot reach what the model's own GEMMs did (another
+      // kernel for their shapes, such as LibTorch's bf16 loop on small operands): more
+      // probes would only cost time.
+      peak_probe_futile_ = measured < achieved;
+    }
+    // What a step did is a lower bound of the peak, so MFU stays at most 1.
+    if (peak_probe_futile_) options_.peak_flops = std::max(options_.peak_flops, achieved);
   }
   m.set_mfu(options_.peak_flops > 0 ? m.model_tflops() * 1e12 / options_.peak_flops : 0.0);
   m.set_step_ms(Ms(start, end));

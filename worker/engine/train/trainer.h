@@ -1,14 +1,15 @@
 // Runs the training loop for one rank of the dp × tp mesh (with EP carved from it):
 // training.grad_accum_steps micro-batches (each: batch → forward → loss/A → backward,
-// gradients accumulating) → gradient reduction per gradient class → global clip → AdamW (lr schedule) → expert-bias update, emitting step metrics on rank 0.
-// Every rank runs the same collectives in the same order. TP ranks of one DP rank read
-// the same batch. On CUDA the weights are drawn on the host exactly as on CPU, then
-// moved; step times include a device synchronize so they cover the GPU work.
-// Not thread-safe; owned by main.
+// gradients accumulating) → gradient reduction per gradient class → global clip → AdamW (lr schedule) → expert-bias
+// update, emitting step metrics on rank 0. Every rank runs the same collectives in the same order. TP ranks of one DP
+// rank read the same batch. On CUDA the weights are drawn on the host exactly as on CPU, then moved; step times include
+// a device synchronize so they cover the GPU work. Not thread-safe; owned by main.
 //
 // Optimizer choice: AdamW, betas (0.9, 0.95), eps 1e-8, weight_decay 0.1 on every
 // parameter (as torchtitan does); max_norm <= 0 turns clipping off (norm still reported).
 #pragma once
+
+#include <torch/torch.h>
 
 #include <chrono>
 #include <memory>
@@ -16,19 +17,17 @@
 #include <utility>
 #include <vector>
 
-#include <torch/torch.h>
-
 #include "common/flight/flight_ring.h"
+#include "worker/engine/checkpoint/train_state.h"
 #include "worker/engine/compile/compile_context.h"
 #include "worker/engine/compile/region/side_effect_probe.h"
 #include "worker/engine/config/engine_config.h"
 #include "worker/engine/data/dataset.h"
+#include "worker/engine/io/state_dict_io.h"
 #include "worker/engine/model/regions/region_factory.h"
 #include "worker/engine/model/transformer_model.h"
 #include "worker/engine/optim/adamw.h"
 #include "worker/engine/optim/lr_schedule.h"
-#include "worker/engine/checkpoint/train_state.h"
-#include "worker/engine/io/state_dict_io.h"
 #include "worker/engine/parallel/fully_sharded.h"
 #include "worker/engine/parallel/gradient_synchronizer.h"
 #include "worker/engine/parallel/mesh/process_mesh.h"
@@ -81,12 +80,12 @@ class Trainer {
   // Before this step the GEMM peak (options.peak_flops, when set) is measured again and
   // the higher of the two kept.
   static constexpr int kPeakReprobeStep = 3;
-  // A step faster than the peak allows re-measures it, at most once per this many steps.
+  // A step faster than the peak allows re-measures it, at most once per this many steps,
+  // until a re-measure falls short of the step (then the step's rate is the peak).
   static constexpr int kPeakReprobeInterval = 5;
 
   // `mesh` must have been built from config.parallelism and outlive the Trainer.
-  Trainer(const EngineConfig& config, ProcessMesh& mesh, EventWriter& events,
-          TrainerOptions options);
+  Trainer(const EngineConfig& config, ProcessMesh& mesh, EventWriter& events, TrainerOptions options);
 
   // Restores a checkpoint directory written under any layout (checkpoint_loader.h):
   // weights, AdamW state, expert biases, RNG; Run then continues at the step after
@@ -133,7 +132,10 @@ class Trainer {
   EventWriter& events_;
   TrainerOptions options_;
   int next_peak_reprobe_ = 0;  // first step that may re-measure a peak it beat
-  int64_t start_step_ = 0;  // the last step done before Run (a resumed checkpoint's)
+  // A re-probe measured less than the step that prompted it: no more re-probes; the
+  // fastest step's rate raises the peak instead.
+  bool peak_probe_futile_ = false;
+  int64_t start_step_ = 0;             // the last step done before Run (a resumed checkpoint's)
   bool checkpoint_requested_ = false;  // the last Step's world-wide request flag
   // When the world last agreed to save on request: a request file older than that asked
   // for that save (another worker's rank carried the same request a step earlier).
@@ -166,7 +168,7 @@ class Trainer {
   void BeginStepProfile(int step);
   void EndStepProfile(int step);
   int64_t profile_window_start_ = 0;  // first step of the running window; 0 none
-  int64_t GlobalBatch() const;  // samples per optimizer step
+  int64_t GlobalBatch() const;        // samples per optimizer step
   // The checkpoint's tensors (train_state.h): CollectTrainState, or its FSDP form.
   std::vector<StateTensor> TrainState();
   // The evaluator's pass after `step`; under FSDP it gathers and then empties again.
