@@ -16,8 +16,10 @@ namespace trainyard::spec {
 struct JobMeta {
   std::string name = "job";
   int priority = 0;
-  int time_limit_s = 0;  // 0: none
+  int time_limit_s = 0;     // 0: none
   bool preemptible = true;  // false: never preempted (priority > 0 then needs admin)
+  // Jobs to wait for: "job-3,job-4:failed" (common/spec/dependencies.h); "" = none.
+  std::string after;
 };
 
 struct ModelSpec {
@@ -59,7 +61,7 @@ struct TrainingSpec {
   // No step progress outside a collective for this long: Stall; 0 = off. Not given:
   // 0 on CPU, kDefaultCudaStepTimeoutS for resources.device="cuda" (presets.h).
   double step_timeout_s = 0;
-  bool shuffle = false;  // seeded permutation of the samples per epoch
+  bool shuffle = false;                  // seeded permutation of the samples per epoch
   std::string mixed_precision = "fp32";  // "fp32" | "bf16" (runs only where the engine has bf16)
 };
 
@@ -80,12 +82,12 @@ struct ParallelismSpec {
 };
 
 struct CompileSpec {
-  std::string backend = "eager";       // "eager" | "jit" | "cudagraph"
-  std::string regions = "per_layer";   // "per_layer" | "model"
-  int recompile_limit = 8;             // entries per region key before the eager fallback
+  std::string backend = "eager";         // "eager" | "jit" | "cudagraph"
+  std::string regions = "per_layer";     // "per_layer" | "model"
+  int recompile_limit = 8;               // entries per region key before the eager fallback
   std::string on_side_effect = "error";  // "error" | "fallback"
-  bool preflight = false;              // the controller runs a compile preflight first
-  int summary_every = 100;             // steps between per-region SUMMARY events
+  bool preflight = false;                // the controller runs a compile preflight first
+  int summary_every = 100;               // steps between per-region SUMMARY events
   // TEST ONLY: the first MoE layer writes its routing counts into a module buffer
   // during forward, reproducing the upstream "unsafe side effect" bug.
   bool test_plant_side_effect = false;
@@ -105,7 +107,7 @@ struct ProfilingSpec {
 struct CheckpointSpec {
   int interval = 0;  // steps; 0 = off
   int keep = 3;
-  int keep_best = 0;  // 0 = off
+  int keep_best = 0;                     // 0 = off
   std::string best_metric = "val_loss";  // "val_loss" | "train_loss"; lower is better
   std::string initial_load_path;
   std::string dir;  // where checkpoints go; required when interval > 0
@@ -119,7 +121,7 @@ struct ResourcesSpec {
 struct RestartSpec {
   int max_restarts = 0;
   double backoff_s = 1.0;  // before the first restart; doubles after each
-  int min_dp = 0;  // 0: no elastic shrink
+  int min_dp = 0;          // 0: no elastic shrink
   double elastic_wait_s = 30.0;
 };
 
@@ -154,6 +156,7 @@ void ForEachField(Spec& s, Visit&& visit) {
   visit("job", "priority", s.job.priority);
   visit("job", "time_limit_s", s.job.time_limit_s);
   visit("job", "preemptible", s.job.preemptible);
+  visit("job", "after", s.job.after);
 
   visit("model", "preset", s.model.preset);
   visit("model", "vocab_size", s.model.vocab_size);

@@ -1,12 +1,12 @@
 #include "common/spec/rules.h"
 
-#include "common/base/text.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
 
+#include "common/base/text.h"
+#include "common/spec/dependencies.h"
 #include "common/spec/schema.h"
 
 namespace trainyard::spec {
@@ -41,9 +41,9 @@ Check OneOf(const std::string& path, const std::string& value, const std::vector
 
 Check MaxLength(const std::string& path, const std::string& value, std::size_t limit) {
   if (value.size() <= limit) return std::nullopt;
-  return Invalid(path, "length",
-                 path + " is " + std::to_string(value.size()) + " bytes long, over the limit of " +
-                     std::to_string(limit));
+  return Invalid(
+      path, "length",
+      path + " is " + std::to_string(value.size()) + " bytes long, over the limit of " + std::to_string(limit));
 }
 
 // A file path: no control characters (a NUL would cut the path the engine opens).
@@ -77,8 +77,9 @@ Check PlainAbsolutePath(const std::string& path, const std::string& value) {
     const std::size_t end = std::min(rest.find('/', start), rest.size());
     const std::string_view part = rest.substr(start, end - start);
     if (part.empty() || part == "." || part == "..") {
-      return Invalid(path, "requires",
-                     path + " \"" + Quote(value) + "\" must be a plain absolute path: no empty, \".\" or \"..\" components");
+      return Invalid(
+          path, "requires",
+          path + " \"" + Quote(value) + "\" must be a plain absolute path: no empty, \".\" or \"..\" components");
     }
     start = end + 1;
   }
@@ -92,8 +93,8 @@ Check JobName(const std::string& name) {
                        std::to_string(name.size()));
   }
   for (char c : name) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-                    c == '_' || c == '-';
+    const bool ok =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
     if (!ok) {
       return Invalid("job.name", "charset",
                      "job.name \"" + Quote(name) + "\" may contain only letters, digits, '.', '_' and '-'");
@@ -101,7 +102,6 @@ Check JobName(const std::string& name) {
   }
   return std::nullopt;
 }
-
 
 // Every text value is UTF-8: proto3 strings, JSON and TOML cannot carry anything else.
 Check Utf8(const JobSpec& s) {
@@ -117,8 +117,8 @@ Check Utf8(const JobSpec& s) {
   return out;
 }
 
-#define TY_SPEC_CHECK(expr)          \
-  do {                               \
+#define TY_SPEC_CHECK(expr)           \
+  do {                                \
     if (Check _c = (expr)) return _c; \
   } while (0)
 
@@ -126,6 +126,7 @@ Check Job(const JobMeta& j) {
   TY_SPEC_CHECK(JobName(j.name));
   TY_SPEC_CHECK(IntRange("job.priority", j.priority, -1000, 1000));
   TY_SPEC_CHECK(IntRange("job.time_limit_s", j.time_limit_s, 0, 366 * 24 * 3600));
+  if (auto after = ParseAfter(j.after); !after.ok()) return after.error();
   return std::nullopt;
 }
 
@@ -148,9 +149,9 @@ Check Model(const ModelSpec& m) {
   TY_SPEC_CHECK(InRange("model.load_balance_coeff", m.load_balance_coeff, 0, 1));
   // Shape.
   if (m.dim % m.n_heads != 0) {
-    return Invalid("model.dim", "divides",
-                   "model.dim=" + std::to_string(m.dim) + " must be divisible by model.n_heads=" +
-                       std::to_string(m.n_heads));
+    return Invalid(
+        "model.dim", "divides",
+        "model.dim=" + std::to_string(m.dim) + " must be divisible by model.n_heads=" + std::to_string(m.n_heads));
   }
   if (m.n_heads % m.n_kv_heads != 0) {
     return Invalid("model.n_heads", "divides",
@@ -171,8 +172,8 @@ Check Model(const ModelSpec& m) {
 // bytewise). "tokens" entries name a flat file by its width (.u16, .u32; .bin of uint16
 // as nanoGPT writes it) or a Megatron indexed dataset (.idx, or .bin with its .idx
 // beside it). `optional`: "" turns the section off.
-Check DatasetSource(const std::string& section, const std::string& dataset, const std::string& path,
-                    const ModelSpec& m, bool optional) {
+Check DatasetSource(const std::string& section, const std::string& dataset, const std::string& path, const ModelSpec& m,
+                    bool optional) {
   const std::string kind_key = section + ".dataset";
   const std::string path_key = section + ".dataset_path";
   if (optional && dataset.empty()) {
@@ -266,8 +267,8 @@ Check Parallelism(const JobSpec& s) {
   const std::string tp = "parallelism.tp=" + std::to_string(p.tp);
   if (m.n_heads % p.tp != 0 || m.n_kv_heads % p.tp != 0) {
     return Invalid("parallelism.tp", "divides",
-                   tp + " must divide model.n_heads=" + std::to_string(m.n_heads) + " and model.n_kv_heads=" +
-                       std::to_string(m.n_kv_heads));
+                   tp + " must divide model.n_heads=" + std::to_string(m.n_heads) +
+                       " and model.n_kv_heads=" + std::to_string(m.n_kv_heads));
   }
   if (m.n_dense_layers > 0 && m.ffn_hidden % p.tp != 0) {
     return Invalid("parallelism.tp", "divides", tp + " must divide model.ffn_hidden=" + std::to_string(m.ffn_hidden));
@@ -303,7 +304,8 @@ Check Parallelism(const JobSpec& s) {
   if (p.dp_replicate != 0 && p.dp_replicate * p.dp_shard != p.dp) {
     return Invalid("parallelism.dp_replicate", "requires",
                    "parallelism.dp_replicate=" + std::to_string(p.dp_replicate) + " times " + shard +
-                       " must equal parallelism.dp=" + std::to_string(p.dp) + " (or leave dp_replicate out: it is dp / dp_shard)");
+                       " must equal parallelism.dp=" + std::to_string(p.dp) +
+                       " (or leave dp_replicate out: it is dp / dp_shard)");
   }
   // The ranks of one replica are dp_shard*tp consecutive ranks; an EP group must lie
   // inside one replica or cover whole replicas, so that every rank's experts are
@@ -328,7 +330,8 @@ Check Compile(const JobSpec& s) {
   if (c.regions == "model" && s.parallelism.tp != 1) {
     return Invalid("compile.regions", "requires",
                    "compile.regions=\"model\" needs parallelism.tp=1: the TP all-reduces split every block, so use "
-                   "compile.regions=\"per_layer\" with tp=" + std::to_string(s.parallelism.tp));
+                   "compile.regions=\"per_layer\" with tp=" +
+                       std::to_string(s.parallelism.tp));
   }
   if (c.regions == "model" && s.activation_checkpoint.mode == "selective") {
     return Invalid("activation_checkpoint.mode", "requires",
@@ -365,8 +368,8 @@ Check Rest(const JobSpec& s) {
   TY_SPEC_CHECK(PlainAbsolutePath("checkpoint.dir", ck.dir));
   TY_SPEC_CHECK(PlainAbsolutePath("checkpoint.initial_load_path", ck.initial_load_path));
   if (ck.interval > 0 && ck.keep < 1) {
-    return Invalid("checkpoint.keep", "requires", "checkpoint.keep must be >= 1 when checkpoints are on, got " +
-                                                    std::to_string(ck.keep));
+    return Invalid("checkpoint.keep", "requires",
+                   "checkpoint.keep must be >= 1 when checkpoints are on, got " + std::to_string(ck.keep));
   }
   TY_SPEC_CHECK(IntRange("checkpoint.keep_best", ck.keep_best, 0, 1000000));
   TY_SPEC_CHECK(OneOf("checkpoint.best_metric", ck.best_metric, BestMetrics()));

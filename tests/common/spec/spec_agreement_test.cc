@@ -39,21 +39,72 @@ std::vector<spec::FieldValue> Candidates(const spec::FieldInfo& f, const spec::J
   const double inf = std::numeric_limits<double>::infinity();
   switch (f.kind) {
     case spec::FieldKind::kInt32:
-      return {usual, usual, usual, -1, 0, 1, 2, 3, 4, 8, 64, 65, 1000, 1001, 1024, 1025, 4096, 65536, 65537,
-              1 << 20, (1 << 20) + 1, 1 << 24, (1 << 24) + 1, 1000000000, 1000000001,
-              std::numeric_limits<int>::max(), std::numeric_limits<int>::min()};
+      return {usual,
+              usual,
+              usual,
+              -1,
+              0,
+              1,
+              2,
+              3,
+              4,
+              8,
+              64,
+              65,
+              1000,
+              1001,
+              1024,
+              1025,
+              4096,
+              65536,
+              65537,
+              1 << 20,
+              (1 << 20) + 1,
+              1 << 24,
+              (1 << 24) + 1,
+              1000000000,
+              1000000001,
+              std::numeric_limits<int>::max(),
+              std::numeric_limits<int>::min()};
     case spec::FieldKind::kUint64:
       return {usual, std::uint64_t{0}, std::uint64_t{1}, std::numeric_limits<std::uint64_t>::max()};
     case spec::FieldKind::kDouble:
-      return {usual, usual, usual, 0.0, -0.0, -1.0, 1e-4, 1e-3, 0.5, 1.0, 2.0, 10.0, 10.000001, 20.0, 1e6,
-              1e6 + 1, 1e7, 1e12, 1e13, std::nan(""), inf, -inf, std::numeric_limits<double>::denorm_min()};
+      return {usual,
+              usual,
+              usual,
+              0.0,
+              -0.0,
+              -1.0,
+              1e-4,
+              1e-3,
+              0.5,
+              1.0,
+              2.0,
+              10.0,
+              10.000001,
+              20.0,
+              1e6,
+              1e6 + 1,
+              1e7,
+              1e12,
+              1e13,
+              std::nan(""),
+              inf,
+              -inf,
+              std::numeric_limits<double>::denorm_min()};
     case spec::FieldKind::kBool:
       return {true, false};
     case spec::FieldKind::kString:
       break;
   }
-  std::vector<spec::FieldValue> out = {usual, usual, usual, usual, std::string(), std::string("bogus"),
-                                       std::string(200, 'z'), std::string("caf\xc3\x28\xff", 6)};
+  std::vector<spec::FieldValue> out = {usual,
+                                       usual,
+                                       usual,
+                                       usual,
+                                       std::string(),
+                                       std::string("bogus"),
+                                       std::string(200, 'z'),
+                                       std::string("caf\xc3\x28\xff", 6)};
   const std::map<std::string, std::vector<std::string>> known = {
       {"model.preset", {"debug", "tiny", "huge"}},
       {"model.score_func", {"sigmoid", "softmax"}},
@@ -70,6 +121,7 @@ std::vector<spec::FieldValue> Candidates(const spec::FieldInfo& f, const spec::J
       {"resources.device", {"cpu", "cpu", "cuda"}},
       {"checkpoint.initial_load_path", {"/w.safetensors"}},
       {"job.name", {"job", "run-1.a_b", std::string(128, 'n'), std::string(129, 'n'), "a b"}},
+      {"job.after", {"", "job-1", "job-1:failed, job-2", "job-1,,", "job-1:soon", "job-1,job-1"}},
   };
   if (auto it = known.find(f.path()); it != known.end()) {
     for (const std::string& v : it->second) out.push_back(v);
@@ -177,9 +229,10 @@ TEST(SpecAgreementTest, ControllerAdmitsExactlyWhatRanksAccept) {
   EXPECT_GE(refused_by_field.size(), 30u);
   std::string fields;
   for (const auto& [field, count] : refused_by_field) fields += " " + field + "=" + std::to_string(count);
-  std::printf("specs %d: accepted %d, refused by both %d, refused only for the fleet %d, not UTF-8 %d; "
-              "refusals by field:%s\n",
-              kSpecs, accepted, refused, fleet_only, not_json, fields.c_str());
+  std::printf(
+      "specs %d: accepted %d, refused by both %d, refused only for the fleet %d, not UTF-8 %d; "
+      "refusals by field:%s\n",
+      kSpecs, accepted, refused, fleet_only, not_json, fields.c_str());
 }
 
 }  // namespace
