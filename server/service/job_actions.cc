@@ -81,8 +81,8 @@ absl::StatusOr<int64_t> JobActions::Begin(v1::AuditRecord record) {
   if (!id.ok()) {
     spdlog::error("audit log: a {} by {} was refused: its audit row cannot be written: {}", record.action(),
                   record.identity(), std::string(id.status().message()));
-    return absl::UnavailableError(absl::StrCat("the controller cannot write its audit log, so it makes no change (",
-                                               id.status().message(), ")"));
+    return absl::UnavailableError(
+        absl::StrCat("the controller cannot write its audit log, so it makes no change (", id.status().message(), ")"));
   }
   return *id;
 }
@@ -129,11 +129,12 @@ void JobActions::Submit(const Caller& caller, Via via, v1::JobSpec spec, std::sh
   const v1::JobMeta& meta = spec.job();
   if (meta.has_preemptible() && !meta.preemptible() && meta.priority() > 0 &&
       !Authorizer::CanSubmitNonPreemptible(caller)) {
-    return done(Refuse(std::move(row),
-                       Denied(caller,
-                              absl::StrCat("submit a job with job.preemptible = false above priority 0 "
-                                           "(this one has priority ", meta.priority(), ")").c_str(),
-                              "admin")));
+    return done(Refuse(std::move(row), Denied(caller,
+                                              absl::StrCat("submit a job with job.preemptible = false above priority 0 "
+                                                           "(this one has priority ",
+                                                           meta.priority(), ")")
+                                                  .c_str(),
+                                              "admin")));
   }
   auto id = Begin(std::move(row));
   if (!id.ok()) return done(id.status());
@@ -150,17 +151,19 @@ void JobActions::SubmitAudited(const Caller& caller, v1::JobSpec spec, std::shar
     }
     done(std::move(job));
   };
-  if (!spec.compile().preflight()) return finish(manager_->Submit(std::move(spec), caller.owner));
+  // job.after may name only jobs the caller may see (a submitter's own).
+  JobManager::OwnerFilter may_see = [caller](const std::string& owner) { return Authorizer::CanSee(caller, owner); };
+  if (!spec.compile().preflight()) return finish(manager_->Submit(std::move(spec), caller.owner, may_see));
   // Refuse what Submit would refuse before spending a preflight on it.
-  if (auto s = manager_->Validate(&spec); !s.ok()) return finish(s);
+  if (auto s = manager_->Validate(&spec, may_see); !s.ok()) return finish(s);
   preflight_->Check(
       spec, [cancelled] { return cancelled != nullptr && cancelled->load(); },
-      [this, cancelled, spec, owner = caller.owner, finish = std::move(finish)](absl::Status status) {
+      [this, cancelled, spec, owner = caller.owner, may_see, finish = std::move(finish)](absl::Status status) {
         if (status.ok() && cancelled != nullptr && cancelled->load()) {
           status = absl::CancelledError("the client went away during the preflight");
         }
         if (!status.ok()) return finish(status);
-        finish(manager_->Submit(spec, owner));
+        finish(manager_->Submit(spec, owner, may_see));
       });
 }
 
@@ -195,8 +198,8 @@ void JobActions::Resubmit(const Caller& caller, Via via, const std::string& job_
   const v1::JobMeta& meta = spec->job();
   if (meta.has_preemptible() && !meta.preemptible() && meta.priority() > 0 &&
       !Authorizer::CanSubmitNonPreemptible(caller)) {
-    return done(Refuse(std::move(row), Denied(caller, "submit a job with job.preemptible = false above priority 0",
-                                              "admin")));
+    return done(
+        Refuse(std::move(row), Denied(caller, "submit a job with job.preemptible = false above priority 0", "admin")));
   }
   auto id = Begin(std::move(row));
   if (!id.ok()) return done(id.status());
@@ -222,7 +225,8 @@ absl::StatusOr<v1::Job> JobActions::Cancel(const Caller& caller, Via via, const 
 }
 
 absl::StatusOr<v1::Job> JobActions::Resize(const Caller& caller, Via via, const v1::ResizeJobRequest& request) {
-  v1::AuditRecord row = Row(caller, via, "resize", request.job_id(), request.job_id(), absl::StrCat("dp=", request.dp()));
+  v1::AuditRecord row =
+      Row(caller, via, "resize", request.job_id(), request.job_id(), absl::StrCat("dp=", request.dp()));
   if (auto s = request_validation::Check(request); !s.ok()) {
     row.clear_job_id();
     return Refuse(std::move(row), s);
@@ -269,7 +273,8 @@ void JobActions::Checkpoint(const Caller& caller, Via via, const v1::CheckpointJ
 
 absl::StatusOr<v1::WorkerInfo> JobActions::Cordon(const Caller& caller, Via via,
                                                   const v1::CordonWorkerRequest& request) {
-  v1::AuditRecord row = Row(caller, via, request.cordon() ? "cordon" : "uncordon", request.name(), "", request.reason());
+  v1::AuditRecord row =
+      Row(caller, via, request.cordon() ? "cordon" : "uncordon", request.name(), "", request.reason());
   if (auto s = request_validation::Check(request); !s.ok()) return Refuse(std::move(row), s);
   if (!Authorizer::CanManageFleet(caller)) {
     return Refuse(std::move(row), Denied(caller, request.cordon() ? "cordon workers" : "uncordon workers", "admin"));
@@ -311,17 +316,15 @@ absl::StatusOr<std::vector<v1::AuditRecord>> JobActions::ListAudit(const Caller&
     const int64_t since_ms = TimeUtil::TimestampToMilliseconds(since);
     const int64_t now_ms = absl::ToUnixMillis(clock_->Now());
     if (since_ms > now_ms) {
-      return absl::InvalidArgumentError(absl::StrCat("ListAuditRequest.since: ", TimeUtil::ToString(since),
-                                                     " is in the future (the controller's time is ",
-                                                     TimeUtil::ToString(TimeUtil::MillisecondsToTimestamp(now_ms)),
-                                                     ")"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ListAuditRequest.since: ", TimeUtil::ToString(since), " is in the future (the controller's time is ",
+          TimeUtil::ToString(TimeUtil::MillisecondsToTimestamp(now_ms)), ")"));
     }
     query.since_ms = since_ms;
   }
   if (request.limit() < 0 || request.limit() > kMaxAuditLimit) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("ListAuditRequest.limit: ", request.limit(), " is not in 0..", kMaxAuditLimit, " (0: ",
-                     kDefaultAuditLimit, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("ListAuditRequest.limit: ", request.limit(), " is not in 0..",
+                                                   kMaxAuditLimit, " (0: ", kDefaultAuditLimit, ")"));
   }
   query.limit = request.limit() == 0 ? kDefaultAuditLimit : request.limit();
   if (audit_ == nullptr) return std::vector<v1::AuditRecord>{};

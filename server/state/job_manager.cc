@@ -39,8 +39,12 @@ JobManager::JobManager(JobStore* store, EventHub* hub, ControllerMetrics* metric
       faults_(&jobs_, &registry_, clock),
       cycle_(&jobs_, &fair_share_, &evictions_, &registry_, clock) {
   absl::MutexLock lock(&mu_);
-  // The queue gates, in the order they are asked: a job backing off says so, whatever
+  // The queue gates, in the order they are asked: a job that waits for another says so
+  // first (it could not start whatever its quota); a job backing off says so, whatever
   // its quota.
+  auto dependencies = std::make_unique<DependencyGate>(&jobs_);
+  dependencies_ = dependencies.get();
+  cycle_.AddGate(std::move(dependencies));
   cycle_.AddGate(std::make_unique<RestartBackoffGate>());
   cycle_.AddGate(std::make_unique<QuotaGate>(&fair_share_));
 }
@@ -68,6 +72,8 @@ absl::Status JobManager::Recover() {
       view.order = jobs_.Recover(std::move(jobs[i]), events[i], fx);
       views_[id] = std::move(view);
     }
+    // A crash between a dependency's end and its dependents' failure left them waiting.
+    dependencies_->FailUnsatisfiable(fx);
     return absl::OkStatus();
   }).IgnoreError();  // logged by Run
   return absl::OkStatus();
@@ -88,7 +94,7 @@ FleetView JobManager::FleetLocked() {
   return fleet;
 }
 
-absl::Status JobManager::Validate(v1::JobSpec* spec) {
+absl::Status JobManager::Validate(v1::JobSpec* spec, const OwnerFilter& may_see) {
   FleetView fleet;
   {
     absl::MutexLock lock(&mu_);
@@ -96,11 +102,15 @@ absl::Status JobManager::Validate(v1::JobSpec* spec) {
   }
   auto admitted = AdmissionPolicy::Admit(std::move(*spec), fleet);
   if (!admitted.ok()) return Reject(admitted.status());
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto s = dependencies_->CheckNew(*admitted, may_see); !s.ok()) return Reject(s);
+  }
   *spec = std::move(*admitted);
   return absl::OkStatus();
 }
 
-absl::StatusOr<v1::Job> JobManager::Submit(v1::JobSpec spec, const std::string& owner) {
+absl::StatusOr<v1::Job> JobManager::Submit(v1::JobSpec spec, const std::string& owner, const OwnerFilter& may_see) {
   FleetView fleet;
   {
     absl::MutexLock lock(&mu_);
@@ -112,6 +122,12 @@ absl::StatusOr<v1::Job> JobManager::Submit(v1::JobSpec spec, const std::string& 
   v1::Job job = JobStateMachine::NewJob(std::move(*admitted), owner, clock_->Now(), &first[0]);
 
   absl::MutexLock commit(&commit_mu_);
+  {
+    // Under the commit lock: no dependency can end between this check and the job
+    // joining the table, where the ended-job listener sees it.
+    absl::MutexLock lock(&mu_);
+    if (auto s = dependencies_->CheckNew(job.spec(), may_see); !s.ok()) return Reject(s);
+  }
   // The row and its PENDING event, in one transaction; nothing exists when it fails.
   TY_RETURN_IF_ERROR(store_->CreateJob(&job, &first));
   const std::string id = job.id();

@@ -16,6 +16,7 @@
 #include "common/base/clock.h"
 #include "server/metrics/controller_metrics.h"
 #include "server/policy/admission_policy.h"
+#include "server/state/dependency_gate.h"
 #include "server/state/effects.h"
 #include "server/state/event_hub.h"
 #include "server/state/eviction_manager.h"
@@ -115,8 +116,11 @@ class JobManager {
   // Normalises `spec` and checks it as Submit does (AdmissionPolicy, against the slots
   // connected now) without creating anything: the preflight gate runs between
   // Validate and Submit. A failure is counted as a rejected job.
-  absl::Status Validate(v1::JobSpec* spec);
-  absl::StatusOr<v1::Job> Submit(v1::JobSpec spec, const std::string& owner);
+  // `may_see(owner)`: whether the submitter may name a job of that owner in job.after
+  // (DependencyGate::CheckNew; null: any owner's).
+  using OwnerFilter = std::function<bool(const std::string& owner)>;
+  absl::Status Validate(v1::JobSpec* spec, const OwnerFilter& may_see = nullptr);
+  absl::StatusOr<v1::Job> Submit(v1::JobSpec spec, const std::string& owner, const OwnerFilter& may_see = nullptr);
   absl::StatusOr<v1::Job> Get(const std::string& id);
   // Newest first, at most `limit` (0: 100); only jobs of `owner` unless it is empty.
   std::vector<v1::Job> List(const std::vector<v1::Job::State>& states, int limit, const std::string& owner = "");
@@ -246,6 +250,7 @@ class JobManager {
   EvictionManager evictions_ ABSL_GUARDED_BY(mu_);
   WorkerFaultManager faults_ ABSL_GUARDED_BY(mu_);
   SchedulingCycle cycle_ ABSL_GUARDED_BY(mu_);
+  DependencyGate* dependencies_ ABSL_GUARDED_BY(mu_) = nullptr;  // a gate of cycle_
   std::map<std::string, JobView> views_ ABSL_GUARDED_BY(mu_);
   std::vector<CheckpointWaiter> checkpoint_waiters_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;  // AbortCheckpointWaiters was called

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "server/metrics/controller_metrics.h"
+#include "server/state/dependency_gate.h"
 #include "server/state/effects.h"
 #include "server/state/eviction_manager.h"
 #include "server/state/fair_share_manager.h"
@@ -29,6 +30,9 @@ namespace trainyard::testing {
 class CycleFixture : public ::testing::Test {
  protected:
   CycleFixture() {
+    auto dependencies = std::make_unique<DependencyGate>(&jobs_);
+    dependencies_ = dependencies.get();
+    cycle_.AddGate(std::move(dependencies));
     cycle_.AddGate(std::make_unique<RestartBackoffGate>());
     cycle_.AddGate(std::make_unique<QuotaGate>(&fair_share_));
   }
@@ -127,6 +131,7 @@ class CycleFixture : public ::testing::Test {
   EvictionManager evictions_{&jobs_, &registry_, &metrics_, &clock_, SharingOptions{}};
   WorkerFaultManager faults_{&jobs_, &registry_, &clock_};
   SchedulingCycle cycle_{&jobs_, &fair_share_, &evictions_, &registry_, &clock_};
+  DependencyGate* dependencies_ = nullptr;  // the first of cycle_'s gates
   std::map<std::string, std::shared_ptr<FakeWorkerChannel>> channels_;
   int64_t next_conn_ = 1;
 };
