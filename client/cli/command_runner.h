@@ -33,8 +33,8 @@ struct CommonOptions {
   std::string output = "text";
   bool json_flag = false;
   bool timeout_given = false;  // --timeout was on the command line
-  std::string tls_ca;      // --tls-ca: TLS, verifying the controller against this CA
-  std::string token_file;  // --token-file: the bearer token's file
+  std::string tls_ca;          // --tls-ca: TLS, verifying the controller against this CA
+  std::string token_file;      // --token-file: the bearer token's file
 
   bool Json() const { return json_flag || output == "json"; }
 };
@@ -49,8 +49,7 @@ CLI::Validator SecondsCheck(bool zero_allowed);
 void AddGlobalOptions(CLI::App* app, CommonOptions* options);
 
 // The client of `options`: TLS with --tls-ca, the token of --token-file or `env`.
-absl::StatusOr<std::unique_ptr<JobClient>> MakeClient(const CommonOptions& options,
-                                                      const CliEnvironment& env);
+absl::StatusOr<std::unique_ptr<JobClient>> MakeClient(const CommonOptions& options, const CliEnvironment& env);
 
 struct WatchOptions {
   int64_t from_seq = 0;
@@ -69,7 +68,9 @@ class Runner {
   int Fail(const absl::Status& status);
   void PrintJob(const v1::Job& job);
 
-  int Submit(const std::string& file, const std::vector<std::string>& sets, bool wait);
+  // `after`: --after entries, added to the file's job.after.
+  int Submit(const std::string& file, const std::vector<std::string>& sets, const std::vector<std::string>& after,
+             bool wait);
   int List(const std::vector<std::string>& state_names, int limit);
   // The job, then (text) its description from its stored events and artifacts.
   int Get(const std::string& id);
@@ -125,7 +126,6 @@ class Runner {
   // One log event as `logs` prints it (nothing for another kind, or another rank than
   // `rank`); `flush` after it.
   void PrintLog(const v1::Event& e, std::optional<int> rank, bool flush);
-
 
   const CommonOptions& options_;
   const CliEnvironment& env_;

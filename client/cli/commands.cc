@@ -1,8 +1,8 @@
 #include "client/cli/commands.h"
 
-#include <CLI/CLI.hpp>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -19,8 +19,8 @@
 
 namespace trainyard::cli {
 
-static_assert(kPreflightClean == kExitOk && kPreflightFindings == kExitJobFailed &&
-                  kPreflightBadInput == kExitUsage && kPreflightRunnerFailed == kExitError,
+static_assert(kPreflightClean == kExitOk && kPreflightFindings == kExitJobFailed && kPreflightBadInput == kExitUsage &&
+                  kPreflightRunnerFailed == kExitError,
               "preflight's exit codes are rows of the CLI's one table");
 
 int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
@@ -30,19 +30,19 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
   // not know up to `app`.
   app.fallthrough();
   app.set_version_flag("--version", std::string("trainyard ") + TRAINYARD_VERSION);
-  app.footer(absl::StrCat(
-      "Global flags (--controller, --timeout, --tls-ca, --token-file, --output/-o, --json) go "
-      "before or after the subcommand. A secured controller needs --tls-ca CA.pem (TLS) and "
-      "--token-file FILE (else TRAINYARD_TOKEN); the token is never printed.\n\n"
-      "Examples:\n"
-      "  trainyard submit examples/debug.toml --set training.steps=50 --wait\n"
-      "  trainyard --controller 10.0.0.5:7070 list --state running\n"
-      "  trainyard watch job-3\n"
-      "  trainyard explain job-3\n"
-      "  trainyard workers drain w1 --reason 'kernel update'\n"
-      "  trainyard audit --job job-3\n\n"
-      "Exit status (every command):\n",
-      ExitCodeTable()));
+  app.footer(
+      absl::StrCat("Global flags (--controller, --timeout, --tls-ca, --token-file, --output/-o, --json) go "
+                   "before or after the subcommand. A secured controller needs --tls-ca CA.pem (TLS) and "
+                   "--token-file FILE (else TRAINYARD_TOKEN); the token is never printed.\n\n"
+                   "Examples:\n"
+                   "  trainyard submit examples/debug.toml --set training.steps=50 --wait\n"
+                   "  trainyard --controller 10.0.0.5:7070 list --state running\n"
+                   "  trainyard watch job-3\n"
+                   "  trainyard explain job-3\n"
+                   "  trainyard workers drain w1 --reason 'kernel update'\n"
+                   "  trainyard audit --job job-3\n\n"
+                   "Exit status (every command):\n",
+                   ExitCodeTable()));
 
   CommonOptions common;
   common.controller = env.default_controller;
@@ -58,22 +58,27 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
   bool wait = false;
   CLI::App* submit = app.add_subcommand("submit", "Submit a TOML job file; prints the job id");
   submit->add_option("file", file, "Job file (TOML)")->required();
+  submit->add_option("--set", sets, "Override a key: section.key=value, value in TOML syntax (repeatable)")
+      ->allow_extra_args(false);
+  std::vector<std::string> after;
   submit
-      ->add_option("--set", sets,
-                   "Override a key: section.key=value, value in TOML syntax (repeatable)")
+      ->add_option("--after", after,
+                   "Start only once job J has succeeded; J:failed, J:ended or J:started for another condition "
+                   "(repeatable; adds to the file's job.after)")
       ->allow_extra_args(false);
   submit->add_flag("--wait", wait, "Then watch the job and exit like `watch`");
   example(submit,
           "With compile.preflight=true the controller runs the compile preflight before creating the "
           "job; the call then waits up to 15 minutes unless --timeout is given.\n"
-          "Example: trainyard submit examples/debug.toml --set training.steps=50 --wait");
+          "A job with --after waits PENDING, out of the queue, until each job it names did what its condition "
+          "asks, and fails when a condition can no longer hold.\n"
+          "Example: trainyard submit examples/debug.toml --set training.steps=50 --wait\n"
+          "Example: trainyard submit eval.toml --after job-3");
 
   std::vector<std::string> states;
   int limit = 0;
   CLI::App* list = app.add_subcommand("list", "List jobs");
-  list->add_option(
-          "--state", states,
-          "Only jobs in this state (repeatable, or comma-separated): PENDING, RUNNING, ...")
+  list->add_option("--state", states, "Only jobs in this state (repeatable, or comma-separated): PENDING, RUNNING, ...")
       ->allow_extra_args(false)
       ->delimiter(',');
   list->add_option("--limit", limit, "At most this many jobs, 0 to 1000 (0: the controller's default, 100)")
@@ -82,23 +87,26 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
 
   std::string job_id;
   CLI::App* get = app.add_subcommand(
-      "get", "Describe one job: spec, state history, attempts and their causes, workers, last "
-             "metrics (and epoch), last validation, checkpoints, artifacts (--output json: the Job message)");
+      "get",
+      "Describe one job: spec, state history, attempts and their causes, workers, last "
+      "metrics (and epoch), last validation, checkpoints, artifacts (--output json: the Job message)");
   get->add_option("job", job_id, "Job id")->required();
   example(get, "Example: trainyard get job-3");
 
-  CLI::App* explain = app.add_subcommand(
-      "explain", "Why a job is where it is: the scheduler's reason, queue position, estimated "
-                 "start and reserved slots while PENDING; the memory one rank needs at its peak, by "
-                 "part (estimated from its spec); its compile summary per region with hints, restarts "
-                 "and stalls");
+  CLI::App* explain =
+      app.add_subcommand("explain",
+                         "Why a job is where it is: the scheduler's reason, queue position, estimated "
+                         "start and reserved slots while PENDING; the memory one rank needs at its peak, by "
+                         "part (estimated from its spec); its compile summary per region with hints, restarts "
+                         "and stalls");
   explain->add_option("job", job_id, "Job id")->required();
   example(explain, "Example: trainyard explain job-3");
 
   std::string reason;
-  CLI::App* workers = app.add_subcommand(
-      "workers", "List workers and their free slots (and cordoned ones with the reason); cordon, uncordon or "
-                 "drain one (admin)");
+  CLI::App* workers =
+      app.add_subcommand("workers",
+                         "List workers and their free slots (and cordoned ones with the reason); cordon, uncordon or "
+                         "drain one (admin)");
   workers->require_subcommand(0, 1);
   example(workers,
           "Without a subcommand: the table; a CORDONED column appears when a worker is cordoned.\n"
@@ -108,14 +116,16 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
       "cordon", "Admin: the worker takes no new ranks; what runs there keeps running. Survives a controller restart");
   cordon->add_option("name", worker_name, "Worker name")->required();
   cordon->add_option("--reason", reason, "Why (shown by `trainyard workers` and the web fleet page)");
-  example(cordon, "Prints the worker's new state (--output json: its WorkerInfo).\n"
-                  "Example: trainyard workers cordon w1 --reason 'disk swap'");
+  example(cordon,
+          "Prints the worker's new state (--output json: its WorkerInfo).\n"
+          "Example: trainyard workers cordon w1 --reason 'disk swap'");
   CLI::App* uncordon = workers->add_subcommand("uncordon", "Admin: the worker takes new ranks again");
   uncordon->add_option("name", worker_name, "Worker name")->required();
   example(uncordon, "Example: trainyard workers uncordon w1");
   CLI::App* drain = workers->add_subcommand(
-      "drain", "Admin: cordon the worker, then move every job with a rank there: each saves a checkpoint, "
-               "stops and is rescheduled elsewhere");
+      "drain",
+      "Admin: cordon the worker, then move every job with a rank there: each saves a checkpoint, "
+      "stops and is rescheduled elsewhere");
   drain->add_option("name", worker_name, "Worker name")->required();
   drain->add_option("--reason", reason, "Why (the moved jobs' reason reads `drained from W: REASON`)");
   example(drain,
@@ -127,13 +137,16 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
   std::string audit_job;
   std::string audit_since;
   int audit_limit = 100;
-  CLI::App* audit = app.add_subcommand(
-      "audit", "Admin: who did what: every submit, cancel, checkpoint, resubmit, cordon, uncordon, drain and "
-               "policy and webhook reload, accepted or refused, newest first (gRPC and web alike)");
+  CLI::App* audit =
+      app.add_subcommand("audit",
+                         "Admin: who did what: every submit, cancel, checkpoint, resubmit, cordon, uncordon, drain and "
+                         "policy and webhook reload, accepted or refused, newest first (gRPC and web alike)");
   audit->add_option("--job", audit_job, "Only the rows naming this job (and the drains that moved it)");
   audit->add_option("--since", audit_since,
                     "Only rows from this time on: RFC 3339 (2026-12-06T10:00:00Z) or an age (90m, 12h, 7d)");
-  audit->add_option("--limit", audit_limit, "At most this many rows")->check(CLI::Range(1, 10000))->capture_default_str();
+  audit->add_option("--limit", audit_limit, "At most this many rows")
+      ->check(CLI::Range(1, 10000))
+      ->capture_default_str();
   example(audit,
           "Each row: time, identity (role), action, target, via (grpc, web, signal) and outcome (OK, PENDING while "
           "it ran, or the refusal's code: PERMISSION_DENIED, INVALID_ARGUMENT, NOT_FOUND, ...), then the reason "
@@ -159,8 +172,8 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
   example(cancel, "Example: trainyard cancel job-3 --reason 'wrong lr'");
 
   int resize_dp = 0;
-  CLI::App* resize = app.add_subcommand(
-      "resize", "Restart a running job from its last checkpoint at another data-parallel degree");
+  CLI::App* resize =
+      app.add_subcommand("resize", "Restart a running job from its last checkpoint at another data-parallel degree");
   resize->add_option("job", job_id, "Job id")->required();
   resize->add_option("--dp", resize_dp, "Data-parallel degree, 1 to the job's parallelism.dp")
       ->required()
@@ -178,8 +191,9 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
   WatchOptions watch_options;
   std::vector<std::string> watch_ids;
   CLI::App* watch = app.add_subcommand(
-      "watch", "Follow jobs until they end: a live status line per job on a terminal (step, epoch, "
-               "loss sparkline, validation loss, tokens/s, MFU, ETA, recompiles), one line per event when piped");
+      "watch",
+      "Follow jobs until they end: a live status line per job on a terminal (step, epoch, "
+      "loss sparkline, validation loss, tokens/s, MFU, ETA, recompiles), one line per event when piped");
   watch->add_option("job", watch_ids, "Job id(s)")->required();
   watch->add_option("--from-seq", watch_options.from_seq, "First event seq to show (default: from the start)")
       ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()));
@@ -210,23 +224,22 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
       ->capture_default_str();
   example(logs, "Example: trainyard logs job-3 --rank 0 --follow");
 
-  CLI::App* artifacts = app.add_subcommand(
-      "artifacts", "List or download a job's artifacts (profiler traces, flight-recorder dumps)");
+  CLI::App* artifacts =
+      app.add_subcommand("artifacts", "List or download a job's artifacts (profiler traces, flight-recorder dumps)");
   artifacts->require_subcommand(1);
   example(artifacts, "Example: trainyard artifacts list job-3");
-  CLI::App* artifacts_list =
-      artifacts->add_subcommand("list", "List a job's artifacts: NAME KIND ATTEMPT RANK SIZE "
-                                        "SHA256 TIME (RANK - for a worker's own file)");
+  CLI::App* artifacts_list = artifacts->add_subcommand("list",
+                                                       "List a job's artifacts: NAME KIND ATTEMPT RANK SIZE "
+                                                       "SHA256 TIME (RANK - for a worker's own file)");
   artifacts_list->add_option("job", job_id, "Job id")->required();
   example(artifacts_list, "Example: trainyard artifacts list job-3");
   std::string artifact_name;
   std::string artifact_dir = ".";
-  CLI::App* artifacts_pull = artifacts->add_subcommand(
-      "pull", "Download one artifact, or all of the job's when NAME is omitted, to DIR/NAME");
+  CLI::App* artifacts_pull =
+      artifacts->add_subcommand("pull", "Download one artifact, or all of the job's when NAME is omitted, to DIR/NAME");
   artifacts_pull->add_option("job", job_id, "Job id")->required();
   artifacts_pull->add_option("name", artifact_name, "Artifact name (default: every artifact)");
-  artifacts_pull->add_option("--output-dir,-o", artifact_dir, "Directory to write into")
-      ->capture_default_str();
+  artifacts_pull->add_option("--output-dir,-o", artifact_dir, "Directory to write into")->capture_default_str();
   example(artifacts_pull,
           "Each file is written to a temporary file in DIR and renamed to DIR/NAME only after its "
           "size and sha256 match the controller's; an existing DIR/NAME is replaced, DIR is "
@@ -238,12 +251,12 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
   PreflightCommandOptions preflight_options;
   preflight_options.train_binary = env.default_train_binary;
   preflight_options.spec_dir = env.temp_dir;
-  CLI::App* preflight = app.add_subcommand(
-      "preflight",
-      "Print the memory one rank of the job needs at its peak, by part (estimated from the "
-      "spec: docs/memory.md), then run its compile preflight locally (3 steps of its exact "
-      "structure on local CPU ranks, jit in place of cudagraph) and print its compile events "
-      "and a verdict");
+  CLI::App* preflight =
+      app.add_subcommand("preflight",
+                         "Print the memory one rank of the job needs at its peak, by part (estimated from the "
+                         "spec: docs/memory.md), then run its compile preflight locally (3 steps of its exact "
+                         "structure on local CPU ranks, jit in place of cudagraph) and print its compile events "
+                         "and a verdict");
   preflight->add_option("file", preflight_options.job_file, "Job file (TOML)")->required();
   preflight
       ->add_option("--set", preflight_options.sets,
@@ -259,15 +272,14 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
       ->add_option("--train-binary", preflight_options.train_binary,
                    "The preflight runner (default: trainyard-train next to this executable)")
       ->capture_default_str();
-  preflight
-      ->add_option("--timeout", preflight_options.timeout_s,
-                   "Seconds before the runner's process group is killed")
+  preflight->add_option("--timeout", preflight_options.timeout_s, "Seconds before the runner's process group is killed")
       ->check(SecondsCheck(/*zero_allowed=*/false))
       ->capture_default_str();
   example(preflight,
           "Prints the estimated memory per rank (parameters, gradients, optimizer state, weight "
           "copies, activations, communication buffers), then COMPILE, RECOMPILE, RECOMPILE_LIMIT, "
-          "GRAPH_BREAK, UNSAFE_SIDE_EFFECT and FALLBACK events, one line each, then a verdict. The job file is checked as `submit` "
+          "GRAPH_BREAK, UNSAFE_SIDE_EFFECT and FALLBACK events, one line each, then a verdict. The job file is checked "
+          "as `submit` "
           "and the controller check it (slots aside). A runner whose ranks would need more memory than this "
           "machine can give (MemAvailable, or its memory cgroup's limit) is refused before it starts, with "
           "the figures and a layout that fits; any other runs with each process capped at its share "
@@ -278,13 +290,14 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
           "6 the runner failed (a rank failed, it timed out or could not start).\n"
           "Example: trainyard preflight examples/debug.toml --shrink");
 
-  CLI::App* webhooks = app.add_subcommand(
-      "webhooks", "Admin: the controller's --webhooks endpoints (docs/webhooks.md)");
+  CLI::App* webhooks =
+      app.add_subcommand("webhooks", "Admin: the controller's --webhooks endpoints (docs/webhooks.md)");
   webhooks->require_subcommand(1);
   example(webhooks, "Example: trainyard webhooks status");
   CLI::App* webhooks_status = webhooks->add_subcommand(
-      "status", "Admin: per endpoint, its URL (without the query), event kinds and owners, deliveries pending, "
-                "delivered, failed (given up) and dropped (queue full), the last success and the last error");
+      "status",
+      "Admin: per endpoint, its URL (without the query), event kinds and owners, deliveries pending, "
+      "delivered, failed (given up) and dropped (queue full), the last success and the last error");
   example(webhooks_status,
           "The counts are kept in the controller's DATA_DIR/webhooks.db and outlive restarts. Says so when the "
           "controller runs without --webhooks (exit status 0). --output json: the GetWebhookStatusResponse.\n"
@@ -293,15 +306,17 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
   ExportCommandOptions export_options;
   int64_t export_step = -1;
   CLI::App* export_cmd = app.add_subcommand(
-      "export", "Write a job's trained model (every parameter and buffer of its newest complete checkpoint, or "
-                "of --step) to ONE safetensors file");
+      "export",
+      "Write a job's trained model (every parameter and buffer of its newest complete checkpoint, or "
+      "of --step) to ONE safetensors file");
   export_cmd->add_option("job", export_options.job_id,
                          "Job id: its checkpoints are read from spec.checkpoint.dir/JOB/ on this machine");
   export_cmd->add_option("--checkpoint", export_options.checkpoint,
                          "Read this checkpoint directory (holding manifest.json) or folder of them instead; "
                          "needs no controller when no job id is given");
   CLI::Option* export_step_option =
-      export_cmd->add_option("--step", export_step, "Export the checkpoint of this step (default: the newest complete one)")
+      export_cmd
+          ->add_option("--step", export_step, "Export the checkpoint of this step (default: the newest complete one)")
           ->check(CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()));
   export_cmd
       ->add_flag("--best", export_options.best,
@@ -309,9 +324,10 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
                  "checkpoint.keep_best > 0; a NaN is never best)")
       ->excludes(export_step_option);
   export_cmd->add_option("-o,--output-file", export_options.output, "The .safetensors file to write")->required();
-  export_cmd->add_option("--names", export_options.names,
-                         "Tensor names: torchtitan (the checkpoint's own, loadable as checkpoint.initial_load_path) or "
-                         "hf (Hugging Face DeepSeek-V3 layout, experts split)")
+  export_cmd
+      ->add_option("--names", export_options.names,
+                   "Tensor names: torchtitan (the checkpoint's own, loadable as checkpoint.initial_load_path) or "
+                   "hf (Hugging Face DeepSeek-V3 layout, experts split)")
       ->check(CLI::IsMember({"torchtitan", "hf"}))
       ->capture_default_str();
   export_cmd->add_flag("--force", export_options.force, "Replace the output file if it exists (else refused)");
@@ -327,12 +343,14 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
           "          trainyard export --checkpoint /ck/job-3 --step 200 --names hf -o hf/model.safetensors");
 
   TensorBoardCommandOptions tensorboard_options;
-  CLI::App* tensorboard_cmd = app.add_subcommand(
-      "tensorboard", "Write TensorBoard event files of stored jobs: one run folder per job attempt, "
-                     "DIR/JOB/attempt-A/ (scalars, and the resolved spec as text)");
+  CLI::App* tensorboard_cmd =
+      app.add_subcommand("tensorboard",
+                         "Write TensorBoard event files of stored jobs: one run folder per job attempt, "
+                         "DIR/JOB/attempt-A/ (scalars, and the resolved spec as text)");
   tensorboard_cmd->add_option("job", tensorboard_options.job_ids, "Job ids")->required();
-  tensorboard_cmd->add_option("-o,--output-dir", tensorboard_options.output_dir,
-                              "Folder to write into (created if missing); DIR/JOB must not exist yet")
+  tensorboard_cmd
+      ->add_option("-o,--output-dir", tensorboard_options.output_dir,
+                   "Folder to write into (created if missing); DIR/JOB must not exist yet")
       ->required();
   example(tensorboard_cmd,
           "Reads each job's events from the controller as stored up to now (a running job: what it has "
@@ -388,7 +406,7 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
     return RunTensorBoardCommand(tensorboard_options, client->get(), *env.out, *env.err);
   }
   Runner runner(common, env, std::move(*client));
-  if (submit->parsed()) return runner.Submit(file, sets, wait);
+  if (submit->parsed()) return runner.Submit(file, sets, after, wait);
   if (list->parsed()) return runner.List(states, limit);
   if (get->parsed()) return runner.Get(job_id);
   if (explain->parsed()) return runner.Explain(job_id);
@@ -402,7 +420,9 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
   if (cancel->parsed()) return runner.Cancel(job_id, reason);
   if (resize->parsed()) return runner.Resize(job_id, resize_dp);
   if (watch->parsed()) return runner.Watch(watch_ids, watch_options);
-  if (logs->parsed()) return runner.Logs(job_id, logs_rank >= 0 ? std::optional<int>(logs_rank) : std::nullopt, logs_follow, logs_reconnect_for);
+  if (logs->parsed())
+    return runner.Logs(job_id, logs_rank >= 0 ? std::optional<int>(logs_rank) : std::nullopt, logs_follow,
+                       logs_reconnect_for);
   if (artifacts_list->parsed()) return runner.ListArtifacts(job_id);
   if (artifacts_pull->parsed()) return runner.PullArtifacts(job_id, artifact_name, artifact_dir);
   return kExitUsage;  // require_subcommand(1) makes this unreachable

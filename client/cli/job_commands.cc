@@ -1,17 +1,18 @@
-#include "client/cli/audit_format.h"
-#include "client/cli/command_runner.h"
-
 #include <algorithm>
 #include <chrono>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_join.h"
+#include "client/cli/audit_format.h"
 #include "client/cli/cli_format.h"
+#include "client/cli/command_runner.h"
 #include "client/cli/gpu_format.h"
 #include "client/cli/memory_format.h"
 #include "common/events/proto_json.h"
 #include "common/job_file.h"
+#include "common/spec/dependencies.h"
 
 namespace trainyard::cli {
 
@@ -24,9 +25,20 @@ constexpr std::chrono::minutes kPreflightSubmitTimeout{15};
 
 }  // namespace
 
-int Runner::Submit(const std::string& file, const std::vector<std::string>& sets, bool wait) {
+int Runner::Submit(const std::string& file, const std::vector<std::string>& sets, const std::vector<std::string>& after,
+                   bool wait) {
   absl::StatusOr<v1::JobSpec> spec = LoadJobFile(file, sets);
   if (!spec.ok()) return Fail(spec.status());
+  if (!after.empty()) {
+    // --after adds to the file's job.after; the joined list is checked as the file's is.
+    std::vector<std::string> entries;
+    if (!spec->job().after().empty()) entries.push_back(spec->job().after());
+    entries.insert(entries.end(), after.begin(), after.end());
+    const std::string joined = absl::StrJoin(entries, ",");
+    auto parsed = spec::ParseAfter(joined);
+    if (!parsed.ok()) return Fail(absl::InvalidArgumentError("--after: " + parsed.error().message));
+    spec->mutable_job()->set_after(spec::AfterText(parsed.value()));
+  }
   std::optional<std::chrono::milliseconds> timeout;
   if (spec->compile().preflight() && !options_.timeout_given) timeout = kPreflightSubmitTimeout;
   absl::StatusOr<v1::Job> job = client_->SubmitJob(*spec, timeout);
@@ -72,10 +84,10 @@ int Runner::Get(const std::string& id) {
   // role that may not list them).
   absl::StatusOr<std::vector<v1::ArtifactInfo>> artifacts = client_->ListArtifacts(id);
   // Reasons, failure messages, worker names and paths come from ranks and workers.
-  out_ << TerminalSafe(FormatJobDescription(*job, *history,
-                                            artifacts.ok() ? *artifacts : std::vector<v1::ArtifactInfo>{},
-                                            artifacts.ok() ? "" : FormatError(artifacts.status())),
-                       /*keep_newlines=*/true);
+  out_ << TerminalSafe(
+      FormatJobDescription(*job, *history, artifacts.ok() ? *artifacts : std::vector<v1::ArtifactInfo>{},
+                           artifacts.ok() ? "" : FormatError(artifacts.status())),
+      /*keep_newlines=*/true);
   // Who stopped it, from the controller's audit log (names and reasons came from callers).
   out_ << TerminalSafe(FormatStoppedBy({job->stopped_by().begin(), job->stopped_by().end()}), /*keep_newlines=*/true);
   out_.flush();

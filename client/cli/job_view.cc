@@ -290,20 +290,19 @@ std::string SpecSummary(const v1::JobSpec& s) {
   const v1::ModelSpec& m = s.model();
   const v1::TrainingSpec& t = s.training();
   const v1::ParallelismSpec& p = s.parallelism();
-  std::string out = absl::StrCat("model      preset ", m.preset().empty() ? "-" : m.preset(), ": dim ", m.dim(),
-                                 ", ", m.n_layers(), " layers (", m.n_dense_layers(), " dense), ",
-                                 m.n_routed_experts(), " experts top-", m.top_k(), " + ", m.n_shared_experts(),
-                                 " shared, vocab ", m.vocab_size(), "\n");
+  std::string out =
+      absl::StrCat("model      preset ", m.preset().empty() ? "-" : m.preset(), ": dim ", m.dim(), ", ", m.n_layers(),
+                   " layers (", m.n_dense_layers(), " dense), ", m.n_routed_experts(), " experts top-", m.top_k(),
+                   " + ", m.n_shared_experts(), " shared, vocab ", m.vocab_size(), "\n");
   absl::StrAppend(&out, "training   ", t.steps(), " steps, batch ", t.batch_size(), " x seq ", t.seq_len());
   if (t.grad_accum_steps() > 1) absl::StrAppend(&out, " x accum ", t.grad_accum_steps());
   absl::StrAppend(&out, absl::StrFormat(", lr %.1e", t.lr()), ", dataset ", t.dataset(), "\n");
-  absl::StrAppend(&out, "layout     dp ", p.dp(), " x tp ", p.tp(), ", ep ", p.ep(),
-                  p.dp_shard() > 1 ? absl::StrCat(", dp_shard ", p.dp_shard()) : std::string(), " on ",
-                  s.resources().device(),
-                  "; compile ", s.compile().backend(), " ", s.compile().regions(), "; checkpoints ",
-                  s.checkpoint().interval() > 0 ? absl::StrCat("every ", s.checkpoint().interval(), " steps")
-                                                : std::string("off"),
-                  "; restarts ", s.restart().max_restarts(), "\n");
+  absl::StrAppend(
+      &out, "layout     dp ", p.dp(), " x tp ", p.tp(), ", ep ", p.ep(),
+      p.dp_shard() > 1 ? absl::StrCat(", dp_shard ", p.dp_shard()) : std::string(), " on ", s.resources().device(),
+      "; compile ", s.compile().backend(), " ", s.compile().regions(), "; checkpoints ",
+      s.checkpoint().interval() > 0 ? absl::StrCat("every ", s.checkpoint().interval(), " steps") : std::string("off"),
+      "; restarts ", s.restart().max_restarts(), "\n");
   return out;
 }
 
@@ -329,14 +328,14 @@ std::string WorkersOf(const std::map<int, std::string>& rank_workers) {
 }  // namespace
 
 std::string FormatJobDescription(const v1::Job& job, const JobHistory& history,
-                                 const std::vector<v1::ArtifactInfo>& artifacts,
-                                 const std::string& artifacts_error) {
+                                 const std::vector<v1::ArtifactInfo>& artifacts, const std::string& artifacts_error) {
   std::string out = absl::StrCat(job.id(), "  ", job.spec().job().name(), "  ", StateName(job.state()));
   if (!job.owner().empty()) absl::StrAppend(&out, "  owner ", job.owner());
   absl::StrAppend(&out, "  priority ", job.spec().job().priority(), "  world ", job.world_size(), "\n");
   if (job.state() == v1::Job::PENDING && !job.pending_reason().empty()) {
     absl::StrAppend(&out, "pending    ", job.pending_reason(), "  (see `trainyard explain ", job.id(), "`)\n");
   }
+  if (!job.spec().job().after().empty()) absl::StrAppend(&out, "after      ", job.spec().job().after(), "\n");
   if (!job.failure_reason().empty()) absl::StrAppend(&out, "reason     ", job.failure_reason(), "\n");
   if (!job.unreachable_reason().empty()) absl::StrAppend(&out, "waiting    ", job.unreachable_reason(), "\n");
   if (job.has_compacted()) {  // retention removed the events: no history, metrics or logs below
@@ -371,7 +370,8 @@ std::string FormatJobDescription(const v1::Job& job, const JobHistory& history,
     out += "\nattempts:\n";
     for (const auto& [n, a] : history.attempts()) {
       absl::StrAppend(&out, "  ", n, "  ", Clock(a.start));
-      if (a.end != absl::InfinitePast()) absl::StrAppend(&out, " - ", Clock(a.end), " (", HumanDuration(a.end - a.start), ")");
+      if (a.end != absl::InfinitePast())
+        absl::StrAppend(&out, " - ", Clock(a.end), " (", HumanDuration(a.end - a.start), ")");
       absl::StrAppend(&out, "  on ", WorkersOf(a.rank_workers), "  reached step ", a.last_step);
       absl::StrAppend(&out, "  ", a.end_state.empty() ? "running" : absl::StrCat("ended ", a.end_state), "\n");
       for (const std::string& f : a.rank_failures) absl::StrAppend(&out, "       ", f, "\n");
@@ -409,9 +409,9 @@ std::string FormatJobDescription(const v1::Job& job, const JobHistory& history,
   if (history.last_validation().has_value()) {
     const v1::Event& e = *history.last_validation();
     const v1::Validation& v = e.validation();
-    absl::StrAppend(&out, "validation step ", v.step(), absl::StrFormat(" loss %.4f", v.loss()), " (",
-                    v.tokens(), absl::StrFormat(" tokens, %.0f ms", v.ms()), ") at ", Clock(ToTime(e.time())),
-                    "; ", history.validation_count(), history.validation_count() == 1 ? " run" : " runs", "\n");
+    absl::StrAppend(&out, "validation step ", v.step(), absl::StrFormat(" loss %.4f", v.loss()), " (", v.tokens(),
+                    absl::StrFormat(" tokens, %.0f ms", v.ms()), ") at ", Clock(ToTime(e.time())), "; ",
+                    history.validation_count(), history.validation_count() == 1 ? " run" : " runs", "\n");
   } else if (!job.spec().validation().dataset().empty()) {
     absl::StrAppend(&out, "validation none yet (every ", job.spec().validation().freq(), " steps on ",
                     job.spec().validation().dataset(), ")\n");
@@ -426,7 +426,8 @@ std::string FormatJobDescription(const v1::Job& job, const JobHistory& history,
                       " removed by retention (", FormatBytes(history.checkpoint_bytes_freed()), " freed), ",
                       FormatBytes(std::max<int64_t>(history.checkpoint_bytes_kept(), 0)), " kept on disk;");
     }
-    if (history.checkpoint_count() - history.checkpoints_removed() > static_cast<int64_t>(history.checkpoints().size())) {
+    if (history.checkpoint_count() - history.checkpoints_removed() >
+        static_cast<int64_t>(history.checkpoints().size())) {
       absl::StrAppend(&out, " ", history.checkpoint_count(), " in all, the newest ", history.checkpoints().size(),
                       " shown");
     }
@@ -442,7 +443,8 @@ std::string FormatJobDescription(const v1::Job& job, const JobHistory& history,
     for (const v1::Event& e : history.checkpoints()) {
       const v1::CheckpointSaved& c = e.checkpoint();
       absl::StrAppend(&out, "  step ", c.step(), "  ", c.path(), "  ", FormatBytes(c.bytes()), "  attempt ",
-                      e.attempt(), "  dp ", c.dp(), " tp ", c.tp(), " ep ", c.ep(), c.requested() ? "  on request" : "");
+                      e.attempt(), "  dp ", c.dp(), " tp ", c.tp(), " ep ", c.ep(),
+                      c.requested() ? "  on request" : "");
       if (!c.metric_name().empty()) absl::StrAppend(&out, "  ", c.metric_name(), absl::StrFormat(" %.4f", c.metric()));
       if (&e == best) out += "  (best)";
       out += "\n";
@@ -478,8 +480,9 @@ std::string FormatExplainHistory(const v1::Job& job, const JobHistory& history) 
       absl::StrAppend(&out, line, "\n");
       for (const std::string* reason : {&r.last_recompile_reason, &r.last_fallback_reason}) {
         if (reason->empty()) continue;
-        absl::StrAppend(&out, "      ", reason == &r.last_recompile_reason ? "last recompile: " : "fallback: ",
-                        Clip(*reason, 200), "\n");
+        absl::StrAppend(&out, "      ",
+                        reason == &r.last_recompile_reason ? "last recompile: " : "fallback: ", Clip(*reason, 200),
+                        "\n");
         const std::string hint = CompileHint(*reason);
         if (!hint.empty()) absl::StrAppend(&out, "      hint: ", hint, "\n");
       }
@@ -500,8 +503,8 @@ std::string FormatExplainHistory(const v1::Job& job, const JobHistory& history) 
     absl::StrAppend(&out, "\npreemptions: ", std::max<int64_t>(job.preemptions(), preempted.size()),
                     " (not failures: none used a restart of restart.max_restarts)\n");
     for (const StateChangeRecord& s : preempted) {
-      absl::StrAppend(&out, "  ", Clock(s.time), s.attempt > 0 ? absl::StrCat("  after attempt ", s.attempt) : "",
-                      ": ", Clip(s.reason, 200), "\n");
+      absl::StrAppend(&out, "  ", Clock(s.time), s.attempt > 0 ? absl::StrCat("  after attempt ", s.attempt) : "", ": ",
+                      Clip(s.reason, 200), "\n");
     }
   }
   if (!history.stalls().empty()) {
@@ -519,8 +522,8 @@ std::string FormatExplainHistory(const v1::Job& job, const JobHistory& history) 
                         " outside any collective (training.step_timeout_s)");
       } else {
         absl::StrAppend(&line, "waited ", absl::StrFormat("%.0fs", s.waited_s()), " in ", s.collective(), " #",
-                        s.collective_seq(), ", lagging rank ", s.lagging_rank() < 0 ? std::string("unknown")
-                                                                                     : absl::StrCat(s.lagging_rank()));
+                        s.collective_seq(), ", lagging rank ",
+                        s.lagging_rank() < 0 ? std::string("unknown") : absl::StrCat(s.lagging_rank()));
       }
       absl::StrAppend(&out, line, "\n");
     }

@@ -68,7 +68,7 @@ _trainyard() {
     --controller | --timeout | --set | --limit | --reason | --dp | --from-seq | --reconnect-for | --rank | --step | \
       --since)
       return ;;
-    --job)
+    --job | --after)
       COMPREPLY=($(compgen -W "$(_trainyard_job_ids)" -- "$cur"))
       return ;;
   esac
@@ -81,7 +81,7 @@ _trainyard() {
     case "$w" in
       --controller | --timeout | --tls-ca | --token-file | --output | -o | --set | --state | --limit | \
         --reason | --dp | --from-seq | --reconnect-for | --rank | --output-dir | --train-binary | \
-        --checkpoint | --step | --output-file | --names | --job | --since)
+        --checkpoint | --step | --output-file | --names | --job | --since | --after)
         ((i++)) ;;
       -*) ;;
       *)
@@ -104,7 +104,7 @@ _trainyard() {
 
   local flags=""
   case "$cmd" in
-    submit) flags="--set --wait" ;;
+    submit) flags="--set --after --wait" ;;
     list) flags="--state --limit" ;;
     get | explain | checkpoint) flags="" ;;
     workers)

@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "common/proto_time.h"
 #include "client/cli/cli_format.h"
 #include "client/cli/fleet_format.h"
 #include "client/cli/gpu_format.h"
 #include "client/cli/job_view.h"
+#include "common/proto_time.h"
 
 namespace trainyard::cli {
 namespace {
@@ -151,6 +151,15 @@ TEST(FleetFormatTest, AnUnreachableWorkerSaysSinceWhenAndWhenItIsLostAndItsJobWh
               HasSubstr("\nwaiting    waiting up to 25s (until 03:51:12Z) for worker w1 to reconnect\n"));
 }
 
+TEST(FleetFormatTest, AJobThatWaitsForAnotherShowsItsListAndTheReason) {
+  v1::Job job = Job("job-8", v1::Job::PENDING);
+  job.mutable_spec()->mutable_job()->set_after("job-3,job-4:failed");
+  job.set_pending_reason("waiting for job-3 to succeed (job-3 is RUNNING) and 1 more job");
+  EXPECT_THAT(FormatJobDescription(job, JobHistory(), {}),
+              HasSubstr("\npending    waiting for job-3 to succeed (job-3 is RUNNING) and 1 more job  (see `trainyard "
+                        "explain job-8`)\nafter      job-3,job-4:failed\n"));
+}
+
 TEST(FleetFormatTest, ExplainOfAPendingJobShowsTheControllersQueuePlaceQuotaAndUsage) {
   v1::Job job = Job("job-7", v1::Job::PENDING);
   job.set_pending_reason("quota: alice uses 6 of 8 slots; needs 4");
@@ -251,7 +260,8 @@ TEST(FleetFormatTest, GetAndExplainShowThePreemptions) {
   job.set_preemptions(2);
   *job.add_preempt_times() = At(50);  // newest first: the line takes the newest anyway
   *job.add_preempt_times() = At(3);
-  EXPECT_EQ(FormatPreemptedLine(job), "preempted  2 times, last 2026-12-01 00:00:50Z (not failures: no restart used)\n");
+  EXPECT_EQ(FormatPreemptedLine(job),
+            "preempted  2 times, last 2026-12-01 00:00:50Z (not failures: no restart used)\n");
   EXPECT_THAT(FormatJobDescription(job, history, {}),
               HasSubstr("\npreempted  2 times, last 2026-12-01 00:00:50Z (not failures: no restart used)\nmodel "));
   EXPECT_EQ(FormatExplainHistory(job, history),
