@@ -74,6 +74,15 @@ class JobActions {
   absl::StatusOr<v1::WorkerInfo> Cordon(const Caller& caller, Via via, const v1::CordonWorkerRequest& request);
   absl::StatusOr<v1::DrainWorkerResponse> Drain(const Caller& caller, Via via, const v1::DrainWorkerRequest& request);
 
+  // Sweeps. SubmitSweep: as Submit, for every point (a spec with compile.preflight is
+  // refused: run `trainyard preflight` on one point); audited as "submit_sweep" with the
+  // children's ids. GetSweep/ListSweeps: what the caller may see (a submitter: its own).
+  // CancelSweep: the owner or an admin; audited as "cancel_sweep".
+  absl::StatusOr<v1::SweepView> SubmitSweep(const Caller& caller, Via via, const v1::SubmitSweepRequest& request);
+  absl::StatusOr<v1::SweepView> GetSweep(const Caller& caller, const std::string& id) const;
+  std::vector<v1::SweepView> ListSweeps(const Caller& caller, int limit) const;
+  absl::StatusOr<v1::SweepView> CancelSweep(const Caller& caller, Via via, const v1::CancelSweepRequest& request);
+
   // A request of `action` refused before it could be read (a body that does not parse).
   void RecordRefusal(const Caller& caller, Via via, const char* action, std::string_view target,
                      const absl::Status& status);

@@ -47,12 +47,17 @@ JobManager::JobManager(JobStore* store, EventHub* hub, ControllerMetrics* metric
   cycle_.AddGate(std::move(dependencies));
   cycle_.AddGate(std::make_unique<RestartBackoffGate>());
   cycle_.AddGate(std::make_unique<QuotaGate>(&fair_share_));
+  // Last: a child held by an earlier gate keeps its sweep turn (SweepGate).
+  auto sweeps = std::make_unique<SweepGate>(&jobs_);
+  sweeps_ = sweeps.get();
+  cycle_.AddGate(std::move(sweeps));
 }
 
 absl::Status JobManager::Recover() {
   TY_ASSIGN_OR_RETURN(auto jobs, store_->LoadJobs());
   TY_ASSIGN_OR_RETURN(auto cordons, store_->LoadCordons());
   TY_ASSIGN_OR_RETURN(auto usage, store_->LoadUsage());
+  TY_ASSIGN_OR_RETURN(auto sweeps, store_->LoadSweeps());
   std::vector<std::vector<v1::Event>> events(jobs.size());
   std::vector<int64_t> last_seq(jobs.size());
   for (size_t i = 0; i < jobs.size(); ++i) {
@@ -66,6 +71,7 @@ absl::Status JobManager::Recover() {
   Write([&](Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     registry_.RestoreCordons(std::move(cordons));
     fair_share_.RestoreUsage(usage);
+    for (v1::Sweep& sweep : sweeps) sweeps_->Add(std::move(sweep));
     for (size_t i = 0; i < jobs.size(); ++i) {
       const std::string id = jobs[i].id();
       JobView view{jobs[i], 0, last_seq[i]};

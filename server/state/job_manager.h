@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "common/base/clock.h"
 #include "server/metrics/controller_metrics.h"
+#include "common/spec/sweep.h"
 #include "server/policy/admission_policy.h"
 #include "server/state/dependency_gate.h"
 #include "server/state/effects.h"
@@ -23,6 +24,7 @@
 #include "server/state/fair_share_manager.h"
 #include "server/state/job_state_machine.h"
 #include "server/state/scheduling_cycle.h"
+#include "server/state/sweep_gate.h"
 #include "server/state/worker_channel.h"
 #include "server/state/worker_fault_manager.h"
 #include "server/state/worker_registry.h"
@@ -73,7 +75,8 @@ using CheckpointDone = std::function<void(absl::StatusOr<v1::CheckpointRef>)>;
 //   commit_mu_  taken by writers only for their whole call: writers run one at a
 //               time. The writers: Recover, Submit, Cancel, Resize, RegisterWorker,
 //               Heartbeat (a GPU out of service), IngestEvents, Tick,
-//               RequestCheckpoint, Cordon, Drain, AppendControllerEvent and
+//               RequestCheckpoint, Cordon, Drain, SubmitSweep, CancelSweep,
+//               AppendControllerEvent and
 //               MarkCompacted. All but the last two go through Write.
 //   mu_         the state lock over registry_, the managers and views_. Held only
 //               for in-memory work; never across a store call or a send.
@@ -129,6 +132,23 @@ class JobManager {
   // (JobStateMachine::Resize); returns the job as committed after the request.
   absl::StatusOr<v1::Job> Resize(const std::string& id, int dp);
   std::vector<v1::WorkerInfo> Workers();
+
+  // Sweeps (job_manager_sweeps.cc; docs/sweeps.md). SubmitSweep expands the request
+  // into its points (spec::ExpandSweep: at most `max_points`), normalises and admits
+  // each as Submit does, then stores the sweep and every child with its PENDING event
+  // in one transaction: all of them exist afterwards, or nothing. INVALID_ARGUMENT
+  // naming the point and the key for a point that fails; the admission's error else.
+  absl::StatusOr<v1::SweepView> SubmitSweep(const v1::SubmitSweepRequest& request, const std::string& owner,
+                                            const OwnerFilter& may_see = nullptr,
+                                            std::size_t max_points = spec::kDefaultMaxSweepPoints);
+  // The sweep with its children, ranked by their newest validation loss (read from the
+  // store). NOT_FOUND for an unknown id.
+  absl::StatusOr<v1::SweepView> GetSweep(const std::string& id);
+  // Newest first, at most `limit` (0: 100), children left out; only `owner`'s unless empty.
+  std::vector<v1::SweepView> ListSweeps(int limit, const std::string& owner = "");
+  // Cancels every child that has not ended, in one write (so no child is placed
+  // between two cancels), and returns the sweep after it.
+  absl::StatusOr<v1::SweepView> CancelSweep(const std::string& id, const std::string& reason);
 
   // Sharing the fleet (job_manager_sharing.cc).
   // CheckpointJob: asks the running attempt to checkpoint (EvictionManager's errors come
@@ -251,6 +271,7 @@ class JobManager {
   WorkerFaultManager faults_ ABSL_GUARDED_BY(mu_);
   SchedulingCycle cycle_ ABSL_GUARDED_BY(mu_);
   DependencyGate* dependencies_ ABSL_GUARDED_BY(mu_) = nullptr;  // a gate of cycle_
+  SweepGate* sweeps_ ABSL_GUARDED_BY(mu_) = nullptr;              // a gate of cycle_; owns the sweeps
   std::map<std::string, JobView> views_ ABSL_GUARDED_BY(mu_);
   std::vector<CheckpointWaiter> checkpoint_waiters_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;  // AbortCheckpointWaiters was called

@@ -24,6 +24,9 @@ class QueueGate {
   virtual ~QueueGate() = default;
   // A short name for logs ("restart-backoff", "quota").
   virtual const char* name() const = 0;
+  // Called once at the start of each pass, before its first Hold: a gate that rations
+  // the pass as a whole (at most N children of a sweep) counts here.
+  virtual void BeginPass(absl::Time now) {}
   // The job's pending reason while it must stay out of the queue; nullopt to let it in.
   // `queued` is the job as the pass would queue it: its spec is the one the next
   // attempt runs (a resize's or an elastic shrink's, else the job's own).

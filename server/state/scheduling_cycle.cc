@@ -27,6 +27,7 @@ std::vector<QueuedJob> SchedulingCycle::Enqueue(absl::Time now, Effects* fx) {
   std::vector<QueuedJob> queue;
   std::vector<WorkerSnapshot> free;
   bool free_read = false;
+  for (const auto& gate : gates_) gate->BeginPass(now);
   for (auto& [id, rt] : jobs_->jobs()) {
     if (rt.job.state() != v1::Job::PENDING) continue;
     rt.layout.reset();

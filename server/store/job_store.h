@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,17 @@ class JobStore {
   // not null: the job's first events, which get seq 1, 2, ... and the job's id), in
   // one transaction: either the job and its events exist afterwards or nothing does.
   virtual absl::Status CreateJob(v1::Job* job, std::vector<v1::Event>* events) = 0;
+  // A sweep and its children: gives the sweep the next id ("sweep-<n>"), each job the
+  // next job id with its sweep_id set (in order, so job_ids[i] is jobs[i]) and inserts
+  // them with each job's first events (events[i], may be empty), in one transaction:
+  // the sweep and all its jobs exist afterwards, or nothing does.
+  virtual absl::Status CreateSweep(v1::Sweep* sweep, std::vector<v1::Job>* jobs,
+                                   std::vector<std::vector<v1::Event>>* events) = 0;
+  // Every sweep, in creation order.
+  virtual absl::StatusOr<std::vector<v1::Sweep>> LoadSweeps() = 0;
+  // The job's newest event with payload `kind` (v1::Event's field number, as
+  // v1::Event::kValidation); nullopt when it has none.
+  virtual absl::StatusOr<std::optional<v1::Event>> LastEventOfKind(const std::string& job_id, int kind) = 0;
   // Replaces the row of an existing job (NOT_FOUND when there is none).
   virtual absl::Status PutJob(const v1::Job& job) = 0;
   // Every job, in creation order.

@@ -42,34 +42,35 @@ absl::Status SqliteJobStore::InitSchema(const std::string& path) {
   return LoadCompactedLocked();
 }
 
+absl::StatusOr<std::vector<v1::Event>> SqliteJobStore::InsertJobLocked(v1::Job* job, std::vector<v1::Event>* events,
+                                                                        int64_t* last) {
+  TY_RETURN_IF_ERROR(writer_->Exec("INSERT INTO jobs (id) VALUES (NULL)"));
+  int64_t num = sqlite3_last_insert_rowid(writer_->raw());
+  job->set_id(absl::StrCat("job-", num));
+  TY_ASSIGN_OR_RETURN(auto stmt, writer_->Prepare("UPDATE jobs SET id = ?1, state = ?2, data = ?3 WHERE num = ?4"));
+  stmt.BindText(1, job->id());
+  stmt.BindInt(2, job->state());
+  stmt.BindBlob(3, job->SerializeAsString());
+  stmt.BindInt(4, num);
+  TY_RETURN_IF_ERROR(stmt.Run());
+  *last = 0;
+  if (events == nullptr || events->empty()) return std::vector<v1::Event>();
+  return InsertEventsLocked(job->id(), std::move(*events), last);
+}
+
 absl::Status SqliteJobStore::CreateJob(v1::Job* job, std::vector<v1::Event>* events) {
   absl::MutexLock lock(&write_mu_);
   TY_RETURN_IF_ERROR(writer_->Exec("BEGIN IMMEDIATE"));
   int64_t last = 0;
-  std::vector<v1::Event> inserted;
-  auto body = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_) -> absl::Status {
-    TY_RETURN_IF_ERROR(writer_->Exec("INSERT INTO jobs (id) VALUES (NULL)"));
-    int64_t num = sqlite3_last_insert_rowid(writer_->raw());
-    job->set_id(absl::StrCat("job-", num));
-    TY_ASSIGN_OR_RETURN(auto stmt, writer_->Prepare(
-        "UPDATE jobs SET id = ?1, state = ?2, data = ?3 WHERE num = ?4"));
-    stmt.BindText(1, job->id());
-    stmt.BindInt(2, job->state());
-    stmt.BindBlob(3, job->SerializeAsString());
-    stmt.BindInt(4, num);
-    TY_RETURN_IF_ERROR(stmt.Run());
-    if (events == nullptr || events->empty()) return absl::OkStatus();
-    TY_ASSIGN_OR_RETURN(inserted, InsertEventsLocked(job->id(), std::move(*events), &last));
-    return absl::OkStatus();
-  };
-  absl::Status status = body();
+  absl::StatusOr<std::vector<v1::Event>> inserted = InsertJobLocked(job, events, &last);
+  absl::Status status = inserted.status();
   if (status.ok()) status = writer_->Exec("COMMIT");
   if (!status.ok()) {
     writer_->Exec("ROLLBACK").IgnoreError();
     job->clear_id();
     return status;
   }
-  if (events != nullptr) *events = std::move(inserted);
+  if (events != nullptr) *events = std::move(*inserted);
   SetCommittedSeq(job->id(), last);
   return absl::OkStatus();
 }

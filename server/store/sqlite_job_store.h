@@ -34,6 +34,11 @@ class SqliteJobStore final : public JobStore, public AuditStore {
   absl::Status CreateJob(v1::Job* job) { return CreateJob(job, nullptr); }
   absl::Status PutJob(const v1::Job& job) override;
   absl::StatusOr<std::vector<v1::Job>> LoadJobs() override;
+  // Sweeps (sqlite_sweeps.cc).
+  absl::Status CreateSweep(v1::Sweep* sweep, std::vector<v1::Job>* jobs,
+                           std::vector<std::vector<v1::Event>>* events) override;
+  absl::StatusOr<std::vector<v1::Sweep>> LoadSweeps() override;
+  absl::StatusOr<std::optional<v1::Event>> LastEventOfKind(const std::string& job_id, int kind) override;
   absl::StatusOr<std::vector<v1::Event>> AppendEvents(const std::string& job_id,
                                                       std::vector<v1::Event> events) override;
   absl::StatusOr<std::vector<v1::Event>> ReadEvents(const std::string& job_id, int64_t from_seq, int limit) override;
@@ -84,6 +89,10 @@ class SqliteJobStore final : public JobStore, public AuditStore {
   absl::StatusOr<std::vector<v1::Event>> InsertEventsLocked(const std::string& job_id, std::vector<v1::Event> events,
                                                             int64_t* last) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   void SetCommittedSeq(const std::string& job_id, int64_t seq) ABSL_LOCKS_EXCLUDED(seq_mu_);
+  // Inside an open transaction: gives `job` the next id and inserts its row and
+  // `events` (may be null); returns the inserted events, *last their last seq.
+  absl::StatusOr<std::vector<v1::Event>> InsertJobLocked(v1::Job* job, std::vector<v1::Event>* events, int64_t* last)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
 
   absl::Mutex write_mu_ ABSL_ACQUIRED_BEFORE(seq_mu_);
   std::unique_ptr<SqliteDb> writer_ ABSL_GUARDED_BY(write_mu_);

@@ -81,6 +81,16 @@ constexpr char kMigrateToV4[] = R"sql(
     CREATE INDEX audit_time ON audit (time_ms);
 )sql";
 
+// Version 5: sweeps (job arrays), each stored once with its children; `num` gives the
+// ids ("sweep-<num>") and the creation order.
+constexpr char kMigrateToV5[] = R"sql(
+    CREATE TABLE sweeps (
+      num  INTEGER PRIMARY KEY AUTOINCREMENT,
+      id   TEXT UNIQUE,
+      data BLOB
+    );
+)sql";
+
 // Version 3: where the MLflow exporter is for each job, per tracking target (the URI
 // and experiment), so a restart resumes the same run from the next unsent event.
 constexpr char kMigrateToV3[] = R"sql(
@@ -163,6 +173,7 @@ absl::Status MigrateSchema(SqliteDb& db, const std::string& path, int* migrated_
     }
     if (version < 3) TY_RETURN_IF_ERROR(db.Exec(kMigrateToV3));
     if (version < 4) TY_RETURN_IF_ERROR(db.Exec(kMigrateToV4));
+    if (version < 5) TY_RETURN_IF_ERROR(db.Exec(kMigrateToV5));
     return db.Exec(absl::StrCat("PRAGMA user_version = ", kSchemaVersion));
   };
   absl::Status status = body();

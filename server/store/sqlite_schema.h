@@ -15,7 +15,8 @@ namespace trainyard {
 // 3: mlflow_runs, the MLflow exporter's run id and sent-event cursor per job
 //    (server/mlflow/mlflow_cursor_store.h).
 // 4: audit, the log of mutating calls (server/store/audit_store.h).
-inline constexpr int kSchemaVersion = 4;
+// 5: sweeps, each sweep (job array) as stored with its children.
+inline constexpr int kSchemaVersion = 5;
 
 // Event kinds (v1::Event payload field numbers) in the events_recovery index: rank
 // states, stalls, job states and checkpoints. Step metrics are read as a tail.

@@ -70,6 +70,17 @@ class TestJobStore : public JobStore {
     }
     return out;
   }
+  absl::Status CreateSweep(v1::Sweep* sweep, std::vector<v1::Job>* jobs,
+                           std::vector<std::vector<v1::Event>>* events) override {
+    if (auto s = Enter(Kind::kCreate); !s.ok()) return s;
+    absl::Status s = inner_->CreateSweep(sweep, jobs, events);
+    if (s.ok()) Log(absl::StrCat("create ", sweep->id(), " with ", jobs->size(), " jobs"));
+    return s;
+  }
+  absl::StatusOr<std::vector<v1::Sweep>> LoadSweeps() override { return inner_->LoadSweeps(); }
+  absl::StatusOr<std::optional<v1::Event>> LastEventOfKind(const std::string& job_id, int kind) override {
+    return inner_->LastEventOfKind(job_id, kind);
+  }
   absl::StatusOr<std::vector<v1::Job>> LoadJobs() override { return inner_->LoadJobs(); }
   absl::StatusOr<std::vector<v1::Event>> ReadEvents(const std::string& job_id,
                                                     int64_t from_seq, int limit) override {
