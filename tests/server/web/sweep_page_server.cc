@@ -1,10 +1,12 @@
 // The server the sweep page's browser test (sweep_page_test.py) drives: the in-process
 // controller of the web API's tests (a SqliteJobStore, JobManager, JobActions and one
 // fake worker w1, as tests/fakes/auth_fixture.h builds them) behind the real web
-// listener, holding a sweep submitted through JobActions as the JobService does, with
-// training and validation losses stored for its children the way a worker's events
-// are. No worker trains anything: the page sees known data, so the test can compare
-// every row and every curve with what the API serves.
+// listener, holding a sweep submitted through JobActions as the JobService does, and
+// its children's training and validation losses: the two children placed on w1 report
+// theirs through the manager as a worker's rank does (so they are RUNNING, with a last
+// step), the waiting ones have theirs in the store as from an earlier attempt. No
+// worker trains anything: the page sees known data, so the test can compare every row
+// and every curve with what the API serves.
 //
 //   web_sweep_page_server --data-dir DIR --token-file FILE
 //
@@ -30,6 +32,8 @@
 #include "server/store/sqlite_job_store.h"
 #include "server/web/web_api.h"
 #include "server/web/web_server.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
 #include "tests/fakes/fake_worker_channel.h"
 
 namespace trainyard::testing {
@@ -53,6 +57,13 @@ v1::JobSpec TinySpec(const std::string& name) {
 class Events {
  public:
   explicit Events(std::string job) : job_(std::move(job)) {}
+  Events& Running() {
+    v1::Event e = Base();
+    e.mutable_rank_state()->set_state(v1::RankState::RUNNING);
+    e.mutable_rank_state()->set_worker("w1");
+    events_.push_back(std::move(e));
+    return *this;
+  }
   Events& Step(int64_t step, double loss) {
     v1::Event e = Base();
     e.mutable_step_metrics()->set_step(step);
@@ -74,6 +85,15 @@ class Events {
     auto committed = store->AppendEvents(job_, std::move(events_));
     events_.clear();
     return committed.status();
+  }
+  // As the worker on connection `conn` sends them: the manager commits and applies them.
+  absl::Status SendTo(JobManager* manager, int64_t conn) {
+    static int64_t batch_id = 0;
+    v1::EventBatch batch;
+    batch.set_batch_id(++batch_id);
+    for (v1::Event& e : events_) *batch.add_events() = std::move(e);
+    events_.clear();
+    return manager->IngestEvents(conn, batch);
   }
 
  private:
@@ -103,6 +123,8 @@ int Run(int argc, char** argv) {
     }
   }
   if (data_dir.empty() || token_file.empty()) return Fail("usage: --data-dir DIR --token-file FILE");
+  // stdout is the test's: its JSON line and the answers to commands.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("sweep-page-server"));
 
   auto authz = Authorizer::FromFile(token_file);
   if (!authz.ok()) return Fail(std::string(authz.status().message()));
@@ -148,7 +170,14 @@ int Run(int argc, char** argv) {
   // Child i trains 4 + i steps; its validations rank them 2, 1, 0, 3 (losses 2.2, 2.5,
   // 2.8, 2.9); child 4 has steps but no validation, child 5 nothing at all.
   std::vector<Events> events;
-  for (const std::string& id : children) events.emplace_back(id);
+  std::vector<bool> placed;
+  for (const std::string& id : children) {
+    events.emplace_back(id);
+    auto job = manager.Get(id);
+    placed.push_back(job.ok() && job->state() == v1::Job::SCHEDULED && job->attempt() == 1);
+    if (placed.back()) events.back().Running();
+  }
+  if (!placed[0] || !placed[1]) return Fail("children 0 and 1 were not placed on w1");
   for (int i = 0; i < 5; ++i) {
     for (int step = 1; step <= 4 + i; ++step) events[i].Step(step, 5.0 - 0.2 * step - 0.05 * i);
   }
@@ -156,8 +185,9 @@ int Run(int argc, char** argv) {
   events[1].Validation(4, 2.5);
   events[2].Validation(2, 3.2).Validation(4, 3.1).Validation(6, 2.2);
   events[3].Validation(4, 2.9);
-  for (Events& e : events) {
-    if (auto s = e.StoreIn(store->get()); !s.ok()) return Fail(absl::StrCat("AppendEvents: ", s.ToString()));
+  for (size_t i = 0; i < events.size(); ++i) {
+    absl::Status s = placed[i] ? events[i].SendTo(&manager, 1) : events[i].StoreIn(store->get());
+    if (!s.ok()) return Fail(absl::StrCat("the events of child ", i, ": ", s.ToString()));
   }
 
   web::WebApi api(&manager, store->get(), artifacts->get(), authz->get(), &actions, &hub);
@@ -175,7 +205,7 @@ int Run(int argc, char** argv) {
     if (line == "grow") {
       events[0].Step(next_step, 2.0).Step(next_step + 1, 1.9).Validation(next_step + 1, 1.5);
       next_step += 2;
-      if (auto s = events[0].StoreIn(store->get()); !s.ok()) return Fail(s.ToString());
+      if (auto s = events[0].SendTo(&manager, 1); !s.ok()) return Fail(s.ToString());
       std::printf("grown\n");
     } else {
       std::printf("unknown command\n");

@@ -297,13 +297,16 @@ with sync_playwright() as playwright:
         page.locator("#sweep-table tbody tr").nth(len(children) - 1).wait_for(timeout=10_000)
         view = api(f"/api/sweeps/{sweep_id}", tokens["alice"])
         head = squash(page.locator(".page-head").text_content())
-        for want in [sweep_id, "lr-grid", "owner alice", f"{len(children)} children", "max concurrent 2"]:
+        for want in [f"{sweep_id} {view['sweep']['name']}", "lr-grid", "owner alice", f"{len(children)} children",
+                     "max concurrent 2"]:
             if want not in head:
                 fail(f"the sweep's header {js(head)} lacks {js(want)}")
         axes = page.evaluate("""() => [...document.querySelectorAll('#sweep-axes li')].map((li) =>
             [li.dataset.key, [...li.querySelectorAll('.chip')].map((c) => c.textContent)])""")
-        if axes != [["training.lr", ["1e-4", "3e-4", "1e-3"]], ["model.top_k", ["1", "2"]]]:
-            fail(f"the page shows the axes {js(axes)}")
+        # The values as the controller typed them (1e-4 reads back as 0.0001).
+        want_axes = [[a["key"], a["values"]] for a in view["sweep"]["axes"]]
+        if axes != want_axes or [len(v) for _, v in axes] != [3, 2]:
+            fail(f"the page shows the axes {js(axes)}; the API has {js(want_axes)}")
         shown_states = page.evaluate("""() => Object.fromEntries([...document.querySelectorAll('#sweep-states .state-count')]
             .map((e) => [e.dataset.state, Number(e.textContent.trim().split(/\\s+/).pop())]))""")
         want_states = {k: v for k, v in view["states"].items() if v > 0}
