@@ -166,8 +166,9 @@ export class MultiLineChart {
   }
   setEmptyText(text) { this.empty.textContent = text; }
   setNote(text) { this.note.textContent = text ? ` ${text}` : ''; }
-  // series: [{key, label, color, href, points: [[step, loss]], validation: [[step, loss]]}],
-  // each sorted by step.
+  // series: [{key, label, color, href, points: [[step, loss]], validation: [[step, loss]],
+  // error}], each sorted by step; `error` (why its losses could not be read) is the
+  // legend entry's tooltip.
   set(series) {
     this.series = series;
     const d = this.canvas.dataset;
@@ -176,7 +177,8 @@ export class MultiLineChart {
     d.validationPoints = String(series.reduce((n, s) => n + s.validation.length, 0));
     this.legend.replaceChildren(...series.map((s) => {
       const last = s.validation[s.validation.length - 1];
-      return h('li', {class: 'legend-item', title: last ? `validation ${fmtNum(last[1])} @ step ${last[0]}` : null,
+      const title = s.error || (last ? `validation ${fmtNum(last[1])} @ step ${last[0]}` : null);
+      return h('li', {class: `legend-item${s.error ? ' unread' : ''}`, title,
                       dataset: {key: s.key, points: String(s.points.length), validationPoints: String(s.validation.length)}},
                h('span', {class: 'swatch line', style: `background:${s.color}`}),
                s.href ? h('a', {href: s.href}, s.label) : s.label);

@@ -6,7 +6,7 @@
 // /api/jobs/ID/events, as the job page reads them when it polls.
 
 import {sweepActions} from './actions.js';
-import {apiJson, me} from './api.js';
+import {Unauthorized, apiJson, me} from './api.js';
 import {MultiLineChart, seriesColor} from './charts.js';
 import {badge, fill, fmtNum, fmtTime, h, table} from './dom.js';
 import {eventKind, numericPayload, timeMs} from './events.js';
@@ -63,13 +63,25 @@ export class SweepPage extends Page {
     return !(this.view.ended && charted.every((c) => (this.curves.get(c.job_id) || {}).done));
   }
 
-  // The child's events since the last read, as the job page polls them.
+  // The child's events since the last read, as the job page polls them. A child whose
+  // events cannot be read (compacted by the controller's retention) keeps what was read
+  // and is not asked again; the others are still charted.
   async readEvents(jobId) {
     let curve = this.curves.get(jobId);
     if (!curve) {
-      curve = {afterSeq: 0, loss: new Map(), val: new Map(), done: false};
+      curve = {afterSeq: 0, loss: new Map(), val: new Map(), done: false, error: ''};
       this.curves.set(jobId, curve);
     }
+    try {
+      await this.readPages(curve, jobId);
+    } catch (e) {
+      if (e instanceof Unauthorized) throw e;
+      curve.done = true;
+      curve.error = e.message;
+    }
+  }
+
+  async readPages(curve, jobId) {
     for (let pages = 0; pages < PAGES_PER_CHILD; ++pages) {
       const page = await apiJson(
         `/api/jobs/${encodeURIComponent(jobId)}/events?after_seq=${curve.afterSeq}&limit=1000&kinds=${EVENT_KINDS}`);
@@ -147,7 +159,7 @@ export class SweepPage extends Page {
     const sorted = (map) => [...map.entries()].sort((a, b) => a[0] - b[0]);
     this.chart.set(charted.map((c) => {
       const curve = this.curves.get(c.job_id) || {loss: new Map(), val: new Map()};
-      return {key: c.job_id, label: c.label || c.job_id, color: seriesColor(c.index),
+      return {key: c.job_id, label: c.label || c.job_id, color: seriesColor(c.index), error: curve.error || '',
               href: `#/jobs/${encodeURIComponent(c.job_id)}`, points: sorted(curve.loss), validation: sorted(curve.val)};
     }));
     this.chart.setNote(ranked.length > charted.length ? `the best ${charted.length} of ${ranked.length} children` : '');
