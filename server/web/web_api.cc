@@ -39,19 +39,7 @@ bool IsActionRoute(const std::vector<std::string>& segments) {
   return false;
 }
 
-absl::Status CheckSweepId(std::string_view id) {
-  if (id.empty()) return absl::InvalidArgumentError("sweep id: is empty; give a sweep id such as sweep-1");
-  if (id.size() > kMaxSweepIdBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("sweep id: is ", id.size(), " bytes, more than the ",
-                                                   kMaxSweepIdBytes, " a sweep id can have: '", Quote(id), "'"));
-  }
-  for (unsigned char c : id) {
-    if (c < 0x21 || c > 0x7e) {
-      return absl::InvalidArgumentError(absl::StrCat("sweep id: is not a sweep id: '", Quote(id), "'"));
-    }
-  }
-  return absl::OkStatus();
-}
+absl::Status CheckSweepId(std::string_view id) { return request_validation::CheckSweepId("sweep id", id); }
 
 WebApi::WebApi(JobManager* manager, JobStore* store, ArtifactStore* artifacts, const Authorizer* authorizer,
                JobActions* actions, EventHub* hub)

@@ -87,8 +87,6 @@ inline constexpr int kMaxQueueRows = 100;
 // default): a list of kMaxSweepsLimit sweeps stays within ~10 MB.
 inline constexpr int kDefaultSweepsLimit = 100;
 inline constexpr int kMaxSweepsLimit = 1000;
-// Sweep ids are "sweep-<n>"; as a job id, at most this many printable ASCII bytes.
-inline constexpr size_t kMaxSweepIdBytes = 64;
 
 class WebApi {
  public:
@@ -144,8 +142,8 @@ class WebApi {
 
 // Whether `segments` (of /api/...) name an action, which takes POST only.
 bool IsActionRoute(const std::vector<std::string>& segments);
-// OK for a sweep id the API will look up: 1..kMaxSweepIdBytes printable ASCII bytes;
-// INVALID_ARGUMENT naming "sweep id" and quoting at most ~100 bytes of it otherwise.
+// OK for a sweep id the API will look up (request_validation::CheckSweepId's rule:
+// 1..64 printable ASCII bytes); INVALID_ARGUMENT naming "sweep id" otherwise.
 absl::Status CheckSweepId(std::string_view id);
 
 }  // namespace trainyard::web
