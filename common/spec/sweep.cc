@@ -5,6 +5,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "common/spec/overrides.h"
 #include "common/spec/presets.h"
 #include "common/spec/rules.h"
 
@@ -170,6 +171,49 @@ Result<std::size_t> CountSweepPoints(const Sweep& sweep, std::size_t max_points)
   std::vector<SweepAxisSize> sizes;
   for (const SweepAxis& a : sweep.axes) sizes.push_back({a.field->path(), a.values.size()});
   return CountSweepPoints(sizes, max_points);
+}
+
+Result<Sweep> SweepFromText(const std::vector<SweepAxisText>& axes, std::int64_t max_concurrent,
+                            std::size_t max_points) {
+  if (axes.empty()) return Invalid("sweep", "length", "a sweep needs at least one swept key");
+  std::vector<const FieldInfo*> fields;
+  std::vector<SweepAxisSize> sizes;
+  for (std::size_t a = 0; a < axes.size(); ++a) {
+    const std::string& key = axes[a].key;
+    const std::size_t dot = key.find('.');
+    const std::string label = IsUtf8(key) && key.size() <= 128 ? "axis " + key : "axis " + std::to_string(a + 1);
+    if (dot == std::string::npos || dot == 0 || dot + 1 == key.size()) {
+      return Invalid(key, "format", label + ": the key must be section.key, got \"" + Quote(key) + "\"");
+    }
+    Result<const FieldInfo*> field =
+        SweepableField(std::string_view(key).substr(0, dot), std::string_view(key).substr(dot + 1), label, "");
+    if (!field.ok()) return field.error();
+    fields.push_back(field.value());
+    sizes.push_back({key, axes[a].values.size()});
+  }
+  // Counted before a value is read: a request of 10^6 points costs no parsing.
+  Result<std::size_t> count = CountSweepPoints(sizes, max_points);
+  if (!count.ok()) return count.error();
+  Sweep sweep;
+  for (std::size_t a = 0; a < axes.size(); ++a) {
+    const std::string label = "axis " + axes[a].key;
+    std::vector<RawValue> raw;
+    raw.reserve(axes[a].values.size());
+    for (std::size_t i = 0; i < axes[a].values.size(); ++i) {
+      const std::string& text = axes[a].values[i];
+      if (text.empty()) {
+        return Invalid(
+            axes[a].key, "length",
+            label + ": " + Position(i, axes[a].values.size()) + " is empty (write \"\" for an empty string)");
+      }
+      raw.push_back(ParseOverrideValue(text));
+    }
+    if (auto e = AddSweepAxis(sweep, *fields[a], raw, label, "")) return *e;
+  }
+  if (max_concurrent != 0) {
+    if (auto e = SetSweepMaxConcurrent(sweep, max_concurrent, "max_concurrent", "")) return *e;
+  }
+  return sweep;
 }
 
 Result<std::vector<SweepPoint>> ExpandSweep(const SpecInput& base, const Sweep& sweep, std::size_t max_points) {

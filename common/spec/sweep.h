@@ -84,6 +84,21 @@ struct SweepAxisSize {
 Result<std::size_t> CountSweepPoints(const std::vector<SweepAxisSize>& axes, std::size_t max_points);
 Result<std::size_t> CountSweepPoints(const Sweep& sweep, std::size_t max_points);
 
+// One axis as a controller receives it: the key and its values, each written as a
+// TOML scalar (ToText's form: 0.0001, 2, true, "softmax").
+struct SweepAxisText {
+  std::string key;  // "training.lr"
+  std::vector<std::string> values;
+};
+
+// The sweep a controller was sent: each key checked as SweepableField does, the count
+// checked against `max_points` before any value is read, each value read as --set
+// reads one (ParseOverrideValue) and typed by AddSweepAxis; max_concurrent 0 is no
+// limit. Messages name the axis as "axis training.lr" (or "axis 2" for a key that is
+// not one); an empty value, a key without a section and no axes are refused too.
+Result<Sweep> SweepFromText(const std::vector<SweepAxisText>& axes, std::int64_t max_concurrent,
+                            std::size_t max_points = kDefaultMaxSweepPoints);
+
 struct SweepPoint {
   std::size_t index = 0;
   std::string name;   // the child's job.name: "<job.name>-<index>"

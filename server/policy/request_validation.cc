@@ -110,6 +110,58 @@ absl::Status Check(const v1::ListJobsRequest& request) {
   return absl::OkStatus();
 }
 
+static absl::Status CheckSweepId(std::string_view field, std::string_view id) {
+  if (id.empty()) return Invalid(field, "is empty; give a sweep id such as sweep-1");
+  if (id.size() > kMaxJobIdBytes) {
+    return Invalid(field, absl::StrCat("is ", id.size(), " bytes, more than the ", kMaxJobIdBytes,
+                                       " a sweep id can have: ", Quote(id)));
+  }
+  for (unsigned char c : id) {
+    if (c < 0x21 || c > 0x7e) return Invalid(field, absl::StrCat("is not a sweep id: ", Quote(id)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Check(const v1::SubmitSweepRequest& request) {
+  if (request.axes_size() > kMaxSweepAxes) {
+    return Invalid("SubmitSweepRequest.axes",
+                   absl::StrCat("has ", request.axes_size(), " axes, more than the ", kMaxSweepAxes, " allowed"));
+  }
+  for (int a = 0; a < request.axes_size(); ++a) {
+    const v1::SweepAxis& axis = request.axes(a);
+    const std::string field = absl::StrCat("SubmitSweepRequest.axes[", a, "]");
+    if (axis.key().size() > kMaxSweepValueBytes) {
+      return Invalid(field, absl::StrCat("key is ", axis.key().size(), " bytes, more than ", kMaxSweepValueBytes));
+    }
+    for (int i = 0; i < axis.values_size(); ++i) {
+      if (axis.values(i).size() > kMaxSweepValueBytes) {
+        return Invalid(field, absl::StrCat("value ", i + 1, " is ", axis.values(i).size(), " bytes, more than ",
+                                           kMaxSweepValueBytes));
+      }
+    }
+  }
+  if (request.max_concurrent() < 0) {
+    return Invalid("SubmitSweepRequest.max_concurrent",
+                   absl::StrCat("must be >= 0 (0: no limit), got ", request.max_concurrent()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Check(const v1::GetSweepRequest& request) { return CheckSweepId("GetSweepRequest.id", request.id()); }
+
+absl::Status Check(const v1::ListSweepsRequest& request) {
+  if (request.limit() < 0 || request.limit() > kMaxListLimit) {
+    return Invalid("ListSweepsRequest.limit",
+                   absl::StrCat("must be in [0, ", kMaxListLimit, "] (0: the default 100), got ", request.limit()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Check(const v1::CancelSweepRequest& request) {
+  if (auto s = CheckSweepId("CancelSweepRequest.id", request.id()); !s.ok()) return s;
+  return CheckReason("CancelSweepRequest.reason", request.reason());
+}
+
 namespace {
 
 absl::Status CheckRank(std::string_view field, int rank) {

@@ -120,22 +120,24 @@ void JobActions::RecordFileReload(const char* action, const std::string& file, c
   Begin(std::move(row)).IgnoreError();
 }
 
-void JobActions::Submit(const Caller& caller, Via via, v1::JobSpec spec, std::shared_ptr<std::atomic<bool>> cancelled,
-                        JobDone done) {
-  v1::AuditRecord row = Row(caller, via, "submit", spec.job().name(), "", "");
-  if (!Authorizer::CanSubmit(caller)) {
-    return done(Refuse(std::move(row), Denied(caller, "submit jobs", "submitter or admin")));
-  }
+absl::Status JobActions::CheckSubmitRights(const Caller& caller, const v1::JobSpec& spec) {
+  if (!Authorizer::CanSubmit(caller)) return Denied(caller, "submit jobs", "submitter or admin");
   const v1::JobMeta& meta = spec.job();
   if (meta.has_preemptible() && !meta.preemptible() && meta.priority() > 0 &&
       !Authorizer::CanSubmitNonPreemptible(caller)) {
-    return done(Refuse(std::move(row), Denied(caller,
-                                              absl::StrCat("submit a job with job.preemptible = false above priority 0 "
-                                                           "(this one has priority ",
-                                                           meta.priority(), ")")
-                                                  .c_str(),
-                                              "admin")));
+    return Denied(caller,
+                  absl::StrCat("submit a job with job.preemptible = false above priority 0 (this one has priority ",
+                               meta.priority(), ")")
+                      .c_str(),
+                  "admin");
   }
+  return absl::OkStatus();
+}
+
+void JobActions::Submit(const Caller& caller, Via via, v1::JobSpec spec, std::shared_ptr<std::atomic<bool>> cancelled,
+                        JobDone done) {
+  v1::AuditRecord row = Row(caller, via, "submit", spec.job().name(), "", "");
+  if (auto s = CheckSubmitRights(caller, spec); !s.ok()) return done(Refuse(std::move(row), s));
   auto id = Begin(std::move(row));
   if (!id.ok()) return done(id.status());
   SubmitAudited(caller, std::move(spec), std::move(cancelled), *id, std::move(done));

@@ -110,6 +110,9 @@ class JobActions {
                       std::string_view job_id, std::string_view reason) const;
   // Records `status` (a refusal) in `row` and returns it.
   absl::Status Refuse(v1::AuditRecord row, const absl::Status& status);
+  // Whether `caller` may submit `spec`: the role, and job.preemptible = false above
+  // priority 0 for admins only. PERMISSION_DENIED naming what is missing.
+  static absl::Status CheckSubmitRights(const Caller& caller, const v1::JobSpec& spec);
   // Submit once the row is begun.
   void SubmitAudited(const Caller& caller, v1::JobSpec spec, std::shared_ptr<std::atomic<bool>> cancelled,
                      int64_t row, JobDone done);

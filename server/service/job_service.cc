@@ -168,7 +168,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
         for (int s : request.states()) states.push_back(static_cast<v1::Job::State>(s));
         // A submitter lists only its own jobs; the filter comes before the limit.
         const std::string owner = caller.role == Role::kSubmitter ? caller.owner : "";
-        for (auto& job : manager_->List(states, request.limit(), owner)) {
+        for (auto& job : manager_->List(states, request.limit(), owner, request.without_sweep_children())) {
           *response->add_jobs() = std::move(job);
         }
         return absl::OkStatus();

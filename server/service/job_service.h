@@ -66,7 +66,11 @@ using JobServiceBase = v1::JobService::WithRawCallbackMethod_SubmitJob<
                                 v1::JobService::WithRawCallbackMethod_DrainWorker<
                                     v1::JobService::WithRawCallbackMethod_GetWebhookStatus<
                                     v1::JobService::WithRawCallbackMethod_ListAudit<
-                                        v1::JobService::Service>>>>>>>>>>>>>>>;
+                                    v1::JobService::WithRawCallbackMethod_SubmitSweep<
+                                    v1::JobService::WithRawCallbackMethod_GetSweep<
+                                    v1::JobService::WithRawCallbackMethod_ListSweeps<
+                                    v1::JobService::WithRawCallbackMethod_CancelSweep<
+                                        v1::JobService::Service>>>>>>>>>>>>>>>>>>>;
 
 class JobServiceImpl final : public JobServiceBase {
  public:
@@ -107,6 +111,15 @@ class JobServiceImpl final : public JobServiceBase {
                                              grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ListAudit(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
                                       grpc::ByteBuffer* response) override;
+  // Sweeps (job_service_sweeps.cc): the rules of JobActions' sweep calls.
+  grpc::ServerUnaryReactor* SubmitSweep(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                        grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* GetSweep(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ListSweeps(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* CancelSweep(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                        grpc::ByteBuffer* response) override;
 
  private:
   // The job `id` if `caller` may see it; NOT_FOUND as for a missing job otherwise.

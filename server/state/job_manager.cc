@@ -170,11 +170,13 @@ absl::StatusOr<v1::Job> JobManager::Get(const std::string& id) {
   return ViewLocked(id);
 }
 
-std::vector<v1::Job> JobManager::List(const std::vector<v1::Job::State>& states, int limit, const std::string& owner) {
+std::vector<v1::Job> JobManager::List(const std::vector<v1::Job::State>& states, int limit, const std::string& owner,
+                                      bool without_sweep_children) {
   absl::MutexLock lock(&mu_);
   std::vector<const JobView*> rows;
   for (const auto& [id, view] : views_) {
     if (!owner.empty() && view.job.owner() != owner) continue;
+    if (without_sweep_children && !view.job.sweep_id().empty()) continue;
     if (!states.empty() && std::find(states.begin(), states.end(), view.job.state()) == states.end()) {
       continue;
     }

@@ -126,7 +126,9 @@ class JobManager {
   absl::StatusOr<v1::Job> Submit(v1::JobSpec spec, const std::string& owner, const OwnerFilter& may_see = nullptr);
   absl::StatusOr<v1::Job> Get(const std::string& id);
   // Newest first, at most `limit` (0: 100); only jobs of `owner` unless it is empty.
-  std::vector<v1::Job> List(const std::vector<v1::Job::State>& states, int limit, const std::string& owner = "");
+  // `without_sweep_children`: leave out jobs of sweeps (ListSweeps shows those).
+  std::vector<v1::Job> List(const std::vector<v1::Job::State>& states, int limit, const std::string& owner = "",
+                            bool without_sweep_children = false);
   absl::StatusOr<v1::Job> Cancel(const std::string& id, const std::string& reason);
   // Restarts a job at data-parallel degree `dp` from its last checkpoint
   // (JobStateMachine::Resize); returns the job as committed after the request.
@@ -212,6 +214,9 @@ class JobManager {
   };
 
   absl::Status Reject(absl::Status status);
+  // Sweep `id` (which must exist) from its children's committed rows; children (and
+  // their last steps) only when `with_children`. No validations: GetSweep adds those.
+  v1::SweepView SweepViewLocked(const std::string& id, bool with_children) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   FleetView FleetLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::Job ViewLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateSlotMetricsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -30,7 +30,9 @@ void SweepGate::BeginPass(absl::Time) {
     const int room = sweeps_.at(sweep_id).max_concurrent() - active_[sweep_id];
     if (room <= 0) continue;
     std::sort(children.begin(), children.end());
-    for (int i = 0; i < room && i < static_cast<int>(children.size()); ++i) admitted_.insert(children[i].second);
+    const int let_in = std::min(room, static_cast<int>(children.size()));
+    for (int i = 0; i < let_in; ++i) admitted_.insert(children[i].second);
+    active_[sweep_id] += let_in;
   }
 }
 
@@ -39,13 +41,9 @@ std::optional<std::string> SweepGate::Hold(const TrackedJob& rt, const QueuedJob
   if (job.sweep_id().empty() || admitted_.count(job.id()) != 0) return std::nullopt;
   const v1::Sweep* sweep = Find(job.sweep_id());
   if (sweep == nullptr || sweep->max_concurrent() <= 0) return std::nullopt;
-  const int active = active_.count(job.sweep_id()) != 0 ? active_.at(job.sweep_id()) : 0;
-  if (active >= sweep->max_concurrent()) {
-    return absl::StrCat("sweep ", sweep->id(), ": ", active, " of its children running (max_concurrent ",
-                        sweep->max_concurrent(), ")");
-  }
-  return absl::StrCat("sweep ", sweep->id(), ": waiting for a turn behind lower-indexed children (max_concurrent ",
-                      sweep->max_concurrent(), ", ", active, " running)");
+  const int taken = active_.count(job.sweep_id()) != 0 ? active_.at(job.sweep_id()) : 0;
+  return absl::StrCat("sweep ", sweep->id(), ": ", taken, " of its children running or starting (max_concurrent ",
+                      sweep->max_concurrent(), ")");
 }
 
 void SweepGate::Add(v1::Sweep sweep) {

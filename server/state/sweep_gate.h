@@ -17,7 +17,7 @@ namespace trainyard {
 // RUNNING or RESTARTING, and those this pass lets into the queue: a pass may place
 // every queued job, so the gate rations the pass itself. At the start of each pass
 // (BeginPass) it lets in, per sweep, the PENDING children with the lowest indices up
-// to N minus the active ones, and Hold keeps the others out ("sweep sweep-1: 2 of 2
+// to N minus the active ones, and Hold keeps the others out ("sweep sweep-1: 2 of its
 // children running or starting (max_concurrent 2)"). A child let in but held by a later
 // gate or left unplaced keeps its turn; the sweep then runs below N for that pass,
 // never above it.
@@ -46,7 +46,7 @@ class SweepGate : public QueueGate {
  private:
   const JobStateMachine* const jobs_;
   std::map<std::string, v1::Sweep> sweeps_;
-  // Per limited sweep, this pass: the children it lets in and the count that holds the rest.
+  // Per limited sweep, this pass: the children it lets in, and the active ones plus those.
   std::set<std::string> admitted_;
   std::map<std::string, int> active_;
 };

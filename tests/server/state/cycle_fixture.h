@@ -20,6 +20,7 @@
 #include "server/state/quota_gate.h"
 #include "server/state/restart_backoff_gate.h"
 #include "server/state/scheduling_cycle.h"
+#include "server/state/sweep_gate.h"
 #include "server/state/worker_fault_manager.h"
 #include "server/state/worker_registry.h"
 #include "tests/fakes/fake_clock.h"
@@ -35,6 +36,9 @@ class CycleFixture : public ::testing::Test {
     cycle_.AddGate(std::move(dependencies));
     cycle_.AddGate(std::make_unique<RestartBackoffGate>());
     cycle_.AddGate(std::make_unique<QuotaGate>(&fair_share_));
+    auto sweeps = std::make_unique<SweepGate>(&jobs_);
+    sweeps_ = sweeps.get();
+    cycle_.AddGate(std::move(sweeps));
   }
 
   // Registers worker `name` with `slots` CPU slots; its channel records what it is sent.
@@ -131,6 +135,7 @@ class CycleFixture : public ::testing::Test {
   EvictionManager evictions_{&jobs_, &registry_, &metrics_, &clock_, SharingOptions{}};
   WorkerFaultManager faults_{&jobs_, &registry_, &clock_};
   SchedulingCycle cycle_{&jobs_, &fair_share_, &evictions_, &registry_, &clock_};
+  SweepGate* sweeps_ = nullptr;
   DependencyGate* dependencies_ = nullptr;  // the first of cycle_'s gates
   std::map<std::string, std::shared_ptr<FakeWorkerChannel>> channels_;
   int64_t next_conn_ = 1;
