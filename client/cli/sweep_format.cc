@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -192,16 +193,25 @@ std::vector<std::string> SweepChangeLines(const v1::SweepView* before, const v1:
   for (const v1::SweepChild* c : children) {
     const auto it = old.find(c->job_id());
     const v1::SweepChild* was = it == old.end() ? nullptr : it->second;
-    if (was == nullptr || was->state() != c->state()) lines.push_back(StateLine(now.sweep(), *c));
-    if (!c->has_last_validation()) continue;
-    const v1::Validation& v = c->last_validation();
-    // NaN != NaN: a repeated NaN loss is the same validation when its step is.
-    const bool same = was != nullptr && was->has_last_validation() && was->last_validation().step() == v.step() &&
-                      (was->last_validation().loss() == v.loss() ||
-                       (std::isnan(was->last_validation().loss()) && std::isnan(v.loss())));
-    if (!same) {
-      lines.push_back(absl::StrCat(ChildTitle(now.sweep(), *c), " val_loss ", Loss(v.loss()), " @ step ", v.step()));
+    std::optional<std::string> state;
+    if (was == nullptr || was->state() != c->state()) state = StateLine(now.sweep(), *c);
+    std::optional<std::string> validation;
+    if (c->has_last_validation()) {
+      const v1::Validation& v = c->last_validation();
+      // NaN != NaN: a repeated NaN loss is the same validation when its step is.
+      const bool same = was != nullptr && was->has_last_validation() && was->last_validation().step() == v.step() &&
+                        (was->last_validation().loss() == v.loss() ||
+                         (std::isnan(was->last_validation().loss()) && std::isnan(v.loss())));
+      if (!same) {
+        validation = absl::StrCat(ChildTitle(now.sweep(), *c), " val_loss ", Loss(v.loss()), " @ step ", v.step());
+      }
     }
+    // In the order they happened: a validation runs while the child runs, so before it
+    // ended and after it started.
+    const bool ended = IsTerminal(c->state());
+    if (validation && ended) lines.push_back(*validation);
+    if (state) lines.push_back(*state);
+    if (validation && !ended) lines.push_back(*validation);
   }
   return lines;
 }
@@ -220,9 +230,14 @@ std::string FormatSweepCancel(const v1::SweepView& before, const v1::SweepView& 
       ++cancelled;
     }
   }
-  std::string out = absl::StrCat(after.sweep().id(), ": cancelled ", cancelled, " of ", after.children_size(),
-                                 after.children_size() == 1 ? " child" : " children");
-  if (already_ended > 0) absl::StrAppend(&out, " (", already_ended, " had already ended)");
+  std::string out;
+  if (cancelled == 0 && already_ended == after.children_size()) {
+    out = absl::StrCat(after.sweep().id(), ": nothing to cancel: every child had already ended");
+  } else {
+    out = absl::StrCat(after.sweep().id(), ": cancelled ", cancelled, " of ", after.children_size(),
+                       after.children_size() == 1 ? " child" : " children");
+    if (already_ended > 0) absl::StrAppend(&out, " (", already_ended, " had already ended)");
+  }
   absl::StrAppend(&out, "\nstates     ", FormatStateCounts(SweepStateCounts(after)), after.ended() ? "; ended" : "",
                   "\n");
   return out;

@@ -72,14 +72,16 @@ std::vector<v1::SweepView> SweepsWithChildrenIn(const std::vector<v1::SweepView>
 //   job-12 lr-grid-3 (lr=0.0003,top_k=4) FAILED: rank 0 exited 1
 //   job-12 lr-grid-3 (lr=0.0003,top_k=4) val_loss 2.3412 @ step 20
 // A state line when the child's state differs (with its reason when it has one), a
-// val_loss line when its last validation is new (another step or loss).
+// val_loss line when its last validation is new (another step or loss): before the
+// state line when the child has ended, after it otherwise.
 std::vector<std::string> SweepChangeLines(const v1::SweepView* before, const v1::SweepView& now);
 
 // `cancel SWEEP`, from the view before and the one CancelSweep returned:
 //   sweep-3: cancelled 4 of 6 children (2 had already ended)
 //   states     4 cancelled, 1 succeeded, 1 failed
 // A child counts as cancelled by this call when it had not ended before and is
-// CANCELLED after.
+// CANCELLED after. A sweep that had ended: "sweep-3: nothing to cancel: every child had
+// already ended".
 std::string FormatSweepCancel(const v1::SweepView& before, const v1::SweepView& after);
 
 // `watch SWEEP`'s exit status once the sweep ended: kExitOk when every child SUCCEEDED,

@@ -225,6 +225,12 @@ TEST(SweepFormatTest, ChangeLines) {
   EXPECT_THAT(cli::SweepChangeLines(&before, now),
               ElementsAre("job-10 grid-0 (i=0) RUNNING", "job-11 grid-1 (i=1) val_loss 2.3413 @ step 20"));
   EXPECT_THAT(cli::SweepChangeLines(&now, now), ElementsAre());
+  // The validation that ran before the child ended comes before its end.
+  v1::SweepView ended = now;
+  ended.mutable_children(1)->set_state(v1::Job::SUCCEEDED);
+  ended.mutable_children(1)->mutable_last_validation()->set_step(30);
+  EXPECT_THAT(cli::SweepChangeLines(&now, ended),
+              ElementsAre("job-11 grid-1 (i=1) val_loss 2.3413 @ step 30", "job-11 grid-1 (i=1) SUCCEEDED"));
   // The first look: every child's state, and the validations it has.
   EXPECT_THAT(
       cli::SweepChangeLines(nullptr, before),
@@ -277,6 +283,9 @@ TEST(SweepFormatTest, CancelCountsOnlyWhatThisCancelEnded) {
   after.set_ended(true);
   EXPECT_EQ(cli::FormatSweepCancel(before, after),
             "sweep-7: cancelled 4 of 7 children (3 had already ended)\n"
+            "states     2 succeeded, 1 failed, 4 cancelled; ended\n");
+  EXPECT_EQ(cli::FormatSweepCancel(after, after),
+            "sweep-7: nothing to cancel: every child had already ended\n"
             "states     2 succeeded, 1 failed, 4 cancelled; ended\n");
 }
 
