@@ -1,6 +1,7 @@
 #include "common/spec/sweep.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 #include <unordered_map>
 #include <utility>
@@ -171,6 +172,25 @@ Result<std::size_t> CountSweepPoints(const Sweep& sweep, std::size_t max_points)
   std::vector<SweepAxisSize> sizes;
   for (const SweepAxis& a : sweep.axes) sizes.push_back({a.field->path(), a.values.size()});
   return CountSweepPoints(sizes, max_points);
+}
+
+std::string SweepValueText(const FieldValue& value) {
+  const std::string* text = std::get_if<std::string>(&value);
+  if (text == nullptr) return ToText(value);
+  std::string out = "\"";
+  for (unsigned char c : *text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04X", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
 }
 
 Result<Sweep> SweepFromText(const std::vector<SweepAxisText>& axes, std::int64_t max_concurrent,

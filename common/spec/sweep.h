@@ -91,6 +91,11 @@ struct SweepAxisText {
   std::vector<std::string> values;
 };
 
+// A value as SweepAxisText carries it: a TOML scalar that ParseOverrideValue reads back
+// as the same value (ToText's form, but a string keeps its UTF-8 as is and escapes
+// only quotes, backslashes and control characters, as TOML's basic strings do).
+std::string SweepValueText(const FieldValue& value);
+
 // The sweep a controller was sent: each key checked as SweepableField does, the count
 // checked against `max_points` before any value is read, each value read as --set
 // reads one (ParseOverrideValue) and typed by AddSweepAxis; max_concurrent 0 is no

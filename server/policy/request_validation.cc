@@ -110,7 +110,7 @@ absl::Status Check(const v1::ListJobsRequest& request) {
   return absl::OkStatus();
 }
 
-static absl::Status CheckSweepId(std::string_view field, std::string_view id) {
+absl::Status CheckSweepId(std::string_view field, std::string_view id) {
   if (id.empty()) return Invalid(field, "is empty; give a sweep id such as sweep-1");
   if (id.size() > kMaxJobIdBytes) {
     return Invalid(field, absl::StrCat("is ", id.size(), " bytes, more than the ", kMaxJobIdBytes,

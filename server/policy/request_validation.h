@@ -35,7 +35,7 @@ absl::Status Check(const v1::CancelJobRequest& request);  // reason: ≤ 1 KiB, 
 absl::Status Check(const v1::WatchJobRequest& request);   // from_seq ≥ 0
 // dp in [1, spec::kMaxWorldSize]; the job's own bounds are ResizePolicy's.
 absl::Status Check(const v1::ResizeJobRequest& request);
-absl::Status Check(const v1::ListJobsRequest& request);
+absl::Status Check(const v1::ListJobsRequest& request);  // known states, each once; limit in [0, 1000]
 // Sweeps. A sweep id is a job id's form ("sweep-<n>"). SubmitSweepRequest: at most
 // kMaxSweepAxes axes, each key and value at most kMaxSweepValueBytes; the spec core
 // checks the rest (keys, values, the number of points).
@@ -44,7 +44,9 @@ inline constexpr std::size_t kMaxSweepValueBytes = 4096;
 absl::Status Check(const v1::SubmitSweepRequest& request);
 absl::Status Check(const v1::GetSweepRequest& request);
 absl::Status Check(const v1::ListSweepsRequest& request);  // limit in [0, 1000]
-absl::Status Check(const v1::CancelSweepRequest& request);   // known states, each once; limit in [0, 1000]
+absl::Status Check(const v1::CancelSweepRequest& request);  // reason as CancelJobRequest's
+// A sweep id: 1..kMaxJobIdBytes printable ASCII bytes. `field` names it in the error.
+absl::Status CheckSweepId(std::string_view field, std::string_view id);
 // timeout_s finite, in [0, 3600] (0: kDefaultCheckpointTimeoutS).
 absl::Status Check(const v1::CheckpointJobRequest& request);
 // name as common/worker_identity.h says; reason as CancelJobRequest's.

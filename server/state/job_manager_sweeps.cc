@@ -79,13 +79,15 @@ absl::StatusOr<v1::SweepView> JobManager::SubmitSweep(const v1::SubmitSweepReque
   }
   v1::Sweep stored;
   stored.set_owner(owner);
-  stored.set_name(jobs.front().spec().job().name());
+  // The children's name without "-0": the job's name, or the default the spec gave it.
+  const std::string& first_name = jobs.front().spec().job().name();
+  stored.set_name(first_name.substr(0, first_name.size() - 2));
   stored.set_max_concurrent(sweep.value().max_concurrent);
   // The axes as the controller typed them, so `get` shows 0.0001 for 1e-4.
   for (const spec::SweepAxis& a : sweep.value().axes) {
     v1::SweepAxis* axis = stored.add_axes();
     axis->set_key(a.field->path());
-    for (const spec::FieldValue& v : a.values) axis->add_values(spec::ToText(v));
+    for (const spec::FieldValue& v : a.values) axis->add_values(spec::SweepValueText(v));
   }
   *stored.mutable_create_time() = ToProtoTime(now);
 

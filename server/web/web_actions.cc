@@ -84,8 +84,8 @@ class Answer {
 
 WebResponse WebApi::CheckActionRequest(const WebRequest& request) const {
   if (request.body_too_large) {
-    WebResponse r = ErrorResponse(absl::InvalidArgumentError(
-        absl::StrCat("the request body is over the limit of ", kMaxBodyBytes, " bytes")));
+    WebResponse r = ErrorResponse(
+        absl::InvalidArgumentError(absl::StrCat("the request body is over the limit of ", kMaxBodyBytes, " bytes")));
     r.status = 413;
     return r;
   }
@@ -105,9 +105,9 @@ WebResponse WebApi::CheckActionRequest(const WebRequest& request) const {
   // this very server. With tokens, the bearer header (which no other site can send) is
   // the guard, and a reverse proxy may present another name.
   if (!authorizer_->enabled() && !request.origin.empty() && request.origin != absl::StrCat("http://", request.host)) {
-    return ErrorResponse(absl::PermissionDeniedError(absl::StrCat(
-        "Origin '", Quote(request.origin), "' is not this server ('http://", Quote(request.host),
-        "'): with authorization off, actions are taken only from the controller's own page")));
+    return ErrorResponse(absl::PermissionDeniedError(
+        absl::StrCat("Origin '", Quote(request.origin), "' is not this server ('http://", Quote(request.host),
+                     "'): with authorization off, actions are taken only from the controller's own page")));
   }
   return WebResponse{};
 }
@@ -185,6 +185,26 @@ WebResponse WebApi::JobAction(const WebRequest& request, const Caller& caller, c
   auto job = answer.Wait();
   if (!job.ok()) return ErrorResponse(job.status());
   return JsonResponse(201, {{"job", JobSummaryJson(*job)}});
+}
+
+WebResponse WebApi::SweepAction(const WebRequest& request, const Caller& caller, const std::string& id,
+                                const std::string& action) const {
+  // The only sweep action is cancel (IsActionRoute); `action` names its audit row.
+  const std::string audited = absl::StrCat(action, "_sweep");
+  auto body = ParseBody(request.body, {"reason"});
+  v1::CancelSweepRequest cancel;
+  cancel.set_id(id);
+  absl::Status s = CheckSweepId(id);
+  if (s.ok()) s = body.status();
+  if (s.ok()) s = StringField(*body, "reason", cancel.mutable_reason());
+  if (!s.ok()) {
+    actions_->RecordRefusal(caller, Via::kWeb, audited.c_str(), id, s);
+    return ErrorResponse(s);
+  }
+  if (!IsUtf8(cancel.reason())) cancel.set_reason(ToValidUtf8(cancel.reason()));  // as a job's cancel
+  auto view = actions_->CancelSweep(caller, Via::kWeb, cancel);
+  if (!view.ok()) return ErrorResponse(view.status());
+  return ProtoJsonResponse(200, *view);
 }
 
 WebResponse WebApi::WorkerAction(const WebRequest& request, const Caller& caller, const std::string& name,

@@ -35,13 +35,21 @@ bool IsActionRoute(const std::vector<std::string>& segments) {
   const std::string& action = segments[3];
   if (segments[1] == "jobs") return action == "cancel" || action == "checkpoint" || action == "resubmit";
   if (segments[1] == "workers") return action == "cordon" || action == "uncordon" || action == "drain";
+  if (segments[1] == "sweeps") return action == "cancel";
   return false;
 }
 
+absl::Status CheckSweepId(std::string_view id) { return request_validation::CheckSweepId("sweep id", id); }
+
 WebApi::WebApi(JobManager* manager, JobStore* store, ArtifactStore* artifacts, const Authorizer* authorizer,
                JobActions* actions, EventHub* hub)
-    : manager_(manager), store_(store), artifacts_(artifacts), authorizer_(authorizer), actions_(actions),
-      hub_(hub), streams_(hub != nullptr ? std::make_unique<EventStreams>(store, hub) : nullptr) {}
+    : manager_(manager),
+      store_(store),
+      artifacts_(artifacts),
+      authorizer_(authorizer),
+      actions_(actions),
+      hub_(hub),
+      streams_(hub != nullptr ? std::make_unique<EventStreams>(store, hub) : nullptr) {}
 
 void WebApi::Stop() {
   if (streams_) streams_->Stop();
@@ -68,7 +76,8 @@ WebResponse WebApi::Handle(const WebRequest& request) const {
         absl::StrCat("the path is ", request.path.size(), " bytes, over the limit of ", kMaxPathBytes)));
   }
   if (request.path.empty() || request.path[0] != '/') {
-    return ErrorResponse(absl::InvalidArgumentError(absl::StrCat("the path '", Quote(request.path), "' is not absolute")));
+    return ErrorResponse(
+        absl::InvalidArgumentError(absl::StrCat("the path '", Quote(request.path), "' is not absolute")));
   }
   // Segments are split before decoding, so an escaped '/' stays inside its segment.
   std::vector<std::string> segments;
@@ -111,20 +120,20 @@ WebResponse WebApi::Api(const WebRequest& request, const std::vector<std::string
   // Without tokens every caller is an admin, so the only guard left against another
   // site's page reading this API through a name rebound to loopback is the name itself.
   if (!authorizer_->enabled() && !request.host.empty() && !HostIsAddress(request.host)) {
-    return ErrorResponse(absl::PermissionDeniedError(absl::StrCat(
-        "Host '", Quote(request.host),
-        "' is not an IP address or localhost: with authorization off the web API answers only requests "
-        "addressed to an IP or localhost (a guard against DNS rebinding); use the address, or give the "
-        "controller a --token-file")));
+    return ErrorResponse(absl::PermissionDeniedError(
+        absl::StrCat("Host '", Quote(request.host),
+                     "' is not an IP address or localhost: with authorization off the web API answers only requests "
+                     "addressed to an IP or localhost (a guard against DNS rebinding); use the address, or give the "
+                     "controller a --token-file")));
   }
   std::vector<std::string_view> values(request.authorization.begin(), request.authorization.end());
   auto caller_or = authorizer_->AuthenticateValues(values);
   if (!caller_or.ok()) {
     // Same words as the gRPC API, but this is a header here, not metadata.
     std::string message(caller_or.status().message());
-    for (auto [from, to] : {std::pair<std::string_view, std::string_view>{"authorization metadata entry",
-                                                                        "Authorization header"},
-                           {"authorization metadata", "Authorization header"}}) {
+    for (auto [from, to] :
+         {std::pair<std::string_view, std::string_view>{"authorization metadata entry", "Authorization header"},
+          {"authorization metadata", "Authorization header"}}) {
       if (size_t at = message.find(from); at != std::string::npos) message.replace(at, from.size(), to);
     }
     return ErrorResponse(absl::UnauthenticatedError(message));
@@ -137,7 +146,8 @@ WebResponse WebApi::Api(const WebRequest& request, const std::vector<std::string
   if (n == 2 && segments[1] == "me") {
     auto params = QueryParams(query, {});
     if (!params.ok()) return ErrorResponse(params.status());
-    return JsonResponse(200, {{"auth", authorizer_->enabled()}, {"role", RoleName(caller.role)}, {"owner", caller.owner}});
+    return JsonResponse(200,
+                        {{"auth", authorizer_->enabled()}, {"role", RoleName(caller.role)}, {"owner", caller.owner}});
   }
 
   if (n == 2 && segments[1] == "fleet") return Fleet(query, caller, owner_filter);
@@ -147,7 +157,13 @@ WebResponse WebApi::Api(const WebRequest& request, const std::vector<std::string
     if (auto params = QueryParams(query, {}); !params.ok()) return ErrorResponse(params.status());
     if (WebResponse r = CheckActionRequest(request); r.status != 200) return r;
     if (segments[1] == "jobs") return JobAction(request, caller, segments[2], segments[3]);
+    if (segments[1] == "sweeps") return SweepAction(request, caller, segments[2], segments[3]);
     return WorkerAction(request, caller, segments[2], segments[3]);
+  }
+
+  if (n >= 2 && segments[1] == "sweeps") {
+    if (actions_ == nullptr || n > 3) return NotFoundResponse(request.path);
+    return Sweeps(query, caller, n == 3 ? &segments[2] : nullptr);
   }
 
   if (n < 2 || segments[1] != "jobs" || n > 5) return NotFoundResponse(request.path);
@@ -239,15 +255,15 @@ WebResponse WebApi::Fleet(const Query& query, const Caller& caller, const std::s
     queue.push_back(std::move(row));
   }
   return JsonResponse(200, {{"workers", std::move(workers)},
-                    {"slots", slots},
-                    {"free_slots", free_slots},
-                    {"gpus", gpus},
-                    {"free_gpus", free_gpus},
-                    {"unhealthy_gpus", unhealthy_gpus},
-                    {"connected_workers", connected},
-                    {"jobs_by_state", by_state},
-                    {"queue", std::move(queue)},
-                    {"queue_length", pending.size()}});
+                            {"slots", slots},
+                            {"free_slots", free_slots},
+                            {"gpus", gpus},
+                            {"free_gpus", free_gpus},
+                            {"unhealthy_gpus", unhealthy_gpus},
+                            {"connected_workers", connected},
+                            {"jobs_by_state", by_state},
+                            {"queue", std::move(queue)},
+                            {"queue_length", pending.size()}});
 }
 
 WebResponse WebApi::Jobs(const Query& query, const std::string& owner_filter) const {
@@ -275,6 +291,30 @@ WebResponse WebApi::Jobs(const Query& query, const std::string& owner_filter) co
     jobs.push_back(JobSummaryJson(job));
   }
   return JsonResponse(200, {{"jobs", std::move(jobs)}, {"limit", limit}});
+}
+
+WebResponse WebApi::Sweeps(const Query& query, const Caller& caller, const std::string* id) const {
+  if (id != nullptr) {
+    auto params = QueryParams(query, {});
+    if (!params.ok()) return ErrorResponse(params.status());
+    if (auto s = CheckSweepId(*id); !s.ok()) return ErrorResponse(s);
+    // Another owner's sweep is NOT_FOUND with the words of a missing one (JobActions).
+    auto view = actions_->GetSweep(caller, *id);
+    if (!view.ok()) return ErrorResponse(view.status());
+    return ProtoJsonResponse(200, *view);
+  }
+  auto params = QueryParams(query, {"limit"});
+  if (!params.ok()) return ErrorResponse(params.status());
+  int64_t limit = kDefaultSweepsLimit;
+  if (auto it = params->find("limit"); it != params->end()) {
+    if (auto s = ParseCount("limit", it->second, kMaxSweepsLimit, &limit); !s.ok()) return ErrorResponse(s);
+    if (limit == 0) return ErrorResponse(absl::InvalidArgumentError("query parameter limit: must be at least 1"));
+  }
+  v1::ListSweepsResponse list;
+  for (v1::SweepView& view : actions_->ListSweeps(caller, static_cast<int>(limit))) {
+    *list.add_sweeps() = std::move(view);
+  }
+  return ProtoJsonResponse(200, list);
 }
 
 WebResponse WebApi::Events(const Query& query, const std::string& id, const v1::Job& job) const {
@@ -333,9 +373,9 @@ WebResponse WebApi::Events(const Query& query, const std::string& id, const v1::
   // (filtered-out events count towards the page, so a page may hold none at all).
   if (consumed == limit) more = true;
   return EventsPageResponse(out, {{"next_after_seq", next},
-                    {"more", more},
-                    {"last_seq", store_->LastSeq(id)},
-                    {"state", v1::Job::State_Name(job.state())}});
+                                  {"more", more},
+                                  {"last_seq", store_->LastSeq(id)},
+                                  {"state", v1::Job::State_Name(job.state())}});
 }
 
 WebResponse WebApi::Stream(const WebRequest& request, const Query& query, const std::string& id) const {

@@ -14,10 +14,15 @@
 //   /api/jobs/ID/artifacts                the job's complete artifacts
 //   /api/jobs/ID/artifacts/NAME           one artifact's bytes (attachment)
 //   /api/fleet                            workers, slots, jobs by state, the queue
+//   /api/sweeps?limit=N                   sweeps, newest first, children left out
+//                                         (trainyard.v1.ListSweepsResponse)
+//   /api/sweeps/ID                        one sweep with its ranked children
+//                                         (trainyard.v1.SweepView)
 //   /api/jobs/ID/stream?after=N           the job's events as server-sent events
 //   POST /api/jobs/ID/cancel              {"reason": "..."}
 //   POST /api/jobs/ID/checkpoint          {"timeout_s": N}
 //   POST /api/jobs/ID/resubmit            {"set": ["section.key=value", ...]}
+//   POST /api/sweeps/ID/cancel            {"reason": "..."}: every child not ended
 //   POST /api/workers/NAME/cordon|uncordon|drain   {"reason": "..."}
 //
 // The actions go through JobActions, as the gRPC JobService's calls do: the same
@@ -38,6 +43,10 @@
 // same-origin page. With tokens the page of a rebound name has no token, so any Host is
 // served (a TLS reverse proxy may forward its own name).
 //
+// The sweep routes answer the proto3 JSON of their message, as the events do; they go
+// through JobActions (GetSweep, ListSweeps, CancelSweep), so without `actions` there are
+// none (404).
+//
 // Every input is checked: a bad id, seq, limit, state, kind or artifact name is a 400
 // naming the parameter (quoting at most ~100 characters of it); an unknown route, job
 // or artifact is 404. Every response is bounded: lists by `limit` (capped), events by
@@ -50,17 +59,18 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
-#include "server/service/job_actions.h"
-#include "server/state/event_hub.h"
-#include "server/web/event_stream.h"
-#include "server/web/web_http.h"
-#include "server/state/artifact_store.h"
 #include "server/auth/authorizer.h"
+#include "server/service/job_actions.h"
+#include "server/state/artifact_store.h"
+#include "server/state/event_hub.h"
 #include "server/state/job_manager.h"
 #include "server/store/job_store.h"
+#include "server/web/event_stream.h"
+#include "server/web/web_http.h"
 
 namespace trainyard::web {
 
@@ -73,6 +83,10 @@ inline constexpr int kMaxEventsLimit = 2000;
 inline constexpr size_t kMaxEventsPageBytes = 4 << 20;
 inline constexpr int kEventsReadChunk = 64;
 inline constexpr int kMaxQueueRows = 100;
+// A sweep in a list carries its children's ids (up to the sweep points limit, 1000 by
+// default): a list of kMaxSweepsLimit sweeps stays within ~10 MB.
+inline constexpr int kDefaultSweepsLimit = 100;
+inline constexpr int kMaxSweepsLimit = 1000;
 
 class WebApi {
  public:
@@ -95,6 +109,8 @@ class WebApi {
   WebResponse Fleet(const Query& query, const Caller& caller, const std::string& owner_filter) const;
   // /api/jobs: newest first.
   WebResponse Jobs(const Query& query, const std::string& owner_filter) const;
+  // /api/sweeps (id null) or /api/sweeps/ID, through JobActions.
+  WebResponse Sweeps(const Query& query, const Caller& caller, const std::string* id) const;
   // /api/jobs/ID/events of a job the caller may see: one page from the store.
   WebResponse Events(const Query& query, const std::string& id, const v1::Job& job) const;
   // /api/jobs/ID/artifacts (name null) or /api/jobs/ID/artifacts/NAME.
@@ -108,6 +124,9 @@ class WebApi {
                         const std::string& action) const;
   WebResponse WorkerAction(const WebRequest& request, const Caller& caller, const std::string& name,
                            const std::string& action) const;
+  // /api/sweeps/ID/cancel.
+  WebResponse SweepAction(const WebRequest& request, const Caller& caller, const std::string& id,
+                          const std::string& action) const;
   // 415 unless the body is JSON, 403 for a foreign Origin: the CSRF guard with
   // authorization off (docs/security.md).
   WebResponse CheckActionRequest(const WebRequest& request) const;
@@ -123,5 +142,8 @@ class WebApi {
 
 // Whether `segments` (of /api/...) name an action, which takes POST only.
 bool IsActionRoute(const std::vector<std::string>& segments);
+// OK for a sweep id the API will look up (request_validation::CheckSweepId's rule:
+// 1..64 printable ASCII bytes); INVALID_ARGUMENT naming "sweep id" otherwise.
+absl::Status CheckSweepId(std::string_view id);
 
 }  // namespace trainyard::web

@@ -1,5 +1,8 @@
 #include "server/web/web_json.h"
 
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/util/json_util.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <map>
@@ -7,10 +10,8 @@
 #include <string>
 #include <vector>
 
-#include <google/protobuf/descriptor.h>
-#include <google/protobuf/util/json_util.h>
-
 #include "absl/strings/str_cat.h"
+#include "common/base/text.h"
 #include "common/events/proto_json.h"
 #include "common/spec/spec_error.h"
 
@@ -24,6 +25,15 @@ WebResponse JsonResponse(int status, const json& body) {
   r.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
   r.headers.emplace_back("Cache-Control", "no-store");
   r.headers.emplace_back("X-Content-Type-Options", "nosniff");
+  return r;
+}
+
+WebResponse ProtoJsonResponse(int status, const google::protobuf::Message& message) {
+  WebResponse r = JsonResponse(status, json::object());
+  r.body = ToJsonLine(message);
+  // A string field set in memory may hold bytes a peer never sent as UTF-8 (a label
+  // built from a value); the page must still get JSON it can parse.
+  if (!IsUtf8(r.body)) r.body = ToValidUtf8(r.body);
   return r;
 }
 
@@ -78,6 +88,9 @@ json JobSummaryJson(const v1::Job& job) {
       {"start_time_ms", Millis(job.start_time())},
       {"end_time_ms", Millis(job.end_time())},
       {"estimated_start_time_ms", Millis(job.estimated_start_time())},
+      {"sweep_id", job.sweep_id()},
+      {"sweep_index", job.sweep_index()},
+      {"sweep_label", job.sweep_label()},
   };
   if (job.has_last_checkpoint()) {
     j["last_checkpoint"] = {{"step", job.last_checkpoint().step()},
@@ -190,9 +203,12 @@ json WorkerJson(const v1::WorkerInfo& w) {
   json capabilities = nullptr;
   if (w.has_capabilities()) {
     const v1::EngineCapabilities& c = w.capabilities();
-    capabilities = {{"libtorch_version", c.libtorch_version()}, {"cuda", c.cuda()},
-                    {"cuda_version", c.cuda_version()},         {"nccl", c.nccl()},
-                    {"bf16", c.bf16()},                         {"cudagraph", c.cudagraph()}};
+    capabilities = {{"libtorch_version", c.libtorch_version()},
+                    {"cuda", c.cuda()},
+                    {"cuda_version", c.cuda_version()},
+                    {"nccl", c.nccl()},
+                    {"bf16", c.bf16()},
+                    {"cudagraph", c.cudagraph()}};
   }
   return {{"name", w.name()},
           {"slots", w.slots()},
@@ -256,8 +272,9 @@ WebResponse EventsPageResponse(const std::vector<std::string>& event_lines, cons
 }
 
 json ArtifactJson(const v1::ArtifactInfo& a) {
-  return {{"name", a.name()},       {"kind", a.kind()},         {"attempt", a.attempt()},
-          {"rank", a.rank()},       {"worker", a.worker()},     {"size_bytes", a.size_bytes()},
+  return {{"name", a.name()},       {"kind", a.kind()},
+          {"attempt", a.attempt()}, {"rank", a.rank()},
+          {"worker", a.worker()},   {"size_bytes", a.size_bytes()},
           {"sha256", a.sha256()},   {"create_time_ms", Millis(a.create_time())}};
 }
 

@@ -5,11 +5,12 @@
 // docs/web.md). Pure functions; thread-safe.
 #pragma once
 
+#include <google/protobuf/message.h>
+
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/status/status.h"
 #include "server/web/web_http.h"
@@ -23,6 +24,9 @@ using json = nlohmann::json;
 
 // `body` as an application/json response, never cached; invalid UTF-8 is replaced.
 WebResponse JsonResponse(int status, const json& body);
+// `message` as its proto3 JSON (ToJsonLine: .proto names, every primitive field, 64-bit
+// integers as strings), with the headers of JsonResponse; invalid UTF-8 is replaced.
+WebResponse ProtoJsonResponse(int status, const google::protobuf::Message& message);
 // {"error": message} with HttpStatusOf(status); a 401 carries WWW-Authenticate: Bearer.
 WebResponse ErrorResponse(const absl::Status& status);
 // 404 naming `path` (quoted, bounded).
@@ -30,7 +34,8 @@ WebResponse NotFoundResponse(std::string_view path);
 
 // A job as the jobs list shows it: identity, state and reasons, attempt, restarts
 // (attempts after the first that no preemption started) and preemptions, shape, times
-// (ms since the epoch, null when unset), the last checkpoint.
+// (ms since the epoch, null when unset), the last checkpoint, and for a child of a sweep
+// its sweep_id, sweep_index and sweep_label ("" and 0 for a job submitted alone).
 json JobSummaryJson(const v1::Job& job);
 // The summary plus the normalised spec, placement (each rank's worker, and on a CUDA
 // job its gpu index and gpu_uuid, null on CPU), the workers' NCCL settings

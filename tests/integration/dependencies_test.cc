@@ -22,23 +22,6 @@ using nlohmann::json;
 
 const std::string kTinyJob = TRAINYARD_EXAMPLES "/tiny.toml";
 
-// An RFC 3339 UTC time as proto JSON prints it (0, 3, 6 or 9 fraction digits) in
-// seconds since an arbitrary day, for ordering; the digits as one string would put
-// "…:05Z" after "…:05.5Z".
-double Seconds(const std::string& t) {
-  if (t.size() < 20) return -1;
-  const int day = std::stoi(t.substr(8, 2)), h = std::stoi(t.substr(11, 2)), m = std::stoi(t.substr(14, 2));
-  double s = std::stod(t.substr(17, t.size() - 18));  // "05.5" of "05.5Z"
-  return ((day * 24.0 + h) * 60 + m) * 60 + s;
-}
-
-bool Eventually(const std::function<bool()>& pred, int timeout_ms) {
-  for (int waited = 0; waited < timeout_ms; waited += 100) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return pred();
-}
 
 class DependenciesTest : public ::testing::Test {
  protected:
@@ -133,8 +116,8 @@ TEST_F(DependenciesTest, APipelineRunsInOrderThroughAControllerKill) {
   EXPECT_EQ(p.value("state", ""), "SUCCEEDED");
   EXPECT_EQ(e.value("state", ""), "SUCCEEDED");
   // Each started only after the one before it ended.
-  EXPECT_LE(Seconds(p.value("end_time", "")), Seconds(e.value("start_time", ""))) << p.dump() << e.dump();
-  EXPECT_LE(Seconds(e.value("end_time", "")), Seconds(x.value("start_time", ""))) << e.dump() << x.dump();
+  EXPECT_LE(RfcSeconds(p.value("end_time", "")), RfcSeconds(e.value("start_time", ""))) << p.dump() << e.dump();
+  EXPECT_LE(RfcSeconds(e.value("end_time", "")), RfcSeconds(x.value("start_time", ""))) << e.dump() << x.dump();
   // Nothing lost: the pretrain reported every step once, across the controller kill.
   const CommandResult steps = cluster_->Cli({"watch", pretrain, "--output", "json", "--from-seq", "1"});
   std::map<int64_t, int> seen;

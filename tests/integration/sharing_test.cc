@@ -29,13 +29,6 @@ namespace fs = std::filesystem;
 
 const std::string kTinyJob = TRAINYARD_EXAMPLES "/tiny.toml";
 
-bool Eventually(const std::function<bool()>& pred, int timeout_ms) {
-  for (int waited = 0; waited < timeout_ms; waited += 100) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return pred();
-}
 
 void WriteText(const fs::path& path, const std::string& text) {
   const fs::path tmp = path.string() + ".tmp";

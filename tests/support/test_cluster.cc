@@ -1,7 +1,7 @@
 #include "tests/support/test_cluster.h"
-#include "tests/support/files.h"
 
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -12,20 +12,16 @@
 #include <sstream>
 #include <thread>
 
-#include <gtest/gtest.h>
+#include "tests/support/files.h"
 
 namespace trainyard::testing {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-namespace {
+namespace {}  // namespace
 
-}  // namespace
-
-int64_t JsonInt(const json& v) {
-  return v.is_string() ? std::stoll(v.get<std::string>()) : v.get<int64_t>();
-}
+int64_t JsonInt(const json& v) { return v.is_string() ? std::stoll(v.get<std::string>()) : v.get<int64_t>(); }
 
 std::vector<json> JsonLines(const std::string& text) {
   std::vector<json> out;
@@ -37,6 +33,21 @@ std::vector<json> JsonLines(const std::string& text) {
     if (!j.is_discarded()) out.push_back(std::move(j));  // a line still being written
   }
   return out;
+}
+
+bool Eventually(const std::function<bool()>& pred, int timeout_ms) {
+  for (int waited = 0; waited < timeout_ms; waited += 100) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return pred();
+}
+
+double RfcSeconds(const std::string& t) {
+  if (t.size() < 20) return -1;
+  const int day = std::stoi(t.substr(8, 2)), h = std::stoi(t.substr(11, 2)), m = std::stoi(t.substr(14, 2));
+  const double s = std::stod(t.substr(17, t.size() - 18));  // "05.5" of "05.5Z"
+  return ((day * 24.0 + h) * 60 + m) * 60 + s;
 }
 
 int FreeLoopbackPort() {
@@ -68,13 +79,11 @@ std::vector<std::string> WatchArgv(const ClusterBinaries& bins, const std::vecto
 
 EventFollower::EventFollower(const ClusterBinaries& bins, const std::vector<std::string>& connection_args,
                              const std::string& id, const std::string& log_path)
-    : log_path_(log_path),
-      process_(std::make_unique<TestProcess>(WatchArgv(bins, connection_args, id), log_path)) {}
+    : log_path_(log_path), process_(std::make_unique<TestProcess>(WatchArgv(bins, connection_args, id), log_path)) {}
 
 std::vector<json> EventFollower::Events() const { return JsonLines(ReadFileOrEmpty(log_path_)); }
 
-std::optional<json> EventFollower::WaitFor(const std::function<bool(const json&)>& pred,
-                                           int timeout_ms) const {
+std::optional<json> EventFollower::WaitFor(const std::function<bool(const json&)>& pred, int timeout_ms) const {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (std::chrono::steady_clock::now() < deadline) {
     for (const json& e : Events()) {
@@ -133,8 +142,9 @@ bool TestCluster::EnableTls(const std::vector<std::string>& workers, const std::
 
 std::vector<std::string> TestCluster::ControllerTlsArgs() const {
   if (!tls_) return {};
-  return {"--tls-cert", (certs_dir() / "controller.pem").string(), "--tls-key",
-          (certs_dir() / "controller.key").string(), "--tls-ca", (certs_dir() / "ca.pem").string()};
+  return {"--tls-cert", (certs_dir() / "controller.pem").string(),
+          "--tls-key",  (certs_dir() / "controller.key").string(),
+          "--tls-ca",   (certs_dir() / "ca.pem").string()};
 }
 
 std::vector<std::string> TestCluster::ConnectionArgs() const {
@@ -146,9 +156,8 @@ std::vector<std::string> TestCluster::ConnectionArgs() const {
 
 bool TestCluster::StartController(const std::vector<std::string>& extra_args) {
   fs::remove(dir_ / "port");
-  std::vector<std::string> argv = {bins_.controller, "--listen",    "127.0.0.1:0",
-                                   "--data-dir",     (dir_ / "data").string(),
-                                   "--port-file",    (dir_ / "port").string()};
+  std::vector<std::string> argv = {bins_.controller,         "--listen",    "127.0.0.1:0",           "--data-dir",
+                                   (dir_ / "data").string(), "--port-file", (dir_ / "port").string()};
   const std::vector<std::string> tls = ControllerTlsArgs();
   argv.insert(argv.end(), tls.begin(), tls.end());
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
@@ -172,9 +181,9 @@ void TestCluster::SignalController(int signal) {
 bool TestCluster::RestartController() {
   if (address_.empty()) return false;
   fs::remove(dir_ / "port");
-  std::vector<std::string> argv = {bins_.controller, "--listen",    address_,
-                                   "--data-dir",     (dir_ / "data").string(),
-                                   "--port-file",    (dir_ / "port").string()};
+  std::vector<std::string> argv = {
+      bins_.controller,        "--listen", address_, "--data-dir", (dir_ / "data").string(), "--port-file",
+      (dir_ / "port").string()};
   const std::vector<std::string> tls = ControllerTlsArgs();
   argv.insert(argv.end(), tls.begin(), tls.end());
   argv.insert(argv.end(), controller_args_.begin(), controller_args_.end());
@@ -191,19 +200,23 @@ void TestCluster::StartWorker(const WorkerOptions& options) {
   }
   const int base = next_port_base_;
   next_port_base_ += 10;
-  const std::vector<std::string> worker = {
-      bins_.worker, "--controller", options.controller.empty() ? address_ : options.controller,
-      "--slots", std::to_string(options.slots),
-      "--rendezvous-ports", std::to_string(base) + "-" + std::to_string(base + 9),
-      "--work-dir", (dir_ / ("worker-" + options.name)).string()};
+  const std::vector<std::string> worker = {bins_.worker,
+                                           "--controller",
+                                           options.controller.empty() ? address_ : options.controller,
+                                           "--slots",
+                                           std::to_string(options.slots),
+                                           "--rendezvous-ports",
+                                           std::to_string(base) + "-" + std::to_string(base + 9),
+                                           "--work-dir",
+                                           (dir_ / ("worker-" + options.name)).string()};
   argv.insert(argv.end(), worker.begin(), worker.end());
   if (!options.name_from_certificate) argv.insert(argv.end(), {"--name", options.name});
   if (tls_) {
     const fs::path cert_dir = options.tls_cert_dir.empty() ? certs_dir() : fs::path(options.tls_cert_dir);
     const std::string base_name = options.tls_cert_base.empty() ? "worker-" + options.name : options.tls_cert_base;
-    argv.insert(argv.end(), {"--tls-cert", (cert_dir / (base_name + ".pem")).string(), "--tls-key",
-                             (cert_dir / (base_name + ".key")).string(), "--tls-ca",
-                             (certs_dir() / "ca.pem").string()});
+    argv.insert(argv.end(),
+                {"--tls-cert", (cert_dir / (base_name + ".pem")).string(), "--tls-key",
+                 (cert_dir / (base_name + ".key")).string(), "--tls-ca", (certs_dir() / "ca.pem").string()});
   }
   // A test asks for GPUs (the fake NVML) explicitly; others run CPU workers even on a
   // host whose NVML would offer its GPUs (and then cap --slots at their number).
@@ -212,8 +225,7 @@ void TestCluster::StartWorker(const WorkerOptions& options) {
                           }) != options.extra_args.end();
   if (!gpus_asked) argv.insert(argv.end(), {"--gpus", "none"});
   argv.insert(argv.end(), options.extra_args.begin(), options.extra_args.end());
-  workers_[options.name] =
-      std::make_unique<TestProcess>(argv, (dir_ / ("worker-" + options.name + ".log")).string());
+  workers_[options.name] = std::make_unique<TestProcess>(argv, (dir_ / ("worker-" + options.name + ".log")).string());
 }
 
 void TestCluster::KillWorker(const std::string& name) {
@@ -248,8 +260,7 @@ CommandResult TestCluster::Cli(std::vector<std::string> args) const {
   return RunCommand(args);
 }
 
-std::string TestCluster::Submit(const std::string& job_file,
-                                const std::vector<std::string>& sets) const {
+std::string TestCluster::Submit(const std::string& job_file, const std::vector<std::string>& sets) const {
   std::vector<std::string> args = {"submit", job_file, "--output", "json"};
   for (const std::string& s : sets) {
     args.push_back("--set");
@@ -269,8 +280,7 @@ json TestCluster::Get(const std::string& id) const {
   return lines.empty() ? json::object() : lines[0];
 }
 
-std::unique_ptr<EventFollower> TestCluster::Follow(const std::string& id,
-                                                   const std::string& log_name) const {
+std::unique_ptr<EventFollower> TestCluster::Follow(const std::string& id, const std::string& log_name) const {
   return std::make_unique<EventFollower>(bins_, ConnectionArgs(), id, (dir_ / log_name).string());
 }
 
@@ -285,8 +295,7 @@ std::map<int64_t, double> LossesByStep(const std::vector<json>& events, int atte
   return out;
 }
 
-std::map<int, pid_t> RankPids(const std::vector<json>& events, int attempt,
-                              const std::string& worker) {
+std::map<int, pid_t> RankPids(const std::vector<json>& events, int attempt, const std::string& worker) {
   std::map<int, pid_t> out;
   for (const json& e : events) {
     if (!e.contains("rank_state") || e.value("attempt", 0) != attempt) continue;

@@ -16,11 +16,10 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "tests/support/test_process.h"
 
@@ -69,6 +68,12 @@ inline WorkerOptions OneSlotWorker(const std::string& name) {
 int64_t JsonInt(const nlohmann::json& v);
 // The JSON objects among the lines of `text` (other lines are skipped).
 std::vector<nlohmann::json> JsonLines(const std::string& text);
+// Whether `pred` holds within `timeout_ms`, asking every 100 ms.
+bool Eventually(const std::function<bool()>& pred, int timeout_ms);
+// An RFC 3339 UTC time as proto JSON prints it (0, 3, 6 or 9 fraction digits) in
+// seconds since an arbitrary day, for ordering within a month; the digits as one
+// string would put "…:05Z" after "…:05.5Z". -1 for text too short to be one.
+double RfcSeconds(const std::string& t);
 // A loopback TCP port that was free a moment ago (0 when none could be bound).
 int FreeLoopbackPort();
 
@@ -76,13 +81,12 @@ int FreeLoopbackPort();
 class EventFollower {
  public:
   // `connection_args`: --controller and the TLS/token flags (TestCluster::ConnectionArgs).
-  EventFollower(const ClusterBinaries& bins, const std::vector<std::string>& connection_args,
-                const std::string& id, const std::string& log_path);
+  EventFollower(const ClusterBinaries& bins, const std::vector<std::string>& connection_args, const std::string& id,
+                const std::string& log_path);
   // Every event written so far.
   std::vector<nlohmann::json> Events() const;
   // Waits up to timeout_ms for an event matching `pred` and returns it.
-  std::optional<nlohmann::json> WaitFor(const std::function<bool(const nlohmann::json&)>& pred,
-                                        int timeout_ms) const;
+  std::optional<nlohmann::json> WaitFor(const std::function<bool(const nlohmann::json&)>& pred, int timeout_ms) const;
   // Waits for the watch to end (the job ended) and returns every event.
   std::vector<nlohmann::json> WaitEnd();
 
@@ -161,7 +165,6 @@ class TestCluster {
 std::map<int64_t, double> LossesByStep(const std::vector<nlohmann::json>& events, int attempt);
 // The pids of the ranks of `attempt` from their RUNNING rank_state events, by rank;
 // with a worker name, only that worker's ranks.
-std::map<int, pid_t> RankPids(const std::vector<nlohmann::json>& events, int attempt,
-                              const std::string& worker = "");
+std::map<int, pid_t> RankPids(const std::vector<nlohmann::json>& events, int attempt, const std::string& worker = "");
 
 }  // namespace trainyard::testing

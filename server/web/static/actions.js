@@ -2,7 +2,8 @@
 // server checks again: the same rules as the CLI). Job page: cancel, checkpoint now,
 // resubmit (a form of --set edits, one per line, checked by the server's spec rules;
 // its error, naming the key, is shown in the form). Fleet page: cordon, uncordon,
-// drain (admins). Each result is written next to the buttons.
+// drain (admins). Sweep page: cancel every child not ended. Each result is written next
+// to the buttons.
 
 import {Unauthorized, apiPost, showTokenPrompt} from './api.js';
 import {h} from './dom.js';
@@ -75,6 +76,20 @@ export function jobActions(me, job, base, onChange) {
     });
   }}, h('label', {}, 'resubmit with --set edits (one per line)'), sets, submit, error);
   return h('section', {class: 'actions', id: 'job-actions'}, h('div', {class: 'buttons'}, ...buttons, status), form);
+}
+
+// The sweep page's Cancel (the owner or an admin, while a child has not ended), or null.
+// `view` is the SweepView as /api/sweeps/ID serves it; the result goes to `status`,
+// which outlives the page's re-renders (the button goes once the sweep ended).
+export function sweepActions(me, view, base, status, onChange) {
+  if (view.ended || !canChangeJob(me, view.sweep)) return null;
+  const cancel = h('button', {id: 'sweep-cancel', onclick: () => run(cancel, status, 'cancel', async () => {
+    const answer = await apiPost(`${base}/cancel`, {reason: 'cancelled from the web UI'});
+    onChange();
+    const children = (answer.children || []).length;
+    return `cancelled: ${(answer.states || {}).CANCELLED || 0} of ${children} children CANCELLED`;
+  })}, 'Cancel sweep');
+  return h('div', {class: 'buttons', id: 'sweep-actions'}, cancel);
 }
 
 // A worker's row's buttons (admin), or null; results go to `status`, which outlives

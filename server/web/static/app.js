@@ -7,11 +7,13 @@
 //   page.js     the polling page every view extends
 //   charts.js   line chart, expert-load bars
 //   job_page.js one job;  lists.js  the jobs list and the fleet
+//   sweep_page.js one sweep: its children ranked, their loss curves overlaid
 
 import {TOKEN_KEY, apiJson} from './api.js';
 import {fmtClock} from './dom.js';
 import {JobPage} from './job_page.js';
 import {FleetPage, JobsPage} from './lists.js';
+import {SweepPage} from './sweep_page.js';
 
 document.addEventListener('DOMContentLoaded', () => {
   document.getElementById('token-form').addEventListener('submit', (ev) => {
@@ -39,11 +41,13 @@ async function route() {
   const parts = hash.split('/').filter(Boolean).map((p) => { try { return decodeURIComponent(p); } catch (e) { return p; } });
   const main = document.getElementById('main');
   for (const a of document.querySelectorAll('nav a')) {
-    a.classList.toggle('active', a.dataset.nav === (parts[0] || 'jobs'));
+    // A sweep is reached from the jobs list.
+    a.classList.toggle('active', a.dataset.nav === (parts[0] === 'sweeps' ? 'jobs' : parts[0] || 'jobs'));
   }
   let page;
   if (parts[0] === 'fleet') page = new FleetPage(main);
   else if (parts[0] === 'jobs' && parts[1]) page = new JobPage(main, parts[1]);
+  else if (parts[0] === 'sweeps' && parts[1]) page = new SweepPage(main, parts[1]);
   else page = new JobsPage(main);
   current = page;
   page.start();

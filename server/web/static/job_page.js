@@ -177,8 +177,9 @@ export class JobPage extends Page {
     this.artifactsEl = h('div', {id: 'artifacts'});
     this.failure = h('div');
     this.actionsEl = h('div', {id: 'actions-slot'});
+    this.crumbs = h('p', {class: 'crumbs'});
     fill(this.main,
-      h('p', {class: 'crumbs'}, h('a', {href: '#/jobs'}, '← jobs')),
+      this.crumbs,
       this.head, this.actionsEl, this.failure, this.cards,
       h('div', {class: 'charts'}, this.lossChart.el, this.tpsChart.el),
       h('section', {}, h('h2', {}, 'Compile regions'), this.compile),
@@ -193,6 +194,11 @@ export class JobPage extends Page {
     if (!this.built) this.build();
     const m = this.lastMetrics;
     const v = this.lastValidation;
+    // A sweep's child links back to its sweep.
+    fill(this.crumbs, h('a', {href: '#/jobs'}, '← jobs'),
+      job.sweep_id ? [' · ', h('a', {href: `#/sweeps/${encodeURIComponent(job.sweep_id)}`, id: 'job-sweep'},
+                               `sweep ${job.sweep_id} #${job.sweep_index}`),
+                      job.sweep_label ? h('span', {class: 'muted mono'}, ` ${job.sweep_label}`) : null] : null);
     fill(this.head,
       h('h1', {}, job.id, ' ', h('span', {class: 'muted'}, job.name || '')), badge(job.state),
       h('span', {class: 'muted'}, `owner ${job.owner} · ${job.preset || 'custom'} · ${job.device} · dp ${job.dp}${job.dp_shard > 1 ? ` (dp_shard ${job.dp_shard})` : ''} tp ${job.tp} ep ${job.ep}`));

@@ -1,21 +1,40 @@
-// The jobs list and the fleet page (cordoned workers marked with the reason), each
-// refreshed every 3 s.
+// The jobs list (with the sweeps, when there are any, above it; a sweep's children are
+// marked with their sweep) and the fleet page (cordoned workers marked with the reason),
+// each refreshed every 3 s.
 
 import {workerActions} from './actions.js';
-import {apiJson, me} from './api.js';
+import {Unauthorized, apiJson, me} from './api.js';
 import {badge, card, fill, fmtDuration, fmtTime, h, table} from './dom.js';
 import {deviceCell, gpuSection, gpusCell} from './gpus.js';
 import {Page} from './page.js';
+import {sweepsTable} from './sweep_page.js';
 
 const LIST_POLL_MS = 3000;
+// Each sweep in the list carries its children's ids: a few sweeps are enough here.
+const SWEEPS_SHOWN = 20;
+
+// The newest sweeps; none where the controller serves no sweeps (a read-only web UI).
+async function recentSweeps() {
+  try {
+    return (await apiJson(`/api/sweeps?limit=${SWEEPS_SHOWN}`)).sweeps || [];
+  } catch (e) {
+    if (e instanceof Unauthorized) throw e;
+    return [];
+  }
+}
 
 export class JobsPage extends Page {
   constructor(main) { super(main, LIST_POLL_MS); }
   async refresh() {
     const data = await apiJson('/api/jobs?limit=200');
-    const rows = data.jobs.map((j) => h('tr', {},
+    const sweeps = await recentSweeps();
+    // A sweep's child stays in the list (its limit counts every job), marked with its sweep.
+    const rows = data.jobs.map((j) => h('tr', {class: j.sweep_id ? 'sweep-child' : null, dataset: j.sweep_id ? {sweep: j.sweep_id} : null},
       h('td', {}, h('a', {href: `#/jobs/${encodeURIComponent(j.id)}`}, j.id)),
-      h('td', {}, j.name || '–'),
+      h('td', {}, j.name || '–', j.sweep_id
+        ? h('a', {href: `#/sweeps/${encodeURIComponent(j.sweep_id)}`, class: 'chip sweep-chip', title: j.sweep_label || null},
+            `${j.sweep_id} #${j.sweep_index}`)
+        : null),
       h('td', {}, j.owner),
       h('td', {}, badge(j.state), j.pending_reason ? h('div', {class: 'small muted'}, j.pending_reason) : null),
       h('td', {class: 'num'}, j.attempt),
@@ -25,7 +44,10 @@ export class JobsPage extends Page {
       h('td', {}, fmtTime(j.create_time_ms)),
       h('td', {}, j.start_time_ms ? fmtDuration((j.end_time_ms || Date.now()) - j.start_time_ms) : '–')));
     fill(this.main,
-      h('div', {class: 'page-head'}, h('h1', {}, 'Jobs'), h('span', {class: 'muted'}, `${data.jobs.length} shown, newest first`)),
+      sweeps.length ? [h('div', {class: 'page-head'}, h('h1', {}, 'Sweeps'),
+                         h('span', {class: 'muted'}, `${sweeps.length} shown, newest first`)),
+                       sweepsTable(sweeps)] : null,
+      h('div', {class: `page-head${sweeps.length ? ' spaced' : ''}`}, h('h1', {}, 'Jobs'), h('span', {class: 'muted'}, `${data.jobs.length} shown, newest first`)),
       data.jobs.length ? table(['id', 'name', 'owner', 'state', 'attempt', 'restarts', 'ranks', 'shape', 'created', 'ran'],
                                rows, {class: 'grid', id: 'jobs-table'})
                        : h('p', {class: 'muted'}, 'No jobs yet. Submit one with: trainyard submit examples/debug.toml'));

@@ -482,3 +482,64 @@ TEST(SweepValidationTest, ChildNamesMustFitTheNameLimit) {
 
 }  // namespace
 }  // namespace trainyard::spec
+
+namespace trainyard::spec {
+namespace {
+
+// What the CLI sends (each typed value written with ToText) reads back, in the
+// controller, as the very same axes: the wire loses nothing of a value's type.
+TEST(SweepFromTextTest, TheWireFormOfEveryAxisReadsBackAsTheSameTypedValues) {
+  Result<SweepJob> job = FromFlags(
+      {"training.lr=1e-4,3e-4,1", "model.top_k=2,4", "training.shuffle=true,false", "model.score_func=softmax,sigmoid",
+       "training.dataset_path=\"/d/a,b.txt\",\"/d/\\\"q\\\".txt\",/d/é.txt"},
+      {}, 3);
+  ASSERT_TRUE(job.ok()) << job.error().ToString();
+  std::vector<SweepAxisText> wire;
+  for (const SweepAxis& a : job.value().sweep.axes) {
+    SweepAxisText text{a.field->path(), {}};
+    for (const FieldValue& v : a.values) text.values.push_back(SweepValueText(v));
+    wire.push_back(std::move(text));
+  }
+  EXPECT_THAT(wire[0].values, ElementsAre("0.0001", "0.0003", "1"));
+  EXPECT_EQ(wire[4].values[2], "\"/d/\xc3\xa9.txt\"") << "UTF-8 kept as is";
+  Result<Sweep> back = SweepFromText(wire, 3);
+  ASSERT_TRUE(back.ok()) << back.error().ToString();
+  ASSERT_EQ(back.value().axes.size(), job.value().sweep.axes.size());
+  for (size_t a = 0; a < wire.size(); ++a) {
+    EXPECT_EQ(back.value().axes[a].field, job.value().sweep.axes[a].field);
+    EXPECT_EQ(back.value().axes[a].values, job.value().sweep.axes[a].values) << wire[a].key;
+  }
+  EXPECT_EQ(back.value().max_concurrent, 3);
+  EXPECT_EQ(std::get<std::string>(back.value().axes[4].values[1]), "/d/\"q\".txt");
+}
+
+TEST(SweepFromTextTest, HostileRequestsAreRefusedPrecisely) {
+  auto error = [](std::vector<SweepAxisText> axes, std::int64_t max_concurrent = 0) {
+    Result<Sweep> s = SweepFromText(axes, max_concurrent);
+    EXPECT_FALSE(s.ok());
+    return s.ok() ? std::string() : s.error().message;
+  };
+  EXPECT_THAT(error({}), HasSubstr("at least one swept key"));
+  EXPECT_THAT(error({{"lr", {"1"}}}), HasSubstr("axis lr: the key must be section.key"));
+  EXPECT_THAT(error({{".lr", {"1"}}}), HasSubstr("must be section.key"));
+  EXPECT_THAT(error({{"training.", {"1"}}}), HasSubstr("must be section.key"));
+  EXPECT_THAT(error({{"training.lrr", {"1"}}}), HasSubstr("did you mean training.lr"));
+  EXPECT_THAT(error({{"training.lr\xff", {"1"}}}), HasSubstr("not valid UTF-8"));
+  EXPECT_THAT(error({{"sweep.max_concurrent", {"1"}}}), HasSubstr("cannot be swept"));
+  EXPECT_THAT(error({{"training.lr", {"1e-4", ""}}}), HasSubstr("axis training.lr: value 2 of 2 is empty"));
+  EXPECT_THAT(error({{"training.lr", {"inf"}}}), HasSubstr("training.lr"));
+  EXPECT_THAT(error({{"model.top_k", {"2", "99999999999"}}}), HasSubstr("model.top_k"));
+  EXPECT_THAT(error({{"model.top_k", {"2.5"}}}), HasSubstr("model.top_k"));
+  EXPECT_THAT(error({{"training.lr", {"1e-4"}}}, -2), HasSubstr("max_concurrent: must be 1 to"));
+  EXPECT_THAT(error({{"training.lr", {"1e-4"}}}, std::int64_t{1} << 40), HasSubstr("max_concurrent"));
+  // 10^6 points: refused from the counts, naming both.
+  std::vector<std::string> thousand(1000, "");  // never read: the count refuses first
+  EXPECT_THAT(error({{"training.seed", thousand}, {"training.log_freq", thousand}}),
+              HasSubstr("sweep of 1000000 points (training.seed: 1000 x training.log_freq: 1000 values) is over the "
+                        "limit of 1000 points"));
+  // A key that is neither UTF-8 nor short is named by its position, not echoed raw.
+  EXPECT_THAT(error({{std::string(300, 'x'), {"1"}}}), HasSubstr("axis 1: the key must be section.key"));
+}
+
+}  // namespace
+}  // namespace trainyard::spec

@@ -18,46 +18,6 @@ namespace {
 
 using google::protobuf::util::TimeUtil;
 
-class WebActionsTest : public WebApiTest {
- protected:
-  void SetUp() override {
-    WebApiTest::SetUp();
-    if (HasFatalFailure()) return;
-    actions_ = std::make_unique<JobActions>(manager_.get(), nullptr, store_.get(), &clock_);
-    api_ = std::make_unique<WebApi>(manager_.get(), store_.get(), artifacts_.get(), authz_.get(), actions_.get(),
-                                    &hub_);
-  }
-  void TearDown() override {
-    if (api_) api_->Stop();
-  }
-
-  WebResponse Post(const std::string& target, const std::string& token, const std::string& body,
-                   const std::string& content_type = "application/json") const {
-    WebRequest request;
-    request.method = "POST";
-    request.path = target;
-    request.content_type = content_type;
-    request.body = body;
-    if (!token.empty()) request.authorization.push_back(std::string("Bearer ") + token);
-    return api_->Handle(request);
-  }
-  v1::Job::State StateOf(const std::string& id) {
-    auto job = manager_->Get(id);
-    EXPECT_TRUE(job.ok()) << job.status();
-    return job.ok() ? job->state() : v1::Job::STATE_UNSPECIFIED;
-  }
-  std::vector<v1::AuditRecord> Rows(const std::string& job_id = "") {
-    AuditQuery q;
-    q.job_id = job_id;
-    q.limit = 1000;
-    auto rows = store_->ReadAudit(q);
-    EXPECT_TRUE(rows.ok()) << rows.status();
-    return rows.ok() ? *rows : std::vector<v1::AuditRecord>{};
-  }
-
-  std::unique_ptr<JobActions> actions_;
-};
-
 TEST_F(WebActionsTest, NoTokenOrAWrongOneIs401AndChangesNothing) {
   const std::string path = "/api/jobs/" + alice_job_ + "/cancel";
   EXPECT_EQ(Post(path, "", "{}").status, 401);
@@ -156,7 +116,7 @@ TEST_F(WebActionsTest, AnotherOwnersJobIsNotFoundAndAnInvalidIdIsStoredSafely) {
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_EQ(rows[0].outcome(), "INVALID_ARGUMENT");
   EXPECT_EQ(rows[0].target(), "\xEF\xBF\xBD\xEF\xBF\xBDjob");  // two U+FFFD
-  EXPECT_EQ(rows[0].job_id(), "");  // not an id: names no job
+  EXPECT_EQ(rows[0].job_id(), "");                             // not an id: names no job
   EXPECT_EQ(rows[1].outcome(), "NOT_FOUND");
 }
 
@@ -229,8 +189,8 @@ TEST_F(WebActionsTest, AdminsCordonUncordonAndDrainWorkers) {
   EXPECT_EQ(Body(r)["worker"]["cordoned"], true);
   std::vector<std::string> actions;
   for (const auto& row : Rows()) actions.push_back(row.action() + ":" + row.outcome());
-  EXPECT_EQ(actions, (std::vector<std::string>{"drain:OK", "drain:NOT_FOUND", "uncordon:OK", "uncordon:INVALID_ARGUMENT",
-                                               "cordon:OK"}));
+  EXPECT_EQ(actions, (std::vector<std::string>{"drain:OK", "drain:NOT_FOUND", "uncordon:OK",
+                                               "uncordon:INVALID_ARGUMENT", "cordon:OK"}));
 }
 
 TEST_F(WebActionsTest, WithoutTokensAForeignOriginCannotAct) {
@@ -320,7 +280,11 @@ TEST_F(WebActionsTest, EventStreamSendsStoredEventsAndResumes) {
     EXPECT_EQ(r.content_type, "text/event-stream; charset=utf-8");
     std::string out;
     size_t seen = 0;
-    if (r.stream) r.stream([&](std::string_view data) { out.append(data); return ++seen < frames; });
+    if (r.stream)
+      r.stream([&](std::string_view data) {
+        out.append(data);
+        return ++seen < frames;
+      });
     return out;
   };
   WebRequest request;
@@ -373,7 +337,12 @@ TEST_F(WebActionsTest, EventStreamsAreBoundedAndAWaitingOneEndsOnStop) {
   EXPECT_EQ(api_->open_streams(), web::kMaxEventStreams - 1);
   // A running job's stream waits for events; Stop ends it.
   std::string out;
-  std::thread reader([&] { held.back().stream([&](std::string_view d) { out.append(d); return true; }); });
+  std::thread reader([&] {
+    held.back().stream([&](std::string_view d) {
+      out.append(d);
+      return true;
+    });
+  });
   api_->Stop();
   reader.join();
   EXPECT_EQ(out, "event: end\ndata: {\"reason\":\"the controller is stopping\"}\n\n");
@@ -401,9 +370,9 @@ TEST_F(WebActionsTest, OverHttpACookieIsNoTokenAndABigBodyIs413) {
     return out;
   };
   const std::string path = "/api/jobs/" + alice_job_ + "/cancel";
-  std::string r = exchange("POST " + path + " HTTP/1.1\r\nHost: x\r\nCookie: token=" + kAlice +
-                           "; Authorization=Bearer%20" + kAlice +
-                           "\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}");
+  std::string r =
+      exchange("POST " + path + " HTTP/1.1\r\nHost: x\r\nCookie: token=" + kAlice + "; Authorization=Bearer%20" +
+               kAlice + "\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}");
   EXPECT_EQ(r.rfind("HTTP/1.1 401", 0), 0u) << r.substr(0, 200);
   r = exchange("POST " + path + " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + kAlice +
                "\r\nContent-Type: application/json\r\nContent-Length: 10000000\r\nConnection: close\r\n\r\n{}");
@@ -413,8 +382,9 @@ TEST_F(WebActionsTest, OverHttpACookieIsNoTokenAndABigBodyIs413) {
   EXPECT_EQ(r.rfind("HTTP/1.1 405", 0), 0u) << r.substr(0, 200);
   EXPECT_NE(r.find("Allow: POST"), std::string::npos) << r.substr(0, 300);
   EXPECT_NE(StateOf(alice_job_), v1::Job::CANCELLED);
-  r = exchange("POST " + path + " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + kAlice +
-               "\r\nContent-Type: application/json\r\nContent-Length: 17\r\nConnection: close\r\n\r\n{\"reason\":\"http\"}");
+  r = exchange(
+      "POST " + path + " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + kAlice +
+      "\r\nContent-Type: application/json\r\nContent-Length: 17\r\nConnection: close\r\n\r\n{\"reason\":\"http\"}");
   EXPECT_EQ(r.rfind("HTTP/1.1 200", 0), 0u) << r.substr(0, 200);
   EXPECT_EQ(StateOf(alice_job_), v1::Job::CANCELLED);
   (*server)->Stop();

@@ -7,12 +7,13 @@
 
 #include <algorithm>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "common/base/sha256.h"
+#include "server/service/job_actions.h"
+#include "server/store/audit_store.h"
 #include "server/web/web_api.h"
 #include "tests/fakes/auth_fixture.h"
 
@@ -142,6 +143,48 @@ class WebApiTest : public AuthFixture {
   std::unique_ptr<WebApi> api_;
   std::string alice_job_, bob_job_;
   int64_t source_seq_ = 0;
+};
+
+// WebApiTest with the actions on (JobActions over the store's audit log) and the event
+// stream: what the controller serves. Post sends an action as the page does.
+class WebActionsTest : public WebApiTest {
+ protected:
+  void SetUp() override {
+    WebApiTest::SetUp();
+    if (HasFatalFailure()) return;
+    actions_ = std::make_unique<JobActions>(manager_.get(), nullptr, store_.get(), &clock_);
+    api_ =
+        std::make_unique<WebApi>(manager_.get(), store_.get(), artifacts_.get(), authz_.get(), actions_.get(), &hub_);
+  }
+  void TearDown() override {
+    if (api_) api_->Stop();
+  }
+
+  WebResponse Post(const std::string& target, const std::string& token, const std::string& body,
+                   const std::string& content_type = "application/json") const {
+    WebRequest request;
+    request.method = "POST";
+    request.path = target;
+    request.content_type = content_type;
+    request.body = body;
+    if (!token.empty()) request.authorization.push_back(std::string("Bearer ") + token);
+    return api_->Handle(request);
+  }
+  v1::Job::State StateOf(const std::string& id) {
+    auto job = manager_->Get(id);
+    EXPECT_TRUE(job.ok()) << job.status();
+    return job.ok() ? job->state() : v1::Job::STATE_UNSPECIFIED;
+  }
+  std::vector<v1::AuditRecord> Rows(const std::string& job_id = "") {
+    AuditQuery q;
+    q.job_id = job_id;
+    q.limit = 1000;
+    auto rows = store_->ReadAudit(q);
+    EXPECT_TRUE(rows.ok()) << rows.status();
+    return rows.ok() ? *rows : std::vector<v1::AuditRecord>{};
+  }
+
+  std::unique_ptr<JobActions> actions_;
 };
 
 }  // namespace trainyard::testing

@@ -68,8 +68,8 @@ TEST_F(WebApiTest, ASubmitterSeesOnlyItsOwnJobsAndOthersAreMissing) {
   StoreArtifact(bob_job_, "trace.json", "{}");
   // A job of another owner reads exactly like one that does not exist.
   const std::string missing = "job-999999";
-  for (const std::string& suffix : {std::string(""), std::string("/events"), std::string("/artifacts"),
-                                    std::string("/artifacts/trace.json")}) {
+  for (const std::string& suffix :
+       {std::string(""), std::string("/events"), std::string("/artifacts"), std::string("/artifacts/trace.json")}) {
     WebResponse theirs = Call("/api/jobs/" + bob_job_ + suffix, kAlice);
     WebResponse none = Call("/api/jobs/" + missing + suffix, kAlice);
     EXPECT_EQ(theirs.status, 404) << suffix;
@@ -352,28 +352,30 @@ TEST(WebJsonTest, JobJsonShowsPreemptionsAndTheOwnersShare) {
 }
 
 TEST_F(WebApiTest, StaticFilesAreEmbedded) {
-  for (const auto& [path, type] : std::vector<std::pair<std::string, std::string>>{
-           {"/", "text/html; charset=utf-8"},
-           {"/index.html", "text/html; charset=utf-8"},
-           {"/app.js", "text/javascript; charset=utf-8"},
-           {"/gpus.js", "text/javascript; charset=utf-8"},
-           {"/style.css", "text/css; charset=utf-8"},
-           {"/favicon.svg", "image/svg+xml"}}) {
+  for (const auto& [path, type] :
+       std::vector<std::pair<std::string, std::string>>{{"/", "text/html; charset=utf-8"},
+                                                        {"/index.html", "text/html; charset=utf-8"},
+                                                        {"/app.js", "text/javascript; charset=utf-8"},
+                                                        {"/gpus.js", "text/javascript; charset=utf-8"},
+                                                        {"/style.css", "text/css; charset=utf-8"},
+                                                        {"/favicon.svg", "image/svg+xml"}}) {
     WebResponse r = Call(path, "");
     EXPECT_EQ(r.status, 200) << path;
     EXPECT_EQ(r.content_type, type) << path;
     EXPECT_GT(r.body.size(), 100u) << path;
   }
   // The embedded bytes are the source files', every ES module the page loads included.
-  for (const char* name : {"index.html", "style.css", "favicon.svg", "app.js", "api.js", "charts.js", "dom.js",
-                           "events.js", "gpus.js", "job_page.js", "lists.js", "page.js", "share.js", "actions.js", "stream.js"}) {
+  for (const char* name :
+       {"index.html", "style.css", "favicon.svg", "app.js", "api.js", "charts.js", "dom.js", "events.js", "gpus.js",
+        "job_page.js", "lists.js", "page.js", "share.js", "actions.js", "stream.js", "sweep_page.js"}) {
     std::ifstream source(std::string(TRAINYARD_SOURCE_DIR) + "/server/web/static/" + name, std::ios::binary);
     ASSERT_TRUE(source.good()) << name;
     const std::string text((std::istreambuf_iterator<char>(source)), std::istreambuf_iterator<char>());
     WebResponse r = Call(std::string("/") + name, "");
     EXPECT_EQ(r.status, 200) << name;
     EXPECT_TRUE(r.body == text) << name << " differs from its source";
-    if (std::string_view(name).size() > 3 && std::string_view(name).substr(std::string_view(name).size() - 3) == ".js") {
+    if (std::string_view(name).size() > 3 &&
+        std::string_view(name).substr(std::string_view(name).size() - 3) == ".js") {
       EXPECT_EQ(r.content_type, "text/javascript; charset=utf-8") << name;
     }
   }
@@ -400,8 +402,8 @@ TEST_F(WebApiTest, WithoutTokensOnlyAnAddressInHostReachesTheApi) {
   WebResponse r = CallOn(api, "/api/me", "", "GET", std::string(5000, 'h'));
   EXPECT_EQ(r.status, 403);
   EXPECT_LT(r.body.size(), 500u);
-  for (const char* host : {"", "127.0.0.1:8080", "127.0.0.1", "localhost:1", "LocalHost", "[::1]:9000", "[::1]",
-                           "10.1.2.3:80"}) {
+  for (const char* host :
+       {"", "127.0.0.1:8080", "127.0.0.1", "localhost:1", "LocalHost", "[::1]:9000", "[::1]", "10.1.2.3:80"}) {
     WebResponse ok = CallOn(api, "/api/jobs/" + bob_job_, "", "GET", host);
     EXPECT_EQ(ok.status, 200) << host << " -> " << ok.body;
   }
