@@ -1,57 +1,10 @@
 #include "client/cli/sweep_request.h"
 
-#include <cstdio>
-#include <string_view>
-#include <variant>
+#include <utility>
 
 #include "common/spec_proto.h"
 
 namespace trainyard::cli {
-namespace {
-
-// A TOML basic string: quote and backslash escaped, control characters as TOML's
-// escapes; every other byte kept (the spec core has checked the value is UTF-8).
-std::string TomlString(std::string_view s) {
-  std::string out = "\"";
-  for (const char ch : s) {
-    const unsigned char c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      default:
-        if (c < 0x20 || c == 0x7f) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04X", c);
-          out += buf;
-        } else {
-          out.push_back(ch);
-        }
-    }
-  }
-  out += '"';
-  return out;
-}
-
-}  // namespace
 
 absl::StatusOr<SweepSubmission> LoadSweepSubmission(const std::string& file, const std::vector<std::string>& sets,
                                                     const spec::SweepFlags& flags, std::size_t max_points) {
@@ -66,17 +19,12 @@ absl::StatusOr<SweepSubmission> LoadSweepSubmission(const std::string& file, con
   return out;
 }
 
-std::string AxisValueText(const spec::FieldValue& value) {
-  if (const std::string* s = std::get_if<std::string>(&value)) return TomlString(*s);
-  return spec::ToText(value);
-}
-
 std::vector<v1::SweepAxis> WireAxes(const spec::Sweep& sweep) {
   std::vector<v1::SweepAxis> axes;
   for (const spec::SweepAxis& a : sweep.axes) {
     v1::SweepAxis& axis = axes.emplace_back();
     axis.set_key(a.field->path());
-    for (const spec::FieldValue& v : a.values) axis.add_values(AxisValueText(v));
+    for (const spec::FieldValue& v : a.values) axis.add_values(spec::SweepValueText(v));
   }
   return axes;
 }

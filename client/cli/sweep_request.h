@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/spec/schema.h"
 #include "common/spec/sweep.h"
 #include "common/spec/sweep_reader.h"
 #include "trainyard/v1/job_service.pb.h"
@@ -31,14 +30,10 @@ absl::StatusOr<SweepSubmission> LoadSweepSubmission(const std::string& file, con
                                                     const spec::SweepFlags& flags,
                                                     std::size_t max_points = spec::kDefaultMaxSweepPoints);
 
-// `value` as a TOML scalar that the controller reads back as the same value (it reads
-// each axis value as --set reads one): spec::ToText for numbers and booleans (the
-// shortest text that reads back the same double), and for a string a TOML basic string
-// of the whole value, escaped. Not spec::ToText for strings: that one is for messages,
-// so it cuts after 100 bytes and writes other bytes as \xNN, which TOML does not read.
-std::string AxisValueText(const spec::FieldValue& value);
-
-// The axes of `sweep` in order: the key ("training.lr") and each value's AxisValueText.
+// The axes of `sweep` in order: the key ("training.lr") and each value as
+// spec::SweepValueText writes it, which the controller reads back as the same value
+// (not spec::ToText: for messages, it cuts a string after 100 bytes and writes other
+// bytes as \xNN, which TOML does not read).
 std::vector<v1::SweepAxis> WireAxes(const spec::Sweep& sweep);
 
 // spec: the base's given keys (ProtoFromInput); axes: WireAxes; max_concurrent: the

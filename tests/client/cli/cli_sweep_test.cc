@@ -112,35 +112,58 @@ TEST(SweepRequestTest, AStringAxisIsSentQuoted) {
   EXPECT_THAT(request.axes(0).values(), ElementsAre("\"softmax\"", "\"sigmoid\""));
 }
 
+// The wire values of one axis of `values` on `section.key`, as the CLI sends them.
+std::vector<std::string> WireValues(const char* section, const char* key, std::vector<spec::FieldValue> values) {
+  spec::Sweep sweep;
+  sweep.axes.push_back({spec::FindField(section, key), std::move(values), "test", ""});
+  const std::vector<v1::SweepAxis> axes = cli::WireAxes(sweep);
+  EXPECT_EQ(axes.size(), 1u);
+  EXPECT_EQ(axes.at(0).key(), std::string(section) + "." + key);
+  return {axes.at(0).values().begin(), axes.at(0).values().end()};
+}
+
 // A long path with quotes, a backslash, a tab, a comma and non-ASCII letters comes back
 // whole: nothing cut, nothing escaped into something TOML does not read.
 TEST(SweepRequestTest, StringValuesReadBackWhole) {
   const std::string tricky =
       std::string("/data/caf\xc3\xa9/\"q\"\\x\t,") + std::string(150, 'a') + "\xe2\x98\x83" + std::string(1, '\x01');
-  for (const std::string& s : {std::string(), std::string("softmax"), std::string("a b"), tricky}) {
-    const std::string text = cli::AxisValueText(spec::FieldValue{s});
-    EXPECT_EQ(text.front(), '"') << text;
-    EXPECT_EQ(std::get<std::string>(ReadBack(text, "training", "dataset_path")), s) << text;
+  const std::vector<std::string> strings = {"", "softmax", "a b", tricky};
+  const std::vector<std::string> texts =
+      WireValues("training", "dataset_path", std::vector<spec::FieldValue>(strings.begin(), strings.end()));
+  ASSERT_EQ(texts.size(), strings.size());
+  for (size_t i = 0; i < texts.size(); ++i) {
+    EXPECT_EQ(texts[i].front(), '"') << texts[i];
+    EXPECT_EQ(std::get<std::string>(ReadBack(texts[i], "training", "dataset_path")), strings[i]) << texts[i];
   }
 }
 
 TEST(SweepRequestTest, NumbersAndBooleansReadBackTheSameValue) {
-  for (double d : {1e-4, 3e-4, 0.1, 1.0 / 3, 1e-7, 2.5e20, 20.0, 123456.789, 8e-4}) {
-    const std::string text = cli::AxisValueText(spec::FieldValue{d});
-    EXPECT_EQ(std::get<double>(ReadBack(text, "training", "lr")), d) << text;
+  const std::vector<double> doubles = {1e-4, 3e-4, 0.1, 1.0 / 3, 1e-7, 2.5e20, 20.0, 123456.789, 8e-4};
+  const std::vector<std::string> double_texts =
+      WireValues("training", "lr", std::vector<spec::FieldValue>(doubles.begin(), doubles.end()));
+  ASSERT_EQ(double_texts.size(), doubles.size());
+  for (size_t i = 0; i < doubles.size(); ++i) {
+    EXPECT_EQ(std::get<double>(ReadBack(double_texts[i], "training", "lr")), doubles[i]) << double_texts[i];
   }
-  for (int i : {1, 2, 0, -3, std::numeric_limits<int>::max()}) {
-    const std::string text = cli::AxisValueText(spec::FieldValue{i});
-    EXPECT_EQ(std::get<int>(ReadBack(text, "model", "top_k")), i) << text;
+  const std::vector<int> ints = {1, 2, 0, -3, std::numeric_limits<int>::max()};
+  const std::vector<std::string> int_texts =
+      WireValues("model", "top_k", std::vector<spec::FieldValue>(ints.begin(), ints.end()));
+  ASSERT_EQ(int_texts.size(), ints.size());
+  for (size_t i = 0; i < ints.size(); ++i) {
+    EXPECT_EQ(std::get<int>(ReadBack(int_texts[i], "model", "top_k")), ints[i]) << int_texts[i];
   }
-  for (std::uint64_t u :
-       {std::uint64_t{0}, std::uint64_t{42}, static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())}) {
-    const std::string text = cli::AxisValueText(spec::FieldValue{u});
-    EXPECT_EQ(std::get<std::uint64_t>(ReadBack(text, "training", "seed")), u) << text;
+  const std::vector<std::uint64_t> seeds = {0, 42,
+                                            static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())};
+  const std::vector<std::string> seed_texts =
+      WireValues("training", "seed", std::vector<spec::FieldValue>(seeds.begin(), seeds.end()));
+  ASSERT_EQ(seed_texts.size(), seeds.size());
+  for (size_t i = 0; i < seeds.size(); ++i) {
+    EXPECT_EQ(std::get<std::uint64_t>(ReadBack(seed_texts[i], "training", "seed")), seeds[i]) << seed_texts[i];
   }
-  for (bool b : {true, false}) {
-    EXPECT_EQ(std::get<bool>(ReadBack(cli::AxisValueText(spec::FieldValue{b}), "profiling", "enable")), b);
-  }
+  const std::vector<std::string> bool_texts = WireValues("profiling", "enable", {true, false});
+  ASSERT_EQ(bool_texts.size(), 2u);
+  EXPECT_TRUE(std::get<bool>(ReadBack(bool_texts[0], "profiling", "enable")));
+  EXPECT_FALSE(std::get<bool>(ReadBack(bool_texts[1], "profiling", "enable")));
 }
 
 // ---- formatting -------------------------------------------------------------------
