@@ -1,5 +1,8 @@
 #include "client/cli/command_runner.h"
 
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+
 #include <cmath>
 #include <exception>
 #include <string>
@@ -7,8 +10,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/cli/cli_format.h"
-#include "common/events/proto_json.h"
 #include "common/base/text.h"
+#include "common/events/proto_json.h"
 #include "common/tls_files.h"
 
 namespace trainyard::cli {
@@ -26,8 +29,8 @@ CLI::Validator SecondsCheck(bool zero_allowed) {
           used = 0;
         }
         if (used != value.size() || !std::isfinite(v) || v < 0 || (v == 0 && !zero_allowed)) {
-          return absl::StrCat("must be a ", zero_allowed ? "non-negative" : "positive",
-                              " number of seconds, got ", Quote(value));
+          return absl::StrCat("must be a ", zero_allowed ? "non-negative" : "positive", " number of seconds, got ",
+                              Quote(value));
         }
         return "";
       },
@@ -68,39 +71,43 @@ void AddGlobalOptions(CLI::App* app, CommonOptions* options) {
   app->add_flag("--json", options->json_flag, "Same as --output json");
 }
 
-// The client of `options`: TLS with --tls-ca, the token of --token-file or `env`.
-absl::StatusOr<std::unique_ptr<JobClient>> MakeClient(const CommonOptions& options,
-                                                      const CliEnvironment& env) {
-  JobClient::Credentials credentials;
+absl::StatusOr<Connection> ConnectController(const CommonOptions& options, const CliEnvironment& env) {
+  std::string ca_pem;
   if (!options.tls_ca.empty()) {
     absl::StatusOr<std::string> ca = LoadCaPem(options.tls_ca);
     if (!ca.ok()) return ca.status();
-    credentials.tls_ca_pem = std::move(*ca);
+    ca_pem = std::move(*ca);
   }
+  Connection connection;
   if (!options.token_file.empty()) {
     absl::StatusOr<std::string> token = JobClient::ReadTokenFile(options.token_file);
     if (!token.ok()) return token.status();
-    credentials.bearer_token = std::move(*token);
+    connection.bearer_token = std::move(*token);
   } else if (!env.default_token.empty()) {
     if (absl::Status s = JobClient::CheckBearerToken(env.default_token, "TRAINYARD_TOKEN"); !s.ok()) return s;
-    credentials.bearer_token = env.default_token;
+    connection.bearer_token = env.default_token;
   }
-  if (!credentials.bearer_token.empty() && credentials.tls_ca_pem.empty() &&
-      !IsLoopbackAddress(options.controller)) {
+  if (!connection.bearer_token.empty() && ca_pem.empty() && !IsLoopbackAddress(options.controller)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "refusing to send the bearer token (", options.token_file.empty() ? "TRAINYARD_TOKEN" : "--token-file",
         ") in plaintext to ", Quote(options.controller),
         ", which is not a loopback address: give --tls-ca to connect over TLS"));
   }
-  return JobClient::Connect(
-      options.controller,
-      std::chrono::milliseconds(static_cast<int64_t>(std::ceil(options.timeout_s * 1000))), credentials);
+  connection.channel = grpc::CreateChannel(
+      options.controller, ca_pem.empty() ? grpc::InsecureChannelCredentials() : MakeChannelCredentials(ca_pem));
+  connection.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(options.timeout_s * 1000)));
+  return connection;
+}
+
+absl::StatusOr<std::unique_ptr<JobClient>> MakeClient(const CommonOptions& options, const CliEnvironment& env) {
+  absl::StatusOr<Connection> connection = ConnectController(options, env);
+  if (!connection.ok()) return connection.status();
+  return std::make_unique<JobClient>(connection->channel, connection->timeout, connection->bearer_token);
 }
 
 int Runner::Fail(const absl::Status& status) {
   std::string message = FormatError(status);
-  if (status.code() == absl::StatusCode::kUnavailable ||
-      status.code() == absl::StatusCode::kDeadlineExceeded) {
+  if (status.code() == absl::StatusCode::kUnavailable || status.code() == absl::StatusCode::kDeadlineExceeded) {
     absl::StrAppend(&message, UnreachableHint(status, options_.controller, !options_.tls_ca.empty()));
   }
   err_ << message << std::endl;

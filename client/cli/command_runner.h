@@ -3,12 +3,14 @@
 // The CLI's internals shared by its command files: the global flags, the client they
 // make, and Runner, whose methods (one file per command group) run one subcommand:
 //   job_commands.cc       submit, list, get, cancel, resize, explain, workers
+//   sweep_commands.cc     submit, get, list, cancel and watch of a sweep (sweep_client.h)
 //   watch_commands.cc     watch, logs (JobWatch from client/job_watch.h)
 //   artifact_commands.cc  artifacts list, artifacts pull
 //   fleet_commands.cc     checkpoint, workers cordon / uncordon / drain
 //   webhook_commands.cc   webhooks status
 //   audit_commands.cc     audit
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -19,8 +21,11 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "client/cli/commands.h"
 #include "client/cli/job_view.h"
+#include "client/cli/sweep_client.h"
+#include "client/cli/sweep_request.h"
 #include "client/job_client.h"
 #include "trainyard/v1/job_service.pb.h"
 
@@ -48,8 +53,27 @@ CLI::Validator SecondsCheck(bool zero_allowed);
 // `trainyard list --controller X` mean the same.
 void AddGlobalOptions(CLI::App* app, CommonOptions* options);
 
-// The client of `options`: TLS with --tls-ca, the token of --token-file or `env`.
+// The channel to --controller with what every call carries: TLS with --tls-ca, the
+// token of --token-file or `env`, the --timeout deadline.
+struct Connection {
+  std::shared_ptr<grpc::ChannelInterface> channel;
+  std::chrono::milliseconds timeout{0};
+  std::string bearer_token;
+};
+absl::StatusOr<Connection> ConnectController(const CommonOptions& options, const CliEnvironment& env);
+
+// The client of `options`: a JobClient on ConnectController's channel.
 absl::StatusOr<std::unique_ptr<JobClient>> MakeClient(const CommonOptions& options, const CliEnvironment& env);
+
+// `trainyard submit`'s arguments.
+struct SubmitOptions {
+  std::string file;
+  std::vector<std::string> sets;          // --set
+  std::vector<std::string> after;         // --after, added to the file's job.after
+  std::vector<std::string> sweeps;        // --sweep section.key=V1,V2,...
+  std::optional<int64_t> max_concurrent;  // --max-concurrent
+  bool wait = false;
+};
 
 struct WatchOptions {
   int64_t from_seq = 0;
@@ -60,20 +84,31 @@ struct WatchOptions {
 // Runs one subcommand against one controller; owns the client and the streams.
 class Runner {
  public:
-  Runner(const CommonOptions& options, const CliEnvironment& env, std::unique_ptr<JobClient> client)
-      : options_(options), env_(env), out_(*env.out), err_(*env.err), client_(std::move(client)) {}
+  // `sweeps` may be null when `client` was made alone: the sweep commands then fail.
+  Runner(const CommonOptions& options, const CliEnvironment& env, std::unique_ptr<JobClient> client,
+         std::unique_ptr<SweepClient> sweeps = nullptr)
+      : options_(options),
+        env_(env),
+        out_(*env.out),
+        err_(*env.err),
+        client_(std::move(client)),
+        sweeps_(std::move(sweeps)) {}
 
   // Prints the error (with a hint about the controller's address and TLS for an
   // unreachable one) and returns its exit code.
   int Fail(const absl::Status& status);
   void PrintJob(const v1::Job& job);
 
-  // `after`: --after entries, added to the file's job.after.
-  int Submit(const std::string& file, const std::vector<std::string>& sets, const std::vector<std::string>& after,
-             bool wait);
-  int List(const std::vector<std::string>& state_names, int limit);
-  // The job, then (text) its description from its stored events and artifacts.
+  // A job, or with --sweep flags or a [sweep] table a sweep (every point validated
+  // here first); with `wait`, then watches it.
+  int Submit(const SubmitOptions& submit);
+  // Jobs (sweep children left out unless `with_sweep_children`), then the sweeps table
+  // when there are sweeps. JSON: every job, children included, and no sweeps.
+  int List(const std::vector<std::string>& state_names, int limit, bool with_sweep_children = false);
+  // The job, then (text) its description from its stored events and artifacts; a sweep
+  // id: the sweep and its ranking.
   int Get(const std::string& id);
+  // A job, or a sweep's every child that has not ended.
   int Cancel(const std::string& id, const std::string& reason);
   int Resize(const std::string& id, int dp);
   int Explain(const std::string& id);
@@ -98,7 +133,14 @@ class Runner {
   // when piped, JSON Lines with --output json) until every job ended, each job's stream
   // on its own thread. Exits 0 when all SUCCEEDED, 1 when one FAILED or was CANCELLED,
   // or with the first job's error that is not that.
+  // A sweep id (alone) is followed by WatchSweep.
   int Watch(const std::vector<std::string>& ids, const WatchOptions& watch);
+  // Polls GetSweep every kSweepPollInterval on env.clock, printing SweepChangeLines
+  // (JSON: the SweepView when something changed), until the sweep ended; then the
+  // ranking. Exits as SweepExitCode. An outage after the first answer is retried for
+  // --reconnect-for seconds.
+  int WatchSweep(const std::string& id, const WatchOptions& watch);
+  static constexpr absl::Duration kSweepPollInterval = absl::Seconds(1);
   // A job's log lines (rank output the worker forwards, and the controller's own):
   // those stored so far, or with `follow` until the job ends, then one stderr line with
   // its end state and reason. A `rank` the job does not have is INVALID_ARGUMENT naming
@@ -110,6 +152,14 @@ class Runner {
     absl::Status status;                      // OK: end_state is set
     std::optional<v1::Job::State> end_state;  // the job's terminal state
   };
+
+  int SubmitSweep(const SweepSubmission& submission, const v1::JobSpec& spec, bool wait);
+  int GetSweep(const std::string& id);
+  int CancelSweep(const std::string& id, const std::string& reason);
+  // The sweep client, or FAILED_PRECONDITION when there is none.
+  absl::StatusOr<SweepClient*> Sweeps();
+  // Fail, saying for UNIMPLEMENTED that the controller has no sweep RPCs.
+  int FailSweepCall(const absl::Status& status);
 
   // JobWatch from `from_seq` to the job's terminal state, reconnecting for at most
   // `reconnect_for_s` seconds of outage. An outage gets one `warn` line when it starts
@@ -132,6 +182,7 @@ class Runner {
   std::ostream& out_;
   std::ostream& err_;
   std::unique_ptr<JobClient> client_;
+  std::unique_ptr<SweepClient> sweeps_;
 };
 
 }  // namespace trainyard::cli

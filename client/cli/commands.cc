@@ -36,6 +36,7 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
                    "--token-file FILE (else TRAINYARD_TOKEN); the token is never printed.\n\n"
                    "Examples:\n"
                    "  trainyard submit examples/debug.toml --set training.steps=50 --wait\n"
+                   "  trainyard submit examples/debug.toml --sweep training.lr=1e-4,3e-4 --max-concurrent 2\n"
                    "  trainyard --controller 10.0.0.5:7070 list --state running\n"
                    "  trainyard watch job-3\n"
                    "  trainyard explain job-3\n"
@@ -53,45 +54,69 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
     sub->footer(absl::StrCat(text, "\nGlobal flags and exit status: trainyard --help"));
   };
 
-  std::string file;
-  std::vector<std::string> sets;
-  bool wait = false;
-  CLI::App* submit = app.add_subcommand("submit", "Submit a TOML job file; prints the job id");
-  submit->add_option("file", file, "Job file (TOML)")->required();
-  submit->add_option("--set", sets, "Override a key: section.key=value, value in TOML syntax (repeatable)")
-      ->allow_extra_args(false);
-  std::vector<std::string> after;
+  SubmitOptions submit_options;
+  int64_t max_concurrent = 0;
+  CLI::App* submit = app.add_subcommand(
+      "submit", "Submit a TOML job file; prints the job id (a sweep: the sweep id, then its children)");
+  submit->add_option("file", submit_options.file, "Job file (TOML)")->required();
   submit
-      ->add_option("--after", after,
+      ->add_option("--set", submit_options.sets, "Override a key: section.key=value, value in TOML syntax (repeatable)")
+      ->allow_extra_args(false);
+  submit
+      ->add_option("--after", submit_options.after,
                    "Start only once job J has succeeded; J:failed, J:ended or J:started for another condition "
                    "(repeatable; adds to the file's job.after)")
       ->allow_extra_args(false);
-  submit->add_flag("--wait", wait, "Then watch the job and exit like `watch`");
+  submit
+      ->add_option("--sweep", submit_options.sweeps,
+                   "Sweep a key: section.key=V1,V2,... (repeatable); one child job per combination of the "
+                   "values of every swept key (with the file's [sweep] table)")
+      ->allow_extra_args(false);
+  CLI::Option* max_concurrent_option = submit->add_option(
+      "--max-concurrent", max_concurrent, "With a sweep: at most N children running at once (default: no limit)");
+  submit->add_flag("--wait", submit_options.wait, "Then watch the job (or the sweep) and exit like `watch`");
   example(submit,
           "With compile.preflight=true the controller runs the compile preflight before creating the "
           "job; the call then waits up to 15 minutes unless --timeout is given.\n"
           "A job with --after waits PENDING, out of the queue, until each job it names did what its condition "
           "asks, and fails when a condition can no longer hold.\n"
+          "A sweep (--sweep, or a [sweep] table in the file; docs/sweeps.md) is expanded and every child "
+          "validated here before anything is sent; the first line printed is the sweep id. --after applies "
+          "to every child.\n"
           "Example: trainyard submit examples/debug.toml --set training.steps=50 --wait\n"
-          "Example: trainyard submit eval.toml --after job-3");
+          "Example: trainyard submit eval.toml --after job-3\n"
+          "Example: trainyard submit examples/debug.toml --sweep training.lr=1e-4,3e-4,1e-3 --sweep "
+          "model.top_k=2,4 --max-concurrent 2");
 
   std::vector<std::string> states;
   int limit = 0;
-  CLI::App* list = app.add_subcommand("list", "List jobs");
+  bool with_sweep_children = false;
+  CLI::App* list = app.add_subcommand("list", "List jobs, then sweeps");
   list->add_option("--state", states, "Only jobs in this state (repeatable, or comma-separated): PENDING, RUNNING, ...")
       ->allow_extra_args(false)
       ->delimiter(',');
   list->add_option("--limit", limit, "At most this many jobs, 0 to 1000 (0: the controller's default, 100)")
       ->check(CLI::Range(0, 1000));
-  example(list, "Example: trainyard list --state pending,running");
+  list->add_flag("--with-sweep-children", with_sweep_children,
+                 "List the children of sweeps as jobs too (default: only in the SWEEP table's counts)");
+  example(list,
+          "Jobs: ID NAME STATE WORLD OWNER REASON. When there are sweeps, a second table follows: SWEEP NAME "
+          "OWNER CHILDREN MAX_CONCURRENT CREATED STATES (with --state, the sweeps with a child in one of those "
+          "states). --output json: every job, sweep children included, one Job per line.\n"
+          "Example: trainyard list --state pending,running");
 
   std::string job_id;
   CLI::App* get = app.add_subcommand(
       "get",
       "Describe one job: spec, state history, attempts and their causes, workers, last "
-      "metrics (and epoch), last validation, checkpoints, artifacts (--output json: the Job message)");
-  get->add_option("job", job_id, "Job id")->required();
-  example(get, "Example: trainyard get job-3");
+      "metrics (and epoch), last validation, checkpoints, artifacts (--output json: the Job message); "
+      "or one sweep: its axes, counts by state and children ranked by validation loss");
+  get->add_option("job", job_id, "Job id, or sweep id (sweep-N)")->required();
+  example(get,
+          "A sweep's children are ranked by their last validation loss, lowest first (ties by index); "
+          "children without a validation come last, by index (--output json: the SweepView).\n"
+          "Example: trainyard get job-3\n"
+          "Example: trainyard get sweep-1");
 
   CLI::App* explain =
       app.add_subcommand("explain",
@@ -166,10 +191,14 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
           "attempt ended first.\n"
           "Example: trainyard checkpoint job-3 --timeout 600");
 
-  CLI::App* cancel = app.add_subcommand("cancel", "Cancel a job");
-  cancel->add_option("job", job_id, "Job id")->required();
+  CLI::App* cancel = app.add_subcommand("cancel", "Cancel a job, or every child of a sweep that has not ended");
+  cancel->add_option("job", job_id, "Job id, or sweep id (sweep-N)")->required();
   cancel->add_option("--reason", reason, "Why (stored as the job's failure reason)");
-  example(cancel, "Example: trainyard cancel job-3 --reason 'wrong lr'");
+  example(cancel,
+          "A sweep: prints how many children this cancelled and the counts by state after it (--output "
+          "json: the SweepView).\n"
+          "Example: trainyard cancel job-3 --reason 'wrong lr'\n"
+          "Example: trainyard cancel sweep-1");
 
   int resize_dp = 0;
   CLI::App* resize =
@@ -194,7 +223,7 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
       "watch",
       "Follow jobs until they end: a live status line per job on a terminal (step, epoch, "
       "loss sparkline, validation loss, tokens/s, MFU, ETA, recompiles), one line per event when piped");
-  watch->add_option("job", watch_ids, "Job id(s)")->required();
+  watch->add_option("job", watch_ids, "Job id(s), or one sweep id (sweep-N)")->required();
   watch->add_option("--from-seq", watch_options.from_seq, "First event seq to show (default: from the start)")
       ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()));
   watch
@@ -208,7 +237,11 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
           "(the controller restarted) is resumed from the next seq with a warning; no event is "
           "shown twice. --output json: one Event JSON object per line. With several jobs, plain "
           "lines start with [JOB].\n"
-          "Example: trainyard watch job-3 job-4");
+          "A sweep (alone) is polled every second: one line per child state change and per new validation "
+          "of a child, then, once every child ended, the ranking as `get` prints it; exits 0 if every child "
+          "SUCCEEDED, else 1 (--output json: the SweepView after each change).\n"
+          "Example: trainyard watch job-3 job-4\n"
+          "Example: trainyard watch sweep-1");
 
   int logs_rank = -1;
   bool logs_follow = false;
@@ -393,21 +426,26 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
     if (export_options.job_id.empty()) return RunExportCommand(export_options, nullptr, *env.out, *env.err);
   }
 
-  absl::StatusOr<std::unique_ptr<JobClient>> client = MakeClient(common, env);
-  if (!client.ok()) {
-    *env.err << FormatError(client.status()) << std::endl;
-    return ExitCodeForStatus(client.status());
+  absl::StatusOr<Connection> connection = ConnectController(common, env);
+  if (!connection.ok()) {
+    *env.err << FormatError(connection.status()) << std::endl;
+    return ExitCodeForStatus(connection.status());
   }
-  if (export_cmd->parsed()) return RunExportCommand(export_options, client->get(), *env.out, *env.err);
+  auto client = std::make_unique<JobClient>(connection->channel, connection->timeout, connection->bearer_token);
+  if (export_cmd->parsed()) return RunExportCommand(export_options, client.get(), *env.out, *env.err);
   if (tensorboard_cmd->parsed()) {
     tensorboard_options.json = common.Json();
     char host[256] = {};
     if (gethostname(host, sizeof(host) - 1) == 0) tensorboard_options.host = host;
-    return RunTensorBoardCommand(tensorboard_options, client->get(), *env.out, *env.err);
+    return RunTensorBoardCommand(tensorboard_options, client.get(), *env.out, *env.err);
   }
-  Runner runner(common, env, std::move(*client));
-  if (submit->parsed()) return runner.Submit(file, sets, after, wait);
-  if (list->parsed()) return runner.List(states, limit);
+  Runner runner(common, env, std::move(client),
+                std::make_unique<SweepClient>(connection->channel, connection->timeout, connection->bearer_token));
+  if (submit->parsed()) {
+    if (max_concurrent_option->count() > 0) submit_options.max_concurrent = max_concurrent;
+    return runner.Submit(submit_options);
+  }
+  if (list->parsed()) return runner.List(states, limit, with_sweep_children);
   if (get->parsed()) return runner.Get(job_id);
   if (explain->parsed()) return runner.Explain(job_id);
   if (cordon->parsed()) return runner.Cordon(worker_name, /*cordon=*/true, reason);

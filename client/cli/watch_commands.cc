@@ -1,5 +1,3 @@
-#include "client/cli/command_runner.h"
-
 #include <algorithm>
 #include <string>
 #include <thread>
@@ -8,6 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "client/cli/cli_format.h"
+#include "client/cli/command_runner.h"
+#include "client/cli/sweep_format.h"
 #include "client/cli/watch_display.h"
 #include "client/job_watch.h"
 #include "common/events/proto_json.h"
@@ -15,6 +15,19 @@
 namespace trainyard::cli {
 
 int Runner::Watch(const std::vector<std::string>& ids, const WatchOptions& watch) {
+  for (const std::string& id : ids) {
+    if (!IsSweepId(id)) continue;
+    // A sweep is polled as a whole, not streamed: it has no events, so no seq.
+    if (ids.size() > 1) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat("watch takes a sweep id alone (", id, " was given with ",
+                                                          ids.size() - 1, ids.size() == 2 ? " other id" : " other ids",
+                                                          "): watch the sweep, or jobs by their ids")));
+    }
+    if (watch.from_seq > 0) {
+      return Fail(absl::InvalidArgumentError("--from-seq is for a job's events; a sweep has none"));
+    }
+    return WatchSweep(id, watch);
+  }
   if (ids.size() > 1 && watch.from_seq > 0) {
     return Fail(absl::InvalidArgumentError("--from-seq needs exactly one JOB"));
   }
@@ -71,8 +84,8 @@ namespace {
 // elastic job may have had more ranks than it has now: the larger of its world size and
 // its spec's dp·tp counts.
 absl::Status CheckRank(const v1::Job& job, int rank) {
-  const int64_t world = std::max<int64_t>(job.world_size(), int64_t{job.spec().parallelism().dp()} *
-                                                                 std::max(1, job.spec().parallelism().tp()));
+  const int64_t world = std::max<int64_t>(
+      job.world_size(), int64_t{job.spec().parallelism().dp()} * std::max(1, job.spec().parallelism().tp()));
   if (rank < world) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
       "--rank ", rank, ": ", job.id(), world <= 1 ? " has only rank 0" : absl::StrCat(" has ranks 0 to ", world - 1),
@@ -107,10 +120,9 @@ int Runner::Logs(const std::string& id, std::optional<int> rank, bool follow, do
   if (!result.status.ok()) return Fail(result.status);
   // Say why the lines stopped: a cancel or a failure elsewhere ends them as quietly as
   // success would. On stderr, so stdout stays the log lines (or JSON Lines).
-  const std::string reason =
-      ended.has_value() && ended->state() == *result.end_state ? ended->reason() : std::string();
-  err_ << "trainyard: " << id << " ended " << v1::Job::State_Name(*result.end_state)
-       << (reason.empty() ? "" : ": ") << TerminalSafe(reason) << std::endl;
+  const std::string reason = ended.has_value() && ended->state() == *result.end_state ? ended->reason() : std::string();
+  err_ << "trainyard: " << id << " ended " << v1::Job::State_Name(*result.end_state) << (reason.empty() ? "" : ": ")
+       << TerminalSafe(reason) << std::endl;
   return WatchExitCode(*result.end_state);
 }
 
@@ -131,9 +143,9 @@ void Runner::PrintLog(const v1::Event& e, std::optional<int> rank, bool flush) {
 }
 
 Runner::StreamResult Runner::Stream(const std::string& id, int64_t from_seq, double reconnect_for_s,
-                    const std::function<void(const v1::Event&)>& on_event,
-                    const std::function<void(const std::string&)>& warn,
-                    const std::function<void(const std::string&)>& note) {
+                                    const std::function<void(const v1::Event&)>& on_event,
+                                    const std::function<void(const std::string&)>& warn,
+                                    const std::function<void(const std::string&)>& note) {
   JobWatch::Options options;
   options.from_seq = from_seq;
   options.reconnect_for = absl::Seconds(reconnect_for_s);
@@ -144,8 +156,8 @@ Runner::StreamResult Runner::Stream(const std::string& id, int64_t from_seq, dou
     // gRPC's connect errors run to hundreds of characters: the first line's worth.
     std::string why(status.message().substr(0, 80));
     if (status.message().size() > 80) why += "...";
-    warn(absl::StrCat("trainyard: connection to the controller lost (", absl::StatusCodeToString(status.code()),
-                      ": ", why, "); reconnecting from seq ", resume_seq, " for up to ",
+    warn(absl::StrCat("trainyard: connection to the controller lost (", absl::StatusCodeToString(status.code()), ": ",
+                      why, "); reconnecting from seq ", resume_seq, " for up to ",
                       HumanDuration(absl::Seconds(reconnect_for_s))));
   };
   callbacks.on_retry = [&](int retry, absl::Duration backoff) {
@@ -158,10 +170,10 @@ Runner::StreamResult Runner::Stream(const std::string& id, int64_t from_seq, dou
   JobWatch::Result result = JobWatch(client_.get(), options).Run(id, callbacks);
   if (result.gave_up_after.has_value()) {
     if (note) note("");
-    return {absl::Status(result.status.code(),
-                         absl::StrCat(result.status.message(), " (gave up reconnecting after ",
-                                      HumanDuration(*result.gave_up_after), ", --reconnect-for)")),
-            std::nullopt};
+    return {
+        absl::Status(result.status.code(), absl::StrCat(result.status.message(), " (gave up reconnecting after ",
+                                                        HumanDuration(*result.gave_up_after), ", --reconnect-for)")),
+        std::nullopt};
   }
   return {result.status, result.end_state};
 }

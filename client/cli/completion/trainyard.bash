@@ -1,19 +1,26 @@
 # bash completion for trainyard, the Trainyard CLI: subcommands, their flags, the global
-# flags (valid before or after the subcommand), job ids from `trainyard list` and
-# job files for submit/preflight. Install as
+# flags (valid before or after the subcommand), job ids (and, for get, watch and cancel,
+# sweep ids) from `trainyard list` and job files for submit/preflight. Install as
 #   /usr/share/bash-completion/completions/trainyard
 # or source it from ~/.bashrc.
 
 _trainyard_job_ids() {
   # Ids of the controller named on the command line (or TRAINYARD_CONTROLLER); quiet
-  # and quick when it is unreachable.
-  local args=() i
+  # and quick when it is unreachable. With "sweeps": the ids of sweeps too, from the
+  # second table `list` prints when there are sweeps.
+  local args=() i want_sweeps="${1:-}"
   for ((i = 1; i < ${#COMP_WORDS[@]} - 1; i++)); do
     case "${COMP_WORDS[i]}" in
       --controller | --tls-ca | --token-file) args+=("${COMP_WORDS[i]}" "${COMP_WORDS[i + 1]}") ;;
     esac
   done
-  trainyard list --timeout 2 --output text "${args[@]}" 2>/dev/null | awk 'NR > 1 { print $1 }'
+  # Each table starts with its header line (ID, SWEEP); a blank line separates them.
+  trainyard list --timeout 2 --output text "${args[@]}" 2>/dev/null |
+    awk -v sweeps="$want_sweeps" '
+      $1 == "ID" { table = "jobs"; next }
+      $1 == "SWEEP" { table = "sweeps"; next }
+      NF == 0 { next }
+      table == "jobs" || (table == "sweeps" && sweeps != "") { print $1 }'
 }
 
 _trainyard_worker_names() {
@@ -66,7 +73,7 @@ _trainyard() {
       COMPREPLY=($(compgen -W "PENDING SCHEDULED RUNNING RESTARTING SUCCEEDED FAILED CANCELLED" -- "${cur^^}"))
       return ;;
     --controller | --timeout | --set | --limit | --reason | --dp | --from-seq | --reconnect-for | --rank | --step | \
-      --since)
+      --since | --sweep | --max-concurrent)
       return ;;
     --job | --after)
       COMPREPLY=($(compgen -W "$(_trainyard_job_ids)" -- "$cur"))
@@ -81,7 +88,7 @@ _trainyard() {
     case "$w" in
       --controller | --timeout | --tls-ca | --token-file | --output | -o | --set | --state | --limit | \
         --reason | --dp | --from-seq | --reconnect-for | --rank | --output-dir | --train-binary | \
-        --checkpoint | --step | --output-file | --names | --job | --since | --after)
+        --checkpoint | --step | --output-file | --names | --job | --since | --after | --sweep | --max-concurrent)
         ((i++)) ;;
       -*) ;;
       *)
@@ -104,8 +111,8 @@ _trainyard() {
 
   local flags=""
   case "$cmd" in
-    submit) flags="--set --after --wait" ;;
-    list) flags="--state --limit" ;;
+    submit) flags="--set --after --sweep --max-concurrent --wait" ;;
+    list) flags="--state --limit --with-sweep-children" ;;
     get | explain | checkpoint) flags="" ;;
     workers)
       if [[ -z "$sub" ]]; then
@@ -145,7 +152,9 @@ _trainyard() {
     submit | preflight)
       COMPREPLY=($(compgen -f -X '!*.toml' -- "$cur") $(compgen -f -X '!*.json' -- "$cur")
         $(compgen -d -- "$cur")) ;;
-    get | explain | watch | logs | cancel | resize | checkpoint | artifacts | export | tensorboard)
+    get | watch | cancel)
+      COMPREPLY=($(compgen -W "$(_trainyard_job_ids sweeps)" -- "$cur")) ;;
+    explain | logs | resize | checkpoint | artifacts | export | tensorboard)
       COMPREPLY=($(compgen -W "$(_trainyard_job_ids)" -- "$cur")) ;;
     workers)
       [[ -n "$sub" ]] && COMPREPLY=($(compgen -W "$(_trainyard_worker_names)" -- "$cur")) ;;
