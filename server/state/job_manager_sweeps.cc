@@ -4,6 +4,7 @@
 // max_concurrent at a time (SweepGate). Reads rank the children by their newest
 // validation loss, read from the store outside both locks.
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <optional>
 #include <utility>
@@ -24,12 +25,14 @@ int64_t SweepNumber(const std::string& id) {
   return dash == std::string::npos ? 0 : std::strtoll(id.c_str() + dash + 1, nullptr, 10);
 }
 
-// Ranks by last validation loss, lowest first, ties by index; children without one get 0.
+// Ranks by last validation loss, lowest first, ties by index; children without one (or
+// with a NaN loss) get 0.
 void Rank(v1::SweepView* view) {
   std::vector<v1::SweepChild*> ranked;
   for (v1::SweepChild& c : *view->mutable_children()) {
     c.set_rank(0);
-    if (c.has_last_validation()) ranked.push_back(&c);
+    // A NaN loss ranks nowhere (and would break the sort's order).
+    if (c.has_last_validation() && !std::isnan(c.last_validation().loss())) ranked.push_back(&c);
   }
   std::stable_sort(ranked.begin(), ranked.end(), [](const v1::SweepChild* a, const v1::SweepChild* b) {
     if (a->last_validation().loss() != b->last_validation().loss()) {

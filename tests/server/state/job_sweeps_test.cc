@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -164,6 +165,12 @@ TEST_F(JobSweepsTest, MaxConcurrentHoldsAcrossARestartAndTheRankingFollowsTheSto
   view = manager_->GetSweep("sweep-1");
   ASSERT_TRUE(view.ok());
   EXPECT_THAT(Running(*view), ElementsAre(ids[2], ids[4]));
+  // A NaN loss is shown but ranks nowhere.
+  Report(w1, ids[4], 1, {0}, v1::RankState::RUNNING);
+  Send(w1, {Val(ids[4], 5, std::nan(""))});
+  view = manager_->GetSweep("sweep-1");
+  ASSERT_TRUE(view.ok());
+  EXPECT_TRUE(std::isnan(view->children(4).last_validation().loss()));
 
   // The newest validation of each: ids[2] 1.5 (step 20), ids[3] 2.25; the rest none.
   std::vector<std::pair<std::string, int>> ranks;
