@@ -1,12 +1,12 @@
 #include "server/policy/request_validation.h"
-#include "common/base/text.h"
 
 #include <cmath>
 #include <set>
-#include <utility>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/text.h"
 #include "common/spec/rules.h"
 #include "common/spec/spec_error.h"
 #include "common/worker_identity.h"
@@ -21,17 +21,20 @@ absl::Status Invalid(std::string_view field, std::string_view what) {
 
 }  // namespace
 
-absl::Status CheckJobId(std::string_view field, std::string_view id) {
-  if (id.empty()) return Invalid(field, "is empty; give a job id such as job-1");
+// A controller-made id ("job-<n>", "sweep-<n>"): 1..kMaxJobIdBytes printable ASCII bytes.
+static absl::Status CheckId(std::string_view field, std::string_view id, const char* what, const char* example) {
+  if (id.empty()) return Invalid(field, absl::StrCat("is empty; give a ", what, " such as ", example));
   if (id.size() > kMaxJobIdBytes) {
-    return Invalid(field, absl::StrCat("is ", id.size(), " bytes, more than the ", kMaxJobIdBytes,
-                                       " a job id can have: ", Quote(id)));
+    return Invalid(field, absl::StrCat("is ", id.size(), " bytes, more than the ", kMaxJobIdBytes, " a ", what,
+                                       " can have: ", Quote(id)));
   }
   for (unsigned char c : id) {
-    if (c < 0x21 || c > 0x7e) return Invalid(field, absl::StrCat("is not a job id: ", Quote(id)));
+    if (c < 0x21 || c > 0x7e) return Invalid(field, absl::StrCat("is not a ", what, ": ", Quote(id)));
   }
   return absl::OkStatus();
 }
+
+absl::Status CheckJobId(std::string_view field, std::string_view id) { return CheckId(field, id, "job id", "job-1"); }
 
 absl::Status Check(const v1::GetJobRequest& request) { return CheckJobId("GetJobRequest.id", request.id()); }
 
@@ -59,8 +62,8 @@ absl::Status Check(const v1::CheckpointJobRequest& request) {
   const double t = request.timeout_s();
   if (!std::isfinite(t) || t < 0 || t > kMaxCheckpointTimeoutS) {
     return Invalid("CheckpointJobRequest.timeout_s",
-                   absl::StrCat("must be in [0, ", kMaxCheckpointTimeoutS, "] seconds (0: ",
-                                kDefaultCheckpointTimeoutS, "), got ", t));
+                   absl::StrCat("must be in [0, ", kMaxCheckpointTimeoutS, "] seconds (0: ", kDefaultCheckpointTimeoutS,
+                                "), got ", t));
   }
   return absl::OkStatus();
 }
@@ -78,8 +81,8 @@ absl::Status Check(const v1::DrainWorkerRequest& request) {
 absl::Status Check(const v1::WatchJobRequest& request) {
   if (auto s = CheckJobId("WatchJobRequest.id", request.id()); !s.ok()) return s;
   if (request.from_seq() < 0) {
-    return Invalid("WatchJobRequest.from_seq", absl::StrCat("must be >= 0 (0 or 1: from the start), got ",
-                                                            request.from_seq()));
+    return Invalid("WatchJobRequest.from_seq",
+                   absl::StrCat("must be >= 0 (0 or 1: from the start), got ", request.from_seq()));
   }
   return absl::OkStatus();
 }
@@ -87,8 +90,9 @@ absl::Status Check(const v1::WatchJobRequest& request) {
 absl::Status Check(const v1::ResizeJobRequest& request) {
   if (auto s = CheckJobId("ResizeJobRequest.job_id", request.job_id()); !s.ok()) return s;
   if (request.dp() < 1 || request.dp() > spec::kMaxWorldSize) {
-    return Invalid("ResizeJobRequest.dp", absl::StrCat("must be in [1, ", spec::kMaxWorldSize,
-                                                       "] (the data-parallel degree to restart at), got ", request.dp()));
+    return Invalid("ResizeJobRequest.dp",
+                   absl::StrCat("must be in [1, ", spec::kMaxWorldSize,
+                                "] (the data-parallel degree to restart at), got ", request.dp()));
   }
   return absl::OkStatus();
 }
@@ -111,15 +115,7 @@ absl::Status Check(const v1::ListJobsRequest& request) {
 }
 
 absl::Status CheckSweepId(std::string_view field, std::string_view id) {
-  if (id.empty()) return Invalid(field, "is empty; give a sweep id such as sweep-1");
-  if (id.size() > kMaxJobIdBytes) {
-    return Invalid(field, absl::StrCat("is ", id.size(), " bytes, more than the ", kMaxJobIdBytes,
-                                       " a sweep id can have: ", Quote(id)));
-  }
-  for (unsigned char c : id) {
-    if (c < 0x21 || c > 0x7e) return Invalid(field, absl::StrCat("is not a sweep id: ", Quote(id)));
-  }
-  return absl::OkStatus();
+  return CheckId(field, id, "sweep id", "sweep-1");
 }
 
 absl::Status Check(const v1::SubmitSweepRequest& request) {
@@ -202,8 +198,8 @@ absl::Status Check(const v1::Register& request) {
 
 absl::Status Check(const v1::EventBatch& request) {
   if (request.events_size() > kMaxBatchEvents) {
-    return Invalid("EventBatch.events", absl::StrCat("has ", request.events_size(), " events, more than the ",
-                                                     kMaxBatchEvents, " allowed"));
+    return Invalid("EventBatch.events",
+                   absl::StrCat("has ", request.events_size(), " events, more than the ", kMaxBatchEvents, " allowed"));
   }
   return absl::OkStatus();
 }
