@@ -20,16 +20,22 @@ absl::StatusOr<v1::SweepView> JobActions::SubmitSweep(const Caller& caller, Via 
   v1::AuditRecord row = Row(caller, via, "submit_sweep", request.spec().job().name(), "", "");
   if (auto s = request_validation::Check(request); !s.ok()) return Refuse(std::move(row), s);
   if (auto s = CheckSubmitRights(caller, request.spec()); !s.ok()) return Refuse(std::move(row), s);
-  if (request.spec().compile().preflight()) {
-    // A preflight of every point would hold the controller's preflight slot for
-    // minutes; one point's preflight answers for the structure of all of them.
-    return Refuse(std::move(row), absl::InvalidArgumentError(
-                                      "compile.preflight is not run for sweeps: check one point with "
-                                      "`trainyard preflight FILE --set KEY=VALUE`, then submit the sweep without it"));
-  }
   TY_ASSIGN_OR_RETURN(const int64_t id, Begin(std::move(row)));
   JobManager::OwnerFilter may_see = [caller](const std::string& owner) { return Authorizer::CanSee(caller, owner); };
-  auto view = manager_->SubmitSweep(request, caller.owner, may_see);
+  // Each child as a job of its own: a swept job.priority or job.preemptible meets the
+  // same rights as a submitted one.
+  JobManager::ChildCheck check = [caller](const v1::JobSpec& child) -> absl::Status {
+    TY_RETURN_IF_ERROR(CheckSubmitRights(caller, child));
+    if (child.compile().preflight()) {
+      // A preflight of every point would hold the controller's preflight slot for
+      // minutes; one point's preflight answers for the structure of all of them.
+      return absl::InvalidArgumentError(
+          "compile.preflight is not run for sweeps: check one point with "
+          "`trainyard preflight FILE --set KEY=VALUE`, then submit the sweep without it");
+    }
+    return absl::OkStatus();
+  };
+  auto view = manager_->SubmitSweep(request, caller.owner, may_see, spec::kDefaultMaxSweepPoints, check);
   if (view.ok()) {
     Finish(id, absl::OkStatus(),
            absl::StrCat("created ", view->sweep().id(), " with ", view->sweep().job_ids_size(), " jobs"),
@@ -44,12 +50,14 @@ absl::StatusOr<v1::SweepView> JobActions::GetSweep(const Caller& caller, const s
   v1::GetSweepRequest request;
   request.set_id(id);
   TY_RETURN_IF_ERROR(request_validation::Check(request));
-  auto view = manager_->GetSweep(id);
-  if (view.ok() && !Authorizer::CanSee(caller, view->sweep().owner())) {
+  // The owner first, from memory: an unseen sweep is refused before the store is read,
+  // so no store error can tell it from a sweep that does not exist.
+  const std::optional<std::string> owner = manager_->SweepOwner(id);
+  if (!owner || !Authorizer::CanSee(caller, *owner)) {
     // Word for word what JobManager::GetSweep says of a sweep that does not exist.
     return absl::NotFoundError(absl::StrCat("sweep ", id, " not found"));
   }
-  return view;
+  return manager_->GetSweep(id);
 }
 
 std::vector<v1::SweepView> JobActions::ListSweeps(const Caller& caller, int limit) const {
@@ -62,9 +70,11 @@ absl::StatusOr<v1::SweepView> JobActions::CancelSweep(const Caller& caller, Via 
   v1::AuditRecord row = Row(caller, via, "cancel_sweep", request.id(), "", request.reason());
   if (auto s = request_validation::Check(request); !s.ok()) return Refuse(std::move(row), s);
   if (caller.role == Role::kViewer) return Refuse(std::move(row), Denied(caller, "cancel jobs", "submitter or admin"));
-  auto visible = GetSweep(caller, request.id());
-  if (!visible.ok()) return Refuse(std::move(row), visible.status());
-  if (!Authorizer::CanCancel(caller, visible->sweep().owner())) {
+  const std::optional<std::string> owner = manager_->SweepOwner(request.id());
+  if (!owner || !Authorizer::CanSee(caller, *owner)) {
+    return Refuse(std::move(row), absl::NotFoundError(absl::StrCat("sweep ", request.id(), " not found")));
+  }
+  if (!Authorizer::CanCancel(caller, *owner)) {
     return Refuse(std::move(row), Denied(caller, "cancel this sweep", "its owner or admin"));
   }
   TY_ASSIGN_OR_RETURN(const int64_t id, Begin(std::move(row)));

@@ -14,8 +14,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/base/clock.h"
-#include "server/metrics/controller_metrics.h"
 #include "common/spec/sweep.h"
+#include "server/metrics/controller_metrics.h"
 #include "server/policy/admission_policy.h"
 #include "server/state/dependency_gate.h"
 #include "server/state/effects.h"
@@ -140,9 +140,17 @@ class JobManager {
   // each as Submit does, then stores the sweep and every child with its PENDING event
   // in one transaction: all of them exist afterwards, or nothing. INVALID_ARGUMENT
   // naming the point and the key for a point that fails; the admission's error else.
+  // `check_child` (may be null) sees each child's normalised spec before anything is
+  // stored, for the caller's rules (the submitter's rights); its error refuses the sweep,
+  // naming the point. Every child's job.after is checked as Submit checks one job's.
+  using ChildCheck = std::function<absl::Status(const v1::JobSpec& child)>;
   absl::StatusOr<v1::SweepView> SubmitSweep(const v1::SubmitSweepRequest& request, const std::string& owner,
                                             const OwnerFilter& may_see = nullptr,
-                                            std::size_t max_points = spec::kDefaultMaxSweepPoints);
+                                            std::size_t max_points = spec::kDefaultMaxSweepPoints,
+                                            const ChildCheck& check_child = nullptr);
+  // The owner of sweep `id`; nullopt when there is none. Read under the state lock only,
+  // so a caller can refuse an unseen sweep before GetSweep reads the store.
+  std::optional<std::string> SweepOwner(const std::string& id);
   // The sweep with its children, ranked by their newest validation loss (read from the
   // store). NOT_FOUND for an unknown id.
   absl::StatusOr<v1::SweepView> GetSweep(const std::string& id);
@@ -276,7 +284,7 @@ class JobManager {
   WorkerFaultManager faults_ ABSL_GUARDED_BY(mu_);
   SchedulingCycle cycle_ ABSL_GUARDED_BY(mu_);
   DependencyGate* dependencies_ ABSL_GUARDED_BY(mu_) = nullptr;  // a gate of cycle_
-  SweepGate* sweeps_ ABSL_GUARDED_BY(mu_) = nullptr;              // a gate of cycle_; owns the sweeps
+  SweepGate* sweeps_ ABSL_GUARDED_BY(mu_) = nullptr;             // a gate of cycle_; owns the sweeps
   std::map<std::string, JobView> views_ ABSL_GUARDED_BY(mu_);
   std::vector<CheckpointWaiter> checkpoint_waiters_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;  // AbortCheckpointWaiters was called

@@ -43,10 +43,16 @@ void Rank(v1::SweepView* view) {
   for (size_t i = 0; i < ranked.size(); ++i) ranked[i]->set_rank(static_cast<int>(i) + 1);
 }
 
+// `status` of point i of n, naming the point as the spec core's errors do.
+absl::Status PointError(const absl::Status& status, size_t i, size_t n, const std::string& label) {
+  return absl::Status(status.code(), absl::StrCat("sweep point ", i, " of ", n, " (", label, "): ", status.message()));
+}
+
 }  // namespace
 
 absl::StatusOr<v1::SweepView> JobManager::SubmitSweep(const v1::SubmitSweepRequest& request, const std::string& owner,
-                                                      const OwnerFilter& may_see, std::size_t max_points) {
+                                                      const OwnerFilter& may_see, std::size_t max_points,
+                                                      const ChildCheck& check_child) {
   std::vector<spec::SweepAxisText> axes;
   for (const v1::SweepAxis& a : request.axes()) {
     axes.push_back({a.key(), std::vector<std::string>(a.values().begin(), a.values().end())});
@@ -71,10 +77,9 @@ absl::StatusOr<v1::SweepView> JobManager::SubmitSweep(const v1::SubmitSweepReque
   for (size_t i = 0; i < n; ++i) {
     const spec::SweepPoint& p = points.value()[i];
     auto admitted = AdmissionPolicy::Admit(ProtoFromInput(p.input), fleet);
-    if (!admitted.ok()) {
-      return Reject(absl::Status(admitted.status().code(), absl::StrCat("sweep point ", i, " of ", n, " (", p.label,
-                                                                        "): ", admitted.status().message())));
-    }
+    absl::Status status = admitted.status();
+    if (status.ok() && check_child) status = check_child(*admitted);
+    if (!status.ok()) return Reject(PointError(status, i, n, p.label));
     v1::Job job = JobStateMachine::NewJob(std::move(*admitted), owner, now, &first[i][0]);
     job.set_sweep_index(static_cast<int>(i));
     job.set_sweep_label(p.label);
@@ -97,9 +102,13 @@ absl::StatusOr<v1::SweepView> JobManager::SubmitSweep(const v1::SubmitSweepReque
   absl::MutexLock commit(&commit_mu_);
   {
     // Under the commit lock, as Submit: no dependency ends between this check and the
-    // children joining the table. Every child has the base's job.after.
+    // children joining the table. Each child's own job.after: it may be swept.
     absl::MutexLock lock(&mu_);
-    if (auto s = dependencies_->CheckNew(jobs.front().spec(), may_see); !s.ok()) return Reject(s);
+    for (size_t i = 0; i < n; ++i) {
+      if (auto s = dependencies_->CheckNew(jobs[i].spec(), may_see); !s.ok()) {
+        return Reject(PointError(s, i, n, jobs[i].sweep_label()));
+      }
+    }
   }
   // The sweep, every child row and its PENDING event, in one transaction.
   TY_RETURN_IF_ERROR(store_->CreateSweep(&stored, &jobs, &first));
@@ -147,6 +156,13 @@ v1::SweepView JobManager::SweepViewLocked(const std::string& id, bool with_child
   }
   view.set_ended(ended);
   return view;
+}
+
+std::optional<std::string> JobManager::SweepOwner(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  const v1::Sweep* sweep = sweeps_->Find(id);
+  if (sweep == nullptr) return std::nullopt;
+  return sweep->owner();
 }
 
 absl::StatusOr<v1::SweepView> JobManager::GetSweep(const std::string& id) {

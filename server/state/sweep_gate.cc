@@ -23,7 +23,8 @@ void SweepGate::BeginPass(absl::Time) {
     const v1::Sweep* sweep = Find(job.sweep_id());
     if (sweep == nullptr || sweep->max_concurrent() <= 0) continue;
     int& active = active_[job.sweep_id()];
-    if (Active(job.state())) ++active;
+    // A child cancelled or failed keeps its slots until its ranks are gone (live > 0).
+    if (Active(job.state()) || rt.live > 0) ++active;
     if (job.state() == v1::Job::PENDING) pending[job.sweep_id()].emplace_back(job.sweep_index(), id);
   }
   for (auto& [sweep_id, children] : pending) {

@@ -14,7 +14,8 @@ namespace trainyard {
 
 // A sweep's max_concurrent: at most N of its children hold or are about to take slots
 // at once (Slurm's --array=...%N). The children that count are those SCHEDULED,
-// RUNNING or RESTARTING, and those this pass lets into the queue: a pass may place
+// RUNNING or RESTARTING, those that ended but whose ranks still hold slots, and those
+// this pass lets into the queue: a pass may place
 // every queued job, so the gate rations the pass itself. At the start of each pass
 // (BeginPass) it lets in, per sweep, the PENDING children with the lowest indices up
 // to N minus the active ones, and Hold keeps the others out ("sweep sweep-1: 2 of its

@@ -116,5 +116,23 @@ TEST_F(SweepGateTest, AChildLeftUnplacedForWantOfSlotsKeepsItsTurn) {
   EXPECT_EQ(Job("job-3").pending_reason(), "sweep sweep-1: 2 of its children running or starting (max_concurrent 2)");
 }
 
+TEST_F(SweepGateTest, ACancelledChildCountsUntilItsRanksHaveLeftTheirSlots) {
+  Connect("w1", 8);
+  AddSweep("sweep-1", 1, 1, {0, 1});
+  Pass();
+  Effects running;
+  Ranks("job-1", v1::RankState::RUNNING, &running);
+  Effects cancel;
+  ASSERT_TRUE(jobs_.Cancel("job-1", "by hand", &cancel).ok());
+  ASSERT_EQ(Job("job-1").state(), v1::Job::CANCELLED);
+  // Its rank still runs (the worker has not answered the cancel): no second child yet.
+  Effects early = Pass();
+  EXPECT_THAT(Scheduled(early, {"job-2"}), IsEmpty());
+  Effects killed;
+  Ranks("job-1", v1::RankState::KILLED, &killed);
+  Effects after = Pass();
+  EXPECT_THAT(Scheduled(after, {"job-2"}), ElementsAre("job-2"));
+}
+
 }  // namespace
 }  // namespace trainyard::testing

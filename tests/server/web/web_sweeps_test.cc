@@ -476,3 +476,50 @@ TEST(WebJsonTest, ASweepViewWithANanLossAndBadBytesIsValidJson) {
 
 }  // namespace
 }  // namespace trainyard::testing
+
+namespace trainyard::testing {
+namespace {
+
+// Each child meets the rules a job submitted alone meets, whatever the base says: a
+// swept job.priority above 0 of a non-preemptible job is an admin's, a swept
+// compile.preflight is refused, and a swept job.after may name only jobs the submitter
+// sees. Nothing is stored, and the audit row records the refusal.
+TEST_F(WebSweepsTest, EveryChildMeetsTheRulesOfAJobSubmittedAlone) {
+  auto sweep = [](const std::string& key, std::vector<std::string> values) {
+    v1::SubmitSweepRequest request;
+    v1::JobSpec* spec = request.mutable_spec();
+    spec->mutable_job()->set_name("rights");
+    spec->mutable_job()->set_preemptible(false);
+    spec->mutable_model()->set_preset("tiny");
+    spec->mutable_parallelism()->set_dp(1);
+    v1::SweepAxis* axis = request.add_axes();
+    axis->set_key(key);
+    for (auto& v : values) axis->add_values(v);
+    return request;
+  };
+  const Caller alice{Role::kSubmitter, "alice"};
+  const size_t jobs_before = manager_->List({}, 1000).size();
+
+  auto priority = actions_->SubmitSweep(alice, Via::kGrpc, sweep("job.priority", {"0", "10"}));
+  EXPECT_EQ(priority.status().code(), absl::StatusCode::kPermissionDenied) << priority.status();
+  EXPECT_NE(priority.status().message().find("sweep point 1 of 2 (priority=10)"), std::string::npos)
+      << priority.status();
+  EXPECT_TRUE(actions_->SubmitSweep(Caller{Role::kAdmin, "root"}, Via::kGrpc, sweep("job.priority", {"0", "10"})).ok())
+      << "an admin may";
+  const size_t jobs_admin = manager_->List({}, 1000).size();
+  EXPECT_EQ(jobs_admin, jobs_before + 2);
+
+  auto preflight = actions_->SubmitSweep(alice, Via::kGrpc, sweep("compile.preflight", {"false", "true"}));
+  EXPECT_EQ(preflight.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(preflight.status().message().find("compile.preflight is not run for sweeps"), std::string::npos);
+
+  // bob's job, named by the second point only: "not found", as for one job.
+  auto after =
+      actions_->SubmitSweep(alice, Via::kGrpc, sweep("job.after", {"\"" + alice_job_ + "\"", "\"" + bob_job_ + "\""}));
+  EXPECT_EQ(after.status().code(), absl::StatusCode::kNotFound) << after.status();
+  EXPECT_NE(after.status().message().find("job " + bob_job_ + " not found"), std::string::npos) << after.status();
+  EXPECT_EQ(manager_->List({}, 1000).size(), jobs_admin) << "nothing stored";
+}
+
+}  // namespace
+}  // namespace trainyard::testing
