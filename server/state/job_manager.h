@@ -186,7 +186,8 @@ class JobManager {
   // Touches the worker and takes its GPU samples (WorkerRegistry::Heartbeat); a GPU
   // newly out of service fails the attempt with a rank on it (WorkerFaultManager::GpusUnhealthy).
   void Heartbeat(int64_t conn, const v1::Heartbeat& heartbeat);
-  // Commits the batch (each job's events in one transaction), then acts on them.
+  // Commits the batch (each job's events in one transaction), then acts on them
+  // (job_manager_events.cc, with AppendControllerEvent).
   absl::Status IngestEvents(int64_t conn, const v1::EventBatch& batch);
   void StreamClosed(int64_t conn);
 
