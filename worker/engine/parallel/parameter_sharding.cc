@@ -1,11 +1,10 @@
 #include "worker/engine/parallel/parameter_sharding.h"
 
+#include <map>
+#include <stdexcept>
+
 namespace trainyard::engine {
 namespace {
-
-bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 // (dim, parts, index) of the split, or dim -1 when not split.
 struct Split {
@@ -16,25 +15,62 @@ struct Split {
 
 Split SplitOf(ShardKind kind, const ParallelContext& c) {
   switch (kind) {
-    case ShardKind::kColumn: return {0, c.tp, c.tp_rank};
-    case ShardKind::kRow: return {1, c.tp, c.tp_rank};
-    case ShardKind::kExpert: return {0, c.ep, c.ep_rank};
-    default: return {};
+    case ShardKind::kColumn:
+      return {0, c.tp, c.tp_rank};
+    case ShardKind::kRow:
+      return {1, c.tp, c.tp_rank};
+    case ShardKind::kExpert:
+      return {0, c.ep, c.ep_rank};
+    default:
+      return {};
   }
 }
 
 }  // namespace
 
 ShardKind ShardKindOf(const std::string& name) {
-  if (name.find(".moe.experts.") != std::string::npos) return ShardKind::kExpert;
-  if (EndsWith(name, ".router.gate.weight")) return ShardKind::kTpPartial;
-  for (const char* s : {".wq.weight", ".wk.weight", ".wv.weight", ".w1.weight", ".w3.weight"}) {
-    if (EndsWith(name, s)) return ShardKind::kColumn;
+  // The plan, by torchtitan name: a layer's entries below `layers.<i>.`, the model's
+  // own at the top. A name missing here is refused rather than left replicated, so a
+  // new layer cannot silently train whole on every rank.
+  static const std::map<std::string, ShardKind> kLayer = {
+      {"attention_norm.weight", ShardKind::kReplicated},
+      {"ffn_norm.weight", ShardKind::kReplicated},
+      {"attention.wq.weight", ShardKind::kColumn},
+      {"attention.wk.weight", ShardKind::kColumn},
+      {"attention.wv.weight", ShardKind::kColumn},
+      {"attention.wo.weight", ShardKind::kRow},
+      {"feed_forward.w1.weight", ShardKind::kColumn},
+      {"feed_forward.w3.weight", ShardKind::kColumn},
+      {"feed_forward.w2.weight", ShardKind::kRow},
+      {"moe.router.gate.weight", ShardKind::kTpPartial},
+      {"moe.experts.w1", ShardKind::kExpert},
+      {"moe.experts.w2", ShardKind::kExpert},
+      {"moe.experts.w3", ShardKind::kExpert},
+      {"moe.shared_experts.w1.weight", ShardKind::kColumn},
+      {"moe.shared_experts.w3.weight", ShardKind::kColumn},
+      {"moe.shared_experts.w2.weight", ShardKind::kRow},
+      {"moe.expert_bias", ShardKind::kReplicated},
+      {"moe.tokens_per_expert", ShardKind::kReplicated},
+  };
+  static const std::map<std::string, ShardKind> kModel = {
+      {"tok_embeddings.weight", ShardKind::kReplicated},
+      {"norm.weight", ShardKind::kReplicated},
+      {"output.weight", ShardKind::kReplicated},
+  };
+  const std::string prefix = "layers.";
+  if (name.compare(0, prefix.size(), prefix) == 0) {
+    size_t i = prefix.size();
+    while (i < name.size() && name[i] >= '0' && name[i] <= '9') ++i;
+    if (i > prefix.size() && i < name.size() && name[i] == '.') {
+      auto it = kLayer.find(name.substr(i + 1));
+      if (it != kLayer.end()) return it->second;
+    }
+  } else if (auto it = kModel.find(name); it != kModel.end()) {
+    return it->second;
   }
-  for (const char* s : {".wo.weight", ".w2.weight"}) {
-    if (EndsWith(name, s)) return ShardKind::kRow;
-  }
-  return ShardKind::kReplicated;
+  throw std::invalid_argument("parallelism plan: no entry for tensor \"" + name +
+                              "\" (worker/engine/parallel/parameter_sharding.cc lists how each of the model's "
+                              "parameters and buffers is split over TP and EP; add it there)");
 }
 
 std::vector<int64_t> FullShape(ShardKind kind, c10::IntArrayRef local, const ParallelContext& ctx) {
@@ -54,8 +90,8 @@ std::vector<int64_t> ShardOffsets(ShardKind kind, c10::IntArrayRef local, const 
 torch::Tensor TakeShard(const torch::Tensor& full, ShardKind kind, const ParallelContext& ctx) {
   const Split s = SplitOf(kind, ctx);
   if (s.dim < 0) return full;
-  TORCH_CHECK(full.size(s.dim) % s.parts == 0, "cannot split dim ", s.dim, " of size ",
-              full.size(s.dim), " into ", s.parts, " shards");
+  TORCH_CHECK(full.size(s.dim) % s.parts == 0, "cannot split dim ", s.dim, " of size ", full.size(s.dim), " into ",
+              s.parts, " shards");
   const int64_t n = full.size(s.dim) / s.parts;
   return full.narrow(s.dim, s.index * n, n);
 }
@@ -63,9 +99,12 @@ torch::Tensor TakeShard(const torch::Tensor& full, ShardKind kind, const Paralle
 bool OwnsShard(ShardKind kind, const ParallelContext& ctx) {
   switch (kind) {
     case ShardKind::kColumn:
-    case ShardKind::kRow: return ctx.dp_rank == 0;  // one replica per TP shard
-    case ShardKind::kExpert: return ctx.rank < ctx.ep;  // the first EP group
-    default: return ctx.rank == 0;
+    case ShardKind::kRow:
+      return ctx.dp_rank == 0;  // one replica per TP shard
+    case ShardKind::kExpert:
+      return ctx.rank < ctx.ep;  // the first EP group
+    default:
+      return ctx.rank == 0;
   }
 }
 
@@ -73,8 +112,10 @@ bool OwnsFsdpShard(ShardKind kind, const ParallelContext& ctx) {
   switch (kind) {
     case ShardKind::kColumn:
     case ShardKind::kRow:
-    case ShardKind::kExpert: return ctx.replica == 0;
-    default: return ctx.replica == 0 && ctx.tp_rank == 0;
+    case ShardKind::kExpert:
+      return ctx.replica == 0;
+    default:
+      return ctx.replica == 0 && ctx.tp_rank == 0;
   }
 }
 

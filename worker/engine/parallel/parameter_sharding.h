@@ -7,14 +7,16 @@
 //   kColumn      wq/wk/wv/w1/w3 (dense and shared experts): dim 0 split over TP.
 //   kRow         wo/w2 (dense and shared experts): dim 1 split over TP.
 //   kExpert      moe.experts.w1/w2/w3: dim 0 (experts) split over EP.
+// The plan is one table of exact names (layers.<i>.<name> and the model's own); a name
+// not in it is refused with std::invalid_argument, never left replicated by default.
 // Pure functions of their arguments; thread-safe.
 #pragma once
+
+#include <torch/torch.h>
 
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "worker/engine/parallel/mesh/parallel_context.h"
 
@@ -22,6 +24,7 @@ namespace trainyard::engine {
 
 enum class ShardKind { kReplicated, kTpPartial, kColumn, kRow, kExpert };
 
+// Throws std::invalid_argument for a name the plan does not list.
 ShardKind ShardKindOf(const std::string& name);
 
 // The full (unsharded) shape of a tensor whose local shard has `local` sizes.

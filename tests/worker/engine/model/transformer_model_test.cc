@@ -1,12 +1,14 @@
-#include <set>
-#include <string>
+#include "worker/engine/model/transformer_model.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <set>
+#include <string>
+
 #include "common/spec/memory_estimate.h"
 #include "worker/engine/config/engine_config.h"
-#include "worker/engine/model/transformer_model.h"
+#include "worker/engine/parallel/parameter_sharding.h"
 #include "worker/engine/train/flops_model.h"
 
 namespace trainyard::engine {
@@ -44,8 +46,7 @@ TEST(TransformerModelTest, ParameterNamesFollowTorchtitan) {
       "norm.weight",
       "output.weight",
   };
-  EXPECT_EQ(std::set<std::string>(names.begin(), names.end()),
-            std::set<std::string>(expected.begin(), expected.end()));
+  EXPECT_EQ(std::set<std::string>(names.begin(), names.end()), std::set<std::string>(expected.begin(), expected.end()));
   EXPECT_EQ(names.size(), expected.size());
 
   std::vector<std::string> buffers;
@@ -80,6 +81,36 @@ TEST(TransformerModelTest, ParameterNamesFollowTorchtitan) {
   EXPECT_EQ(estimate.total_params, static_cast<double>(total));
   EXPECT_EQ(estimate.rank_params, static_cast<double>(total));
   EXPECT_EQ(estimate.state_bytes, 16.0 * total);
+}
+
+// The parallelism plan is a table of exact names: every tensor the model has is in it
+// with the split docs/parallelism.md gives, and a name it does not list is refused,
+// never left replicated by default.
+TEST(ParallelPlanTest, EveryModelTensorIsPlannedAndAnUnknownNameIsRefused) {
+  const ModelConfig c = TinyEngineConfig().model;
+  TransformerModel model(c, 32);
+  for (auto& p : model->named_parameters()) EXPECT_NO_THROW(ShardKindOf(p.key())) << p.key();
+  for (auto& b : model->named_buffers()) EXPECT_NO_THROW(ShardKindOf(b.key())) << b.key();
+  EXPECT_EQ(ShardKindOf("layers.12.attention.wk.weight"), ShardKind::kColumn);
+  EXPECT_EQ(ShardKindOf("layers.0.attention.wo.weight"), ShardKind::kRow);
+  EXPECT_EQ(ShardKindOf("layers.3.moe.shared_experts.w2.weight"), ShardKind::kRow);
+  EXPECT_EQ(ShardKindOf("layers.3.moe.experts.w2"), ShardKind::kExpert);
+  EXPECT_EQ(ShardKindOf("layers.3.moe.router.gate.weight"), ShardKind::kTpPartial);
+  EXPECT_EQ(ShardKindOf("layers.3.moe.expert_bias"), ShardKind::kReplicated);
+  EXPECT_EQ(ShardKindOf("output.weight"), ShardKind::kReplicated);
+  // A new projection (a fused q|k|v weight, MLA's low-rank query), a layer without an
+  // index, a layer entry at the top, a suffix match of a planned name: all refused.
+  for (const char* unknown :
+       {"layers.0.attention.wqkv.weight", "layers.0.attention.wq_a.weight", "layers.x.attention.wq.weight",
+        "layers..attention.wq.weight", "attention.wq.weight", "layers.0.attention.wq.weight.extra",
+        "model.layers.0.attention.wq.weight", "", "layers.0"}) {
+    try {
+      ShardKindOf(unknown);
+      ADD_FAILURE() << "planned: " << unknown;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("\"") + unknown + "\""), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(TransformerModelTest, InitDependsOnlyOnSeed) {
