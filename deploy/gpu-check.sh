@@ -7,6 +7,11 @@
 #   b. CUDA/NCCL: the same 20 steps on one rank with resources.device=cuda against the
 #      CPU rank, per-step loss within 1e-4 relative (the real gap is printed either way;
 #      TF32 is off), and the initial weights written by both (--save-init) identical;
+#   b1. the SDPA kernel LibTorch picks on this GPU for the engine's two attention calls
+#      (fp32 with K/V repeated, bf16 with enable_gqa): FAIL if either is the math path;
+#   b2. CUDA bf16: the same 20 steps in training.mixed_precision=bf16 (attention through
+#      LibTorch's flash or memory-efficient SDPA in bf16) against the fp32 CPU rank, per-step
+#      loss within 2e-2 relative;
 #   c. trainyard-bench --preset debug --set resources.device=cuda --steps 20 --warmup 5:
 #      tokens/s, step time, MFU and the GPU's fp32 GEMM peak.
 # NCCL refuses two ranks of one communicator on the same GPU, so on a one-GPU machine
@@ -197,6 +202,39 @@ if run cuda_1 --set resources.device=cuda --save-init "$RUNS/init_cuda.safetenso
   fi
 else
   fail "CUDA 1 rank did not run (see above)"
+fi
+
+echo
+echo "== b1. the SDPA kernel LibTorch picks for the engine's attention calls on this GPU"
+# The engine's calls (worker/engine/model/layers/attention_layer.cc, CausalSdpa): fp32
+# with K and V repeated per query head, bf16 with enable_gqa. Math (0) would keep every
+# head's score matrix: a FAIL, as is an error.
+SDPA_LINE=$(python3 - <<'PY' 2>&1
+import torch
+names = {0: "math", 1: "flash", 2: "memory-efficient", 3: "cudnn"}
+b, h, g, t, d = 2, 8, 4, 1024, 64
+def choice(dtype, gqa):
+    q = torch.randn(b, h, t, d, device="cuda", dtype=dtype)
+    k = torch.randn(b, g if gqa else h, t, d, device="cuda", dtype=dtype)
+    return int(torch._fused_sdp_choice(q, k, k, None, 0.0, True, enable_gqa=gqa))
+fp32, bf16 = choice(torch.float32, False), choice(torch.bfloat16, True)
+raw = choice(torch.float32, True)
+ok = fp32 != 0 and bf16 != 0
+print(("PASS" if ok else "FAIL") + f"  SDPA kernels: fp32 repeated K/V {names.get(fp32, fp32)}, bf16 enable_gqa "
+      f"{names.get(bf16, bf16)} (fp32 enable_gqa without the repeat would be {names.get(raw, raw)})")
+PY
+)
+echo "$SDPA_LINE"
+if [[ "$SDPA_LINE" == PASS* ]]; then RESULTS+=("$SDPA_LINE"); else fail "SDPA kernel choice: $SDPA_LINE"; fi
+
+echo
+echo "== b2. CUDA bf16: attention through scaled_dot_product_attention (flash/memory-efficient) in bf16"
+if run cuda_1_bf16 --set resources.device=cuda --set training.mixed_precision=bf16; then
+  # The bf16 bound of the CPU tests (bf16 against fp32, whole model): 2e-2 relative.
+  record "CUDA bf16 1 rank vs CPU fp32 1 rank (tiny, 20 steps, SDPA in bf16)" "$RUNS/cpu_1.jsonl" \
+    "$RUNS/cuda_1_bf16.jsonl" 2e-2
+else
+  fail "CUDA bf16 1 rank did not run (see above)"
 fi
 
 echo

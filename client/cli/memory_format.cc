@@ -1,9 +1,8 @@
 #include "client/cli/memory_format.h"
 
 #include <cstdio>
-#include <vector>
-
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "common/spec/memory_estimate.h"
 #include "common/spec_proto.h"
@@ -59,13 +58,16 @@ std::string FormatMemoryEstimate(const spec::JobSpec& spec) {
                              : (e.fused_cpu ? "none (the fused CPU kernels read the weights in place)"
                                             : "the concatenated q|k|v weight of each layer")},
       {"activations", std::string("saved for backward and that moment's buffers (") +
-                          (e.fused_cpu ? "fused fp32 CPU kernels" : bf16 ? "bf16" : "composite fp32 ops") + ")"},
+                          (e.fused_cpu ? "fused fp32 CPU kernels"
+                           : bf16      ? "bf16"
+                                       : "composite fp32 ops") +
+                          ")"},
       {"communication", "gradient buckets " + spec::FormatBytes(e.bucket_bytes) + ", EP all-to-all rows " +
                             spec::FormatBytes(p.communication - e.bucket_bytes)},
-      {"other", std::string("RoPE tables, attention masks, the batch") +
+      {"other", std::string("RoPE tables, the batch") +
                     (e.peak_at.find("probe") != std::string::npos ? ", the GEMM peak probe's operands" : "")},
   };
-  const double values[] = {p.parameters, p.gradients,     p.optimizer, p.compute_weights,
+  const double values[] = {p.parameters,  p.gradients,     p.optimizer, p.compute_weights,
                            p.activations, p.communication, p.other};
   for (size_t i = 0; i < rows.size(); ++i) {
     char line[64];
@@ -85,25 +87,25 @@ std::string MemoryEstimateJsonLine(const spec::JobSpec& spec) {
   const spec::MemoryEstimate e = spec::EstimateRankMemory(spec);
   const spec::MemoryBreakdown& p = e.peak;
   const nlohmann::json estimate = {{"total_bytes", e.total_bytes()},
-          {"peak_at", e.peak_at},
-          {"layout", spec::DescribeLayout(spec)},
-          {"total_params", e.total_params},
-          {"rank_params", e.rank_params},
-          {"parameters", p.parameters},
-          {"gradients", p.gradients},
-          {"all_gradients", e.all_gradients},
-          {"optimizer", p.optimizer},
-          {"compute_weights", p.compute_weights},
-          {"activations", p.activations},
-          {"communication", p.communication},
-          {"gradient_buckets", e.bucket_bytes},
-          {"other", p.other},
-          {"fused_cpu_kernels", e.fused_cpu},
-          {"dp_shard", e.shard_degree},
-          {"expert_shard", e.expert_shard_degree},
-          {"shard_params", e.shard_params},
-          {"gathered_parameters", e.gathered_bytes},
-          {"state_bytes", e.state_bytes}};
+                                   {"peak_at", e.peak_at},
+                                   {"layout", spec::DescribeLayout(spec)},
+                                   {"total_params", e.total_params},
+                                   {"rank_params", e.rank_params},
+                                   {"parameters", p.parameters},
+                                   {"gradients", p.gradients},
+                                   {"all_gradients", e.all_gradients},
+                                   {"optimizer", p.optimizer},
+                                   {"compute_weights", p.compute_weights},
+                                   {"activations", p.activations},
+                                   {"communication", p.communication},
+                                   {"gradient_buckets", e.bucket_bytes},
+                                   {"other", p.other},
+                                   {"fused_cpu_kernels", e.fused_cpu},
+                                   {"dp_shard", e.shard_degree},
+                                   {"expert_shard", e.expert_shard_degree},
+                                   {"shard_params", e.shard_params},
+                                   {"gathered_parameters", e.gathered_bytes},
+                                   {"state_bytes", e.state_bytes}};
   return nlohmann::json{{"memory_estimate", estimate}}.dump();
 }
 
@@ -143,7 +145,8 @@ FleetFit FitFleet(const spec::JobSpec& spec, const std::vector<v1::WorkerInfo>& 
     fit.text = head + "; " + where + ": it fits\n";
   } else {
     fit.text = head + ", more than " + where + ";\n            " +
-               spec::DescribeSuggestion(spec, spec::SuggestLayout(spec, limit)) + ": submit would be refused as it is\n";
+               spec::DescribeSuggestion(spec, spec::SuggestLayout(spec, limit)) +
+               ": submit would be refused as it is\n";
   }
   return fit;
 }

@@ -13,7 +13,7 @@
 namespace trainyard::cli {
 
 // The estimate as text, a headline then one line a part, 12-column labels as `explain`:
-//   memory:     408 MiB per rank at its peak, the loss's backward (estimate, docs/memory.md)
+//   memory:     407 MiB per rank at its peak, the loss's backward (estimate, docs/memory.md)
 //               dp=1 dp_shard=1 tp=1 ep=1 activation_checkpoint.mode=none training.mixed_precision=fp32
 //     parameters     29.5 MiB  fp32 master weights, 7.74M of 7.74M parameters
 //     gradients         0 B    fp32, of 29.5 MiB (those that exist at the peak)
@@ -42,7 +42,7 @@ std::string MemoryEstimateJsonLine(const spec::JobSpec& spec);
 // reported the figure. One line, 12-column label, e.g.
 //   fleet:      the full model needs 232 GiB a rank, more than the largest worker has (w1: 23 GiB);
 //               no layout of dp·tp=1 ranks fits (the smallest, ..., needs 61 GiB): submit would be refused
-//   fleet:      the full model needs 408 MiB a rank; the largest worker has 23 GiB (w1): it fits
+//   fleet:      the full model needs 407 MiB a rank; the largest worker has 23 GiB (w1): it fits
 struct FleetFit {
   bool known = false;
   bool fits = false;

@@ -23,9 +23,9 @@ C CountAs(const ModelSpec& m) {
   c.expert = 3 * d * N(m.expert_hidden);
   c.router = d * N(m.n_routed_experts);
   c.shared = c.expert * N(m.n_shared_experts);
-  c.total = c.embedding + c.output + c.final_norm +
-            N(m.n_dense_layers) * (c.attention + c.layer_norms + c.dense_ffn) +
-            N(m.n_moe_layers()) * (c.attention + c.layer_norms + c.router + c.shared + c.expert * N(m.n_routed_experts));
+  c.total =
+      c.embedding + c.output + c.final_norm + N(m.n_dense_layers) * (c.attention + c.layer_norms + c.dense_ffn) +
+      N(m.n_moe_layers()) * (c.attention + c.layer_norms + c.router + c.shared + c.expert * N(m.n_routed_experts));
   return c;
 }
 
@@ -45,12 +45,6 @@ double ProbElements(double t) {
   return kQueryBlock * kQueryBlock * full * (full + 1) / 2 + rest * t;
 }
 
-// The largest query block's probabilities (one head, one sequence).
-double LargestBlock(double t) {
-  const double full = std::floor(t / kQueryBlock), rest = t - full * kQueryBlock;
-  return std::max(kQueryBlock * kQueryBlock * full, rest * t);
-}
-
 // One half of a layer (attention, or FFN/MoE) as its backward sees it, in bytes.
 struct Half {
   double act = 0;          // saved for backward, nothing recomputed
@@ -58,8 +52,8 @@ struct Half {
   double copies = 0;       // compute weights
   double attn_copies = 0;  // of which the attention's (selective drops them)
   double grads = 0;
-  double transient = 0;    // its backward's buffers
-  double comm = 0;         // EP all-to-all rows
+  double transient = 0;  // its backward's buffers
+  double comm = 0;       // EP all-to-all rows
   // A MoE half's backward runs its shared experts first: what that step adds, and what
   // of the half it frees (activations, copies) or produces (gradients) for the rest.
   double first_act = 0, first_copies = 0, first_grads = 0, first_transient = 0;
@@ -70,6 +64,7 @@ struct Shapes {
   double d, hd, hl, kl, fl, fs, fe, e, e_local, k, v, b, t, n, ns, r;
   double a;  // bytes of an activation element: 4 (fp32) or 2 (bf16)
   bool fused, bf16, ep_split;
+  bool expand_kv;  // attention repeats K and V per query head (worker: SdpaExpandsKv)
 };
 
 // What one RMSNorm over n rows saves, its output aside: the fused kernel its input and
@@ -84,11 +79,18 @@ double NormSaved(const Shapes& s, double n) {
 
 Half AttentionHalf(const Shapes& s, double params) {
   Half h;
-  const double probs = s.b * s.hl * ProbElements(s.t);
   if (s.fused) {  // qkv, RoPE'd q and k, probabilities, output by group, output by head
-    h.internal = s.n * (4 * s.hl + 3 * s.kl) * s.hd * kF32 + probs * kF32;
-  } else {  // q, k, v regrouped, probabilities (bf16: and their fp32 softmax), output
-    h.internal = s.n * 2 * (s.hl + s.kl) * s.hd * s.a + probs * (s.a + (s.bf16 ? kF32 : 0));
+    h.internal = s.n * (4 * s.hl + 3 * s.kl) * s.hd * kF32 + s.b * s.hl * ProbElements(s.t) * kF32;
+  } else if (s.expand_kv) {
+    // fp32 GQA on CUDA: K and V repeated to every query head for the memory-efficient
+    // kernel. Kept: q and k after RoPE, the repeated K and V, the output, the fp32
+    // log-sum-exp (the q|k|v projection itself is freed).
+    h.internal = s.n * (4 * s.hl + s.kl) * s.hd * s.a + s.n * s.hl * kF32;
+  } else {
+    // scaled_dot_product_attention (flash or memory-efficient: no score matrix) keeps
+    // q and k after RoPE, v (a view that keeps the whole q|k|v projection), its output
+    // and one fp32 log-sum-exp per query row and head.
+    h.internal = s.n * (3 * s.hl + 3 * s.kl) * s.hd * s.a + s.n * s.hl * kF32;
   }
   h.act = NormSaved(s, s.n) + s.n * s.d * s.a + h.internal;
   if (s.bf16) {
@@ -98,9 +100,9 @@ Half AttentionHalf(const Shapes& s, double params) {
     h.attn_copies = h.copies = kF32 * s.d * (s.hl + 2 * s.kl) * s.hd;  // the q|k|v concatenation
   }
   h.grads = kF32 * (params + s.d);
-  const double grads = s.fused ? s.n * (4 * s.hl + 3 * s.kl) * s.hd * kF32
-                               : s.n * (3 * s.hl + 4 * s.kl) * s.hd * s.a +
-                                     s.b * s.hl * LargestBlock(s.t) * (2 * kF32 + (s.bf16 ? 2 : 0));
+  // Backward buffers: the fused kernel's per-group gradients; SDPA's q, k, v gradients,
+  // the output's and the projection's.
+  const double grads = s.fused ? s.n * (4 * s.hl + 3 * s.kl) * s.hd * kF32 : s.n * (3 * s.hl + 4 * s.kl) * s.hd * s.a;
   h.transient = 2 * s.n * s.d * s.a + grads;
   return h;
 }
@@ -132,8 +134,8 @@ Half MoeHalf(const Shapes& s, double params, double shared_params) {
   h.first_transient = 2 * s.n * s.d * s.a + s.n * 3 * s.fs * s.a;
   // The fused kernel runs every local expert's backward at once; the composite form one
   // expert's rows at a time, after the combine's gradient rows.
-  const double rows = s.fused ? s.r * (2 * s.d + 3 * s.fe)
-                              : 2 * s.r * s.d + s.r / std::max(1.0, s.e_local) * (s.d + 3 * s.fe);
+  const double rows =
+      s.fused ? s.r * (2 * s.d + 3 * s.fe) : 2 * s.r * s.d + s.r / std::max(1.0, s.e_local) * (s.d + 3 * s.fe);
   h.transient = 2 * s.n * s.d * s.a + rows * s.a;
   if (s.ep_split) h.comm = 2 * s.r * s.d * s.a;  // rows sent and received
   return h;
@@ -184,6 +186,7 @@ MemoryEstimate EstimateRankMemory(const JobSpec& spec) {
   s.hd = m.head_dim();
   s.hl = m.n_heads / tp;
   s.kl = m.n_kv_heads / tp;
+  s.expand_kv = !s.fused && !s.bf16 && s.hl != s.kl;
   s.fl = m.ffn_hidden / tp;
   s.fe = m.expert_hidden;
   s.fs = static_cast<double>(m.expert_hidden) * m.n_shared_experts / tp;
@@ -207,8 +210,7 @@ MemoryEstimate EstimateRankMemory(const JobSpec& spec) {
   e.total_params = c.total;
   // Embedding, head, norms and router whole; attention, dense FFN and shared experts
   // split by TP; n_routed_experts / ep routed experts a rank.
-  e.rank_params = c.embedding + head_params +
-                  n_dense * (attn_params + dense_params + c.layer_norms) +
+  e.rank_params = c.embedding + head_params + n_dense * (attn_params + dense_params + c.layer_norms) +
                   (n_layers - n_dense) * (attn_params + moe_params + c.layer_norms);
   // FSDP: the routed experts over dp_shard·tp/ep ranks when ep divides dp_shard·tp (else
   // unsharded), every other parameter over dp_shard; a sharded parameter is gathered
@@ -257,8 +259,7 @@ MemoryEstimate EstimateRankMemory(const JobSpec& spec) {
   // Sharded, a bucket exists from its launch in backward to the end of the reduction
   // (phase's `launched`); replicated, every bucket from start-up.
   base.communication = sharded ? 0 : e.bucket_bytes;
-  const double rep = m.n_kv_heads > 0 ? std::floor(static_cast<double>(m.n_heads) / m.n_kv_heads) : 1;
-  base.other = 3 * s.t * s.hd * kF32 + n_layers * rep * ProbElements(s.t) * s.a + 8 * s.b * (s.t + 1);
+  base.other = 3 * s.t * s.hd * kF32 + 8 * s.b * (s.t + 1);
 
   // What layers 0..i-1 keep (dense layers come first).
   auto prefix = [&](int i, auto kept) {
@@ -323,8 +324,8 @@ MemoryEstimate EstimateRankMemory(const JobSpec& spec) {
   const Phase* peak = &peak_phase;
   e.peak = peak->b;
   e.bucket_bytes = peak->buckets;
-  e.peak_at = peak->layer < 0 ? peak->what
-                              : "the backward of layer " + std::to_string(peak->layer) + "'s " + peak->what;
+  e.peak_at =
+      peak->layer < 0 ? peak->what : "the backward of layer " + std::to_string(peak->layer) + "'s " + peak->what;
   e.activation_bytes = e.peak.activations;
   return e;
 }
@@ -345,8 +346,8 @@ double PersistentStateBytes(const JobSpec& spec) { return EstimateRankMemory(spe
 
 std::string DescribeLayout(const JobSpec& s) {
   return "dp=" + std::to_string(s.parallelism.dp) + " dp_shard=" + std::to_string(s.parallelism.dp_shard) +
-         " tp=" + std::to_string(s.parallelism.tp) +
-         " ep=" + std::to_string(s.parallelism.ep) + " activation_checkpoint.mode=" + s.activation_checkpoint.mode +
+         " tp=" + std::to_string(s.parallelism.tp) + " ep=" + std::to_string(s.parallelism.ep) +
+         " activation_checkpoint.mode=" + s.activation_checkpoint.mode +
          " training.mixed_precision=" + s.training.mixed_precision;
 }
 

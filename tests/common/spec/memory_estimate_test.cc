@@ -22,10 +22,12 @@ using ::testing::HasSubstr;
 // V=1024, d=64, 2 layers (1 dense, 1 MoE), 4 heads and 2 KV heads of 16, ffn 128,
 // 4 experts top-2 of hidden 32 plus 1 shared; 8 sequences of 512: N = 4096 tokens.
 JobSpec Small(std::vector<std::string> sets = {}) {
-  std::vector<std::string> all = {"model.vocab_size=1024", "model.dim=64",       "model.n_layers=2",
-                                  "model.n_dense_layers=1", "model.n_heads=4",     "model.n_kv_heads=2",
-                                  "model.ffn_hidden=128",  "model.n_routed_experts=4", "model.top_k=2",
-                                  "model.n_shared_experts=1", "model.expert_hidden=32", "training.batch_size=8",
+  std::vector<std::string> all = {"model.vocab_size=1024",  "model.dim=64",
+                                  "model.n_layers=2",       "model.n_dense_layers=1",
+                                  "model.n_heads=4",        "model.n_kv_heads=2",
+                                  "model.ffn_hidden=128",   "model.n_routed_experts=4",
+                                  "model.top_k=2",          "model.n_shared_experts=1",
+                                  "model.expert_hidden=32", "training.batch_size=8",
                                   "training.seq_len=512"};
   all.insert(all.end(), sets.begin(), sets.end());
   Result<JobSpec> s = FromPreset("tiny", all);
@@ -57,14 +59,13 @@ TEST(MemoryEstimateTest, CountsEveryParameterOnce) {
 }
 
 // Step state of any fp32 CPU layout of Small: weights, AdamW's moments and the
-// gradient buckets (a flat copy of every gradient); RoPE tables (3 of 512·16 fp32),
-// each layer's cached causal masks (2 query heads a KV head × 147456, activation dtype),
+// gradient buckets (a flat copy of every gradient); RoPE tables (3 of 512·16 fp32) and
 // the batch (8 × 513 int64).
-void ExpectState(const MemoryEstimate& e, double mask_bytes) {
+void ExpectState(const MemoryEstimate& e) {
   EXPECT_EQ(e.peak.parameters, 4 * kParams);
   EXPECT_EQ(e.peak.optimizer, 8 * kParams);
   EXPECT_EQ(e.peak.communication, 4 * kParams);
-  EXPECT_EQ(e.peak.other, 3 * 512 * 16 * kF + 2 * 2 * 147456 * mask_bytes + 8 * 8 * 513.0);
+  EXPECT_EQ(e.peak.other, 3 * 512 * 16 * kF + 8 * 8 * 513.0);
 }
 
 // Router bytes a routed token: fp32 scores (4 experts), top-2 ids (int64), gates, their
@@ -90,13 +91,13 @@ TEST(MemoryEstimateTest, Fp32OnTheFusedCpuKernelsEachCheckpointMode) {
   const MemoryEstimate none = EstimateRankMemory(Small());
   EXPECT_TRUE(none.fused_cpu);
   EXPECT_EQ(none.peak_at, "the loss's backward");
-  ExpectState(none, kF);
+  ExpectState(none);
   EXPECT_EQ(none.peak.gradients, 0) << "dropped before the step, none yet at the loss";
   EXPECT_EQ(none.peak.compute_weights, 0);
   EXPECT_EQ(none.peak.activations, 2 * attn + dense + moe + loss);
   EXPECT_EQ(none.peak.activations, 129400832);
   EXPECT_EQ(none.activation_bytes, none.peak.activations);
-  EXPECT_EQ(none.total_bytes(), 16 * kParams + 129400832 + 2490432);
+  EXPECT_EQ(none.total_bytes(), 16 * kParams + 129400832 + 131136);
 
   const MemoryEstimate selective = EstimateRankMemory(Small({"activation_checkpoint.mode=\"selective\""}));
   EXPECT_EQ(selective.peak_at, "the loss's backward");
@@ -106,16 +107,17 @@ TEST(MemoryEstimateTest, Fp32OnTheFusedCpuKernelsEachCheckpointMode) {
   const MemoryEstimate full = EstimateRankMemory(Small({"activation_checkpoint.mode=\"full\""}));
   EXPECT_EQ(full.peak_at, "the loss's backward");
   EXPECT_EQ(full.peak.activations, 2 * N * d * kF + loss);
-  ExpectState(full, kF);
+  ExpectState(full);
 }
 
 TEST(MemoryEstimateTest, Bf16EachCheckpointMode) {
   // A bf16 norm keeps its input in fp32 and its square (fp32), 1/rms, and the
   // normalized rows in bf16; its output (bf16) is kept by the next projection.
   const double norm = N * d * kF * 2 + N * kF + N * d * kB + N * d * kB;
-  // Attention: q [N,64], k and v [N,32] in bf16, the probabilities in bf16 and their
-  // fp32 softmax, the output [N,64].
-  const double attn_internal = (N * 64 + N * 32 + N * 32 + N * 64) * kB + kProbs * (kB + kF);
+  // Attention (scaled_dot_product_attention, no probabilities kept): the q|k|v
+  // projection [N,128] (v is a view of it), RoPE'd q [N,64] and k [N,32], the output
+  // [N,64] in bf16, and the fp32 log-sum-exp of 4 heads a token.
+  const double attn_internal = (N * 128 + N * 64 + N * 32 + N * 64) * kB + N * 4 * kF;
   const double attn = norm + attn_internal;
   // Dense: w1 and w3 outputs, silu, product [N,128] bf16.
   const double dense = norm + 4 * N * 128 * kB;
@@ -128,9 +130,9 @@ TEST(MemoryEstimateTest, Bf16EachCheckpointMode) {
   const MemoryEstimate none = EstimateRankMemory(Small({bf16}));
   EXPECT_FALSE(none.fused_cpu);
   EXPECT_EQ(none.peak_at, "the loss's backward");
-  ExpectState(none, kB);
+  ExpectState(none);
   EXPECT_EQ(none.peak.activations, 2 * attn + dense + moe + loss);
-  EXPECT_EQ(none.peak.activations, 136740864);
+  EXPECT_EQ(none.peak.activations, 81821696);
   // Every weight but the token embedding has a bf16 copy.
   EXPECT_EQ(none.peak.compute_weights, (kParams - 65536) * kB);
 
@@ -146,12 +148,13 @@ TEST(MemoryEstimateTest, Bf16EachCheckpointMode) {
 
 TEST(MemoryEstimateTest, Fp32WithCompositeOpsOnCuda) {
   // 64 sequences (N = 32768), so the step, not the 336 MiB GEMM probe, is the peak.
-  const MemoryEstimate e =
-      EstimateRankMemory(Small({"resources.device=\"cuda\"", "training.batch_size=64"}));
-  const double n = 8 * N, r = 8 * R, probs = 8 * kProbs;
+  const MemoryEstimate e = EstimateRankMemory(Small({"resources.device=\"cuda\"", "training.batch_size=64"}));
+  const double n = 8 * N, r = 8 * R;
   // The composite norm keeps x, x², 1/rms and x/rms; its output is the next op's.
   const double norm = (3 * n * d + n + n * d) * kF;
-  const double attn = norm + (n * 64 + n * 32 + n * 32 + probs + n * 64) * kF;
+  // SDPA with K and V repeated to the 4 query heads (fp32 GQA on CUDA): RoPE'd q [n,64]
+  // and k [n,32], the repeated K and V [n,64] each, the output [n,64], log-sum-exp.
+  const double attn = norm + (n * 64 + n * 32 + n * 64 + n * 64 + n * 64 + n * 4) * kF;
   const double dense = norm + 4 * n * 128 * kF;
   const double moe = norm + 8 * kRouter + (3 * r * 64 + 4 * r * 32) * kF + 4 * n * 32 * kF;
   const double loss = norm + n * V * kF + 2 * n * V * kF;
@@ -210,13 +213,13 @@ TEST(MemoryEstimateTest, DpShardHalvesThePersistentStateAndAddsTheGatheredCopy) 
   EXPECT_EQ(sharded.peak.gradients, 0);
   EXPECT_EQ(sharded.peak.communication, 0);
   EXPECT_EQ(sharded.peak.activations, 129400832);
-  EXPECT_EQ(sharded.total_bytes(), 1269120 + 846080 + 129400832 + 2490432);
+  EXPECT_EQ(sharded.total_bytes(), 1269120 + 846080 + 129400832 + 131136);
   EXPECT_EQ(DescribeLayout(Small({"parallelism.dp=2", "parallelism.dp_shard=2"})),
             "dp=2 dp_shard=2 tp=1 ep=1 activation_checkpoint.mode=none training.mixed_precision=fp32");
   // 1269120 B = 1.21 MiB, 846080 B = 826 KiB.
   EXPECT_THAT(DescribeBreakdown(sharded),
               ::testing::StartsWith("parameters 1.21 MiB (826 KiB of them gathered for the step), gradients 0 B, "
-                                    "optimizer 826 KiB, activations 123 MiB, other 2.38 MiB"));
+                                    "optimizer 826 KiB, activations 123 MiB, other 128 KiB"));
 
   // bf16 weight copies are cast from the gathered weights: all but the embedding, as
   // replicated; accumulated gradients are the full ones.
@@ -259,9 +262,8 @@ TEST(MemoryEstimateTest, DpShardEndOfBackwardAndBetweenSteps) {
   EXPECT_EQ(probe.peak.gradients, 423040);
   EXPECT_EQ(probe.peak.optimizer, 846080);
   EXPECT_EQ(probe.peak.communication, 0);
-  // RoPE 3 · 8 · 16 fp32, masks 2 layers × 2 query heads a KV head × 8 · 8 fp32, the
-  // batch 8 · 1 · 9, the probe 3 · 1024 · 1024 fp32.
-  EXPECT_EQ(probe.peak.other, 3 * 8 * 16 * kF + 2 * 2 * 64 * kF + 8 * 9 + 3 * 1024 * 1024 * kF);
+  // RoPE 3 · 8 · 16 fp32, the batch 8 · 1 · 9, the probe 3 · 1024 · 1024 fp32.
+  EXPECT_EQ(probe.peak.other, 3 * 8 * 16 * kF + 8 * 9 + 3 * 1024 * 1024 * kF);
   EXPECT_THAT(DescribeBreakdown(probe), ::testing::StartsWith("parameters 413 KiB, gradients 413 KiB, "))
       << "no gathered copy between steps";
 }
@@ -335,7 +337,7 @@ TEST(MemoryEstimateTest, FormatsBytesLayoutAndBreakdown) {
   const std::string text = DescribeBreakdown(EstimateRankMemory(Small()));
   EXPECT_EQ(text,
             "parameters 826 KiB, gradients 0 B, optimizer 1.61 MiB, activations 123 MiB, communication 826 KiB, "
-            "other 2.38 MiB");
+            "other 128 KiB");
 }
 
 }  // namespace

@@ -23,9 +23,9 @@ TransformerBlockImpl::TransformerBlockImpl(const ModelConfig& c, bool use_moe, P
   if (!block_regions) return;
   const int64_t hd = c.head_dim(), qb = AttentionImpl::kQueryBlock;
   if (use_moe) {
-    block_region_ = regions.Make(regions::MoeBlockEntryKey(c, qb),
-                                 regions::MoeBlockEntry(c.norm_eps, c.n_heads, c.n_kv_heads, hd, qb, moe->router_fn()),
-                                 layer);
+    block_region_ =
+        regions.Make(regions::MoeBlockEntryKey(c, qb),
+                     regions::MoeBlockEntry(c.norm_eps, c.n_heads, c.n_kv_heads, hd, qb, moe->router_fn()), layer);
     const bool shared = !moe->shared_experts.is_empty();
     exit_region_ = regions.Make(regions::MoeBlockExitKey(c), regions::MoeBlockExit(shared), layer);
   } else {
@@ -40,7 +40,7 @@ BlockOutput TransformerBlockImpl::forward(const torch::Tensor& x, const RotaryEm
     const auto& constants = attention->Constants(x.size(1), rope, x.options());
     in.insert(in.end(), constants.begin(), constants.end());
     std::vector<torch::Tensor> p{attention_norm->weight, attention->wq->weight, attention->wk->weight,
-                                 attention->wv->weight, attention->wo->weight, ffn_norm->weight};
+                                 attention->wv->weight,  attention->wo->weight, ffn_norm->weight};
     if (!moe) {
       p.insert(p.end(), {feed_forward->w1->weight, feed_forward->w2->weight, feed_forward->w3->weight});
       return {block_region_(in, p)[0], torch::Tensor()};
@@ -59,9 +59,11 @@ BlockOutput TransformerBlockImpl::forward(const torch::Tensor& x, const RotaryEm
   auto normed = attention_norm(x);
   torch::Tensor attn;
   if (selective_checkpoint_ && torch::GradMode::is_enabled()) {
-    attn = compile::Checkpointed([this, &rope](const std::vector<torch::Tensor>& in) -> std::vector<torch::Tensor> {
-             return {attention(in[0], rope)};
-           }, {normed})[0];
+    attn = compile::Checkpointed(
+        [this, &rope](const std::vector<torch::Tensor>& in) -> std::vector<torch::Tensor> {
+          return {attention(in[0], rope)};
+        },
+        {normed})[0];
   } else {
     attn = attention(normed, rope);
   }
@@ -82,8 +84,12 @@ using torch::Tensor;
 namespace {
 
 std::vector<RegionKey::Field> AttentionFields(const ModelConfig& c, int64_t query_block) {
-  return {{"dim", c.dim},           {"n_heads", c.n_heads},         {"n_kv_heads", c.n_kv_heads},
-          {"head_dim", c.head_dim()}, {"query_block", query_block}, {"eps", c.norm_eps}};
+  return {{"dim", c.dim},
+          {"n_heads", c.n_heads},
+          {"n_kv_heads", c.n_kv_heads},
+          {"head_dim", c.head_dim()},
+          {"query_block", query_block},
+          {"eps", c.norm_eps}};
 }
 
 }  // namespace
@@ -96,23 +102,26 @@ RegionKey DenseBlockKey(const ModelConfig& c, int64_t query_block) {
 
 RegionKey MoeBlockEntryKey(const ModelConfig& c, int64_t query_block) {
   auto f = AttentionFields(c, query_block);
-  f.insert(f.end(), {{"n_experts", c.n_routed_experts}, {"top_k", c.top_k}, {"score_func", c.score_func},
-                     {"route_norm", c.route_norm}, {"route_scale", c.route_scale}});
+  f.insert(f.end(), {{"n_experts", c.n_routed_experts},
+                     {"top_k", c.top_k},
+                     {"score_func", c.score_func},
+                     {"route_norm", c.route_norm},
+                     {"route_scale", c.route_scale}});
   return RegionKey("moe_block_entry", f);
 }
 
 RegionKey MoeBlockExitKey(const ModelConfig& c) {
-  return RegionKey("moe_block_exit", {{"dim", c.dim}, {"top_k", c.top_k},
-                                      {"shared_hidden", int64_t{c.expert_hidden} * c.n_shared_experts}});
+  return RegionKey(
+      "moe_block_exit",
+      {{"dim", c.dim}, {"top_k", c.top_k}, {"shared_hidden", int64_t{c.expert_hidden} * c.n_shared_experts}});
 }
 
 namespace {
 
 // The attention half of a block: x → (h = x + attn(norm(x)), norm2(h)). inputs: x, cos,
-// sin, masks...; params from `p[first]`: attention_norm, wq, wk, wv, wo, ffn_norm.
-std::pair<Tensor, Tensor> AttentionHalf(const RegionFn& norm, const RegionFn& attention,
-                                        const std::vector<Tensor>& in, size_t n_attention_inputs,
-                                        const std::vector<Tensor>& p) {
+// sin; params from `p[first]`: attention_norm, wq, wk, wv, wo, ffn_norm.
+std::pair<Tensor, Tensor> AttentionHalf(const RegionFn& norm, const RegionFn& attention, const std::vector<Tensor>& in,
+                                        size_t n_attention_inputs, const std::vector<Tensor>& p) {
   std::vector<Tensor> attn_in(in.begin(), in.begin() + n_attention_inputs);
   attn_in[0] = norm({in[0]}, {p[0]})[0];
   auto h = in[0] + attention(attn_in, {p[1], p[2], p[3], p[4]})[0];

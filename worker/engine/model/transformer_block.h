@@ -28,9 +28,8 @@ class TransformerBlockImpl : public torch::nn::Module {
   // `layer` names the block's regions in compile events; `selective_checkpoint`
   // recomputes the attention in backward instead of keeping its activations.
   TransformerBlockImpl(const ModelConfig& config, bool use_moe, ParallelContext ctx = {},
-                       RegionFactory& regions = EagerRegionFactory(), int layer = -1,
-                       bool selective_checkpoint = false, bool plant_side_effect = false,
-                       bool block_regions = false);
+                       RegionFactory& regions = EagerRegionFactory(), int layer = -1, bool selective_checkpoint = false,
+                       bool plant_side_effect = false, bool block_regions = false);
   BlockOutput forward(const torch::Tensor& x, const RotaryEmbedding& rope);
 
   bool is_moe() const { return !moe.is_empty(); }
@@ -52,9 +51,9 @@ TORCH_MODULE(TransformerBlock);
 namespace regions {
 
 // regions = "model": one region per stretch of a block between graph breaks (tp = 1).
-//   dense_block      x, cos, sin, masks... → x + attn + ffn, the whole block
+//   dense_block      x, cos, sin → x + attn + ffn, the whole block
 //                    params: attention_norm, wq, wk, wv, wo, ffn_norm, w1, w2, w3
-//   moe_block_entry  x, cos, sin, masks..., expert_bias → h (after attention), normed h,
+//   moe_block_entry  x, cos, sin, expert_bias → h (after attention), normed h,
 //                    then the router's four outputs
 //                    params: attention_norm, wq, wk, wv, wo, ffn_norm, gate
 //   moe_block_exit   h, expert rows (back from the experts), gates, token ids, normed h
@@ -64,8 +63,8 @@ compile::RegionKey DenseBlockKey(const ModelConfig& c, int64_t query_block);
 compile::RegionKey MoeBlockEntryKey(const ModelConfig& c, int64_t query_block);
 compile::RegionKey MoeBlockExitKey(const ModelConfig& c);
 compile::RegionFn DenseBlock(double eps, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t query_block);
-compile::RegionFn MoeBlockEntry(double eps, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
-                                int64_t query_block, compile::RegionFn router);
+compile::RegionFn MoeBlockEntry(double eps, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t query_block,
+                                compile::RegionFn router);
 compile::RegionFn MoeBlockExit(bool has_shared);
 
 }  // namespace regions

@@ -1,11 +1,15 @@
 // RMSNorm, RoPE and attention against references written a different way: explicit
-// loops, std::complex rotation, per-head softmax over the causal prefix.
-#include <cmath>
-#include <complex>
-
+// loops, std::complex rotation, per-head softmax over the causal prefix. Attention runs
+// both of its paths: the fused CPU kernel and LibTorch's scaled_dot_product_attention
+// (what bf16 and CUDA run), which must also agree with each other, gradients included.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
+#include <complex>
+#include <vector>
+
+#include "worker/engine/kernels/cpu/fused_cpu_kernels.h"
 #include "worker/engine/model/layers/attention_layer.h"
 #include "worker/engine/model/layers/rms_norm.h"
 #include "worker/engine/model/layers/rotary_embedding.h"
@@ -51,7 +55,17 @@ TEST(RotaryEmbeddingTest, MatchesComplexRotationOfConsecutivePairs) {
         }
 }
 
-TEST(AttentionTest, GqaCausalMatchesPerHeadLoops) {
+// Switches the fused attention for one scope (the SDPA path runs where it is off).
+class FusedAttention {
+ public:
+  explicit FusedAttention(bool on) { fused::SetAttentionEnabled(on); }
+  ~FusedAttention() { fused::SetAttentionEnabled(true); }
+};
+
+class AttentionPathTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(AttentionPathTest, GqaCausalMatchesPerHeadLoops) {
+  FusedAttention path(GetParam());
   const int64_t b = 2, t = 6, dim = 16, n_heads = 4, n_kv = 2, hd = dim / n_heads;
   torch::manual_seed(2);
   Attention attn(dim, n_heads, n_kv);
@@ -83,6 +97,81 @@ TEST(AttentionTest, GqaCausalMatchesPerHeadLoops) {
     }
   auto ref = torch::matmul(heads.view({b, t, dim}), attn->wo->weight.t());
   EXPECT_TRUE(torch::allclose(y, ref, 1e-4, 1e-5)) << (y - ref).abs().max();
+}
+
+INSTANTIATE_TEST_SUITE_P(FusedAndSdpa, AttentionPathTest, ::testing::Values(true, false),
+                         [](const auto& info) { return info.param ? "Fused" : "Sdpa"; });
+
+struct SdpaCase {
+  int64_t b, t, n_heads, n_kv, hd;
+};
+
+class SdpaAgainstFusedTest : public ::testing::TestWithParam<SdpaCase> {};
+
+// The region's output and the gradients of x and of all four weights, through a random
+// projection of the output, equal on both paths to fp32 rounding (1e-5 of their scale).
+TEST_P(SdpaAgainstFusedTest, OutputsAndGradientsAgree) {
+  const SdpaCase c = GetParam();
+  const int64_t dim = c.n_heads * c.hd;
+  torch::manual_seed(11);
+  RotaryEmbedding rope(c.hd, c.t, 10000.0);
+  const auto x0 = torch::randn({c.b, c.t, dim});
+  const auto proj = torch::randn({c.b, c.t, dim});
+  const std::vector<torch::Tensor> w0 = {
+      torch::randn({c.n_heads * c.hd, dim}) * 0.3, torch::randn({c.n_kv * c.hd, dim}) * 0.3,
+      torch::randn({c.n_kv * c.hd, dim}) * 0.3, torch::randn({dim, c.n_heads * c.hd}) * 0.3};
+  const auto fn = regions::Attention(c.n_heads, c.n_kv, c.hd, AttentionImpl::kQueryBlock);
+  auto run = [&](bool fused_on) {
+    FusedAttention path(fused_on);
+    auto x = x0.clone().requires_grad_(true);
+    std::vector<torch::Tensor> w;
+    for (const auto& p : w0) w.push_back(p.clone().requires_grad_(true));
+    auto out = fn({x, rope.CosTable(c.t), rope.SinTable(c.t)}, w)[0];
+    (out * proj).sum().backward();
+    std::vector<torch::Tensor> r{out.detach(), x.grad()};
+    for (const auto& p : w) r.push_back(p.grad());
+    return r;
+  };
+  ASSERT_TRUE(fused::Applies(x0)) << "the fused kernels must be available to compare against";
+  const auto fused_r = run(true), sdpa_r = run(false);
+  const char* names[] = {"output", "x.grad", "wq.grad", "wk.grad", "wv.grad", "wo.grad"};
+  for (size_t i = 0; i < fused_r.size(); ++i) {
+    const double scale = fused_r[i].abs().max().item<double>();
+    EXPECT_LT((sdpa_r[i] - fused_r[i]).abs().max().item<double>(), 1e-5 * scale) << names[i];
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, SdpaAgainstFusedTest,
+                         ::testing::Values(SdpaCase{2, 100, 4, 2, 8},  // partial last query block
+                                           SdpaCase{1, 64, 2, 2, 4},   // one block, no GQA
+                                           SdpaCase{2, 70, 6, 2, 8},   // 3 query heads per KV head
+                                           SdpaCase{1, 5, 4, 1, 2}));  // shorter than a block
+
+// CUDA fp32 repeats K and V per query head instead of enable_gqa (its kernels take no
+// fp32 GQA); the repeat must pair heads exactly as enable_gqa does, gradients included
+// (summed back over the repeats). Checked on CPU, where both forms run.
+TEST(CausalSdpaTest, RepeatedKvEqualsTheGqaPairing) {
+  for (int64_t rep : {2, 3}) {
+    torch::manual_seed(13);
+    const int64_t b = 2, kv = 2, h = kv * rep, t = 37, hd = 8;
+    const auto q0 = torch::randn({b, h, t, hd}), k0 = torch::randn({b, kv, t, hd}), v0 = torch::randn({b, kv, t, hd});
+    const auto proj = torch::randn({b, h, t, hd});
+    auto run = [&](bool expand) {
+      auto q = q0.clone().requires_grad_(true), k = k0.clone().requires_grad_(true),
+           v = v0.clone().requires_grad_(true);
+      auto out = regions::CausalSdpa(q, k, v, expand);
+      (out * proj).sum().backward();
+      return std::vector<torch::Tensor>{out.detach(), q.grad(), k.grad(), v.grad()};
+    };
+    const auto gqa = run(false), repeated = run(true);
+    const char* names[] = {"output", "q.grad", "k.grad", "v.grad"};
+    for (size_t i = 0; i < gqa.size(); ++i) {
+      const double scale = gqa[i].abs().max().item<double>();
+      EXPECT_LT((repeated[i] - gqa[i]).abs().max().item<double>(), 1e-6 * scale) << names[i] << " rep " << rep;
+    }
+  }
+  EXPECT_FALSE(regions::SdpaExpandsKv(torch::zeros({1}), 4, 2)) << "CPU keeps enable_gqa";
+  EXPECT_FALSE(regions::SdpaExpandsKv(torch::zeros({1}), 4, 4)) << "no GQA, nothing to repeat";
 }
 
 }  // namespace

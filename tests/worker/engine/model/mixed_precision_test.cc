@@ -2,12 +2,12 @@
 // worker/engine/model/regions/projection.h): fp32 weights and gradients, bf16 compute,
 // fp32 statistics. Each region is checked against its fp32 self and against the policy
 // written out here by hand, and a whole model's loss and gradients against fp32.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
 #include <cmath>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <torch/torch.h>
 
 #include "worker/engine/config/engine_config.h"
 #include "worker/engine/model/layers/attention_layer.h"
@@ -41,8 +41,11 @@ TEST(MixedPrecisionTest, RmsNormNormalizesInFp32AndScalesInBf16) {
   const auto normed = (xd / (xd.pow(2).mean(-1, true) + 1e-5).sqrt()).to(torch::kBFloat16);
   const auto want = (normed.to(torch::kFloat64) * w.to(torch::kBFloat16).to(torch::kFloat64)).to(torch::kBFloat16);
   // At most one bf16 rounding step apart (2^-8 relative) element by element.
-  EXPECT_LE(((got.to(torch::kFloat64) - want.to(torch::kFloat64)).abs() /
-             want.to(torch::kFloat64).abs().clamp_min(1e-3)).max().item<double>(), 1.0 / 128);
+  EXPECT_LE(
+      ((got.to(torch::kFloat64) - want.to(torch::kFloat64)).abs() / want.to(torch::kFloat64).abs().clamp_min(1e-3))
+          .max()
+          .item<double>(),
+      1.0 / 128);
   // And close to the fp32 norm of the same input.
   EXPECT_LT(RelL2(got, regions::Normalize(x.to(torch::kFloat), w, 1e-5)), 1e-2);
 }
@@ -54,15 +57,9 @@ TEST(MixedPrecisionTest, AttentionAndFfnComputeInBf16WithFp32WeightsAndGetFp32Gr
                                   Draw({kv * hd, dim}, 6, 0.2), Draw({dim, heads * hd}, 7, 0.2)};
   for (auto& p : w) p.requires_grad_(true);
   RotaryEmbedding rope(hd, t, 10000.0);
-  auto constants = [&](torch::ScalarType dtype) {
-    std::vector<torch::Tensor> in = {rope.CosTable(t), rope.SinTable(t)};
-    for (auto& m : regions::CausalBlockMasks(t, heads / kv, AttentionImpl::kQueryBlock, torch::kFloat)) {
-      in.push_back(m.to(dtype));
-    }
-    return in;
-  };
+  auto constants = [&] { return std::vector<torch::Tensor>{rope.CosTable(t), rope.SinTable(t)}; };
   const auto fn = regions::Attention(heads, kv, hd, AttentionImpl::kQueryBlock);
-  std::vector<torch::Tensor> in16 = constants(torch::kBFloat16);
+  std::vector<torch::Tensor> in16 = constants();
   in16.insert(in16.begin(), x.to(torch::kBFloat16));
   const auto out16 = fn(in16, w)[0];
   ASSERT_EQ(out16.scalar_type(), torch::kBFloat16) << "the activations stay bf16";
@@ -76,7 +73,7 @@ TEST(MixedPrecisionTest, AttentionAndFfnComputeInBf16WithFp32WeightsAndGetFp32Gr
   }
   EXPECT_EQ(w[0].scalar_type(), torch::kFloat) << "the weights stay fp32";
 
-  std::vector<torch::Tensor> in32 = constants(torch::kFloat);
+  std::vector<torch::Tensor> in32 = constants();
   in32.insert(in32.begin(), x.to(torch::kBFloat16).to(torch::kFloat));
   const auto out32 = fn(in32, w)[0];
   out32.pow(2).sum().backward();
@@ -104,7 +101,8 @@ TEST(MixedPrecisionTest, TheRouterScoresInFp32AndRoutesBf16Rows) {
   ASSERT_EQ(out[1].scalar_type(), torch::kFloat) << "gates";
   // Gates by hand: softmax in fp64 of the bf16 logits (bf16 GEMM, fp32 accumulation).
   const auto logits = torch::matmul(x.to(torch::kFloat64), gate.to(torch::kBFloat16).to(torch::kFloat64).t())
-                          .to(torch::kBFloat16).to(torch::kFloat64);
+                          .to(torch::kBFloat16)
+                          .to(torch::kFloat64);
   const auto probs = torch::softmax(logits, -1);
   const auto top = std::get<0>(torch::topk(probs, top_k, -1));
   EXPECT_NEAR(out[1].sum().item<double>(), top.sum().item<double>(), 1e-4 * n);

@@ -1,19 +1,19 @@
 #include "worker/engine/kernels/cpu/fused_cpu_kernels.h"
 
+#include <ATen/Parallel.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/record_function.h>
+#include <torch/library.h>
+#include <torch/torch.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <string>
 #include <limits>
+#include <string>
 #include <vector>
-
-#include <ATen/Parallel.h>
-#include <torch/torch.h>
-#include <ATen/record_function.h>
-#include <ATen/core/dispatch/Dispatcher.h>
-#include <torch/library.h>
 
 #include "worker/engine/kernels/cpu/cpu_blas.h"
 #include "worker/engine/kernels/cpu/no_grad_kernel.h"
@@ -31,6 +31,7 @@ using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
 
 std::atomic<bool> g_enabled{true};
+std::atomic<bool> g_attention_enabled{true};
 
 using cpu_blas::Gemm;
 using SerialBlasScope = cpu_blas::SerialScope;
@@ -261,8 +262,8 @@ class CausalAttentionFn : public torch::autograd::Function<CausalAttentionFn> {
 
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const Tensor &qkv = saved[0], &qg = saved[1], &kg = saved[2], &probs = saved[3], &og = saved[4],
-                 &cos = saved[5], &sin = saved[6];
+    const Tensor &qkv = saved[0], &qg = saved[1], &kg = saved[2], &probs = saved[3], &og = saved[4], &cos = saved[5],
+                 &sin = saved[6];
     const auto h = ctx->saved_data["shape"].toIntVector();
     const AttentionShape s{qkv.size(0), qkv.size(1), h[0], h[1], h[2], h[3]};
     const auto off = s.Offsets();
@@ -354,8 +355,9 @@ Tensor RmsNormKernel(const Tensor& x, const Tensor& weight, double eps) {
 // for inference tensors). The tracer's fallback records a call as one graph node, so a
 // traced region holds `trainyard::rms_norm`, not the composite ops it replaces.
 TORCH_LIBRARY(trainyard, m) {
-  m.def("causal_attention(Tensor qkv, Tensor cos, Tensor sin, int n_heads, int n_kv_heads, int head_dim, "
-        "int query_block) -> Tensor");
+  m.def(
+      "causal_attention(Tensor qkv, Tensor cos, Tensor sin, int n_heads, int n_kv_heads, int head_dim, "
+      "int query_block) -> Tensor");
   m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor");
   m.def("linear(Tensor x, Tensor[] weights) -> Tensor");
   m.def("swiglu(Tensor h) -> Tensor");
@@ -375,23 +377,29 @@ TORCH_LIBRARY_IMPL(trainyard, CPU, m) {
 
 void SetEnabled(bool enabled) { g_enabled.store(enabled, std::memory_order_relaxed); }
 
+void SetAttentionEnabled(bool enabled) { g_attention_enabled.store(enabled, std::memory_order_relaxed); }
+
 void SetEnabledFromEnvironment() {
   const char* fused = std::getenv("TRAINYARD_FUSED_CPU_KERNELS");
   if (fused != nullptr && std::string(fused) == "0") SetEnabled(false);
+  const char* attention = std::getenv("TRAINYARD_FUSED_ATTENTION");
+  if (attention != nullptr && std::string(attention) == "0") SetAttentionEnabled(false);
 }
 
 bool Enabled() { return g_enabled.load(std::memory_order_relaxed) && cpu_blas::Available(); }
 
-bool Applies(const torch::Tensor& x) {
-  return Enabled() && x.device().is_cpu() && x.scalar_type() == torch::kFloat32;
+bool Applies(const torch::Tensor& x) { return Enabled() && x.device().is_cpu() && x.scalar_type() == torch::kFloat32; }
+
+bool AttentionApplies(const torch::Tensor& x) {
+  return Applies(x) && g_attention_enabled.load(std::memory_order_relaxed);
 }
 
 torch::Tensor CausalAttention(const torch::Tensor& qkv, const torch::Tensor& cos, const torch::Tensor& sin,
                               int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t query_block) {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("trainyard::causal_attention", "")
-                             .typed<Tensor(const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t, int64_t,
-                                           int64_t)>();
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("trainyard::causal_attention", "")
+          .typed<Tensor(const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t, int64_t, int64_t)>();
   return op.call(qkv, cos, sin, n_heads, n_kv_heads, head_dim, query_block);
 }
 

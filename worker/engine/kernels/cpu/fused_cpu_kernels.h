@@ -35,16 +35,17 @@
 // side-effect checks unchanged. The regions use them where they apply (see Applies):
 // float32 CPU tensors, switched on, and an sgemm in the process (oneDNN's or CBLAS's,
 // cpu_blas.h). Everywhere else
-// (CUDA, where NNC/nvFuser fuse the composite forms; TRAINYARD_FUSED_CPU_KERNELS=0)
-// the regions run their composite form, which stays the reference. The parallel loops
+// (CUDA, where NNC/nvFuser fuse the composite forms; bf16; TRAINYARD_FUSED_CPU_KERNELS=0)
+// the regions run their composite form, which stays the reference; for attention that
+// is LibTorch's scaled_dot_product_attention. The parallel loops
 // are at::parallel_for, which is OpenMP only in TUs compiled with -fopenmp (see
 // worker/engine/CMakeLists.txt).
 #pragma once
 
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <vector>
-
-#include <torch/torch.h>
 
 namespace trainyard::engine::fused {
 
@@ -59,8 +60,17 @@ bool Enabled();
 // has TRAINYARD_FUSED_CPU_KERNELS=0, for A/B figures.
 void SetEnabled(bool enabled);
 
-// SetEnabled(false) when this process's environment has TRAINYARD_FUSED_CPU_KERNELS=0
-// (trainyard-rank and trainyard-step-profile call it at start-up).
+// True when the attention region may run trainyard::causal_attention on `x`: Applies,
+// and the fused attention not switched off on its own. Where it is not, the region runs
+// LibTorch's scaled_dot_product_attention (its flash kernel on CPU).
+bool AttentionApplies(const torch::Tensor& x);
+
+// Switches the fused attention alone (on by default), for A/B figures against SDPA.
+void SetAttentionEnabled(bool enabled);
+
+// SetEnabled(false) when this process's environment has TRAINYARD_FUSED_CPU_KERNELS=0,
+// SetAttentionEnabled(false) when it has TRAINYARD_FUSED_ATTENTION=0 (trainyard-rank
+// and trainyard-step-profile call it at start-up).
 void SetEnabledFromEnvironment();
 
 // qkv: [b, t, (n_heads + 2·n_kv_heads)·head_dim], the q, k, v projections side by side

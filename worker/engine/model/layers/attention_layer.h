@@ -6,9 +6,9 @@
 // Not thread-safe (a torch module); owned by its TransformerBlock.
 #pragma once
 
-#include <vector>
-
 #include <torch/torch.h>
+
+#include <vector>
 
 #include "worker/engine/compile/region/region_fn.h"
 #include "worker/engine/compile/region/region_key.h"
@@ -26,12 +26,12 @@ class AttentionImpl : public torch::nn::Module {
   // x: [batch, seq, dim] -> [batch, seq, dim].
   torch::Tensor forward(const torch::Tensor& x, const RotaryEmbedding& rope);
 
-  // The attention region's inputs after x: RoPE tables and the causal block masks. A
-  // cache of constants (never written in place), rebuilt only when t, dtype or device
-  // changes; handed to the region as inputs so the region stays pure.
-  // Query positions per causal block (see regions::Attention).
+  // Query positions per causal block of the fused CPU kernel (see regions::Attention).
   static constexpr int64_t kQueryBlock = 64;
 
+  // The attention region's inputs after x: the RoPE tables in fp32. A cache of
+  // constants (never written in place), rebuilt only when t or the device changes;
+  // handed to the region as inputs so the region stays pure.
   const std::vector<torch::Tensor>& Constants(int64_t t, const RotaryEmbedding& rope, const torch::TensorOptions& opts);
   // The region key and function (a block region under regions = "model" embeds them).
   compile::RegionKey Key() const;
@@ -54,18 +54,30 @@ TORCH_MODULE(Attention);
 
 namespace regions {
 
-// The attention region: causal grouped-query attention on this TP rank's heads, in
-// blocks of `query_block` query positions (each block scores only the keys up to its
-// last position). inputs: x [b, t, dim], cos/sin [t, head_dim] (RotaryEmbedding
-// tables), then one additive mask per query block (CausalBlockMasks). params: wq, wk,
-// wv, wo weights.
-compile::RegionKey AttentionKey(int64_t dim, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
-                                int64_t query_block, int tp);
+// The attention region: causal grouped-query attention on this TP rank's heads.
+// inputs: x [b, t, dim], cos/sin [t, head_dim] (RotaryEmbedding tables, fp32). params:
+// wq, wk, wv, wo weights. Where the fused CPU kernels apply (fp32 on CPU,
+// fused::AttentionApplies) it runs trainyard::causal_attention, in blocks of
+// `query_block` query positions; everywhere else (bf16, CUDA, the kernel switched off)
+// RoPE and then CausalSdpa. The two agree to 1e-5 of their scale, output and gradients
+// (SdpaAgainstFusedTest), and both match per-head loops (AttentionPathTest).
+compile::RegionKey AttentionKey(int64_t dim, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t query_block,
+                                int tp);
 compile::RegionFn Attention(int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t query_block);
-// The additive masks for `Attention`: per block of query positions [begin, begin+len),
-// [len·rep, begin+len] with 0 where the key is not in the future and -inf where it is.
-std::vector<torch::Tensor> CausalBlockMasks(int64_t t, int64_t rep, int64_t query_block,
-                                            const torch::TensorOptions& options);
+
+// Causal attention through at::scaled_dot_product_attention, scale 1/sqrt(head_dim):
+// q [b, H, t, hd], k and v [b, K, t, hd] with H a multiple of K; query head h reads KV
+// head h / (H / K). With `expand_kv` K and V are first repeated to H heads; otherwise
+// enable_gqa pairs them in place. LibTorch then picks its kernel: on CPU the flash
+// kernel (fp32 and bf16, GQA included); on CUDA flash (bf16/fp16, GQA included) or
+// memory-efficient attention, neither of which materialises the t×t scores.
+torch::Tensor CausalSdpa(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, bool expand_kv);
+
+// Whether CausalSdpa should repeat K and V for activations like `x`: on CUDA in fp32
+// with GQA. CUDA's flash kernel takes no fp32 and its memory-efficient kernel no
+// enable_gqa, so without the copies LibTorch falls back to its math path, which keeps
+// every head's full score matrix.
+bool SdpaExpandsKv(const torch::Tensor& x, int64_t n_heads, int64_t n_kv_heads);
 
 }  // namespace regions
 

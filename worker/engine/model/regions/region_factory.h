@@ -6,7 +6,7 @@
 //
 // Region kinds (one key per kind and code-changing config; identical layers share it):
 //   rms_norm      x → x·rsqrt(mean(x²)+eps)·w                    all norms but the last
-//   attention     x, rope cos/sin, causal masks → partial output  (before the TP reduce)
+//   attention     x, rope cos/sin → partial output  (before the TP reduce)
 //   ffn           x → w2(silu(w1 x)·w3 x)                         dense FFN, shared expert
 //   router        x, expert_bias → routed rows sorted by expert, their gates and
 //                 token ids, tokens per expert                     (MoE, before dispatch)
@@ -24,13 +24,13 @@
 // all-to-alls.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <functional>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "worker/engine/compile/compile_context.h"
 #include "worker/engine/compile/region/region_fn.h"
@@ -50,8 +50,7 @@ using DynamicDims = std::vector<std::pair<int, int>>;
 class RegionFactory {
  public:
   virtual ~RegionFactory() = default;
-  virtual RegionCall Make(const compile::RegionKey& key, compile::RegionFn fn, int layer,
-                          DynamicDims dynamic = {}) = 0;
+  virtual RegionCall Make(const compile::RegionKey& key, compile::RegionFn fn, int layer, DynamicDims dynamic = {}) = 0;
   // A declared break between regions (a collective or a host sync) next to the region
   // `adjacent`, reported once per (region, cause).
   virtual void GraphBreak(const compile::RegionKey& adjacent, const std::string& cause) = 0;

@@ -2,17 +2,16 @@
 // with local index r (its index among the ranks of one machine) trains on GPU
 // r % device_count. The worker starts each rank with CUDA_VISIBLE_DEVICES=<the uuid of
 // its GPU>, so there device_count is 1 and every rank takes device 0, its own GPU;
-// trainyard-train leaves every GPU visible and rank i takes GPU i. The model, RoPE tables, masks, batches and every tensor handed to
-// a collective live there, and its process groups are NCCL (CollectiveGroup). Whether
-// this process can use CUDA depends on the build (a CUDA LibTorch with NCCL headers)
-// and on the machine (a visible GPU); both are checked at config time, before any rank
-// starts, so a CPU build refuses "cuda" with the reason instead of failing mid-run.
+// trainyard-train leaves every GPU visible and rank i takes GPU i. The model, RoPE tables, batches and every tensor
+// handed to a collective live there, and its process groups are NCCL (CollectiveGroup). Whether this process can use
+// CUDA depends on the build (a CUDA LibTorch with NCCL headers) and on the machine (a visible GPU); both are checked at
+// config time, before any rank starts, so a CPU build refuses "cuda" with the reason instead of failing mid-run.
 // Stateless; call from main.
 #pragma once
 
-#include <string>
-
 #include <c10/core/Device.h>
+
+#include <string>
 
 #include "worker/engine/config/engine_config.h"
 
