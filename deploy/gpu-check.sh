@@ -7,9 +7,11 @@
 #   b. CUDA/NCCL: the same 20 steps on one rank with resources.device=cuda against the
 #      CPU rank, per-step loss within 1e-4 relative (the real gap is printed either way;
 #      TF32 is off), and the initial weights written by both (--save-init) identical;
-#   b1. the SDPA kernel LibTorch picks on this GPU for the engine's two attention calls
+#   b1. CUDA checkpoints (pinned staging): checkpoint every 10 steps, losses identical to
+#      the run without; a resume from step 10 repeats steps 11-20 within 1e-5 relative;
+#   b2. the SDPA kernel LibTorch picks on this GPU for the engine's two attention calls
 #      (fp32 with K/V repeated, bf16 with enable_gqa): FAIL if either is the math path;
-#   b2. CUDA bf16: the same 20 steps in training.mixed_precision=bf16 (attention through
+#   b3. CUDA bf16: the same 20 steps in training.mixed_precision=bf16 (attention through
 #      LibTorch's flash or memory-efficient SDPA in bf16) against the fp32 CPU rank, per-step
 #      loss within 2e-2 relative;
 #   c. trainyard-bench --preset debug --set resources.device=cuda --steps 20 --warmup 5:
@@ -205,7 +207,38 @@ else
 fi
 
 echo
-echo "== b1. the SDPA kernel LibTorch picks for the engine's attention calls on this GPU"
+echo "== b1. CUDA checkpoints: staged through pinned host buffers, then an exact resume"
+if run cuda_ck --set resources.device=cuda --set checkpoint.interval=10 --set "checkpoint.dir=\"$RUNS/ck\"" &&
+   run cuda_resume --set resources.device=cuda --set "checkpoint.dir=\"$RUNS/ck2\"" \
+     --resume "$RUNS/ck/step-00000010-attempt-1"; then
+  line=$(python3 - "$RUNS/cuda_1.jsonl" "$RUNS/cuda_ck.jsonl" "$RUNS/cuda_resume.jsonl" <<'PY'
+import json, sys
+def losses(path):
+    out = {}
+    for line in open(path):
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        if "step_metrics" in e:
+            out[int(e["step_metrics"]["step"])] = e["step_metrics"]["loss"]
+    return out
+plain, ck, resumed = (losses(p) for p in sys.argv[1:4])
+same = all(plain.get(i) == ck.get(i) for i in range(1, 21))
+gap = max((abs(resumed[i] - ck[i]) / abs(ck[i]) for i in range(11, 21) if i in resumed and i in ck), default=float("inf"))
+ok = same and len(resumed) >= 10 and gap <= 1e-5
+print(("PASS" if ok else "FAIL") + f"  CUDA checkpoint every 10 steps: losses {'identical to' if same else 'DIFFER from'} "
+      f"the run without; resumed from step 10, steps 11-20 within {gap:.2e} relative (tolerance 1e-5)")
+PY
+)
+  echo "$line"
+  if [[ "$line" == PASS* ]]; then RESULTS+=("$line"); else fail "${line#FAIL  }"; fi
+else
+  fail "CUDA checkpoint or resume run did not run (see above)"
+fi
+
+echo
+echo "== b2. the SDPA kernel LibTorch picks for the engine's attention calls on this GPU"
 # The engine's calls (worker/engine/model/layers/attention_layer.cc, CausalSdpa): fp32
 # with K and V repeated per query head, bf16 with enable_gqa. Math (0) would keep every
 # head's score matrix: a FAIL, as is an error.
@@ -228,7 +261,7 @@ echo "$SDPA_LINE"
 if [[ "$SDPA_LINE" == PASS* ]]; then RESULTS+=("$SDPA_LINE"); else fail "SDPA kernel choice: $SDPA_LINE"; fi
 
 echo
-echo "== b2. CUDA bf16: attention through scaled_dot_product_attention (flash/memory-efficient) in bf16"
+echo "== b3. CUDA bf16: attention through scaled_dot_product_attention (flash/memory-efficient) in bf16"
 if run cuda_1_bf16 --set resources.device=cuda --set training.mixed_precision=bf16; then
   # The bf16 bound of the CPU tests (bf16 against fp32, whole model): 2e-2 relative.
   record "CUDA bf16 1 rank vs CPU fp32 1 rank (tiny, 20 steps, SDPA in bf16)" "$RUNS/cpu_1.jsonl" \

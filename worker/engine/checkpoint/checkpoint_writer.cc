@@ -2,14 +2,14 @@
 
 #include <chrono>
 #include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 #include <utility>
 
-#include <nlohmann/json.hpp>
-
-#include "worker/engine/base/torch_compat.h"
 #include "common/base/text.h"
+#include "worker/engine/base/torch_compat.h"
 #include "worker/engine/checkpoint/checkpoint_layout.h"
 #include "worker/engine/io/safetensors_file.h"
 
@@ -19,9 +19,7 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-double MsSince(Clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
-}
+double MsSince(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
 }  // namespace
 
@@ -60,13 +58,30 @@ void CheckpointWriter::Save(const CheckpointStep& step, const std::vector<StateT
   // Metadata first: which global tensor each entry is a slice of, and where it sits.
   nlohmann::json slices = nlohmann::json::object();
   std::vector<std::pair<std::string, torch::Tensor>> tensors;
+  std::optional<c10::Device> device_copies;
   for (const StateTensor& s : state) {
     if (!s.owned) continue;
-    compat::Synchronize(s.local.device());
-    tensors.emplace_back(s.name, s.local.detach().to(torch::kCPU, s.local.scalar_type(), /*non_blocking=*/false,
-                                                    /*copy=*/true).contiguous());
+    const torch::Tensor& local = s.local;
+    if (local.is_cpu()) {
+      tensors.emplace_back(s.name, local.detach()
+                                       .to(torch::kCPU, local.scalar_type(), /*non_blocking=*/false,
+                                           /*copy=*/true)
+                                       .contiguous());
+    } else {
+      // A device tensor goes into page-locked host memory, kept from one save to the
+      // next (the previous write is done: Wait above), with an asynchronous copy; one
+      // synchronize below ends them all, instead of one blocking copy per tensor.
+      torch::Tensor& host = staging_[s.name];
+      if (!host.defined() || host.sizes() != local.sizes() || host.scalar_type() != local.scalar_type()) {
+        host = torch::empty(local.sizes(), torch::TensorOptions().dtype(local.scalar_type()).pinned_memory(true));
+      }
+      host.copy_(local.detach(), /*non_blocking=*/true);
+      tensors.emplace_back(s.name, host);
+      device_copies = local.device();
+    }
     slices[s.name] = {{"name", s.name}, {"global_shape", s.global_shape}, {"offsets", s.offsets}};
   }
+  if (device_copies) compat::Synchronize(*device_copies);
   nlohmann::json rng = nlohmann::json::array();
   for (auto& [name, value] : compat::RngStates()) {
     tensors.emplace_back("rng." + name, value.contiguous());
@@ -82,9 +97,10 @@ void CheckpointWriter::Save(const CheckpointStep& step, const std::vector<StateT
                                {"slices", slices},
                                {"rng", rng}};
   const double blocked_ms = MsSince(start);
-  pending_ = std::async(std::launch::async, [this, step, t = std::move(tensors), m = meta.dump(), blocked_ms]() mutable {
-    Write(step, std::move(t), std::move(m), blocked_ms);
-  });
+  pending_ =
+      std::async(std::launch::async, [this, step, t = std::move(tensors), m = meta.dump(), blocked_ms]() mutable {
+        Write(step, std::move(t), std::move(m), blocked_ms);
+      });
 }
 
 void CheckpointWriter::Write(const CheckpointStep& step, std::vector<std::pair<std::string, torch::Tensor>> tensors,
@@ -162,9 +178,8 @@ void CheckpointWriter::Write(const CheckpointStep& step, std::vector<std::pair<s
     options_.on_saved({step.step, dir, m.total_bytes, blocked_ms, write_ms, options_.dp, options_.tp, options_.ep,
                        step.requested, step.metric});
   }
-  const PruneResult pruned = PruneCheckpoints(
-      options_.root, {options_.keep, options_.keep_best, options_.best_metric}, options_.attempt, dir,
-      options_.prune_hook);
+  const PruneResult pruned = PruneCheckpoints(options_.root, {options_.keep, options_.keep_best, options_.best_metric},
+                                              options_.attempt, dir, options_.prune_hook);
   if (options_.on_log) {
     for (const std::string& path : pruned.finished) options_.on_log("checkpoint deletion finished: " + path);
     for (const RemovedCheckpoint& r : pruned.removed) options_.on_log("checkpoint pruned: " + r.path);

@@ -1,6 +1,7 @@
 // Writes asynchronous, layout-independent checkpoints (docs/checkpoints.md). Save()
 // blocks the step only while this rank's owned shards (OwnsShard: each element once
-// over the world) and its RNG states are copied into host memory; a background thread
+// over the world) and its RNG states are copied into host memory (from a GPU into
+// pinned buffers kept across saves, all copies in flight at once); a background thread
 // then writes <root>/step-S-attempt-A/rank-R.safetensors (temporary file, fsync,
 // rename). Rank 0's thread then waits for every rank's file to appear, writes
 // manifest.json the same way (and fsyncs the directory), reports the save and prunes
@@ -15,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <future>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,12 +29,12 @@ namespace trainyard::engine {
 
 struct CheckpointSavedInfo {
   int64_t step = 0;
-  std::string path;     // the checkpoint directory
-  int64_t bytes = 0;    // every rank's file together
+  std::string path;   // the checkpoint directory
+  int64_t bytes = 0;  // every rank's file together
   double blocked_ms = 0;
   double write_ms = 0;
   int dp = 1, tp = 1, ep = 1;
-  bool requested = false;  // saved on request ("checkpoint now"), not for the interval
+  bool requested = false;                  // saved on request ("checkpoint now"), not for the interval
   std::optional<CheckpointMetric> metric;  // recorded in its manifest
 };
 
@@ -42,17 +44,17 @@ struct CheckpointWriterOptions {
   int rank = 0;
   int dp = 1, tp = 1, ep = 1;
   int keep = 3;
-  int keep_best = 0;        // checkpoint.keep_best
-  std::string best_metric;  // checkpoint.best_metric
-  PruneHook prune_hook;     // test hook (checkpoint_retention.h)
+  int keep_best = 0;              // checkpoint.keep_best
+  std::string best_metric;        // checkpoint.best_metric
+  PruneHook prune_hook;           // test hook (checkpoint_retention.h)
   double wait_for_ranks_s = 300;  // rank 0: the longest wait for the other ranks' files
   int64_t pause_at_step = 0;      // test hook (TRAINYARD_TEST_PAUSE_CHECKPOINT_AT_STEP); 0: off
   // Test hook (TRAINYARD_TEST_HANG_REQUESTED_CHECKPOINT): the write of every requested
   // checkpoint stops mid-file, as pause_at_step does, and sleeps until killed.
   bool hang_requested = false;
-  std::function<void(const CheckpointSavedInfo&)> on_saved;  // rank 0, after the manifest landed
+  std::function<void(const CheckpointSavedInfo&)> on_saved;         // rank 0, after the manifest landed
   std::function<void(int64_t step, const PruneResult&)> on_pruned;  // rank 0, after each prune
-  std::function<void(const std::string&)> on_log;            // informational lines
+  std::function<void(const std::string&)> on_log;                   // informational lines
 };
 
 // Facts of the step being saved (the manifest's fields beyond the tensors).
@@ -62,7 +64,7 @@ struct CheckpointStep {
   int64_t global_batch = 0;  // samples per step
   std::string dataset;
   uint64_t seed = 0;
-  bool requested = false;  // asked for ("checkpoint now"); reported in CheckpointSavedInfo
+  bool requested = false;                  // asked for ("checkpoint now"); reported in CheckpointSavedInfo
   std::optional<CheckpointMetric> metric;  // into the manifest, for best-K retention
 };
 
@@ -84,6 +86,9 @@ class CheckpointWriter {
              std::string metadata, double blocked_ms);
 
   CheckpointWriterOptions options_;
+  // Pinned host copies of this rank's device tensors, by name, reused by every save:
+  // page-locked allocations are slow, and a save only starts after the last write ended.
+  std::map<std::string, torch::Tensor> staging_;
   std::future<void> pending_;
   std::atomic<bool> abandon_{false};
 };
