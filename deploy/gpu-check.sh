@@ -173,6 +173,12 @@ sys.exit(0 if verdict == "PASS" else 1)
 PY
 }
 
+# verdict LINE: a check's own "PASS  ..."/"FAIL  ..." line (anything else, such as a
+# Python traceback, is a FAIL) into the log and the summary.
+verdict() {
+  if [[ "$1" == PASS* ]]; then pass "${1#PASS  }"; else fail "${1#FAIL  }"; fi
+}
+
 # record: a compare's verdict line into the summary.
 record() {
   local line
@@ -231,8 +237,7 @@ print(("PASS" if ok else "FAIL") + f"  CUDA checkpoint every 10 steps: losses {'
       f"the run without; resumed from step 10, steps 11-20 within {gap:.2e} relative (tolerance 1e-5)")
 PY
 )
-  echo "$line"
-  if [[ "$line" == PASS* ]]; then RESULTS+=("$line"); else fail "${line#FAIL  }"; fi
+  verdict "$line"
 else
   fail "CUDA checkpoint or resume run did not run (see above)"
 fi
@@ -257,8 +262,7 @@ print(("PASS" if ok else "FAIL") + f"  SDPA kernels: fp32 repeated K/V {names.ge
       f"{names.get(bf16, bf16)} (fp32 enable_gqa without the repeat would be {names.get(raw, raw)})")
 PY
 )
-echo "$SDPA_LINE"
-if [[ "$SDPA_LINE" == PASS* ]]; then RESULTS+=("$SDPA_LINE"); else fail "SDPA kernel choice: $SDPA_LINE"; fi
+verdict "$SDPA_LINE"
 
 echo
 echo "== b3. CUDA bf16: attention through scaled_dot_product_attention (flash/memory-efficient) in bf16"
