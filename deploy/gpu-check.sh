@@ -14,6 +14,10 @@
 #   b3. CUDA bf16: the same 20 steps in training.mixed_precision=bf16 (attention through
 #      LibTorch's flash or memory-efficient SDPA in bf16) against the fp32 CPU rank, per-step
 #      loss within 2e-2 relative;
+#   b4. the routed experts as one at::_grouped_mm per weight (bf16, empty experts
+#      included) against a per-expert fp32 loop, forward and backward, within 2e-2
+#      relative, naming CUTLASS or the fallback, with no host sync on sm90+ (LibTorch's
+#      sync debug mode), with both times;
 #   c. trainyard-bench --preset debug --set resources.device=cuda --steps 20 --warmup 5:
 #      tokens/s, step time, MFU and the GPU's fp32 GEMM peak.
 # NCCL refuses two ranks of one communicator on the same GPU, so on a one-GPU machine
@@ -244,7 +248,7 @@ fi
 
 echo
 echo "== b2. the SDPA kernel LibTorch picks for the engine's attention calls on this GPU"
-# The engine's calls (worker/engine/model/layers/attention_layer.cc, CausalSdpa): fp32
+# The engine's calls (worker/engine/kernels/reference_ops.cc, CausalSdpa): fp32
 # with K and V repeated per query head, bf16 with enable_gqa. Math (0) would keep every
 # head's score matrix: a FAIL, as is an error.
 SDPA_LINE=$(python3 - <<'PY' 2>&1
@@ -273,6 +277,67 @@ if run cuda_1_bf16 --set resources.device=cuda --set training.mixed_precision=bf
 else
   fail "CUDA bf16 1 rank did not run (see above)"
 fi
+
+echo
+echo "== b4. CUDA grouped GEMM: the routed experts as at::_grouped_mm (trainyard::grouped_experts' reference)"
+# The engine's expert math (worker/engine/kernels/reference_ops.cc, GroupedExperts) in
+# bf16 on this GPU against a per-expert loop of plain GEMMs in fp32, forward and
+# backward, with empty experts; and the time of each. CUTLASS runs it on sm90+ in bf16,
+# LibTorch's per-group fallback elsewhere (the line names which).
+GMM_LINE=$(python3 - <<'PY' 2>&1
+import time, torch
+F = torch.nn.functional
+torch.manual_seed(0)
+E, dim, hidden = 8, 512, 1024
+counts = [0, 700, 33, 0, 1200, 91, 0, 24]
+rows = sum(counts)
+dev = "cuda"
+x0 = torch.randn(rows, dim, device=dev)
+w0 = [torch.randn(E, hidden, dim, device=dev) * 0.02, torch.randn(E, dim, hidden, device=dev) * 0.02,
+      torch.randn(E, hidden, dim, device=dev) * 0.02]
+proj = torch.randn(rows, dim, device=dev)
+ends = torch.tensor(counts, device=dev).cumsum(0).to(torch.int32)
+def grouped(x, w):
+    xb = x.bfloat16()
+    g = lambda a, m: torch._grouped_mm(a, m.bfloat16().transpose(-2, -1), ends)
+    return g(F.silu(g(xb, w[0])) * g(xb, w[2]), w[1]).float()
+def loop(x, w):
+    outs, o = [], 0
+    for e, c in enumerate(counts):
+        xs = x[o:o + c]; o += c
+        outs.append(F.linear(F.silu(F.linear(xs, w[0][e])) * F.linear(xs, w[2][e]), w[1][e]))
+    return torch.cat(outs)
+def run(fn):
+    x = x0.clone().requires_grad_(True); w = [t.clone().requires_grad_(True) for t in w0]
+    out = fn(x, w); (out * proj).sum().backward()
+    return [out.detach(), x.grad] + [t.grad for t in w]
+def rel(a, b):
+    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-12)).item()
+def timed(fn, n=20):
+    run(fn); torch.cuda.synchronize(); t = time.perf_counter()
+    for _ in range(n): run(fn)
+    torch.cuda.synchronize(); return (time.perf_counter() - t) / n * 1e3
+g, l = run(grouped), run(loop)
+gap = max(rel(a, b) for a, b in zip(g, l))
+cap = torch.cuda.get_device_capability()
+kind = "CUTLASS (sm90+, bf16)" if cap >= (9, 0) else "LibTorch's per-group fallback"
+# Host synchronisations of one grouped forward and backward (LibTorch's sync debug mode
+# warns on each): none on sm90+, where the offsets stay on the device.
+import warnings
+torch.cuda.synchronize()
+torch.cuda.set_sync_debug_mode("warn")
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    run(grouped)
+torch.cuda.set_sync_debug_mode(0)
+syncs = len(caught)
+ok = gap <= 2e-2 and (syncs == 0 or cap < (9, 0))
+print(("PASS" if ok else "FAIL") + f"  grouped GEMM bf16 vs fp32 per-expert loop: max gap {gap:.2e} relative "
+      f"(bf16 bound 2e-2) over out, dx, dw1, dw2, dw3; {kind} on sm{cap[0]}{cap[1]}, {syncs} host syncs; "
+      f"fwd+bwd {timed(grouped):.2f} ms grouped bf16 vs {timed(loop):.2f} ms fp32 loop")
+PY
+)
+verdict "$GMM_LINE"
 
 echo
 echo "== NCCL with 2 ranks on this machine's GPUs"

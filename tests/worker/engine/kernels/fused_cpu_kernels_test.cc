@@ -3,13 +3,15 @@
 // RotaryEmbedding::Rotate (checked against complex rotation in
 // attention_numerics_test). Forward values and the gradients of a random projection of
 // the output are compared, over shapes that leave a partial last query block.
-#include <cmath>
+#include "worker/engine/kernels/cpu/fused_cpu_kernels.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
+
 #include "worker/engine/kernels/cpu/cpu_blas.h"
-#include "worker/engine/kernels/cpu/fused_cpu_kernels.h"
+#include "worker/engine/kernels/ops.h"
 #include "worker/engine/model/layers/rotary_embedding.h"
 
 namespace trainyard::engine {
@@ -48,7 +50,7 @@ TEST_P(FusedAttentionTest, MatchesDenseReferenceForwardAndBackward) {
 
   ASSERT_TRUE(fused::Applies(qkv));
   const Tensor x = qkv.clone().requires_grad_(true);
-  const Tensor out = fused::CausalAttention(x, cos, sin, c.nh, c.nkv, c.hd, c.qb);
+  const Tensor out = ops::CausalAttention(x, cos, sin, c.nh, c.nkv, c.hd, c.qb);
   (out * proj).sum().backward();
 
   const Tensor x64 = qkv.to(torch::kFloat64).requires_grad_(true);
@@ -61,10 +63,10 @@ TEST_P(FusedAttentionTest, MatchesDenseReferenceForwardAndBackward) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, FusedAttentionTest,
-                         ::testing::Values(AttentionCase{2, 100, 4, 2, 8, 32},   // partial last block
-                                           AttentionCase{1, 64, 2, 2, 4, 64},    // one block, rep 1
-                                           AttentionCase{2, 70, 6, 2, 8, 16},    // rep 3, 5 blocks
-                                           AttentionCase{1, 5, 4, 1, 2, 64}));   // shorter than a block
+                         ::testing::Values(AttentionCase{2, 100, 4, 2, 8, 32},  // partial last block
+                                           AttentionCase{1, 64, 2, 2, 4, 64},   // one block, rep 1
+                                           AttentionCase{2, 70, 6, 2, 8, 16},   // rep 3, 5 blocks
+                                           AttentionCase{1, 5, 4, 1, 2, 64}));  // shorter than a block
 
 TEST(FusedRmsNormTest, MatchesFloat64ReferenceForwardAndBackward) {
   torch::manual_seed(3);
@@ -75,7 +77,7 @@ TEST(FusedRmsNormTest, MatchesFloat64ReferenceForwardAndBackward) {
 
   const Tensor x = x0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true);
   ASSERT_TRUE(fused::Applies(x));
-  const Tensor y = fused::RmsNorm(x, w, eps);
+  const Tensor y = ops::RmsNorm(x, w, eps);
   (y * proj).sum().backward();
 
   const Tensor x64 = x0.to(torch::kFloat64).requires_grad_(true), w64 = w0.to(torch::kFloat64).requires_grad_(true);
@@ -94,7 +96,7 @@ TEST(FusedSwiGluTest, MatchesFloat64ReferenceForwardAndBackward) {
 
   const Tensor h = h0.clone().requires_grad_(true);
   ASSERT_TRUE(fused::Applies(h));
-  const Tensor y = fused::SwiGlu(h);
+  const Tensor y = ops::SwiGlu(h);
   (y * proj).sum().backward();
 
   const Tensor h64 = h0.to(torch::kFloat64).requires_grad_(true);
@@ -138,8 +140,8 @@ TEST(CpuBlasTest, SplitGemmMatchesFloat64ProductForEveryTransposition) {
       const Tensor b = tb ? torch::randn({n, k}) : torch::randn({k, n});
       const Tensor c0 = torch::randn({m, n});
       Tensor c = c0.clone();
-      cpu_blas::SplitGemm(ta, tb, m, n, k, 0.5f, a.data_ptr<float>(), a.size(1), b.data_ptr<float>(), b.size(1),
-                          2.0f, c.data_ptr<float>(), n);
+      cpu_blas::SplitGemm(ta, tb, m, n, k, 0.5f, a.data_ptr<float>(), a.size(1), b.data_ptr<float>(), b.size(1), 2.0f,
+                          c.data_ptr<float>(), n);
       const Tensor a64 = a.to(torch::kFloat64), b64 = b.to(torch::kFloat64);
       const Tensor ref = 0.5 * torch::mm(ta ? a64.t() : a64, tb ? b64.t() : b64) + 2.0 * c0.to(torch::kFloat64);
       EXPECT_LT((c.to(torch::kFloat64) - ref).abs().max().item<double>(), 1e-4) << "ta=" << ta << " tb=" << tb;
@@ -158,7 +160,7 @@ TEST(FusedLinearTest, MatchesFloat64ConcatenatedProjectionForwardAndBackward) {
   std::vector<Tensor> w;
   for (const auto& t : w0) w.push_back(t.clone().requires_grad_(true));
   ASSERT_TRUE(fused::Applies(x));
-  const Tensor y = fused::Linear(x, w);
+  const Tensor y = ops::Linear(x, w);
   ASSERT_EQ(y.sizes(), proj.sizes());
   (y * proj).sum().backward();
 
@@ -190,7 +192,7 @@ TEST(FusedGroupedExpertsTest, MatchesPerExpertFloat64ReferenceForwardAndBackward
 
   const Tensor x = x0.clone().requires_grad_(true), w1 = w10.clone().requires_grad_(true),
                w2 = w20.clone().requires_grad_(true), w3 = w30.clone().requires_grad_(true);
-  const Tensor y = fused::GroupedExperts(x, counts, w1, w2, w3);
+  const Tensor y = ops::GroupedExperts(x, counts, w1, w2, w3);
   (y * proj).sum().backward();
 
   auto f64 = [](const Tensor& t) { return t.to(torch::kFloat64).requires_grad_(true); };
@@ -218,8 +220,8 @@ TEST(FusedGroupedExpertsTest, MatchesPerExpertFloat64ReferenceForwardAndBackward
 TEST(FusedGroupedExpertsTest, RefusesCountsThatDoNotCoverTheRows) {
   const Tensor x = torch::zeros({6, 4});
   const Tensor w1 = torch::zeros({2, 3, 4}), w2 = torch::zeros({2, 4, 3});
-  EXPECT_THROW(fused::GroupedExperts(x, {2, 3}, w1, w2, w1), c10::Error);
-  EXPECT_THROW(fused::GroupedExperts(x, {6}, w1, w2, w1), c10::Error);
+  EXPECT_THROW(ops::GroupedExperts(x, {2, 3}, w1, w2, w1), c10::Error);
+  EXPECT_THROW(ops::GroupedExperts(x, {6}, w1, w2, w1), c10::Error);
 }
 
 TEST(FusedCombineTest, MatchesIndexAddReferenceForwardAndBackward) {
@@ -237,7 +239,7 @@ TEST(FusedCombineTest, MatchesIndexAddReferenceForwardAndBackward) {
   const Tensor y0 = torch::randn({rows, dim}), g0 = torch::rand({rows, 1}), proj = torch::randn({40, dim});
 
   const Tensor y = y0.clone().requires_grad_(true), gates = g0.clone().requires_grad_(true);
-  const Tensor out = fused::Combine(y, gates, token_ids, 40);
+  const Tensor out = ops::Combine(y, gates, token_ids, 40);
   (out * proj).sum().backward();
 
   const Tensor y64 = y0.to(torch::kFloat64).requires_grad_(true), g64 = g0.to(torch::kFloat64).requires_grad_(true);
@@ -249,7 +251,7 @@ TEST(FusedCombineTest, MatchesIndexAddReferenceForwardAndBackward) {
   EXPECT_EQ(out[7].abs().max().item<float>(), 0.0f);
   EXPECT_LT(gap(y.grad(), y64.grad()), 1e-5);
   EXPECT_LT(gap(gates.grad(), g64.grad()), 1e-4);
-  EXPECT_THROW(fused::Combine(y0, g0, token_ids, 30), c10::Error);  // ids reach 39
+  EXPECT_THROW(ops::Combine(y0, g0, token_ids, 30), c10::Error);  // ids reach 39
 }
 
 TEST(FusedKernelsTest, ApplyOnlyToFloat32CpuTensors) {

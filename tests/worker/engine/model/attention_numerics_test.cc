@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "worker/engine/kernels/cpu/fused_cpu_kernels.h"
+#include "worker/engine/kernels/reference_ops.h"
 #include "worker/engine/model/layers/attention_layer.h"
 #include "worker/engine/model/layers/rms_norm.h"
 #include "worker/engine/model/layers/rotary_embedding.h"
@@ -159,7 +160,7 @@ TEST(CausalSdpaTest, RepeatedKvEqualsTheGqaPairing) {
     auto run = [&](bool expand) {
       auto q = q0.clone().requires_grad_(true), k = k0.clone().requires_grad_(true),
            v = v0.clone().requires_grad_(true);
-      auto out = regions::CausalSdpa(q, k, v, expand);
+      auto out = reference::CausalSdpa(q, k, v, expand);
       (out * proj).sum().backward();
       return std::vector<torch::Tensor>{out.detach(), q.grad(), k.grad(), v.grad()};
     };
@@ -170,8 +171,8 @@ TEST(CausalSdpaTest, RepeatedKvEqualsTheGqaPairing) {
       EXPECT_LT((repeated[i] - gqa[i]).abs().max().item<double>(), 1e-6 * scale) << names[i] << " rep " << rep;
     }
   }
-  EXPECT_FALSE(regions::SdpaExpandsKv(torch::zeros({1}), 4, 2)) << "CPU keeps enable_gqa";
-  EXPECT_FALSE(regions::SdpaExpandsKv(torch::zeros({1}), 4, 4)) << "no GQA, nothing to repeat";
+  EXPECT_FALSE(reference::SdpaExpandsKv(torch::zeros({1}), 4, 2)) << "CPU keeps enable_gqa";
+  EXPECT_FALSE(reference::SdpaExpandsKv(torch::zeros({1}), 4, 4)) << "no GQA, nothing to repeat";
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "worker/engine/kernels/cpu/cpu_blas.h"
 #include "worker/engine/kernels/cpu/no_grad_kernel.h"
 #include "worker/engine/kernels/cpu/row_loops.h"
+#include "worker/engine/kernels/reference_ops.h"
 
 #ifndef _OPENMP
 #error "fused_cpu_kernels.cc must be compiled with OpenMP: at::parallel_for is serial without it"
@@ -332,6 +333,9 @@ class RmsNormFn : public torch::autograd::Function<RmsNormFn> {
 
 Tensor CausalAttentionKernel(const Tensor& qkv, const Tensor& cos, const Tensor& sin, int64_t n_heads,
                              int64_t n_kv_heads, int64_t head_dim, int64_t query_block) {
+  if (!AttentionApplies(qkv)) {
+    return reference::CausalAttention(qkv, cos, sin, n_heads, n_kv_heads, head_dim, query_block);
+  }
   TORCH_CHECK(qkv.dim() == 3 && qkv.size(2) == (n_heads + 2 * n_kv_heads) * head_dim,
               "fused attention: qkv must be [b, t, (n_heads + 2·n_kv_heads)·head_dim], got ", qkv.sizes());
   TORCH_CHECK(n_kv_heads > 0 && n_heads % n_kv_heads == 0 && head_dim % 2 == 0 && query_block > 0,
@@ -342,6 +346,7 @@ Tensor CausalAttentionKernel(const Tensor& qkv, const Tensor& cos, const Tensor&
 }
 
 Tensor RmsNormKernel(const Tensor& x, const Tensor& weight, double eps) {
+  if (!Applies(x)) return reference::RmsNorm(x, weight, eps);
   TORCH_CHECK(weight.dim() == 1 && x.dim() >= 1 && x.size(-1) == weight.size(0), "fused rms_norm: weight ",
               weight.sizes(), " for input ", x.sizes());
   return RmsNormFn::apply(x, weight, eps);
@@ -349,22 +354,11 @@ Tensor RmsNormKernel(const Tensor& x, const Tensor& weight, double eps) {
 
 }  // namespace
 
-// The operators' schemas, for all of fused_*_kernels.cc. Each has one kernel at the
-// AutogradCPU key (the autograd::Function above: forward and hand-written backward)
-// and the same kernel under no-grad at the CPU key (reached only below autograd, e.g.
-// for inference tensors). The tracer's fallback records a call as one graph node, so a
-// traced region holds `trainyard::rms_norm`, not the composite ops it replaces.
-TORCH_LIBRARY(trainyard, m) {
-  m.def(
-      "causal_attention(Tensor qkv, Tensor cos, Tensor sin, int n_heads, int n_kv_heads, int head_dim, "
-      "int query_block) -> Tensor");
-  m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor");
-  m.def("linear(Tensor x, Tensor[] weights) -> Tensor");
-  m.def("swiglu(Tensor h) -> Tensor");
-  m.def("grouped_experts(Tensor x, Tensor starts, Tensor w1, Tensor w2, Tensor w3) -> Tensor");
-  m.def("combine(Tensor y, Tensor gates, Tensor token_ids, int n_tokens) -> Tensor");
-}
-
+// The CPU kernels of fused_cpu_kernels.cc (schemas and the reference in ../ops.cc).
+// Each has one kernel at the AutogradCPU key (the autograd::Function above: forward
+// and hand-written backward) and the same kernel under no-grad at the CPU key (reached
+// only below autograd, e.g. for inference tensors). Where the fused kernel does not
+// apply (bf16, switched off) both hand the call to the reference.
 TORCH_LIBRARY_IMPL(trainyard, AutogradCPU, m) {
   m.impl("causal_attention", &CausalAttentionKernel);
   m.impl("rms_norm", &RmsNormKernel);
@@ -394,21 +388,7 @@ bool AttentionApplies(const torch::Tensor& x) {
   return Applies(x) && g_attention_enabled.load(std::memory_order_relaxed);
 }
 
-torch::Tensor CausalAttention(const torch::Tensor& qkv, const torch::Tensor& cos, const torch::Tensor& sin,
-                              int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t query_block) {
-  static const auto op =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow("trainyard::causal_attention", "")
-          .typed<Tensor(const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t, int64_t, int64_t)>();
-  return op.call(qkv, cos, sin, n_heads, n_kv_heads, head_dim, query_block);
-}
-
-torch::Tensor RmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("trainyard::rms_norm", "")
-                             .typed<Tensor(const Tensor&, const Tensor&, double)>();
-  return op.call(x, weight, eps);
-}
+void LinkCpuKernels() { LinkFfnKernels(); }
 
 double SumOfSquares(const torch::Tensor& x_in) {
   TORCH_CHECK(x_in.device().is_cpu() && x_in.scalar_type() == torch::kFloat32,

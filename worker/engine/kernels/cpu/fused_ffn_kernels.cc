@@ -1,18 +1,19 @@
 // The feed-forward side of the fused CPU kernels (declared in fused_cpu_kernels.h):
 // SwiGLU, Linear over weights side by side, and the routed experts as one grouped op.
-#include <algorithm>
-#include <vector>
-
 #include <ATen/Parallel.h>
-#include <ATen/record_function.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/record_function.h>
 #include <torch/library.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <vector>
+
 #include "worker/engine/kernels/cpu/cpu_blas.h"
+#include "worker/engine/kernels/cpu/fused_cpu_kernels.h"
 #include "worker/engine/kernels/cpu/no_grad_kernel.h"
 #include "worker/engine/kernels/cpu/row_loops.h"
-#include "worker/engine/kernels/cpu/fused_cpu_kernels.h"
+#include "worker/engine/kernels/reference_ops.h"
 
 #ifndef _OPENMP
 #error "fused_ffn_kernels.cc must be compiled with OpenMP: at::parallel_for is serial without it"
@@ -114,8 +115,8 @@ class LinearFn : public torch::autograd::Function<LinearFn> {
       int64_t off = 0;
       for (size_t i = 1; i < saved.size(); ++i) {
         const Tensor& w = saved[i];
-        cpu_blas::SplitGemm(false, false, rows, k, w.size(0), 1, dy.data_ptr<float>() + off, n, w.data_ptr<float>(),
-                            k, i == 1 ? 0 : 1, out[0].data_ptr<float>(), k);
+        cpu_blas::SplitGemm(false, false, rows, k, w.size(0), 1, dy.data_ptr<float>() + off, n, w.data_ptr<float>(), k,
+                            i == 1 ? 0 : 1, out[0].data_ptr<float>(), k);
         off += w.size(0);
       }
     }
@@ -125,8 +126,8 @@ class LinearFn : public torch::autograd::Function<LinearFn> {
       const Tensor& w = saved[i];
       if (ctx->needs_input_grad(i)) {
         out[i] = at::empty_like(w);
-        cpu_blas::SplitGemm(true, false, w.size(0), k, rows, 1, dy.data_ptr<float>() + off, n,
-                            x.data_ptr<float>(), k, 0, out[i].data_ptr<float>(), k);
+        cpu_blas::SplitGemm(true, false, w.size(0), k, rows, 1, dy.data_ptr<float>() + off, n, x.data_ptr<float>(), k,
+                            0, out[i].data_ptr<float>(), k);
       }
       off += w.size(0);
     }
@@ -272,17 +273,19 @@ class CombineFn : public torch::autograd::Function<CombineFn> {
 };
 
 Tensor SwiGluKernel(const Tensor& h) {
+  if (!Applies(h)) return reference::SwiGlu(h);
   TORCH_CHECK(h.dim() >= 1 && h.size(-1) % 2 == 0, "fused swiglu: last dimension must be even, got ", h.sizes());
   return SwiGluFn::apply(h);
 }
 
 Tensor LinearKernel(const Tensor& x, at::TensorList weights) {
+  if (!Applies(x)) return reference::Linear(x, weights);
   TORCH_CHECK(!weights.empty(), "fused linear: no weights");
   TORCH_CHECK(x.dim() >= 1, "fused linear: input must have a dimension");
   for (const auto& w : weights) {
-    TORCH_CHECK(w.dim() == 2 && w.size(1) == x.size(-1) && w.scalar_type() == x.scalar_type() &&
-                    w.device() == x.device(),
-                "fused linear: weight ", w.sizes(), " for input ", x.sizes());
+    TORCH_CHECK(
+        w.dim() == 2 && w.size(1) == x.size(-1) && w.scalar_type() == x.scalar_type() && w.device() == x.device(),
+        "fused linear: weight ", w.sizes(), " for input ", x.sizes());
   }
   return LinearFn::apply(x, weights);
 }
@@ -293,28 +296,16 @@ Tensor LinearKernel(const Tensor& x, at::TensorList weights) {
 // traced region with dynamic rows stays valid for any row count.)
 Tensor GroupedExpertsKernel(const Tensor& x, const Tensor& starts_in, const Tensor& w1, const Tensor& w2,
                             const Tensor& w3) {
-  TORCH_CHECK(x.dim() == 2 && w1.dim() == 3 && w1.sizes() == w3.sizes() && w2.dim() == 3 &&
-                  w2.size(0) == w1.size(0) && w2.size(1) == w1.size(2) && w2.size(2) == w1.size(1) &&
-                  x.size(1) == w1.size(2),
+  if (!Applies(x)) return reference::GroupedExperts(x, starts_in, w1, w2, w3);
+  TORCH_CHECK(x.dim() == 2 && w1.dim() == 3 && w1.sizes() == w3.sizes() && w2.dim() == 3 && w2.size(0) == w1.size(0) &&
+                  w2.size(1) == w1.size(2) && w2.size(2) == w1.size(1) && x.size(1) == w1.size(2),
               "fused experts: x ", x.sizes(), " with w1 ", w1.sizes(), ", w2 ", w2.sizes(), ", w3 ", w3.sizes());
-  TORCH_CHECK(starts_in.dim() == 1 && starts_in.scalar_type() == torch::kInt64 && starts_in.device().is_cpu(),
-              "fused experts: starts must be an int64 CPU vector, got ", starts_in.sizes());
-  TORCH_CHECK(starts_in.size(0) == w1.size(0), "fused experts: ", starts_in.size(0), " starts for ", w1.size(0),
-              " experts");
-  const Tensor starts = starts_in.contiguous();
-  const int64_t* s = starts.data_ptr<int64_t>();
-  const int64_t n = starts.size(0), rows = x.size(0);
-  std::vector<int64_t> counts(n);
-  for (int64_t e = 0; e < n; ++e) {
-    const int64_t end = e + 1 < n ? s[e + 1] : rows;
-    TORCH_CHECK((e > 0 || s[0] == 0) && s[e] <= end && end <= rows, "fused experts: expert ", e, " starts at row ",
-                s[e], " and ends at ", end, " of ", rows, " (starts must begin at 0 and not decrease)");
-    counts[e] = end - s[e];
-  }
+  const std::vector<int64_t> counts = reference::ExpertCounts(starts_in, x.size(0), w1.size(0));
   return GroupedExpertsFn::apply(x, counts, w1, w2, w3);
 }
 
 Tensor CombineKernel(const Tensor& y, const Tensor& gates, const Tensor& token_ids, int64_t n_tokens) {
+  if (!Applies(y)) return reference::Combine(y, gates, token_ids, n_tokens);
   TORCH_CHECK(y.dim() == 2 && gates.dim() == 2 && gates.size(1) == 1 && gates.size(0) == y.size(0) &&
                   token_ids.dim() == 1 && token_ids.size(0) == y.size(0) && token_ids.scalar_type() == torch::kInt64,
               "fused combine: y ", y.sizes(), ", gates ", gates.sizes(), ", token ids ", token_ids.sizes());
@@ -324,7 +315,8 @@ Tensor CombineKernel(const Tensor& y, const Tensor& gates, const Tensor& token_i
 
 }  // namespace
 
-// Schemas in fused_cpu_kernels.cc.
+// Schemas and the reference in ../ops.cc; the AutogradCPU and CPU keys as in
+// fused_cpu_kernels.cc.
 TORCH_LIBRARY_IMPL(trainyard, AutogradCPU, m) {
   m.impl("linear", &LinearKernel);
   m.impl("swiglu", &SwiGluKernel);
@@ -339,55 +331,6 @@ TORCH_LIBRARY_IMPL(trainyard, CPU, m) {
   m.impl("combine", &NoGrad<decltype(CombineKernel), CombineKernel>::Call);
 }
 
-torch::Tensor SwiGlu(const torch::Tensor& h) {
-  static const auto op =
-      c10::Dispatcher::singleton().findSchemaOrThrow("trainyard::swiglu", "").typed<Tensor(const Tensor&)>();
-  return op.call(h);
-}
-
-torch::Tensor Linear(const torch::Tensor& x, at::TensorList weights) {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("trainyard::linear", "")
-                             .typed<Tensor(const Tensor&, at::TensorList)>();
-  return op.call(x, weights);
-}
-
-torch::Tensor GroupedExpertsAtStarts(const torch::Tensor& x, const torch::Tensor& starts, const torch::Tensor& w1,
-                                    const torch::Tensor& w2, const torch::Tensor& w3) {
-  static const auto op =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow("trainyard::grouped_experts", "")
-          .typed<Tensor(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&)>();
-  return op.call(x, starts, w1, w2, w3);
-}
-
-torch::Tensor ExpertStarts(const std::vector<int64_t>& counts) {
-  Tensor starts = torch::empty({static_cast<int64_t>(counts.size())}, torch::kInt64);
-  int64_t* s = starts.data_ptr<int64_t>();
-  int64_t o = 0;
-  for (size_t e = 0; e < counts.size(); ++e) {
-    TORCH_CHECK(counts[e] >= 0, "fused experts: negative count ", counts[e]);
-    s[e] = o;
-    o += counts[e];
-  }
-  return starts;
-}
-
-torch::Tensor GroupedExperts(const torch::Tensor& x, const std::vector<int64_t>& counts, const torch::Tensor& w1,
-                             const torch::Tensor& w2, const torch::Tensor& w3) {
-  int64_t rows = 0;
-  for (int64_t c : counts) rows += c;
-  TORCH_CHECK(x.dim() == 2 && rows == x.size(0), "fused experts: counts sum to ", rows, " but x has ",
-              x.dim() == 2 ? x.size(0) : -1, " rows");
-  return GroupedExpertsAtStarts(x, ExpertStarts(counts), w1, w2, w3);
-}
-
-torch::Tensor Combine(const torch::Tensor& y, const torch::Tensor& gates, const torch::Tensor& token_ids,
-                      int64_t n_tokens) {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("trainyard::combine", "")
-                             .typed<Tensor(const Tensor&, const Tensor&, const Tensor&, int64_t)>();
-  return op.call(y, gates, token_ids, n_tokens);
-}
+void LinkFfnKernels() {}
 
 }  // namespace trainyard::engine::fused

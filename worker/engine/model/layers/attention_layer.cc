@@ -1,9 +1,6 @@
 #include "worker/engine/model/layers/attention_layer.h"
 
-#include <cmath>
-#include <optional>
-
-#include "worker/engine/kernels/cpu/fused_cpu_kernels.h"
+#include "worker/engine/kernels/ops.h"
 #include "worker/engine/model/regions/projection.h"
 #include "worker/engine/parallel/parallel_autograd.h"
 
@@ -62,7 +59,6 @@ namespace regions {
 using compile::RegionFn;
 using compile::RegionKey;
 using torch::Tensor;
-namespace F = torch::nn::functional;
 
 RegionKey AttentionKey(int64_t dim, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t query_block,
                        int tp) {
@@ -74,52 +70,13 @@ RegionKey AttentionKey(int64_t dim, int64_t n_heads, int64_t n_kv_heads, int64_t
                                  {"tp", tp}});
 }
 
-bool SdpaExpandsKv(const Tensor& x, int64_t n_heads, int64_t n_kv_heads) {
-  return n_heads != n_kv_heads && !x.is_cpu() && x.scalar_type() == torch::kFloat;
-}
-
-Tensor CausalSdpa(const Tensor& q, const Tensor& k, const Tensor& v, bool expand_kv) {
-  const int64_t n_heads = q.size(1), n_kv_heads = k.size(1);
-  TORCH_CHECK(n_heads % n_kv_heads == 0, "attention: ", n_heads, " query heads for ", n_kv_heads, " KV heads");
-  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
-  if (!expand_kv || n_heads == n_kv_heads) {
-    return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/std::nullopt, /*dropout_p=*/0.0,
-                                            /*is_causal=*/true, scale, /*enable_gqa=*/n_heads != n_kv_heads);
-  }
-  // KV head g serves query heads g·rep .. g·rep + rep - 1, as enable_gqa pairs them.
-  const int64_t rep = n_heads / n_kv_heads;
-  auto expand = [&](const Tensor& x) {
-    return x.unsqueeze(2)
-        .expand({x.size(0), n_kv_heads, rep, x.size(2), x.size(3)})
-        .reshape({x.size(0), n_heads, x.size(2), x.size(3)});
-  };
-  return at::scaled_dot_product_attention(q, expand(k), expand(v), /*attn_mask=*/std::nullopt, /*dropout_p=*/0.0,
-                                          /*is_causal=*/true, scale, /*enable_gqa=*/false);
-}
-
 RegionFn Attention(int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t query_block) {
   return [=](const std::vector<Tensor>& in, const std::vector<Tensor>& p) -> std::vector<Tensor> {
     TORCH_CHECK(in.size() == 3, "attention: expected x, cos and sin, got ", in.size(), " inputs");
-    const Tensor& x = in[0];
-    const int64_t b = x.size(0), t = x.size(1), hd = head_dim;
-    // One GEMM for q, k and v (three torchtitan-named parameters), and one RoPE pass
-    // over the q and k heads together.
-    auto qkv = Project(x, {p[0], p[1], p[2]});
-    if (fused::AttentionApplies(qkv)) {
-      // The same computation in one kernel (RoPE and the causal softmax included).
-      return {Project(fused::CausalAttention(qkv, in[1], in[2], n_heads, n_kv_heads, head_dim, query_block), {p[3]})};
-    }
-    auto qk = qkv.narrow(-1, 0, (n_heads + n_kv_heads) * hd).view({b, t, n_heads + n_kv_heads, hd});
-    qk = IsReducedPrecision(qkv) ? RotaryEmbedding::Rotate(qk.to(torch::kFloat), in[1], in[2]).to(qkv.scalar_type())
-                                 : RotaryEmbedding::Rotate(qk, in[1], in[2]);
-    // [b, heads, t, hd] views of the [b, t, heads, hd] rows: SDPA takes strided inputs,
-    // and its output transposed back is contiguous rows again.
-    auto q = qk.narrow(2, 0, n_heads).transpose(1, 2);
-    auto k = qk.narrow(2, n_heads, n_kv_heads).transpose(1, 2);
-    auto v = qkv.narrow(-1, (n_heads + n_kv_heads) * hd, n_kv_heads * hd).view({b, t, n_kv_heads, hd}).transpose(1, 2);
-    auto out = CausalSdpa(q, k, v, SdpaExpandsKv(qkv, n_heads, n_kv_heads));
-    out = out.transpose(1, 2).reshape({b, t, n_heads * hd});
-    return {F::linear(out, AsComputeType(p[3], out))};
+    // One GEMM for q, k and v (three torchtitan-named parameters), then RoPE and
+    // causal attention in one operator (the fused CPU kernel, else SDPA).
+    auto qkv = Project(in[0], {p[0], p[1], p[2]});
+    return {Project(ops::CausalAttention(qkv, in[1], in[2], n_heads, n_kv_heads, head_dim, query_block), {p[3]})};
   };
 }
 

@@ -56,28 +56,15 @@ namespace regions {
 
 // The attention region: causal grouped-query attention on this TP rank's heads.
 // inputs: x [b, t, dim], cos/sin [t, head_dim] (RotaryEmbedding tables, fp32). params:
-// wq, wk, wv, wo weights. Where the fused CPU kernels apply (fp32 on CPU,
-// fused::AttentionApplies) it runs trainyard::causal_attention, in blocks of
-// `query_block` query positions; everywhere else (bf16, CUDA, the kernel switched off)
-// RoPE and then CausalSdpa. The two agree to 1e-5 of their scale, output and gradients
-// (SdpaAgainstFusedTest), and both match per-head loops (AttentionPathTest).
+// wq, wk, wv, wo weights. The q|k|v projection, the trainyard::causal_attention
+// operator, the output projection. On fp32 CPU the operator's kernel is the fused one,
+// in blocks of `query_block` query positions; everywhere else (bf16, CUDA, the kernel
+// switched off) its reference: RoPE and then SDPA (kernels/reference_ops.h). The two
+// agree to 1e-5 of their scale, output and gradients (SdpaAgainstFusedTest), and both
+// match per-head loops (AttentionPathTest).
 compile::RegionKey AttentionKey(int64_t dim, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t query_block,
                                 int tp);
 compile::RegionFn Attention(int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t query_block);
-
-// Causal attention through at::scaled_dot_product_attention, scale 1/sqrt(head_dim):
-// q [b, H, t, hd], k and v [b, K, t, hd] with H a multiple of K; query head h reads KV
-// head h / (H / K). With `expand_kv` K and V are first repeated to H heads; otherwise
-// enable_gqa pairs them in place. LibTorch then picks its kernel: on CPU the flash
-// kernel (fp32 and bf16, GQA included); on CUDA flash (bf16/fp16, GQA included) or
-// memory-efficient attention, neither of which materialises the t×t scores.
-torch::Tensor CausalSdpa(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, bool expand_kv);
-
-// Whether CausalSdpa should repeat K and V for activations like `x`: on CUDA in fp32
-// with GQA. CUDA's flash kernel takes no fp32 and its memory-efficient kernel no
-// enable_gqa, so without the copies LibTorch falls back to its math path, which keeps
-// every head's full score matrix.
-bool SdpaExpandsKv(const torch::Tensor& x, int64_t n_heads, int64_t n_kv_heads);
 
 }  // namespace regions
 

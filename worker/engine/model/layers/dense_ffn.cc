@@ -1,13 +1,13 @@
 #include "worker/engine/model/layers/dense_ffn.h"
 
-#include "worker/engine/kernels/cpu/fused_cpu_kernels.h"
+#include "worker/engine/kernels/ops.h"
 #include "worker/engine/model/regions/projection.h"
 #include "worker/engine/parallel/parallel_autograd.h"
 
 namespace trainyard::engine {
 
-FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t hidden, ParallelContext ctx, RegionFactory& regions,
-                                 int layer, const char* kind)
+FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t hidden, ParallelContext ctx, RegionFactory& regions, int layer,
+                                 const char* kind)
     : ctx_(ctx), region_(regions.Make(regions::FfnKey(kind, dim, hidden, ctx.tp), regions::Ffn(), layer)) {
   if (ctx.tp > 1) {
     regions.GraphBreak(regions::FfnKey(kind, dim, hidden, ctx.tp),
@@ -33,7 +33,6 @@ namespace regions {
 using compile::RegionFn;
 using compile::RegionKey;
 using torch::Tensor;
-namespace F = torch::nn::functional;
 
 RegionKey FfnKey(const char* kind, int64_t dim, int64_t hidden, int tp) {
   return RegionKey(kind, {{"dim", dim}, {"hidden", hidden}, {"tp", tp}});
@@ -41,14 +40,8 @@ RegionKey FfnKey(const char* kind, int64_t dim, int64_t hidden, int tp) {
 
 RegionFn Ffn() {
   return [](const std::vector<Tensor>& in, const std::vector<Tensor>& p) -> std::vector<Tensor> {
-    const Tensor& x = in[0];
-    if (fused::Applies(x)) {
-      // One GEMM for w1 and w3, then the activation in one pass each way.
-      return {Project(fused::SwiGlu(Project(x, {p[0], p[2]})), {p[1]})};
-    }
-    return {F::linear(torch::silu(F::linear(x, regions::AsComputeType(p[0], x))) *
-                          F::linear(x, regions::AsComputeType(p[2], x)),
-                      regions::AsComputeType(p[1], x))};
+    // One GEMM for w1 and w3 (two torchtitan-named parameters), then the activation.
+    return {Project(ops::SwiGlu(Project(in[0], {p[0], p[2]})), {p[1]})};
   };
 }
 

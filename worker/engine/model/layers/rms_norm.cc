@@ -1,6 +1,6 @@
 #include "worker/engine/model/layers/rms_norm.h"
 
-#include "worker/engine/kernels/cpu/fused_cpu_kernels.h"
+#include "worker/engine/kernels/ops.h"
 #include "worker/engine/model/regions/projection.h"
 
 namespace trainyard::engine {
@@ -20,17 +20,7 @@ using torch::Tensor;
 
 RegionKey RmsNormKey(int64_t dim, double eps) { return RegionKey("rms_norm", {{"dim", dim}, {"eps", eps}}); }
 
-Tensor Normalize(const Tensor& x, const Tensor& weight, double eps) {
-  if (fused::Applies(x)) return fused::RmsNorm(x, weight, eps);
-  if (IsReducedPrecision(x)) {
-    // bf16: normalize in fp32, then scale by the weight in the compute dtype (as
-    // torchtitan's RMSNorm: norm(x.float()).type_as(x) * weight).
-    auto xf = x.to(torch::kFloat);
-    return (xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps)).to(x.scalar_type()) *
-           AsComputeType(weight, x);
-  }
-  return x * torch::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps) * weight;
-}
+Tensor Normalize(const Tensor& x, const Tensor& weight, double eps) { return ops::RmsNorm(x, weight, eps); }
 
 RegionFn RmsNorm(double eps) {
   return [eps](const std::vector<Tensor>& in, const std::vector<Tensor>& p) -> std::vector<Tensor> {

@@ -29,8 +29,7 @@ namespace regions {
 // The rms_norm region: inputs x; params: weight.
 compile::RegionKey RmsNormKey(int64_t dim, double eps);
 compile::RegionFn RmsNorm(double eps);
-// Its math, for regions that normalise inside (the loss): the fused kernel where it
-// applies, else the composite form.
+// Its math, for regions that normalise inside (the loss): trainyard::rms_norm.
 torch::Tensor Normalize(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 
 }  // namespace regions

@@ -1,5 +1,7 @@
 #include "worker/engine/model/layers/rotary_embedding.h"
 
+#include "worker/engine/kernels/reference_ops.h"
+
 namespace trainyard::engine {
 
 RotaryEmbedding::RotaryEmbedding(int64_t head_dim, int64_t max_seq_len, double theta) {
@@ -16,14 +18,12 @@ RotaryEmbedding::RotaryEmbedding(int64_t head_dim, int64_t max_seq_len, double t
 }
 
 torch::Tensor RotaryEmbedding::CosTable(int64_t seq) const {
-  TORCH_CHECK(seq <= cos_full_.size(0), "RoPE: sequence length ", seq, " exceeds table size ",
-              cos_full_.size(0));
+  TORCH_CHECK(seq <= cos_full_.size(0), "RoPE: sequence length ", seq, " exceeds table size ", cos_full_.size(0));
   return cos_full_.narrow(0, 0, seq);
 }
 
 torch::Tensor RotaryEmbedding::SinTable(int64_t seq) const {
-  TORCH_CHECK(seq <= sin_full_.size(0), "RoPE: sequence length ", seq, " exceeds table size ",
-              sin_full_.size(0));
+  TORCH_CHECK(seq <= sin_full_.size(0), "RoPE: sequence length ", seq, " exceeds table size ", sin_full_.size(0));
   return sin_full_.narrow(0, 0, seq);
 }
 
@@ -31,12 +31,8 @@ torch::Tensor RotaryEmbedding::Apply(const torch::Tensor& x) const {
   return Rotate(x, CosTable(x.size(1)), SinTable(x.size(1)));
 }
 
-torch::Tensor RotaryEmbedding::Rotate(const torch::Tensor& x, const torch::Tensor& cos,
-                                      const torch::Tensor& sin) {
-  // out0 = x0·c - x1·s, out1 = x1·c + x0·s: the same products and sums as the pairwise form.
-  auto swapped = x.reshape({x.size(0), x.size(1), x.size(2), x.size(3) / 2, 2}).flip(-1).reshape(x.sizes());
-  // [seq, 1, head_dim] broadcasts over batch and heads.
-  return x * cos.unsqueeze(1) + swapped * sin.unsqueeze(1);
+torch::Tensor RotaryEmbedding::Rotate(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  return reference::Rotate(x, cos, sin);
 }
 
 }  // namespace trainyard::engine

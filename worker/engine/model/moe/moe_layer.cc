@@ -1,12 +1,12 @@
 #include "worker/engine/model/moe/moe_layer.h"
 
-#include "worker/engine/kernels/cpu/fused_cpu_kernels.h"
+#include "worker/engine/kernels/ops.h"
 #include "worker/engine/parallel/parallel_autograd.h"
 
 namespace trainyard::engine {
 
-MoEImpl::MoEImpl(const ModelConfig& c, ParallelContext ctx, RegionFactory& regions, int layer,
-                 bool plant_side_effect, bool in_block_regions)
+MoEImpl::MoEImpl(const ModelConfig& c, ParallelContext ctx, RegionFactory& regions, int layer, bool plant_side_effect,
+                 bool in_block_regions)
     : ctx_(ctx),
       dispatcher_(c.n_routed_experts, ctx.ep_group),
       regions_(&regions),
@@ -18,9 +18,8 @@ MoEImpl::MoEImpl(const ModelConfig& c, ParallelContext ctx, RegionFactory& regio
   router = register_module("router", TokenChoiceRouter(c.dim, c.n_routed_experts));
   experts = register_module("experts", GroupedExperts(c.dim, c.expert_hidden, dispatcher_.n_local_experts()));
   if (c.n_shared_experts > 0) {
-    shared_experts = register_module(
-        "shared_experts", FeedForward(c.dim, int64_t{c.expert_hidden} * c.n_shared_experts, ctx, own, layer,
-                                      "shared_expert"));
+    shared_experts = register_module("shared_experts", FeedForward(c.dim, int64_t{c.expert_hidden} * c.n_shared_experts,
+                                                                   ctx, own, layer, "shared_expert"));
   }
   expert_bias = register_buffer("expert_bias", torch::zeros({c.n_routed_experts}));
   if (plant_side_effect) {
@@ -31,9 +30,8 @@ MoEImpl::MoEImpl(const ModelConfig& c, ParallelContext ctx, RegionFactory& regio
   router_fn_ = regions::Router(c.top_k, c.score_func, c.route_norm, c.route_scale, tokens_per_expert);
   router_region_ = own.Make(router_key, router_fn_, layer);
   // Rows per expert change every step: the rows dimension is dynamic, so a dropless MoE
-  // compiles its experts once rather than once per token count. The expert region is
-  // made at the first forward, when the rows' device and dtype tell whether the fused
-  // CPU kernels apply (one grouped_experts call) or not (one FFN call per expert).
+  // compiles its experts once rather than once per token count. The expert region (one
+  // trainyard::grouped_experts call for all local experts) is made at the first forward.
   const auto combine_key = regions::CombineKey(c.dim, c.top_k);
   combine_region_ = own.Make(combine_key, regions::Combine(), layer);
   regions.GraphBreak(router_key,
@@ -69,15 +67,12 @@ MoEOutput MoEImpl::forward(const torch::Tensor& input) {
 torch::Tensor MoEImpl::RunExperts(const torch::Tensor& rows, const torch::Tensor& counts) {
   Dispatched d = dispatcher_.Dispatch(rows, counts);
   if (!expert_region_) {
-    experts_grouped_ = fused::Applies(d.tokens);
-    expert_region_ = expert_factory_->Make(expert_key_, experts_grouped_ ? regions::GroupedExpertFfn() : regions::Ffn(),
-                                           layer_, /*dynamic=*/{{0, 0}});
+    expert_region_ = expert_factory_->Make(expert_key_, regions::GroupedExpertFfn(), layer_, /*dynamic=*/{{0, 0}});
     if (ctx_.ep > 1) {
       regions_->GraphBreak(expert_key_, "EP all-to-all of per-expert counts and of token rows (collective)");
     }
   }
-  return dispatcher_.Combine(experts->forward(d.tokens, d.plan.local_counts, expert_region_, experts_grouped_),
-                             d.plan);
+  return dispatcher_.Combine(experts->forward(d.tokens, d.plan.local_counts, expert_region_), d.plan);
 }
 
 void MoEImpl::UpdateExpertBias(const torch::Tensor& counts, double coeff) {
@@ -97,11 +92,7 @@ RegionKey CombineKey(int64_t dim, int64_t top_k) { return RegionKey("combine", {
 
 RegionFn Combine() {
   return [](const std::vector<Tensor>& in, const std::vector<Tensor>&) -> std::vector<Tensor> {
-    if (fused::Applies(in[0])) return {fused::Combine(in[0], in[1], in[2], in[3].size(0))};
-    // bf16: expert rows times fp32 gates, back to the rows' dtype before the sum.
-    auto weighted = in[0] * in[1];
-    if (weighted.scalar_type() != in[3].scalar_type()) weighted = weighted.to(in[3].scalar_type());
-    return {torch::zeros_like(in[3]).index_add(0, in[2], weighted)};
+    return {ops::Combine(in[0], in[1], in[2], in[3].size(0))};
   };
 }
 

@@ -39,9 +39,8 @@ class MoEImpl : public torch::nn::Module {
   // buffer `tokens_per_expert`, the write the compile layer must reject.
   // `in_block_regions`: the block's regions (regions = "model") run the router, combine
   // and shared expert; only the routed experts are this module's own regions.
-  explicit MoEImpl(const ModelConfig& config, ParallelContext ctx = {},
-                   RegionFactory& regions = EagerRegionFactory(), int layer = -1, bool plant_side_effect = false,
-                   bool in_block_regions = false);
+  explicit MoEImpl(const ModelConfig& config, ParallelContext ctx = {}, RegionFactory& regions = EagerRegionFactory(),
+                   int layer = -1, bool plant_side_effect = false, bool in_block_regions = false);
 
   // x: [..., dim], replicated across the TP group.
   MoEOutput forward(const torch::Tensor& x);
@@ -71,8 +70,7 @@ class MoEImpl : public torch::nn::Module {
   compile::RegionKey expert_key_;
   int layer_;
   RegionCall router_region_, combine_region_;
-  RegionCall expert_region_;     // made at the first forward (see RunExperts)
-  bool experts_grouped_ = false;  // expert_region_ is GroupedExpertFfn, else Ffn per expert
+  RegionCall expert_region_;  // made at the first forward (see RunExperts)
   compile::RegionFn router_fn_;
 };
 TORCH_MODULE(MoE);

@@ -11,25 +11,20 @@
 // exactly the operations it ran before bf16 existed.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <initializer_list>
 
-#include <torch/torch.h>
+#include "worker/engine/kernels/ops.h"
 
 namespace trainyard::engine::regions {
 
-// `w` in `like`'s dtype: `w` itself when they agree (fp32), else a differentiable cast.
-inline torch::Tensor AsComputeType(const torch::Tensor& w, const torch::Tensor& like) {
-  return w.scalar_type() == like.scalar_type() ? w : w.to(like.scalar_type());
-}
+using ops::AsComputeType;
+using ops::IsReducedPrecision;
 
-// True for activations in a reduced precision (bf16), whose statistics are taken in fp32.
-inline bool IsReducedPrecision(const torch::Tensor& x) {
-  return x.scalar_type() == torch::kBFloat16 || x.scalar_type() == torch::kHalf;
-}
-
-// x·[ws...]ᵀ: the fused kernel where it applies (fp32 CPU; no weight concatenation,
-// GEMMs split by rows; kernels/cpu/fused_cpu_kernels.h), else one linear over the
-// concatenated weights, cast to x's dtype.
+// x·[ws...]ᵀ through trainyard::linear (the fused CPU kernel on fp32 CPU: no weight
+// concatenation, GEMMs split by rows; elsewhere one linear over the concatenated
+// weights, cast to x's dtype).
 torch::Tensor Project(const torch::Tensor& x, std::initializer_list<torch::Tensor> ws);
 
 }  // namespace trainyard::engine::regions
