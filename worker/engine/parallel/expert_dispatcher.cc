@@ -1,5 +1,6 @@
 #include "worker/engine/parallel/expert_dispatcher.h"
 
+#include "worker/engine/base/host_sync.h"
 #include "worker/engine/parallel/mesh/collective_group.h"
 #include "worker/engine/parallel/parallel_autograd.h"
 
@@ -12,7 +13,12 @@ ExpertDispatcher::ExpertDispatcher(int64_t n_experts, CollectiveGroup* ep_group)
 }
 
 Dispatched ExpertDispatcher::Dispatch(const torch::Tensor& rows, const torch::Tensor& counts) const {
-  auto c = counts.to(torch::kCPU, torch::kInt64).contiguous();
+  // The MoE layer's one declared graph break: the host sizes the expert slices.
+  torch::Tensor c;
+  {
+    HostRead read("moe dispatch: tokens per expert");
+    c = counts.to(torch::kCPU, torch::kInt64).contiguous();
+  }
   TORCH_CHECK(c.numel() == n_experts_, "Dispatch: got ", c.numel(), " counts for ", n_experts_, " experts");
   const int64_t* cp = c.data_ptr<int64_t>();
   Dispatched d;
@@ -26,7 +32,12 @@ Dispatched ExpertDispatcher::Dispatch(const torch::Tensor& rows, const torch::Te
   // the group's device (NCCL takes no host tensors) and come back to the host, which
   // needs them to size the token exchange.
   const std::vector<int64_t> equal(ep_, n_local_);
-  auto recv = group_->AllToAll(c.to(group_->device()), equal, equal).to(torch::kCPU).contiguous();
+  auto exchanged = group_->AllToAll(c.to(group_->device()), equal, equal);
+  torch::Tensor recv;
+  {
+    HostRead read("moe dispatch: tokens per local expert from each EP peer");
+    recv = exchanged.to(torch::kCPU).contiguous();
+  }
   const int64_t* rp = recv.data_ptr<int64_t>();
   plan.send_splits.assign(ep_, 0);
   plan.recv_splits.assign(ep_, 0);

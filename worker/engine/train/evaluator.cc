@@ -1,9 +1,10 @@
 #include "worker/engine/train/evaluator.h"
 
-#include <chrono>
-
 #include <ATen/record_function.h>
 
+#include <chrono>
+
+#include "worker/engine/base/host_sync.h"
 #include "worker/engine/base/torch_compat.h"
 
 namespace trainyard::engine {
@@ -38,6 +39,7 @@ v1::Validation Evaluator::Run(int64_t step) {
   compat::Synchronize(device_);
   v1::Validation v;
   v.set_step(step);
+  HostRead read("validation loss");
   v.set_loss(sum.item<double>() / (static_cast<double>(steps) * ctx.world));
   v.set_tokens(int64_t{steps} * batch * seq * ctx.dp);
   v.set_ms(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());

@@ -18,6 +18,7 @@
 
 #include "common/flight/artifact_file.h"
 #include "common/flight/stall_analysis.h"
+#include "worker/engine/base/host_sync.h"
 #include "worker/engine/base/torch_compat.h"
 #include "worker/engine/checkpoint/checkpoint_loader.h"
 #include "worker/engine/checkpoint/checkpoint_writer.h"
@@ -187,7 +188,11 @@ std::pair<double, double> Trainer::ClipGradients(double max_norm) {
   }
   if (host_sq != 0) sq += host_sq;
   mesh_.world().AllReduceSum(sq);
-  const double norm = std::sqrt(sq.item<double>());
+  double norm = 0;
+  {
+    HostRead read("gradient norm");
+    norm = std::sqrt(sq.item<double>());
+  }
   // Same rule as torch::nn::utils::clip_grad_norm_; the optimizer applies it.
   const double coef = max_norm > 0 ? max_norm / (norm + 1e-6) : 1.0;
   return {norm, std::min(coef, 1.0)};
@@ -496,9 +501,12 @@ v1::StepMetrics Trainer::Step(int step) {
   m.set_step(step);
   m.set_epoch(EpochOfStep(*dataset_, step - 1, GlobalBatch()));
   // One copy to the host for the loss and the request flag.
-  const auto head = torch::stack({stats[0], stats[stats.numel() - 1]}).to(torch::kCPU);
-  m.set_loss(head[0].item<double>() / ctx.world);
-  checkpoint_requested_ = head[1].item<double>() > 0;
+  {
+    HostRead read("step loss and checkpoint request");
+    const auto head = torch::stack({stats[0], stats[stats.numel() - 1]}).to(torch::kCPU);
+    m.set_loss(head[0].item<double>() / ctx.world);
+    checkpoint_requested_ = head[1].item<double>() > 0;
+  }
   if (checkpoint_requested_) requests_served_until_ = std::chrono::system_clock::now();
   m.set_grad_norm(grad_norm);
   m.set_lr(lr);
@@ -529,6 +537,7 @@ v1::StepMetrics Trainer::Step(int step) {
   m.set_peak_rss_mb(PeakRssMb());
   m.set_peak_tensor_bytes(peak_tensor_bytes);
   if (global_counts.numel() > 0) {
+    HostRead read("expert load metrics");
     auto load = global_counts.sum(0).round().to(torch::kCPU, torch::kInt64).contiguous();
     m.mutable_expert_load()->Add(load.data_ptr<int64_t>(), load.data_ptr<int64_t>() + load.numel());
     const double mean = load.to(torch::kFloat64).mean().item<double>();

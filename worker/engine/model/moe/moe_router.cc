@@ -16,8 +16,11 @@ using torch::Tensor;
 
 RegionKey RouterKey(int64_t dim, int64_t n_experts, int64_t top_k, const std::string& score_func, bool route_norm,
                     double route_scale) {
-  return RegionKey("router", {{"dim", dim}, {"n_experts", n_experts}, {"top_k", top_k},
-                              {"score_func", score_func}, {"route_norm", route_norm},
+  return RegionKey("router", {{"dim", dim},
+                              {"n_experts", n_experts},
+                              {"top_k", top_k},
+                              {"score_func", score_func},
+                              {"route_norm", route_norm},
                               {"route_scale", route_scale}});
 }
 
@@ -35,14 +38,16 @@ RegionFn Router(int64_t top_k, std::string score_func, bool route_norm, double r
     auto gates = scores.gather(1, selected);
     if (route_norm && top_k > 1) gates = gates / (gates.sum(-1, /*keepdim=*/true) + 1e-20);
     if (route_scale != 1.0) gates = gates * route_scale;
-    auto counts = torch::bincount(selected.reshape({-1}), /*weights=*/{}, /*minlength=*/expert_bias.size(0));
+    // A scatter, not bincount: bincount sizes its output from the largest id, which on
+    // CUDA is a host synchronisation.
+    const auto flat = selected.reshape({-1});
+    auto counts = torch::zeros({expert_bias.size(0)}, flat.options()).scatter_add_(0, flat, torch::ones_like(flat));
     if (plant_into.defined()) plant_into.copy_(counts);  // test-only planted side effect
     // Sort the (token, slot) pairs by expert so each expert sees one contiguous slice.
     // A stable sort keeps token order within an expert, so results are reproducible.
     auto order = std::get<1>(selected.reshape({-1}).sort(/*stable=*/true, /*dim=*/0, /*descending=*/false));
     auto token_ids = order.div(top_k, "floor");
-    return {x.index_select(0, token_ids), gates.reshape({-1}).index_select(0, order).unsqueeze(1), token_ids,
-            counts};
+    return {x.index_select(0, token_ids), gates.reshape({-1}).index_select(0, order).unsqueeze(1), token_ids, counts};
   };
 }
 
