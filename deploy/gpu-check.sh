@@ -18,6 +18,8 @@
 #      included) against a per-expert fp32 loop, forward and backward, within 2e-2
 #      relative, naming CUTLASS or the fallback, with no host sync on sm90+ (LibTorch's
 #      sync debug mode), with both times;
+#   FSDP on NCCL with 2+ GPUs: dp_shard=2 in fp32 (1e-4) and bf16 (2e-2) against the
+#      CPU rank with the same global batch, printing the rank's gradient reduction line;
 #   c. trainyard-bench --preset debug --set resources.device=cuda --steps 20 --warmup 5:
 #      tokens/s, step time, MFU and the GPU's fp32 GEMM peak.
 # NCCL refuses two ranks of one communicator on the same GPU, so on a one-GPU machine
@@ -351,6 +353,31 @@ elif [[ "$GPUS" -lt 2 ]] && grep -qiE "duplicate GPU|both on CUDA device|ncclInv
   info "multi-rank NCCL not runnable here: $GPUS GPU, and NCCL refuses two ranks on one GPU (rendezvous and ProcessGroupNCCL reached; its refusal is in runs.tar.gz cuda_dp2.err)"
 else
   info "dp=2 on CUDA failed with $GPUS GPU(s); the ranks' error is above (NCCL needs one GPU per rank)"
+fi
+
+echo
+echo "== FSDP on NCCL (dp_shard=2: reduce-scatter of fp32 gradients, bf16 all-gather in bf16)"
+if [[ "$GPUS" -ge 2 ]]; then
+  if RUN_TIMEOUT=60 run cuda_fsdp2 --set resources.device=cuda --set parallelism.dp=2 --set parallelism.dp_shard=2 \
+       --set training.batch_size=4 --set parallelism.collective_timeout_s=30; then
+    record "CUDA/NCCL FSDP dp_shard=2 vs CPU 1 rank with the same global batch" \
+      "$RUNS/cpu_1_b8.jsonl" "$RUNS/cuda_fsdp2.jsonl" 1e-4
+    # The rank's "gradient reduction:" line names reduce-scatter or the all-reduce fallback.
+    grep -h '"gradient reduction:' "$RUNS/cuda_fsdp2.jsonl" | python3 -c \
+      'import json,sys; [print("    " + json.loads(l)["log"]["message"]) for l in sys.stdin]' 2>/dev/null
+  else
+    fail "CUDA/NCCL FSDP dp_shard=2 did not run (see above)"
+  fi
+  if RUN_TIMEOUT=60 run cuda_fsdp2_bf16 --set resources.device=cuda --set parallelism.dp=2 \
+       --set parallelism.dp_shard=2 --set training.batch_size=4 --set training.mixed_precision=bf16 \
+       --set parallelism.collective_timeout_s=30; then
+    record "CUDA/NCCL FSDP dp_shard=2 bf16 vs CPU 1 rank fp32 (bf16 bound)" \
+      "$RUNS/cpu_1_b8.jsonl" "$RUNS/cuda_fsdp2_bf16.jsonl" 2e-2
+  else
+    fail "CUDA/NCCL FSDP dp_shard=2 bf16 did not run (see above)"
+  fi
+else
+  info "FSDP on NCCL not runnable here: $GPUS GPU (NCCL needs one GPU per rank)"
 fi
 
 echo

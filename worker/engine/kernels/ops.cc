@@ -98,6 +98,19 @@ Tensor RmsNorm(const Tensor& x, const Tensor& weight, double eps) {
   return op.call(x, weight, eps);
 }
 
+std::string ExpertKernelName(c10::Device device, c10::ScalarType dtype) {
+  if (device.is_cpu() && fused::Enabled() && dtype == torch::kFloat32) return "fused CPU kernel";
+  if (device.is_cuda() && dtype == torch::kBFloat16) {
+    return "at::_grouped_mm (grouped GEMM: CUTLASS on sm90 and newer, LibTorch's per-group fallback below)";
+  }
+  return "per-expert loop";
+}
+
+std::string AttentionKernelName(c10::Device device, c10::ScalarType dtype) {
+  if (device.is_cpu() && dtype == torch::kFloat32 && fused::AttentionEnabled()) return "fused CPU kernel";
+  return "scaled_dot_product_attention";
+}
+
 Tensor SwiGlu(const Tensor& h) {
   static const auto op = Op<Tensor(const Tensor&)>("trainyard::swiglu");
   return op.call(h);

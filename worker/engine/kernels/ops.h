@@ -24,6 +24,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace trainyard::engine::ops {
@@ -83,5 +84,12 @@ torch::Tensor RmsNorm(const torch::Tensor& x, const torch::Tensor& weight, doubl
 // trainyard::swiglu. h: [..., 2·hidden], the w1 and w3 projections side by side.
 // Returns silu(h[..., :hidden]) · h[..., hidden:], [..., hidden]. Differentiable in h.
 torch::Tensor SwiGlu(const torch::Tensor& h);
+
+// The kernel trainyard::grouped_experts and trainyard::causal_attention run for
+// activations on `device` in `dtype`, in words (trainyard-rank's start line names them):
+// "fused CPU kernel", "at::_grouped_mm (grouped GEMM)", "per-expert loop",
+// "scaled_dot_product_attention".
+std::string ExpertKernelName(c10::Device device, c10::ScalarType dtype);
+std::string AttentionKernelName(c10::Device device, c10::ScalarType dtype);
 
 }  // namespace trainyard::engine::ops

@@ -54,15 +54,28 @@ std::vector<int64_t> ExpertCounts(const Tensor& starts_in, int64_t rows, int64_t
   return counts;
 }
 
-namespace {
-
 void CheckExpertShapes(const Tensor& x, const Tensor& w1, const Tensor& w2, const Tensor& w3) {
   TORCH_CHECK(x.dim() == 2 && w1.dim() == 3 && w1.sizes() == w3.sizes() && w2.dim() == 3 && w2.size(0) == w1.size(0) &&
                   w2.size(1) == w1.size(2) && w2.size(2) == w1.size(1) && x.size(1) == w1.size(2),
               "grouped experts: x ", x.sizes(), " with w1 ", w1.sizes(), ", w2 ", w2.sizes(), ", w3 ", w3.sizes());
 }
 
-}  // namespace
+void CheckCombineArgs(const Tensor& y, const Tensor& gates, const Tensor& token_ids, int64_t n_tokens) {
+  TORCH_CHECK(y.dim() == 2 && gates.dim() == 2 && gates.size(1) == 1 && gates.size(0) == y.size(0) &&
+                  token_ids.dim() == 1 && token_ids.size(0) == y.size(0) && token_ids.scalar_type() == torch::kInt64,
+              "combine: y ", y.sizes(), ", gates ", gates.sizes(), ", token ids ", token_ids.sizes());
+  TORCH_CHECK(n_tokens >= 0, "combine: negative token count ", n_tokens);
+}
+
+void CheckAttentionArgs(const Tensor& qkv, const Tensor& cos, const Tensor& sin, int64_t n_heads, int64_t n_kv_heads,
+                        int64_t head_dim, int64_t query_block) {
+  TORCH_CHECK(qkv.dim() == 3 && qkv.size(2) == (n_heads + 2 * n_kv_heads) * head_dim,
+              "attention: qkv must be [b, t, (n_heads + 2·n_kv_heads)·head_dim], got ", qkv.sizes());
+  TORCH_CHECK(n_kv_heads > 0 && n_heads % n_kv_heads == 0 && head_dim % 2 == 0 && query_block > 0,
+              "attention: bad head layout");
+  TORCH_CHECK(cos.dim() == 2 && cos.size(0) == qkv.size(1) && cos.size(1) == head_dim && sin.sizes() == cos.sizes(),
+              "attention: RoPE tables must be [t, head_dim]");
+}
 
 bool GroupedGemmApplies(const Tensor& x) { return x.is_cuda() && x.scalar_type() == torch::kBFloat16; }
 
@@ -110,10 +123,7 @@ Tensor GroupedExpertsLoop(const Tensor& x, const Tensor& starts, const Tensor& w
 }
 
 Tensor Combine(const Tensor& y, const Tensor& gates, const Tensor& token_ids, int64_t n_tokens) {
-  TORCH_CHECK(y.dim() == 2 && gates.dim() == 2 && gates.size(1) == 1 && gates.size(0) == y.size(0) &&
-                  token_ids.dim() == 1 && token_ids.size(0) == y.size(0) && token_ids.scalar_type() == torch::kInt64,
-              "combine: y ", y.sizes(), ", gates ", gates.sizes(), ", token ids ", token_ids.sizes());
-  TORCH_CHECK(n_tokens >= 0, "combine: negative token count ", n_tokens);
+  CheckCombineArgs(y, gates, token_ids, n_tokens);
   // bf16: expert rows times fp32 gates, back to the rows' dtype before the sum.
   auto weighted = y * gates;
   if (weighted.scalar_type() != y.scalar_type()) weighted = weighted.to(y.scalar_type());
@@ -152,12 +162,7 @@ Tensor CausalSdpa(const Tensor& q, const Tensor& k, const Tensor& v, bool expand
 
 Tensor CausalAttention(const Tensor& qkv, const Tensor& cos, const Tensor& sin, int64_t n_heads, int64_t n_kv_heads,
                        int64_t head_dim, int64_t query_block) {
-  TORCH_CHECK(qkv.dim() == 3 && qkv.size(2) == (n_heads + 2 * n_kv_heads) * head_dim,
-              "attention: qkv must be [b, t, (n_heads + 2·n_kv_heads)·head_dim], got ", qkv.sizes());
-  TORCH_CHECK(n_kv_heads > 0 && n_heads % n_kv_heads == 0 && head_dim % 2 == 0 && query_block > 0,
-              "attention: bad head layout");
-  TORCH_CHECK(cos.dim() == 2 && cos.size(0) == qkv.size(1) && cos.size(1) == head_dim && sin.sizes() == cos.sizes(),
-              "attention: RoPE tables must be [t, head_dim]");
+  CheckAttentionArgs(qkv, cos, sin, n_heads, n_kv_heads, head_dim, query_block);
   const int64_t b = qkv.size(0), t = qkv.size(1), hd = head_dim;
   // One RoPE pass over the q and k heads together (in fp32 for bf16 activations).
   auto qk = qkv.narrow(-1, 0, (n_heads + n_kv_heads) * hd).view({b, t, n_heads + n_kv_heads, hd});

@@ -56,6 +56,15 @@ torch::Tensor CausalSdpa(const torch::Tensor& q, const torch::Tensor& k, const t
 // (flash takes no fp32, memory-efficient no GQA). K/V are then repeated instead.
 bool SdpaExpandsKv(const torch::Tensor& x, int64_t n_heads, int64_t n_kv_heads);
 
+// The operators' argument checks, shared by every kernel of each (c10::Error naming
+// the shapes).
+void CheckAttentionArgs(const torch::Tensor& qkv, const torch::Tensor& cos, const torch::Tensor& sin, int64_t n_heads,
+                        int64_t n_kv_heads, int64_t head_dim, int64_t query_block);
+void CheckExpertShapes(const torch::Tensor& x, const torch::Tensor& w1, const torch::Tensor& w2,
+                       const torch::Tensor& w3);
+void CheckCombineArgs(const torch::Tensor& y, const torch::Tensor& gates, const torch::Tensor& token_ids,
+                      int64_t n_tokens);
+
 // Rows per expert from the operator's start offsets (int64 CPU [E], from 0, not
 // decreasing; the last expert ends at `rows`), checked, with a precise error.
 std::vector<int64_t> ExpertCounts(const torch::Tensor& starts, int64_t rows, int64_t n_experts);

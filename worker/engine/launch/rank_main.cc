@@ -50,13 +50,13 @@
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
+#include <torch/torch.h>
+
+#include <CLI/CLI.hpp>
 #include <iostream>
 #include <memory>
 #include <sstream>
 #include <string>
-
-#include <CLI/CLI.hpp>
-#include <torch/torch.h>
 
 #include "common/events/rank_exit.h"
 #include "common/flight/flight_ring.h"
@@ -69,9 +69,10 @@
 #include "worker/engine/diagnostics/watchdog.h"
 #include "worker/engine/io/safetensors_file.h"
 #include "worker/engine/io/state_dict_io.h"
-#include "worker/engine/launch/engine_capabilities.h"
 #include "worker/engine/kernels/cpu/cpu_blas.h"
 #include "worker/engine/kernels/cpu/fused_cpu_kernels.h"
+#include "worker/engine/kernels/ops.h"
+#include "worker/engine/launch/engine_capabilities.h"
 #include "worker/engine/parallel/mesh/collective_group.h"
 #include "worker/engine/parallel/mesh/device_placement.h"
 #include "worker/engine/parallel/mesh/process_mesh.h"
@@ -92,16 +93,16 @@ struct RankFlags {
   std::string gloo_host;
   int attempt = 1;
   int threads = 1;
-  std::string save_init;   // full weights before step 1 (written by rank 0)
-  std::string load;        // full weights to start from
-  std::string save_final;  // full weights after the last step (written by rank 0)
-  std::string resume;          // a checkpoint directory to continue from
-  std::string checkpoint_dir;  // where checkpoints go (default checkpoint.dir)
-  int64_t pause_checkpoint_at_step = 0;  // test hook, from the environment
+  std::string save_init;                   // full weights before step 1 (written by rank 0)
+  std::string load;                        // full weights to start from
+  std::string save_final;                  // full weights after the last step (written by rank 0)
+  std::string resume;                      // a checkpoint directory to continue from
+  std::string checkpoint_dir;              // where checkpoints go (default checkpoint.dir)
+  int64_t pause_checkpoint_at_step = 0;    // test hook, from the environment
   bool hang_requested_checkpoint = false;  // test hook, from the environment
   bool kill_in_prune = false;              // test hook, from the environment
-  std::string run_dir;                   // the attempt's folder: flight/, artifacts/
-  int64_t test_stall_at_step = 0;        // test hook, from the environment
+  std::string run_dir;                     // the attempt's folder: flight/, artifacts/
+  int64_t test_stall_at_step = 0;          // test hook, from the environment
 };
 
 // Gloo's (and NCCL's) own collective timeout is this much past the watchdog's.
@@ -110,7 +111,8 @@ constexpr double kBackstopS = 60;
 std::string DefaultRunDir(const RankFlags& f) {
   const char* tmp = std::getenv("TMPDIR");
   std::string dir = (tmp != nullptr && *tmp != '\0') ? tmp : "/tmp";
-  if (f.world_size > 1) return dir + "/trainyard-run-p" + std::to_string(f.master_port) + "-a" + std::to_string(f.attempt);
+  if (f.world_size > 1)
+    return dir + "/trainyard-run-p" + std::to_string(f.master_port) + "-a" + std::to_string(f.attempt);
   return dir + "/trainyard-run-pid" + std::to_string(getpid());
 }
 
@@ -122,7 +124,8 @@ using namespace trainyard::engine;
 // one (or one of the same time) came for this attempt, maybe while this rank was still
 // starting, and stays for the trainer's first step.
 void RemoveStaleCheckpointRequest(const std::string& request, const std::string& config_path, EventWriter& events) {
-  struct stat req {}, cfg {};
+  struct stat req {
+  }, cfg{};
   if (::stat(request.c_str(), &req) != 0 || ::stat(config_path.c_str(), &cfg) != 0) return;
   const auto older = [](const timespec& a, const timespec& b) {
     return a.tv_sec < b.tv_sec || (a.tv_sec == b.tv_sec && a.tv_nsec < b.tv_nsec);
@@ -155,8 +158,10 @@ std::string AgreedInitialCheckpoint(const std::string& path, ProcessMesh& mesh, 
   t = t.cpu();
   const double n = t[0].item<double>();
   if (t[1].item<double>() != n * h || t[2].item<double>() != n * h * h) {
-    throw std::runtime_error("checkpoint.initial_load_path " + path + ": the ranks picked different newest "
-                             "checkpoints (this rank " + *picked + "); is a job still writing that folder?");
+    throw std::runtime_error("checkpoint.initial_load_path " + path +
+                             ": the ranks picked different newest "
+                             "checkpoints (this rank " +
+                             *picked + "); is a job still writing that folder?");
   }
   return *picked;
 }
@@ -182,8 +187,7 @@ void RunRank(const RankFlags& f, EventWriter& events) {
   } catch (const std::invalid_argument& e) {
     throw InputError(e.what());
   }
-  const c10::Device device =
-      DevicePlacement::ForLocalRank(config.resources, f.local_rank >= 0 ? f.local_rank : f.rank);
+  const c10::Device device = DevicePlacement::ForLocalRank(config.resources, f.local_rank >= 0 ? f.local_rank : f.rank);
   tensor_memory::Install(device);  // StepMetrics.peak_tensor_bytes; before any other thread allocates
   at::set_num_threads(f.threads);
   GemmPeakProbe::SetBlasThreads(f.threads);
@@ -199,8 +203,8 @@ void RunRank(const RankFlags& f, EventWriter& events) {
   std::string ring_error;
   auto ring = trainyard::flight::FlightRing::Create(run_dir + "/flight", f.rank, f.world_size, &ring_error);
   if (ring == nullptr) throw std::runtime_error("flight recorder: " + ring_error);
-  RendezvousOptions rendezvous{f.rank, f.world_size, f.master_addr, f.master_port, f.gloo_host,
-                               config.parallelism.collective_timeout_s};
+  RendezvousOptions rendezvous{f.rank,        f.world_size, f.master_addr,
+                               f.master_port, f.gloo_host,  config.parallelism.collective_timeout_s};
   rendezvous.collective_timeout_s = config.parallelism.collective_timeout_s + kBackstopS;
   rendezvous.device = device;
   auto world = CollectiveGroup::Connect(rendezvous);
@@ -261,13 +265,14 @@ void RunRank(const RankFlags& f, EventWriter& events) {
     std::ostringstream os;
     os << "engine start: model=" << (config.model.preset.empty() ? "custom" : config.model.preset)
        << " params_total=" << fm.total_params << " params_embedding=" << fm.embedding_params
-       << " params_active_non_embedding=" << fm.active_params
-       << " flops_per_token=" << fm.flops_per_token << " dp=" << config.parallelism.dp
-       << " tp=" << config.parallelism.tp << " ep=" << config.parallelism.ep
+       << " params_active_non_embedding=" << fm.active_params << " flops_per_token=" << fm.flops_per_token
+       << " dp=" << config.parallelism.dp << " tp=" << config.parallelism.tp << " ep=" << config.parallelism.ep
        << " dp_shard=" << config.parallelism.dp_shard << " state_bytes_per_rank=" << trainer.PersistentStateBytes()
        << " device=" << DevicePlacement::Describe(device) << " collectives=" << mesh->world().backend_name()
-       << " threads=" << f.threads << " gemm=\"" << cpu_blas::GemmName() << "\" blas_core=" << GemmPeakProbe::BlasCoreName()
-       << " mixed_precision=" << config.training.mixed_precision
+       << " threads=" << f.threads << " gemm=\"" << cpu_blas::GemmName()
+       << "\" blas_core=" << GemmPeakProbe::BlasCoreName() << " mixed_precision=" << config.training.mixed_precision
+       << " experts=\"" << ops::ExpertKernelName(device, bf16 ? torch::kBFloat16 : torch::kFloat32) << "\" attention=\""
+       << ops::AttentionKernelName(device, bf16 ? torch::kBFloat16 : torch::kFloat32) << "\""
        << (bf16 ? " bf16_gemm=\"" + GemmPeakProbe::Bf16GemmPath(device) + "\"" : std::string())
        << " gemm_peak_gflops=" << peak / 1e9 << " (" << (bf16 ? "bf16" : "fp32") << ") torch=" << TORCH_VERSION;
     // The thread environment it was started with (worker/launch/rank_launch.h).
@@ -311,13 +316,16 @@ int main(int argc, char** argv) {
   app.add_option("--master-addr", f.master_addr, "host of rank 0's TCPStore")->capture_default_str();
   app.add_option("--master-port", f.master_port, "port of rank 0's TCPStore")->capture_default_str();
   app.add_option("--gloo-host", f.gloo_host, "address Gloo binds to (default: --master-addr)");
-  app.add_option("--attempt", f.attempt, "attempt number, in checkpoint directory and artifact names")->capture_default_str();
+  app.add_option("--attempt", f.attempt, "attempt number, in checkpoint directory and artifact names")
+      ->capture_default_str();
   app.add_option("--threads", f.threads, "intra-op CPU threads")->capture_default_str()->check(CLI::Range(1, 1024));
-  app.add_option("--save-init", f.save_init, "write the full initial weights (safetensors) before step 1; give it to every rank");
+  app.add_option("--save-init", f.save_init,
+                 "write the full initial weights (safetensors) before step 1; give it to every rank");
   app.add_option("--load", f.load,
                  "start from these weights: a full safetensors file (torchtitan names), a checkpoint directory "
                  "(holding manifest.json) or a folder of them (its newest), written under any layout");
-  app.add_option("--save-final", f.save_final, "write the full weights (safetensors) after the last step; give it to every rank");
+  app.add_option("--save-final", f.save_final,
+                 "write the full weights (safetensors) after the last step; give it to every rank");
   app.add_option("--resume", f.resume,
                  "continue from this checkpoint directory (step-S-attempt-A, holding manifest.json), written under "
                  "any layout; --load and checkpoint.initial_load_path are ignored then");

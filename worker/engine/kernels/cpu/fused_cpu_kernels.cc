@@ -336,12 +336,7 @@ Tensor CausalAttentionKernel(const Tensor& qkv, const Tensor& cos, const Tensor&
   if (!AttentionApplies(qkv)) {
     return reference::CausalAttention(qkv, cos, sin, n_heads, n_kv_heads, head_dim, query_block);
   }
-  TORCH_CHECK(qkv.dim() == 3 && qkv.size(2) == (n_heads + 2 * n_kv_heads) * head_dim,
-              "fused attention: qkv must be [b, t, (n_heads + 2·n_kv_heads)·head_dim], got ", qkv.sizes());
-  TORCH_CHECK(n_kv_heads > 0 && n_heads % n_kv_heads == 0 && head_dim % 2 == 0 && query_block > 0,
-              "fused attention: bad head layout");
-  TORCH_CHECK(cos.dim() == 2 && cos.size(0) == qkv.size(1) && cos.size(1) == head_dim && sin.sizes() == cos.sizes(),
-              "fused attention: RoPE tables must be [t, head_dim]");
+  reference::CheckAttentionArgs(qkv, cos, sin, n_heads, n_kv_heads, head_dim, query_block);
   return CausalAttentionFn::apply(qkv, cos, sin, n_heads, n_kv_heads, head_dim, query_block);
 }
 
@@ -371,6 +366,8 @@ TORCH_LIBRARY_IMPL(trainyard, CPU, m) {
 
 void SetEnabled(bool enabled) { g_enabled.store(enabled, std::memory_order_relaxed); }
 
+bool AttentionEnabled() { return Enabled() && g_attention_enabled.load(std::memory_order_relaxed); }
+
 void SetAttentionEnabled(bool enabled) { g_attention_enabled.store(enabled, std::memory_order_relaxed); }
 
 void SetEnabledFromEnvironment() {
@@ -384,9 +381,7 @@ bool Enabled() { return g_enabled.load(std::memory_order_relaxed) && cpu_blas::A
 
 bool Applies(const torch::Tensor& x) { return Enabled() && x.device().is_cpu() && x.scalar_type() == torch::kFloat32; }
 
-bool AttentionApplies(const torch::Tensor& x) {
-  return Applies(x) && g_attention_enabled.load(std::memory_order_relaxed);
-}
+bool AttentionApplies(const torch::Tensor& x) { return Applies(x) && AttentionEnabled(); }
 
 void LinkCpuKernels() { LinkFfnKernels(); }
 

@@ -66,6 +66,9 @@ bool AttentionApplies(const torch::Tensor& x);
 // Switches the fused attention alone (on by default), for A/B figures against SDPA.
 void SetAttentionEnabled(bool enabled);
 
+// Enabled, and the fused attention not switched off on its own.
+bool AttentionEnabled();
+
 // SetEnabled(false) when this process's environment has TRAINYARD_FUSED_CPU_KERNELS=0,
 // SetAttentionEnabled(false) when it has TRAINYARD_FUSED_ATTENTION=0 (trainyard-rank
 // and trainyard-step-profile call it at start-up).

@@ -297,19 +297,14 @@ Tensor LinearKernel(const Tensor& x, at::TensorList weights) {
 Tensor GroupedExpertsKernel(const Tensor& x, const Tensor& starts_in, const Tensor& w1, const Tensor& w2,
                             const Tensor& w3) {
   if (!Applies(x)) return reference::GroupedExperts(x, starts_in, w1, w2, w3);
-  TORCH_CHECK(x.dim() == 2 && w1.dim() == 3 && w1.sizes() == w3.sizes() && w2.dim() == 3 && w2.size(0) == w1.size(0) &&
-                  w2.size(1) == w1.size(2) && w2.size(2) == w1.size(1) && x.size(1) == w1.size(2),
-              "fused experts: x ", x.sizes(), " with w1 ", w1.sizes(), ", w2 ", w2.sizes(), ", w3 ", w3.sizes());
+  reference::CheckExpertShapes(x, w1, w2, w3);
   const std::vector<int64_t> counts = reference::ExpertCounts(starts_in, x.size(0), w1.size(0));
   return GroupedExpertsFn::apply(x, counts, w1, w2, w3);
 }
 
 Tensor CombineKernel(const Tensor& y, const Tensor& gates, const Tensor& token_ids, int64_t n_tokens) {
   if (!Applies(y)) return reference::Combine(y, gates, token_ids, n_tokens);
-  TORCH_CHECK(y.dim() == 2 && gates.dim() == 2 && gates.size(1) == 1 && gates.size(0) == y.size(0) &&
-                  token_ids.dim() == 1 && token_ids.size(0) == y.size(0) && token_ids.scalar_type() == torch::kInt64,
-              "fused combine: y ", y.sizes(), ", gates ", gates.sizes(), ", token ids ", token_ids.sizes());
-  TORCH_CHECK(n_tokens >= 0, "fused combine: negative token count ", n_tokens);
+  reference::CheckCombineArgs(y, gates, token_ids, n_tokens);
   return CombineFn::apply(y, gates, token_ids, n_tokens);
 }
 
