@@ -64,7 +64,8 @@ struct Shapes {
   double d, hd, hl, kl, fl, fs, fe, e, e_local, k, v, b, t, n, ns, r;
   double a;  // bytes of an activation element: 4 (fp32) or 2 (bf16)
   bool fused, bf16, ep_split;
-  bool expand_kv;  // attention repeats K and V per query head (worker: SdpaExpandsKv)
+  bool grouped_gemm;  // experts as at::_grouped_mm (bf16 CUDA, dims multiples of 8)
+  bool expand_kv;     // attention repeats K and V per query head (worker: SdpaExpandsKv)
 };
 
 // What one RMSNorm over n rows saves, its output aside: the fused kernel its input and
@@ -132,10 +133,10 @@ Half MoeHalf(const Shapes& s, double params, double shared_params) {
   h.grads = kF32 * (params + s.d);
   h.first_grads = kF32 * shared_params;
   h.first_transient = 2 * s.n * s.d * s.a + s.n * 3 * s.fs * s.a;
-  // The fused kernel runs every local expert's backward at once; the composite form one
-  // expert's rows at a time, after the combine's gradient rows.
-  const double rows =
-      s.fused ? s.r * (2 * s.d + 3 * s.fe) : 2 * s.r * s.d + s.r / std::max(1.0, s.e_local) * (s.d + 3 * s.fe);
+  // The fused kernel and the grouped GEMM run every local expert's backward at once; the
+  // per-expert loop one expert's rows at a time, after the combine's gradient rows.
+  const double rows = s.fused || s.grouped_gemm ? s.r * (2 * s.d + 3 * s.fe)
+                                                : 2 * s.r * s.d + s.r / std::max(1.0, s.e_local) * (s.d + 3 * s.fe);
   h.transient = 2 * s.n * s.d * s.a + rows * s.a;
   if (s.ep_split) h.comm = 2 * s.r * s.d * s.a;  // rows sent and received
   return h;
@@ -181,6 +182,8 @@ MemoryEstimate EstimateRankMemory(const JobSpec& spec) {
   Shapes s{};
   s.bf16 = spec.training.mixed_precision == "bf16";
   s.fused = !s.bf16 && spec.resources.device == "cpu";
+  s.grouped_gemm =
+      s.bf16 && spec.resources.device == "cuda" && spec.model.dim % 8 == 0 && spec.model.expert_hidden % 8 == 0;
   s.a = s.bf16 ? 2 : kF32;
   s.d = m.dim;
   s.hd = m.head_dim();

@@ -58,60 +58,70 @@ std::map<std::string, int64_t> HostReadsBySite() {
   return Sites();
 }
 
-struct UndeclaredHostReads::State {
-  mutable std::mutex mu;
+namespace {
+
+// The watcher's counts. They outlive every watcher: LibTorch's removeCallback does not
+// wait for callbacks already running on other threads, so a callback may still count
+// after its watcher is gone (into counts nobody reads any more).
+struct WatchState {
+  std::mutex mu;
   std::map<std::string, int64_t> counts;
 };
 
-namespace {
+WatchState& Watch() {
+  static auto* state = new WatchState();
+  return *state;
+}
 
-// The watcher's state for the callback (LibTorch takes a plain function pointer).
-std::atomic<UndeclaredHostReads::State*> g_watching{nullptr};
+std::atomic<bool> g_watching{false};
 
 std::unique_ptr<at::ObserverContext> OnOperator(const at::RecordFunction& fn) {
-  UndeclaredHostReads::State* state = g_watching.load(std::memory_order_acquire);
-  if (state == nullptr || HostRead::Inside()) return nullptr;
+  if (!g_watching.load(std::memory_order_acquire) || HostRead::Inside()) return nullptr;
   const std::string name = fn.name();
   bool reads = ReadingOps().count(name) > 0;
-  if (!reads && (name == "aten::copy_" || name == "aten::_to_copy")) {
+  if (!reads && name == "aten::copy_") {
+    // copy_(self = destination, src): a device tensor landing on the host. (`.to(kCPU)`
+    // is _to_copy around this copy_; the copy alone is counted.)
     const auto in = fn.inputs();
-    if (name == "aten::copy_") {
-      // copy_(self = destination, src): a device tensor landing on the host.
-      reads = in.size() >= 2 && IsCpuTensor(in[0]) && IsDeviceTensor(in[1]);
-    } else {
-      // _to_copy(self, dtype, layout, device, ...): a device tensor sent to the CPU.
-      for (size_t i = 1; i < in.size() && !reads; ++i) {
-        reads = IsDeviceTensor(in[0]) && in[i].isDevice() && in[i].toDevice().is_cpu();
-      }
-    }
+    reads = in.size() >= 2 && IsCpuTensor(in[0]) && IsDeviceTensor(in[1]);
   }
   if (reads) {
-    std::lock_guard<std::mutex> lock(state->mu);
-    ++state->counts[name];
+    WatchState& w = Watch();
+    std::lock_guard<std::mutex> lock(w.mu);
+    ++w.counts[name];
   }
   return nullptr;
 }
 
 }  // namespace
 
-UndeclaredHostReads::UndeclaredHostReads() : state_(std::make_shared<State>()) {
-  State* expected = nullptr;
-  if (!g_watching.compare_exchange_strong(expected, state_.get())) {
+UndeclaredHostReads::UndeclaredHostReads() {
+  bool expected = false;
+  if (!g_watching.compare_exchange_strong(expected, true)) {
     throw std::logic_error("UndeclaredHostReads: another watcher is already installed");
   }
-  handle_ = at::addGlobalCallback(at::RecordFunctionCallback(&OnOperator)
-                                      .needsInputs(true)
-                                      .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}));
+  {
+    std::lock_guard<std::mutex> lock(Watch().mu);
+    Watch().counts.clear();
+  }
+  try {
+    handle_ = at::addGlobalCallback(at::RecordFunctionCallback(&OnOperator)
+                                        .needsInputs(true)
+                                        .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}));
+  } catch (...) {
+    g_watching.store(false, std::memory_order_release);
+    throw;
+  }
 }
 
 UndeclaredHostReads::~UndeclaredHostReads() {
+  g_watching.store(false, std::memory_order_release);
   at::removeCallback(handle_);
-  g_watching.store(nullptr, std::memory_order_release);
 }
 
 std::map<std::string, int64_t> UndeclaredHostReads::Counts() const {
-  std::lock_guard<std::mutex> lock(state_->mu);
-  return state_->counts;
+  std::lock_guard<std::mutex> lock(Watch().mu);
+  return Watch().counts;
 }
 
 }  // namespace trainyard::engine

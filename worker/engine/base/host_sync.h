@@ -48,10 +48,7 @@ class UndeclaredHostReads {
   // Operator name -> calls outside a HostRead so far.
   std::map<std::string, int64_t> Counts() const;
 
-  struct State;
-
  private:
-  std::shared_ptr<State> state_;
   uint64_t handle_ = 0;
 };
 

@@ -101,7 +101,7 @@ Tensor RmsNorm(const Tensor& x, const Tensor& weight, double eps) {
 std::string ExpertKernelName(c10::Device device, c10::ScalarType dtype) {
   if (device.is_cpu() && fused::Enabled() && dtype == torch::kFloat32) return "fused CPU kernel";
   if (device.is_cuda() && dtype == torch::kBFloat16) {
-    return "at::_grouped_mm (grouped GEMM: CUTLASS on sm90 and newer, LibTorch's per-group fallback below)";
+    return "at::_grouped_mm (grouped GEMM: CUTLASS on sm90/sm100, LibTorch's per-group fallback elsewhere)";
   }
   return "per-expert loop";
 }

@@ -8,8 +8,11 @@
 //                       autograd derives (SDPA for attention, at::_grouped_mm for the
 //                       experts), so CUDA runs LibTorch's own kernels through it.
 //
-// A new kernel for a device or dtype (a CUDA grouped GEMM, an MLA kernel) is one
-// registration at that device's dispatch key; no model code changes. The tracer records
+// A new kernel for a device (a CUDA grouped GEMM, an MLA kernel) is a registration at
+// that device's Autograd key (AutogradCUDA: a function of differentiable ops, or an
+// autograd::Function with its own backward, as the CPU kernels are), plus the device key
+// itself for calls below autograd; no model code changes. A kernel at the device key
+// alone would take the device's calls away from the reference's derived backward. The tracer records
 // each call as one graph node (`trainyard::rms_norm`), so a traced region runs the same
 // kernels as the eager model.
 //

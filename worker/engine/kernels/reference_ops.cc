@@ -12,9 +12,17 @@ using ops::IsReducedPrecision;
 using torch::Tensor;
 namespace F = torch::nn::functional;
 
-Tensor RmsNorm(const Tensor& x, const Tensor& weight, double eps) {
+void CheckRmsNormArgs(const Tensor& x, const Tensor& weight) {
   TORCH_CHECK(weight.dim() == 1 && x.dim() >= 1 && x.size(-1) == weight.size(0), "rms_norm: weight ", weight.sizes(),
               " for input ", x.sizes());
+}
+
+void CheckSwiGluArgs(const Tensor& h) {
+  TORCH_CHECK(h.dim() >= 1 && h.size(-1) % 2 == 0, "swiglu: last dimension must be even, got ", h.sizes());
+}
+
+Tensor RmsNorm(const Tensor& x, const Tensor& weight, double eps) {
+  CheckRmsNormArgs(x, weight);
   if (IsReducedPrecision(x)) {
     // Normalise in fp32, then scale by the weight in the compute dtype (torchtitan's
     // RMSNorm: norm(x.float()).type_as(x) * weight).
@@ -27,12 +35,17 @@ Tensor RmsNorm(const Tensor& x, const Tensor& weight, double eps) {
 
 Tensor Linear(const Tensor& x, at::TensorList weights) {
   TORCH_CHECK(!weights.empty(), "linear: no weights");
-  // Cast once, after the concatenation: the same values as casting each weight.
-  return F::linear(x, AsComputeType(weights.size() == 1 ? weights[0] : torch::cat(weights, 0), x));
+  if (weights.size() == 1) return F::linear(x, AsComputeType(weights[0], x));
+  // One GEMM per weight, outputs side by side: the GEMMs save the weights themselves for
+  // backward, where a concatenated weight would be a saved copy of all of them.
+  std::vector<Tensor> outs;
+  outs.reserve(weights.size());
+  for (const Tensor& w : weights) outs.push_back(F::linear(x, AsComputeType(w, x)));
+  return torch::cat(outs, -1);
 }
 
 Tensor SwiGlu(const Tensor& h) {
-  TORCH_CHECK(h.dim() >= 1 && h.size(-1) % 2 == 0, "swiglu: last dimension must be even, got ", h.sizes());
+  CheckSwiGluArgs(h);
   const int64_t hidden = h.size(-1) / 2;
   return torch::silu(h.narrow(-1, 0, hidden)) * h.narrow(-1, hidden, hidden);
 }
@@ -77,10 +90,14 @@ void CheckAttentionArgs(const Tensor& qkv, const Tensor& cos, const Tensor& sin,
               "attention: RoPE tables must be [t, head_dim]");
 }
 
-bool GroupedGemmApplies(const Tensor& x) { return x.is_cuda() && x.scalar_type() == torch::kBFloat16; }
+bool GroupedGemmApplies(const Tensor& x, const Tensor& w1) {
+  return x.is_cuda() && x.scalar_type() == torch::kBFloat16 && w1.dim() == 3 && w1.size(1) % 8 == 0 &&
+         w1.size(2) % 8 == 0;
+}
 
 Tensor GroupedExperts(const Tensor& x, const Tensor& starts, const Tensor& w1, const Tensor& w2, const Tensor& w3) {
-  return GroupedGemmApplies(x) ? GroupedExpertsGemm(x, starts, w1, w2, w3) : GroupedExpertsLoop(x, starts, w1, w2, w3);
+  return GroupedGemmApplies(x, w1) ? GroupedExpertsGemm(x, starts, w1, w2, w3)
+                                   : GroupedExpertsLoop(x, starts, w1, w2, w3);
 }
 
 Tensor GroupedExpertsGemm(const Tensor& x, const Tensor& starts, const Tensor& w1, const Tensor& w2, const Tensor& w3) {

@@ -27,11 +27,12 @@ torch::Tensor GroupedExpertsGemm(const torch::Tensor& x, const torch::Tensor& st
 // the host-known counts; three GEMMs per expert).
 torch::Tensor GroupedExpertsLoop(const torch::Tensor& x, const torch::Tensor& starts, const torch::Tensor& w1,
                                  const torch::Tensor& w2, const torch::Tensor& w3);
-// True for bf16 on CUDA, where at::_grouped_mm is a CUTLASS kernel on sm90 and newer.
-// (On older GPUs LibTorch falls back by itself, copying the offsets to the host once
+// True for bf16 on CUDA with dim and hidden multiples of 8 (the 16-byte strides
+// at::_grouped_mm requires), where it is a CUTLASS kernel on sm90 and sm100. (On other
+// GPUs LibTorch falls back by itself, copying the offsets to the host once
 // per call and looping over groups, and logs "fallback path for torch._grouped_mm". On
 // CPU, and for fp32, its fallback reads every offset on the host; the loop reads none.)
-bool GroupedGemmApplies(const torch::Tensor& x);
+bool GroupedGemmApplies(const torch::Tensor& x, const torch::Tensor& w1);
 torch::Tensor Combine(const torch::Tensor& y, const torch::Tensor& gates, const torch::Tensor& token_ids,
                       int64_t n_tokens);
 // RoPE on q and k, then CausalSdpa; query_block is the fused kernel's tiling and
@@ -60,6 +61,8 @@ bool SdpaExpandsKv(const torch::Tensor& x, int64_t n_heads, int64_t n_kv_heads);
 // the shapes).
 void CheckAttentionArgs(const torch::Tensor& qkv, const torch::Tensor& cos, const torch::Tensor& sin, int64_t n_heads,
                         int64_t n_kv_heads, int64_t head_dim, int64_t query_block);
+void CheckRmsNormArgs(const torch::Tensor& x, const torch::Tensor& weight);
+void CheckSwiGluArgs(const torch::Tensor& h);
 void CheckExpertShapes(const torch::Tensor& x, const torch::Tensor& w1, const torch::Tensor& w2,
                        const torch::Tensor& w3);
 void CheckCombineArgs(const torch::Tensor& y, const torch::Tensor& gates, const torch::Tensor& token_ids,

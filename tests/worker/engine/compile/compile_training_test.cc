@@ -1,19 +1,18 @@
 // The compile layer inside real training: trainyard-train (real trainyard-rank
 // processes, Gloo on loopback) with the tiny preset, checked through the events it
 // prints. TRAINYARD_TRAIN is set by tests/worker/engine/CMakeLists.txt.
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 namespace {
 
@@ -27,8 +26,7 @@ struct TrainRun {
   std::vector<json> Compile(const std::string& kind, int rank = -1) const {
     std::vector<json> out;
     for (const auto& e : events) {
-      if (e.contains("compile") && e["compile"].value("kind", "") == kind &&
-          (rank < 0 || e.value("rank", 0) == rank)) {
+      if (e.contains("compile") && e["compile"].value("kind", "") == kind && (rank < 0 || e.value("rank", 0) == rank)) {
         out.push_back(e["compile"]);
       }
     }
@@ -58,13 +56,12 @@ struct Job {
 
 // trainyard-train on the tiny preset with 4 layers (1 dense, 3 MoE) so "identical
 // layers" exist (or `job.model`), plus `sets`.
-TrainRun Train(const std::vector<std::string>& sets, const std::vector<std::string>& flags = {},
-               const Job& spec = {}) {
+TrainRun Train(const std::vector<std::string>& sets, const std::vector<std::string>& flags = {}, const Job& spec = {}) {
   char dir_template[] = "/tmp/trainyard-compile-test-XXXXXX";
   const std::string dir = mkdtemp(dir_template);
   const std::string job = dir + "/job.toml";
-  std::ofstream(job) << "[job]\nname = \"compile-test\"\n[model]\n" << spec.model
-                     << "[training]\nseed = 7\nlr = 3e-3\nwarmup_steps = 2\n";
+  std::ofstream(job) << "[job]\nname = \"compile-test\"\n[model]\n"
+                     << spec.model << "[training]\nseed = 7\nlr = 3e-3\nwarmup_steps = 2\n";
   std::string cmd = spec.env + std::string(TRAINYARD_TRAIN) + " " + Quote(job) + " --json --threads 1";
   for (const auto& s : sets) cmd += " --set " + Quote(s);
   for (const auto& f : flags) cmd += " " + f;
@@ -116,9 +113,8 @@ TEST(CompileTraining, PerLayerJitCompilesOncePerRegionKindAndNeverRecompiles) {
   std::map<std::string, int> per_kind;
   for (const auto& c : compiles) ++per_kind[Kind(c["region"].get<std::string>())];
   // 4 layers (3 of them MoE with 4 experts each), yet one compile per distinct region.
-  const std::map<std::string, int> expected = {{"rms_norm", 1}, {"attention", 1}, {"ffn", 1},
-                                               {"router", 1},   {"expert_ffn", 1}, {"combine", 1},
-                                               {"shared_expert", 1}, {"loss", 1}};
+  const std::map<std::string, int> expected = {{"rms_norm", 1},   {"attention", 1}, {"ffn", 1},           {"router", 1},
+                                               {"expert_ffn", 1}, {"combine", 1},   {"shared_expert", 1}, {"loss", 1}};
   EXPECT_EQ(per_kind, expected) << run.All();
   // Routed rows per expert change every step; the rows dimension is dynamic.
   EXPECT_TRUE(run.Compile("RECOMPILE").empty()) << run.All();
@@ -200,9 +196,9 @@ TEST(CompileTraining, DebugPresetJitRunsTheFusedOperatorsWithEagerLosses) {
   EXPECT_LE(diff, 1e-6);
 }
 
-// TRAINYARD_FUSED_CPU_KERNELS=0 is the A/B switch for both backends: the regions then
-// run (and trace) their composite forms.
-TEST(CompileTraining, WithTheFusedKernelsOffJitTracesTheCompositeFormAndMatchesEager) {
+// TRAINYARD_FUSED_CPU_KERNELS=0 is the A/B switch for both backends: the traced
+// operators then run their references.
+TEST(CompileTraining, WithTheFusedKernelsOffJitRunsTheReferencesAndMatchesEager) {
   const Job off{Job().model, "TRAINYARD_FUSED_CPU_KERNELS=0 "};
   const TrainRun eager = Train({"compile.backend=eager", "training.steps=10"}, {}, off);
   const TrainRun jit = Train({"compile.backend=jit", "training.steps=10"}, {}, off);
@@ -268,7 +264,7 @@ INSTANTIATE_TEST_SUITE_P(Ep, CheckpointTest, ::testing::Values(1, 2),
 
 TEST(CompileTraining, PlantedSideEffectFailsTheJobNamingTheTensor) {
   const TrainRun run = Train({"compile.backend=jit", "training.steps=3", "compile.test_plant_side_effect=true",
-                         "compile.on_side_effect=error"});
+                              "compile.on_side_effect=error"});
   EXPECT_NE(run.exit_code, 0);
   const auto found = run.Compile("UNSAFE_SIDE_EFFECT");
   ASSERT_FALSE(found.empty()) << run.All();
@@ -279,7 +275,7 @@ TEST(CompileTraining, PlantedSideEffectFailsTheJobNamingTheTensor) {
 TEST(CompileTraining, PlantedSideEffectUnderFallbackTrainsCorrectly) {
   const TrainRun clean = Train({"compile.backend=jit", "training.steps=8"});
   const TrainRun planted = Train({"compile.backend=jit", "training.steps=8", "compile.test_plant_side_effect=true",
-                             "compile.on_side_effect=fallback"});
+                                  "compile.on_side_effect=fallback"});
   ASSERT_EQ(planted.exit_code, 0) << planted.All();
   EXPECT_FALSE(planted.Compile("UNSAFE_SIDE_EFFECT").empty());
   EXPECT_FALSE(planted.Compile("FALLBACK").empty());
@@ -289,9 +285,9 @@ TEST(CompileTraining, PlantedSideEffectUnderFallbackTrainsCorrectly) {
 TEST(CompileTraining, PreflightFindsThePlantedSideEffect) {
   // A GPU job (cudagraph needs resources.device=cuda): the preflight checks its
   // structure on CPU ranks, through jit.
-  const TrainRun planted = Train({"compile.backend=cudagraph", "resources.device=cuda",
-                                  "compile.test_plant_side_effect=true"},
-                                 {"--preflight", "--shrink"});
+  const TrainRun planted =
+      Train({"compile.backend=cudagraph", "resources.device=cuda", "compile.test_plant_side_effect=true"},
+            {"--preflight", "--shrink"});
   EXPECT_EQ(planted.exit_code, 3) << planted.All();
   EXPECT_NE(planted.All().find("layers.1.moe.tokens_per_expert"), std::string::npos);
   const TrainRun clean = Train({"compile.backend=jit"}, {"--preflight", "--shrink"});

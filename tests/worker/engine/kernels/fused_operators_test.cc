@@ -158,7 +158,7 @@ TEST(FusedOperatorsTest, SwitchedOffTheOperatorsRunTheirReference) {
   // What runs is the reference, written out here as the composite ops themselves.
   auto composite = [](const std::vector<Tensor>& in, const std::vector<Tensor>& p) -> std::vector<Tensor> {
     namespace F = torch::nn::functional;
-    const Tensor h = F::linear(in[0], torch::cat({p[0], p[2]}, 0));
+    const Tensor h = torch::cat({F::linear(in[0], p[0]), F::linear(in[0], p[2])}, -1);
     return {F::linear(torch::silu(h.narrow(-1, 0, 24)) * h.narrow(-1, 24, 24), p[1])};
   };
   ExpectIdentical(RunWithGrads([&](const std::vector<Tensor>& in,

@@ -38,8 +38,21 @@ TEST(OpsDispatchTest, EveryOperatorHasItsReferenceAndItsCpuKernels) {
     // Devices with no kernel of their own reach the reference.
     EXPECT_FALSE(op.hasKernelForDispatchKey(DispatchKey::CUDA)) << name;
     EXPECT_TRUE(op.hasComputedKernelForDispatchKey(DispatchKey::CUDA)) << name;
-    EXPECT_TRUE(op.hasComputedKernelForDispatchKey(DispatchKey::AutogradCUDA)) << name;
   }
+  // A device with no kernel of its own runs the reference: here the Meta device (shapes
+  // only), where the CPU kernels' raw pointers would have nothing to read.
+  const auto meta = torch::TensorOptions().device(torch::kMeta);
+  const Tensor x = torch::empty({3, 8}, meta);
+  EXPECT_EQ(ops::RmsNorm(x, torch::empty({8}, meta), 1e-5).sizes(), x.sizes());
+  EXPECT_EQ(ops::Linear(x, {torch::empty({5, 8}, meta), torch::empty({2, 8}, meta)}).sizes(),
+            (std::vector<int64_t>{3, 7}));
+  EXPECT_EQ(ops::SwiGlu(torch::empty({3, 10}, meta)).sizes(), (std::vector<int64_t>{3, 5}));
+  EXPECT_EQ(ops::Combine(x, torch::empty({3, 1}, meta), torch::zeros({3}, torch::kInt64).to(torch::kMeta), 2).sizes(),
+            (std::vector<int64_t>{2, 8}));
+  EXPECT_EQ(ops::GroupedExperts(x, {1, 0, 2}, torch::empty({3, 16, 8}, meta), torch::empty({3, 8, 16}, meta),
+                                torch::empty({3, 16, 8}, meta))
+                .sizes(),
+            x.sizes());
 }
 
 // Row block e of the result: (silu(x_e·w1[e]ᵀ) ⊙ x_e·w3[e]ᵀ)·w2[e]ᵀ, one expert at a time.

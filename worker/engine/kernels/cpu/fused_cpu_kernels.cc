@@ -342,8 +342,7 @@ Tensor CausalAttentionKernel(const Tensor& qkv, const Tensor& cos, const Tensor&
 
 Tensor RmsNormKernel(const Tensor& x, const Tensor& weight, double eps) {
   if (!Applies(x)) return reference::RmsNorm(x, weight, eps);
-  TORCH_CHECK(weight.dim() == 1 && x.dim() >= 1 && x.size(-1) == weight.size(0), "fused rms_norm: weight ",
-              weight.sizes(), " for input ", x.sizes());
+  reference::CheckRmsNormArgs(x, weight);
   return RmsNormFn::apply(x, weight, eps);
 }
 

@@ -274,7 +274,7 @@ class CombineFn : public torch::autograd::Function<CombineFn> {
 
 Tensor SwiGluKernel(const Tensor& h) {
   if (!Applies(h)) return reference::SwiGlu(h);
-  TORCH_CHECK(h.dim() >= 1 && h.size(-1) % 2 == 0, "fused swiglu: last dimension must be even, got ", h.sizes());
+  reference::CheckSwiGluArgs(h);
   return SwiGluFn::apply(h);
 }
 

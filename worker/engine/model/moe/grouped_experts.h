@@ -27,7 +27,8 @@ TORCH_MODULE(GroupedExperts);
 namespace regions {
 
 // The routed experts as one expert_ffn region: the trainyard::grouped_experts operator
-// (the fused CPU kernel on fp32 CPU, else at::_grouped_mm). inputs: rows [m, dim] (dimension 0 dynamic), start row of
+// (the fused CPU kernel on fp32 CPU, at::_grouped_mm on bf16 CUDA, else one FFN per
+// expert). inputs: rows [m, dim] (dimension 0 dynamic), start row of
 // each expert (int64 [E]); params: w1, w2, w3 [E, ...]. output: [m, dim].
 compile::RegionFn GroupedExpertFfn();
 

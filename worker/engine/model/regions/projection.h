@@ -3,8 +3,8 @@
 //   - the model keeps fp32 weights (the master copy the optimizer updates, with fp32
 //     gradients and fp32 AdamW state); the model's forward casts the embedding output to
 //     the compute dtype, and every region casts each weight it uses to the dtype of its
-//     activations (AsComputeType) inside the region, so the cast is part of the traced
-//     graph and its backward hands an fp32 gradient to the fp32 weight;
+//     activations (AsComputeType) inside the operator it calls (kernels/ops.h), so its
+//     backward hands an fp32 gradient to the fp32 weight;
 //   - statistics stay fp32: RMSNorm normalizes in fp32, attention's softmax and the
 //     router's scores run in fp32, RoPE rotates in fp32, and the loss takes fp32 logits.
 // In an fp32 model every cast is the identity (the same tensor), so the fp32 path runs
