@@ -67,7 +67,7 @@ Tensor GroupedExpertsAtStarts(const Tensor& x, const Tensor& starts, const Tenso
   return op.call(x, starts, w1, w2, w3);
 }
 
-Tensor ExpertStarts(const std::vector<int64_t>& counts) {
+Tensor ExpertStarts(const std::vector<int64_t>& counts, int64_t rows) {
   Tensor starts = torch::empty({static_cast<int64_t>(counts.size())}, torch::kInt64);
   int64_t* s = starts.data_ptr<int64_t>();
   int64_t o = 0;
@@ -76,16 +76,14 @@ Tensor ExpertStarts(const std::vector<int64_t>& counts) {
     s[e] = o;
     o += counts[e];
   }
+  TORCH_CHECK(rows < 0 || o == rows, "grouped experts: counts sum to ", o, " but x has ", rows, " rows");
   return starts;
 }
 
 Tensor GroupedExperts(const Tensor& x, const std::vector<int64_t>& counts, const Tensor& w1, const Tensor& w2,
                       const Tensor& w3) {
-  int64_t rows = 0;
-  for (int64_t c : counts) rows += c;
-  TORCH_CHECK(x.dim() == 2 && rows == x.size(0), "grouped experts: counts sum to ", rows, " but x has ",
-              x.dim() == 2 ? x.size(0) : -1, " rows");
-  return GroupedExpertsAtStarts(x, ExpertStarts(counts), w1, w2, w3);
+  TORCH_CHECK(x.dim() == 2, "grouped experts: x must be [rows, dim], got ", x.sizes());
+  return GroupedExpertsAtStarts(x, ExpertStarts(counts, x.size(0)), w1, w2, w3);
 }
 
 Tensor Combine(const Tensor& y, const Tensor& gates, const Tensor& token_ids, int64_t n_tokens) {
@@ -98,9 +96,9 @@ Tensor RmsNorm(const Tensor& x, const Tensor& weight, double eps) {
   return op.call(x, weight, eps);
 }
 
-std::string ExpertKernelName(c10::Device device, c10::ScalarType dtype) {
+std::string ExpertKernelName(c10::Device device, c10::ScalarType dtype, int64_t dim, int64_t expert_hidden) {
   if (device.is_cpu() && fused::Enabled() && dtype == torch::kFloat32) return "fused CPU kernel";
-  if (device.is_cuda() && dtype == torch::kBFloat16) {
+  if (reference::GroupedGemmApplies(device, dtype, dim, expert_hidden)) {
     return "at::_grouped_mm (grouped GEMM: CUTLASS on sm90/sm100, LibTorch's per-group fallback elsewhere)";
   }
   return "per-expert loop";

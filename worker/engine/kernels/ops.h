@@ -69,8 +69,9 @@ torch::Tensor GroupedExpertsAtStarts(const torch::Tensor& x, const torch::Tensor
 torch::Tensor GroupedExperts(const torch::Tensor& x, const std::vector<int64_t>& counts, const torch::Tensor& w1,
                              const torch::Tensor& w2, const torch::Tensor& w3);
 
-// The start offsets of experts with `counts` rows each, as GroupedExpertsAtStarts takes them.
-torch::Tensor ExpertStarts(const std::vector<int64_t>& counts);
+// The start offsets of experts with `counts` rows each, as GroupedExpertsAtStarts takes
+// them; with rows >= 0, the counts must sum to it (c10::Error otherwise).
+torch::Tensor ExpertStarts(const std::vector<int64_t>& counts, int64_t rows = -1);
 
 // trainyard::combine. out[t] = Σ gates[r]·y[r] over rows r with token_ids[r] = t (zero
 // for tokens with no rows), in increasing r. y: [rows, dim], gates: [rows, 1] (fp32 in
@@ -92,7 +93,7 @@ torch::Tensor SwiGlu(const torch::Tensor& h);
 // activations on `device` in `dtype`, in words (trainyard-rank's start line names them):
 // "fused CPU kernel", "at::_grouped_mm (grouped GEMM)", "per-expert loop",
 // "scaled_dot_product_attention".
-std::string ExpertKernelName(c10::Device device, c10::ScalarType dtype);
+std::string ExpertKernelName(c10::Device device, c10::ScalarType dtype, int64_t dim, int64_t expert_hidden);
 std::string AttentionKernelName(c10::Device device, c10::ScalarType dtype);
 
 }  // namespace trainyard::engine::ops

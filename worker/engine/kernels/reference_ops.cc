@@ -90,14 +90,14 @@ void CheckAttentionArgs(const Tensor& qkv, const Tensor& cos, const Tensor& sin,
               "attention: RoPE tables must be [t, head_dim]");
 }
 
-bool GroupedGemmApplies(const Tensor& x, const Tensor& w1) {
-  return x.is_cuda() && x.scalar_type() == torch::kBFloat16 && w1.dim() == 3 && w1.size(1) % 8 == 0 &&
-         w1.size(2) % 8 == 0;
+bool GroupedGemmApplies(c10::Device device, c10::ScalarType dtype, int64_t dim, int64_t hidden) {
+  return device.is_cuda() && dtype == torch::kBFloat16 && dim % 8 == 0 && hidden % 8 == 0;
 }
 
 Tensor GroupedExperts(const Tensor& x, const Tensor& starts, const Tensor& w1, const Tensor& w2, const Tensor& w3) {
-  return GroupedGemmApplies(x, w1) ? GroupedExpertsGemm(x, starts, w1, w2, w3)
-                                   : GroupedExpertsLoop(x, starts, w1, w2, w3);
+  return GroupedGemmApplies(x.device(), x.scalar_type(), w1.size(2), w1.size(1))
+             ? GroupedExpertsGemm(x, starts, w1, w2, w3)
+             : GroupedExpertsLoop(x, starts, w1, w2, w3);
 }
 
 Tensor GroupedExpertsGemm(const Tensor& x, const Tensor& starts, const Tensor& w1, const Tensor& w2, const Tensor& w3) {

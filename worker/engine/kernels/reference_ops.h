@@ -32,7 +32,7 @@ torch::Tensor GroupedExpertsLoop(const torch::Tensor& x, const torch::Tensor& st
 // GPUs LibTorch falls back by itself, copying the offsets to the host once
 // per call and looping over groups, and logs "fallback path for torch._grouped_mm". On
 // CPU, and for fp32, its fallback reads every offset on the host; the loop reads none.)
-bool GroupedGemmApplies(const torch::Tensor& x, const torch::Tensor& w1);
+bool GroupedGemmApplies(c10::Device device, c10::ScalarType dtype, int64_t dim, int64_t hidden);
 torch::Tensor Combine(const torch::Tensor& y, const torch::Tensor& gates, const torch::Tensor& token_ids,
                       int64_t n_tokens);
 // RoPE on q and k, then CausalSdpa; query_block is the fused kernel's tiling and

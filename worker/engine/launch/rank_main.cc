@@ -272,8 +272,9 @@ void RunRank(const RankFlags& f, EventWriter& events) {
        << " threads=" << f.threads << " gemm=\"" << cpu_blas::GemmName()
        << "\" blas_core=" << GemmPeakProbe::BlasCoreName() << " mixed_precision=" << config.training.mixed_precision
        << (bf16 ? " bf16_gemm=\"" + GemmPeakProbe::Bf16GemmPath(device) + "\"" : std::string()) << " experts=\""
-       << ops::ExpertKernelName(device, bf16 ? torch::kBFloat16 : torch::kFloat32) << "\" attention=\""
-       << ops::AttentionKernelName(device, bf16 ? torch::kBFloat16 : torch::kFloat32) << "\""
+       << ops::ExpertKernelName(device, bf16 ? torch::kBFloat16 : torch::kFloat32, config.model.dim,
+                                config.model.expert_hidden)
+       << "\" attention=\"" << ops::AttentionKernelName(device, bf16 ? torch::kBFloat16 : torch::kFloat32) << "\""
        << " gemm_peak_gflops=" << peak / 1e9 << " (" << (bf16 ? "bf16" : "fp32") << ") torch=" << TORCH_VERSION;
     // The thread environment it was started with (worker/launch/rank_launch.h).
     for (const char* name : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_WAIT_POLICY"}) {
