@@ -2,6 +2,8 @@
 
 #include <ATen/record_function.h>
 
+#include <atomic>
+#include <mutex>
 #include <set>
 #include <stdexcept>
 

@@ -9,11 +9,8 @@
 // device to the host).
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <map>
-#include <memory>
-#include <mutex>
 #include <string>
 
 namespace trainyard::engine {

@@ -1,14 +1,12 @@
 #include "worker/engine/train/trainer.h"
 
 #include <ATen/record_function.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <csignal>
 #include <cstdio>
 #include <optional>
 #include <stdexcept>
@@ -27,7 +25,8 @@
 #include "worker/engine/kernels/cpu/cpu_blas.h"
 #include "worker/engine/kernels/cpu/fused_cpu_kernels.h"
 #include "worker/engine/parallel/parameter_sharding.h"
-#include "worker/engine/train/gemm_peak_probe.h"
+#include "worker/engine/train/checkpoint_events.h"
+#include "worker/engine/train/step_report.h"
 #include "worker/engine/train/trace_profiler.h"
 
 namespace trainyard::engine {
@@ -36,12 +35,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double Ms(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
-
-double PeakRssMb() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return static_cast<double>(usage.ru_maxrss) / 1024.0;  // Linux reports KiB
-}
 
 // Compile events go out as Event lines like every other event, from every rank.
 class EventWriterSink final : public compile::CompileEventSink {
@@ -74,7 +67,8 @@ Trainer::Trainer(const EngineConfig& config, ProcessMesh& mesh, EventWriter& eve
       events_(events),
       options_(options),
       flops_(FlopsModel::FromConfig(config.model, config.training.seq_len)),
-      schedule_(config.training.lr, config.training.warmup_steps, config.training.steps) {
+      schedule_(config.training.lr, config.training.warmup_steps, config.training.steps),
+      peak_flops_(options.peak_flops, options.device, ComputeDtype(config.training)) {
   const ParallelContext& ctx = mesh.context();
   if (ctx.dp != config.parallelism.dp || ctx.tp != config.parallelism.tp || ctx.ep != config.parallelism.ep) {
     throw std::invalid_argument("Trainer: the process mesh was not built from this config's parallelism");
@@ -206,68 +200,8 @@ int64_t Trainer::GlobalBatch() const {
 void Trainer::Run() {
   const TrainingConfig& t = config_.training;
   const ParallelContext& ctx = mesh_.context();
-  // A writer whenever there is a root, also with interval 0: a requested checkpoint
-  // ("checkpoint now") needs one.
-  std::unique_ptr<CheckpointWriter> checkpoints;
+  std::unique_ptr<CheckpointWriter> checkpoints = MakeCheckpointWriter(config_, ctx, options_, events_);
   const int interval = config_.checkpoint.interval;
-  if (!options_.checkpoint_dir.empty()) {
-    CheckpointWriterOptions o;
-    o.root = options_.checkpoint_dir;
-    o.attempt = options_.attempt;
-    o.rank = ctx.rank;
-    o.dp = ctx.dp;
-    o.tp = ctx.tp;
-    o.ep = ctx.ep;
-    o.keep = config_.checkpoint.keep;
-    o.keep_best = config_.checkpoint.keep_best;
-    o.best_metric = config_.checkpoint.best_metric;
-    if (options_.kill_in_prune && ctx.rank == 0) {
-      o.prune_hook = [this](const std::string& deleting) {
-        events_.Log("info", "test hook: killed while removing " + deleting);
-        ::raise(SIGKILL);
-      };
-    }
-    o.wait_for_ranks_s = config_.parallelism.collective_timeout_s;
-    o.pause_at_step = options_.pause_checkpoint_at_step;
-    o.hang_requested = options_.hang_requested_checkpoint;
-    o.on_log = [this](const std::string& line) { events_.Log("info", line); };
-    if (ctx.rank == 0) {
-      o.on_saved = [this](const CheckpointSavedInfo& s) {
-        v1::CheckpointSaved saved;
-        saved.set_step(s.step);
-        saved.set_path(s.path);
-        saved.set_bytes(s.bytes);
-        saved.set_blocked_ms(s.blocked_ms);
-        saved.set_write_ms(s.write_ms);
-        saved.set_dp(s.dp);
-        saved.set_tp(s.tp);
-        saved.set_ep(s.ep);
-        saved.set_requested(s.requested);
-        if (s.metric) {
-          saved.set_metric_name(s.metric->name);
-          saved.set_metric(s.metric->value);
-        }
-        events_.Checkpoint(saved);
-      };
-      o.on_pruned = [this](int64_t step, const PruneResult& p) {
-        if (p.removed.empty() && p.finished.empty()) return;
-        v1::CheckpointsPruned pruned;
-        for (const RemovedCheckpoint& r : p.removed) {
-          v1::CheckpointRef* ref = pruned.add_removed();
-          ref->set_step(r.step);
-          ref->set_path(r.path);
-          ref->set_attempt(r.attempt);
-          ref->set_bytes(r.bytes);
-        }
-        pruned.set_step(step);
-        pruned.set_bytes_freed(p.bytes_freed);
-        pruned.set_bytes_kept(p.bytes_kept);
-        pruned.set_kept(p.kept);
-        events_.CheckpointsPruned(pruned);
-      };
-    }
-    checkpoints = std::make_unique<CheckpointWriter>(std::move(o));
-  }
   const std::vector<StateTensor> state = checkpoints ? TrainState() : std::vector<StateTensor>{};
   // Every step's tokens count, reported or not: a report carries those since the last.
   int64_t tokens_since_report = 0;
@@ -356,13 +290,7 @@ void Trainer::EndStepProfile(int step) {
 v1::StepMetrics Trainer::Step(int step) {
   const TrainingConfig& t = config_.training;
   const ModelConfig& mc = config_.model;
-  if (step == kPeakReprobeStep && options_.peak_flops > 0) {
-    // The start-up probe may have run while the machine was still busy (controller,
-    // worker and ranks loading); a peak measured low reports MFU > 1. Probe again once
-    // the job is running, outside the step's time, and keep the higher figure.
-    options_.peak_flops = std::max(options_.peak_flops,
-                                   GemmPeakProbe::MeasureFlops(0.6, options_.device, ComputeDtype(config_.training)));
-  }
+  peak_flops_.BeforeStep(step);
   tensor_memory::ResetPeak();  // the step's peak tensor bytes start from what it holds now
   const auto start = Clock::now();
   // A CPU step (eager or jit) runs every GEMM through the fused operators, which split
@@ -452,27 +380,7 @@ v1::StepMetrics Trainer::Step(int step) {
     mesh_.world().AllReduceSum(stats);
   }
   if (step == start_step_ + 1 && ctx.rank == 0) {
-    // What the overlap did (gradient_synchronizer.h), once: per group, its buckets and
-    // how many backward had started before it ended.
-    std::string line = "gradient reduction:";
-    for (auto& sync : grad_syncs_) {
-      const std::string name = sync->group().name().empty() ? std::string("group") : sync->group().name();
-      if (sync->group().world_size() == 1) {
-        line += " " + name + " 1 rank, not reduced;";
-      } else {
-        line += " " + name + " " + std::to_string(sync->bucket_count()) + " buckets, " +
-                (sync->overlap() ? std::to_string(sync->started_in_backward()) + " started during backward;"
-                                 : std::string("reduced after backward;"));
-      }
-    }
-    if (fsdp_) {
-      line += " fsdp: dp_shard=" + std::to_string(ctx.dp_shard) + ", " + std::to_string(fsdp_->unit_count()) +
-              " units, " +
-              (fsdp_->prefetch() ? "all-gathers started at the step's start (prefetch)"
-                                 : "each unit's all-gather started when forward reaches it") +
-              ";";
-    }
-    events_.Log("info", line);
+    events_.Log("info", DescribeGradientReduction(grad_syncs_, fsdp_.get(), ctx));
   }
   double grad_norm = 0, clip_scale = 1;
   {
@@ -515,35 +423,12 @@ v1::StepMetrics Trainer::Step(int step) {
   m.set_tokens_per_s(rank_tokens * ctx.dp / step_s);
   // Each rank does 1/world of the global work (TP/EP split the model, not tokens).
   m.set_model_tflops(flops_.flops_per_token * rank_tokens * ctx.dp / ctx.world / step_s / 1e12);
-  const double achieved = m.model_tflops() * 1e12;
-  if (options_.peak_flops > 0 && achieved > options_.peak_flops) {
-    // More than the peak proves the peak was measured low (a busy moment of the
-    // machine): measure again, after the step's time, at most every few steps.
-    if (!peak_probe_futile_ && step >= next_peak_reprobe_) {
-      const double measured = GemmPeakProbe::MeasureFlops(0.6, options_.device, ComputeDtype(config_.training));
-      options_.peak_flops = std::max(options_.peak_flops, measured);
-      next_peak_reprobe_ = step + kPeakReprobeInterval;
-      // The probe's multiply cannot reach what the model's own GEMMs did (another
-      // kernel for their shapes, such as LibTorch's bf16 loop on small operands): more
-      // probes would only cost time.
-      peak_probe_futile_ = measured < achieved;
-    }
-    // What a step did is a lower bound of the peak, so MFU stays at most 1.
-    if (peak_probe_futile_) options_.peak_flops = std::max(options_.peak_flops, achieved);
-  }
-  m.set_mfu(options_.peak_flops > 0 ? m.model_tflops() * 1e12 / options_.peak_flops : 0.0);
+  m.set_mfu(peak_flops_.Mfu(step, m.model_tflops() * 1e12));
   m.set_step_ms(Ms(start, end));
   m.set_data_ms(data_ms);
   m.set_peak_rss_mb(PeakRssMb());
   m.set_peak_tensor_bytes(peak_tensor_bytes);
-  if (global_counts.numel() > 0) {
-    HostRead read("expert load metrics");
-    auto load = global_counts.sum(0).round().to(torch::kCPU, torch::kInt64).contiguous();
-    m.mutable_expert_load()->Add(load.data_ptr<int64_t>(), load.data_ptr<int64_t>() + load.numel());
-    const double mean = load.to(torch::kFloat64).mean().item<double>();
-    const double max = load.max().item<int64_t>();
-    m.set_imbalance(mean > 0 ? max / mean : 0.0);
-  }
+  SetExpertLoad(global_counts, m);
   return m;
 }
 

@@ -34,12 +34,13 @@
 #include "worker/engine/train/evaluator.h"
 #include "worker/engine/train/event_writer.h"
 #include "worker/engine/train/flops_model.h"
+#include "worker/engine/train/step_report.h"
 
 namespace trainyard::engine {
 
 struct TrainerOptions {
   int threads = 1;
-  double peak_flops = 0;  // FLOP/s of this rank for MFU; 0 = unknown
+  double peak_flops = 0;  // FLOP/s of this rank for MFU (step_report.h PeakFlops); 0 = unknown
   // Where the model, batches and collective buffers live; must be the mesh's device
   // (DevicePlacement::ForLocalRank).
   c10::Device device = c10::Device(c10::DeviceType::CPU);
@@ -77,12 +78,6 @@ class Trainer {
   static constexpr double kBeta2 = 0.95;
   static constexpr double kWeightDecay = 0.1;
   static constexpr double kEps = 1e-8;
-  // Before this step the GEMM peak (options.peak_flops, when set) is measured again and
-  // the higher of the two kept.
-  static constexpr int kPeakReprobeStep = 3;
-  // A step faster than the peak allows re-measures it, at most once per this many steps,
-  // until a re-measure falls short of the step (then the step's rate is the peak).
-  static constexpr int kPeakReprobeInterval = 5;
 
   // `mesh` must have been built from config.parallelism and outlive the Trainer.
   Trainer(const EngineConfig& config, ProcessMesh& mesh, EventWriter& events, TrainerOptions options);
@@ -131,10 +126,6 @@ class Trainer {
   ProcessMesh& mesh_;
   EventWriter& events_;
   TrainerOptions options_;
-  int next_peak_reprobe_ = 0;  // first step that may re-measure a peak it beat
-  // A re-probe measured less than the step that prompted it: no more re-probes; the
-  // fastest step's rate raises the peak instead.
-  bool peak_probe_futile_ = false;
   int64_t start_step_ = 0;             // the last step done before Run (a resumed checkpoint's)
   bool checkpoint_requested_ = false;  // the last Step's world-wide request flag
   // When the world last agreed to save on request: a request file older than that asked
@@ -142,6 +133,7 @@ class Trainer {
   std::chrono::system_clock::time_point requests_served_until_{};
   FlopsModel flops_;
   LrSchedule schedule_;
+  PeakFlops peak_flops_;  // options_.peak_flops, re-measured when a step beats it
   std::unique_ptr<Dataset> dataset_;
   // The compile layer (declared before the model, which calls into it).
   std::unique_ptr<compile::CompileEventSink> compile_sink_;
