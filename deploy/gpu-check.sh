@@ -18,6 +18,11 @@
 #      included) against a per-expert fp32 loop, forward and backward, within 2e-2
 #      relative, naming CUTLASS or the fallback, with no host sync on sm90/sm100 (LibTorch's
 #      sync debug mode), with both times;
+#   b5. cudagraph: the same 20 steps with compile.backend=cudagraph (forward and backward
+#      of each static-shape region captured per call site and replayed) against the jit
+#      run of b, per-step loss within 1e-5 relative, every static-shape region captured
+#      (COMPILE events "backend=cudagraph") and no eager fallback in the summaries; then
+#      trainyard-bench --backend jit,cudagraph on the debug preset, both step times;
 #   FSDP on NCCL with 2+ GPUs: dp_shard=2 in fp32 (1e-4) and bf16 (2e-2) against the
 #      CPU rank with the same global batch, printing the rank's gradient reduction line;
 #   c. trainyard-bench --preset debug --set resources.device=cuda --steps 20 --warmup 5:
@@ -341,6 +346,40 @@ print(("PASS" if ok else "FAIL") + f"  grouped GEMM bf16 vs fp32 per-expert loop
 PY
 )
 verdict "$GMM_LINE"
+
+echo
+echo "== b5. cudagraph: regions captured as CUDA graphs (forward and backward) and replayed"
+if run cuda_graph --set resources.device=cuda --set compile.backend=cudagraph; then
+  record "CUDA cudagraph vs jit, 1 rank (tiny, 20 steps, fp32)" "$RUNS/cuda_1.jsonl" "$RUNS/cuda_graph.jsonl" 1e-5
+  line=$(python3 - "$RUNS/cuda_graph.jsonl" <<'PY'
+import json, sys, re
+captured, jit, fallbacks = set(), set(), 0
+for line in open(sys.argv[1]):
+    try:
+        e = json.loads(line)
+    except ValueError:
+        continue
+    c = e.get("compile")
+    if not c:
+        continue
+    reason = c.get("reason", "")
+    if c.get("kind") == "COMPILE":
+        (captured if "backend=cudagraph" in reason else jit).add(c.get("region", "?").split("{")[0])
+    if c.get("kind") == "SUMMARY":
+        m = re.search(r"eager_fallbacks=(\d+)", reason)
+        fallbacks = max(fallbacks, int(m.group(1)) if m else 0)
+ok = bool(captured) and fallbacks == 0
+print(("PASS" if ok else "FAIL") + f"  cudagraph captured {sorted(captured)}, through jit (dynamic sizes) {sorted(jit)}; "
+      f"largest eager_fallbacks in a summary {fallbacks}")
+PY
+)
+  verdict "$line"
+  timeout 300 "$BENCH" --preset debug --set resources.device=cuda --backend jit,cudagraph --steps 20 --warmup 5 \
+    > "$RUNS/bench_graph.txt" 2> "$RUNS/bench_graph.err" && info "$(tail -3 "$RUNS/bench_graph.txt" | tr '\n' ' ')" ||
+    fail "trainyard-bench --backend jit,cudagraph on CUDA failed: $(tail -2 "$RUNS/bench_graph.err" | tr '\n' ' ')"
+else
+  fail "CUDA cudagraph run did not run (see above)"
+fi
 
 echo
 echo "== NCCL with 2 ranks on this machine's GPUs"

@@ -342,6 +342,13 @@ Check Compile(const JobSpec& s) {
     return Invalid("compile.backend", "requires",
                    "compile.backend=\"cudagraph\" needs resources.device=\"cuda\" (CUDA graphs capture GPU work)");
   }
+  if (c.backend == "cudagraph" && s.parallelism.dp_shard > 1) {
+    return Invalid("compile.backend", "requires",
+                   "compile.backend=\"cudagraph\" needs parallelism.dp_shard=1: FSDP gathers each weight into new "
+                   "memory every step, which a captured CUDA graph cannot follow (use compile.backend=\"jit\" with "
+                   "dp_shard=" +
+                       std::to_string(s.parallelism.dp_shard) + ")");
+  }
   return std::nullopt;
 }
 

@@ -6,10 +6,10 @@
 // random numbers, since RNG state is not replayed.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <functional>
 #include <vector>
-
-#include <torch/torch.h>
 
 namespace trainyard::engine::compile {
 

@@ -20,21 +20,14 @@ CompileContext::CompileContext(CompileOptions options, CompileEventSink& sink)
     throw std::invalid_argument("compile recompile_limit must be >= 1, got " +
                                 std::to_string(options_.recompile_limit));
   }
-  if (options_.backend == CompileBackend::kCudaGraph) {
-    // CUDA-graph capture needs static input/output buffers and a captured backward
-    // (make_graphed_callables-style) to be correct under autograd; that is not
-    // implemented, so no build accepts it rather than pretending to.
-#ifdef TRAINYARD_TORCH_CUDA
-    throw std::runtime_error(
-        "compile backend cudagraph is not built into this engine (CUDA-graph capture of regions with "
-        "autograd is not implemented); use backend jit");
-#else
-    throw std::runtime_error(
-        "compile backend cudagraph needs a CUDA build of LibTorch; this engine was built for CPU");
-#endif
+  if (options_.backend == CompileBackend::kCudaGraph && !options_.graph_captures) {
+    std::string why;
+    if (!CudaGraphsAvailable(&why)) throw std::runtime_error(why);
+    options_.graph_captures = CudaGraphCaptures();
   }
   if (!options_.now_ms) options_.now_ms = &SteadyNowMs;
-  if (options_.backend == CompileBackend::kJit) JitExecutable::ConfigureCpuFusion();
+  // cudagraph runs the keys with dynamic dims (the routed experts) through jit.
+  if (options_.backend != CompileBackend::kEager) JitExecutable::ConfigureCpuFusion();
 }
 
 RegionCache& CompileContext::CacheFor(const RegionKey& key) {
@@ -73,8 +66,7 @@ void CompileContext::Summary() {
     event.set_cache_entries(cache->size());
     event.set_reason("hits=" + std::to_string(s.hits) + " misses=" + std::to_string(s.misses) +
                      " eager_fallbacks=" + std::to_string(s.eager_fallbacks) +
-                     " entries=" + std::to_string(cache->size()) +
-                     " backend=" + CompileBackendName(options_.backend));
+                     " entries=" + std::to_string(cache->size()) + " backend=" + CompileBackendName(options_.backend));
     Emit(event);
   }
 }

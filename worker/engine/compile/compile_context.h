@@ -24,7 +24,8 @@ namespace trainyard::engine::compile {
 class CompileContext {
  public:
   // Throws std::invalid_argument when recompile_limit < 1, and std::runtime_error for
-  // backend cudagraph, which this engine does not build (see compile_context.cc).
+  // backend cudagraph where it cannot capture (a CPU build, or no visible GPU) unless
+  // options.graph_captures is given.
   // `sink` must outlive the context.
   CompileContext(CompileOptions options, CompileEventSink& sink);
   CompileContext(const CompileContext&) = delete;

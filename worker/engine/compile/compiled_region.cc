@@ -1,11 +1,11 @@
 #include "worker/engine/compile/compiled_region.h"
 
+#include <ATen/record_function.h>
+#include <torch/csrc/jit/frontend/tracer.h>
+
 #include <stdexcept>
 #include <unordered_map>
 #include <utility>
-
-#include <ATen/record_function.h>
-#include <torch/csrc/jit/frontend/tracer.h>
 
 namespace trainyard::engine::compile {
 namespace {
@@ -20,9 +20,12 @@ std::string FirstLine(const std::string& s) { return s.substr(0, s.find('\n')); 
 
 const char* ExecutorName(JitExecutorMode mode) {
   switch (mode) {
-    case JitExecutorMode::kAuto: return "auto";
-    case JitExecutorMode::kSimple: return "simple";
-    case JitExecutorMode::kProfiling: return "profiling";
+    case JitExecutorMode::kAuto:
+      return "auto";
+    case JitExecutorMode::kSimple:
+      return "simple";
+    case JitExecutorMode::kProfiling:
+      return "profiling";
   }
   return "unknown";
 }
@@ -60,6 +63,9 @@ std::vector<torch::Tensor> CompiledRegion::operator()(const std::vector<torch::T
     return fn_(inputs, params);
   }
   const bool grad_mode = c10::GradMode::is_enabled();
+  if (ctx_.options().backend == CompileBackend::kCudaGraph && cache_.dynamic_dims().empty()) {
+    return RunCudaGraph(inputs, params, grad_mode);
+  }
   if (JitExecutable* exe = cache_.Find(inputs, params, grad_mode)) {
     ++stats.hits;
     return exe->Run(inputs, params);
@@ -67,11 +73,11 @@ std::vector<torch::Tensor> CompiledRegion::operator()(const std::vector<torch::T
   ++stats.misses;
   if (cache_.size() >= ctx_.options().recompile_limit) {
     if (cache_.TakeFirstLimitHit()) {
-      ctx_.Emit(Event(v1::CompileEvent::RECOMPILE_LIMIT,
-                      "recompile_limit (" + std::to_string(ctx_.options().recompile_limit) +
-                          ") reached; last failed guard: " +
-                          cache_.ClosestFailure(inputs, params, grad_mode).value_or("none") +
-                          "; new guard sets run eager, cached entries still run compiled"));
+      ctx_.Emit(Event(
+          v1::CompileEvent::RECOMPILE_LIMIT,
+          "recompile_limit (" + std::to_string(ctx_.options().recompile_limit) +
+              ") reached; last failed guard: " + cache_.ClosestFailure(inputs, params, grad_mode).value_or("none") +
+              "; new guard sets run eager, cached entries still run compiled"));
     }
     ++stats.eager_fallbacks;
     return fn_(inputs, params);
@@ -88,6 +94,72 @@ std::vector<torch::Tensor> CompiledRegion::RunEagerBackend(const std::vector<tor
   if (!written.empty()) OnSideEffect(written);  // throws under "error"
   // Under "fallback" the key already runs eager: nothing more to do.
   cache_.SetSideEffectsProbed();
+  return out;
+}
+
+std::vector<torch::Tensor> CompiledRegion::RunCudaGraph(const std::vector<torch::Tensor>& inputs,
+                                                        const std::vector<torch::Tensor>& params, bool grad_mode) {
+  RegionStats& stats = cache_.stats();
+  const GuardSet::Observation call(inputs, params, grad_mode);
+  for (Graph& g : graphs_) {
+    if (!g.guards.Matches(call)) continue;
+    if (std::optional<std::vector<torch::Tensor>> out = g.executable->Run(inputs, params)) {
+      ++stats.hits;
+      return std::move(*out);
+    }
+    ++stats.eager_fallbacks;  // its graph's memory still waits for a backward
+    return fn_(inputs, params);
+  }
+  ++stats.misses;
+  std::optional<std::string> failed;
+  for (const Graph& g : graphs_) {
+    if (std::optional<std::string> f = g.guards.Check(inputs, params, grad_mode)) failed = f;
+  }
+  if (static_cast<int>(graphs_.size()) >= ctx_.options().recompile_limit) {
+    if (cache_.TakeFirstLimitHit()) {
+      ctx_.Emit(Event(v1::CompileEvent::RECOMPILE_LIMIT,
+                      "recompile_limit (" + std::to_string(ctx_.options().recompile_limit) +
+                          ") reached; last failed guard: " + failed.value_or("none") +
+                          "; new guard sets run eager, captured graphs still replay"));
+    }
+    ++stats.eager_fallbacks;
+    return fn_(inputs, params);
+  }
+  RECORD_USER_SCOPE("compile");
+  GuardSet guards;
+  try {
+    guards = GuardSet::Capture(inputs, params, grad_mode);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(Where() + ": " + e.what());
+  }
+  // This call's result comes from one eager run under the probe: a region that writes
+  // state would write it again on every warm-up run and replay.
+  SideEffectProbe probe(*watched_, inputs, params);
+  std::vector<torch::Tensor> out = fn_(inputs, params);
+  const std::vector<std::string> written = probe.Written();
+  if (!written.empty()) {
+    OnSideEffect(written);  // throws under "error"
+    ++stats.eager_fallbacks;
+    return out;
+  }
+  const double t0 = ctx_.NowMs();
+  std::unique_ptr<CudaGraphExecutable> executable;
+  try {
+    executable = CudaGraphExecutable::Capture(fn_, inputs, params, grad_mode, ctx_.options().graph_captures);
+  } catch (const c10::Error& e) {
+    throw std::runtime_error(Where() + ": cudagraph capture failed: " + e.what_without_backtrace());
+  }
+  const double compile_ms = ctx_.NowMs() - t0;
+  const bool first = graphs_.empty();
+  const std::string captured = std::string("backend=cudagraph ") +
+                               (executable->has_backward() ? "forward+backward graphs " : "forward graph ") +
+                               guards.ToString();
+  graphs_.push_back(Graph{std::move(guards), std::move(executable)});
+  v1::CompileEvent event = first ? Event(v1::CompileEvent::COMPILE, captured)
+                                 : Event(v1::CompileEvent::RECOMPILE, failed.value_or("no captured graph matched"));
+  event.set_cache_entries(static_cast<int32_t>(graphs_.size()));
+  event.set_compile_ms(compile_ms);
+  ctx_.Emit(event);
   return out;
 }
 
@@ -143,8 +215,8 @@ std::vector<torch::Tensor> CompiledRegion::Compile(const std::vector<torch::Tens
   const double compile_ms = ctx_.NowMs() - t0;  // trace, plan and dynamic-dim probe
 
   const bool first = cache_.size() == 0;
-  const std::string compiled_for = std::string("backend=jit executor=") +
-                                   ExecutorName(traced.executable->mode()) + " " + guards.ToString();
+  const std::string compiled_for =
+      std::string("backend=jit executor=") + ExecutorName(traced.executable->mode()) + " " + guards.ToString();
   cache_.Add(std::move(guards), std::move(traced.executable));
   v1::CompileEvent event =
       first ? Event(v1::CompileEvent::COMPILE, compiled_for + pinned)
@@ -204,7 +276,8 @@ void CompiledRegion::OnSideEffect(const std::vector<std::string>& written) {
 void CompiledRegion::OnCapturedState(const std::vector<std::string>& read) {
   const std::string names = JoinNames(read);
   if (ctx_.options().on_side_effect == SideEffectPolicy::kError) {
-    throw std::runtime_error(Where() + ": reads " + names + " without receiving it; the trace would bake it in as a constant "
+    throw std::runtime_error(Where() + ": reads " + names +
+                             " without receiving it; the trace would bake it in as a constant "
                              "shared by every layer with this key; pass it as an input or param");
   }
   FallBack("reads " + names + " without receiving it (the trace would bake it in as a constant)");

@@ -25,16 +25,24 @@
 // is no slice to grow by).
 //
 // Regions called while another region is being traced run their fn inline, so they
-// become part of the outer graph. Not thread-safe; see CompileContext.
+// become part of the outer graph.
+//
+// Backend cudagraph: a key without dynamic dims is captured per call site
+// (cuda_graph_executable.h), one graph pair per guard set, at most recompile_limit per
+// site; its first call runs eager once under the side-effect probe and then captures.
+// A call whose previous backward has not run yet runs eager. Keys with dynamic dims
+// (the routed experts, whose rows change every step) run the jit path.
+// Not thread-safe; see CompileContext.
 #pragma once
+
+#include <torch/torch.h>
 
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include <torch/torch.h>
-
+#include "worker/engine/compile/backend/cuda_graph_executable.h"
 #include "worker/engine/compile/compile_context.h"
 #include "worker/engine/compile/region/region_fn.h"
 #include "worker/engine/compile/region/region_key.h"
@@ -63,8 +71,10 @@ class CompiledRegion {
  private:
   std::vector<torch::Tensor> RunEagerBackend(const std::vector<torch::Tensor>& inputs,
                                              const std::vector<torch::Tensor>& params);
-  std::vector<torch::Tensor> Compile(const std::vector<torch::Tensor>& inputs,
-                                     const std::vector<torch::Tensor>& params, bool grad_mode);
+  std::vector<torch::Tensor> RunCudaGraph(const std::vector<torch::Tensor>& inputs,
+                                          const std::vector<torch::Tensor>& params, bool grad_mode);
+  std::vector<torch::Tensor> Compile(const std::vector<torch::Tensor>& inputs, const std::vector<torch::Tensor>& params,
+                                     bool grad_mode);
   // nullopt if `executable` agrees with fn on inputs grown along `dynamic`; else why not.
   std::optional<std::string> ProbeDynamicDims(JitExecutable& executable, const std::vector<torch::Tensor>& inputs,
                                               const std::vector<torch::Tensor>& params,
@@ -84,6 +94,11 @@ class CompiledRegion {
   RegionFn fn_;
   int layer_;
   std::shared_ptr<const WatchedTensors> watched_;
+  struct Graph {
+    GuardSet guards;
+    std::unique_ptr<CudaGraphExecutable> executable;
+  };
+  std::vector<Graph> graphs_;  // cudagraph: this call site's captures
 };
 
 }  // namespace trainyard::engine::compile

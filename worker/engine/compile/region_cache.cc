@@ -5,8 +5,8 @@
 
 namespace trainyard::engine::compile {
 
-JitExecutable* RegionCache::Find(const std::vector<torch::Tensor>& inputs,
-                                 const std::vector<torch::Tensor>& params, bool grad_mode) const {
+JitExecutable* RegionCache::Find(const std::vector<torch::Tensor>& inputs, const std::vector<torch::Tensor>& params,
+                                 bool grad_mode) const {
   if (entries_.empty()) return nullptr;
   const GuardSet::Observation call(inputs, params, grad_mode);
   for (const Entry& e : entries_) {
@@ -16,8 +16,7 @@ JitExecutable* RegionCache::Find(const std::vector<torch::Tensor>& inputs,
 }
 
 std::optional<std::string> RegionCache::ClosestFailure(const std::vector<torch::Tensor>& inputs,
-                                                       const std::vector<torch::Tensor>& params,
-                                                       bool grad_mode) const {
+                                                       const std::vector<torch::Tensor>& params, bool grad_mode) const {
   std::optional<std::string> best;
   size_t best_count = 0;
   for (const Entry& e : entries_) {

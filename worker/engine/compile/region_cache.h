@@ -3,14 +3,14 @@
 // CompileContext; not thread-safe (see CompileContext).
 #pragma once
 
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "worker/engine/compile/backend/jit_executable.h"
 #include "worker/engine/compile/region/region_guard.h"

@@ -241,7 +241,7 @@ int main(int argc, char** argv) {
                "  MFU against the GPU's measured fp32 GEMM peak, TF32 off)"};
   app.add_option("--preset", f.preset, "model preset (debug, tiny, gpu_small)")->capture_default_str();
   app.add_option("--backend", f.backend,
-                 "compile backend: eager, jit (cudagraph needs a CUDA build); several separated by commas "
+                 "compile backend: eager, jit, cudagraph (CUDA with a visible GPU); several separated by commas "
                  "(eager,jit) run alternately and are compared")
       ->capture_default_str();
   app.add_option("--precision", f.precision,

@@ -15,18 +15,17 @@ v1::EngineCapabilities BuildCapabilities() {
   caps.set_cuda_version(compat::CudaBuildVersion());
   caps.set_nccl(compat::kBuiltWithNccl);
   caps.set_bf16(kHasBf16Path);
-  caps.set_cudagraph(kHasCudaGraphBackend);
+  caps.set_cudagraph(kCudaGraphProven);
   return caps;
 }
 
 std::string CapabilitiesJson() { return ToJsonLine(BuildCapabilities()); }
 
 void RequireSupported(const EngineConfig& config) {
-  if (config.compile.backend == "cudagraph" && !kHasCudaGraphBackend) {
+  if (config.compile.backend == "cudagraph" && !compat::kBuiltWithCuda) {
     throw std::invalid_argument(
-        "config: compile.backend=cudagraph: this engine has no cudagraph backend (CUDA-graph capture of regions "
-        "with autograd is not implemented; trainyard-rank --capabilities reports cudagraph=false); use "
-        "compile.backend=jit");
+        "config: compile.backend=cudagraph: this engine was built for CPU (CUDA graphs need a CUDA build of "
+        "LibTorch); use compile.backend=jit");
   }
 }
 

@@ -38,8 +38,8 @@
 //
 // `trainyard-rank --capabilities` prints what this build can run, one line of proto3
 // JSON of trainyard.v1.EngineCapabilities, and exits 0; it needs no --config
-// (launch/engine_capabilities.h). A config asking for what it reports false (bf16,
-// cudagraph) is refused right after loading, with exit 87.
+// (launch/engine_capabilities.h). A config asking for what this build cannot run
+// (cudagraph in a CPU build) is refused right after loading, with exit 87.
 #include <sys/stat.h>
 #include <unistd.h>
 

@@ -9,8 +9,7 @@
 // --preflight runs 3 steps of the job's exact structure (layers, regions, layout,
 // activation checkpointing, backend; jit in place of cudagraph) on local CPU ranks
 // and exits 0 when clean, 3 when a rank reported UNSAFE_SIDE_EFFECT or
-// RECOMPILE_LIMIT, 1 when a rank failed otherwise, 2 on bad input (compile.backend =
-// "cudagraph" too: no engine has that backend yet). --shrink scales the
+// RECOMPILE_LIMIT, 1 when a rank failed otherwise, 2 on bad input. --shrink scales the
 // widths down (dim, hidden sizes, vocab, sequence, batch) but keeps the structure.
 //
 // --resume DIR continues from a checkpoint directory (any layout); the run writes its
@@ -148,9 +147,8 @@ int Train(const TrainFlags& f) {
     PreflightConfig(config, f.shrink);
     RequireValid(config);
   }
-  // A device this build or machine cannot use, or a setting this build reports false in
-  // `trainyard-rank --capabilities` (bf16; cudagraph outside a preflight, which checks it
-  // through jit), is refused here, before any rank starts: exit 2.
+  // A device this build or machine cannot use, or a setting this build cannot run
+  // (cudagraph in a CPU build), is refused here, before any rank starts: exit 2.
   DevicePlacement::RequireUsable(config.resources);
   RequireSupported(config);
   const std::string config_json = trainyard::spec::ToJson(config);

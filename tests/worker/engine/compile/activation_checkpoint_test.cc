@@ -1,8 +1,9 @@
+#include "worker/engine/compile/activation_checkpoint.h"
+
 #include <gtest/gtest.h>
 
 #include "tests/worker/engine/compile/recording_sink.h"
 #include "tests/worker/engine/compile/region_test_util.h"
-#include "worker/engine/compile/activation_checkpoint.h"
 #include "worker/engine/compile/compile_context.h"
 #include "worker/engine/compile/compiled_region.h"
 
@@ -67,8 +68,12 @@ TEST(CheckpointTest, OnlyOneOutputUsedInLoss) {
 TEST(CheckpointTest, UnderNoGradItIsAPlainCall) {
   int calls = 0;
   torch::NoGradGuard no_grad;
-  const Tensors out = Checkpointed([&calls](const Tensors& in) { ++calls; return TwoLayer(in); },
-                                   {torch::randn({2, 4}).requires_grad_(), torch::randn({3, 4}), torch::randn({4, 3})});
+  const Tensors out = Checkpointed(
+      [&calls](const Tensors& in) {
+        ++calls;
+        return TwoLayer(in);
+      },
+      {torch::randn({2, 4}).requires_grad_(), torch::randn({3, 4}), torch::randn({4, 3})});
   EXPECT_EQ(calls, 1);
   EXPECT_FALSE(out[0].requires_grad());
 }

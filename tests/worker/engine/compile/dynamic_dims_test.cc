@@ -48,8 +48,8 @@ TEST(DynamicDimsTest, ShapeGenericRegionCompilesOnceForEveryRowCount) {
     const int64_t rows = row_counts[i];
     CompiledRegion& layer = i % 2 == 0 ? a : b;
     const Tensors inputs{torch::randn({rows, 8}).requires_grad_()};
-    const FwdBwd got = RunFwdBwd([&layer](const Tensors& in, const Tensors& p) { return layer(in, p); }, inputs,
-                                 params);
+    const FwdBwd got =
+        RunFwdBwd([&layer](const Tensors& in, const Tensors& p) { return layer(in, p); }, inputs, params);
     const FwdBwd want = RunFwdBwd(RowsFfn, Fresh(inputs), Fresh(params));
     EXPECT_TRUE(torch::equal(got.outputs[0], want.outputs[0])) << rows;
     for (size_t g = 0; g < want.grads.size(); ++g) EXPECT_LE(MaxRelErr(got.grads[g], want.grads[g]), 1e-5);

@@ -1,6 +1,6 @@
-#include <gtest/gtest.h>
-
 #include "worker/engine/compile/region/region_guard.h"
+
+#include <gtest/gtest.h>
 
 namespace trainyard::engine::compile {
 namespace {
@@ -84,8 +84,8 @@ TEST(GuardSetTest, FailuresListsEveryFailingGuardInOrder) {
 }
 
 TEST(GuardSetTest, ToStringNamesWhatWasCompiled) {
-  const GuardSet g = GuardSet::Capture({torch::zeros({4, 16}).requires_grad_()}, {torch::zeros({16}, torch::kInt64)},
-                                       false);
+  const GuardSet g =
+      GuardSet::Capture({torch::zeros({4, 16}).requires_grad_()}, {torch::zeros({16}, torch::kInt64)}, false);
   EXPECT_EQ(g.ToString(), "grad_mode=false input[0]=Float[4, 16] cpu requires_grad param[0]=Long[16] cpu");
 }
 

@@ -1,9 +1,9 @@
+#include "worker/engine/compile/region/region_key.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <stdexcept>
-
-#include "worker/engine/compile/region/region_key.h"
 
 namespace trainyard::engine::compile {
 namespace {

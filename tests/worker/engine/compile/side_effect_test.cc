@@ -118,10 +118,13 @@ TEST(SideEffectTest, WritingAReceivedTensorIsPartOfTheGraph) {
   RecordingSink sink;
   CompileContext ctx(Options(CompileBackend::kJit, SideEffectPolicy::kError), sink);
   CountingLayer layer;
-  CompiledRegion region(ctx, RegionKey("moe", {{"experts", 4}}), [](const Tensors& in, const Tensors& p) {
-    in[1].add_(1);
-    return Tensors{in[0] * p[0] + in[1].sum()};
-  }, 2, layer.watched);
+  CompiledRegion region(
+      ctx, RegionKey("moe", {{"experts", 4}}),
+      [](const Tensors& in, const Tensors& p) {
+        in[1].add_(1);
+        return Tensors{in[0] * p[0] + in[1].sum()};
+      },
+      2, layer.watched);
   for (int64_t k = 1; k <= 3; ++k) {
     const torch::Tensor x = torch::randn({3, 8});
     const Tensors out = region({x, layer.counter}, {layer.w});
@@ -168,8 +171,8 @@ TEST(SideEffectTest, WatchModuleNamesParametersAndBuffers) {
   const WatchedTensors watched = WatchModule(*model);
   std::vector<std::string> names;
   for (const auto& [name, t] : watched) names.push_back(name);
-  const std::vector<std::string> expected{"0.weight", "0.bias", "1.weight", "1.bias",
-                                          "1.running_mean", "1.running_var", "1.num_batches_tracked"};
+  const std::vector<std::string> expected{
+      "0.weight", "0.bias", "1.weight", "1.bias", "1.running_mean", "1.running_var", "1.num_batches_tracked"};
   EXPECT_EQ(names, expected);
 }
 

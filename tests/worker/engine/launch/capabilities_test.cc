@@ -1,8 +1,8 @@
 // `trainyard-rank --capabilities` against the compile-time facts of this test's own
 // build (the same LibTorch headers and definitions as the engine's: this file is
 // compiled with trainyard_engine_base's flags), and what it reports true: a bf16 rank
-// trains. (cudagraph, reported false, needs resources.device=cuda, which a CPU build
-// refuses first; its refusal shares RequireSupported with the report.)
+// trains. (cudagraph is reported false until a GPU run proves it; it needs
+// resources.device=cuda, which a machine without a GPU refuses first.)
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -91,7 +91,7 @@ TEST(RankCapabilitiesTest, PrintsOneLineOfThisBuildsFactsWithoutAConfig) {
   EXPECT_EQ(caps.at("libtorch_version"), ExpectedTorchVersion());
   EXPECT_EQ(caps.at("cuda"), kCuda && kNccl);  // CUDA jobs need NCCL too
   EXPECT_EQ(caps.at("nccl"), kNccl);
-  // Every engine has the bf16 path (CPU and CUDA); none has a cudagraph backend yet.
+  // Every engine has the bf16 path (CPU and CUDA); cudagraph stays unproven (false).
   EXPECT_EQ(caps.at("bf16"), true);
   EXPECT_EQ(caps.at("cudagraph"), false);
 #if defined(TRAINYARD_TORCH_CUDA) && defined(CUDA_VERSION)

@@ -1,8 +1,8 @@
 #include "worker/engine/compile/backend/compile_options.h"
-#include "common/base/text.h"
 
 #include <stdexcept>
 
+#include "common/base/text.h"
 #include "common/spec/rules.h"
 
 namespace trainyard::engine::compile {
@@ -35,9 +35,12 @@ SideEffectPolicy ParseSideEffectPolicy(const std::string& name) {
 
 const char* CompileBackendName(CompileBackend backend) {
   switch (backend) {
-    case CompileBackend::kEager: return "eager";
-    case CompileBackend::kJit: return "jit";
-    case CompileBackend::kCudaGraph: return "cudagraph";
+    case CompileBackend::kEager:
+      return "eager";
+    case CompileBackend::kJit:
+      return "jit";
+    case CompileBackend::kCudaGraph:
+      return "cudagraph";
   }
   return "unknown";
 }

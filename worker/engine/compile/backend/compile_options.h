@@ -5,12 +5,14 @@
 #include <functional>
 #include <string>
 
+#include "worker/engine/compile/backend/graph_capture.h"
+
 namespace trainyard::engine::compile {
 
 enum class CompileBackend {
   kEager,      // regions call their function directly; no cache
   kJit,        // TorchScript trace + GraphExecutor, one executor per cache entry
-  kCudaGraph,  // refused: see CompileContext (needs CUDA; capture is not built)
+  kCudaGraph,  // CUDA graphs per call site (cuda_graph_executable.h); dynamic-dim keys run jit
 };
 
 // What a region that writes state it did not receive does to the run.
@@ -38,11 +40,14 @@ struct CompileOptions {
   int recompile_limit = 8;
   SideEffectPolicy on_side_effect = SideEffectPolicy::kError;
   JitExecutorMode jit_executor = JitExecutorMode::kAuto;
+  // How the cudagraph backend captures; empty: CUDA graphs (CudaGraphCaptures). Tests
+  // inject RerunCaptures to run the backend's autograd plumbing on CPU.
+  GraphCaptureFactory graph_captures;
   // Monotonic clock in milliseconds, for compile_ms. Tests inject a fake.
   std::function<double()> now_ms;
 };
 
-CompileBackend ParseCompileBackend(const std::string& name);    // eager | jit | cudagraph
+CompileBackend ParseCompileBackend(const std::string& name);      // eager | jit | cudagraph
 SideEffectPolicy ParseSideEffectPolicy(const std::string& name);  // error | fallback
 const char* CompileBackendName(CompileBackend backend);
 const char* SideEffectPolicyName(SideEffectPolicy policy);

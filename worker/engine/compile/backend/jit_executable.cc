@@ -1,12 +1,12 @@
 #include "worker/engine/compile/backend/jit_executable.h"
 
-#include <stdexcept>
-#include <utility>
-
 #include <torch/csrc/jit/codegen/fuser/interface.h>
 #include <torch/csrc/jit/frontend/tracer.h>
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/tensorexpr/codegen.h>
+
+#include <stdexcept>
+#include <utility>
 
 namespace trainyard::engine::compile {
 namespace {
@@ -38,8 +38,7 @@ void CollectConstants(const torch::jit::Block& block, std::vector<torch::Tensor>
 
 }  // namespace
 
-JitExecutable::JitExecutable(std::shared_ptr<torch::jit::Graph> graph, const std::string& name,
-                             JitExecutorMode mode)
+JitExecutable::JitExecutable(std::shared_ptr<torch::jit::Graph> graph, const std::string& name, JitExecutorMode mode)
     : graph_(std::move(graph)),
       mode_(mode),
       executor_(graph_, name,

@@ -5,13 +5,13 @@
 // by a RegionCache.
 #pragma once
 
+#include <torch/csrc/jit/ir/ir.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
+#include <torch/torch.h>
+
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <torch/torch.h>
-#include <torch/csrc/jit/ir/ir.h>
-#include <torch/csrc/jit/runtime/graph_executor.h>
 
 #include "worker/engine/compile/backend/compile_options.h"
 #include "worker/engine/compile/region/region_fn.h"
@@ -33,11 +33,9 @@ class JitExecutable {
   // the tracer throws (c10::Error), e.g. when `fn` reads a tensor that requires grad
   // without receiving it.
   static Traced Trace(const RegionFn& fn, const std::vector<torch::Tensor>& inputs,
-                      const std::vector<torch::Tensor>& params, const std::string& name,
-                      JitExecutorMode mode);
+                      const std::vector<torch::Tensor>& params, const std::string& name, JitExecutorMode mode);
 
-  std::vector<torch::Tensor> Run(const std::vector<torch::Tensor>& inputs,
-                                 const std::vector<torch::Tensor>& params);
+  std::vector<torch::Tensor> Run(const std::vector<torch::Tensor>& inputs, const std::vector<torch::Tensor>& params);
 
   // Tensors the trace baked into the graph as constants: tensors `fn` read without
   // receiving them. Compared by identity against the model's state by the caller.
@@ -52,8 +50,7 @@ class JitExecutable {
   static bool ConfigureCpuFusion();
 
  private:
-  JitExecutable(std::shared_ptr<torch::jit::Graph> graph, const std::string& name,
-                JitExecutorMode mode);
+  JitExecutable(std::shared_ptr<torch::jit::Graph> graph, const std::string& name, JitExecutorMode mode);
 
   std::shared_ptr<torch::jit::Graph> graph_;
   JitExecutorMode mode_;
