@@ -182,6 +182,21 @@ class _Agreement:
                              *self.files)
         self.assertIn("tokenizer.json", summary)
 
+    def test_added_tokens_and_pieces_across_every_segment_boundary(self):
+        # Lines longer than the 1 KiB segment are cut at character starts, so with the
+        # prefix growing by one byte each file, every cut falls at every offset of the
+        # tokens, the added tokens (both passes) and the whitespace runs.
+        unit = "<|endoftext|>hello world<|im_start|>  \t endof</s>  x123456 é漢😀 " * 40
+        paths, texts = [], []
+        for k in range(40):
+            text = "y" * k + unit
+            path = os.path.join(self.dir, "cut%02d.txt" % k)
+            with open(path, "w") as f:
+                f.write(text)
+            paths.append(path)
+            texts.append(text)
+        self.check(os.path.join(self.dir, "cuts"), texts, "--segment-kib", "1", "--threads", "2", *paths)
+
     def test_invalid_utf8_is_refused_with_its_byte(self):
         bad = os.path.join(self.dir, "bad.txt")
         with open(bad, "wb") as f:
