@@ -213,7 +213,7 @@ absl::StatusOr<std::size_t> HfEncoder::Encode(std::string_view text, bool final,
     } else if (final || i + 1 < spans.size()) {
       if (absl::Status s = SplitAndMerge(0, text.substr(span.begin, span.end - span.begin), ids); !s.ok()) return s;
     } else {
-      absl::StatusOr<std::size_t> done = SplitOpen(text.substr(span.begin, bound - span.begin), ids);
+      absl::StatusOr<std::size_t> done = SplitOpen(0, text.substr(span.begin, bound - span.begin), ids);
       if (!done.ok()) return done.status();
       return span.begin + *done;
     }
@@ -228,12 +228,11 @@ int HfEncoder::Find(std::size_t level, std::string_view text, std::size_t start,
                              PCRE2_NO_UTF_CHECK | (partial ? PCRE2_PARTIAL_HARD : 0), md,
                              static_cast<pcre2_match_context*>(match_context_));
   if (rc == PCRE2_ERROR_NOMATCH) return 0;
-  if (rc == PCRE2_ERROR_PARTIAL) return -1;
-  if (rc < 0) return rc;
+  if (rc < 0 && rc != PCRE2_ERROR_PARTIAL) return rc;
   const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
   *begin = ov[0];
   *end = ov[1];
-  return 1;
+  return rc == PCRE2_ERROR_PARTIAL ? -1 : 1;
 }
 
 absl::Status HfEncoder::RegexError(std::size_t level, int code) const {
@@ -260,19 +259,28 @@ absl::Status HfEncoder::SplitAndMerge(std::size_t level, std::string_view text, 
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::size_t> HfEncoder::SplitOpen(std::string_view text, std::vector<int>* ids) {
-  if (tok_->regexes_.empty()) return 0;  // the whole stretch is one piece, not ended yet
+absl::StatusOr<std::size_t> HfEncoder::SplitOpen(std::size_t level, std::string_view text, std::vector<int>* ids) {
+  if (level == tok_->regexes_.size()) return 0;  // one piece, not ended yet
   // PCRE2_PARTIAL_HARD reports a match that reached the end of the text (greedy runs,
   // lookaheads) as partial: more text could change it. Matches before it are final, and
   // so is unmatched text that a final match closes.
   std::size_t done = 0, begin = 0, end = 0;
   while (done < text.size()) {
-    const int found = Find(0, text, done, true, &begin, &end);
-    if (found < -1) return RegexError(0, found);
-    if (found != 1) break;
-    if (begin > done) TY_RETURN_IF_ERROR(SplitAndMerge(1, text.substr(done, begin - done), ids));
-    TY_RETURN_IF_ERROR(SplitAndMerge(1, text.substr(begin, end - begin), ids));
-    done = end;
+    const int found = Find(level, text, done, true, &begin, &end);
+    if (found < -1) return RegexError(level, found);
+    if (found == 1) {
+      if (begin > done) TY_RETURN_IF_ERROR(SplitAndMerge(level + 1, text.substr(done, begin - done), ids));
+      TY_RETURN_IF_ERROR(SplitAndMerge(level + 1, text.substr(begin, end - begin), ids));
+      done = end;
+      continue;
+    }
+    // Unmatched text from `done`: no match can start before the partial one (or the
+    // end), so that much of it is certainly one piece at this level, whose end is not
+    // known yet; the next level splits what it can of it.
+    const std::size_t known = found == -1 ? begin : text.size();
+    absl::StatusOr<std::size_t> inner = SplitOpen(level + 1, text.substr(done, known - done), ids);
+    if (!inner.ok()) return inner.status();
+    return done + *inner;
   }
   return done;
 }

@@ -94,7 +94,7 @@ class HfEncoder {
            std::size_t* end);
   absl::Status RegexError(std::size_t level, int code) const;
   absl::Status SplitAndMerge(std::size_t level, std::string_view text, std::vector<int>* ids);
-  absl::StatusOr<std::size_t> SplitOpen(std::string_view text, std::vector<int>* ids);
+  absl::StatusOr<std::size_t> SplitOpen(std::size_t level, std::string_view text, std::vector<int>* ids);
   void Merge(std::string_view piece, std::vector<int>* ids);
 
   const HfTokenizer* tok_;

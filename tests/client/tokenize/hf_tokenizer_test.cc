@@ -168,7 +168,11 @@ TEST(HfTokenizerTest, PiecesFedInAnyCutsGiveTheIdsOfTheWhole) {
   for (std::size_t i = 1; i < text.size(); ++i) {
     if ((static_cast<unsigned char>(text[i]) & 0xC0) != 0x80) starts.push_back(i);
   }
-  for (const json& pre : {kByteLevel, llama3}) {
+  // DeepSeek's shape: several Splits, each splitting the pieces of the one before.
+  const json digits = {
+      {"type", "Split"}, {"pattern", {{"Regex", "\\p{N}{1,3}"}}}, {"behavior", "Isolated"}, {"invert", false}};
+  const json deepseek = {{"type", "Sequence"}, {"pretokenizers", json::array({digits, split, kByteLevel})}};
+  for (const json& pre : {kByteLevel, llama3, deepseek}) {
     std::unique_ptr<HfTokenizer> tok = Load(Tokenizer(merges, pre, added));
     const std::vector<int> whole = Encode(*tok, text);
     for (std::size_t cut : starts) EXPECT_EQ(EncodeInPieces(*tok, text, {cut}), whole) << "cut at " << cut;

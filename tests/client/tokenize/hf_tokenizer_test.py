@@ -1,7 +1,8 @@
 """trainyard-tokenize --tokenizer against PyPI's `tokenizers`, the library itself.
 
 Each test class trains a byte-level BPE tokenizer with `tokenizers` (Llama-3 style:
-Split regex + ByteLevel; GPT-2 style: ByteLevel with its own regex), with special and
+Split regex + ByteLevel; DeepSeek style: three Splits + ByteLevel and an empty
+normalizer Sequence; GPT-2 style: ByteLevel with its own regex), with special and
 added tokens and a TemplateProcessing BOS/EOS, saves tokenizer.json, runs the tool on
 over 5 MB of text (this repository's sources and docs, Python's standard library and
 generated multilingual and odd Unicode text) and checks that every document's ids in
@@ -20,13 +21,21 @@ import sysconfig
 import tempfile
 import unittest
 
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors,
+                        trainers)
 
 from tokenize_test import read_dataset, run
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".."))
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                   r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+# DeepSeek-V3's shape: digits, then CJK runs, then the rest, each Split cutting the pieces
+# of the one before.
+DEEPSEEK_PATTERNS = [
+    r"\p{N}{1,3}", "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+",
+    r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+"
+    r"| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+]
 SPECIALS = ["<|endoftext|>", "<s>", "</s>", "<|im_start|>", "<|im_end|>"]
 
 # Samples of scripts and odd Unicode the generated documents are made of.
@@ -107,6 +116,11 @@ def train(files, style):
             pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated", invert=False),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ])
+    elif style == "deepseek":
+        tok.normalizer = normalizers.Sequence([])
+        tok.pre_tokenizer = pre_tokenizers.Sequence(
+            [pre_tokenizers.Split(Regex(p), behavior="isolated", invert=False) for p in DEEPSEEK_PATTERNS]
+            + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     else:
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -118,7 +132,7 @@ def train(files, style):
     tok.add_tokens([AddedToken("hello world", normalized=True), AddedToken("endof", normalized=False)])
     tok.add_special_tokens([AddedToken("<|extra|>", special=True)])
     bos, eos = tok.token_to_id("<s>"), tok.token_to_id("</s>")
-    if style == "llama3":
+    if style != "gpt2":
         tok.post_processor = processors.Sequence([
             processors.ByteLevel(trim_offsets=False),
             processors.TemplateProcessing(single="<s> $A </s>", special_tokens=[("<s>", bos), ("</s>", eos)]),
@@ -249,6 +263,10 @@ class Llama3StyleTest(_Agreement, unittest.TestCase):
 
 class Gpt2StyleTest(_Agreement, unittest.TestCase):
     style = "gpt2"
+
+
+class DeepSeekStyleTest(_Agreement, unittest.TestCase):
+    style = "deepseek"
 
 
 class HostileTokenizerTest(unittest.TestCase):
