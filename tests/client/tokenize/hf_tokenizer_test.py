@@ -319,6 +319,20 @@ class HostileTokenizerTest(unittest.TestCase):
                 "--eos", "none", self.input)
         self.assertEqual(r.returncode, 0, r.stderr)
 
+    def test_merges_written_as_strings(self):
+        # The format of files saved before tokenizers 0.20 (Llama-3's among them): "a b".
+        t = self.edited(lambda t: t["model"].update(merges=[" ".join(m) for m in t["model"]["merges"]]))
+        path = os.path.join(self.dir, "strings.json")
+        with open(path, "w") as f:
+            json.dump(t, f)
+        text = "some text here, more text there: sometext\n"
+        with open(os.path.join(self.dir, "s.txt"), "w") as f:
+            f.write(text)
+        prefix = os.path.join(self.dir, "strings")
+        r = run("-o", prefix, "--tokenizer", path, "--eos", "none", os.path.join(self.dir, "s.txt"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(read_dataset(prefix)[1], [Tokenizer.from_file(path).encode(text).ids])
+
     def test_not_json(self):
         self.refused(b"", "the file is empty")
         whole = json.dumps(self.good).encode()
