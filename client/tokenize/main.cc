@@ -19,8 +19,9 @@ int main(int argc, char** argv) {
       "training.dataset = \"tokens\", dataset_path = \"PREFIX.idx\".\n"
       "Each input file is one document (with --split-blank-lines, each run of lines between empty lines). "
       "Tokens: byte values (vocabulary 256) by default; SentencePiece ids with --model, or with --train-vocab "
-      "from a model trained on the inputs first; a Hugging Face byte-level BPE's ids (Llama-3, Qwen, DeepSeek, "
-      "GPT-2 style) with --tokenizer tokenizer.json. The last line printed says the model.vocab_size the job "
+      "from a model trained on the inputs first; a Hugging Face byte-level BPE's ids (Llama-3, DeepSeek, GPT-2 "
+      "style; not Qwen's, whose NFC normalizer is refused) with --tokenizer tokenizer.json. The last line printed says "
+      "the model.vocab_size the job "
       "needs. Outputs appear only when complete. See docs/tokenize.md."};
   app.add_option("-o,--output", opt.output_prefix,
                  "Output prefix: writes PREFIX.bin and PREFIX.idx (replacing older ones) in an existing folder")
@@ -73,7 +74,7 @@ int main(int argc, char** argv) {
       "      train a 2000-piece SentencePiece model on the .txt files under /data/text, then write\n"
       "      /data/corpus.bin, /data/corpus.idx and /data/corpus.model; the last line says the\n"
       "      model.vocab_size the job needs\n"
-      "  trainyard-tokenize -o /data/code src/ --tokenizer Qwen2.5-0.5B/tokenizer.json\n"
+      "  trainyard-tokenize -o /data/code src/ --tokenizer Llama-3.2-1B/tokenizer.json\n"
       "      the ids a Hugging Face tokenizer gives (tokenizers' encode with its special tokens)\n"
       "  trainyard-tokenize -o /data/notes notes.md --split-blank-lines\n"
       "      byte-level tokens (vocabulary 256), one document per paragraph\n"
