@@ -79,7 +79,8 @@ class Reader {
     if (type == json::value_t::number_integer && v.type() == json::value_t::number_unsigned) return absl::OkStatus();
     return Fail(path, absl::StrCat("expected ", type_name, ", found ", v.type_name(), " ", Shown(v)));
   }
-  static std::string Shown(const json& v) { return Clip(v.dump(-1, ' ', false, json::error_handler_t::replace), 80); }
+  // The value as JSON, ASCII only (\u escapes) so that the clip cuts no character.
+  static std::string Shown(const json& v) { return Clip(v.dump(-1, ' ', true, json::error_handler_t::replace), 80); }
   // A member that must be absent, null or `allowed` (false, 0, an empty string...).
   absl::Status MustBe(const json& object, const std::string& path, const char* key, const json& allowed,
                       absl::string_view why) const {
@@ -261,7 +262,7 @@ absl::Status ReadNormalizer(const Reader& r, const json& root) {
     auto list = it->find("normalizers");
     if (list != it->end() && list->is_array() && list->empty()) return absl::OkStatus();
   }
-  return r.Fail("normalizer", absl::StrCat(r.Shown(*it).substr(0, 60), ": normalizers are not supported (null only)"));
+  return r.Fail("normalizer", absl::StrCat(r.Shown(*it), ": normalizers are not supported (null only)"));
 }
 
 absl::Status ReadSplit(const Reader& r, const json& step, const std::string& path, HfTokenizerSpec* spec) {
@@ -454,7 +455,7 @@ absl::StatusOr<HfTokenizerSpec> ParseHfTokenizerJson(std::string_view text, cons
   }
   for (const char* key : {"truncation", "padding"}) {
     if (auto it = root.find(key); it != root.end() && !it->is_null()) {
-      return r.Fail(key, absl::StrCat(r.Shown(*it).substr(0, 60), ": not supported (null only)"));
+      return r.Fail(key, absl::StrCat(r.Shown(*it), ": not supported (null only)"));
     }
   }
   return spec;
