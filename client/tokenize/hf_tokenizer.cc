@@ -2,6 +2,11 @@
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
+#include <unicode/bytestream.h>
+#include <unicode/edits.h>
+#include <unicode/errorcode.h>
+#include <unicode/normalizer2.h>
+#include <unicode/utf8.h>
 
 #include <algorithm>
 #include <cstring>
@@ -122,6 +127,13 @@ absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(std::string_v
     // Without JIT (a platform without it) pcre2_match interprets: slower, same result.
     pcre2_jit_compile(re, PCRE2_JIT_COMPLETE | PCRE2_JIT_PARTIAL_HARD);
   }
+  if (tok->spec_.nfc) {
+    UErrorCode error = U_ZERO_ERROR;
+    tok->nfc_ = icu::Normalizer2::getNFCInstance(error);
+    if (U_FAILURE(error)) {
+      return absl::InternalError(absl::StrCat(name, ": ICU has no NFC normalizer: ", u_errorName(error)));
+    }
+  }
   tok->merges_.reserve(tok->spec_.merges.size());
   for (std::size_t rank = 0; rank < tok->spec_.merges.size(); ++rank) {
     const HfMerge& m = tok->spec_.merges[rank];
@@ -149,76 +161,149 @@ HfEncoder::~HfEncoder() {
   pcre2_match_context_free(static_cast<pcre2_match_context*>(match_context_));
 }
 
-namespace {
-
-// A stretch of the text: an added token (id >= 0) or text for the regexes.
-struct Span {
-  std::size_t begin, end;
-  int id;
-};
-
-}  // namespace
-
-absl::StatusOr<std::size_t> HfEncoder::Encode(std::string_view text, bool final, std::vector<int>* ids) {
-  // Without `final`, the last text span is open: the added tokens and regex pieces in
-  // it are decided only up to `bound`.
-  std::vector<Span> spans = {{0, text.size(), -1}};
-  std::size_t bound = text.size();
-  for (const HfTokenizer::AddedPass& pass : tok_->passes_) {
-    if (pass.longest == 0) continue;
-    std::vector<Span> out;
-    for (std::size_t i = 0; i < spans.size(); ++i) {
-      const Span span = spans[i];
-      if (span.id >= 0) {
-        out.push_back(span);
-        continue;
-      }
-      const bool open = !final && i + 1 == spans.size();
-      // In an open span a token starting at p is certain only when every added token
-      // starting there would end inside what is decided.
-      const std::size_t limit =
-          open ? (bound + 1 > pass.longest ? std::max(span.begin, bound + 1 - pass.longest) : span.begin) : span.end;
-      std::size_t gap = span.begin;
-      for (std::size_t p = span.begin; p < limit;) {
-        const HfAddedToken* hit = nullptr;
-        for (const HfAddedToken* t : pass.by_first_byte[static_cast<unsigned char>(text[p])]) {
-          if (t->content.size() <= span.end - p &&
-              std::memcmp(text.data() + p, t->content.data(), t->content.size()) == 0) {
-            hit = t;
-            break;
-          }
-        }
-        if (hit == nullptr) {
-          ++p;
-          continue;
-        }
-        if (p > gap) out.push_back({gap, p, -1});
-        out.push_back({p, p + hit->content.size(), hit->id});
-        p += hit->content.size();
-        gap = p;
-      }
-      if (open) {
-        out.push_back({gap, span.end, -1});
-        bound = std::max(limit, gap);
-      } else if (gap < span.end) {
-        out.push_back({gap, span.end, -1});
+void HfEncoder::CutAddedTokens(int pass_index, std::string_view text, bool open, std::size_t* bound,
+                               std::vector<Span>* out) const {
+  const HfTokenizer::AddedPass& pass = tok_->passes_[pass_index];
+  // In an open text a token starting at p is certain only when every added token
+  // starting there would end inside what is decided.
+  const std::size_t limit = !open ? text.size() : (*bound + 1 > pass.longest ? *bound + 1 - pass.longest : 0);
+  std::size_t gap = 0;
+  for (std::size_t p = 0; pass.longest > 0 && p < limit;) {
+    const HfAddedToken* hit = nullptr;
+    for (const HfAddedToken* t : pass.by_first_byte[static_cast<unsigned char>(text[p])]) {
+      if (t->content.size() <= text.size() - p &&
+          std::memcmp(text.data() + p, t->content.data(), t->content.size()) == 0) {
+        hit = t;
+        break;
       }
     }
-    spans = std::move(out);
+    if (hit == nullptr) {
+      ++p;
+      continue;
+    }
+    if (p > gap) out->push_back({gap, p, -1});
+    out->push_back({p, p + hit->content.size(), hit->id});
+    p += hit->content.size();
+    gap = p;
   }
+  if (open) {
+    out->push_back({gap, text.size(), -1});  // always last, even empty
+    *bound = std::max(std::min(limit, *bound), gap);
+  } else if (gap < text.size()) {
+    out->push_back({gap, text.size(), -1});
+  }
+}
+
+absl::StatusOr<std::size_t> HfEncoder::Encode(std::string_view text, bool final, std::vector<int>* ids) {
+  // Without `final`, the last stretch is open: what is in it is decided only up to
+  // `bound`.
+  std::size_t bound = text.size();
+  std::vector<Span> spans;
+  CutAddedTokens(0, text, !final, &bound, &spans);
   for (std::size_t i = 0; i < spans.size(); ++i) {
     const Span& span = spans[i];
     if (span.id >= 0) {
       ids->push_back(span.id);
-    } else if (final || i + 1 < spans.size()) {
-      if (absl::Status s = SplitAndMerge(0, text.substr(span.begin, span.end - span.begin), ids); !s.ok()) return s;
-    } else {
-      absl::StatusOr<std::size_t> done = SplitOpen(0, text.substr(span.begin, bound - span.begin), ids);
-      if (!done.ok()) return done.status();
-      return span.begin + *done;
+      continue;
     }
+    const bool open = !final && i + 1 == spans.size();
+    absl::StatusOr<std::size_t> done =
+        EncodeStretch(text.substr(span.begin, (open ? bound : span.end) - span.begin), open, ids);
+    if (!done.ok()) return done.status();
+    if (open) return span.begin + *done;
   }
   return text.size();
+}
+
+absl::StatusOr<std::size_t> HfEncoder::EncodeStretch(std::string_view raw, bool open, std::vector<int>* ids) {
+  // The normalizer works on what the first pass left, as in the library. When the
+  // stretch is open, only the text before its last normalization boundary is final.
+  std::string_view text = raw;
+  const auto* nfc = static_cast<const icu::Normalizer2*>(tok_->nfc_);
+  if (nfc != nullptr) {
+    if (raw.size() > static_cast<std::size_t>(INT32_MAX)) {
+      return absl::ResourceExhaustedError("one stretch of text without an added token is over 2 GiB (ICU's limit)");
+    }
+    if (open) raw = raw.substr(0, LastNormalizationBoundary(raw));
+    normalized_.clear();
+    changes_.clear();
+    icu::StringByteSink<std::string> sink(&normalized_, static_cast<int32_t>(raw.size()));
+    icu::Edits edits;
+    UErrorCode error = U_ZERO_ERROR;
+    nfc->normalizeUTF8(0, icu::StringPiece(raw.data(), static_cast<int32_t>(raw.size())), sink, open ? &edits : nullptr,
+                       error);
+    if (U_FAILURE(error)) return absl::InternalError(absl::StrCat("NFC: ", u_errorName(error)));
+    if (open) {
+      for (icu::Edits::Iterator it = edits.getCoarseChangesIterator(); it.next(error);) {
+        changes_.push_back({static_cast<std::size_t>(it.sourceIndex()), static_cast<std::size_t>(it.oldLength()),
+                            static_cast<std::size_t>(it.destinationIndex()), static_cast<std::size_t>(it.newLength())});
+      }
+    }
+    text = normalized_;
+  }
+  std::size_t bound = text.size();
+  std::vector<Span> spans;
+  CutAddedTokens(1, text, open, &bound, &spans);
+  const std::size_t ids_at_start = ids->size();
+  // Normalized and open: where each piece ends (offset, ids so far), to go back to
+  // the last one that maps to a raw position.
+  marks_.clear();
+  mark_base_ = nfc != nullptr && open ? text.data() : nullptr;
+  std::size_t done = text.size();
+  for (std::size_t i = 0; i < spans.size(); ++i) {
+    const Span& span = spans[i];
+    if (span.id >= 0) {
+      ids->push_back(span.id);
+      if (mark_base_ != nullptr) marks_.emplace_back(span.end, ids->size());
+    } else if (!open || i + 1 < spans.size()) {
+      TY_RETURN_IF_ERROR(SplitAndMerge(0, text.substr(span.begin, span.end - span.begin), ids));
+    } else {
+      absl::StatusOr<std::size_t> inner = SplitOpen(0, text.substr(span.begin, bound - span.begin), ids);
+      if (!inner.ok()) return inner.status();
+      done = span.begin + *inner;
+    }
+  }
+  mark_base_ = nullptr;
+  if (nfc == nullptr || !open) return done;
+  // Back in raw offsets: the last piece end at or before `done` that is not inside a
+  // normalization change and where the raw text has a boundary (so normalizing from
+  // there again gives the rest of this normalized text).
+  for (std::size_t k = marks_.size(); k-- > 0;) {
+    const auto [end, count] = marks_[k];
+    if (end > done) continue;
+    std::size_t source = end;
+    bool inside = false;
+    for (const Change& c : changes_) {
+      if (end <= c.dst_begin) break;
+      if (end < c.dst_begin + c.dst_length) {
+        inside = true;
+        break;
+      }
+      source = source - c.dst_length + c.src_length;
+    }
+    if (inside || !BoundaryAt(raw, source)) continue;
+    ids->resize(count);
+    return source;
+  }
+  ids->resize(ids_at_start);
+  return 0;
+}
+
+std::size_t HfEncoder::LastNormalizationBoundary(std::string_view raw) const {
+  for (std::size_t q = raw.size(); q > 0;) {
+    --q;
+    if ((static_cast<unsigned char>(raw[q]) & 0xC0) == 0x80) continue;  // not a character start
+    if (BoundaryAt(raw, q)) return q;
+  }
+  return 0;
+}
+
+bool HfEncoder::BoundaryAt(std::string_view raw, std::size_t at) const {
+  if (at == 0 || at >= raw.size()) return true;
+  UChar32 c = 0;
+  int32_t i = static_cast<int32_t>(at);
+  U8_NEXT(reinterpret_cast<const std::uint8_t*>(raw.data()), i, static_cast<int32_t>(raw.size()), c);
+  return c >= 0 && static_cast<const icu::Normalizer2*>(tok_->nfc_)->hasBoundaryBefore(c);
 }
 
 int HfEncoder::Find(std::size_t level, std::string_view text, std::size_t start, bool partial, std::size_t* begin,
@@ -286,6 +371,15 @@ absl::StatusOr<std::size_t> HfEncoder::SplitOpen(std::size_t level, std::string_
 }
 
 void HfEncoder::Merge(std::string_view piece, std::vector<int>* ids) {
+  if (mark_base_ != nullptr) {
+    MergePiece(piece, ids);
+    marks_.emplace_back(static_cast<std::size_t>(piece.data() + piece.size() - mark_base_), ids->size());
+    return;
+  }
+  MergePiece(piece, ids);
+}
+
+void HfEncoder::MergePiece(std::string_view piece, std::vector<int>* ids) {
   const HfTokenizerSpec& spec = tok_->spec_;
   if (piece.size() == 1) {
     ids->push_back(spec.byte_ids[static_cast<unsigned char>(piece[0])]);

@@ -4,8 +4,9 @@
 // puts around each document).
 //
 // The library's steps, in its order: added tokens are cut out of the text (tokens with
-// normalized = false first, then the others in what is left; each pass leftmost-longest);
-// every other stretch is split by each Split regex in turn, then by ByteLevel's own
+// normalized = false first, then the text between them is normalized (NFC, by ICU, when
+// the file says so), then the other tokens are cut out of that; each pass
+// leftmost-longest); every other stretch is split by each Split regex in turn, then by ByteLevel's own
 // regex when it has use_regex (each match a piece, and the text between matches too);
 // each piece's bytes are merged by rank (lowest first, leftmost among equals) into
 // vocabulary ids, or taken whole when ignore_merges is set and the vocabulary holds
@@ -67,6 +68,7 @@ class HfTokenizer {
   std::vector<pcre2_real_code_8*> regexes_;
   // (left id, right id) -> (rank, merged id)
   absl::flat_hash_map<std::uint64_t, std::pair<int, int>> merges_;
+  const void* nfc_ = nullptr;  // ICU's NFC normalizer (icu::Normalizer2) when the file has one
 };
 
 // One thread's encoder: match buffers and a cache of pieces already merged.
@@ -90,6 +92,24 @@ class HfEncoder {
   absl::StatusOr<std::size_t> Encode(std::string_view text, bool final, std::vector<int>* ids);
 
  private:
+  struct Span {
+    std::size_t begin, end;
+    int id;  // an added token's, or -1 for text
+  };
+  // A normalization change: source bytes -> normalized bytes.
+  struct Change {
+    std::size_t src_begin, src_length, dst_begin, dst_length;
+  };
+  // Cuts the added tokens of passes_[pass] out of `text` into *out (tokens and the text
+  // between them). With `open`, only tokens certain to be complete before *bound are
+  // cut, the rest stays one open span (last), and *bound shrinks to what is decided.
+  void CutAddedTokens(int pass, std::string_view text, bool open, std::size_t* bound, std::vector<Span>* out) const;
+  // A stretch without first-pass tokens: normalized, second-pass tokens, regexes, BPE.
+  // Returns the bytes of `raw` covered (all of them unless `open`).
+  absl::StatusOr<std::size_t> EncodeStretch(std::string_view raw, bool open, std::vector<int>* ids);
+  std::size_t LastNormalizationBoundary(std::string_view raw) const;
+  bool BoundaryAt(std::string_view raw, std::size_t at) const;
+  void MergePiece(std::string_view piece, std::vector<int>* ids);
   int Find(std::size_t level, std::string_view text, std::size_t start, bool partial, std::size_t* begin,
            std::size_t* end);
   absl::Status RegexError(std::size_t level, int code) const;
@@ -105,6 +125,12 @@ class HfEncoder {
   // The merge loop's scratch: symbols as a linked list over the piece's bytes.
   std::vector<int> sym_id_, sym_prev_, sym_next_;
   std::vector<std::pair<int, int>> heap_;  // (rank, position), a min-heap
+  // NFC of an open stretch: the text, its changes, and where each piece ended
+  // (normalized offset, ids so far); mark_base_ is the text's start while marking.
+  std::string normalized_;
+  std::vector<Change> changes_;
+  std::vector<std::pair<std::size_t, std::size_t>> marks_;
+  const char* mark_base_ = nullptr;
 };
 
 }  // namespace trainyard::tokenize

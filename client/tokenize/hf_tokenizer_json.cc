@@ -253,16 +253,22 @@ absl::Status ReadAddedTokens(const Reader& r, const json& root, HfTokenizerSpec*
   return absl::OkStatus();
 }
 
-absl::Status ReadNormalizer(const Reader& r, const json& root) {
+absl::Status ReadNormalizer(const Reader& r, const json& root, HfTokenizerSpec* spec) {
   auto it = root.find("normalizer");
   if (it == root.end() || it->is_null()) return absl::OkStatus();
   absl::StatusOr<std::string> type = r.Type(*it, "normalizer");
   if (!type.ok()) return type.status();
+  const json* single = &*it;
   if (*type == "Sequence") {
     auto list = it->find("normalizers");
     if (list != it->end() && list->is_array() && list->empty()) return absl::OkStatus();
+    if (list != it->end() && list->is_array() && list->size() == 1) single = &(*list)[0];
   }
-  return r.Fail("normalizer", absl::StrCat(r.Shown(*it), ": normalizers are not supported (null only)"));
+  if (single->is_object() && single->value("type", json()) == json("NFC")) {
+    spec->nfc = true;
+    return absl::OkStatus();
+  }
+  return r.Fail("normalizer", absl::StrCat(r.Shown(*it), ": supported are null and NFC (alone or in a Sequence)"));
 }
 
 absl::Status ReadSplit(const Reader& r, const json& step, const std::string& path, HfTokenizerSpec* spec) {
@@ -448,7 +454,7 @@ absl::StatusOr<HfTokenizerSpec> ParseHfTokenizerJson(std::string_view text, cons
   if (!model.ok()) return model.status();
   TY_RETURN_IF_ERROR(ReadModel(r, **model, &spec, &id_owner));
   TY_RETURN_IF_ERROR(ReadAddedTokens(r, root, &spec, &id_owner));
-  TY_RETURN_IF_ERROR(ReadNormalizer(r, root));
+  TY_RETURN_IF_ERROR(ReadNormalizer(r, root, &spec));
   TY_RETURN_IF_ERROR(ReadPreTokenizer(r, root, &spec));
   if (auto it = root.find("post_processor"); it != root.end()) {
     TY_RETURN_IF_ERROR(ReadPostProcessor(r, *it, "post_processor", &spec));

@@ -5,7 +5,8 @@
 //     alphabet), merges as "a b" strings or ["a", "b"] pairs, ignore_merges; no
 //     dropout, unk fusing, byte_fallback, continuing_subword_prefix or
 //     end_of_word_suffix;
-//   - normalizer: none (null or an empty Sequence);
+//   - normalizer: none (null or an empty Sequence) or NFC (alone or the one member of a
+//     Sequence), Qwen's;
 //   - pre_tokenizer: ByteLevel (add_prefix_space false), alone or last in a Sequence
 //     after Split steps (pattern Regex or String, behavior Isolated, invert false);
 //   - added tokens without single_word, lstrip or rstrip;
@@ -54,6 +55,7 @@ struct HfTokenizerSpec {
   std::vector<std::string> split_paths;  // the JSON path of each, for errors
   std::vector<int> bos_ids, eos_ids;     // around each document: the template's specials
   bool has_template = false;
+  bool nfc = false;    // the normalizer is NFC
   int vocab_size = 0;  // largest id + 1
 };
 

@@ -19,8 +19,8 @@ int main(int argc, char** argv) {
       "training.dataset = \"tokens\", dataset_path = \"PREFIX.idx\".\n"
       "Each input file is one document (with --split-blank-lines, each run of lines between empty lines). "
       "Tokens: byte values (vocabulary 256) by default; SentencePiece ids with --model, or with --train-vocab "
-      "from a model trained on the inputs first; a Hugging Face byte-level BPE's ids (Llama-3, DeepSeek, GPT-2 "
-      "style; not Qwen's, whose NFC normalizer is refused) with --tokenizer tokenizer.json. The last line printed says "
+      "from a model trained on the inputs first; a Hugging Face byte-level BPE's ids (Llama-3, Qwen, DeepSeek, "
+      "GPT-2 style) with --tokenizer tokenizer.json. The last line printed says "
       "the model.vocab_size the job "
       "needs. Outputs appear only when complete. See docs/tokenize.md."};
   app.add_option("-o,--output", opt.output_prefix,
@@ -38,7 +38,8 @@ int main(int argc, char** argv) {
   app.add_option("--tokenizer", opt.tokenizer_path,
                  "Encode with this Hugging Face tokenizer.json (byte-level BPE with its Split/ByteLevel regexes and "
                  "added tokens, which are recognized in the text); --eos auto puts the special tokens of its "
-                 "TemplateProcessing around each document. Other models, normalizers and pre-tokenizers are refused");
+                 "TemplateProcessing around each document. NFC is the one normalizer; other models, normalizers and "
+                 "pre-tokenizers are refused");
   app.add_option("--train-vocab", opt.train_vocab,
                  "Train a SentencePiece model with about N pieces (300..1048576) on the inputs, then encode with it. "
                  "The model is lossless: identity normalization, byte fallback, whitespace and newlines kept");

@@ -1,7 +1,7 @@
 """trainyard-tokenize --tokenizer against PyPI's `tokenizers`, the library itself.
 
 Each test class trains a byte-level BPE tokenizer with `tokenizers` (Llama-3 style:
-Split regex + ByteLevel; DeepSeek style: three Splits + ByteLevel and an empty
+Split regex + ByteLevel; Qwen2 style: NFC normalizer, its Split regex + ByteLevel; DeepSeek style: three Splits + ByteLevel and an empty
 normalizer Sequence; GPT-2 style: ByteLevel with its own regex), with special and
 added tokens and a TemplateProcessing BOS/EOS, saves tokenizer.json, runs the tool on
 over 5 MB of text (this repository's sources and docs, Python's standard library and
@@ -29,6 +29,8 @@ from tokenize_test import read_dataset, run
 REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".."))
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                   r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                 r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 # DeepSeek-V3's shape: digits, then CJK runs, then the rest, each Split cutting the pieces
 # of the one before.
 DEEPSEEK_PATTERNS = [
@@ -51,6 +53,8 @@ SAMPLES = [
     "tabs\t\t\tand\r\nCRLF\r\n\r\n", "<|endoftext|> inside text, <s>start</s>, <|im_start|>user<|im_end|>",
     "partial <|endof and <|im_ and </ and <", "hello world, Hello World, helloworld",
     "\U0001d518\U0001d52b\U0001d526 math \U00010348 gothic \U0001f600",
+    "NFC: e\u0301 a\u0323\u0302 \u1100\u1161\u11a8 \u212b \u0344 \u1e9b\u0323 \u0958 \u00e9\u0323 "
+    "\u0041\u030a\u0327 \uac00\u11a8 q\u0307\u0323 \u0301\u0301start",
     "odd spaces:\u180e\u180e|\x1c\x1d\x1e\x1f|\u200b\ufeff\u2060|\u205f\u2009x\u00ad",
 ]
 
@@ -114,6 +118,12 @@ def train(files, style):
     if style == "llama3":
         tok.pre_tokenizer = pre_tokenizers.Sequence([
             pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ])
+    elif style == "qwen2":
+        tok.normalizer = normalizers.NFC()
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ])
     elif style == "deepseek":
@@ -200,7 +210,8 @@ class _Agreement:
         # Lines longer than the 1 KiB segment are cut at character starts, so with the
         # prefix growing by one byte each file, every cut falls at every offset of the
         # tokens, the added tokens (both passes) and the whitespace runs.
-        unit = "<|endoftext|>hello world<|im_start|>  \t endof</s>  x123456 é漢😀 " * 40
+        unit = ("<|endoftext|>hello world<|im_start|>  \t endof</s>  x123456 é漢😀 "
+                "e\u0301\u0323\u0302 \u1100\u1161\u11a8\u0958 ") * 40
         paths, texts = [], []
         for k in range(40):
             text = "y" * k + unit
@@ -267,6 +278,10 @@ class Gpt2StyleTest(_Agreement, unittest.TestCase):
 
 class DeepSeekStyleTest(_Agreement, unittest.TestCase):
     style = "deepseek"
+
+
+class Qwen2StyleTest(_Agreement, unittest.TestCase):
+    style = "qwen2"
 
 
 class HostileTokenizerTest(unittest.TestCase):
@@ -353,7 +368,8 @@ class HostileTokenizerTest(unittest.TestCase):
         self.refused(self.edited(lambda t: t["model"].update(type="WordPiece")), 'model.type: WordPiece: only BPE')
         self.refused(self.edited(lambda t: t["model"].update(byte_fallback=True)), "model.byte_fallback: true")
         self.refused(self.edited(lambda t: t["model"].update(dropout=0.1)), "model.dropout: 0.1")
-        self.refused(self.edited(lambda t: t.update(normalizer={"type": "NFC"})), "normalizer: ", "NFC")
+        self.refused(self.edited(lambda t: t.update(normalizer={"type": "NFKC"})), "normalizer: ", "NFKC",
+                     "supported are null and NFC")
         self.refused(self.edited(lambda t: t.update(pre_tokenizer={"type": "Metaspace"})),
                      "pre_tokenizer.type: Metaspace")
         self.refused(self.edited(lambda t: t["pre_tokenizer"].update(add_prefix_space=True)),
