@@ -83,7 +83,8 @@ class HfEncoder {
   // they cover. With `final` (the document ends with `text`) that is all of them.
   // Without, encoding stops where more text could change the result: before an added
   // token that may continue, before the last regex piece that may continue (a match
-  // that reached the end, or unmatched text at the end); the caller gives the rest
+  // that reached the end, or unmatched text at the end), and with NFC before the last
+  // character that may combine with what follows; the caller gives the rest
   // again in front of the next text. So a document encoded in segments gets exactly
   // the ids of the whole: the library's regexes decide a piece from its own text and
   // what follows, never from what precedes (lookbehind is refused). A single piece
