@@ -90,8 +90,13 @@ def corpus_files(out_dir):
         if total > 4_500_000 or not name.endswith(".py"):
             continue
         with open(os.path.join(stdlib, name), "rb") as f:
-            add(name, f.read())
-        total += os.path.getsize(paths[-1])
+            data = f.read()
+        try:
+            data.decode("utf-8")  # invalid UTF-8 has tests of its own
+        except UnicodeDecodeError:
+            continue
+        add(name, data)
+        total += len(data)
     # Generated text of every sample, mixed with whitespace runs and numbers.
     rng = random.Random(7)
     pieces = ["\n", " ", "  ", "\n\n", "\t", " \n ", "\r\n", "    \n", "   "]
