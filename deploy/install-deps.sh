@@ -24,6 +24,7 @@ PACKAGES=(
   libabsl-dev prometheus-cpp-dev libsqlite3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libssl-dev libcurl4-openssl-dev libsentencepiece-dev
+  libpcre2-dev libicu-dev
   prometheus
   openssl
   iproute2

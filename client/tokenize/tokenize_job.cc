@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "client/tokenize/hf_tokenizer.h"
 #include "client/tokenize/indexed_dataset_writer.h"
 #include "client/tokenize/input_files.h"
 #include "client/tokenize/progress.h"
@@ -69,9 +70,9 @@ absl::Status CheckUtf8(const std::string& path, bool replace, Segment* segment, 
   std::size_t bad = FirstInvalidUtf8(segment->text);
   if (bad == std::string_view::npos) return absl::OkStatus();
   if (!replace) {
-    return absl::InvalidArgumentError(InputError(
-        path, absl::StrCat("invalid UTF-8 at byte ", segment->file_offset + static_cast<std::int64_t>(bad),
-                           " (SentencePiece encodes text; --invalid-utf8 replace encodes U+FFFD instead)")));
+    return absl::InvalidArgumentError(
+        InputError(path, absl::StrCat("invalid UTF-8 at byte ", segment->file_offset + static_cast<std::int64_t>(bad),
+                                      " (the tokenizer encodes text; --invalid-utf8 replace encodes U+FFFD instead)")));
   }
   const std::string fixed = ToValidUtf8(segment->text);
   // Each invalid byte became the 3 bytes of U+FFFD.
@@ -136,16 +137,32 @@ class FileSentenceSource : public SentenceSource {
   std::string error_;
 };
 
-// Encodes segments and writes their tokens in input order. SentencePiece segments are
-// gathered into batches that `threads` threads encode at once (each takes the next
-// segment from a shared counter); byte-level segments are written as they come.
+// Encodes segments and writes their tokens in input order. SentencePiece and
+// tokenizer.json segments are gathered into batches that `threads` threads encode at
+// once; byte-level segments are written as they come. SentencePiece encodes each segment
+// on its own (each thread takes the next from a shared counter). A tokenizer.json
+// document's segments are encoded in order by one thread, each segment after what the
+// previous one left undecided (HfEncoder::Encode), so the ids are those of the whole
+// document; threads take whole documents, and what the batch's last, unfinished
+// document left waits in carry_ for the next batch.
 class Encoder {
  public:
-  Encoder(const SpmModel* model, int threads, int eos, IndexedDatasetWriter* writer, TokenizeSummary* summary)
-      : model_(model), threads_(threads), eos_(eos), writer_(writer), summary_(summary) {}
+  Encoder(const SpmModel* model, const HfTokenizer* hf, int threads, std::vector<int> bos, std::vector<int> eos,
+          IndexedDatasetWriter* writer, TokenizeSummary* summary)
+      : model_(model),
+        hf_(hf),
+        threads_(threads),
+        bos_(std::move(bos)),
+        eos_(std::move(eos)),
+        writer_(writer),
+        summary_(summary) {
+    if (hf_ != nullptr) {
+      for (int t = 0; t < threads_; ++t) hf_encoders_.push_back(std::make_unique<HfEncoder>(hf_));
+    }
+  }
 
   absl::Status Add(const std::string& path, Segment segment) {
-    if (model_ == nullptr) {
+    if (model_ == nullptr && hf_ == nullptr) {
       ids_.assign(segment.text.begin(), segment.text.end());
       for (int& id : ids_) id &= 0xFF;  // char may be signed
       return Write(path, ids_, segment.ends_document);
@@ -158,22 +175,22 @@ class Encoder {
 
   absl::Status Flush() {
     if (batch_.empty()) return absl::OkStatus();
-    std::atomic<std::size_t> next{0};
-    const auto work = [&] {
-      for (std::size_t i = next++; i < batch_.size(); i = next++) {
-        Pending& p = batch_[i];
-        model_->Encode(p.segment.text, &p.ids, &p.error);
-      }
-    };
-    std::vector<std::thread> pool;
-    for (int t = 1; t < threads_; ++t) pool.emplace_back(work);
-    work();
-    for (std::thread& t : pool) t.join();
+    if (hf_ != nullptr) {
+      EncodeHf();
+    } else {
+      std::atomic<std::size_t> next{0};
+      RunThreads([&](int) {
+        for (std::size_t i = next++; i < batch_.size(); i = next++) {
+          Pending& p = batch_[i];
+          model_->Encode(p.segment.text, &p.ids, &p.error);
+        }
+      });
+    }
     for (Pending& p : batch_) {
       if (!p.error.empty()) {
         return absl::InternalError(InputError(
-            p.path, absl::StrCat("SentencePiece cannot encode the segment at byte ", p.segment.file_offset, ": ",
-                                 p.error)));
+            p.path, absl::StrCat(hf_ != nullptr ? "" : "SentencePiece ", "cannot encode the segment at byte ",
+                                 p.segment.file_offset, ": ", p.error)));
       }
       TY_RETURN_IF_ERROR(Write(p.path, p.ids, p.segment.ends_document));
     }
@@ -190,12 +207,52 @@ class Encoder {
     std::string error;
   };
 
+  template <typename Work>
+  void RunThreads(const Work& work) {
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads_; ++t) pool.emplace_back(work, t);
+    work(0);
+    for (std::thread& t : pool) t.join();
+  }
+
+  void EncodeHf() {
+    // Runs: the batch's segments of one document each; only the last may be unfinished.
+    std::vector<std::size_t> starts = {0};
+    for (std::size_t i = 0; i + 1 < batch_.size(); ++i) {
+      if (batch_[i].segment.ends_document) starts.push_back(i + 1);
+    }
+    starts.push_back(batch_.size());
+    std::string left_over;
+    std::atomic<std::size_t> next{0};
+    RunThreads([&](int thread) {
+      HfEncoder& encoder = *hf_encoders_[thread];
+      for (std::size_t run = next++; run + 1 < starts.size(); run = next++) {
+        std::string text = run == 0 ? std::move(carry_) : std::string();
+        for (std::size_t i = starts[run]; i < starts[run + 1]; ++i) {
+          Pending& p = batch_[i];
+          text += p.segment.text;
+          absl::StatusOr<std::size_t> done = encoder.Encode(text, p.segment.ends_document, &p.ids);
+          if (!done.ok()) {
+            p.error = std::string(done.status().message());
+            break;
+          }
+          text.erase(0, *done);
+        }
+        if (run + 2 == starts.size() && !batch_.back().segment.ends_document) left_over = std::move(text);
+      }
+    });
+    carry_ = std::move(left_over);
+  }
+
   absl::Status Write(const std::string& path, const std::vector<int>& ids, bool ends_document) {
+    if (!in_document_ && !bos_.empty()) TY_RETURN_IF_ERROR(writer_->Append(bos_.data(), bos_.size()));
+    in_document_ = true;
     if (absl::Status s = writer_->Append(ids.data(), ids.size()); !s.ok()) {
       return absl::Status(s.code(), InputError(path, s.message()));
     }
     if (!ends_document) return absl::OkStatus();
-    if (eos_ >= 0) TY_RETURN_IF_ERROR(writer_->Append(&eos_, 1));
+    in_document_ = false;
+    if (!eos_.empty()) TY_RETURN_IF_ERROR(writer_->Append(eos_.data(), eos_.size()));
     if (writer_->open_document_tokens() == 0) {
       ++summary_->skipped_documents;
       return absl::OkStatus();
@@ -204,10 +261,14 @@ class Encoder {
   }
 
   const SpmModel* model_;
+  const HfTokenizer* hf_;
   int threads_;
-  int eos_;
+  std::vector<int> bos_, eos_;
   IndexedDatasetWriter* writer_;
   TokenizeSummary* summary_;
+  std::vector<std::unique_ptr<HfEncoder>> hf_encoders_;  // one per thread
+  std::string carry_;                                    // undecided text of the document the last batch left open
+  bool in_document_ = false;
   std::vector<Pending> batch_;
   std::size_t batch_bytes_ = 0;
   std::vector<int> ids_;
@@ -215,13 +276,15 @@ class Encoder {
 
 // The model of the run: loaded, trained (its bytes in *trained), or none (byte level).
 absl::StatusOr<std::unique_ptr<SpmModel>> PrepareModel(const TokenizeOptions& options, const InputListing& listing,
-                                                       ProgressDisplay* progress, const TokenizeEnv& env,
-                                                       int threads, std::string* trained, TokenizeSummary* summary) {
+                                                       ProgressDisplay* progress, const TokenizeEnv& env, int threads,
+                                                       std::string* trained, TokenizeSummary* summary) {
   std::string serialized;
   std::string what;
   if (!options.model_path.empty()) {
     absl::StatusOr<std::string> bytes = ReadFile(options.model_path, kModelFileCap);
-    if (!bytes.ok()) return absl::Status(bytes.status().code(), absl::StrCat("--model ", Quoted(options.model_path), ": ", bytes.status().message()));
+    if (!bytes.ok())
+      return absl::Status(bytes.status().code(),
+                          absl::StrCat("--model ", Quoted(options.model_path), ": ", bytes.status().message()));
     serialized = std::move(*bytes);
     what = absl::StrCat("--model ", Quoted(options.model_path));
     summary->tokenizer = absl::StrCat("sentencepiece ", options.model_path);
@@ -243,9 +306,9 @@ absl::StatusOr<std::unique_ptr<SpmModel>> PrepareModel(const TokenizeOptions& op
     summary->train_seconds = absl::ToDoubleSeconds(env.clock->Now() - start);
     *trained = serialized;
     what = "the trained model";
-    summary->tokenizer = absl::StrFormat("sentencepiece %s trained (%d pieces asked, %d sentences, %.1f s)",
-                                         options.model_type, options.train_vocab, source.sentences(),
-                                         summary->train_seconds);
+    summary->tokenizer =
+        absl::StrFormat("sentencepiece %s trained (%d pieces asked, %d sentences, %.1f s)", options.model_type,
+                        options.train_vocab, source.sentences(), summary->train_seconds);
   } else {
     summary->tokenizer = "bytes";
     return std::unique_ptr<SpmModel>();
@@ -269,20 +332,27 @@ absl::Status ValidateOptions(const TokenizeOptions& o) {
   }
   TY_RETURN_IF_ERROR(CheckOutputFolder("-o", o.output_prefix));
   if (!o.model_path.empty() && o.train_vocab > 0) {
-    return absl::InvalidArgumentError("--model and --train-vocab exclude each other: encode with a model, or train one");
+    return absl::InvalidArgumentError(
+        "--model and --train-vocab exclude each other: encode with a model, or train one");
+  }
+  if (!o.tokenizer_path.empty() && (!o.model_path.empty() || o.train_vocab > 0)) {
+    return absl::InvalidArgumentError(
+        "--tokenizer excludes --model and --train-vocab: encode with a tokenizer.json or a SentencePiece model");
   }
   const bool training = o.train_vocab > 0;
   if (!training && (!o.model_out.empty() || o.model_type != "unigram")) {
     return absl::InvalidArgumentError("--model-out and --model-type apply only with --train-vocab");
   }
   if (training && (o.train_vocab < 300 || o.train_vocab > (1 << 20))) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--train-vocab ", o.train_vocab, ": expected 300..1048576 (256 byte pieces, </s>, <s>, <unk> and \\n come first)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--train-vocab ", o.train_vocab,
+                     ": expected 300..1048576 (256 byte pieces, </s>, <s>, <unk> and \\n come first)"));
   }
   if (o.model_type != "unigram" && o.model_type != "bpe") {
     return absl::InvalidArgumentError(absl::StrCat("--model-type ", Quoted(o.model_type), ": expected unigram or bpe"));
   }
-  if (training) TY_RETURN_IF_ERROR(CheckOutputFolder("--model-out", o.model_out.empty() ? o.output_prefix : o.model_out));
+  if (training)
+    TY_RETURN_IF_ERROR(CheckOutputFolder("--model-out", o.model_out.empty() ? o.output_prefix : o.model_out));
   if (o.train_sentences < 1) return absl::InvalidArgumentError("--train-sentences must be at least 1");
   TY_RETURN_IF_ERROR(ParseEos(o.eos).status());
   if (o.dtype != "auto" && o.dtype != "uint16" && o.dtype != "int32") {
@@ -292,8 +362,9 @@ absl::Status ValidateOptions(const TokenizeOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("--invalid-utf8 ", Quoted(o.invalid_utf8), ": expected error or replace"));
   }
-  if (o.model_path.empty() && !training && o.invalid_utf8 != "error") {
-    return absl::InvalidArgumentError("--invalid-utf8 applies to SentencePiece only: byte level takes every byte");
+  if (o.model_path.empty() && !training && o.tokenizer_path.empty() && o.invalid_utf8 != "error") {
+    return absl::InvalidArgumentError(
+        "--invalid-utf8 applies to SentencePiece and --tokenizer only: byte level takes every byte");
   }
   if (o.threads < 0 || o.threads > 256) return absl::InvalidArgumentError("--threads: expected 0 (one per CPU) to 256");
   if (o.segment_bytes < 1024 || o.segment_bytes > (std::int64_t{1} << 30)) {
@@ -311,8 +382,8 @@ absl::StatusOr<TokenizeSummary> RunTokenize(const TokenizeOptions& options, cons
   summary.empty_files = listing.empty_files;
   summary.duplicate_files = listing.duplicates;
   if (listing.total_bytes == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("every input file is empty (", listing.files.size(),
-                                                   " files): there is nothing to tokenize"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("every input file is empty (", listing.files.size(), " files): there is nothing to tokenize"));
   }
   const int threads =
       options.threads > 0 ? options.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
@@ -321,11 +392,36 @@ absl::StatusOr<TokenizeSummary> RunTokenize(const TokenizeOptions& options, cons
   std::string trained;
   TY_ASSIGN_OR_RETURN(std::unique_ptr<SpmModel> model,
                       PrepareModel(options, listing, &progress, env, threads, &trained, &summary));
-  summary.threads = model == nullptr ? 1 : threads;
+  std::unique_ptr<HfTokenizer> hf;
+  if (!options.tokenizer_path.empty()) {
+    TY_ASSIGN_OR_RETURN(hf, HfTokenizer::Load(options.tokenizer_path));
+    summary.tokenizer = absl::StrCat("tokenizer.json ", options.tokenizer_path);
+  }
+  summary.threads = model == nullptr && hf == nullptr ? 1 : threads;
 
-  // The vocabulary the dataset needs and the EOS after every document.
+  // The vocabulary the dataset needs and the tokens around every document.
   int eos = -1;
-  if (model != nullptr) {
+  std::vector<int> bos;
+  if (hf != nullptr) {
+    summary.vocab_size = hf->vocab_size();
+    const std::string name = absl::StrCat("--tokenizer ", Quoted(options.tokenizer_path));
+    if (eos_option == -2) {
+      if (hf->bos_ids().empty() && hf->eos_ids().empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(name,
+                         ": its post_processor puts no special token around a text (no TemplateProcessing with one): "
+                         "pass --eos none (documents run together) or --eos ID"));
+      }
+      bos = hf->bos_ids();
+      summary.eos_ids = hf->eos_ids();
+    } else if (eos_option >= hf->vocab_size()) {
+      return absl::InvalidArgumentError(absl::StrCat("--eos ", eos_option, ": the tokenizer has ", hf->vocab_size(),
+                                                     " ids (0..", hf->vocab_size() - 1, ")"));
+    } else if (eos_option >= 0) {
+      bos = hf->bos_ids();
+      summary.eos_ids = {eos_option};
+    }
+  } else if (model != nullptr) {
     summary.vocab_size = model->vocab_size();
     summary.model_has_byte_fallback = model->has_byte_fallback();
     if (eos_option == -2) {
@@ -344,11 +440,12 @@ absl::StatusOr<TokenizeSummary> RunTokenize(const TokenizeOptions& options, cons
     eos = eos_option >= 0 ? eos_option : -1;  // byte level: no EOS unless asked
     summary.vocab_size = std::max(256, eos + 1);
   }
-  summary.eos_id = eos;
+  if (hf == nullptr && eos >= 0) summary.eos_ids = {eos};
+  summary.bos_ids = bos;
   TokenDType dtype = summary.vocab_size <= 65536 ? TokenDType::kUInt16 : TokenDType::kInt32;
   if (options.dtype == "uint16" && dtype != TokenDType::kUInt16) {
-    return absl::InvalidArgumentError(absl::StrCat("--dtype uint16: the vocabulary has ", summary.vocab_size,
-                                                   " ids, more than uint16's 65536"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--dtype uint16: the vocabulary has ", summary.vocab_size, " ids, more than uint16's 65536"));
   }
   if (options.dtype == "int32") dtype = TokenDType::kInt32;
   summary.dtype = TokenDTypeName(dtype);
@@ -365,12 +462,12 @@ absl::StatusOr<TokenizeSummary> RunTokenize(const TokenizeOptions& options, cons
   TY_ASSIGN_OR_RETURN(std::unique_ptr<IndexedDatasetWriter> writer,
                       IndexedDatasetWriter::Create(options.output_prefix, dtype));
 
-  const bool check_utf8 = model != nullptr;
+  const bool check_utf8 = model != nullptr || hf != nullptr;
   const bool replace_utf8 = options.invalid_utf8 == "replace";
   SegmentOptions segment_options;
   segment_options.split_blank_lines = options.split_blank_lines;
   segment_options.max_segment_bytes = static_cast<std::size_t>(options.segment_bytes);
-  Encoder encoder(model.get(), threads, eos, writer.get(), &summary);
+  Encoder encoder(model.get(), hf.get(), threads, summary.bos_ids, summary.eos_ids, writer.get(), &summary);
   progress.Start("encode", listing.total_bytes);
   const absl::Time start = env.clock->Now();
   std::int64_t done = 0;
@@ -407,10 +504,11 @@ std::string FormatSummary(const TokenizeSummary& s) {
   const double rate = s.encode_seconds > 0 ? static_cast<double>(s.bytes_in) / s.encode_seconds / 1e6 : 0;
   std::string line = absl::StrFormat(
       "%d files (%d empty), %d documents, %d tokens, %s in, %.1f MB/s on %d thread%s (%.2f s); tokenizer %s; "
-      "vocab %d (needs model.vocab_size >= %d), dtype %s, eos %s",
+      "vocab %d (needs model.vocab_size >= %d), dtype %s, %seos %s",
       s.files, s.empty_files, s.documents, s.tokens, FormatBytes(s.bytes_in), rate, s.threads,
       s.threads == 1 ? "" : "s", s.encode_seconds, s.tokenizer, s.vocab_size, s.vocab_size, s.dtype,
-      s.eos_id >= 0 ? std::to_string(s.eos_id) : "none");
+      s.bos_ids.empty() ? "" : absl::StrCat("bos ", absl::StrJoin(s.bos_ids, " "), ", "),
+      s.eos_ids.empty() ? "none" : absl::StrJoin(s.eos_ids, " "));
   if (s.duplicate_files > 0) absl::StrAppend(&line, "; ", s.duplicate_files, " repeated files skipped");
   if (s.skipped_documents > 0) absl::StrAppend(&line, "; ", s.skipped_documents, " documents without tokens skipped");
   if (s.replaced_utf8 > 0) absl::StrAppend(&line, "; ", s.replaced_utf8, " invalid UTF-8 bytes replaced by U+FFFD");

@@ -1,5 +1,6 @@
 // One trainyard-tokenize run: the inputs listed (input_files.h), a SentencePiece model
-// loaded or trained (spm_model.h) or none (byte level), every document encoded in
+// loaded or trained (spm_model.h), a Hugging Face tokenizer.json (hf_tokenizer.h) or
+// none (byte level), every document encoded in
 // line-aligned segments (segment_reader.h) on `threads` threads, and the tokens written
 // as a Megatron indexed dataset (indexed_dataset_writer.h). docs/tokenize.md is the
 // user's description; the decisions it documents live here:
@@ -8,10 +9,15 @@
 //     vocabulary is max(256, ID + 1));
 //   - SentencePiece: the model's eos_id after every document unless --eos none or
 //     --eos ID; a model without one needs one of the two;
+//   - tokenizer.json: the specials its TemplateProcessing puts before and after $A
+//     around every document (--eos auto); --eos none puts none, --eos ID keeps the
+//     ones before and puts ID after; a file whose template adds none needs one of the
+//     two. Added tokens in the text are recognized, as the library does;
 //   - dtype uint16 when the vocabulary is at most 65536, else int32;
 //   - invalid UTF-8 is an error naming the file and byte under SentencePiece (whose
-//     normalizer would turn it into U+FFFD silently), or replaced by U+FFFD with
-//     --invalid-utf8 replace; byte level takes every byte as it is;
+//     normalizer would turn it into U+FFFD silently) and tokenizer.json (the library
+//     takes only text), or replaced by U+FFFD with --invalid-utf8 replace; byte level
+//     takes every byte as it is;
 //   - a document that encodes to no token (and has no EOS) is skipped and counted.
 //
 // Thread contract: RunTokenize is called by one thread at a time (SentencePiece's
@@ -33,12 +39,13 @@ struct TokenizeOptions {
   std::vector<std::string> inputs;  // files and folders
   std::string glob;                 // name filter inside folders
   std::string model_path;           // --model: encode with this SentencePiece model
+  std::string tokenizer_path;       // --tokenizer: encode with this tokenizer.json
   int train_vocab = 0;              // --train-vocab: train a model of this size first
   std::string model_type = "unigram";
   std::string model_out;  // where the trained model goes; "" = PREFIX.model
   std::int64_t train_sentences = 300000;
   unsigned int seed = 0;
-  std::string eos = "auto";  // auto | none | ID
+  std::string eos = "auto";    // auto | none | ID
   std::string dtype = "auto";  // auto | uint16 | int32
   bool split_blank_lines = false;
   std::string invalid_utf8 = "error";  // error | replace
@@ -60,9 +67,9 @@ struct TokenizeSummary {
   std::int64_t bytes_in = 0;
   std::int64_t replaced_utf8 = 0;  // invalid bytes replaced by U+FFFD
   double encode_seconds = 0, train_seconds = 0;
-  std::string tokenizer;  // "bytes", "sentencepiece MODEL", "sentencepiece trained ..."
+  std::string tokenizer;  // "bytes", "sentencepiece MODEL", "sentencepiece trained ...", "tokenizer.json PATH"
   int vocab_size = 0;     // the smallest model.vocab_size that fits every token
-  int eos_id = -1;
+  std::vector<int> bos_ids, eos_ids;  // before and after every document
   int threads = 1;
   std::string dtype;
   std::vector<std::string> outputs;  // .bin, .idx (and the trained model)

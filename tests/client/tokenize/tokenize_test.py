@@ -275,7 +275,7 @@ class HostileTest(Base):
         prefix = os.path.join(self.dir, "o")
         self.fails(2, "exclude each other", "-o", prefix, "--model", "m", "--train-vocab", "500", src)
         self.fails(2, "--eos 'x'", "-o", prefix, "--eos", "x", src)
-        self.fails(2, "--invalid-utf8 applies to SentencePiece only", "-o", prefix, "--invalid-utf8", "replace", src)
+        self.fails(2, "--invalid-utf8 applies to SentencePiece and --tokenizer only", "-o", prefix, "--invalid-utf8", "replace", src)
         self.fails(2, "--dtype 'uint8'", "-o", prefix, "--dtype", "uint8", src)
 
     def test_kill_mid_run_leaves_no_dataset_and_keeps_the_older_one(self):
