@@ -18,6 +18,15 @@ std::string JoinNames(const std::vector<std::string>& names) {
 
 std::string FirstLine(const std::string& s) { return s.substr(0, s.find('\n')); }
 
+// Set while a cudagraph entry warms up and captures on this thread: a region called
+// inside it runs its fn inline and becomes part of the outer graph, as under a trace.
+thread_local bool g_capturing = false;
+
+struct CapturingScope {
+  CapturingScope() { g_capturing = true; }
+  ~CapturingScope() { g_capturing = false; }
+};
+
 const char* ExecutorName(JitExecutorMode mode) {
   switch (mode) {
     case JitExecutorMode::kAuto:
@@ -57,7 +66,7 @@ std::vector<torch::Tensor> CompiledRegion::operator()(const std::vector<torch::T
     return RunEagerBackend(inputs, params);
   }
   // Inside another region's trace: become part of that graph.
-  if (torch::jit::tracer::isTracing()) return fn_(inputs, params);
+  if (torch::jit::tracer::isTracing() || g_capturing) return fn_(inputs, params);
   if (cache_.eager_only()) {
     ++stats.eager_fallbacks;
     return fn_(inputs, params);
@@ -145,9 +154,17 @@ std::vector<torch::Tensor> CompiledRegion::RunCudaGraph(const std::vector<torch:
   const double t0 = ctx_.NowMs();
   std::unique_ptr<CudaGraphExecutable> executable;
   try {
+    CapturingScope capturing;
     executable = CudaGraphExecutable::Capture(fn_, inputs, params, grad_mode, ctx_.options().graph_captures);
   } catch (const c10::Error& e) {
-    throw std::runtime_error(Where() + ": cudagraph capture failed: " + e.what_without_backtrace());
+    // The key runs eager from now on; this call already has its eager result.
+    FallBack("cudagraph capture failed: " + FirstLine(e.what_without_backtrace()));
+    ++stats.eager_fallbacks;
+    return out;
+  } catch (const std::exception& e) {
+    FallBack("cudagraph capture failed: " + FirstLine(e.what()));
+    ++stats.eager_fallbacks;
+    return out;
   }
   const double compile_ms = ctx_.NowMs() - t0;
   const bool first = graphs_.empty();

@@ -1,6 +1,7 @@
 // The cudagraph backend's autograd plumbing on CPU: CompiledRegion with backend
-// cudagraph and RerunCaptures (a "graph" that runs its body again on replay), against
-// eager runs of the same function. What only a GPU shows (the captured kernels reading
+// cudagraph and RerunCaptures (a "graph" that runs its body again on replay and copies
+// the results into the tensors of its capture, as a CUDA graph rewrites its memory),
+// against eager runs of the same function. What only a GPU shows (the captured kernels reading
 // and writing the same memory) is deploy/gpu-check.sh's cudagraph check.
 #include <gtest/gtest.h>
 
@@ -66,9 +67,8 @@ TEST(CudaGraphBackendTest, ReplaysEqualEagerForwardAndBackwardOnNewInputs) {
 }
 
 TEST(CudaGraphBackendTest, GradientsAccumulateIntoParamsAcrossMicroBatches) {
-  // Two micro-batches through a graphed region, backward each: the params' .grad is the
-  // sum of both, as eager makes it (a gradient handed out as the graph's own memory
-  // would be overwritten by the second backward).
+  // Three micro-batches through a graphed region, backward each: the params' .grad is
+  // the sum of all, as eager makes it.
   RecordingSink sink;
   CompileContext ctx(GraphOptions(), sink);
   CompiledRegion region(ctx, RegionKey("ffn", {{"dim", 8}, {"hidden", 16}}), RmsSwiGlu, 0, nullptr);
@@ -167,6 +167,72 @@ TEST(CudaGraphBackendTest, ASecondForwardBeforeTheBackwardRunsEager) {
   const RegionStats& s = ctx.FindCache(region.key())->stats();
   EXPECT_EQ(s.hits, 1);
   EXPECT_EQ(s.eager_fallbacks, 1);
+}
+
+TEST(CudaGraphBackendTest, OutputsAliasTheGraphUntilTheSiteRunsForwardAgain) {
+  // The documented contract, which the rerun capture reproduces: a kept output is the
+  // graph's memory, rewritten by the site's next forward.
+  RecordingSink sink;
+  CompileContext ctx(GraphOptions(), sink);
+  CompiledRegion region(ctx, RegionKey("ffn", {{"dim", 8}, {"hidden", 16}}), RmsSwiGlu, 0, nullptr);
+  const Tensors params = RmsSwiGluParams(8, 16, 6);
+  torch::NoGradGuard no_grad;
+  const torch::Tensor a = torch::randn({4, 8}), b = torch::randn({4, 8});
+  region({a}, params);  // captures
+  const torch::Tensor kept = region({a}, params)[0];
+  EXPECT_TRUE(torch::allclose(kept, RmsSwiGlu({a}, params)[0]));
+  region({b}, params);
+  EXPECT_TRUE(torch::allclose(kept, RmsSwiGlu({b}, params)[0]));
+}
+
+TEST(CudaGraphBackendTest, AForwardWhoseGraphIsDroppedDoesNotBlockTheNext) {
+  // A validation forward in grad mode never runs backward; once its outputs are gone
+  // the site replays again instead of running eager for the rest of the run.
+  RecordingSink sink;
+  CompileContext ctx(GraphOptions(), sink);
+  CompiledRegion region(ctx, RegionKey("ffn", {{"dim", 8}, {"hidden", 16}}), RmsSwiGlu, 0, nullptr);
+  const Tensors params = RmsSwiGluParams(8, 16, 5);
+  const torch::Tensor x = torch::randn({4, 8});
+  region({x}, params)[0].sum().backward();  // captures
+  {
+    const double validation = region({x}, params)[0].pow(2).mean().item<double>();
+    (void)validation;
+  }
+  region({x}, params)[0].sum().backward();
+  const RegionStats& s = ctx.FindCache(region.key())->stats();
+  EXPECT_EQ(s.hits, 2);
+  EXPECT_EQ(s.eager_fallbacks, 0);
+}
+
+TEST(CudaGraphBackendTest, OutputsWithoutAGradientStayNonDifferentiable) {
+  RecordingSink sink;
+  CompileContext ctx(GraphOptions(), sink);
+  RegionFn two = [](const Tensors& in, const Tensors& p) { return Tensors{in[0] * p[0], in[0].detach().abs().sum(0)}; };
+  CompiledRegion region(ctx, RegionKey("two", {}), two, 0, nullptr);
+  const torch::Tensor w = torch::randn({4}, torch::requires_grad());
+  for (int call = 0; call < 2; ++call) {
+    const Tensors out = region({torch::randn({3, 4})}, {w});
+    EXPECT_TRUE(out[0].requires_grad()) << call;
+    EXPECT_FALSE(out[1].requires_grad()) << call;
+    out[0].sum().backward();
+  }
+}
+
+TEST(CudaGraphBackendTest, ARetainedGraphAfterAnotherForwardIsRefused) {
+  RecordingSink sink;
+  CompileContext ctx(GraphOptions(), sink);
+  CompiledRegion region(ctx, RegionKey("ffn", {{"dim", 8}, {"hidden", 16}}), RmsSwiGlu, 0, nullptr);
+  const Tensors params = RmsSwiGluParams(8, 16, 5);
+  region({torch::randn({4, 8})}, params)[0].sum().backward();  // captures
+  const torch::Tensor loss = region({torch::randn({4, 8})}, params)[0].sum();
+  loss.backward({}, /*retain_graph=*/true);
+  region({torch::randn({4, 8})}, params)[0].sum().backward();
+  try {
+    loss.backward();
+    FAIL() << "a retained graph was differentiated against another forward's activations";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("has run forward again"), std::string::npos) << e.what();
+  }
 }
 
 TEST(CudaGraphBackendTest, AParamInNewMemoryIsRefusedNotReadStale) {

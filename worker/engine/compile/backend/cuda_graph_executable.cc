@@ -12,23 +12,36 @@ using torch::autograd::variable_list;
 
 bool Differentiable(const Tensor& t) { return t.defined() && t.is_floating_point(); }
 
+// Held by the autograd node of one replay: when the node goes, with or without its
+// backward having run (a validation forward, an output that never reached the loss),
+// the forward it belongs to stops blocking the next one.
+struct ForwardToken final : torch::CustomClassHolder {
+  ForwardToken(CudaGraphExecutable* executable, uint64_t generation) : executable(executable), generation(generation) {}
+  ~ForwardToken() override { executable->EndForward(generation); }
+  CudaGraphExecutable* executable;
+  uint64_t generation;
+};
+
 // The autograd node of one replay. The executable outlives every graph it appears in
-// (its CompiledRegion lives as long as the model), so the node keeps a plain pointer,
-// saved as an integer because saved_data holds IValues.
+// (its CompiledRegion lives as long as the model), so the token keeps a plain pointer.
 struct GraphedRegion : public torch::autograd::Function<GraphedRegion> {
   static variable_list forward(AutogradContext* ctx, int64_t executable, at::TensorList inputs_and_params) {
     auto* self = reinterpret_cast<CudaGraphExecutable*>(executable);
-    ctx->saved_data["executable"] = executable;
     variable_list out = self->ReplayForward(inputs_and_params);
-    for (const Tensor& o : out) {
-      if (!Differentiable(o)) ctx->mark_non_differentiable({o});
+    ctx->saved_data["token"] = at::IValue::make_capsule(c10::make_intrusive<ForwardToken>(self, self->BeginForward()));
+    // Only the outputs the backward graph differentiates carry a gradient, as in eager.
+    for (size_t o = 0; o < out.size(); ++o) {
+      if (!self->CarriesGradient(o)) ctx->mark_non_differentiable({out[o]});
     }
     return out;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    auto* self = reinterpret_cast<CudaGraphExecutable*>(ctx->saved_data["executable"].toInt());
-    variable_list out = self->ReplayBackward(grads);
+    TORCH_CHECK(!c10::GradMode::is_enabled(),
+                "cudagraph: a captured region's backward is a replayed graph and cannot itself be differentiated "
+                "(create_graph=True); use compile.backend=jit");
+    auto token = c10::static_intrusive_pointer_cast<ForwardToken>(ctx->saved_data["token"].toCapsule());
+    variable_list out = token->executable->ReplayBackward(grads, token->generation);
     out.insert(out.begin(), Tensor());  // the executable argument
     return out;
   }
@@ -74,41 +87,50 @@ std::unique_ptr<CudaGraphExecutable> CudaGraphExecutable::Capture(const RegionFn
   }
   const bool with_backward = !self->targets_.empty();
 
+  self->forward_ = captures(device, nullptr);
   for (int run = 0; run < kWarmupRuns; ++run) {
-    torch::AutoGradMode mode(grad_mode);
-    std::vector<Tensor> out = fn(self->static_inputs_, self->static_params_);
-    if (!with_backward) continue;
-    std::vector<size_t> carried;
-    std::vector<Tensor> ones;
-    for (size_t o = 0; o < out.size(); ++o) {
-      if (Differentiable(out[o]) && out[o].requires_grad()) {
-        carried.push_back(o);
-        ones.push_back(torch::ones_like(out[o]));
+    self->forward_->Warmup([raw = self.get(), &fn, grad_mode, with_backward] {
+      torch::AutoGradMode mode(grad_mode);
+      std::vector<Tensor> out = fn(raw->static_inputs_, raw->static_params_);
+      if (!with_backward) return;
+      std::vector<size_t> carried;
+      std::vector<Tensor> ones;
+      for (size_t o = 0; o < out.size(); ++o) {
+        if (Differentiable(out[o]) && out[o].requires_grad()) {
+          carried.push_back(o);
+          ones.push_back(torch::ones_like(out[o]));
+        }
       }
-    }
-    self->grad_outputs_ = carried;
-    if (!carried.empty()) self->Differentiate(out, ones);
+      raw->grad_outputs_ = carried;
+      if (!carried.empty()) raw->Differentiate(out, ones);
+    });
   }
 
-  self->forward_ = captures(device, nullptr);
   // The bodies keep what they use by value or through the executable: a rerun capture
-  // runs them again on every replay.
-  self->forward_->Capture([raw = self.get(), fn, grad_mode] {
+  // runs them again on every replay. live_outputs_ are the outputs with the autograd
+  // graph the backward body differentiates (on CUDA the captured ones themselves).
+  self->static_outputs_ = self->forward_->Capture([raw = self.get(), fn, grad_mode] {
     torch::AutoGradMode mode(grad_mode);
-    raw->static_outputs_ = fn(raw->static_inputs_, raw->static_params_);
+    raw->live_outputs_ = fn(raw->static_inputs_, raw->static_params_);
+    return raw->live_outputs_;
   });
+  self->carries_.assign(self->static_outputs_.size(), false);
   if (with_backward && !self->grad_outputs_.empty()) {
     torch::NoGradGuard no_grad;
-    for (size_t o : self->grad_outputs_)
+    for (size_t o : self->grad_outputs_) {
       self->static_output_grads_.push_back(torch::empty_like(self->static_outputs_[o]));
+      self->carries_[o] = true;
+    }
     // The backward graph reads the forward graph's intermediates, so it allocates from
     // the same pool.
     self->backward_ = captures(device, self->forward_.get());
-    self->backward_->Capture([raw = self.get()] {
-      raw->static_grads_ = raw->Differentiate(raw->static_outputs_, raw->static_output_grads_);
-    });
+    self->static_grads_ = self->backward_->Capture(
+        [raw = self.get()] { return raw->Differentiate(raw->live_outputs_, raw->static_output_grads_); });
   }
-  if (!self->backward_) self->grad_targets_.clear();
+  if (!self->backward_) {
+    self->grad_targets_.clear();
+    self->carries_.assign(self->static_outputs_.size(), false);
+  }
   return self;
 }
 
@@ -145,9 +167,7 @@ std::optional<std::vector<Tensor>> CudaGraphExecutable::Run(const std::vector<Te
   if (!backward_ || !c10::GradMode::is_enabled()) {
     return ReplayForward(all);
   }
-  std::vector<Tensor> out = GraphedRegion::apply(reinterpret_cast<int64_t>(this), at::TensorList(all));
-  backward_pending_ = true;
-  return out;
+  return GraphedRegion::apply(reinterpret_cast<int64_t>(this), at::TensorList(all));
 }
 
 std::vector<Tensor> CudaGraphExecutable::ReplayForward(at::TensorList inputs_and_params) {
@@ -159,7 +179,21 @@ std::vector<Tensor> CudaGraphExecutable::ReplayForward(at::TensorList inputs_and
   return out;
 }
 
-std::vector<Tensor> CudaGraphExecutable::ReplayBackward(const std::vector<Tensor>& output_grads) {
+uint64_t CudaGraphExecutable::BeginForward() {
+  backward_pending_ = true;
+  return ++generation_;
+}
+
+void CudaGraphExecutable::EndForward(uint64_t generation) {
+  if (generation == generation_) backward_pending_ = false;
+}
+
+std::vector<Tensor> CudaGraphExecutable::ReplayBackward(const std::vector<Tensor>& output_grads, uint64_t generation) {
+  // A second backward through a retained graph after another forward would read that
+  // forward's activations.
+  TORCH_CHECK(generation == generation_ && backward_pending_,
+              "cudagraph: this region's graph has run forward again since the forward being differentiated "
+              "(a retained graph differentiated twice); use compile.backend=jit");
   {
     torch::NoGradGuard no_grad;
     for (size_t k = 0; k < grad_outputs_.size(); ++k) {
@@ -172,9 +206,11 @@ std::vector<Tensor> CudaGraphExecutable::ReplayBackward(const std::vector<Tensor
     }
   }
   backward_->Replay();
-  backward_pending_ = false;
+  EndForward(generation);
   std::vector<Tensor> grads(n_inputs_ + static_params_.size());
   for (size_t k = 0; k < grad_targets_.size(); ++k) {
+    // Copies: whatever keeps a gradient (AccumulateGrad, the engine's input buffers)
+    // must not hold the graph's memory, which the next backward replay rewrites.
     if (static_grads_[k].defined()) grads[grad_targets_[k]] = static_grads_[k].clone();
   }
   return grads;

@@ -4,7 +4,9 @@
 // call's inputs into the graph's own input tensors, replays, and hands out the graph's
 // outputs; autograd reaches the backward graph through one node, which copies the
 // incoming gradients in, replays, and hands out copies of the gradients of the inputs
-// and params (so gradient accumulation never aliases the graph's memory).
+// and params (nothing that keeps a gradient may hold the graph's memory). The backward
+// cannot itself be differentiated (create_graph), and a retained graph cannot be
+// differentiated after another forward.
 //
 // Graphs are per call site, not per key: the forward graph's memory holds the
 // activations its backward reads, so two layers sharing one graph would overwrite each
@@ -50,9 +52,14 @@ class CudaGraphExecutable {
 
   bool has_backward() const { return backward_ != nullptr; }
 
-  // The autograd node's halves (cuda_graph_executable.cc).
+  // The autograd node's parts (cuda_graph_executable.cc). A grad-mode forward is open
+  // from BeginForward until its backward replays or its node is released (EndForward);
+  // while open, Run returns nullopt.
   std::vector<torch::Tensor> ReplayForward(at::TensorList inputs_and_params);
-  std::vector<torch::Tensor> ReplayBackward(const std::vector<torch::Tensor>& output_grads);
+  uint64_t BeginForward();
+  void EndForward(uint64_t generation);
+  bool CarriesGradient(size_t output) const { return carries_[output]; }
+  std::vector<torch::Tensor> ReplayBackward(const std::vector<torch::Tensor>& output_grads, uint64_t generation);
 
  private:
   CudaGraphExecutable() = default;
@@ -62,10 +69,12 @@ class CudaGraphExecutable {
                                            const std::vector<torch::Tensor>& output_grads);
 
   size_t n_inputs_ = 0;
-  std::vector<torch::Tensor> static_inputs_;  // owned copies, requires_grad as at capture
-  std::vector<torch::Tensor> static_params_;  // detached aliases of the params
-  std::vector<const void*> param_ptrs_;       // their data at capture
-  std::vector<torch::Tensor> static_outputs_;
+  std::vector<torch::Tensor> static_inputs_;   // owned copies, requires_grad as at capture
+  std::vector<torch::Tensor> static_params_;   // detached aliases of the params
+  std::vector<const void*> param_ptrs_;        // their data at capture
+  std::vector<torch::Tensor> static_outputs_;  // what the forward graph rewrites
+  std::vector<torch::Tensor> live_outputs_;    // with the autograd graph the backward body uses
+  std::vector<bool> carries_;                  // per output: differentiated by the backward graph
   // Of inputs then params: which the backward graph differentiates (grad_targets_[k] is
   // the index of static_grads_[k] in inputs then params).
   std::vector<size_t> grad_targets_;
@@ -76,6 +85,7 @@ class CudaGraphExecutable {
   std::unique_ptr<GraphCapture> forward_;
   std::unique_ptr<GraphCapture> backward_;
   bool backward_pending_ = false;
+  uint64_t generation_ = 0;  // of the last grad-mode forward
 };
 
 }  // namespace trainyard::engine::compile

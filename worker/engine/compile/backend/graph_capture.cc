@@ -17,17 +17,26 @@ namespace {
 
 class Rerun final : public GraphCapture {
  public:
-  void Capture(const std::function<void()>& body) override {
+  void Warmup(const std::function<void()>& body) override { body(); }
+  std::vector<at::Tensor> Capture(const std::function<std::vector<at::Tensor>()>& body) override {
     body_ = body;
-    body_();
+    results_ = body_();
+    return results_;
   }
   void Replay() override {
     if (!body_) throw std::logic_error("graph replayed before it was captured");
-    body_();
+    std::vector<at::Tensor> fresh = body_();
+    if (fresh.size() != results_.size()) throw std::logic_error("a replay produced another number of tensors");
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < fresh.size(); ++i) {
+      if (fresh[i].defined() != results_[i].defined()) throw std::logic_error("a replay produced another tensor set");
+      if (fresh[i].defined()) results_[i].detach().copy_(fresh[i]);
+    }
   }
 
  private:
-  std::function<void()> body_;
+  std::function<std::vector<at::Tensor>()> body_;
+  std::vector<at::Tensor> results_;
 };
 
 #ifdef TRAINYARD_TORCH_CUDA
@@ -48,7 +57,18 @@ class CudaGraph final : public GraphCapture {
  public:
   CudaGraph(const c10::Device& device, CudaGraph* pool_owner) : device_(device), pool_owner_(pool_owner) {}
 
-  void Capture(const std::function<void()>& body) override {
+  void Warmup(const std::function<void()>& body) override {
+    c10::cuda::CUDAGuard device_guard(device_);
+    c10::cuda::CUDAStream side = CaptureStream(device_.index());
+    c10::cuda::getCurrentCUDAStream(device_.index()).synchronize();
+    {
+      c10::cuda::CUDAStreamGuard stream_guard(side);
+      body();
+    }
+    side.synchronize();
+  }
+
+  std::vector<at::Tensor> Capture(const std::function<std::vector<at::Tensor>()>& body) override {
     c10::cuda::CUDAGuard device_guard(device_);
     // Capture needs a stream other than the default one; the work it records replays on
     // whichever stream is current at Replay, ordered after what came before there.
@@ -56,15 +76,16 @@ class CudaGraph final : public GraphCapture {
     c10::cuda::CUDAStream side = CaptureStream(device_.index());
     side.synchronize();
     current.synchronize();
+    std::vector<at::Tensor> results;
     {
       c10::cuda::CUDAStreamGuard stream_guard(side);
-      if (pool_owner_ != nullptr) {
-        graph_.capture_begin(pool_owner_->graph_.pool());
-      } else {
-        graph_.capture_begin();
-      }
+      // Thread-local capture mode: another thread's CUDA calls (NCCL's watchdog querying
+      // its events) neither break this capture nor fail because of it; the autograd
+      // engine's device thread still records onto the capture stream.
+      graph_.capture_begin(pool_owner_ != nullptr ? pool_owner_->graph_.pool() : c10::MempoolId_t{0, 0},
+                           cudaStreamCaptureModeThreadLocal);
       try {
-        body();
+        results = body();
       } catch (...) {
         // End the capture so the stream is usable again; the graph is discarded.
         try {
@@ -76,6 +97,7 @@ class CudaGraph final : public GraphCapture {
       graph_.capture_end();
     }
     side.synchronize();
+    return results;
   }
 
   void Replay() override {
