@@ -3,6 +3,7 @@
 #include <ATen/record_function.h>
 
 #include <atomic>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <stdexcept>

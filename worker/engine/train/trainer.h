@@ -133,7 +133,7 @@ class Trainer {
   std::chrono::system_clock::time_point requests_served_until_{};
   FlopsModel flops_;
   LrSchedule schedule_;
-  PeakFlops peak_flops_;  // options_.peak_flops, re-measured when a step beats it
+  PeakFlops peak_flops_;  // starts at options_.peak_flops; re-measured when a step beats it
   std::unique_ptr<Dataset> dataset_;
   // The compile layer (declared before the model, which calls into it).
   std::unique_ptr<compile::CompileEventSink> compile_sink_;
