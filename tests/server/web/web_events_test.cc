@@ -106,14 +106,29 @@ TEST_F(WebApiTest, AnEventIsTheProto3JsonOfTrainyardV1Event) {
   ASSERT_EQ(r.status, 200) << r.body;
   const json body = Body(r);
   ASSERT_EQ(body["events"].size(), 3u) << r.body;
-  const json expected_step = {
-      {"job_id", alice_job_}, {"seq", std::to_string(first)}, {"time", "2023-11-14T22:13:20.250Z"},
-      {"rank", 0},            {"attempt", 1},                 {"source_seq", "1"},
-      {"step_metrics",
-       {{"step", "7"}, {"loss", 2.25}, {"grad_norm", 0.5}, {"lr", 0}, {"tokens_per_s", 1536.5},
-        {"model_tflops", 0}, {"mfu", 0.125}, {"step_ms", 40.5}, {"data_ms", 0}, {"peak_rss_mb", 0},
-        {"expert_load", {"5", "9", "1", "3"}}, {"imbalance", 0}, {"tokens", "1099511627776"},
-        {"epoch", "3"}, {"peak_tensor_bytes", "0"}}}};
+  const json expected_step = {{"job_id", alice_job_},
+                              {"seq", std::to_string(first)},
+                              {"time", "2023-11-14T22:13:20.250Z"},
+                              {"rank", 0},
+                              {"attempt", 1},
+                              {"source_seq", "1"},
+                              {"step_metrics",
+                               {{"step", "7"},
+                                {"loss", 2.25},
+                                {"grad_norm", 0.5},
+                                {"lr", 0},
+                                {"tokens_per_s", 1536.5},
+                                {"model_tflops", 0},
+                                {"mfu", 0.125},
+                                {"step_ms", 40.5},
+                                {"data_ms", 0},
+                                {"peak_rss_mb", 0},
+                                {"expert_load", {"5", "9", "1", "3"}},
+                                {"imbalance", 0},
+                                {"tokens", "1099511627776"},
+                                {"epoch", "3"},
+                                {"peak_tensor_bytes", "0"},
+                                {"dropped_tokens", "0"}}}};
   EXPECT_EQ(body["events"][0], expected_step);
   const json expected_artifact = {
       {"job_id", alice_job_}, {"seq", std::to_string(first + 1)}, {"rank", 1}, {"attempt", 2}, {"source_seq", "9"},
