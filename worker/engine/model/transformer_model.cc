@@ -50,7 +50,7 @@ ModelOutput TransformerModelImpl::forward(const torch::Tensor& tokens, const tor
   // Mixed precision: the residual stream, and so every region, runs in the compute
   // dtype; the regions cast the fp32 weights to it (regions/projection.h).
   if (h.scalar_type() != compute_dtype_) h = h.to(compute_dtype_);
-  std::vector<torch::Tensor> counts;
+  std::vector<torch::Tensor> counts, dropped;
   int unit = 0;
   for (auto& block : blocks_) {
     if (before_unit_) before_unit_(++unit);
@@ -60,16 +60,19 @@ ModelOutput TransformerModelImpl::forward(const torch::Tensor& tokens, const tor
       // forward only.
       auto out = compile::Checkpointed([&block, this](const std::vector<torch::Tensor>& in) -> std::vector<torch::Tensor> {
         BlockOutput r = block(in[0], rope_);
+        if (r.dropped.defined()) return {r.out, r.tokens_per_expert, r.dropped};
         if (r.tokens_per_expert.defined()) return {r.out, r.tokens_per_expert};
         return {r.out};
       }, {h});
       b.out = out[0];
       if (out.size() > 1) b.tokens_per_expert = out[1];
+      if (out.size() > 2) b.dropped = out[2];
     } else {
       b = block(h, rope_);
     }
     h = b.out;
     if (b.tokens_per_expert.defined()) counts.push_back(b.tokens_per_expert);
+    if (b.dropped.defined()) dropped.push_back(b.dropped);
   }
   if (before_unit_) before_unit_(unit + 1);
   ModelOutput result;
@@ -83,6 +86,8 @@ ModelOutput TransformerModelImpl::forward(const torch::Tensor& tokens, const tor
   result.tokens_per_expert = counts.empty()
                                  ? torch::zeros({0, config_.n_routed_experts}, tokens.options().dtype(torch::kInt64))
                                  : torch::stack(counts);
+  result.dropped_tokens =
+      dropped.empty() ? torch::zeros({}, tokens.options().dtype(torch::kInt64)) : torch::stack(dropped).sum();
   return result;
 }
 

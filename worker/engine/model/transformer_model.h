@@ -27,7 +27,9 @@ struct ModelOutput {
   torch::Tensor logits;             // [batch, seq, vocab]; only when called without targets
   torch::Tensor loss;               // mean cross-entropy; only when called with targets
   torch::Tensor tokens_per_expert;  // [n_moe_layers, n_experts] int64 (empty if no MoE),
-                                    // this rank's MoE tokens only
+                                    // this rank's MoE tokens only, before capacity drops
+  torch::Tensor dropped_tokens;     // 0-d int64: this rank's (token, expert) assignments
+                                    // dropped by the capacity, summed over the MoE layers
 };
 
 struct ModelOptions {
