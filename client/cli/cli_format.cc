@@ -27,6 +27,8 @@ std::string FormatStep(const v1::StepMetrics& m) {
                       m.loss(), m.grad_norm(), m.lr(), m.tokens_per_s(), m.step_ms());
   if (m.mfu() > 0) absl::StrAppend(&line, absl::StrFormat(" mfu=%.1f%%", 100.0 * m.mfu()));
   if (m.imbalance() > 0) absl::StrAppend(&line, absl::StrFormat(" imbalance=%.2f", m.imbalance()));
+  // Only with a capacity that drops: a dropless job's line stays as it was.
+  if (m.dropped_tokens() > 0) absl::StrAppend(&line, " dropped=", m.dropped_tokens());
   if (m.epoch() > 0) absl::StrAppend(&line, " epoch=", m.epoch());
   return line;
 }

@@ -60,6 +60,7 @@ std::vector<Event> Summarize(const v1::Event& event, AttemptCounters* counters) 
       if (m.peak_tensor_bytes() > 0) r.Scalar("memory/peak_tensor_bytes", static_cast<double>(m.peak_tensor_bytes()));
       if (m.expert_load_size() > 0) {
         r.Scalar("experts/imbalance", m.imbalance());
+        r.Scalar("experts/dropped_tokens", static_cast<double>(m.dropped_tokens()));
         for (int i = 0; i < m.expert_load_size(); ++i) {
           r.Scalar(absl::StrCat("experts/load/expert", i), static_cast<double>(m.expert_load(i)));
         }

@@ -127,6 +127,7 @@ std::string AppendEventMetrics(const v1::Event& event, Totals* totals, std::vect
       if (m.epoch() > 0) add("train/epoch", static_cast<double>(m.epoch()), step);
       if (m.expert_load_size() > 0) {
         add("moe/expert_imbalance", m.imbalance(), step);
+        add("moe/dropped_tokens", static_cast<double>(m.dropped_tokens()), step);
         const int n = std::min(m.expert_load_size(), kMaxExpertMetrics);
         for (int i = 0; i < n; ++i) {
           out->push_back({absl::StrCat("moe/expert_load/", i), static_cast<double>(m.expert_load(i)), ts, step});

@@ -137,11 +137,30 @@ TEST(DashboardTest, IsAGrafanaDashboardWithDatasourceAndJobVariables) {
     ASSERT_FALSE(p["targets"].empty()) << p.value("title", "");
     for (const json& t : p["targets"]) EXPECT_EQ(t["datasource"].value("uid", ""), "${datasource}");
   }
-  for (const char* want : {"Loss", "Tokens/s", "MFU", "Step time", "Recompiles by region", "Slots", "Jobs by state",
-                           "Queue", "Workers connected", "Restarts", "Stalls",
-                           "Expert-load imbalance (max/mean)", "Tokens per expert", "Workers lost", "GPUs",
-                           "GPU utilisation", "GPU memory used / total", "GPU power", "GPU temperature",
-                           "GPU ECC and XID errors", "GPU health", "Unhealthy GPUs"}) {
+  for (const char* want : {"Loss",
+                           "Tokens/s",
+                           "MFU",
+                           "Step time",
+                           "Recompiles by region",
+                           "Slots",
+                           "Jobs by state",
+                           "Queue",
+                           "Workers connected",
+                           "Restarts",
+                           "Stalls",
+                           "Expert-load imbalance (max/mean)",
+                           "Tokens per expert",
+                           "Dropped tokens (expert capacity)",
+                           "Dropped share of routed assignments",
+                           "Workers lost",
+                           "GPUs",
+                           "GPU utilisation",
+                           "GPU memory used / total",
+                           "GPU power",
+                           "GPU temperature",
+                           "GPU ECC and XID errors",
+                           "GPU health",
+                           "Unhealthy GPUs"}) {
     EXPECT_TRUE(titles.count(want)) << "no panel titled " << want;
   }
 }

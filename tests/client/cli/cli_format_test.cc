@@ -25,6 +25,24 @@ TEST(CliFormatTest, StepMetricsLine) {
             "seq=12 rank=0 step 5 loss=6.8123 grad_norm=1.23 lr=4.0e-04 tok/s=1520 step_ms=1340");
 }
 
+// An MoE step shows its imbalance, and its dropped assignments when the capacity
+// dropped some (a dropless step's line has no dropped=).
+TEST(CliFormatTest, ImbalanceAndDroppedTokens) {
+  v1::Event e;
+  e.set_seq(12);
+  e.set_rank(0);
+  v1::StepMetrics* m = e.mutable_step_metrics();
+  m->set_step(5);
+  m->set_loss(6.5);
+  m->set_imbalance(1.25);
+  EXPECT_EQ(FormatEventText(e),
+            "seq=12 rank=0 step 5 loss=6.5000 grad_norm=0.00 lr=0.0e+00 tok/s=0 step_ms=0 imbalance=1.25");
+  m->set_dropped_tokens(384);
+  EXPECT_EQ(FormatEventText(e),
+            "seq=12 rank=0 step 5 loss=6.5000 grad_norm=0.00 lr=0.0e+00 tok/s=0 step_ms=0 "
+            "imbalance=1.25 dropped=384");
+}
+
 // A dataset with epochs adds the step's epoch; a Validation is its own line.
 TEST(CliFormatTest, EpochAndValidationLines) {
   v1::Event e;

@@ -76,6 +76,7 @@ v1::Event Step(int64_t seq, int attempt, int64_t step, double loss) {
   m->add_expert_load(10);
   m->add_expert_load(30);
   m->set_imbalance(1.5);
+  m->set_dropped_tokens(6);
   return e;
 }
 
@@ -103,6 +104,7 @@ TEST(EventSummariesTest, StepMetricsBecomeScalarsAtTheirStep) {
   EXPECT_EQ(s.at("perf/tokens_per_s"), 1234.5f);
   EXPECT_EQ(s.at("experts/load/expert1"), 30.0f);
   EXPECT_EQ(s.at("experts/imbalance"), 1.5f);
+  EXPECT_EQ(s.at("experts/dropped_tokens"), 6.0f);
   // 0 means unknown for these, so they are left out rather than drawn at 0.
   EXPECT_EQ(s.count("perf/mfu"), 0u);
   EXPECT_EQ(s.count("train/epoch"), 0u);

@@ -100,6 +100,7 @@ v1::Event Step(int64_t seq, int64_t step, double loss, int attempt = 1) {
   m->set_step_ms(80);
   m->set_peak_rss_mb(512);
   m->set_imbalance(1.5);
+  m->set_dropped_tokens(6);
   m->add_expert_load(10);
   m->add_expert_load(30);
   return e;
@@ -122,6 +123,7 @@ TEST(MlflowPayloadTest, AStepReportBecomesItsMetricsAtItsStepAndTime) {
   EXPECT_EQ(by_key["train/step_ms"].value, 80);
   EXPECT_EQ(by_key["memory/peak_rss_mb"].value, 512);
   EXPECT_EQ(by_key["moe/expert_imbalance"].value, 1.5);
+  EXPECT_EQ(by_key["moe/dropped_tokens"].value, 6);
   EXPECT_EQ(by_key["moe/expert_load/1"].value, 30);
   // The first event of attempt 1 records the attempt.
   EXPECT_EQ(by_key["job/attempt"].value, 1);
