@@ -22,26 +22,25 @@ std::string Source(const v1::Event& event) {
 }
 
 std::string FormatStep(const v1::StepMetrics& m) {
-  std::string line =
-      absl::StrFormat("step %d loss=%.4f grad_norm=%.2f lr=%.1e tok/s=%.0f step_ms=%.0f", m.step(),
-                      m.loss(), m.grad_norm(), m.lr(), m.tokens_per_s(), m.step_ms());
+  std::string line = absl::StrFormat("step %d loss=%.4f grad_norm=%.2f lr=%.1e tok/s=%.0f step_ms=%.0f", m.step(),
+                                     m.loss(), m.grad_norm(), m.lr(), m.tokens_per_s(), m.step_ms());
   if (m.mfu() > 0) absl::StrAppend(&line, absl::StrFormat(" mfu=%.1f%%", 100.0 * m.mfu()));
   if (m.imbalance() > 0) absl::StrAppend(&line, absl::StrFormat(" imbalance=%.2f", m.imbalance()));
+  // Only with a capacity that drops: a dropless job's line stays as it was.
+  if (m.dropped_tokens() > 0) absl::StrAppend(&line, " dropped=", m.dropped_tokens());
   if (m.epoch() > 0) absl::StrAppend(&line, " epoch=", m.epoch());
   return line;
 }
 
 std::string FormatValidation(const v1::Validation& v) {
-  return absl::StrFormat("validation step %d loss=%.4f tokens=%d ms=%.0f", v.step(), v.loss(), v.tokens(),
-                         v.ms());
+  return absl::StrFormat("validation step %d loss=%.4f tokens=%d ms=%.0f", v.step(), v.loss(), v.tokens(), v.ms());
 }
 
 std::string FormatCompile(const v1::CompileEvent& c) {
   std::string line = absl::StrCat("compile ", v1::CompileEvent::Kind_Name(c.kind()));
   if (!c.region().empty()) absl::StrAppend(&line, " region=", c.region());
   if (c.layers_size() > 0) absl::StrAppend(&line, " layers=", absl::StrJoin(c.layers(), ","));
-  if (c.compile_ms() > 0)
-    absl::StrAppend(&line, absl::StrFormat(" compile_ms=%.1f", c.compile_ms()));
+  if (c.compile_ms() > 0) absl::StrAppend(&line, absl::StrFormat(" compile_ms=%.1f", c.compile_ms()));
   if (c.cache_entries() > 0) absl::StrAppend(&line, " cache_entries=", c.cache_entries());
   if (!c.reason().empty()) absl::StrAppend(&line, ": ", c.reason());
   return line;
@@ -124,25 +123,21 @@ int ExitCodeForStatus(const absl::Status& status) {
 
 std::string ExitCodeTable() {
   return absl::StrCat(
-      "  ", kExitOk, "  success; watch, submit --wait, logs --follow: the job SUCCEEDED\n",
-      "  ", kExitJobFailed,
-      "  the job ended FAILED or CANCELLED (watch, submit --wait, logs --follow); preflight: findings\n",
-      "  ", kExitUsage,
+      "  ", kExitOk, "  success; watch, submit --wait, logs --follow: the job SUCCEEDED\n", "  ", kExitJobFailed,
+      "  the job ended FAILED or CANCELLED (watch, submit --wait, logs --follow); preflight: findings\n", "  ",
+      kExitUsage,
       "  usage error: bad flag, argument, job file or value (INVALID_ARGUMENT); preflight: a runner too "
       "big for this machine\n",
-      "  ", kExitNotFound, "  not found: no such job, artifact or file (NOT_FOUND)\n",
-      "  ", kExitDenied, "  not allowed: UNAUTHENTICATED or PERMISSION_DENIED\n",
-      "  ", kExitUnavailable,
-      "  controller unreachable: UNAVAILABLE or DEADLINE_EXCEEDED (watch: after --reconnect-for)\n",
-      "  ", kExitError,
+      "  ", kExitNotFound, "  not found: no such job, artifact or file (NOT_FOUND)\n", "  ", kExitDenied,
+      "  not allowed: UNAUTHENTICATED or PERMISSION_DENIED\n", "  ", kExitUnavailable,
+      "  controller unreachable: UNAVAILABLE or DEADLINE_EXCEEDED (watch: after --reconnect-for)\n", "  ", kExitError,
       "  any other error: the controller refused the request (FAILED_PRECONDITION, ...), an "
       "internal error, preflight's runner failed\n");
 }
 
 absl::StatusOr<v1::Job::State> ParseJobState(std::string_view name) {
   v1::Job::State state;
-  if (v1::Job::State_Parse(absl::AsciiStrToUpper(absl::string_view(name.data(), name.size())),
-                           &state) &&
+  if (v1::Job::State_Parse(absl::AsciiStrToUpper(absl::string_view(name.data(), name.size())), &state) &&
       state != v1::Job::STATE_UNSPECIFIED) {
     return state;
   }
@@ -152,8 +147,7 @@ absl::StatusOr<v1::Job::State> ParseJobState(std::string_view name) {
       known.push_back(v1::Job::State_Name(static_cast<v1::Job::State>(i)));
     }
   }
-  return absl::InvalidArgumentError(absl::StrCat("unknown job state \"",
-                                                 absl::string_view(name.data(), name.size()),
+  return absl::InvalidArgumentError(absl::StrCat("unknown job state \"", absl::string_view(name.data(), name.size()),
                                                  "\" (known: ", absl::StrJoin(known, ", "), ")"));
 }
 
@@ -191,8 +185,7 @@ std::string FormatEventText(const v1::Event& event) {
     }
     case v1::Event::kStall: {
       const v1::Stall& s = event.stall();
-      absl::StrAppend(&line, "STALL in ", s.collective(), " #", s.collective_seq(),
-                      ", lagging rank ", s.lagging_rank(),
+      absl::StrAppend(&line, "STALL in ", s.collective(), " #", s.collective_seq(), ", lagging rank ", s.lagging_rank(),
                       absl::StrFormat(", waited %.1fs", s.waited_s()));
       if (!s.message().empty()) absl::StrAppend(&line, ": ", s.message());
       break;
@@ -218,8 +211,7 @@ std::string FormatEventText(const v1::Event& event) {
       for (const v1::CheckpointRef& r : p.removed()) steps.push_back(absl::StrCat(r.step()));
       absl::StrAppend(&line, "checkpoints pruned after step ", p.step(), ": removed ",
                       steps.empty() ? "none" : absl::StrCat("step ", absl::StrJoin(steps, ", ")), " (",
-                      FormatBytes(p.bytes_freed()), " freed), ", p.kept(), " kept (", FormatBytes(p.bytes_kept()),
-                      ")");
+                      FormatBytes(p.bytes_freed()), " freed), ", p.kept(), " kept (", FormatBytes(p.bytes_kept()), ")");
       break;
     }
     case v1::Event::PAYLOAD_NOT_SET:
@@ -234,10 +226,9 @@ std::string FormatJobsTable(const std::vector<v1::Job>& jobs) {
   std::vector<std::vector<std::string>> rows;
   rows.push_back({"ID", "NAME", "STATE", "WORLD", "OWNER", "REASON"});
   for (const v1::Job& job : jobs) {
-    const std::string& reason =
-        job.state() == v1::Job::PENDING ? job.pending_reason() : job.failure_reason();
-    rows.push_back({job.id(), job.spec().job().name(), StateName(job.state()),
-                    absl::StrCat(job.world_size()), job.owner(), reason});
+    const std::string& reason = job.state() == v1::Job::PENDING ? job.pending_reason() : job.failure_reason();
+    rows.push_back({job.id(), job.spec().job().name(), StateName(job.state()), absl::StrCat(job.world_size()),
+                    job.owner(), reason});
   }
   return FormatColumns(rows);
 }
@@ -263,9 +254,8 @@ std::string FormatArtifactsTable(const std::vector<v1::ArtifactInfo>& artifacts)
       const absl::Time t = absl::FromUnixSeconds(a.create_time().seconds());
       time = absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", t, absl::UTCTimeZone());
     }
-    rows.push_back({a.name(), a.kind(), absl::StrCat(a.attempt()),
-                    a.rank() < 0 ? "-" : absl::StrCat(a.rank()), FormatBytes(a.size_bytes()),
-                    a.sha256().substr(0, 12), time});
+    rows.push_back({a.name(), a.kind(), absl::StrCat(a.attempt()), a.rank() < 0 ? "-" : absl::StrCat(a.rank()),
+                    FormatBytes(a.size_bytes()), a.sha256().substr(0, 12), time});
   }
   return FormatColumns(rows);
 }
@@ -301,7 +291,8 @@ std::string UnreachableHint(const absl::Status& status, const std::string& contr
     return absl::StrCat(" (controller at ", controller,
                         "; TLS with --tls-ca: its certificate is not signed by that CA, or not for this address)");
   }
-  if (has("handshake")) return absl::StrCat(" (controller at ", controller, "; TLS with --tls-ca: the handshake failed)");
+  if (has("handshake"))
+    return absl::StrCat(" (controller at ", controller, "; TLS with --tls-ca: the handshake failed)");
   return absl::StrCat(" (controller at ", controller, "; TLS with --tls-ca)");
 }
 
@@ -425,17 +416,15 @@ std::string FormatJobDetails(const v1::Job& job) {
 
 std::string FormatExplain(const v1::Job& job, const std::vector<v1::Job>& pending,
                           const std::vector<v1::WorkerInfo>& workers, absl::Time now) {
-  std::string out = absl::StrCat(job.id(), "  ", StateName(job.state()), "  priority ",
-                                 job.spec().job().priority(), "  world ", job.world_size(), " (dp ",
-                                 job.spec().parallelism().dp(), " × tp ",
+  std::string out = absl::StrCat(job.id(), "  ", StateName(job.state()), "  priority ", job.spec().job().priority(),
+                                 "  world ", job.world_size(), " (dp ", job.spec().parallelism().dp(), " × tp ",
                                  job.spec().parallelism().tp(), ")\n");
   if (job.state() != v1::Job::PENDING) {
     std::vector<std::string> ranks;
     for (const auto& r : job.placement().ranks()) ranks.push_back(r.worker());
     if (IsTerminal(job.state())) {
       absl::StrAppend(&out, "ended:      ", StateName(job.state()),
-                      job.failure_reason().empty() ? "" : absl::StrCat(": ", job.failure_reason()),
-                      "\n");
+                      job.failure_reason().empty() ? "" : absl::StrCat(": ", job.failure_reason()), "\n");
     } else {
       absl::StrAppend(&out, "placed:     attempt ", job.attempt(), " on ",
                       ranks.empty() ? "(no ranks)" : CountWorkers(ranks), "\n",
@@ -458,14 +447,14 @@ std::string FormatExplain(const v1::Job& job, const std::vector<v1::Job>& pendin
     const absl::Time start = absl::FromUnixSeconds(job.estimated_start_time().seconds()) +
                              absl::Nanoseconds(job.estimated_start_time().nanos());
     absl::StrAppend(&out, "estimated:  start ", absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", start, absl::UTCTimeZone()),
-                    " (", FormatIn(start - now), "), from the running jobs' measured step times "
+                    " (", FormatIn(start - now),
+                    "), from the running jobs' measured step times "
                     "and time limits\n");
   } else {
     absl::StrAppend(&out, "estimated:  no estimate yet\n");
   }
   if (job.reserved_workers_size() > 0) {
-    absl::StrAppend(&out, "reserved:   ",
-                    CountWorkers({job.reserved_workers().begin(), job.reserved_workers().end()}),
+    absl::StrAppend(&out, "reserved:   ", CountWorkers({job.reserved_workers().begin(), job.reserved_workers().end()}),
                     " (held for this job; smaller jobs start first only if they leave it alone or end before)\n");
   }
   std::vector<std::string> fleet;
@@ -477,8 +466,7 @@ std::string FormatExplain(const v1::Job& job, const std::vector<v1::Job>& pendin
     if (w.cordoned()) free += " cordoned";
     fleet.push_back(std::move(free));
   }
-  absl::StrAppend(&out, "fleet free: ", fleet.empty() ? "no workers connected" : absl::StrJoin(fleet, ", "),
-                  "\n");
+  absl::StrAppend(&out, "fleet free: ", fleet.empty() ? "no workers connected" : absl::StrJoin(fleet, ", "), "\n");
   return out + FormatShare(job) + FormatJobDetails(job);
 }
 

@@ -41,6 +41,9 @@ struct ModelSpec {
   double rope_theta = 10000.0;
   double norm_eps = 1e-5;
   double load_balance_coeff = 1e-3;
+  // > 0: each expert keeps at most ceil(seq·top_k/n_routed_experts · factor) of a
+  // sequence's assignments, the highest-gated; 0 = dropless (the default).
+  double capacity_factor = 0;
 
   int head_dim() const { return n_heads > 0 ? dim / n_heads : 0; }
   int n_moe_layers() const { return n_layers - n_dense_layers; }
@@ -176,6 +179,7 @@ void ForEachField(Spec& s, Visit&& visit) {
   visit("model", "rope_theta", s.model.rope_theta);
   visit("model", "norm_eps", s.model.norm_eps);
   visit("model", "load_balance_coeff", s.model.load_balance_coeff);
+  visit("model", "capacity_factor", s.model.capacity_factor);
 
   visit("training", "steps", s.training.steps);
   visit("training", "batch_size", s.training.batch_size);

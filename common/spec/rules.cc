@@ -147,6 +147,8 @@ Check Model(const ModelSpec& m) {
   TY_SPEC_CHECK(InRange("model.rope_theta", m.rope_theta, 1, 1e12));
   TY_SPEC_CHECK(InRange("model.norm_eps", m.norm_eps, 0, 1, /*lo_open=*/true));
   TY_SPEC_CHECK(InRange("model.load_balance_coeff", m.load_balance_coeff, 0, 1));
+  // 0 is "dropless"; every positive factor is a capacity (at least one row per expert).
+  TY_SPEC_CHECK(InRange("model.capacity_factor", m.capacity_factor, 0, 1e6));
   // Shape.
   if (m.dim % m.n_heads != 0) {
     return Invalid(
@@ -306,6 +308,15 @@ Check Parallelism(const JobSpec& s) {
                    "parallelism.dp_replicate=" + std::to_string(p.dp_replicate) + " times " + shard +
                        " must equal parallelism.dp=" + std::to_string(p.dp) +
                        " (or leave dp_replicate out: it is dp / dp_shard)");
+  }
+  // The capacity counts per sequence, and TP rank t routes the slice t of a
+  // micro-batch's tokens: the slices must be whole sequences.
+  if (m.capacity_factor > 0 && p.tp > 1 && s.training.batch_size % p.tp != 0) {
+    return Invalid("model.capacity_factor", "requires",
+                   "model.capacity_factor with " + tp +
+                       " needs training.batch_size=" + std::to_string(s.training.batch_size) +
+                       " divisible by parallelism.tp (the capacity counts per sequence, and each TP rank routes "
+                       "whole sequences)");
   }
   // The ranks of one replica are dp_shard*tp consecutive ranks; an EP group must lie
   // inside one replica or cover whole replicas, so that every rank's experts are

@@ -1,7 +1,6 @@
 #include "common/tensorboard/event_summaries.h"
 
 #include <algorithm>
-
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -12,9 +11,7 @@ namespace trainyard::tensorboard {
 
 namespace {
 
-double WallTime(const v1::Event& e) {
-  return static_cast<double>(e.time().seconds()) + e.time().nanos() / 1e9;
-}
+double WallTime(const v1::Event& e) { return static_cast<double>(e.time().seconds()) + e.time().nanos() / 1e9; }
 
 class Records {
  public:
@@ -60,6 +57,7 @@ std::vector<Event> Summarize(const v1::Event& event, AttemptCounters* counters) 
       if (m.peak_tensor_bytes() > 0) r.Scalar("memory/peak_tensor_bytes", static_cast<double>(m.peak_tensor_bytes()));
       if (m.expert_load_size() > 0) {
         r.Scalar("experts/imbalance", m.imbalance());
+        r.Scalar("experts/dropped_tokens", static_cast<double>(m.dropped_tokens()));
         for (int i = 0; i < m.expert_load_size(); ++i) {
           r.Scalar(absl::StrCat("experts/load/expert", i), static_cast<double>(m.expert_load(i)));
         }

@@ -4,7 +4,8 @@
 //   train/loss, train/grad_norm, train/lr, train/tokens, train/epoch,
 //   perf/tokens_per_s, perf/model_tflops, perf/mfu, perf/step_ms, perf/data_ms,
 //   memory/peak_rss_mb, memory/peak_tensor_bytes,
-//   experts/imbalance, experts/load/expertN            (StepMetrics, at its step)
+//   experts/imbalance, experts/dropped_tokens,
+//   experts/load/expertN                                (StepMetrics, at its step)
 //   val/loss, val/tokens, val/ms                        (Validation, at its step)
 //   compile/compiles, compile/recompiles, compile/graph_breaks (running counts),
 //   compile/compile_ms                                  (CompileEvent, at the attempt's

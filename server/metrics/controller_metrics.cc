@@ -113,6 +113,11 @@ ControllerMetrics::ControllerMetrics()
                                 .Help("Tokens routed to each expert in the last reported step, "
                                       "summed over MoE layers (the first 256 experts of a job)")
                                 .Register(*registry_)),
+      expert_dropped_family_(BuildGauge()
+                                 .Name("trainyard_job_expert_dropped_tokens")
+                                 .Help("Token-expert assignments the expert capacity (model.capacity_factor) "
+                                       "dropped in the last reported step, summed over MoE layers (0 = dropless)")
+                                 .Register(*registry_)),
       tokens_total_family_(BuildCounter()
                                .Name("trainyard_job_tokens_total")
                                .Help("Tokens trained (all data-parallel ranks), summed over reported steps")
@@ -376,6 +381,10 @@ void ControllerMetrics::ExpertLoadLocked(const std::string& job_id, JobSeries& s
     s.expert_tokens.push_back(&expert_tokens_family_.Add({{"job_id", job_id}, {"expert", std::to_string(expert)}}));
   }
   for (int i = 0; i < shown; ++i) s.expert_tokens[i]->Set(static_cast<double>(load[i]));
+  if (step.dropped_tokens() >= 0) {
+    if (s.expert_dropped == nullptr) s.expert_dropped = &expert_dropped_family_.Add({{"job_id", job_id}});
+    s.expert_dropped->Set(static_cast<double>(step.dropped_tokens()));
+  }
   // max/mean needs at least two experts to say anything, and a mean above 0.
   if (load.size() < 2) return;
   double sum = 0;
@@ -454,6 +463,7 @@ void ControllerMetrics::Sweep(absl::Time now, absl::Duration grace) {
     }
     if (s.expert_imbalance != nullptr) expert_imbalance_family_.Remove(s.expert_imbalance);
     for (prometheus::Gauge* g : s.expert_tokens) expert_tokens_family_.Remove(g);
+    if (s.expert_dropped != nullptr) expert_dropped_family_.Remove(s.expert_dropped);
     if (s.last_progress != nullptr) last_progress_family_.Remove(s.last_progress);
     running_family_.Remove(s.running);
     tokens_total_family_.Remove(s.tokens);

@@ -78,7 +78,8 @@ class ControllerMetrics {
   // rank's, so a worker's replay after an outage counts as progress when it lands).
   // Its expert_load (tokens per routed expert, summed over the MoE layers) sets
   // trainyard_job_expert_tokens{expert} and trainyard_job_expert_load_imbalance_ratio
-  // (max/mean); a report without one, or with a negative count, leaves them as they were.
+  // (max/mean), and its dropped_tokens trainyard_job_expert_dropped_tokens (0 when
+  // dropless); a report without a load, or with a negative count, leaves them as they were.
   // Its epoch sets trainyard_job_epoch (0 for the synthetic dataset, which has none).
   void StepReported(const std::string& job_id, const v1::StepMetrics& step, absl::Time now = absl::Now());
   // A committed Validation: trainyard_job_validation_loss (the last one's, NaN included:
@@ -124,6 +125,7 @@ class ControllerMetrics {
     prometheus::Gauge* checkpoints_kept = nullptr;
     // From the first step report that carries a usable expert_load.
     prometheus::Gauge* expert_imbalance = nullptr;
+    prometheus::Gauge* expert_dropped = nullptr;
     std::vector<prometheus::Gauge*> expert_tokens;  // by routed expert index
     prometheus::Counter* tokens = nullptr;
     prometheus::Counter* restarts = nullptr;
@@ -165,6 +167,7 @@ class ControllerMetrics {
   prometheus::Family<prometheus::Gauge>& checkpoints_kept_family_;
   prometheus::Family<prometheus::Gauge>& expert_imbalance_family_;
   prometheus::Family<prometheus::Gauge>& expert_tokens_family_;
+  prometheus::Family<prometheus::Gauge>& expert_dropped_family_;
   prometheus::Family<prometheus::Counter>& tokens_total_family_;
   prometheus::Family<prometheus::Counter>& restarts_family_;
   prometheus::Family<prometheus::Counter>& stalls_family_;

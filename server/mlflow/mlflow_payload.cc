@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -32,19 +31,18 @@ void Flatten(const json& value, const std::string& prefix, SpecParams* out) {
   }
   if (prefix.empty()) return;
   if (prefix.size() > kMaxKeyBytes) {
-    out->notes.push_back(absl::StrCat("param key ", Quoted(prefix), " is longer than ", kMaxKeyBytes,
-                                      " bytes; not logged"));
+    out->notes.push_back(
+        absl::StrCat("param key ", Quoted(prefix), " is longer than ", kMaxKeyBytes, " bytes; not logged"));
     return;
   }
   // A string param is its text, anything else its JSON (a number, a bool, a list).
-  const std::string text = value.is_string() ? value.get<std::string>()
-                                             : value.dump(-1, ' ', false, json::error_handler_t::replace);
+  const std::string text =
+      value.is_string() ? value.get<std::string>() : value.dump(-1, ' ', false, json::error_handler_t::replace);
   bool cut = false;
   std::string fitted = FitValue(text, kMaxParamValueBytes, &cut);
   if (cut) {
     out->notes.push_back(absl::StrCat("param ", prefix, " is ", text.size(), " bytes, past MLflow's ",
-                                      kMaxParamValueBytes, "; logged cut, ending in ", kTruncatedMarker,
-                                      "N bytes]"));
+                                      kMaxParamValueBytes, "; logged cut, ending in ", kTruncatedMarker, "N bytes]"));
   }
   out->params.push_back({prefix, std::move(fitted)});
 }
@@ -83,21 +81,22 @@ SpecParams FlattenSpec(const v1::JobSpec& spec) {
     return out;
   }
   Flatten(j, "", &out);
-  std::sort(out.params.begin(), out.params.end(),
-            [](const KeyValue& a, const KeyValue& b) { return a.key < b.key; });
+  std::sort(out.params.begin(), out.params.end(), [](const KeyValue& a, const KeyValue& b) { return a.key < b.key; });
   return out;
 }
 
-int64_t ToUnixMs(const google::protobuf::Timestamp& t) {
-  return t.seconds() * 1000 + t.nanos() / 1000000;
-}
+int64_t ToUnixMs(const google::protobuf::Timestamp& t) { return t.seconds() * 1000 + t.nanos() / 1000000; }
 
 std::string RunStatusFor(v1::Job::State state) {
   switch (state) {
-    case v1::Job::SUCCEEDED: return "FINISHED";
-    case v1::Job::FAILED: return "FAILED";
-    case v1::Job::CANCELLED: return "KILLED";
-    default: return "";
+    case v1::Job::SUCCEEDED:
+      return "FINISHED";
+    case v1::Job::FAILED:
+      return "FAILED";
+    case v1::Job::CANCELLED:
+      return "KILLED";
+    default:
+      return "";
   }
 }
 
@@ -127,6 +126,7 @@ std::string AppendEventMetrics(const v1::Event& event, Totals* totals, std::vect
       if (m.epoch() > 0) add("train/epoch", static_cast<double>(m.epoch()), step);
       if (m.expert_load_size() > 0) {
         add("moe/expert_imbalance", m.imbalance(), step);
+        add("moe/dropped_tokens", static_cast<double>(m.dropped_tokens()), step);
         const int n = std::min(m.expert_load_size(), kMaxExpertMetrics);
         for (int i = 0; i < n; ++i) {
           out->push_back({absl::StrCat("moe/expert_load/", i), static_cast<double>(m.expert_load(i)), ts, step});

@@ -13,17 +13,16 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "tests/deploy/promql_names.h"
-#include "tests/support/test_cluster.h"
 #include "tests/support/files.h"
 #include "tests/support/http_get.h"
+#include "tests/support/test_cluster.h"
 
 namespace trainyard::testing {
 namespace {
@@ -137,11 +136,30 @@ TEST(DashboardTest, IsAGrafanaDashboardWithDatasourceAndJobVariables) {
     ASSERT_FALSE(p["targets"].empty()) << p.value("title", "");
     for (const json& t : p["targets"]) EXPECT_EQ(t["datasource"].value("uid", ""), "${datasource}");
   }
-  for (const char* want : {"Loss", "Tokens/s", "MFU", "Step time", "Recompiles by region", "Slots", "Jobs by state",
-                           "Queue", "Workers connected", "Restarts", "Stalls",
-                           "Expert-load imbalance (max/mean)", "Tokens per expert", "Workers lost", "GPUs",
-                           "GPU utilisation", "GPU memory used / total", "GPU power", "GPU temperature",
-                           "GPU ECC and XID errors", "GPU health", "Unhealthy GPUs"}) {
+  for (const char* want : {"Loss",
+                           "Tokens/s",
+                           "MFU",
+                           "Step time",
+                           "Recompiles by region",
+                           "Slots",
+                           "Jobs by state",
+                           "Queue",
+                           "Workers connected",
+                           "Restarts",
+                           "Stalls",
+                           "Expert-load imbalance (max/mean)",
+                           "Tokens per expert",
+                           "Dropped tokens (expert capacity)",
+                           "Dropped share of routed assignments",
+                           "Workers lost",
+                           "GPUs",
+                           "GPU utilisation",
+                           "GPU memory used / total",
+                           "GPU power",
+                           "GPU temperature",
+                           "GPU ECC and XID errors",
+                           "GPU health",
+                           "Unhealthy GPUs"}) {
     EXPECT_TRUE(titles.count(want)) << "no panel titled " << want;
   }
 }
@@ -191,10 +209,10 @@ TEST(DashboardTest, EveryExpressionNamesMetricsTheControllerExports) {
       << "see " << cluster.dir() / "controller.log";
   cluster.StartWorker(OneSlotWorker("w1"));
   ASSERT_TRUE(cluster.WaitConnected({"w1"}, 30000));
-  const std::string id = cluster.Submit(TRAINYARD_EXAMPLES "/tiny.toml",
-                                        {"training.steps=3", "compile.backend=jit", "activation_checkpoint.mode=full",
-                                         "restart.max_restarts=0", "validation.dataset=synthetic",
-                                         "validation.freq=2", "validation.steps=1"});
+  const std::string id = cluster.Submit(
+      TRAINYARD_EXAMPLES "/tiny.toml",
+      {"training.steps=3", "compile.backend=jit", "activation_checkpoint.mode=full", "restart.max_restarts=0",
+       "validation.dataset=synthetic", "validation.freq=2", "validation.steps=1"});
   ASSERT_FALSE(id.empty());
   cluster.Follow(id, "events.jsonl")->WaitEnd();
   ASSERT_EQ(cluster.Get(id).value("state", ""), "SUCCEEDED") << "see " << cluster.dir();
@@ -229,14 +247,17 @@ TEST(DashboardTest, EveryExpressionNamesMetricsTheControllerExports) {
   // The job's own series are there, labelled with it (what $job selects).
   ASSERT_TRUE(exposition.samples.count("trainyard_job_loss")) << text;
   ASSERT_TRUE(exposition.samples.count("trainyard_job_recompiles_total"))
-      << "the job reported no RECOMPILE; the recompile panels cannot be checked:\n" << text;
+      << "the job reported no RECOMPILE; the recompile panels cannot be checked:\n"
+      << text;
   // tiny.toml is MoE (4 routed experts), so its steps carry expert_load.
   ASSERT_TRUE(exposition.samples.count("trainyard_job_expert_tokens"))
-      << "the job reported no expert_load; the expert panels cannot be checked:\n" << text;
+      << "the job reported no expert_load; the expert panels cannot be checked:\n"
+      << text;
   // [validation] on: the engine's rank 0 reported Validation events (before step 1,
   // at step 2 and after the last).
   ASSERT_TRUE(exposition.samples.count("trainyard_job_validation_loss"))
-      << "the job reported no Validation; the validation-loss panel cannot be checked:\n" << text;
+      << "the job reported no Validation; the validation-loss panel cannot be checked:\n"
+      << text;
   EXPECT_TRUE(text.find("trainyard_job_loss{job_id=\"" + id + "\"}") != std::string::npos) << text;
 
   std::vector<std::string> problems;

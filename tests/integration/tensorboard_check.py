@@ -81,6 +81,7 @@ def main():
                     put("memory/peak_tensor_bytes", step, m["peak_tensor_bytes"], e)
                 if m["expert_load"]:
                     put("experts/imbalance", step, m["imbalance"], e)
+                    put("experts/dropped_tokens", step, m["dropped_tokens"], e)
                     for i, load in enumerate(m["expert_load"]):
                         put("experts/load/expert%d" % i, step, load, e)
             elif "validation" in e:

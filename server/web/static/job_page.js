@@ -43,7 +43,7 @@ export class JobPage extends Page {
     this.valLoss = new Map();    // step -> validation loss (the latest evaluation of a step wins)
     this.lastValidation = null;
     this.lastMetrics = null;
-    this.lastLoad = null;        // {step, load, imbalance}
+    this.lastLoad = null;        // {step, load, imbalance, dropped}
     this.regions = new Map();    // region -> compile stats
     this.stalls = [];
     this.states = [];            // job_state events
@@ -123,7 +123,9 @@ export class JobPage extends Page {
         else this.loss.delete(m.step);
         if (m.tokens_per_s > 0) this.tps.set(m.step, m.tokens_per_s);
         this.lastMetrics = m;
-        if (m.expert_load.length) this.lastLoad = {step: m.step, load: m.expert_load, imbalance: m.imbalance, rank: e.rank};
+        if (m.expert_load.length) {
+          this.lastLoad = {step: m.step, load: m.expert_load, imbalance: m.imbalance, dropped: m.dropped_tokens, rank: e.rank};
+        }
         break;
       }
       case 'validation': {
@@ -266,7 +268,8 @@ export class JobPage extends Page {
     const l = this.lastLoad;
     if (!l) { fill(this.experts, h('p', {class: 'muted'}, 'No expert load reported yet.')); return; }
     fill(this.experts,
-      h('p', {class: 'muted small'}, `step ${l.step} · ${l.load.length} routed experts · imbalance (max/mean) ${fmtNum(l.imbalance, 2)}`),
+      h('p', {class: 'muted small'}, `step ${l.step} · ${l.load.length} routed experts · imbalance (max/mean) ${fmtNum(l.imbalance, 2)}` +
+        (l.dropped > 0 ? ` · ${l.dropped} assignments dropped by the expert capacity` : '')),
       expertLoadSvg(l.load));
   }
 

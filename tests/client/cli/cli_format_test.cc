@@ -1,10 +1,11 @@
 #include "client/cli/cli_format.h"
-#include "client/cli/gpu_format.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <limits>
+
+#include "client/cli/gpu_format.h"
 
 namespace trainyard::cli {
 namespace {
@@ -21,8 +22,25 @@ TEST(CliFormatTest, StepMetricsLine) {
   m->set_lr(4e-4);
   m->set_tokens_per_s(1520.4);
   m->set_step_ms(1340.2);
+  EXPECT_EQ(FormatEventText(e), "seq=12 rank=0 step 5 loss=6.8123 grad_norm=1.23 lr=4.0e-04 tok/s=1520 step_ms=1340");
+}
+
+// An MoE step shows its imbalance, and its dropped assignments when the capacity
+// dropped some (a dropless step's line has no dropped=).
+TEST(CliFormatTest, ImbalanceAndDroppedTokens) {
+  v1::Event e;
+  e.set_seq(12);
+  e.set_rank(0);
+  v1::StepMetrics* m = e.mutable_step_metrics();
+  m->set_step(5);
+  m->set_loss(6.5);
+  m->set_imbalance(1.25);
   EXPECT_EQ(FormatEventText(e),
-            "seq=12 rank=0 step 5 loss=6.8123 grad_norm=1.23 lr=4.0e-04 tok/s=1520 step_ms=1340");
+            "seq=12 rank=0 step 5 loss=6.5000 grad_norm=0.00 lr=0.0e+00 tok/s=0 step_ms=0 imbalance=1.25");
+  m->set_dropped_tokens(384);
+  EXPECT_EQ(FormatEventText(e),
+            "seq=12 rank=0 step 5 loss=6.5000 grad_norm=0.00 lr=0.0e+00 tok/s=0 step_ms=0 "
+            "imbalance=1.25 dropped=384");
 }
 
 // A dataset with epochs adds the step's epoch; a Validation is its own line.
@@ -33,8 +51,7 @@ TEST(CliFormatTest, EpochAndValidationLines) {
   e.mutable_step_metrics()->set_step(5);
   e.mutable_step_metrics()->set_loss(6.5);
   e.mutable_step_metrics()->set_epoch(3);
-  EXPECT_EQ(FormatEventText(e),
-            "seq=12 rank=0 step 5 loss=6.5000 grad_norm=0.00 lr=0.0e+00 tok/s=0 step_ms=0 epoch=3");
+  EXPECT_EQ(FormatEventText(e), "seq=12 rank=0 step 5 loss=6.5000 grad_norm=0.00 lr=0.0e+00 tok/s=0 step_ms=0 epoch=3");
   v1::Event v;
   v.set_seq(13);
   v.set_rank(0);
@@ -70,8 +87,7 @@ TEST(CliFormatTest, RankStateLine) {
   e.mutable_rank_state()->set_exit_code(1);
   e.mutable_rank_state()->set_message("oom");
   e.set_attempt(2);
-  EXPECT_EQ(FormatEventText(e),
-            "seq=3 rank=1 attempt=2 FAILED pid=1234 exit_code=1 on worker w1: oom");
+  EXPECT_EQ(FormatEventText(e), "seq=3 rank=1 attempt=2 FAILED pid=1234 exit_code=1 on worker w1: oom");
 }
 
 TEST(CliFormatTest, LogCompileAndStallLines) {
@@ -99,8 +115,7 @@ TEST(CliFormatTest, LogCompileAndStallLines) {
   s->set_collective_seq(41);
   s->set_lagging_rank(3);
   s->set_waited_s(300);
-  EXPECT_EQ(FormatEventText(e),
-            "seq=7 rank=2 STALL in all_reduce #41, lagging rank 3, waited 300.0s");
+  EXPECT_EQ(FormatEventText(e), "seq=7 rank=2 STALL in all_reduce #41, lagging rank 3, waited 300.0s");
 }
 
 TEST(CliFormatTest, JobsTableIsAligned) {
@@ -148,14 +163,12 @@ TEST(CliFormatTest, ExitCodesAndStates) {
   EXPECT_EQ(*ParseJobState("Cancelled"), v1::Job::CANCELLED);
   absl::StatusOr<v1::Job::State> bad = ParseJobState("done");
   ASSERT_FALSE(bad.ok());
-  EXPECT_THAT(std::string(bad.status().message()),
-              ::testing::HasSubstr("unknown job state \"done\""));
+  EXPECT_THAT(std::string(bad.status().message()), ::testing::HasSubstr("unknown job state \"done\""));
   EXPECT_FALSE(ParseJobState("state_unspecified").ok());
 }
 
 TEST(CliFormatTest, ErrorNamesTheCode) {
-  EXPECT_EQ(FormatError(absl::NotFoundError("job j-9 not found")),
-            "trainyard: NOT_FOUND: job j-9 not found");
+  EXPECT_EQ(FormatError(absl::NotFoundError("job j-9 not found")), "trainyard: NOT_FOUND: job j-9 not found");
 }
 
 }  // namespace
@@ -179,7 +192,8 @@ v1::Job PendingJob(const std::string& id, int priority, int64_t created) {
 TEST(CliFormatTest, ExplainShowsTheReasonQueueEstimateReservationAndFleet) {
   const absl::Time now = absl::FromUnixSeconds(1'800'000'000);
   v1::Job job = PendingJob("job-7", 0, 100);
-  job.set_pending_reason("needs 4 slots with TP=2 inside one worker; 2 free: w1=1, w2=1; reserved to start when job-3 ends");
+  job.set_pending_reason(
+      "needs 4 slots with TP=2 inside one worker; 2 free: w1=1, w2=1; reserved to start when job-3 ends");
   job.mutable_estimated_start_time()->set_seconds(1'800'000'000 + 252);
   for (int i = 0; i < 4; ++i) job.add_reserved_workers("w1");
   // Ahead of it: a higher priority job submitted later; behind: an earlier low one.
@@ -253,8 +267,9 @@ TEST(CliFormatTest, TheTlsHintIsForATlsProblemOnly) {
       "Connection refused");
   for (bool tls : {false, true}) {
     const std::string hint = UnreachableHint(refused, addr, tls);
-    EXPECT_EQ(hint, " (nothing listens at 127.0.0.1:7070: is the controller running, and is --controller (or "
-                    "TRAINYARD_CONTROLLER) right?)");
+    EXPECT_EQ(hint,
+              " (nothing listens at 127.0.0.1:7070: is the controller running, and is --controller (or "
+              "TRAINYARD_CONTROLLER) right?)");
     EXPECT_THAT(hint, ::testing::Not(::testing::HasSubstr("TLS")));
   }
   // A plaintext client at a TLS port: the controller closes the connection.
@@ -263,10 +278,11 @@ TEST(CliFormatTest, TheTlsHintIsForATlsProblemOnly) {
                             addr, false),
             " (controller at 127.0.0.1:7070; plaintext: a controller that serves TLS needs --tls-ca)");
   // --tls-ca at a plaintext port, and at a controller of another CA.
-  EXPECT_THAT(UnreachableHint(absl::UnavailableError("last error: UNKNOWN: ipv4:127.0.0.1:34323: Ssl handshake failed: "
-                                                     "SSL_ERROR_SSL: error:0A00010B:SSL routines::wrong version number"),
-                              addr, true),
-              ::testing::HasSubstr("the port answered in plaintext: leave out --tls-ca"));
+  EXPECT_THAT(
+      UnreachableHint(absl::UnavailableError("last error: UNKNOWN: ipv4:127.0.0.1:34323: Ssl handshake failed: "
+                                             "SSL_ERROR_SSL: error:0A00010B:SSL routines::wrong version number"),
+                      addr, true),
+      ::testing::HasSubstr("the port answered in plaintext: leave out --tls-ca"));
   EXPECT_THAT(UnreachableHint(absl::UnavailableError("Ssl handshake failed: SSL_ERROR_SSL: error:0A000086:SSL "
                                                      "routines::certificate verify failed"),
                               addr, true),

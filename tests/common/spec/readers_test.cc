@@ -100,8 +100,7 @@ TEST(JsonTest, WriterRoundTripsEveryField) {
 
 TEST(JsonTest, ReadsProto3Spellings) {
   Result<SpecInput> in = ParseJson(
-      R"({"training": {"seed": "7", "steps": "12", "lr": "1e-3", "dataset_path": null}, "job": null})",
-      "x.json");
+      R"({"training": {"seed": "7", "steps": "12", "lr": "1e-3", "dataset_path": null}, "job": null})", "x.json");
   ASSERT_TRUE(in.ok()) << in.error().ToString();
   ASSERT_NE(in.value().Find("training", "seed"), nullptr);
   EXPECT_EQ(std::get<std::uint64_t>(in.value().Find("training", "seed")->value), 7u);
@@ -119,18 +118,23 @@ TEST(JsonTest, HostileDocumentsGetPreciseErrors) {
     const char* field;
     const char* message;
   };
-  for (const Bad& b : {Bad{R"({"modle": {}})", "modle", "~unknown section [modle] (did you mean model?)"},
-                       Bad{R"({"model": {"dimm": 3}})", "model.dimm", "unknown key model.dimm (did you mean model.dim?)"},
-                       Bad{R"({"model": {"dim": 1.5}})", "model.dim", "model.dim: expected integer, got float"},
-                       Bad{R"({"model": {"dim": "64x"}})", "model.dim", "model.dim: expected integer, got string"},
-                       Bad{R"({"model": {"dim": 3000000000}})", "model.dim", "~is out of range"},
-                       Bad{R"({"training": {"seed": -1}})", "training.seed", "~must be a non-negative integer"},
-                       Bad{R"({"model": {"route_norm": 1}})", "model.route_norm", "model.route_norm: expected boolean, got integer"},
-                       Bad{R"({"model": [1]})", "model", "model: expected an object, got array"},
-                       Bad{R"([1, 2])", "", "expected a JSON object of sections, got array"},
-                       Bad{R"({"model": )", "", "~not valid JSON"},
-                       // A float beyond double: the JSON library throws a non-parse error.
-                       Bad{R"({"model": {"rope_theta": 1e999}})", "", "~not valid JSON"}}) {
+  for (const Bad& b :
+       {Bad{R"({"modle": {}})", "modle", "~unknown section [modle] (did you mean model?)"},
+        Bad{R"({"model": {"dimm": 3}})", "model.dimm", "unknown key model.dimm (did you mean model.dim?)"},
+        Bad{R"({"model": {"dim": 1.5}})", "model.dim", "model.dim: expected integer, got float"},
+        Bad{R"({"model": {"dim": "64x"}})", "model.dim", "model.dim: expected integer, got string"},
+        Bad{R"({"model": {"dim": 3000000000}})", "model.dim", "~is out of range"},
+        Bad{R"({"training": {"seed": -1}})", "training.seed", "~must be a non-negative integer"},
+        Bad{R"({"model": {"route_norm": 1}})", "model.route_norm", "model.route_norm: expected boolean, got integer"},
+        Bad{R"({"model": {"capacity_factor": "Infinity"}})", "model.capacity_factor",
+            "model.capacity_factor: expected a finite number, got inf"},
+        Bad{R"({"model": {"capacity_factor": [1]}})", "model.capacity_factor",
+            "model.capacity_factor: expected float, got array"},
+        Bad{R"({"model": [1]})", "model", "model: expected an object, got array"},
+        Bad{R"([1, 2])", "", "expected a JSON object of sections, got array"},
+        Bad{R"({"model": )", "", "~not valid JSON"},
+        // A float beyond double: the JSON library throws a non-parse error.
+        Bad{R"({"model": {"rope_theta": 1e999}})", "", "~not valid JSON"}}) {
     Result<SpecInput> in = ParseJson(b.text, "bad.json");
     ASSERT_FALSE(in.ok()) << b.text;
     EXPECT_EQ(in.error().field, b.field) << b.text;
@@ -176,11 +180,17 @@ TEST(OverrideTest, ErrorsNameTheFlag) {
     const char* text;
     const char* message;
   };
-  for (const Bad& b : {Bad{"training.steps", "--set training.steps: expected section.key=value"},
-                       Bad{"steps=3", "--set steps: expected section.key=value (e.g. training.steps=20)"},
-                       Bad{"training.steps=abc", "--set training.steps: expected integer, got string"},
-                       Bad{"training.lr=inf", "--set training.lr: expected a finite number, got inf"},
-                       Bad{"model.dimm=3", "--set model.dimm: unknown key model.dimm (did you mean model.dim?)"}}) {
+  for (const Bad& b :
+       {Bad{"training.steps", "--set training.steps: expected section.key=value"},
+        Bad{"steps=3", "--set steps: expected section.key=value (e.g. training.steps=20)"},
+        Bad{"training.steps=abc", "--set training.steps: expected integer, got string"},
+        Bad{"training.lr=inf", "--set training.lr: expected a finite number, got inf"},
+        Bad{"model.capacity_factor=nan", "--set model.capacity_factor: expected a finite number, got nan"},
+        Bad{"model.capacity_factor=inf", "--set model.capacity_factor: expected a finite number, got inf"},
+        Bad{"model.capacity_factor=-inf", "--set model.capacity_factor: expected a finite number, got -inf"},
+        Bad{"model.capacity_factor=\"1.5\"", "--set model.capacity_factor: expected float, got string"},
+        Bad{"model.capacity_factor=true", "--set model.capacity_factor: expected float, got boolean"},
+        Bad{"model.dimm=3", "--set model.dimm: unknown key model.dimm (did you mean model.dim?)"}}) {
     std::optional<SpecError> e = ApplyOverride(b.text, in);
     ASSERT_TRUE(e.has_value()) << b.text;
     EXPECT_EQ(e->ToString(), b.message);

@@ -113,6 +113,16 @@ INSTANTIATE_TEST_SUITE_P(
              "model.load_balance_coeff",
              "range",
              "model.load_balance_coeff must be in [0, 1], got -0.5"},
+        Case{"CapacityNegative",
+             {"model.capacity_factor=-0.5"},
+             "model.capacity_factor",
+             "range",
+             "model.capacity_factor must be in [0, 1000000], got -0.5"},
+        Case{"CapacityHuge",
+             {"model.capacity_factor=2e6"},
+             "model.capacity_factor",
+             "range",
+             "model.capacity_factor must be in [0, 1000000], got 2000000"},
         Case{"StepsZero",
              {"training.steps=0"},
              "training.steps",
@@ -394,6 +404,12 @@ INSTANTIATE_TEST_SUITE_P(
              "parallelism.tp",
              "divides",
              "parallelism.tp=3 must divide model.n_heads=8 and model.n_kv_heads=4"},
+        Case{"CapacityTpSplitsSequences",
+             {"model.capacity_factor=1.25", "parallelism.tp=2", "training.batch_size=3"},
+             "model.capacity_factor",
+             "requires",
+             "model.capacity_factor with parallelism.tp=2 needs training.batch_size=3 divisible by parallelism.tp "
+             "(the capacity counts per sequence, and each TP rank routes whole sequences)"},
         Case{"TpFfn",
              {"model.ffn_hidden=766", "parallelism.tp=4"},
              "parallelism.tp",
@@ -632,6 +648,27 @@ TEST(RulesTest, NonFiniteValuesNeverReachTheRules) {
   e = Validate(spec);
   ASSERT_TRUE(e.has_value());
   EXPECT_EQ(e->field, "model.rope_theta");
+}
+
+TEST(RulesTest, CapacityFactorZeroIsDroplessAndAnyPositiveFactorIsACapacity) {
+  Result<JobSpec> off = FromPreset("debug");
+  ASSERT_TRUE(off.ok()) << off.error().ToString();
+  EXPECT_EQ(off.value().model.capacity_factor, 0.0);  // the default: dropless
+  for (const char* set : {"model.capacity_factor=0", "model.capacity_factor=1e-6", "model.capacity_factor=1.25",
+                          "model.capacity_factor=1000000"}) {
+    Result<JobSpec> spec = FromPreset("debug", {set});
+    EXPECT_TRUE(spec.ok()) << set << ": " << spec.error().ToString();
+  }
+  // tp=2 with an even batch: each TP rank's slice is whole sequences.
+  Result<JobSpec> tp = FromPreset("debug", {"model.capacity_factor=1", "parallelism.tp=2", "training.batch_size=4"});
+  EXPECT_TRUE(tp.ok()) << tp.error().ToString();
+  // A NaN set in code (not read from a file) is refused by the range rule.
+  JobSpec spec = FromPreset("tiny").value();
+  spec.model.capacity_factor = std::numeric_limits<double>::quiet_NaN();
+  std::optional<SpecError> e = Validate(spec);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->field, "model.capacity_factor");
+  EXPECT_EQ(e->message, "model.capacity_factor must be in [0, 1000000], got nan");
 }
 
 TEST(RulesTest, ProfilingAndStepTimeoutAreAccepted) {

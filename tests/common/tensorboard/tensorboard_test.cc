@@ -76,6 +76,7 @@ v1::Event Step(int64_t seq, int attempt, int64_t step, double loss) {
   m->add_expert_load(10);
   m->add_expert_load(30);
   m->set_imbalance(1.5);
+  m->set_dropped_tokens(6);
   return e;
 }
 
@@ -103,6 +104,7 @@ TEST(EventSummariesTest, StepMetricsBecomeScalarsAtTheirStep) {
   EXPECT_EQ(s.at("perf/tokens_per_s"), 1234.5f);
   EXPECT_EQ(s.at("experts/load/expert1"), 30.0f);
   EXPECT_EQ(s.at("experts/imbalance"), 1.5f);
+  EXPECT_EQ(s.at("experts/dropped_tokens"), 6.0f);
   // 0 means unknown for these, so they are left out rather than drawn at 0.
   EXPECT_EQ(s.count("perf/mfu"), 0u);
   EXPECT_EQ(s.count("train/epoch"), 0u);
@@ -334,9 +336,10 @@ TEST(JobRunWriterTest, DamagedProgressOrShortFilesAreErrorsNamingThem) {
   EXPECT_EQ(w.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(w.status().message().find(file), std::string::npos) << w.status();
   const std::string progress = tmp.path() + "/job-1/.trainyard-tensorboard.json";
-  for (const std::string& bad : std::vector<std::string>{"", "[]", "{\"version\":1}", "{\"version\":1,\"job\":\"job-2\",\"last_seq\":1,\"attempts\":{}}",
-                                "{\"version\":1,\"job\":\"job-1\",\"last_seq\":-4,\"attempts\":{}}",
-                                "{\"version\":1,\"job\":\"job-1\",\"last_seq\":1,\"attempts\":{\"x\":{}}}"}) {
+  for (const std::string& bad : std::vector<std::string>{
+           "", "[]", "{\"version\":1}", "{\"version\":1,\"job\":\"job-2\",\"last_seq\":1,\"attempts\":{}}",
+           "{\"version\":1,\"job\":\"job-1\",\"last_seq\":-4,\"attempts\":{}}",
+           "{\"version\":1,\"job\":\"job-1\",\"last_seq\":1,\"attempts\":{\"x\":{}}}"}) {
     ASSERT_TRUE(WriteFileAtomically(progress, bad).ok());
     w = tensorboard::JobRunWriter::Open(Options(tmp.path(), true), "job-1", {});
     EXPECT_EQ(w.status().code(), absl::StatusCode::kDataLoss) << bad << ": " << w.status();

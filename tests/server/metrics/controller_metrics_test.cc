@@ -137,6 +137,35 @@ TEST(ControllerMetricsTest, ExpertLoadSetsPerExpertTokensAndMaxOverMean) {
   text = Scrape(metrics);
   EXPECT_TRUE(Has(text, "trainyard_job_expert_load_imbalance_ratio{job_id=\"job-5\"} 1")) << text;
   EXPECT_TRUE(Has(text, "trainyard_job_expert_tokens{expert=\"1\",job_id=\"job-5\"} 50")) << text;
+  // A dropless MoE step reports no drops: the gauge says 0.
+  EXPECT_TRUE(Has(text, "trainyard_job_expert_dropped_tokens{job_id=\"job-5\"} 0")) << text;
+}
+
+// The assignments the expert capacity dropped in the last reported MoE step; a dense
+// step (no expert_load) or a negative count from a broken rank leaves the gauge alone.
+TEST(ControllerMetricsTest, DroppedTokensFollowTheLastMoEStep) {
+  ControllerMetrics metrics;
+  v1::StepMetrics step;
+  for (int64_t n : {10, 30, 20, 40}) step.add_expert_load(n);
+  step.set_dropped_tokens(17);
+  metrics.StepReported("job-4", step);
+  std::string text = Scrape(metrics);
+  EXPECT_TRUE(Has(text, "trainyard_job_expert_dropped_tokens{job_id=\"job-4\"} 17")) << text;
+  v1::StepMetrics dense;
+  dense.set_dropped_tokens(5);
+  metrics.StepReported("job-4", dense);
+  v1::StepMetrics broken = step;
+  broken.set_dropped_tokens(-3);
+  metrics.StepReported("job-4", broken);
+  text = Scrape(metrics);
+  EXPECT_TRUE(Has(text, "trainyard_job_expert_dropped_tokens{job_id=\"job-4\"} 17")) << text;
+  step.set_dropped_tokens(2);
+  metrics.StepReported("job-4", step);
+  text = Scrape(metrics);
+  EXPECT_TRUE(Has(text, "trainyard_job_expert_dropped_tokens{job_id=\"job-4\"} 2")) << text;
+  // A dense job gets no series at all.
+  metrics.StepReported("job-3", dense);
+  EXPECT_EQ(Scrape(metrics).find("trainyard_job_expert_dropped_tokens{job_id=\"job-3\"}"), std::string::npos);
 }
 
 TEST(ControllerMetricsTest, ExpertLoadWithoutAMeaningfulRatioSetsNoRatio) {
@@ -184,6 +213,7 @@ TEST(ControllerMetricsTest, ExpertSeriesAreSweptWithTheJob) {
   std::string text = Scrape(metrics);
   EXPECT_TRUE(Has(text, "trainyard_job_expert_tokens{expert=\"1\",job_id=\"job-9\"} 5")) << text;
   EXPECT_TRUE(Has(text, "trainyard_job_expert_load_imbalance_ratio{job_id=\"job-9\"} 1.25")) << text;
+  EXPECT_TRUE(Has(text, "trainyard_job_expert_dropped_tokens{job_id=\"job-9\"} 0")) << text;
   metrics.Sweep(ended + absl::Minutes(10), absl::Minutes(10));
   text = Scrape(metrics);
   EXPECT_EQ(text.find("job-9"), std::string::npos) << text;

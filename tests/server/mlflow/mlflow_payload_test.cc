@@ -4,7 +4,6 @@
 
 #include <cmath>
 #include <limits>
-
 #include <nlohmann/json.hpp>
 
 #include "common/base/text.h"
@@ -31,7 +30,8 @@ TEST(MlflowPayloadTest, ALongValueIsCutToTheLimitWithAMarkerNamingTheBytesCut) {
   const std::size_t at = fitted.find(kTruncatedMarker);
   ASSERT_NE(at, std::string::npos);
   // What is kept plus what the marker says was cut is the whole value.
-  const std::string count = fitted.substr(at + std::string(kTruncatedMarker).size(), fitted.size() - at - std::string(kTruncatedMarker).size() - 7);
+  const std::string count = fitted.substr(at + std::string(kTruncatedMarker).size(),
+                                          fitted.size() - at - std::string(kTruncatedMarker).size() - 7);
   EXPECT_EQ(fitted.substr(fitted.size() - 7), " bytes]");
   EXPECT_EQ(at + std::stoul(count), value.size());
   EXPECT_EQ(fitted.substr(0, at), std::string(at, 'x'));
@@ -49,9 +49,14 @@ TEST(MlflowPayloadTest, ACutNeverSplitsAMultiByteCharacter) {
 
 TEST(MlflowPayloadTest, InvalidUtf8IsMadeValidBeforeItIsMeasured) {
   bool cut = true;
-  const std::string fitted = FitValue("ab\xff\xfe" "cd", 100, &cut);
+  const std::string fitted = FitValue(
+      "ab\xff\xfe"
+      "cd",
+      100, &cut);
   EXPECT_TRUE(IsUtf8(fitted));
-  EXPECT_EQ(fitted, "ab\xef\xbf\xbd\xef\xbf\xbd" "cd");
+  EXPECT_EQ(fitted,
+            "ab\xef\xbf\xbd\xef\xbf\xbd"
+            "cd");
   EXPECT_FALSE(cut);
 }
 
@@ -100,6 +105,7 @@ v1::Event Step(int64_t seq, int64_t step, double loss, int attempt = 1) {
   m->set_step_ms(80);
   m->set_peak_rss_mb(512);
   m->set_imbalance(1.5);
+  m->set_dropped_tokens(6);
   m->add_expert_load(10);
   m->add_expert_load(30);
   return e;
@@ -122,6 +128,7 @@ TEST(MlflowPayloadTest, AStepReportBecomesItsMetricsAtItsStepAndTime) {
   EXPECT_EQ(by_key["train/step_ms"].value, 80);
   EXPECT_EQ(by_key["memory/peak_rss_mb"].value, 512);
   EXPECT_EQ(by_key["moe/expert_imbalance"].value, 1.5);
+  EXPECT_EQ(by_key["moe/dropped_tokens"].value, 6);
   EXPECT_EQ(by_key["moe/expert_load/1"].value, 30);
   // The first event of attempt 1 records the attempt.
   EXPECT_EQ(by_key["job/attempt"].value, 1);

@@ -466,7 +466,7 @@ log(f"submitted {job_id}")
 # StepMetrics' fields by their .proto names (proto/trainyard/v1/event.proto), sorted.
 STEP_METRICS_FIELDS = ",".join(sorted(["step", "loss", "grad_norm", "lr", "tokens_per_s", "model_tflops", "mfu",
                                        "step_ms", "data_ms", "peak_rss_mb", "expert_load", "imbalance", "tokens",
-                                       "epoch", "peak_tensor_bytes"]))
+                                       "epoch", "peak_tensor_bytes", "dropped_tokens"]))
 VALIDATION_FIELDS = ",".join(sorted(["step", "loss", "tokens", "ms"]))
 # The API on loopback, never through a proxy from the environment (as node's fetch).
 _http = urllib.request.build_opener(urllib.request.ProxyHandler({}))

@@ -2,14 +2,13 @@
 // and filtered by kind, bounded in bytes, and each event the proto3 JSON of
 // trainyard.v1.Event (the one dialect the CLI and trainyard-train print), exact field
 // by field, read back strictly; non-finite metrics in valid JSON.
+#include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
 
 #include <limits>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <google/protobuf/util/message_differencer.h>
 
 #include "common/events/proto_json.h"
 #include "tests/server/web/web_api_fixture.h"
@@ -18,10 +17,11 @@ namespace trainyard::testing {
 namespace {
 
 TEST_F(WebApiTest, EventsArePagedFromTheStoreAndFilteredByKind) {
-  Append(alice_job_, {Step(alice_job_, 1, 5.5, 1000), Step(alice_job_, 2, 5.25, 1100),
-                      Compile(alice_job_, v1::CompileEvent::COMPILE, "block/moe", ""),
-                      Compile(alice_job_, v1::CompileEvent::RECOMPILE, "block/moe", "input[0].size(0): expected 4, got 8"),
-                      Step(alice_job_, 3, 5.0, 1200)});
+  Append(alice_job_,
+         {Step(alice_job_, 1, 5.5, 1000), Step(alice_job_, 2, 5.25, 1100),
+          Compile(alice_job_, v1::CompileEvent::COMPILE, "block/moe", ""),
+          Compile(alice_job_, v1::CompileEvent::RECOMPILE, "block/moe", "input[0].size(0): expected 4, got 8"),
+          Step(alice_job_, 3, 5.0, 1200)});
   auto stored = store_->ReadEvents(alice_job_, 1, 1000);
   ASSERT_TRUE(stored.ok());
   ASSERT_GE(stored->size(), 5u);
@@ -30,7 +30,8 @@ TEST_F(WebApiTest, EventsArePagedFromTheStoreAndFilteredByKind) {
   std::vector<int64_t> seqs;
   int64_t after = 0;
   for (int pages = 0; pages < 100; ++pages) {
-    WebResponse r = Call("/api/jobs/" + alice_job_ + "/events?after_seq=" + std::to_string(after) + "&limit=3", kViewer);
+    WebResponse r =
+        Call("/api/jobs/" + alice_job_ + "/events?after_seq=" + std::to_string(after) + "&limit=3", kViewer);
     ASSERT_EQ(r.status, 200) << r.body;
     json page = Body(r);
     // proto3 JSON writes a 64-bit integer as a decimal string.
@@ -72,7 +73,7 @@ TEST_F(WebApiTest, EventsArePagedFromTheStoreAndFilteredByKind) {
 // what names a file on a machine is blanked: an artifact's uri, a checkpoint's path.
 TEST_F(WebApiTest, AnEventIsTheProto3JsonOfTrainyardV1Event) {
   v1::Event step = Step(alice_job_, 7, 2.25, 1536.5);  // source_seq 1
-  step.mutable_time()->set_seconds(1700000000);      // 2023-11-14T22:13:20Z
+  step.mutable_time()->set_seconds(1700000000);        // 2023-11-14T22:13:20Z
   step.mutable_time()->set_nanos(250000000);
   step.mutable_step_metrics()->set_grad_norm(0.5);
   step.mutable_step_metrics()->set_mfu(0.125);
@@ -106,26 +107,59 @@ TEST_F(WebApiTest, AnEventIsTheProto3JsonOfTrainyardV1Event) {
   ASSERT_EQ(r.status, 200) << r.body;
   const json body = Body(r);
   ASSERT_EQ(body["events"].size(), 3u) << r.body;
-  const json expected_step = {
-      {"job_id", alice_job_}, {"seq", std::to_string(first)}, {"time", "2023-11-14T22:13:20.250Z"},
-      {"rank", 0},            {"attempt", 1},                 {"source_seq", "1"},
-      {"step_metrics",
-       {{"step", "7"}, {"loss", 2.25}, {"grad_norm", 0.5}, {"lr", 0}, {"tokens_per_s", 1536.5},
-        {"model_tflops", 0}, {"mfu", 0.125}, {"step_ms", 40.5}, {"data_ms", 0}, {"peak_rss_mb", 0},
-        {"expert_load", {"5", "9", "1", "3"}}, {"imbalance", 0}, {"tokens", "1099511627776"},
-        {"epoch", "3"}, {"peak_tensor_bytes", "0"}}}};
+  const json expected_step = {{"job_id", alice_job_},
+                              {"seq", std::to_string(first)},
+                              {"time", "2023-11-14T22:13:20.250Z"},
+                              {"rank", 0},
+                              {"attempt", 1},
+                              {"source_seq", "1"},
+                              {"step_metrics",
+                               {{"step", "7"},
+                                {"loss", 2.25},
+                                {"grad_norm", 0.5},
+                                {"lr", 0},
+                                {"tokens_per_s", 1536.5},
+                                {"model_tflops", 0},
+                                {"mfu", 0.125},
+                                {"step_ms", 40.5},
+                                {"data_ms", 0},
+                                {"peak_rss_mb", 0},
+                                {"expert_load", {"5", "9", "1", "3"}},
+                                {"imbalance", 0},
+                                {"tokens", "1099511627776"},
+                                {"epoch", "3"},
+                                {"peak_tensor_bytes", "0"},
+                                {"dropped_tokens", "0"}}}};
   EXPECT_EQ(body["events"][0], expected_step);
-  const json expected_artifact = {
-      {"job_id", alice_job_}, {"seq", std::to_string(first + 1)}, {"rank", 1}, {"attempt", 2}, {"source_seq", "9"},
-      {"artifact",
-       {{"name", "rank1.trace.json"}, {"kind", "trace"}, {"size_bytes", "2048"}, {"uri", ""},
-        {"sha256", std::string(64, 'a')}}}};
+  const json expected_artifact = {{"job_id", alice_job_},
+                                  {"seq", std::to_string(first + 1)},
+                                  {"rank", 1},
+                                  {"attempt", 2},
+                                  {"source_seq", "9"},
+                                  {"artifact",
+                                   {{"name", "rank1.trace.json"},
+                                    {"kind", "trace"},
+                                    {"size_bytes", "2048"},
+                                    {"uri", ""},
+                                    {"sha256", std::string(64, 'a')}}}};
   EXPECT_EQ(body["events"][1], expected_artifact);
-  const json expected_checkpoint = {
-      {"job_id", alice_job_}, {"seq", std::to_string(first + 2)}, {"rank", 0}, {"attempt", 2}, {"source_seq", "0"},
-      {"checkpoint",
-       {{"step", "100"}, {"path", ""}, {"bytes", "21474836480"}, {"blocked_ms", 1.5}, {"write_ms", 20},
-        {"dp", 2}, {"tp", 1}, {"ep", 1}, {"requested", false}, {"metric_name", ""}, {"metric", 0}}}};
+  const json expected_checkpoint = {{"job_id", alice_job_},
+                                    {"seq", std::to_string(first + 2)},
+                                    {"rank", 0},
+                                    {"attempt", 2},
+                                    {"source_seq", "0"},
+                                    {"checkpoint",
+                                     {{"step", "100"},
+                                      {"path", ""},
+                                      {"bytes", "21474836480"},
+                                      {"blocked_ms", 1.5},
+                                      {"write_ms", 20},
+                                      {"dp", 2},
+                                      {"tp", 1},
+                                      {"ep", 1},
+                                      {"requested", false},
+                                      {"metric_name", ""},
+                                      {"metric", 0}}}};
   EXPECT_EQ(body["events"][2], expected_checkpoint);
   EXPECT_EQ(r.body.find("secret"), std::string::npos) << r.body;
 
@@ -228,9 +262,9 @@ TEST_F(WebApiTest, ValidationEventsAreServedUnderTheirKind) {
   EXPECT_EQ(body["events"][1]["validation"]["step"], "80");
   EXPECT_EQ(body["events"][1]["validation"]["loss"], "NaN");
   // Both kinds at once, in seq order.
-  const json both = Body(Call("/api/jobs/" + alice_job_ + "/events?kinds=validation,step_metrics&after_seq=" +
-                                  std::to_string(first - 1),
-                              kViewer));
+  const json both = Body(
+      Call("/api/jobs/" + alice_job_ + "/events?kinds=validation,step_metrics&after_seq=" + std::to_string(first - 1),
+           kViewer));
   std::vector<std::string> kinds;
   for (const auto& e : both["events"]) kinds.push_back(e.contains("validation") ? "validation" : "step_metrics");
   EXPECT_EQ(kinds, (std::vector<std::string>{"step_metrics", "validation", "step_metrics", "validation"}));

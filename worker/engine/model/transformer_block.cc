@@ -25,7 +25,7 @@ TransformerBlockImpl::TransformerBlockImpl(const ModelConfig& c, bool use_moe, P
   if (use_moe) {
     block_region_ =
         regions.Make(regions::MoeBlockEntryKey(c, qb),
-                     regions::MoeBlockEntry(c.norm_eps, c.n_heads, c.n_kv_heads, hd, qb, moe->router_fn()), layer);
+                     regions::MoeBlockEntry(c.norm_eps, c.n_heads, c.n_kv_heads, hd, qb, moe->router_fn(), c), layer);
     const bool shared = !moe->shared_experts.is_empty();
     exit_region_ = regions.Make(regions::MoeBlockExitKey(c), regions::MoeBlockExit(shared), layer);
   } else {
@@ -43,18 +43,21 @@ BlockOutput TransformerBlockImpl::forward(const torch::Tensor& x, const RotaryEm
                                  attention->wv->weight,  attention->wo->weight, ffn_norm->weight};
     if (!moe) {
       p.insert(p.end(), {feed_forward->w1->weight, feed_forward->w2->weight, feed_forward->w3->weight});
-      return {block_region_(in, p)[0], torch::Tensor()};
+      return {block_region_(in, p)[0], torch::Tensor(), torch::Tensor()};
     }
     in.push_back(moe->expert_bias);
     p.push_back(moe->router->gate->weight);
-    // h, normed rows, then the router's rows, gates, token ids, counts.
+    // h, normed rows, then the router's rows, gates, token ids, counts (and, with a
+    // capacity, the kept rows per expert).
     const auto entry = block_region_(in, p);
-    auto back = moe->RunExperts(entry[2], entry[5]);
+    const bool capped = entry.size() > 6;
+    auto back = moe->RunExperts(entry[2], capped ? entry[6] : entry[5]);
     std::vector<torch::Tensor> shared;
     if (!moe->shared_experts.is_empty()) {
       shared = {moe->shared_experts->w1->weight, moe->shared_experts->w2->weight, moe->shared_experts->w3->weight};
     }
-    return {exit_region_({entry[0], back, entry[3], entry[4], entry[1]}, shared)[0], entry[5]};
+    return {exit_region_({entry[0], back, entry[3], entry[4], entry[1]}, shared)[0], entry[5],
+            capped ? entry[5].sum() - entry[6].sum() : torch::Tensor()};
   }
   auto normed = attention_norm(x);
   torch::Tensor attn;
@@ -70,9 +73,9 @@ BlockOutput TransformerBlockImpl::forward(const torch::Tensor& x, const RotaryEm
   auto h = x + attn;
   if (moe) {
     MoEOutput m = moe(ffn_norm(h));
-    return {h + m.out, m.tokens_per_expert};
+    return {h + m.out, m.tokens_per_expert, m.dropped};
   }
-  return {h + feed_forward(ffn_norm(h)), torch::Tensor()};
+  return {h + feed_forward(ffn_norm(h)), torch::Tensor(), torch::Tensor()};
 }
 
 namespace regions {
@@ -107,6 +110,7 @@ RegionKey MoeBlockEntryKey(const ModelConfig& c, int64_t query_block) {
                      {"score_func", c.score_func},
                      {"route_norm", c.route_norm},
                      {"route_scale", c.route_scale}});
+  if (c.capacity_factor > 0) f.emplace_back("capacity_factor", c.capacity_factor);
   return RegionKey("moe_block_entry", f);
 }
 
@@ -139,13 +143,20 @@ RegionFn DenseBlock(double eps, int64_t n_heads, int64_t n_kv_heads, int64_t hea
 }
 
 RegionFn MoeBlockEntry(double eps, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t query_block,
-                       RegionFn router) {
+                       RegionFn router, const ModelConfig& c) {
+  const int64_t top_k = c.top_k, n_experts = c.n_routed_experts;
+  const double capacity_factor = c.capacity_factor;
   RegionFn norm = RmsNorm(eps), attention = Attention(n_heads, n_kv_heads, head_dim, query_block);
   return [=](const std::vector<Tensor>& in, const std::vector<Tensor>& p) -> std::vector<Tensor> {
     auto [h, normed] = AttentionHalf(norm, attention, in, in.size() - 1, p);
     auto flat = normed.reshape({-1, normed.size(-1)});
-    auto routed = router({flat, in.back()}, {p[6]});
-    return {h, flat, routed[0], routed[1], routed[2], routed[3]};
+    // With a capacity that can drop the router takes the sequences whole ([batch, seq,
+    // dim]).
+    const bool whole = CapacityCanDrop(normed.size(1), top_k, n_experts, capacity_factor);
+    auto routed = router({whole ? normed : flat, in.back()}, {p[6]});
+    std::vector<Tensor> out{h, flat, routed[0], routed[1], routed[2], routed[3]};
+    if (routed.size() > 4) out.push_back(routed[4]);
+    return out;
   };
 }
 

@@ -21,6 +21,7 @@ namespace trainyard::engine {
 struct BlockOutput {
   torch::Tensor out;
   torch::Tensor tokens_per_expert;  // undefined for a dense block
+  torch::Tensor dropped;            // 0-d int64; undefined for a dense or dropless block
 };
 
 class TransformerBlockImpl : public torch::nn::Module {
@@ -63,8 +64,11 @@ compile::RegionKey DenseBlockKey(const ModelConfig& c, int64_t query_block);
 compile::RegionKey MoeBlockEntryKey(const ModelConfig& c, int64_t query_block);
 compile::RegionKey MoeBlockExitKey(const ModelConfig& c);
 compile::RegionFn DenseBlock(double eps, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t query_block);
+// With a capacity that can drop (CapacityCanDrop for the sequence length) the router
+// gets normed h as [batch, seq, dim], and the entry a seventh output, the router's kept
+// rows per expert.
 compile::RegionFn MoeBlockEntry(double eps, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t query_block,
-                                compile::RegionFn router);
+                                compile::RegionFn router, const ModelConfig& c);
 compile::RegionFn MoeBlockExit(bool has_shared);
 
 }  // namespace regions

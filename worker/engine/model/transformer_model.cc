@@ -16,8 +16,8 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
 
 }  // namespace
 
-TransformerModelImpl::TransformerModelImpl(const ModelConfig& c, int64_t max_seq_len,
-                                           ParallelContext ctx, ModelOptions options)
+TransformerModelImpl::TransformerModelImpl(const ModelConfig& c, int64_t max_seq_len, ParallelContext ctx,
+                                           ModelOptions options)
     : config_(c),
       ctx_(ctx),
       rope_(c.head_dim(), max_seq_len, c.rope_theta),
@@ -50,7 +50,7 @@ ModelOutput TransformerModelImpl::forward(const torch::Tensor& tokens, const tor
   // Mixed precision: the residual stream, and so every region, runs in the compute
   // dtype; the regions cast the fp32 weights to it (regions/projection.h).
   if (h.scalar_type() != compute_dtype_) h = h.to(compute_dtype_);
-  std::vector<torch::Tensor> counts;
+  std::vector<torch::Tensor> counts, dropped;
   int unit = 0;
   for (auto& block : blocks_) {
     if (before_unit_) before_unit_(++unit);
@@ -58,18 +58,23 @@ ModelOutput TransformerModelImpl::forward(const torch::Tensor& tokens, const tor
     if (full_checkpoint_ && torch::GradMode::is_enabled()) {
       // The block's activations are recomputed in backward; its counts come from this
       // forward only.
-      auto out = compile::Checkpointed([&block, this](const std::vector<torch::Tensor>& in) -> std::vector<torch::Tensor> {
-        BlockOutput r = block(in[0], rope_);
-        if (r.tokens_per_expert.defined()) return {r.out, r.tokens_per_expert};
-        return {r.out};
-      }, {h});
+      auto out = compile::Checkpointed(
+          [&block, this](const std::vector<torch::Tensor>& in) -> std::vector<torch::Tensor> {
+            BlockOutput r = block(in[0], rope_);
+            if (r.dropped.defined()) return {r.out, r.tokens_per_expert, r.dropped};
+            if (r.tokens_per_expert.defined()) return {r.out, r.tokens_per_expert};
+            return {r.out};
+          },
+          {h});
       b.out = out[0];
       if (out.size() > 1) b.tokens_per_expert = out[1];
+      if (out.size() > 2) b.dropped = out[2];
     } else {
       b = block(h, rope_);
     }
     h = b.out;
     if (b.tokens_per_expert.defined()) counts.push_back(b.tokens_per_expert);
+    if (b.dropped.defined()) dropped.push_back(b.dropped);
   }
   if (before_unit_) before_unit_(unit + 1);
   ModelOutput result;
@@ -77,12 +82,14 @@ ModelOutput TransformerModelImpl::forward(const torch::Tensor& tokens, const tor
     result.loss = loss_region_({h, targets}, {norm->weight, output->weight})[0];
   } else {
     auto normed = norm(h);
-    result.logits = torch::nn::functional::linear(normed, regions::AsComputeType(output->weight, normed))
-                        .to(torch::kFloat);
+    result.logits =
+        torch::nn::functional::linear(normed, regions::AsComputeType(output->weight, normed)).to(torch::kFloat);
   }
   result.tokens_per_expert = counts.empty()
                                  ? torch::zeros({0, config_.n_routed_experts}, tokens.options().dtype(torch::kInt64))
                                  : torch::stack(counts);
+  result.dropped_tokens =
+      dropped.empty() ? torch::zeros({}, tokens.options().dtype(torch::kInt64)) : torch::stack(dropped).sum();
   return result;
 }
 
@@ -103,8 +110,8 @@ void TransformerModelImpl::InitWeights(std::uint64_t seed) {
     // Drawn on the host from the host generator whatever the parameter's device, so a
     // CUDA model starts from exactly the CPU model's weights.
     auto full = torch::empty(FullShape(kind, p.sizes(), ctx_), p.options().device(torch::kCPU));
-    if (EndsWith(name, ".wo.weight") || EndsWith(name, ".w2.weight") ||
-        EndsWith(name, ".experts.w2") || name == "output.weight") {
+    if (EndsWith(name, ".wo.weight") || EndsWith(name, ".w2.weight") || EndsWith(name, ".experts.w2") ||
+        name == "output.weight") {
       full.normal_(0.0, out_std, gen);
     } else {
       full.normal_(0.0, std, gen);

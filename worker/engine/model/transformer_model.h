@@ -5,12 +5,12 @@
 // Not thread-safe (a torch module); owned by the Trainer.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "worker/engine/compile/region/region_fn.h"
 #include "worker/engine/compile/region/region_key.h"
@@ -27,14 +27,16 @@ struct ModelOutput {
   torch::Tensor logits;             // [batch, seq, vocab]; only when called without targets
   torch::Tensor loss;               // mean cross-entropy; only when called with targets
   torch::Tensor tokens_per_expert;  // [n_moe_layers, n_experts] int64 (empty if no MoE),
-                                    // this rank's MoE tokens only
+                                    // this rank's MoE tokens only, before capacity drops
+  torch::Tensor dropped_tokens;     // 0-d int64: this rank's (token, expert) assignments
+                                    // dropped by the capacity, summed over the MoE layers
 };
 
 struct ModelOptions {
   // Builds every region call site (null: eager, no compile layer).
   RegionFactory* regions = nullptr;
-  std::string activation_checkpoint = "none";  // "none" | "full" | "selective"
-  bool plant_side_effect = false;              // test only: see MoEImpl
+  std::string activation_checkpoint = "none";     // "none" | "full" | "selective"
+  bool plant_side_effect = false;                 // test only: see MoEImpl
   std::string regions_granularity = "per_layer";  // "per_layer" | "model" (tp = 1)
   // training.mixed_precision: kFloat ("fp32") or kBFloat16 ("bf16": fp32 weights, bf16
   // compute; regions/projection.h has the policy).

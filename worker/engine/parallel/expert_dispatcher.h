@@ -12,10 +12,10 @@
 // Immutable after construction; not thread-safe only because collectives are not.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <vector>
-
-#include <torch/torch.h>
 
 namespace trainyard::engine {
 
@@ -39,11 +39,12 @@ class ExpertDispatcher {
   // ep_group null means ep == 1: dispatch and combine are the identity.
   ExpertDispatcher(int64_t n_experts, CollectiveGroup* ep_group);
 
-  // rows: [n, dim] sorted by global expert; counts: [n_experts] int64, sum n.
+  // rows: [n, dim] sorted by global expert; counts: [n_experts] int64, sum m <= n. Only
+  // the first m rows are dispatched: the rest (dropped by the capacity) stay behind.
   Dispatched Dispatch(const torch::Tensor& rows, const torch::Tensor& counts) const;
 
   // expert_out: [sum(plan.local_counts), dim] in Dispatch's output order. Returns the
-  // rows back on the ranks and in the order that went into Dispatch.
+  // dispatched rows back on the ranks and in the order that went into Dispatch.
   torch::Tensor Combine(const torch::Tensor& expert_out, const DispatchPlan& plan) const;
 
   int64_t n_local_experts() const { return n_local_; }

@@ -310,7 +310,7 @@ v1::StepMetrics Trainer::Step(int step) {
   // Micro-batches of this DP rank's share of the global batch (dataset.h). Each micro
   // loss is scaled by 1/A so the gradients sum to those of the mean over all of them;
   // with A = 1 nothing is scaled, so the step is the one without accumulation.
-  torch::Tensor loss_sum, counts_sum;
+  torch::Tensor loss_sum, counts_sum, dropped_sum;
   std::vector<int64_t> counts_shape;
   double data_ms = 0;
   if (options_.test_stall_at_step == step) {
@@ -347,6 +347,8 @@ v1::StepMetrics Trainer::Step(int step) {
     torch::Tensor counts = out.tokens_per_expert.to(torch::kFloat64).reshape({-1});
     loss_sum = micro == 0 ? detached : loss_sum + detached;
     counts_sum = micro == 0 ? counts : counts_sum + counts;
+    torch::Tensor dropped = out.dropped_tokens.to(torch::kFloat64).reshape({1});
+    dropped_sum = micro == 0 ? dropped : dropped_sum + dropped;
     if (micro == 0) counts_shape = out.tokens_per_expert.sizes().vec();
   }
   if (!fsdp_) {
@@ -361,14 +363,15 @@ v1::StepMetrics Trainer::Step(int step) {
   // Loss and routing counts travel together in one small all-reduce over the world.
   // Every TP rank holds its DP rank's loss, so the world sum over-counts by tp; the
   // counts cover disjoint token slices, so their world sum is the global count (over
-  // every micro-batch). fp64 keeps the counts exact.
+  // every micro-batch), and so is that of the assignments the capacity dropped (after
+  // the counts). fp64 keeps the counts exact.
   //
   // "Checkpoint now" rides in the same all-reduce: one more element, 1 when this rank
   // found (and removed) its request file. The world sum is > 0 exactly when some rank
   // was asked, so every rank decides the same at the same step with no collective of
   // its own; the per-step cost is one unlink.
   const bool asked = TakeCheckpointRequest();
-  auto stats = torch::cat({loss_sum, counts_sum, torch::full({1}, asked ? 1.0 : 0.0, loss_sum.options())});
+  auto stats = torch::cat({loss_sum, counts_sum, dropped_sum, torch::full({1}, asked ? 1.0 : 0.0, loss_sum.options())});
   {
     RECORD_USER_SCOPE("trainyard::gradient_sync");
     // The gradient buckets first: the router's started on the world group during
@@ -394,7 +397,7 @@ v1::StepMetrics Trainer::Step(int step) {
     optimizer_->Step(lr, clip_scale);
   }
 
-  auto global_counts = stats.narrow(0, 1, stats.numel() - 2).reshape(counts_shape);
+  auto global_counts = stats.narrow(0, 1, stats.numel() - 3).reshape(counts_shape);
   if (mc.n_moe_layers() > 0) {
     RECORD_USER_SCOPE("trainyard::expert_bias");
     model_->UpdateExpertBiases(global_counts, mc.load_balance_coeff);
@@ -408,12 +411,13 @@ v1::StepMetrics Trainer::Step(int step) {
   v1::StepMetrics m;
   m.set_step(step);
   m.set_epoch(EpochOfStep(*dataset_, step - 1, GlobalBatch()));
-  // One copy to the host for the loss and the request flag.
+  // One copy to the host for the loss, the request flag and the dropped count.
   {
     HostRead read("step loss and checkpoint request");
-    const auto head = torch::stack({stats[0], stats[stats.numel() - 1]}).to(torch::kCPU);
+    const auto head = torch::stack({stats[0], stats[stats.numel() - 1], stats[stats.numel() - 2]}).to(torch::kCPU);
     m.set_loss(head[0].item<double>() / ctx.world);
     checkpoint_requested_ = head[1].item<double>() > 0;
+    m.set_dropped_tokens(std::llround(head[2].item<double>()));
   }
   if (checkpoint_requested_) requests_served_until_ = std::chrono::system_clock::now();
   m.set_grad_norm(grad_norm);

@@ -2,6 +2,9 @@
 // a ProcessGroupGloo over an in-process c10d::HashStore. The EP MoE's outputs and
 // gradients must match one MoE that holds every expert, and the dispatch plan and
 // load-balance counts must match a routing counted by hand.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
 #include <chrono>
 #include <exception>
 #include <functional>
@@ -9,9 +12,6 @@
 #include <mutex>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <torch/torch.h>
 
 #include "worker/engine/config/engine_config.h"
 #include "worker/engine/model/moe/moe_layer.h"
@@ -82,9 +82,11 @@ void ExpectClose(const torch::Tensor& got, const torch::Tensor& want, const std:
   EXPECT_TRUE(torch::allclose(got, want, 1e-4, 1e-5)) << what << ": max diff " << (got - want).abs().max();
 }
 
-// Forward + backward of `inputs[r]` on each EP rank against the all-experts reference.
-void CheckAgainstReference(const torch::Tensor& bias) {
-  const ModelConfig c = SmallMoE();
+// Forward + backward of `inputs[r]` on each EP rank against the all-experts reference
+// (with `capacity`, model.capacity_factor: each rank's input is one sequence).
+void CheckAgainstReference(const torch::Tensor& bias, double capacity = 0) {
+  ModelConfig c = SmallMoE();
+  c.capacity_factor = capacity;
   const int ep = 2;
   torch::manual_seed(7);
   MoE ref(c);
@@ -99,6 +101,7 @@ void CheckAgainstReference(const torch::Tensor& bias) {
 
   std::vector<torch::Tensor> ref_out, ref_dx;
   auto ref_counts = torch::zeros({c.n_routed_experts}, torch::kInt64);
+  std::vector<int64_t> ref_dropped(ep, 0), dropped(ep, 0);
   for (int r = 0; r < ep; ++r) {
     auto x = inputs[r].clone().requires_grad_(true);
     MoEOutput o = ref(x);
@@ -106,6 +109,7 @@ void CheckAgainstReference(const torch::Tensor& bias) {
     ref_out.push_back(o.out.detach());
     ref_dx.push_back(x.grad());
     ref_counts += o.tokens_per_expert;
+    if (o.dropped.defined()) ref_dropped[r] = o.dropped.item<int64_t>();
   }
   auto ref_grads = ref->named_parameters();
 
@@ -123,6 +127,7 @@ void CheckAgainstReference(const torch::Tensor& bias) {
       grads[r][item.key()] = item.value().grad().defined() ? item.value().grad() : torch::zeros_like(item.value());
     }
     counts[r] = o.tokens_per_expert;
+    if (o.dropped.defined()) dropped[r] = o.dropped.item<int64_t>();
   });
   for (auto& item : ref_grads) {
     const std::string& name = item.key();
@@ -137,10 +142,21 @@ void CheckAgainstReference(const torch::Tensor& bias) {
     }
   }
   EXPECT_TRUE(torch::equal(counts[0] + counts[1], ref_counts));
+  EXPECT_EQ(dropped, ref_dropped);
+  if (capacity > 0) EXPECT_GT(ref_dropped[0] + ref_dropped[1], 0) << "the capacity must drop";
 }
 
 TEST(ExpertParallelTest, OutputsAndGradientsMatchOneRankWithAllExperts) {
   CheckAgainstReference(torch::tensor({0.3f, -0.2f, 0.0f, 0.1f}));
+}
+
+// A capacity drops before the dispatch, on the source rank: the EP ranks send only the
+// kept rows and match the all-experts MoE, drops included (ceil(7·2/4 · 0.5) = 2 rows
+// per expert of rank 0's 7 tokens, 2 of rank 1's 5).
+TEST(ExpertParallelTest, WithACapacityOnlyKeptRowsTravelAndAllMatchOneRank) {
+  CheckAgainstReference(torch::tensor({0.3f, -0.2f, 0.0f, 0.1f}), 0.5);
+  // Every token on experts 0 and 1 (rank 0): most rows are dropped, rank 1 gets none.
+  CheckAgainstReference(torch::tensor({10.f, 10.f, 0.f, 0.f}), 0.5);
 }
 
 TEST(ExpertParallelTest, RankWhoseExpertsGetNoTokensStillJoinsBackward) {
@@ -154,9 +170,8 @@ TEST(ExpertParallelTest, DispatchPlanAndCountsMatchHandRouting) {
   c.dim = 4;
   // gate row e picks feature e, as in moe_layer_test: top-2 per token is
   // {0,3}, {0,2} on rank 0 and {2,3}, {3,1} on rank 1.
-  std::vector<torch::Tensor> inputs = {
-      torch::tensor({{1.f, 0.f, 0.f, 0.5f}, {1.f, 0.f, 0.2f, 0.f}}),
-      torch::tensor({{0.f, 0.f, 1.f, 0.3f}, {0.f, 0.5f, 0.f, 1.f}})};
+  std::vector<torch::Tensor> inputs = {torch::tensor({{1.f, 0.f, 0.f, 0.5f}, {1.f, 0.f, 0.2f, 0.f}}),
+                                       torch::tensor({{0.f, 0.f, 1.f, 0.3f}, {0.f, 0.5f, 0.f, 1.f}})};
   // Rank 0 holds experts 0,1; rank 1 holds experts 2,3.
   const std::vector<std::vector<int64_t>> want_counts = {{2, 0, 1, 1}, {0, 1, 1, 2}};
   const std::vector<std::vector<int64_t>> want_send = {{2, 2}, {1, 3}};
@@ -202,8 +217,8 @@ TEST(ExpertParallelTest, Bf16RowsCrossGlooUnchangedAndSumInBf16) {
     // and keeps its row 2.
     auto one = (torch::tensor({{1e30f, 3e-30f}, {-2.5f, 7.0f}, {0.1f, 1e-3f}})).to(torch::kBFloat16);
     auto two = (torch::tensor({{1e30f, 3e-30f}, {-2.5f, 7.0f}, {0.1f, 1e-3f}}) * 2).to(torch::kBFloat16);
-    auto want = r == 0 ? torch::cat({one.narrow(0, 0, 1), two.narrow(0, 0, 2)}) :
-                         torch::cat({one.narrow(0, 1, 2), two.narrow(0, 2, 1)});
+    auto want = r == 0 ? torch::cat({one.narrow(0, 0, 1), two.narrow(0, 0, 2)})
+                       : torch::cat({one.narrow(0, 1, 2), two.narrow(0, 2, 1)});
     EXPECT_TRUE(torch::equal(got, want)) << got;
 
     // The sum, in bf16 in place.

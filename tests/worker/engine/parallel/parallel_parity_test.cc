@@ -2,6 +2,8 @@
 // must reproduce the single-rank run that holds the same global batch, step by step,
 // and end with the same (gathered) weights. Also: a tp=2 run that loads a 1-rank
 // --save-init export starts from the 1-rank step-1 loss.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,9 +14,6 @@
 #include <string>
 #include <tuple>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <torch/torch.h>
 
 #include "tests/worker/engine/rank_harness.h"
 #include "worker/engine/io/safetensors_file.h"
@@ -34,12 +33,13 @@ constexpr int kBatch = 4;  // per DP rank
 struct Layout {
   int dp, tp, ep;
   std::string precision = "fp32";  // training.mixed_precision, of the reference run too
-  std::string ac = "none";          // activation_checkpoint.mode
-  int accum = 1;                    // training.grad_accum_steps
+  std::string ac = "none";         // activation_checkpoint.mode
+  int accum = 1;                   // training.grad_accum_steps (kBatch/accum per micro-batch)
+  double capacity = 0;             // model.capacity_factor, of the reference run too
   std::string Name() const {
     return "dp" + std::to_string(dp) + "_tp" + std::to_string(tp) + "_ep" + std::to_string(ep) +
            (precision == "fp32" ? "" : "_" + precision) + (ac == "none" ? "" : "_ac" + ac) +
-           (accum == 1 ? "" : "_accum" + std::to_string(accum));
+           (accum == 1 ? "" : "_accum" + std::to_string(accum)) + (capacity == 0 ? "" : "_capacity");
   }
   bool bf16() const { return precision == "bf16"; }
 };
@@ -59,6 +59,7 @@ std::string WriteLayoutSpec(const std::string& path, const Layout& l, int batch,
   c.training.mixed_precision = l.precision;
   c.activation_checkpoint.mode = l.ac;
   c.training.grad_accum_steps = l.accum;
+  c.model.capacity_factor = l.capacity;
   return testing::WriteSpec(path, c);
 }
 
@@ -104,10 +105,12 @@ class ParityTest : public ::testing::TestWithParam<Layout> {};
 TEST_P(ParityTest, LossesAndFinalWeightsMatchOneRank) {
   const Layout l = GetParam();
   const std::string dir = ProcessTempPrefix();
-  const std::string ref_tag = "ref_b" + std::to_string(kBatch * l.dp) + (l.bf16() ? "_bf16" : "");
+  const std::string ref_tag =
+      "ref_b" + std::to_string(kBatch * l.dp) + (l.bf16() ? "_bf16" : "") + (l.capacity == 0 ? "" : "_capacity");
   const std::string tag = l.Name();
-  const auto ref =
-      RunLayout({1, 1, 1, l.precision}, kBatch * l.dp, kSteps, ref_tag, {"--save-final", dir + ref_tag + ".safetensors"});
+  Layout one{1, 1, 1, l.precision};
+  one.capacity = l.capacity;
+  const auto ref = RunLayout(one, kBatch * l.dp, kSteps, ref_tag, {"--save-final", dir + ref_tag + ".safetensors"});
   // bf16 rounds every activation to 8 significant bits, and a layout changes where the
   // roundings fall (TP's partial sums are rounded before their reduce; Gloo reduces bf16
   // in fp32): parity within bf16's precision, not fp32's. Losses measured within 1.3e-4
@@ -122,13 +125,27 @@ TEST_P(ParityTest, LossesAndFinalWeightsMatchOneRank) {
     return name.find(".moe.") != std::string::npos && name.find(".shared_experts.") == std::string::npos ? 0.2 : 2e-2;
   };
   const double max_tol = l.bf16() ? 0.5 : 1e-3;
-  const auto got = RunLayout(l, kBatch, kSteps, tag, {"--save-final", dir + tag + ".safetensors"});
+  const auto got = RunLayout(l, kBatch / l.accum, kSteps, tag, {"--save-final", dir + tag + ".safetensors"});
   ASSERT_EQ(ref.size(), size_t(kSteps));
   ASSERT_EQ(got.size(), size_t(kSteps));
   for (int i = 0; i < kSteps; ++i) {
     EXPECT_NEAR(got[i], ref[i], loss_tol * std::abs(ref[i])) << tag << " step " << i + 1;
   }
   std::cout << "[parity] " << tag << " max relative loss diff " << MaxRelDiff(got, ref) << std::endl;
+  if (l.capacity > 0) {
+    // Capacity counts per sequence, so every layout drops the same assignments.
+    auto dropped = [&](const std::string& t) {
+      std::vector<int64_t> d;
+      for (const v1::Event& e : ReadRankEvents(dir + t + "_r0.jsonl")) {
+        if (e.has_step_metrics()) d.push_back(e.step_metrics().dropped_tokens());
+      }
+      return d;
+    };
+    const auto want = dropped(ref_tag), have = dropped(tag);
+    EXPECT_EQ(have, want);
+    ASSERT_FALSE(want.empty());
+    EXPECT_GT(want.front(), 0) << "the capacity must drop, or the case proves nothing";
+  }
   EXPECT_LT(ref.back(), ref.front() - 0.05);  // training moved, so parity is not vacuous
 
   // Per tensor: relative L2 error ||a−b||/||b|| within 1e-4. The element-wise
@@ -155,12 +172,19 @@ TEST_P(ParityTest, LossesAndFinalWeightsMatchOneRank) {
 }
 
 // The 4-rank layouts carry the `slow` label (tests/worker/engine/CMakeLists.txt).
-INSTANTIATE_TEST_SUITE_P(FourRanks, ParityTest,
-                         ::testing::Values(Layout{2, 2, 2}, Layout{4, 1, 4}),
+INSTANTIATE_TEST_SUITE_P(FourRanks, ParityTest, ::testing::Values(Layout{2, 2, 2}, Layout{4, 1, 4}),
                          [](const auto& info) { return info.param.Name(); });
 INSTANTIATE_TEST_SUITE_P(TwoRanks, ParityTest,
-                         ::testing::Values(Layout{1, 2, 1}, Layout{2, 1, 1}, Layout{2, 1, 2},
-                                           Layout{1, 2, 1, "bf16"}, Layout{2, 1, 2, "bf16"}),
+                         ::testing::Values(Layout{1, 2, 1}, Layout{2, 1, 1}, Layout{2, 1, 2}, Layout{1, 2, 1, "bf16"},
+                                           Layout{2, 1, 2, "bf16"}),
+                         [](const auto& info) { return info.param.Name(); });
+// Token dropping under TP, EP and gradient accumulation: model.capacity_factor 0.5
+// keeps at most ceil(32·2/4 · 0.5) = 8 assignments per expert and sequence, at most half
+// of the tiny model's.
+INSTANTIATE_TEST_SUITE_P(Capacity, ParityTest,
+                         ::testing::Values(Layout{1, 2, 1, "fp32", "none", 1, 0.5},
+                                           Layout{2, 1, 2, "fp32", "none", 1, 0.5},
+                                           Layout{2, 1, 2, "fp32", "none", 2, 0.5}),
                          [](const auto& info) { return info.param.Name(); });
 
 // Gradient reduction during backward (gradient_synchronizer.h) against the same buckets

@@ -13,7 +13,10 @@ MoEImpl::MoEImpl(const ModelConfig& c, ParallelContext ctx, RegionFactory& regio
       // Under an eager factory the expert region is a plain call, not a reported region.
       expert_factory_(regions.RunsEager() ? &EagerRegionFactory() : &regions),
       expert_key_(regions::FfnKey("expert_ffn", c.dim, c.expert_hidden, /*tp=*/1)),
-      layer_(layer) {
+      layer_(layer),
+      top_k_(c.top_k),
+      n_experts_(c.n_routed_experts),
+      capacity_factor_(c.capacity_factor) {
   RegionFactory& own = in_block_regions ? EagerRegionFactory() : regions;
   router = register_module("router", TokenChoiceRouter(c.dim, c.n_routed_experts));
   experts = register_module("experts", GroupedExperts(c.dim, c.expert_hidden, dispatcher_.n_local_experts()));
@@ -25,9 +28,10 @@ MoEImpl::MoEImpl(const ModelConfig& c, ParallelContext ctx, RegionFactory& regio
   if (plant_side_effect) {
     tokens_per_expert = register_buffer("tokens_per_expert", torch::zeros({c.n_routed_experts}, torch::kInt64));
   }
-  const auto router_key =
-      regions::RouterKey(c.dim, c.n_routed_experts, c.top_k, c.score_func, c.route_norm, c.route_scale);
-  router_fn_ = regions::Router(c.top_k, c.score_func, c.route_norm, c.route_scale, tokens_per_expert);
+  const auto router_key = regions::RouterKey(c.dim, c.n_routed_experts, c.top_k, c.score_func, c.route_norm,
+                                             c.route_scale, c.capacity_factor);
+  router_fn_ =
+      regions::Router(c.top_k, c.score_func, c.route_norm, c.route_scale, tokens_per_expert, c.capacity_factor);
   router_region_ = own.Make(router_key, router_fn_, layer);
   // Rows per expert change every step: the rows dimension is dynamic, so a dropless MoE
   // compiles its experts once rather than once per token count. The expert region (one
@@ -52,16 +56,27 @@ MoEOutput MoEImpl::forward(const torch::Tensor& input) {
   const int64_t begin = n * ctx_.tp_rank / ctx_.tp, end = n * (ctx_.tp_rank + 1) / ctx_.tp;
   auto xs = ctx_.tp > 1 ? x.narrow(0, begin, end - begin) : x;
 
-  // rows sorted by expert, their gates and token ids, tokens per expert.
-  const auto routed = router_region_({xs, expert_bias}, {router->gate->weight});
-  auto out = combine_region_({RunExperts(routed[0], routed[3]), routed[1], routed[2], xs}, {})[0];
+  // rows sorted by expert, their gates and token ids, tokens per expert (and, with a
+  // capacity, the kept rows per expert).
+  torch::Tensor router_x = xs;
+  const int64_t s = input.dim() >= 3 ? input.size(-2) : n;
+  if (regions::CapacityCanDrop(s, top_k_, n_experts_, capacity_factor_)) {
+    // Capacity counts per sequence, so a TP rank's slice must hold whole sequences.
+    TORCH_CHECK(begin % s == 0 && end % s == 0, "model.capacity_factor with parallelism.tp=", ctx_.tp,
+                ": every TP rank routes whole sequences, so the ", n / s,
+                " sequences of a micro-batch must split evenly over the TP ranks");
+    router_x = xs.view({-1, s, dim});
+  }
+  const auto routed = router_region_({router_x, expert_bias}, {router->gate->weight});
+  const bool capped = routed.size() > 4;
+  auto out = combine_region_({RunExperts(routed[0], capped ? routed[4] : routed[3]), routed[1], routed[2], xs}, {})[0];
   if (ctx_.tp > 1) {
     // Zero rows for the other TP ranks' slices: the all-reduce below fills them in.
     out = torch::cat({xs.new_zeros({begin, dim}), out, xs.new_zeros({n - end, dim})}, 0);
   }
   if (shared_experts) out = out + shared_experts->Partial(x);
   out = ReduceFromRegion(out, ctx_.tp_group);
-  return {out.view(input.sizes()), routed[3]};
+  return {out.view(input.sizes()), routed[3], capped ? routed[3].sum() - routed[4].sum() : torch::Tensor()};
 }
 
 torch::Tensor MoEImpl::RunExperts(const torch::Tensor& rows, const torch::Tensor& counts) {
@@ -72,7 +87,10 @@ torch::Tensor MoEImpl::RunExperts(const torch::Tensor& rows, const torch::Tensor
       regions_->GraphBreak(expert_key_, "EP all-to-all of per-expert counts and of token rows (collective)");
     }
   }
-  return dispatcher_.Combine(experts->forward(d.tokens, d.plan.local_counts, expert_region_), d.plan);
+  auto out = dispatcher_.Combine(experts->forward(d.tokens, d.plan.local_counts, expert_region_), d.plan);
+  // Rows dropped by the capacity were not dispatched: zero output, zero gradient.
+  if (out.size(0) < rows.size(0)) out = torch::cat({out, out.new_zeros({rows.size(0) - out.size(0), out.size(1)})});
+  return out;
 }
 
 void MoEImpl::UpdateExpertBias(const torch::Tensor& counts, double coeff) {

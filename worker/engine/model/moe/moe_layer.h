@@ -1,5 +1,9 @@
-// Dropless token-choice MoE: router, routed experts, optional shared expert, and the
-// expert_bias buffer used for aux-loss-free balancing. Forward writes no module state:
+// Token-choice MoE: router, routed experts, optional shared expert, and the
+// expert_bias buffer used for aux-loss-free balancing. Dropless unless
+// model.capacity_factor > 0: then each expert takes at most ExpertCapacity(s, k, E,
+// factor) of each sequence's s tokens (moe_router.h), so drops depend on the sequence
+// alone, not on how the batch is split over ranks or micro-batches; under TP each rank
+// must therefore route whole sequences. Forward writes no module state:
 // the per-expert token counts come back as a value and the trainer applies the bias
 // update after the optimizer step.
 //
@@ -30,7 +34,8 @@ namespace trainyard::engine {
 
 struct MoEOutput {
   torch::Tensor out;                // same shape as the input
-  torch::Tensor tokens_per_expert;  // [n_experts] int64, this rank's tokens only
+  torch::Tensor tokens_per_expert;  // [n_experts] int64, this rank's tokens only, before drops
+  torch::Tensor dropped;            // 0-d int64: assignments dropped by the capacity (undefined: dropless)
 };
 
 class MoEImpl : public torch::nn::Module {
@@ -42,12 +47,16 @@ class MoEImpl : public torch::nn::Module {
   explicit MoEImpl(const ModelConfig& config, ParallelContext ctx = {}, RegionFactory& regions = EagerRegionFactory(),
                    int layer = -1, bool plant_side_effect = false, bool in_block_regions = false);
 
-  // x: [..., dim], replicated across the TP group.
+  // x: [..., dim], replicated across the TP group. With a capacity factor x is
+  // [batch, seq, dim] (a 2-D x is one sequence); a capacity that holds a whole sequence
+  // (CapacityCanDrop false) takes the dropless path, bit for bit.
   MoEOutput forward(const torch::Tensor& x);
 
   // The stretch between the router and the combine: dispatch (host sync, EP all-to-all),
   // the local experts, and the reverse all-to-all. rows: the router's sorted rows;
-  // counts: its tokens per expert. Returns the expert outputs in the rows' order.
+  // counts: the rows per expert to dispatch (rows past their sum, dropped by the
+  // capacity, are not). Returns the expert outputs in the rows' order, zero for the
+  // rows not dispatched.
   torch::Tensor RunExperts(const torch::Tensor& rows, const torch::Tensor& counts);
   // The router region's function (embedded by regions = "model").
   const compile::RegionFn& router_fn() const { return router_fn_; }
@@ -69,6 +78,8 @@ class MoEImpl : public torch::nn::Module {
   RegionFactory* expert_factory_;  // regions_, or the eager factory (plain calls)
   compile::RegionKey expert_key_;
   int layer_;
+  int64_t top_k_, n_experts_;
+  double capacity_factor_;  // 0: dropless
   RegionCall router_region_, combine_region_;
   RegionCall expert_region_;  // made at the first forward (see RunExperts)
   compile::RegionFn router_fn_;

@@ -1,5 +1,8 @@
 #include "worker/engine/model/moe/moe_router.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "worker/engine/model/regions/projection.h"
 
 namespace trainyard::engine {
@@ -15,18 +18,33 @@ using compile::RegionKey;
 using torch::Tensor;
 
 RegionKey RouterKey(int64_t dim, int64_t n_experts, int64_t top_k, const std::string& score_func, bool route_norm,
-                    double route_scale) {
-  return RegionKey("router", {{"dim", dim},
-                              {"n_experts", n_experts},
-                              {"top_k", top_k},
-                              {"score_func", score_func},
-                              {"route_norm", route_norm},
-                              {"route_scale", route_scale}});
+                    double route_scale, double capacity_factor) {
+  std::vector<RegionKey::Field> fields{{"dim", dim},
+                                       {"n_experts", n_experts},
+                                       {"top_k", top_k},
+                                       {"score_func", score_func},
+                                       {"route_norm", route_norm},
+                                       {"route_scale", route_scale}};
+  // Only when set, so a dropless router keeps its key (and its cache entries).
+  if (capacity_factor > 0) fields.emplace_back("capacity_factor", capacity_factor);
+  return RegionKey("router", fields);
 }
 
-RegionFn Router(int64_t top_k, std::string score_func, bool route_norm, double route_scale, Tensor plant_into) {
+int64_t ExpertCapacity(int64_t s, int64_t top_k, int64_t n_experts, double capacity_factor) {
+  const double c =
+      std::ceil(static_cast<double>(s) * static_cast<double>(top_k) / static_cast<double>(n_experts) * capacity_factor);
+  return c >= static_cast<double>(s) ? s : std::max<int64_t>(1, static_cast<int64_t>(c));
+}
+
+bool CapacityCanDrop(int64_t s, int64_t top_k, int64_t n_experts, double capacity_factor) {
+  return capacity_factor > 0 && ExpertCapacity(s, top_k, n_experts, capacity_factor) < s;
+}
+
+RegionFn Router(int64_t top_k, std::string score_func, bool route_norm, double route_scale, Tensor plant_into,
+                double capacity_factor) {
   return [=](const std::vector<Tensor>& in, const std::vector<Tensor>& p) -> std::vector<Tensor> {
-    const Tensor& x = in[0];
+    const bool capped = capacity_factor > 0 && in[0].dim() == 3;
+    const Tensor x = capped ? in[0].reshape({-1, in[0].size(-1)}) : in[0];
     const Tensor& expert_bias = in[1];
     // bf16: the gate's GEMM in bf16, the scores (and so the gates) in fp32, as
     // torchtitan's router does.
@@ -43,6 +61,23 @@ RegionFn Router(int64_t top_k, std::string score_func, bool route_norm, double r
     const auto flat = selected.reshape({-1});
     auto counts = torch::zeros({expert_bias.size(0)}, flat.options()).scatter_add_(0, flat, torch::ones_like(flat));
     if (plant_into.defined()) plant_into.copy_(counts);  // test-only planted side effect
+    if (capped) {
+      const int64_t groups = in[0].size(0), s = in[0].size(1), n_experts = expert_bias.size(0);
+      const int64_t capacity = ExpertCapacity(s, top_k, n_experts, capacity_factor);
+      // Per group and expert, the `capacity` routed assignments with the highest gates
+      // stay; an unrouted entry (-1) ranks below every routed one (gates are >= 0).
+      auto ranked = torch::full({x.size(0), n_experts}, -1.0, gates.options()).scatter(1, selected, gates.detach());
+      auto top = std::get<1>(ranked.view({groups, s, n_experts}).topk(capacity, /*dim=*/1));
+      auto within = torch::zeros({groups, s, n_experts}, flat.options()).scatter_(1, top, 1);
+      auto keep = within.view({-1, n_experts}).gather(1, selected).reshape({-1});
+      auto kept = torch::zeros_like(counts).scatter_add_(0, flat, keep);
+      // Dropped rows sort after every expert's kept rows (key n_experts), out of the
+      // dispatched slices; their gates are zero, so they add nothing.
+      auto order = std::get<1>(flat.masked_fill(keep == 0, n_experts).sort(/*stable=*/true, 0, false));
+      auto token_ids = order.div(top_k, "floor");
+      auto kept_gates = gates.reshape({-1}).masked_fill(keep == 0, 0.0);
+      return {x.index_select(0, token_ids), kept_gates.index_select(0, order).unsqueeze(1), token_ids, counts, kept};
+    }
     // Sort the (token, slot) pairs by expert so each expert sees one contiguous slice.
     // A stable sort keeps token order within an expert, so results are reproducible.
     auto order = std::get<1>(selected.reshape({-1}).sort(/*stable=*/true, /*dim=*/0, /*descending=*/false));
