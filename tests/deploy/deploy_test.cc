@@ -27,9 +27,10 @@
 
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "server/metrics/controller_metrics.h"
-#include "tests/support/test_cluster.h"
-#include "tests/support/http_get.h"
 #include "tests/support/files.h"
+#include "tests/support/http_get.h"
+#include "tests/support/ports.h"
+#include "tests/support/test_cluster.h"
 #include "worker/daemon/health_server.h"
 
 namespace trainyard::testing {
@@ -52,8 +53,7 @@ bool Eventually(const std::function<bool()>& pred, int timeout_ms) {
 // One grpc.health.v1 Check against `target`: the status, or "RPC <code>" when the call
 // failed (NOT_FOUND for a service the server does not know).
 std::string HealthCheck(const std::string& target, const std::string& service) {
-  auto stub = grpc::health::v1::Health::NewStub(
-      grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+  auto stub = grpc::health::v1::Health::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
   grpc::health::v1::HealthCheckRequest req;
@@ -93,8 +93,8 @@ TEST(HealthListenTest, ABarePortIsLoopbackAndBeyondLoopbackNeedsInsecure) {
 
 TEST(HealthServerTest, FollowsRegistrationWhileLivenessStaysServingUntilShutdown) {
   std::atomic<bool> registered{false};
-  auto started = HealthServer::Start("127.0.0.1:0", [&] { return registered.load(); },
-                                     absl::Milliseconds(20));
+  auto started = HealthServer::Start(
+      "127.0.0.1:0", [&] { return registered.load(); }, absl::Milliseconds(20));
   ASSERT_TRUE(started.ok()) << started.status();
   std::unique_ptr<HealthServer> health = std::move(*started);
   const std::string target = "127.0.0.1:" + std::to_string(health->port());
@@ -124,8 +124,7 @@ TEST(HealthServerTest, APortAnotherServerHoldsIsRefusedNamingIt) {
   auto second = HealthServer::Start(address, [] { return true; });
   ASSERT_FALSE(second.ok()) << "two health servers share " << address;
   EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_NE(second.status().message().find("--health-listen '" + address +
-                                           "': cannot listen: address already in use"),
+  EXPECT_NE(second.status().message().find("--health-listen '" + address + "': cannot listen: address already in use"),
             std::string::npos)
       << second.status();
   EXPECT_EQ(HealthCheck(address, "liveness"), "SERVING") << "the first still serves";
@@ -139,9 +138,9 @@ TEST(WorkerHealthTest, ServingWhileRegisteredAndNotWhileTheControllerIsDown) {
   const int port = FreeLoopbackPort();
   ASSERT_NE(port, 0);
   const std::string target = "127.0.0.1:" + std::to_string(port);
-  const int base = 20000 + (getpid() % 1000) * 10;
-  TestProcess worker({TRAINYARD_WORKER, "--controller", cluster.address(), "--slots", "1", "--name", "w1",
-                      "--work-dir", (cluster.dir() / "w1").string(), "--rendezvous-ports",
+  const int base = RendezvousPortBase();
+  TestProcess worker({TRAINYARD_WORKER, "--controller", cluster.address(), "--slots", "1", "--name", "w1", "--work-dir",
+                      (cluster.dir() / "w1").string(), "--rendezvous-ports",
                       std::to_string(base) + "-" + std::to_string(base + 9), "--health-listen", target},
                      (cluster.dir() / "worker.log").string());
   ASSERT_TRUE(cluster.WaitConnected({"w1"}, 30000)) << "see " << cluster.dir() / "worker.log";
@@ -150,8 +149,7 @@ TEST(WorkerHealthTest, ServingWhileRegisteredAndNotWhileTheControllerIsDown) {
   EXPECT_EQ(HealthCheck(target, "trainyard.worker"), "SERVING");
 
   cluster.KillController();
-  EXPECT_TRUE(Eventually([&] { return HealthCheck(target, "") == "NOT_SERVING"; }, 30000))
-      << HealthCheck(target, "");
+  EXPECT_TRUE(Eventually([&] { return HealthCheck(target, "") == "NOT_SERVING"; }, 30000)) << HealthCheck(target, "");
   EXPECT_EQ(HealthCheck(target, "liveness"), "SERVING");
 
   ASSERT_TRUE(cluster.RestartController());
@@ -165,9 +163,17 @@ TEST(WorkerHealthTest, ANonLoopbackHealthListenerNeedsInsecure) {
   fs::create_directories(dir);
   const int port = FreeLoopbackPort();
   ASSERT_NE(port, 0);
-  const std::vector<std::string> argv = {TRAINYARD_WORKER, "--controller", "127.0.0.1:1", "--slots", "1",
-                                         "--name", "w1", "--work-dir", (dir / "w1").string(),
-                                         "--health-listen", "0.0.0.0:" + std::to_string(port)};
+  const std::vector<std::string> argv = {TRAINYARD_WORKER,
+                                         "--controller",
+                                         "127.0.0.1:1",
+                                         "--slots",
+                                         "1",
+                                         "--name",
+                                         "w1",
+                                         "--work-dir",
+                                         (dir / "w1").string(),
+                                         "--health-listen",
+                                         "0.0.0.0:" + std::to_string(port)};
   const CommandResult refused = RunCommand(argv);
   EXPECT_EQ(refused.exit_code, 2);
   EXPECT_NE(refused.err.find("--health-listen"), std::string::npos) << refused.err;
@@ -306,13 +312,13 @@ TEST(PrometheusAlertsTest, RecompileStormAndStalledJobAlertsFireFromARealControl
   const fs::path wrapper = cluster.dir() / "rank-wrapper.sh";
   std::ofstream(wrapper) << RankWrapper();
   fs::permissions(wrapper, fs::perms::owner_all);
-  const int base = 21000 + (getpid() % 1000) * 10;
+  const int base = RendezvousPortBase();
   // Rank 0 of every real job's first attempt stops before step 3's data (outside any
   // collective): the stall that training.step_timeout_s must catch.
-  TestProcess worker({"/usr/bin/env", "TRAINYARD_TEST_STALL_RANK=0", "TRAINYARD_TEST_STALL_AT_STEP=3",
-                      TRAINYARD_WORKER, "--controller", cluster.address(), "--slots", "2", "--name", "w1",
-                      "--rank-binary", wrapper.string(), "--work-dir", (cluster.dir() / "w1").string(),
-                      "--rendezvous-ports", std::to_string(base) + "-" + std::to_string(base + 9)},
+  TestProcess worker({"/usr/bin/env", "TRAINYARD_TEST_STALL_RANK=0", "TRAINYARD_TEST_STALL_AT_STEP=3", TRAINYARD_WORKER,
+                      "--controller", cluster.address(), "--slots", "2", "--name", "w1", "--rank-binary",
+                      wrapper.string(), "--work-dir", (cluster.dir() / "w1").string(), "--rendezvous-ports",
+                      std::to_string(base) + "-" + std::to_string(base + 9)},
                      (cluster.dir() / "worker.log").string());
   ASSERT_TRUE(cluster.WaitConnected({"w1"}, 30000)) << "see " << cluster.dir() / "worker.log";
 
@@ -405,8 +411,7 @@ TEST(PrometheusAlertsTest, RecompileStormAndStalledJobAlertsFireFromARealControl
     if (e.contains("compile") && e.at("compile").value("kind", "") == "RECOMPILE") ++recompiles;
   }
   EXPECT_GT(recompiles, 30);
-  const std::string query =
-      "trainyard_compile_events_total{kind=\"recompile\",job_id=\"" + storm + "\"}";
+  const std::string query = "trainyard_compile_events_total{kind=\"recompile\",job_id=\"" + storm + "\"}";
   double scraped = -1;
   EXPECT_TRUE(Eventually(
       [&] {
@@ -417,8 +422,8 @@ TEST(PrometheusAlertsTest, RecompileStormAndStalledJobAlertsFireFromARealControl
       },
       30000))
       << "Prometheus has " << scraped << ", the stream " << recompiles;
-  std::printf("[figures] recompile-storm job: %d RECOMPILE events in its stream, %.0f in Prometheus\n",
-              recompiles, scraped);
+  std::printf("[figures] recompile-storm job: %d RECOMPILE events in its stream, %.0f in Prometheus\n", recompiles,
+              scraped);
 }
 #endif  // TRAINYARD_PROMETHEUS
 

@@ -1,28 +1,29 @@
 // End to end: the real controller, worker and CLI binaries on loopback, training the
 // debug MoE model with real Gloo ranks.
-#include <gtest/gtest.h>
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cctype>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
 
-#include "tests/support/test_cluster.h"
-#include "tests/support/http_get.h"
 #include "tests/support/files.h"
+#include "tests/support/http_get.h"
+#include "tests/support/ports.h"
+#include "tests/support/test_cluster.h"
 
 namespace trainyard::testing {
 namespace {
@@ -41,12 +42,11 @@ class EndToEndTest : public ::testing::Test {
     fs::create_directories(dir_);
     StartController("127.0.0.1:0");
     ASSERT_FALSE(address_.empty()) << "controller did not start; see " << dir_ / "controller.log";
-    // A rendezvous port range of our own, so parallel test processes do not collide.
-    int base = 30000 + (getpid() % 3000) * 10;
+    // A rendezvous port range of our own, below the ephemeral ports (ports.h).
+    const int base = RendezvousPortBase();
     worker_ = std::make_unique<TestProcess>(
-        std::vector<std::string>{TRAINYARD_WORKER, "--controller", address_, "--slots", "2",
-                                 "--name", "w1", "--rendezvous-ports",
-                                 std::to_string(base) + "-" + std::to_string(base + 9),
+        std::vector<std::string>{TRAINYARD_WORKER, "--controller", address_, "--slots", "2", "--name", "w1",
+                                 "--rendezvous-ports", std::to_string(base) + "-" + std::to_string(base + 9),
                                  "--work-dir", (dir_ / "worker").string()},
         (dir_ / "worker.log").string());
     // Wait until the worker registered, so validation counts its slots.
@@ -63,9 +63,8 @@ class EndToEndTest : public ::testing::Test {
     fs::remove(dir_ / "port");
     if (metrics_port_ == 0) metrics_port_ = FreePort();
     controller_ = std::make_unique<TestProcess>(
-        std::vector<std::string>{TRAINYARD_CONTROLLER, "--listen", listen, "--data-dir",
-                                 (dir_ / "data").string(), "--port-file",
-                                 (dir_ / "port").string(), "--metrics-listen",
+        std::vector<std::string>{TRAINYARD_CONTROLLER, "--listen", listen, "--data-dir", (dir_ / "data").string(),
+                                 "--port-file", (dir_ / "port").string(), "--metrics-listen",
                                  "127.0.0.1:" + std::to_string(metrics_port_)},
         (dir_ / "controller.log").string());
     std::string port = WaitForFile((dir_ / "port").string(), 20000);
@@ -73,22 +72,25 @@ class EndToEndTest : public ::testing::Test {
   }
 
   // Follows `id` with `trainyard watch` in the background until a step is reported.
-  std::unique_ptr<TestProcess> WatchUntilTraining(const std::string& id,
-                                                  const std::string& log) {
+  std::unique_ptr<TestProcess> WatchUntilTraining(const std::string& id, const std::string& log) {
     auto watcher = std::make_unique<TestProcess>(
         // --reconnect-for 0: the crash tests wait for this watch to end when the
         // controller dies, rather than resume.
-        std::vector<std::string>{TRAINYARD_CLI, "watch", id, "--output", "json",
-                                 "--reconnect-for", "0", "--controller", address_},
+        std::vector<std::string>{TRAINYARD_CLI, "watch", id, "--output", "json", "--reconnect-for", "0", "--controller",
+                                 address_},
         log);
     for (int i = 0; i < 1200; ++i) {
-      std::ifstream in(log);
-      std::stringstream ss;
-      ss << in.rdbuf();
-      if (ss.str().find("\"step_metrics\"") != std::string::npos) return watcher;
+      const bool watching = ProcessAlive(watcher->pid());
+      if (ReadFileOrEmpty(log).find("\"step_metrics\"") != std::string::npos) return watcher;
+      if (!watching) break;  // the stream ended (the job did) before any step
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    ADD_FAILURE() << "no step reported; see " << log;
+    const auto tail = [](const std::string& text) {
+      return text.size() > 8000 ? text.substr(text.size() - 8000) : text;
+    };
+    ADD_FAILURE() << "no step reported; the watch printed:\n"
+                  << tail(ReadFileOrEmpty(log)) << "\nthe worker's log ends:\n"
+                  << tail(ReadFileOrEmpty((dir_ / "worker.log").string()));
     return watcher;
   }
 
@@ -106,8 +108,7 @@ class EndToEndTest : public ::testing::Test {
   }
 
   std::string Submit(const std::vector<std::string>& sets) {
-    std::vector<std::string> args = {"submit", TRAINYARD_EXAMPLES "/debug.toml", "--output",
-                                     "json"};
+    std::vector<std::string> args = {"submit", TRAINYARD_EXAMPLES "/debug.toml", "--output", "json"};
     for (const auto& s : sets) {
       args.push_back("--set");
       args.push_back(s);
@@ -156,8 +157,7 @@ class EndToEndTest : public ::testing::Test {
     auto get = Cli({"get", id, "--output", "json"});
     ASSERT_EQ(get.exit_code, 0) << get.err;
     EXPECT_EQ(JsonLines(get.out).at(0).at("state"), "SUCCEEDED");
-    std::printf("[figures] %s: loss %.4f -> %.4f over %d steps\n", sets[0].c_str(), first5,
-                last5, steps);
+    std::printf("[figures] %s: loss %.4f -> %.4f over %d steps\n", sets[0].c_str(), first5, last5, steps);
   }
 
   fs::path dir_;
@@ -167,13 +167,9 @@ class EndToEndTest : public ::testing::Test {
   std::unique_ptr<TestProcess> worker_;
 };
 
-TEST_F(EndToEndTest, DebugJobOnOneRankSucceedsAndLearns) {
-  RunAndCheckTraining({"parallelism.dp=1"});
-}
+TEST_F(EndToEndTest, DebugJobOnOneRankSucceedsAndLearns) { RunAndCheckTraining({"parallelism.dp=1"}); }
 
-TEST_F(EndToEndTest, DebugJobOnTwoRanksDataParallelSucceedsAndLearns) {
-  RunAndCheckTraining({"parallelism.dp=2"});
-}
+TEST_F(EndToEndTest, DebugJobOnTwoRanksDataParallelSucceedsAndLearns) { RunAndCheckTraining({"parallelism.dp=2"}); }
 
 TEST_F(EndToEndTest, TensorAndExpertParallelJobSucceedsAndLearns) {
   RunAndCheckTraining({"parallelism.tp=2", "parallelism.ep=2", "model.preset=tiny"});
@@ -194,13 +190,12 @@ TEST_F(EndToEndTest, ARealPrometheusReadsTheJobsTokensAndStepFromTheController) 
         << "scrape_configs:\n  - job_name: trainyard\n    static_configs:\n"
         << "      - targets: ['127.0.0.1:" << metrics_port_ << "']\n";
   }
-  TestProcess prometheus({TRAINYARD_PROMETHEUS, "--config.file=" + config.string(),
-                          "--storage.tsdb.path=" + (dir_ / "tsdb").string(),
-                          "--web.listen-address=127.0.0.1:" + std::to_string(prom_port)},
-                         (dir_ / "prometheus.log").string());
+  TestProcess prometheus(
+      {TRAINYARD_PROMETHEUS, "--config.file=" + config.string(), "--storage.tsdb.path=" + (dir_ / "tsdb").string(),
+       "--web.listen-address=127.0.0.1:" + std::to_string(prom_port)},
+      (dir_ / "prometheus.log").string());
   const int steps = 5;
-  std::string id = Submit({"training.steps=" + std::to_string(steps), "training.log_freq=2",
-                           "parallelism.dp=2"});
+  std::string id = Submit({"training.steps=" + std::to_string(steps), "training.log_freq=2", "parallelism.dp=2"});
   ASSERT_FALSE(id.empty());
   auto watch = Cli({"watch", id, "--output", "json"});
   ASSERT_EQ(watch.exit_code, 0) << watch.err;
@@ -210,8 +205,7 @@ TEST_F(EndToEndTest, ARealPrometheusReadsTheJobsTokensAndStepFromTheController) 
   ASSERT_EQ(job.at("state"), "SUCCEEDED");
   const json& spec = job.at("spec");
   const int64_t expected_tokens = steps * AsInt(spec.at("training").at("batch_size")) *
-                                  AsInt(spec.at("training").at("seq_len")) *
-                                  AsInt(spec.at("parallelism").at("dp"));
+                                  AsInt(spec.at("training").at("seq_len")) * AsInt(spec.at("parallelism").at("dp"));
 
   // Query until a scrape after the job's last report has landed (scrapes are 1 s apart;
   // the controller keeps a finished job's series for 10 minutes).
@@ -230,8 +224,7 @@ TEST_F(EndToEndTest, ARealPrometheusReadsTheJobsTokensAndStepFromTheController) 
     tokens = query("trainyard_job_tokens_total" + selector);
     step = query("trainyard_job_step" + selector);
     succeeded = query("trainyard_jobs{state=\"succeeded\"}");
-    if (tokens && step && *step == steps && *tokens == static_cast<double>(expected_tokens) &&
-        succeeded == 1.0) {
+    if (tokens && step && *step == steps && *tokens == static_cast<double>(expected_tokens) && succeeded == 1.0) {
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -244,8 +237,7 @@ TEST_F(EndToEndTest, ARealPrometheusReadsTheJobsTokensAndStepFromTheController) 
   // series arrived with it.
   EXPECT_EQ(query("up{job=\"trainyard\"}").value_or(-1), 1);
   EXPECT_EQ(succeeded.value_or(-1), 1);
-  EXPECT_GE(query("sum(trainyard_grpc_server_handled_total{grpc_method=\"SubmitJob\",grpc_code=\"OK\"})")
-                .value_or(-1),
+  EXPECT_GE(query("sum(trainyard_grpc_server_handled_total{grpc_method=\"SubmitJob\",grpc_code=\"OK\"})").value_or(-1),
             1);
   std::printf("[figures] Prometheus read trainyard_job_tokens_total=%.0f (expected %lld)\n", *tokens,
               static_cast<long long>(expected_tokens));
@@ -281,8 +273,7 @@ TEST_F(EndToEndTest, CancelKillsEveryRankOfARunningJob) {
   ASSERT_EQ(pids.size(), 2u) << "expected the pids of both ranks";
   EXPECT_EQ(killed_ranks, (std::set<int>{0, 1}));
   for (int pid : pids) {
-    while (ProcessAlive(pid) &&
-           std::chrono::steady_clock::now() - cancelled_at < std::chrono::seconds(5)) {
+    while (ProcessAlive(pid) && std::chrono::steady_clock::now() - cancelled_at < std::chrono::seconds(5)) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     EXPECT_FALSE(ProcessAlive(pid)) << "rank pid " << pid << " outlived the cancel by 5 s";
@@ -293,8 +284,7 @@ TEST_F(EndToEndTest, CancelKillsEveryRankOfARunningJob) {
 
 TEST_F(EndToEndTest, ControllerCrashMidJobLosesNoEvent) {
   const int steps = 600;
-  std::string id = Submit({"model.preset=tiny", "parallelism.dp=2",
-                           "training.steps=" + std::to_string(steps)});
+  std::string id = Submit({"model.preset=tiny", "parallelism.dp=2", "training.steps=" + std::to_string(steps)});
   ASSERT_FALSE(id.empty());
   auto watcher = WatchUntilTraining(id, (dir_ / "before-crash.jsonl").string());
   ASSERT_FALSE(HasFailure());
@@ -320,8 +310,7 @@ TEST_F(EndToEndTest, ControllerCrashMidJobLosesNoEvent) {
   }
   EXPECT_EQ(end_state, "SUCCEEDED");
   // The crash really hit a running job: the new controller recovered it as RUNNING.
-  EXPECT_NE(ReadFileOrEmpty((dir_ / "controller.log").string())
-                .find("recovered job=" + id + " state=RUNNING"),
+  EXPECT_NE(ReadFileOrEmpty((dir_ / "controller.log").string()).find("recovered job=" + id + " state=RUNNING"),
             std::string::npos);
   ASSERT_EQ(step_count.size(), static_cast<size_t>(steps)) << "steps lost across the crash";
   for (const auto& [step, n] : step_count) EXPECT_EQ(n, 1) << "step " << step << " duplicated";
@@ -399,12 +388,10 @@ TEST_F(EndToEndTest, InvalidSpecsAreRejectedWithTheFieldAndLeaveNoJob) {
     auto r = Cli(args);
     EXPECT_NE(r.exit_code, 0) << c.sets[0];
     EXPECT_NE(r.err.find("INVALID_ARGUMENT"), std::string::npos) << r.err;
-    EXPECT_NE(r.err.find(c.expected), std::string::npos)
-        << "error for " << c.sets[0] << " was: " << r.err;
+    EXPECT_NE(r.err.find(c.expected), std::string::npos) << "error for " << c.sets[0] << " was: " << r.err;
   }
   auto after = Cli({"list", "--output", "json"});
-  EXPECT_EQ(JsonLines(after.out).size(), JsonLines(before.out).size())
-      << "a rejected job left a row behind";
+  EXPECT_EQ(JsonLines(after.out).size(), JsonLines(before.out).size()) << "a rejected job left a row behind";
 }
 
 }  // namespace

@@ -33,13 +33,14 @@
 
 #include "tests/support/files.h"
 #include "tests/support/http_get.h"
+#include "tests/support/ports.h"
 #include "tests/support/test_cluster.h"
 
 namespace trainyard::testing {
 namespace {
 
-using ::testing::HasSubstr;
 using nlohmann::json;
+using ::testing::HasSubstr;
 namespace fs = std::filesystem;
 
 constexpr int kRefused = 2;
@@ -81,8 +82,8 @@ std::map<std::string, std::string> Snapshot(const fs::path& dir) {
 bool CanDropPrivileges() { return ::geteuid() == 0 && fs::exists("/usr/bin/setpriv"); }
 // argv run as user nobody (uid and gid 65534, no supplementary groups, no capabilities).
 std::vector<std::string> AsNobody(std::vector<std::string> argv) {
-  std::vector<std::string> out = {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                                  "--inh-caps=-all", "--"};
+  std::vector<std::string> out = {"/usr/bin/setpriv", "--reuid=65534",   "--regid=65534",
+                                  "--clear-groups",   "--inh-caps=-all", "--"};
   out.insert(out.end(), argv.begin(), argv.end());
   return out;
 }
@@ -104,10 +105,20 @@ class ExclusiveTest : public ::testing::Test {
   // trainyard-worker `name` on `work_dir` against the cluster's controller, with `extra`.
   std::vector<std::string> WorkerArgv(const std::string& name, const fs::path& work_dir,
                                       const std::vector<std::string>& extra = {}) const {
-    const int base = 30000 + (getpid() % 500) * 20;
-    std::vector<std::string> argv = {kBuiltBinaries.worker, "--controller", cluster_->address(), "--name", name,
-                                     "--slots", "1", "--gpus", "none", "--work-dir", work_dir.string(),
-                                     "--rendezvous-ports", std::to_string(base) + "-" + std::to_string(base + 9)};
+    const int base = RendezvousPortBase();
+    std::vector<std::string> argv = {kBuiltBinaries.worker,
+                                     "--controller",
+                                     cluster_->address(),
+                                     "--name",
+                                     name,
+                                     "--slots",
+                                     "1",
+                                     "--gpus",
+                                     "none",
+                                     "--work-dir",
+                                     work_dir.string(),
+                                     "--rendezvous-ports",
+                                     std::to_string(base) + "-" + std::to_string(base + 9)};
     argv.insert(argv.end(), extra.begin(), extra.end());
     return argv;
   }
@@ -184,8 +195,8 @@ TEST_F(ExclusiveTest, AWorkerOnAHeldWorkDirExitsNamingTheHolder) {
   const fs::path held = cluster_->dir() / "worker-w1";  // TestCluster's --work-dir for w1
   const CommandResult second = Worker(WorkerArgv("w2", held));
   EXPECT_EQ(second.exit_code, kRefused) << second.err;
-  EXPECT_THAT(second.err, HasSubstr("trainyard-worker: --work-dir '" + held.string() +
-                                    "' is in use by trainyard-worker pid "));
+  EXPECT_THAT(second.err,
+              HasSubstr("trainyard-worker: --work-dir '" + held.string() + "' is in use by trainyard-worker pid "));
   EXPECT_THAT(second.err, HasSubstr("stop it first, or give this one another --work-dir"));
   EXPECT_EQ(Workers(), (std::map<std::string, int>{{"w1", 1}})) << "w2 never registered";
 }
@@ -200,10 +211,10 @@ TEST_F(ExclusiveTest, ADuplicateWorkerNameIsRefusedWithAMessageTheDuplicatePrint
   argv[std::find(argv.begin(), argv.end(), "--slots") - argv.begin() + 1] = "3";
   const fs::path log = cluster_->dir() / "duplicate.log";
   TestProcess duplicate(argv, log.string());
-  const std::string want = "the controller refused to register this worker as w1: ALREADY_EXISTS: register: the name "
-                           "'w1' is taken by a connected worker (address '127.0.0.1', 1 slot, registered ";
-  EXPECT_TRUE(WaitUntil([&] { return ReadFileOrEmpty(log).find(want) != std::string::npos; },
-                        std::chrono::seconds(30)))
+  const std::string want =
+      "the controller refused to register this worker as w1: ALREADY_EXISTS: register: the name "
+      "'w1' is taken by a connected worker (address '127.0.0.1', 1 slot, registered ";
+  EXPECT_TRUE(WaitUntil([&] { return ReadFileOrEmpty(log).find(want) != std::string::npos; }, std::chrono::seconds(30)))
       << ReadFileOrEmpty(log);
   const std::string text = ReadFileOrEmpty(log);
   EXPECT_THAT(text, HasSubstr("each worker needs its own --name"));
@@ -227,17 +238,19 @@ TEST_F(ExclusiveTest, EveryControllerListenerRefusesAPortInUseBeforeTouchingTheD
     args.insert(args.end(), {"--data-dir", DataDir().string()});
     const CommandResult r = Controller(args);
     EXPECT_EQ(r.exit_code, kRefused) << c.flag << ": " << r.err;
-    EXPECT_THAT(r.err, HasSubstr(c.flag + " '" + busy.address() + "': cannot listen: address already in use: another "
-                                 "process listens on port " + std::to_string(busy.port())));
+    EXPECT_THAT(r.err, HasSubstr(c.flag + " '" + busy.address() +
+                                 "': cannot listen: address already in use: another "
+                                 "process listens on port " +
+                                 std::to_string(busy.port())));
     EXPECT_FALSE(fs::exists(DataDir())) << c.flag << ": the data dir was made before the ports were checked";
   }
   // Two listeners on one port of their own: neither could serve.
-  const CommandResult same = Controller(
-      {"--listen", "127.0.0.1:" + std::to_string(busy.port() + 1), "--metrics-listen",
-       "127.0.0.1:" + std::to_string(busy.port() + 1), "--data-dir", DataDir().string()});
+  const CommandResult same =
+      Controller({"--listen", "127.0.0.1:" + std::to_string(busy.port() + 1), "--metrics-listen",
+                  "127.0.0.1:" + std::to_string(busy.port() + 1), "--data-dir", DataDir().string()});
   EXPECT_EQ(same.exit_code, kRefused);
-  EXPECT_THAT(same.err, HasSubstr("name the same port " + std::to_string(busy.port() + 1) +
-                                  "; each listener needs its own"));
+  EXPECT_THAT(same.err,
+              HasSubstr("name the same port " + std::to_string(busy.port() + 1) + "; each listener needs its own"));
 }
 
 // Two controllers' /metrics (and web UIs) on one port: the second refuses (civetweb's
@@ -254,8 +267,8 @@ TEST_F(ExclusiveTest, ASecondControllersMetricsAndWebListenersAreRefusedAndHost0
   ASSERT_NE(web_at, std::string::npos) << log;
   const int web_port = std::stoi(log.substr(web_at + std::string("web UI on http://127.0.0.1:").size()));
 
-  for (const auto& [flag, port] : std::vector<std::pair<std::string, int>>{{"--metrics-listen", metrics_port},
-                                                                           {"--web-listen", web_port}}) {
+  for (const auto& [flag, port] :
+       std::vector<std::pair<std::string, int>>{{"--metrics-listen", metrics_port}, {"--web-listen", web_port}}) {
     const std::string address = "127.0.0.1:" + std::to_string(port);
     const CommandResult r =
         Controller({"--listen", "127.0.0.1:0", flag, address, "--data-dir", (cluster_->dir() / "d2").string()});
@@ -289,8 +302,8 @@ TEST_F(ExclusiveTest, APrivilegedPortWithoutTheRightIsRefusedNamingTheRule) {
   int start = 1024;
   std::ifstream("/proc/sys/net/ipv4/ip_unprivileged_port_start") >> start;
   if (start <= 80) GTEST_SKIP() << "net.ipv4.ip_unprivileged_port_start is " << start << ": port 80 is not privileged";
-  const CommandResult r = Controller({"--listen", "127.0.0.1:80", "--data-dir", "/nonexistent/never-made"},
-                                     AsNobody({}));
+  const CommandResult r =
+      Controller({"--listen", "127.0.0.1:80", "--data-dir", "/nonexistent/never-made"}, AsNobody({}));
   EXPECT_EQ(r.exit_code, kRefused) << r.err;
   EXPECT_THAT(r.err, HasSubstr("--listen '127.0.0.1:80': cannot listen: permission denied: ports below 1024 need "
                                "root or CAP_NET_BIND_SERVICE"));
@@ -342,14 +355,14 @@ TEST_F(ExclusiveTest, DirectoriesWithoutPermissionAreRefusedWithTheReason) {
   fs::permissions(cluster_->dir(), fs::perms::others_exec | fs::perms::others_read, fs::perm_options::add);
   fs::permissions(locked, fs::perms::owner_all | fs::perms::others_exec | fs::perms::others_read);
   // Not creatable: the parent is root's (0755).
-  const CommandResult create = Controller(
-      {"--listen", "127.0.0.1:0", "--data-dir", (locked / "new").string()}, AsNobody({}));
+  const CommandResult create =
+      Controller({"--listen", "127.0.0.1:0", "--data-dir", (locked / "new").string()}, AsNobody({}));
   EXPECT_EQ(create.exit_code, kRefused) << create.err;
   EXPECT_THAT(create.err, HasSubstr("--data-dir '" + (locked / "new").string() + "': cannot create '" +
                                     (locked / "new").string() + "': permission denied"));
   // There, but not writable.
-  const CommandResult existing = Controller(
-      {"--listen", "127.0.0.1:0", "--data-dir", (locked / "existing").string()}, AsNobody({}));
+  const CommandResult existing =
+      Controller({"--listen", "127.0.0.1:0", "--data-dir", (locked / "existing").string()}, AsNobody({}));
   EXPECT_EQ(existing.exit_code, kRefused) << existing.err;
   EXPECT_THAT(existing.err, HasSubstr("--data-dir '" + (locked / "existing").string() +
                                       "' is not writable: permission denied; trainyard-controller keeps its files "
@@ -374,12 +387,13 @@ TEST_F(ExclusiveTest, OtherPathFlagsAreCheckedBeforeTheStoreIsOpenedOrAnythingSe
     std::vector<std::string> flags;
     std::string want;
   };
-  for (const Case& c : {Case{{"--token-file", missing.string()}, missing.string() + ": no such token file"},
-                        Case{{"--policy-file", bad_policy.string()}, "policy.toml:3: unknown key 'wieght'"},
-                        Case{{"--port-file", missing.string()}, "--port-file '" + missing.string() + "': cannot write in '" +
-                                                                    missing.parent_path().string() + "': "},
-                        Case{{"--tensorboard-dir", bad_policy.string()},
-                             "--tensorboard-dir '" + bad_policy.string() + "': not a directory"}}) {
+  for (const Case& c :
+       {Case{{"--token-file", missing.string()}, missing.string() + ": no such token file"},
+        Case{{"--policy-file", bad_policy.string()}, "policy.toml:3: unknown key 'wieght'"},
+        Case{{"--port-file", missing.string()},
+             "--port-file '" + missing.string() + "': cannot write in '" + missing.parent_path().string() + "': "},
+        Case{{"--tensorboard-dir", bad_policy.string()},
+             "--tensorboard-dir '" + bad_policy.string() + "': not a directory"}}) {
     std::vector<std::string> args = {"--listen", "127.0.0.1:0", "--data-dir", DataDir().string()};
     args.insert(args.end(), c.flags.begin(), c.flags.end());
     const CommandResult r = Controller(args);
@@ -390,7 +404,8 @@ TEST_F(ExclusiveTest, OtherPathFlagsAreCheckedBeforeTheStoreIsOpenedOrAnythingSe
   ASSERT_TRUE(cluster_->StartController());
   const CommandResult w = Worker(WorkerArgv("w1", cluster_->dir() / "w1", {"--rank-binary", missing.string()}));
   EXPECT_EQ(w.exit_code, kRefused) << w.err;
-  EXPECT_THAT(w.err, HasSubstr("--rank-binary '" + missing.string() + "': cannot execute it: No such file or directory"));
+  EXPECT_THAT(w.err,
+              HasSubstr("--rank-binary '" + missing.string() + "': cannot execute it: No such file or directory"));
   EXPECT_FALSE(fs::exists(cluster_->dir() / "w1"));
 }
 
@@ -410,7 +425,8 @@ TEST_F(ExclusiveTest, ADataDirOnAReadOnlyFilesystemIsRefusedAndItsStoreUntouched
        "mount --bind \"$1\" \"$1\" && mount -o remount,bind,ro \"$1\" && exec /usr/bin/timeout 20 \"$2\" --listen "
        "127.0.0.1:0 --data-dir \"$1\"",
        "sh", d, kBuiltBinaries.controller});
-  if (r.exit_code != kRefused && r.err.find("mount") != std::string::npos && r.err.find("trainyard") == std::string::npos) {
+  if (r.exit_code != kRefused && r.err.find("mount") != std::string::npos &&
+      r.err.find("trainyard") == std::string::npos) {
     GTEST_SKIP() << "cannot mount here: " << r.err;
   }
   EXPECT_EQ(r.exit_code, kRefused) << r.err;

@@ -15,9 +15,10 @@
 #include <thread>
 #include <vector>
 
+#include "tests/support/files.h"
+#include "tests/support/ports.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/test_process.h"
-#include "tests/support/files.h"
 
 namespace trainyard::testing {
 namespace {
@@ -42,8 +43,8 @@ std::vector<json> JsonLines(const std::string& text) {
 std::string FakeRunnerScript(const std::string& dir) {
   // --print-config (what it would run, before the run): the spec it was given.
   return "case \" $* \" in *\" --print-config \"*) cat \"$1\"; exit 0 ;; esac\n"
-         "echo \"$@\" >> " + dir + "/runner-calls\n" +
-         "cp \"$1\" " + dir + "/runner-spec.json\n" +
+         "echo \"$@\" >> " +
+         dir + "/runner-calls\n" + "cp \"$1\" " + dir + "/runner-spec.json\n" +
          "case \"$(cat \"$1\")\" in\n"
          "*'\"name\":\"pf-findings\"'*)\n"
          "  echo '{\"rank\":0,\"compile\":{\"kind\":\"COMPILE\",\"region\":\"moe_router\","
@@ -59,7 +60,9 @@ std::string FakeRunnerScript(const std::string& dir) {
          "  exit 1 ;;\n"
          "*'\"name\":\"pf-hang\"'*)\n"
          "  sleep 600 &\n"
-         "  echo $! > " + dir + "/hang-child.pid\n"
+         "  echo $! > " +
+         dir +
+         "/hang-child.pid\n"
          "  wait ;;\n"
          "*)\n"
          "  echo '{\"rank\":0,\"compile\":{\"kind\":\"COMPILE\",\"region\":\"attention\","
@@ -76,21 +79,19 @@ class PreflightIntegrationTest : public ::testing::Test {
     runner_ = dir_.WriteScript("trainyard-train", FakeRunnerScript(dir_.path()));
     if (preflight_binary_.empty()) preflight_binary_ = runner_;
     controller_ = std::make_unique<TestProcess>(
-        std::vector<std::string>{TRAINYARD_CONTROLLER, "--listen", "127.0.0.1:0", "--data-dir",
-                                 dir_.path() + "/data", "--port-file", dir_.path() + "/port",
-                                 "--preflight-binary", preflight_binary_,
+        std::vector<std::string>{TRAINYARD_CONTROLLER, "--listen", "127.0.0.1:0", "--data-dir", dir_.path() + "/data",
+                                 "--port-file", dir_.path() + "/port", "--preflight-binary", preflight_binary_,
                                  "--preflight-timeout", preflight_timeout_},
         dir_.path() + "/controller.log");
     const std::string port = WaitForFile(dir_.path() + "/port", 20000);
     ASSERT_FALSE(port.empty()) << ReadFileOrEmpty(dir_.path() + "/controller.log");
     address_ = "127.0.0.1:" + std::to_string(std::stoi(port));
-    const int base = 40000 + (getpid() % 2000) * 10;
+    const int base = RendezvousPortBase();
     worker_ = std::make_unique<TestProcess>(
-        std::vector<std::string>{TRAINYARD_WORKER, "--controller", address_, "--slots", "2",
-                                 "--name", "w1", "--rank-binary",
-                                 dir_.WriteScript("rank.sh", "exit 0\n"), "--rendezvous-ports",
-                                 std::to_string(base) + "-" + std::to_string(base + 9),
-                                 "--work-dir", dir_.path() + "/worker"},
+        std::vector<std::string>{TRAINYARD_WORKER, "--controller", address_, "--slots", "2", "--name", "w1",
+                                 "--rank-binary", dir_.WriteScript("rank.sh", "exit 0\n"), "--rendezvous-ports",
+                                 std::to_string(base) + "-" + std::to_string(base + 9), "--work-dir",
+                                 dir_.path() + "/worker"},
         dir_.path() + "/worker.log");
     for (int i = 0; i < 200; ++i) {
       auto r = Cli({"workers", "--output", "json"});
@@ -116,9 +117,8 @@ class PreflightIntegrationTest : public ::testing::Test {
   }
 
   CommandResult SubmitWithPreflight(const std::string& name, std::vector<std::string> extra = {}) {
-    std::vector<std::string> args = {"submit", TRAINYARD_EXAMPLES "/tiny.toml", "--set",
-                                     "job.name=" + name, "--set", "compile.preflight=true",
-                                     "--output", "json"};
+    std::vector<std::string> args = {"submit", TRAINYARD_EXAMPLES "/tiny.toml", "--set",    "job.name=" + name,
+                                     "--set",  "compile.preflight=true",        "--output", "json"};
     args.insert(args.end(), extra.begin(), extra.end());
     return Cli(args);
   }
@@ -156,8 +156,7 @@ TEST_F(PreflightIntegrationTest, FindingsRejectTheSubmitAndCreateNoJob) {
   EXPECT_EQ(JobCount(), before) << "a job row was created despite the findings";
 
   // The runner got the contract's argv and the resolved spec, planted bug included.
-  EXPECT_NE(ReadFileOrEmpty(dir_.path() + "/runner-calls").find(".json --preflight --json"),
-            std::string::npos);
+  EXPECT_NE(ReadFileOrEmpty(dir_.path() + "/runner-calls").find(".json --preflight --json"), std::string::npos);
   json spec = json::parse(ReadFileOrEmpty(dir_.path() + "/runner-spec.json"));
   EXPECT_EQ(spec["compile"]["test_plant_side_effect"], true);
   EXPECT_EQ(spec["model"]["dim"], 64);  // the tiny preset was applied
@@ -206,7 +205,7 @@ TEST_F(PreflightIntegrationTest, RunnerFailureRejectsWithItsStderr) {
 TEST_F(PreflightIntegrationTest, TimeoutKillsTheRunnerAndRejects) {
   const size_t before = JobCount();
   auto r = SubmitWithPreflight("pf-hang");  // --preflight-timeout 3
-  EXPECT_EQ(r.exit_code, 6);  // FAILED_PRECONDITION
+  EXPECT_EQ(r.exit_code, 6);                // FAILED_PRECONDITION
   EXPECT_NE(r.err.find("preflight failed: timed out after"), std::string::npos) << r.err;
   EXPECT_EQ(JobCount(), before);
   const std::string pid = ReadFileOrEmpty(dir_.path() + "/hang-child.pid");
@@ -249,11 +248,8 @@ TEST_F(PreflightCliTest, FindingsArePrintedAndExitOne) {
   auto r = Preflight({TRAINYARD_EXAMPLES "/tiny.toml", "--set", "job.name=pf-findings", "--set",
                       "compile.test_plant_side_effect=true", "--shrink"});
   EXPECT_EQ(r.exit_code, 1) << r.err;  // findings
-  EXPECT_NE(r.out.find("rank 0  COMPILE  region=moe_router layers=[1] compile_ms=3.5\n"),
-            std::string::npos)
-      << r.out;
-  EXPECT_NE(r.out.find(std::string("rank 0  UNSAFE_SIDE_EFFECT  region=moe_router layers=[1]  ") +
-                       kTensor),
+  EXPECT_NE(r.out.find("rank 0  COMPILE  region=moe_router layers=[1] compile_ms=3.5\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(std::string("rank 0  UNSAFE_SIDE_EFFECT  region=moe_router layers=[1]  ") + kTensor),
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("preflight: FINDINGS"), std::string::npos) << r.out;
@@ -274,8 +270,7 @@ TEST_F(PreflightCliTest, JsonPrintsTheRunnersEventLinesOnly) {
 TEST_F(PreflightCliTest, CleanRunShowsCompileEventsAndExitsZero) {
   auto r = Preflight({TRAINYARD_EXAMPLES "/tiny.toml"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("rank 0  GRAPH_BREAK  region=moe_dispatch  all-to-all of expert splits"),
-            std::string::npos)
+  EXPECT_NE(r.out.find("rank 0  GRAPH_BREAK  region=moe_dispatch  all-to-all of expert splits"), std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("preflight: clean (2 compile events"), std::string::npos) << r.out;
 }
@@ -290,8 +285,7 @@ TEST_F(PreflightCliTest, RunnerFailureExitsSixAndSaysWhy) {
 }
 
 TEST_F(PreflightCliTest, TimeoutExitsSix) {
-  auto r = Preflight({TRAINYARD_EXAMPLES "/tiny.toml", "--set", "job.name=pf-hang", "--timeout",
-                      "0.5"});
+  auto r = Preflight({TRAINYARD_EXAMPLES "/tiny.toml", "--set", "job.name=pf-hang", "--timeout", "0.5"});
   EXPECT_EQ(r.exit_code, 6);
   EXPECT_NE(r.out.find("preflight: runner failure: timed out after"), std::string::npos) << r.out;
 }
@@ -302,8 +296,7 @@ TEST_F(PreflightCliTest, BadInputExitsTwoWithoutRunningTheRunner) {
   EXPECT_NE(bad_key.err.find("unknown key compile.backendd"), std::string::npos) << bad_key.err;
   auto invalid = Preflight({TRAINYARD_EXAMPLES "/tiny.toml", "--set", "compile.summary_every=0"});
   EXPECT_EQ(invalid.exit_code, 2);
-  EXPECT_NE(invalid.err.find("compile.summary_every must be in [1, 1000000000], got 0"),
-            std::string::npos)
+  EXPECT_NE(invalid.err.find("compile.summary_every must be in [1, 1000000000], got 0"), std::string::npos)
       << invalid.err;
   // A rule across fields, reported with the --set it came from.
   auto cross = Preflight({TRAINYARD_EXAMPLES "/tiny.toml", "--set", "compile.backend=cudagraph"});
@@ -321,8 +314,8 @@ TEST_F(PreflightCliTest, BadInputExitsTwoWithoutRunningTheRunner) {
 }
 
 TEST_F(PreflightCliTest, MissingRunnerIsARunnerFailure) {
-  auto r = RunCommand({TRAINYARD_CLI, "preflight", TRAINYARD_EXAMPLES "/tiny.toml",
-                       "--train-binary", dir_.path() + "/nope"});
+  auto r = RunCommand(
+      {TRAINYARD_CLI, "preflight", TRAINYARD_EXAMPLES "/tiny.toml", "--train-binary", dir_.path() + "/nope"});
   EXPECT_EQ(r.exit_code, 6);
   EXPECT_NE(r.out.find("cannot execute " + dir_.path() + "/nope"), std::string::npos) << r.out;
 }
@@ -340,8 +333,8 @@ class PreflightRealRunnerTest : public PreflightIntegrationTest {
 
 TEST_F(PreflightRealRunnerTest, PlantedSideEffectIsRejectedBeforeScheduling) {
   const size_t before = JobCount();
-  auto r = SubmitWithPreflight("pf-real-planted", {"--set", "compile.backend=jit", "--set",
-                                                   "compile.test_plant_side_effect=true"});
+  auto r = SubmitWithPreflight("pf-real-planted",
+                               {"--set", "compile.backend=jit", "--set", "compile.test_plant_side_effect=true"});
   EXPECT_EQ(r.exit_code, 6) << r.out;  // FAILED_PRECONDITION
   EXPECT_NE(r.err.find("FAILED_PRECONDITION"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("UNSAFE_SIDE_EFFECT"), std::string::npos) << r.err;
@@ -357,9 +350,9 @@ TEST_F(PreflightRealRunnerTest, PlantedSideEffectIsRejectedBeforeScheduling) {
 // --shrink runs a small model of the same structure, but says whether the full model
 // fits a worker of the fleet: this one fits none (dim 65536: terabytes a rank).
 TEST_F(PreflightRealRunnerTest, ShrinkStillHoldsTheFullModelAgainstTheLargestWorker) {
-  auto r = RunCommand({TRAINYARD_CLI, "preflight", TRAINYARD_EXAMPLES "/debug.toml", "--set", "model.dim=65536",
-                       "--set", "model.n_layers=4", "--shrink", "--controller", address_, "--train-binary",
-                       TRAINYARD_TRAIN});
+  auto r =
+      RunCommand({TRAINYARD_CLI, "preflight", TRAINYARD_EXAMPLES "/debug.toml", "--set", "model.dim=65536", "--set",
+                  "model.n_layers=4", "--shrink", "--controller", address_, "--train-binary", TRAINYARD_TRAIN});
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;  // a finding: submitting it would be refused
   EXPECT_NE(r.out.find("\nfleet:      the full model needs "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(", more than the largest worker has (w1: "), std::string::npos) << r.out;
@@ -399,13 +392,13 @@ TEST(PreflightRealCliTest, AModelNoMachineHoldsIsRefusedBeforeItsRunnerStarts) {
 
 TEST(PreflightRealCliTest, ShrunkPreflightNamesThePlantedTensorAndExitsOne) {
   auto r = RunCommand({TRAINYARD_CLI, "preflight", TRAINYARD_EXAMPLES "/debug.toml", "--shrink", "--set",
-                       "compile.backend=jit", "--set", "compile.test_plant_side_effect=true",
-                       "--train-binary", TRAINYARD_TRAIN});
+                       "compile.backend=jit", "--set", "compile.test_plant_side_effect=true", "--train-binary",
+                       TRAINYARD_TRAIN});
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;  // findings
   EXPECT_NE((r.out + r.err).find(kTensor), std::string::npos) << r.out << r.err;
-  auto clean = RunCommand({TRAINYARD_CLI, "preflight", TRAINYARD_EXAMPLES "/debug.toml", "--shrink",
-                           "--set", "compile.backend=jit", "--train-binary", TRAINYARD_TRAIN,
-                           "--controller", "127.0.0.1:1"});  // no fleet to check
+  auto clean = RunCommand({TRAINYARD_CLI, "preflight", TRAINYARD_EXAMPLES "/debug.toml", "--shrink", "--set",
+                           "compile.backend=jit", "--train-binary", TRAINYARD_TRAIN, "--controller",
+                           "127.0.0.1:1"});  // no fleet to check
   EXPECT_EQ(clean.exit_code, 0) << clean.out << clean.err;
   EXPECT_NE(clean.out.find("COMPILE"), std::string::npos) << clean.out;
 }

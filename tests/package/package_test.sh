@@ -227,8 +227,12 @@ PORT=$(cat "$TMP/port" 2>/dev/null)
 if [[ -z "$PORT" ]]; then
   fail "installed trainyard-controller did not start:"; sed 's/^/    /' "$TMP/controller.log"
 else
+  # Rendezvous ports of this test's own, below the kernel's ephemeral range (32768 and
+  # up), which outgoing connections and Gloo take.
+  RZ=$((10000 + ($$ % 560) * 40))
   "$B/trainyard-worker" --controller "127.0.0.1:$PORT" --slots 2 --name package-test \
-    --work-dir "$TMP/work" --threads-per-rank 1 > "$TMP/worker.log" 2>&1 &
+    --work-dir "$TMP/work" --threads-per-rank 1 --rendezvous-ports "$RZ-$((RZ + 9))" \
+    > "$TMP/worker.log" 2>&1 &
   WORKER_PID=$!
   for _ in $(seq 1 100); do
     "$B/trainyard" workers --controller "127.0.0.1:$PORT" 2>/dev/null | grep -q package-test && break

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "tests/support/files.h"
+#include "tests/support/ports.h"
 
 namespace trainyard::testing {
 
@@ -105,10 +106,8 @@ TestCluster::TestCluster(ClusterBinaries bins, const std::string& tag) : bins_(s
   dir_ = fs::temp_directory_path() / ("trainyard_" + tag + "_" + std::to_string(getpid()));
   fs::remove_all(dir_);
   fs::create_directories(dir_);
-  // A rendezvous port range per test process, so parallel test processes do not collide.
-  // Below the kernel's ephemeral ports (32768-60999 here), which outgoing connections
-  // take: a rank's store port must never be one a connection already holds.
-  next_port_base_ = 10000 + (getpid() % 1000) * 20;
+  // Four workers' rendezvous ranges of 10, below the ephemeral ports (ports.h).
+  next_port_base_ = RendezvousPortBase(40);
 }
 
 TestCluster::~TestCluster() {
@@ -198,8 +197,8 @@ void TestCluster::StartWorker(const WorkerOptions& options) {
     argv.push_back("/usr/bin/env");
     argv.insert(argv.end(), options.env.begin(), options.env.end());
   }
-  const int base = next_port_base_;
-  next_port_base_ += 10;
+  // Each worker its own 10 of the cluster's 40 ports; a fifth shares the first's.
+  const int base = next_port_base_ + (workers_started_++ % 4) * 10;
   const std::vector<std::string> worker = {bins_.worker,
                                            "--controller",
                                            options.controller.empty() ? address_ : options.controller,

@@ -154,6 +154,7 @@ class TestCluster {
   std::vector<std::string> controller_args_;
   std::map<std::string, std::unique_ptr<TestProcess>> workers_;
   int next_port_base_ = 0;
+  int workers_started_ = 0;
   bool tls_ = false;
   std::string cli_token_file_;
 

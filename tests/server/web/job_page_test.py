@@ -405,7 +405,9 @@ web_port = wait_for("the controller's \"web UI on\" log line", logged_web_port, 
 base = f"http://127.0.0.1:{web_port}"
 log(f"controller on 127.0.0.1:{grpc_port}, web UI on {base}")
 
-rendezvous = 20000 + random.randrange(4000) * 10
+# Below the kernel's ephemeral ports (32768 and up), which outgoing connections and Gloo
+# take: a rank's store cannot bind a port one of them holds.
+rendezvous = 10000 + random.randrange(2000) * 10
 start("worker", [bins["worker"], "--controller", f"127.0.0.1:{grpc_port}", "--name", "w1", "--slots", "1",
                  "--rendezvous-ports", f"{rendezvous}-{rendezvous + 9}", "--work-dir", os.path.join(work_dir, "w1")])
 
