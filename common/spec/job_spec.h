@@ -44,8 +44,35 @@ struct ModelSpec {
   // > 0: each expert keeps at most ceil(seq·top_k/n_routed_experts · factor) of a
   // sequence's assignments, the highest-gated; 0 = dropless (the default).
   double capacity_factor = 0;
+  // "trainyard" | "deepseek_v3" (multi-head latent attention) | "qwen3_moe" (GQA with
+  // per-head q/k RMSNorm): docs/architecture.md, "Architectures".
+  std::string architecture = "trainyard";
+  // deepseek_v3's multi-head latent attention (0 where the architecture has none).
+  int q_lora_rank = 0;  // 0: a plain query projection
+  int kv_lora_rank = 0;
+  int qk_nope_head_dim = 0;
+  int qk_rope_head_dim = 0;
+  int v_head_dim = 0;
+  // YaRN RoPE scaling, on when rope_factor > 1.
+  double rope_factor = 1.0;
+  int original_seq_len = 4096;
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  double mscale = 1.0;
+  // Group-limited routing (1 and 1: plain top-k over every expert).
+  int n_expert_groups = 1;
+  int n_limited_groups = 1;
+  // Grouped-query attention's head width; 0 = dim / n_heads.
+  int head_dim_override = 0;
 
-  int head_dim() const { return n_heads > 0 ? dim / n_heads : 0; }
+  bool mla() const { return architecture == "deepseek_v3"; }
+  // Qwen3's RMSNorm of each query and key head before RoPE.
+  bool qk_norm() const { return architecture == "qwen3_moe"; }
+  // The per-head width RoPE rotates, and that of a query/key head.
+  int rope_head_dim() const { return mla() ? qk_rope_head_dim : head_dim(); }
+  int qk_head_dim() const { return mla() ? qk_nope_head_dim + qk_rope_head_dim : head_dim(); }
+  int value_head_dim() const { return mla() ? v_head_dim : head_dim(); }
+  int head_dim() const { return head_dim_override > 0 ? head_dim_override : (n_heads > 0 ? dim / n_heads : 0); }
   int n_moe_layers() const { return n_layers - n_dense_layers; }
 };
 
@@ -180,6 +207,20 @@ void ForEachField(Spec& s, Visit&& visit) {
   visit("model", "norm_eps", s.model.norm_eps);
   visit("model", "load_balance_coeff", s.model.load_balance_coeff);
   visit("model", "capacity_factor", s.model.capacity_factor);
+  visit("model", "architecture", s.model.architecture);
+  visit("model", "q_lora_rank", s.model.q_lora_rank);
+  visit("model", "kv_lora_rank", s.model.kv_lora_rank);
+  visit("model", "qk_nope_head_dim", s.model.qk_nope_head_dim);
+  visit("model", "qk_rope_head_dim", s.model.qk_rope_head_dim);
+  visit("model", "v_head_dim", s.model.v_head_dim);
+  visit("model", "rope_factor", s.model.rope_factor);
+  visit("model", "original_seq_len", s.model.original_seq_len);
+  visit("model", "beta_fast", s.model.beta_fast);
+  visit("model", "beta_slow", s.model.beta_slow);
+  visit("model", "mscale", s.model.mscale);
+  visit("model", "n_expert_groups", s.model.n_expert_groups);
+  visit("model", "n_limited_groups", s.model.n_limited_groups);
+  visit("model", "head_dim", s.model.head_dim_override);
 
   visit("training", "steps", s.training.steps);
   visit("training", "batch_size", s.training.batch_size);

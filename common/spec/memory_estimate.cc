@@ -17,7 +17,17 @@ C CountAs(const ModelSpec& m) {
   c.embedding = N(m.vocab_size) * d;
   c.output = N(m.vocab_size) * d;
   c.final_norm = d;
-  c.attention = d * (N(m.n_heads) * hd) * 2 + d * (N(m.n_kv_heads) * hd) * 2;
+  if (m.mla()) {
+    // Latent attention: the query (low-rank with its norm, or one projection), the KV
+    // latent with the shared RoPE key and its norm, the heads' keys and values, wo.
+    const N h = m.n_heads, qk = m.qk_head_dim(), ql = m.q_lora_rank, kvr = m.kv_lora_rank;
+    const N q = ql == 0 ? d * h * qk : d * ql + ql + ql * h * qk;
+    c.attention = q + d * (kvr + N(m.qk_rope_head_dim)) + kvr + kvr * h * (N(m.qk_nope_head_dim) + m.v_head_dim) +
+                  h * N(m.v_head_dim) * d;
+  } else {
+    c.attention = d * (N(m.n_heads) * hd) * 2 + d * (N(m.n_kv_heads) * hd) * 2;
+    if (m.qk_norm()) c.attention += 2 * hd;  // Qwen3's per-head q and k norm weights
+  }
   c.layer_norms = 2 * d;
   c.dense_ffn = 3 * d * N(m.ffn_hidden);
   c.expert = 3 * d * N(m.expert_hidden);
@@ -186,7 +196,9 @@ MemoryEstimate EstimateRankMemory(const JobSpec& spec) {
       s.bf16 && spec.resources.device == "cuda" && spec.model.dim % 8 == 0 && spec.model.expert_hidden % 8 == 0;
   s.a = s.bf16 ? 2 : kF32;
   s.d = m.dim;
-  s.hd = m.head_dim();
+  // Latent attention's heads, as the estimate counts them: every query head with its own
+  // expanded key and value, qk_head_dim wide (the value's width is close to it).
+  s.hd = m.qk_head_dim();
   s.hl = m.n_heads / tp;
   s.kl = m.n_kv_heads / tp;
   s.expand_kv = !s.fused && !s.bf16 && s.hl != s.kl;

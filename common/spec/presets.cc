@@ -74,11 +74,150 @@ ModelSpec GpuSmallModel() {
   return m;
 }
 
+// deepseek_v3 small enough for CPU tests: every path of the architecture on debug's
+// scale. Multi-head latent attention with a low-rank query (q_lora_rank 64), a KV
+// latent of 64, heads of 32 + 16 (RoPE) query/key and 32 value dims; YaRN RoPE scaled
+// 4x past an original length of 128 (the preset trains at 256); 8 experts in 4 groups,
+// each token choosing its top 2 from its best 2 groups.
+ModelSpec DeepSeekV3DebugModel() {
+  ModelSpec m = DebugModel();
+  m.architecture = "deepseek_v3";
+  m.n_kv_heads = m.n_heads;
+  m.q_lora_rank = 64;
+  m.kv_lora_rank = 64;
+  m.qk_nope_head_dim = 32;
+  m.qk_rope_head_dim = 16;
+  m.v_head_dim = 32;
+  m.rope_factor = 4.0;
+  m.original_seq_len = 128;
+  m.beta_fast = 32.0;
+  m.beta_slow = 1.0;
+  m.mscale = 1.0;
+  m.n_expert_groups = 4;
+  m.n_limited_groups = 2;
+  m.route_scale = 2.5;
+  return m;
+}
+
+// torchtitan's deepseek_v3 "16B" flavour (DeepSeek-V2-Lite/DeepSeek-MoE-16B's shape):
+// latent attention with a plain query, YaRN 40x past 4096 with mscale 0.70, 64 experts
+// top-6 by softmax plus 2 shared, 1 dense layer; HF's rms_norm_eps 1e-6.
+ModelSpec DeepSeekV3_16B() {
+  ModelSpec m;
+  m.architecture = "deepseek_v3";
+  m.vocab_size = 102400;
+  m.dim = 2048;
+  m.n_layers = 27;
+  m.n_dense_layers = 1;
+  m.n_heads = 16;
+  m.n_kv_heads = 16;
+  m.ffn_hidden = 10944;
+  m.n_routed_experts = 64;
+  m.top_k = 6;
+  m.n_shared_experts = 2;
+  m.expert_hidden = 1408;
+  m.score_func = "softmax";
+  m.route_norm = false;
+  m.route_scale = 1.0;
+  m.rope_theta = 10000.0;
+  m.norm_eps = 1e-6;
+  m.load_balance_coeff = 1e-3;
+  m.q_lora_rank = 0;
+  m.kv_lora_rank = 512;
+  m.qk_nope_head_dim = 128;
+  m.qk_rope_head_dim = 64;
+  m.v_head_dim = 128;
+  m.rope_factor = 40.0;
+  m.original_seq_len = 4096;
+  m.beta_fast = 32.0;
+  m.beta_slow = 1.0;
+  m.mscale = 0.70;
+  return m;
+}
+
+// DeepSeek-V3 671B (torchtitan's "671B", HF's deepseek-ai/DeepSeek-V3 config without the
+// multi-token-prediction layer): low-rank queries, 256 experts top-8 by sigmoid in 8
+// groups choosing from 4, route_scale 2.5, 3 dense layers.
+ModelSpec DeepSeekV3_671B() {
+  ModelSpec m = DeepSeekV3_16B();
+  m.vocab_size = 129280;
+  m.dim = 7168;
+  m.n_layers = 61;
+  m.n_dense_layers = 3;
+  m.n_heads = 128;
+  m.n_kv_heads = 128;
+  m.ffn_hidden = 18432;
+  m.n_routed_experts = 256;
+  m.top_k = 8;
+  m.n_shared_experts = 1;
+  m.expert_hidden = 2048;
+  m.score_func = "sigmoid";
+  m.route_norm = true;
+  m.route_scale = 2.5;
+  m.q_lora_rank = 1536;
+  m.mscale = 1.0;
+  m.n_expert_groups = 8;
+  m.n_limited_groups = 4;
+  return m;
+}
+
+// Qwen3-MoE at debug's scale: GQA with per-head q/k norms and heads wider than dim /
+// n_heads (head_dim 48), every layer MoE (no dense, no shared experts), softmax top-2
+// renormalised, rope_theta 1e6.
+ModelSpec Qwen3MoeDebugModel() {
+  ModelSpec m = DebugModel();
+  m.architecture = "qwen3_moe";
+  m.head_dim_override = 48;
+  m.n_dense_layers = 0;
+  m.n_shared_experts = 0;
+  m.score_func = "softmax";
+  m.route_norm = true;
+  m.route_scale = 1.0;
+  m.rope_theta = 1e6;
+  m.norm_eps = 1e-6;
+  return m;
+}
+
+// Qwen/Qwen3-30B-A3B's config.json: 48 layers, 32 query and 4 KV heads of 128, 128
+// experts top-8 of hidden 768, vocab 151936.
+ModelSpec Qwen3_30B_A3B() {
+  ModelSpec m = Qwen3MoeDebugModel();
+  m.vocab_size = 151936;
+  m.dim = 2048;
+  m.n_layers = 48;
+  m.n_heads = 32;
+  m.n_kv_heads = 4;
+  m.head_dim_override = 128;
+  m.ffn_hidden = 6144;  // config.json's intermediate_size (no layer is dense)
+  m.n_routed_experts = 128;
+  m.top_k = 8;
+  m.expert_hidden = 768;
+  return m;
+}
+
+// Qwen/Qwen3-235B-A22B's config.json: 94 layers, 64 query and 4 KV heads of 128, 128
+// experts top-8 of hidden 1536.
+ModelSpec Qwen3_235B_A22B() {
+  ModelSpec m = Qwen3_30B_A3B();
+  m.dim = 4096;
+  m.n_layers = 94;
+  m.n_heads = 64;
+  m.ffn_hidden = 12288;
+  m.expert_hidden = 1536;
+  return m;
+}
+
 const std::vector<Preset>& Presets() {
   static const auto* presets = new std::vector<Preset>{
       {"debug", DebugModel(), 256, 8},
       {"tiny", TinyModel(), 32, 4},
       {"gpu_small", GpuSmallModel(), 2048, 8},
+      {"deepseek_v3_debug", DeepSeekV3DebugModel(), 256, 8},
+      {"deepseek_v3_16b", DeepSeekV3_16B(), 4096, 1},
+      {"deepseek_v3_671b", DeepSeekV3_671B(), 4096, 1},
+      {"qwen3_moe_debug", Qwen3MoeDebugModel(), 256, 8},
+      {"qwen3_30b_a3b", Qwen3_30B_A3B(), 4096, 1},
+      {"qwen3_235b_a22b", Qwen3_235B_A22B(), 4096, 1},
   };
   return *presets;
 }
@@ -109,9 +248,9 @@ Result<JobSpec> Resolve(const SpecInput& input) {
     if (preset_name == p.name) preset = &p;
   }
   if (preset == nullptr) {
-    SpecError e = Invalid("model.preset", "one_of",
-                          "model.preset: unknown preset \"" + Quote(preset_name) + "\" (known: " +
-                              KnownPresets() + ")");
+    SpecError e =
+        Invalid("model.preset", "one_of",
+                "model.preset: unknown preset \"" + Quote(preset_name) + "\" (known: " + KnownPresets() + ")");
     e.origin = preset_origin;
     return e;
   }

@@ -23,7 +23,9 @@ inline constexpr int kDefaultWarmupSteps = 10;
 // silent hang costs a GPU fleet (docs/diagnostics.md).
 inline constexpr double kDefaultCudaStepTimeoutS = 600;
 
-// Known preset names, in order ("debug", "tiny", "gpu_small").
+// Known preset names, in order ("debug", "tiny", "gpu_small", "deepseek_v3_debug",
+// "deepseek_v3_16b", "deepseek_v3_671b", "qwen3_moe_debug", "qwen3_30b_a3b",
+// "qwen3_235b_a22b").
 std::vector<std::string> PresetNames();
 
 // A preset fills every model key plus training.seq_len and training.batch_size:
@@ -40,6 +42,17 @@ std::vector<std::string> PresetNames();
 //          n_kv_heads 8, ffn_hidden 2816, n_routed_experts 16, top_k 2,
 //          n_shared_experts 1, expert_hidden 512, rest as debug; seq_len 2048,
 //          batch_size 8 (GPU benchmarks and bench/peers' PyTorch peer).
+//   deepseek_v3_debug: model.architecture deepseek_v3 at debug's scale (latent attention
+//          with q_lora_rank 64, kv_lora_rank 64, head dims 32 + 16 and 32; YaRN 4x
+//          past 128 positions; 8 experts in 4 groups choosing from 2, route_scale 2.5);
+//          seq_len 256, batch_size 8.
+//   deepseek_v3_16b, deepseek_v3_671b: torchtitan's DeepSeek-V3 flavours of those names
+//          (presets.cc has every key); seq_len 4096, batch_size 1.
+//   qwen3_moe_debug: model.architecture qwen3_moe at debug's scale (head_dim 48, no
+//          dense layer, no shared expert, softmax top-2, rope_theta 1e6); seq_len 256,
+//          batch_size 8.
+//   qwen3_30b_a3b, qwen3_235b_a22b: the Qwen3-MoE models' config.json values; seq_len
+//          4096, batch_size 1.
 // Every other key's default is the member initialiser in job_spec.h.
 //
 // Resolve: start from the defaults, apply the preset named by model.preset (default

@@ -130,6 +130,29 @@ Check Job(const JobMeta& j) {
   return std::nullopt;
 }
 
+// deepseek_v3's attention: every width given, RoPE on an even width, one latent KV
+// per query head.
+Check MultiHeadLatentAttention(const ModelSpec& m) {
+  TY_SPEC_CHECK(IntRange("model.q_lora_rank", m.q_lora_rank, 0, 1 << 16));
+  TY_SPEC_CHECK(IntRange("model.kv_lora_rank", m.kv_lora_rank, 1, 1 << 16));
+  TY_SPEC_CHECK(IntRange("model.qk_nope_head_dim", m.qk_nope_head_dim, 1, 1 << 12));
+  TY_SPEC_CHECK(IntRange("model.qk_rope_head_dim", m.qk_rope_head_dim, 2, 1 << 12));
+  TY_SPEC_CHECK(IntRange("model.v_head_dim", m.v_head_dim, 1, 1 << 12));
+  if (m.qk_rope_head_dim % 2 != 0) {
+    return Invalid(
+        "model.qk_rope_head_dim", "divides",
+        "model.qk_rope_head_dim=" + std::to_string(m.qk_rope_head_dim) + " must be even: RoPE rotates pairs");
+  }
+  if (m.n_kv_heads != m.n_heads) {
+    return Invalid("model.n_kv_heads", "requires",
+                   "model.n_kv_heads=" + std::to_string(m.n_kv_heads) +
+                       " must equal model.n_heads=" + std::to_string(m.n_heads) +
+                       " under model.architecture=\"deepseek_v3\": its latent attention expands one key and value "
+                       "per query head");
+  }
+  return std::nullopt;
+}
+
 Check Model(const ModelSpec& m) {
   TY_SPEC_CHECK(IntRange("model.vocab_size", m.vocab_size, 2, 1 << 24));
   TY_SPEC_CHECK(IntRange("model.dim", m.dim, 2, 1 << 16));
@@ -149,8 +172,62 @@ Check Model(const ModelSpec& m) {
   TY_SPEC_CHECK(InRange("model.load_balance_coeff", m.load_balance_coeff, 0, 1));
   // 0 is "dropless"; every positive factor is a capacity (at least one row per expert).
   TY_SPEC_CHECK(InRange("model.capacity_factor", m.capacity_factor, 0, 1e6));
-  // Shape.
-  if (m.dim % m.n_heads != 0) {
+  TY_SPEC_CHECK(OneOf("model.architecture", m.architecture, Architectures()));
+  TY_SPEC_CHECK(
+      IntRange("model.n_expert_groups", m.n_expert_groups, 1, m.n_routed_experts, "", "model.n_routed_experts"));
+  TY_SPEC_CHECK(
+      IntRange("model.n_limited_groups", m.n_limited_groups, 1, m.n_expert_groups, "", "model.n_expert_groups"));
+  if (m.n_routed_experts % m.n_expert_groups != 0) {
+    return Invalid("model.n_expert_groups", "divides",
+                   "model.n_expert_groups=" + std::to_string(m.n_expert_groups) +
+                       " must divide model.n_routed_experts=" + std::to_string(m.n_routed_experts));
+  }
+  if (m.n_expert_groups > 1) {
+    const int per_group = m.n_routed_experts / m.n_expert_groups;
+    // A group scores by the sum of its two best experts (DeepSeek-V3's rule).
+    if (per_group < 2) {
+      return Invalid("model.n_expert_groups", "range",
+                     "model.n_expert_groups=" + std::to_string(m.n_expert_groups) +
+                         " leaves fewer than 2 experts a group (a group scores by its two best experts)");
+    }
+    if (m.top_k > m.n_limited_groups * per_group) {
+      return Invalid("model.top_k", "range",
+                     "model.top_k=" + std::to_string(m.top_k) + " exceeds the " +
+                         std::to_string(m.n_limited_groups * per_group) +
+                         " experts of model.n_limited_groups=" + std::to_string(m.n_limited_groups) + " groups");
+    }
+  }
+  TY_SPEC_CHECK(InRange("model.rope_factor", m.rope_factor, 1, 1e6));
+  TY_SPEC_CHECK(IntRange("model.original_seq_len", m.original_seq_len, 1, 1 << 24));
+  TY_SPEC_CHECK(InRange("model.beta_fast", m.beta_fast, 0, 1e6, /*lo_open=*/true));
+  TY_SPEC_CHECK(InRange("model.beta_slow", m.beta_slow, 0, m.beta_fast, /*lo_open=*/true));
+  TY_SPEC_CHECK(InRange("model.mscale", m.mscale, 0, 1e3));
+  TY_SPEC_CHECK(IntRange("model.head_dim", m.head_dim_override, 0, 1 << 12));
+  if (m.mla()) {
+    if (m.head_dim_override != 0) {
+      return Invalid("model.head_dim", "requires",
+                     "model.head_dim=" + std::to_string(m.head_dim_override) +
+                         " is grouped-query attention's head width; model.architecture=\"deepseek_v3\" sizes its "
+                         "heads with model.qk_nope_head_dim, model.qk_rope_head_dim and model.v_head_dim");
+    }
+    return MultiHeadLatentAttention(m);
+  }
+  // The MLA widths belong to deepseek_v3 alone: one given elsewhere is a mistake.
+  for (const auto& [key, value] : {std::pair{"q_lora_rank", m.q_lora_rank},
+                                   {"kv_lora_rank", m.kv_lora_rank},
+                                   {"qk_nope_head_dim", m.qk_nope_head_dim},
+                                   {"qk_rope_head_dim", m.qk_rope_head_dim},
+                                   {"v_head_dim", m.v_head_dim}}) {
+    if (value != 0) {
+      return Invalid(std::string("model.") + key, "requires",
+                     std::string("model.") + key + "=" + std::to_string(value) +
+                         " is a multi-head latent attention width: it needs model.architecture=\"deepseek_v3\" (this "
+                         "job's is \"" +
+                         Quote(m.architecture) + "\")");
+    }
+  }
+  // Shape (an explicit head_dim need not divide dim: Qwen3's heads are wider).
+  if (m.head_dim_override == 0 && m.dim % m.n_heads != 0) {
     return Invalid(
         "model.dim", "divides",
         "model.dim=" + std::to_string(m.dim) + " must be divisible by model.n_heads=" + std::to_string(m.n_heads));
@@ -161,6 +238,10 @@ Check Model(const ModelSpec& m) {
                        std::to_string(m.n_kv_heads) + " (grouped-query attention)");
   }
   if (m.head_dim() % 2 != 0) {
+    if (m.head_dim_override != 0) {
+      return Invalid("model.head_dim", "divides",
+                     "model.head_dim=" + std::to_string(m.head_dim()) + " must be even: RoPE rotates pairs");
+    }
     return Invalid("model.dim", "divides",
                    "model.dim=" + std::to_string(m.dim) + " / model.n_heads=" + std::to_string(m.n_heads) + " = " +
                        std::to_string(m.head_dim()) + " (head_dim) must be even: RoPE rotates pairs");
@@ -344,6 +425,12 @@ Check Compile(const JobSpec& s) {
                    "compile.regions=\"per_layer\" with tp=" +
                        std::to_string(s.parallelism.tp));
   }
+  if (c.regions == "model" && s.model.architecture != "trainyard") {
+    return Invalid("compile.regions", "requires",
+                   "compile.regions=\"model\" is built for model.architecture=\"trainyard\" only; use "
+                   "compile.regions=\"per_layer\" with \"" +
+                       Quote(s.model.architecture) + "\"");
+  }
   if (c.regions == "model" && s.activation_checkpoint.mode == "selective") {
     return Invalid("activation_checkpoint.mode", "requires",
                    "activation_checkpoint.mode=\"selective\" needs compile.regions=\"per_layer\": under \"model\" "
@@ -416,6 +503,10 @@ Check Rest(const JobSpec& s) {
 
 }  // namespace
 
+const std::vector<std::string>& Architectures() {
+  static const std::vector<std::string> v = {"trainyard", "deepseek_v3", "qwen3_moe"};
+  return v;
+}
 const std::vector<std::string>& ScoreFuncs() {
   static const std::vector<std::string> v = {"sigmoid", "softmax"};
   return v;

@@ -21,15 +21,16 @@
 namespace trainyard::spec {
 
 // Allowed values of the enumerated keys.
-const std::vector<std::string>& ScoreFuncs();        // sigmoid, softmax
-const std::vector<std::string>& Datasets();          // synthetic, text, tokens
-const std::vector<std::string>& MixedPrecisions();   // fp32, bf16
-const std::vector<std::string>& Backends();          // eager, jit, cudagraph
-const std::vector<std::string>& RegionModes();       // per_layer, model
+const std::vector<std::string>& Architectures();       // trainyard, deepseek_v3, qwen3_moe
+const std::vector<std::string>& ScoreFuncs();          // sigmoid, softmax
+const std::vector<std::string>& Datasets();            // synthetic, text, tokens
+const std::vector<std::string>& MixedPrecisions();     // fp32, bf16
+const std::vector<std::string>& Backends();            // eager, jit, cudagraph
+const std::vector<std::string>& RegionModes();         // per_layer, model
 const std::vector<std::string>& SideEffectPolicies();  // error, fallback
-const std::vector<std::string>& CheckpointModes();   // none, full, selective
-const std::vector<std::string>& Devices();           // cpu, cuda
-const std::vector<std::string>& BestMetrics();       // val_loss, train_loss (lower is better)
+const std::vector<std::string>& CheckpointModes();     // none, full, selective
+const std::vector<std::string>& Devices();             // cpu, cuda
+const std::vector<std::string>& BestMetrics();         // val_loss, train_loss (lower is better)
 
 // Upper bounds shared with callers (a world larger than this is refused).
 inline constexpr int kMaxWorldSize = 65536;

@@ -13,6 +13,7 @@
 
 #include "common/job_file.h"
 #include "common/spec/memory_estimate.h"
+#include "common/spec/presets.h"
 #include "common/spec_proto.h"
 
 namespace trainyard {
@@ -41,7 +42,8 @@ v1::JobSpec Resolved(const std::string& name) {
 TEST(CliExamplesTest, EveryExampleParsesAndValidates) {
   const std::vector<std::string> files = ExampleFiles();
   // The ones this project documents; a new file is validated as well.
-  for (const char* expected : {"debug.toml", "debug_ep2.toml", "debug_tp2.toml", "deepseek_v3_16b.toml", "tiny.toml"}) {
+  for (const char* expected :
+       {"debug.toml", "debug_ep2.toml", "debug_tp2.toml", "deepseek_v3_16b.toml", "qwen3_30b_a3b.toml", "tiny.toml"}) {
     EXPECT_TRUE(std::any_of(files.begin(), files.end(),
                             [&](const std::string& f) { return fs::path(f).filename() == expected; }))
         << expected << " is missing from examples/";
@@ -112,7 +114,13 @@ TEST(CliExamplesTest, DeepSeekV3SixteenBIsAValidGpuConfig) {
   absl::StatusOr<spec::JobSpec> core = ResolveAndValidateCore(s);
   ASSERT_TRUE(core.ok()) << core.status();
   const spec::MemoryEstimate m = spec::EstimateRankMemory(*core);
-  // "16B-shaped": the whole model between 14 and 18 billion parameters.
+  // The real flavour: latent attention, and the count transformers' DeepseekV3 gives
+  // these keys (tests/worker/engine/hf checks the preset's count against transformers).
+  EXPECT_EQ(s.model().architecture(), "deepseek_v3");
+  EXPECT_EQ(s.model().kv_lora_rank(), 512);
+  const auto preset = spec::FromPreset("deepseek_v3_16b");
+  ASSERT_TRUE(preset.ok()) << preset.error().message;
+  EXPECT_EQ(m.total_params, static_cast<double>(spec::CountParameters(preset.value().model).total));
   EXPECT_GT(m.total_params, 14e9);
   EXPECT_LT(m.total_params, 18e9);
   // One rank (1/8 of the experts whole, everything else sharded 8 ways and gathered for
@@ -127,11 +135,39 @@ TEST(CliExamplesTest, DeepSeekV3SixteenBIsAValidGpuConfig) {
   spec::JobSpec replicated = *core;
   replicated.parallelism.dp_shard = 1;
   EXPECT_LT(m.state_bytes, spec::EstimateRankMemory(replicated).state_bytes);
-  std::printf("[figures] deepseek_v3_16b: %.2fB parameters, %.2fB per rank (%.2fB kept), est. peak %.1f GB per "
-              "rank at %s (%.1f GB state between steps, %.1f GB replicated; %.1f GB activations; %s)\n",
-              m.total_params / 1e9, m.rank_params / 1e9, m.shard_params / 1e9, m.total_bytes() / 1e9,
-              m.peak_at.c_str(), m.state_bytes / 1e9, spec::EstimateRankMemory(replicated).state_bytes / 1e9,
-              m.activation_bytes / 1e9, spec::DescribeBreakdown(m).c_str());
+  std::printf(
+      "[figures] deepseek_v3_16b: %.2fB parameters, %.2fB per rank (%.2fB kept), est. peak %.1f GB per "
+      "rank at %s (%.1f GB state between steps, %.1f GB replicated; %.1f GB activations; %s)\n",
+      m.total_params / 1e9, m.rank_params / 1e9, m.shard_params / 1e9, m.total_bytes() / 1e9, m.peak_at.c_str(),
+      m.state_bytes / 1e9, spec::EstimateRankMemory(replicated).state_bytes / 1e9, m.activation_bytes / 1e9,
+      spec::DescribeBreakdown(m).c_str());
+}
+
+// The Qwen3-30B-A3B example: the preset's keys, and a layout whose ranks fit 80 GB GPUs
+// where 8 ranks would not.
+TEST(CliExamplesTest, Qwen3ThirtyBIsTheRealFlavourAndFitsSixteenGpus) {
+  const v1::JobSpec s = Resolved("qwen3_30b_a3b.toml");
+  ASSERT_FALSE(HasFailure());
+  EXPECT_EQ(s.model().architecture(), "qwen3_moe");
+  EXPECT_EQ(s.model().head_dim(), 128);
+  absl::StatusOr<spec::JobSpec> core = ResolveAndValidateCore(s);
+  ASSERT_TRUE(core.ok()) << core.status();
+  const auto preset = spec::FromPreset("qwen3_30b_a3b");
+  ASSERT_TRUE(preset.ok()) << preset.error().message;
+  const spec::ModelSpec& want = preset.value().model;
+  const spec::ModelSpec& got = core->model;
+  EXPECT_EQ(spec::CountParameters(got).total, spec::CountParameters(want).total);
+  EXPECT_EQ(got.head_dim(), want.head_dim());
+  EXPECT_EQ(got.n_routed_experts, want.n_routed_experts);
+  EXPECT_EQ(got.expert_hidden, want.expert_hidden);
+  const spec::MemoryEstimate m = spec::EstimateRankMemory(*core);
+  EXPECT_EQ(s.parallelism().dp() * s.parallelism().tp(), 16);
+  EXPECT_LT(m.total_bytes(), 80e9);
+  spec::JobSpec eight = *core;
+  eight.parallelism.dp = eight.parallelism.dp_shard = eight.parallelism.ep = 8;
+  EXPECT_GT(spec::EstimateRankMemory(eight).total_bytes(), 80e9) << "the example's 16 GPUs are needed";
+  std::printf("[figures] qwen3_30b_a3b: %.2fB parameters, est. peak %.1f GB per rank on 16 GPUs (%.1f GB on 8)\n",
+              m.total_params / 1e9, m.total_bytes() / 1e9, spec::EstimateRankMemory(eight).total_bytes() / 1e9);
 }
 
 }  // namespace

@@ -79,7 +79,10 @@ TEST(PresetsTest, ExplicitWarmupIsKeptAndUnknownPresetNamed) {
   Result<JobSpec> bad = FromPreset("huge");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.error().field, "model.preset");
-  EXPECT_EQ(bad.error().message, "model.preset: unknown preset \"huge\" (known: debug, tiny, gpu_small)");
+  EXPECT_EQ(bad.error().message,
+            "model.preset: unknown preset \"huge\" (known: debug, tiny, gpu_small, deepseek_v3_debug, deepseek_v3_16b, "
+            "deepseek_v3_671b, "
+            "qwen3_moe_debug, qwen3_30b_a3b, qwen3_235b_a22b)");
 }
 
 TEST(JsonTest, WriterRoundTripsEveryField) {

@@ -381,6 +381,103 @@ INSTANTIATE_TEST_SUITE_P(
              "checkpoint.initial_load_path \"/w\\x00.bin\" contains a control character"}),
     CaseName);
 
+// model.architecture and its keys (the debug preset is "trainyard"; the MLA cases start
+// from the deepseek_v3 debug flavour's keys by --set).
+INSTANTIATE_TEST_SUITE_P(
+    Architectures, RuleTest,
+    ::testing::Values(
+        Case{"ArchitectureUnknown",
+             {"model.architecture=\"llama\""},
+             "model.architecture",
+             "one_of",
+             "model.architecture: unknown value \"llama\" (known: trainyard, deepseek_v3, qwen3_moe)"},
+        Case{"LatentWidthOnGqa",
+             {"model.kv_lora_rank=64"},
+             "model.kv_lora_rank",
+             "requires",
+             "model.kv_lora_rank=64 is a multi-head latent attention width: it needs "
+             "model.architecture=\"deepseek_v3\" (this job's is \"trainyard\")"},
+        Case{"LatentWithoutKvRank",
+             {"model.architecture=\"deepseek_v3\"", "model.n_kv_heads=8", "model.kv_lora_rank=0"},
+             "model.kv_lora_rank",
+             "range",
+             "model.kv_lora_rank must be in [1, 65536], got 0"},
+        Case{"LatentOddRope",
+             {"model.architecture=\"deepseek_v3\"", "model.n_kv_heads=8", "model.kv_lora_rank=64",
+              "model.qk_nope_head_dim=32", "model.qk_rope_head_dim=15", "model.v_head_dim=32"},
+             "model.qk_rope_head_dim",
+             "divides",
+             "model.qk_rope_head_dim=15 must be even: RoPE rotates pairs"},
+        Case{"LatentKvHeads",
+             {"model.architecture=\"deepseek_v3\"", "model.kv_lora_rank=64", "model.qk_nope_head_dim=32",
+              "model.qk_rope_head_dim=16", "model.v_head_dim=32"},
+             "model.n_kv_heads",
+             "requires",
+             "~model.n_kv_heads=4 must equal model.n_heads=8 under model.architecture=\"deepseek_v3\""},
+        Case{"GroupsDivideExperts",
+             {"model.n_expert_groups=3"},
+             "model.n_expert_groups",
+             "divides",
+             "model.n_expert_groups=3 must divide model.n_routed_experts=8"},
+        Case{"GroupsOfOne",
+             {"model.n_expert_groups=8"},
+             "model.n_expert_groups",
+             "range",
+             "model.n_expert_groups=8 leaves fewer than 2 experts a group (a group scores by its two best experts)"},
+        Case{"LimitedGroupsAboveGroups",
+             {"model.n_expert_groups=2", "model.n_limited_groups=3"},
+             "model.n_limited_groups",
+             "range",
+             "model.n_limited_groups must be in [1, model.n_expert_groups=2], got 3"},
+        Case{"TopKBeyondLimitedGroups",
+             {"model.n_expert_groups=4", "model.n_limited_groups=1", "model.top_k=3"},
+             "model.top_k",
+             "range",
+             "model.top_k=3 exceeds the 2 experts of model.n_limited_groups=1 groups"},
+        Case{"HeadDimOdd",
+             {"model.head_dim=33"},
+             "model.head_dim",
+             "divides",
+             "model.head_dim=33 must be even: RoPE rotates pairs"},
+        Case{"HeadDimOnLatent",
+             {"model.architecture=\"deepseek_v3\"", "model.head_dim=64"},
+             "model.head_dim",
+             "requires",
+             "~model.head_dim=64 is grouped-query attention's head width"},
+        Case{"RopeFactorBelowOne",
+             {"model.rope_factor=0.5"},
+             "model.rope_factor",
+             "range",
+             "model.rope_factor must be in [1, 1000000], got 0.5"},
+        Case{"BlockRegionsLatent",
+             {"model.architecture=\"deepseek_v3\"", "model.n_kv_heads=8", "model.kv_lora_rank=64",
+              "model.qk_nope_head_dim=32", "model.qk_rope_head_dim=16", "model.v_head_dim=32",
+              "compile.regions=\"model\""},
+             "compile.regions",
+             "requires",
+             "compile.regions=\"model\" is built for model.architecture=\"trainyard\" only; use "
+             "compile.regions=\"per_layer\" with \"deepseek_v3\""}),
+    CaseName);
+
+TEST(RulesTest, TheDeepSeekV3DebugPresetIsLatentAttentionWithYarnAndGroupedRouting) {
+  Result<JobSpec> spec = FromPreset("deepseek_v3_debug");
+  ASSERT_TRUE(spec.ok()) << spec.error().ToString();
+  const ModelSpec& m = spec.value().model;
+  EXPECT_EQ(m.architecture, "deepseek_v3");
+  EXPECT_EQ(m.qk_head_dim(), 48);
+  EXPECT_EQ(m.rope_head_dim(), 16);
+  EXPECT_EQ(m.value_head_dim(), 32);
+  EXPECT_GT(m.rope_factor, 1.0);
+  EXPECT_GT(spec.value().training.seq_len, m.original_seq_len) << "the preset exercises YaRN past its length";
+  EXPECT_EQ(m.n_expert_groups, 4);
+  // The default architecture keeps every existing job as it was.
+  Result<JobSpec> debug = FromPreset("debug");
+  ASSERT_TRUE(debug.ok());
+  EXPECT_EQ(debug.value().model.architecture, "trainyard");
+  EXPECT_EQ(debug.value().model.rope_factor, 1.0);
+  EXPECT_EQ(debug.value().model.n_expert_groups, 1);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     CrossField, RuleTest,
     ::testing::Values(

@@ -8,12 +8,17 @@ TransformerBlockImpl::TransformerBlockImpl(const ModelConfig& c, bool use_moe, P
                                            RegionFactory& regions, int layer, bool selective_checkpoint,
                                            bool plant_side_effect, bool block_regions)
     : selective_checkpoint_(selective_checkpoint) {
-  TORCH_CHECK(!block_regions || (ctx.tp == 1 && !selective_checkpoint),
-              "compile.regions=model needs parallelism.tp=1 and activation_checkpoint.mode none or full");
+  TORCH_CHECK(!block_regions || (ctx.tp == 1 && !selective_checkpoint && c.architecture == "trainyard"),
+              "compile.regions=model needs parallelism.tp=1, activation_checkpoint.mode none or full and "
+              "model.architecture trainyard");
   // Under block regions the modules' own regions are plain functions the block embeds.
   RegionFactory& parts = block_regions ? EagerRegionFactory() : regions;
   attention_norm = register_module("attention_norm", RMSNorm(c.dim, c.norm_eps, parts, layer));
-  attention = register_module("attention", Attention(c.dim, c.n_heads, c.n_kv_heads, ctx, parts, layer));
+  if (c.mla()) {
+    mla = register_module("attention", LatentAttention(c, ctx, parts, layer));
+  } else {
+    attention = register_module("attention", Attention(c, ctx, parts, layer));
+  }
   ffn_norm = register_module("ffn_norm", RMSNorm(c.dim, c.norm_eps, parts, layer));
   if (use_moe) {
     moe = register_module("moe", MoE(c, ctx, regions, layer, plant_side_effect, block_regions));
@@ -32,6 +37,10 @@ TransformerBlockImpl::TransformerBlockImpl(const ModelConfig& c, bool use_moe, P
     block_region_ = regions.Make(regions::DenseBlockKey(c, qb),
                                  regions::DenseBlock(c.norm_eps, c.n_heads, c.n_kv_heads, hd, qb), layer);
   }
+}
+
+torch::Tensor TransformerBlockImpl::Attend(const torch::Tensor& normed, const RotaryEmbedding& rope) {
+  return mla ? mla(normed, rope) : attention(normed, rope);
 }
 
 BlockOutput TransformerBlockImpl::forward(const torch::Tensor& x, const RotaryEmbedding& rope) {
@@ -64,11 +73,11 @@ BlockOutput TransformerBlockImpl::forward(const torch::Tensor& x, const RotaryEm
   if (selective_checkpoint_ && torch::GradMode::is_enabled()) {
     attn = compile::Checkpointed(
         [this, &rope](const std::vector<torch::Tensor>& in) -> std::vector<torch::Tensor> {
-          return {attention(in[0], rope)};
+          return {Attend(in[0], rope)};
         },
         {normed})[0];
   } else {
-    attn = attention(normed, rope);
+    attn = Attend(normed, rope);
   }
   auto h = x + attn;
   if (moe) {
@@ -111,6 +120,9 @@ RegionKey MoeBlockEntryKey(const ModelConfig& c, int64_t query_block) {
                      {"route_norm", c.route_norm},
                      {"route_scale", c.route_scale}});
   if (c.capacity_factor > 0) f.emplace_back("capacity_factor", c.capacity_factor);
+  if (c.n_expert_groups > 1) {
+    f.insert(f.end(), {{"n_groups", c.n_expert_groups}, {"limited_groups", c.n_limited_groups}});
+  }
   return RegionKey("moe_block_entry", f);
 }
 

@@ -10,6 +10,7 @@
 #include "worker/engine/config/engine_config.h"
 #include "worker/engine/model/layers/attention_layer.h"
 #include "worker/engine/model/layers/dense_ffn.h"
+#include "worker/engine/model/layers/latent_attention.h"
 #include "worker/engine/model/layers/rms_norm.h"
 #include "worker/engine/model/layers/rotary_embedding.h"
 #include "worker/engine/model/moe/moe_layer.h"
@@ -36,12 +37,16 @@ class TransformerBlockImpl : public torch::nn::Module {
   bool is_moe() const { return !moe.is_empty(); }
 
   RMSNorm attention_norm{nullptr};
-  Attention attention{nullptr};
+  Attention attention{nullptr};  // grouped-query attention (architecture trainyard)
+  LatentAttention mla{nullptr};  // registered as "attention" too (deepseek_v3)
   RMSNorm ffn_norm{nullptr};
   FeedForward feed_forward{nullptr};  // dense blocks
   MoE moe{nullptr};                   // MoE blocks
 
  private:
+  // The block's attention, grouped-query or latent, on the normed input.
+  torch::Tensor Attend(const torch::Tensor& normed, const RotaryEmbedding& rope);
+
   bool selective_checkpoint_;
   // regions = "model": the block runs as dense_block, or moe_block_entry → experts →
   // moe_block_exit, instead of its modules' own regions. Null calls otherwise.

@@ -20,7 +20,8 @@ TransformerModelImpl::TransformerModelImpl(const ModelConfig& c, int64_t max_seq
                                            ModelOptions options)
     : config_(c),
       ctx_(ctx),
-      rope_(c.head_dim(), max_seq_len, c.rope_theta),
+      rope_(c.rope_head_dim(), max_seq_len, c.rope_theta,
+            YarnScaling{c.rope_factor, c.original_seq_len, c.beta_fast, c.beta_slow}),
       full_checkpoint_(options.activation_checkpoint == "full"),
       compute_dtype_(options.compute_dtype) {
   TORCH_CHECK(compute_dtype_ == torch::kFloat || compute_dtype_ == torch::kBFloat16,

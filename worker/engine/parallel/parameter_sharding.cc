@@ -39,6 +39,17 @@ ShardKind ShardKindOf(const std::string& name) {
       {"attention.wk.weight", ShardKind::kColumn},
       {"attention.wv.weight", ShardKind::kColumn},
       {"attention.wo.weight", ShardKind::kRow},
+      // Latent attention: the heads' projections split like wq; the latent path is whole
+      // on every TP rank, its gradient a sum over the ranks' heads.
+      {"attention.wq_a.weight", ShardKind::kTpPartial},
+      {"attention.q_norm.weight", ShardKind::kTpPartial},
+      {"attention.wq_b.weight", ShardKind::kColumn},
+      {"attention.wkv_a.weight", ShardKind::kTpPartial},
+      {"attention.kv_norm.weight", ShardKind::kTpPartial},
+      {"attention.wkv_b.weight", ShardKind::kColumn},
+      // Qwen3's per-head q/k norms: one weight over head_dim for every head, its gradient
+      // a sum over the heads, so over the TP ranks.
+      {"attention.k_norm.weight", ShardKind::kTpPartial},
       {"feed_forward.w1.weight", ShardKind::kColumn},
       {"feed_forward.w3.weight", ShardKind::kColumn},
       {"feed_forward.w2.weight", ShardKind::kRow},

@@ -3,8 +3,11 @@
 // import/export all agree:
 //   kReplicated  tok_embeddings, norms, output, expert_bias: whole on every rank.
 //   kTpPartial   moe.router.gate.weight: whole on every rank, but each TP rank routes a
-//                different token slice, so its grad is a partial sum over the TP group.
-//   kColumn      wq/wk/wv/w1/w3 (dense and shared experts): dim 0 split over TP.
+//                different token slice, so its grad is a partial sum over the TP group;
+//                likewise latent attention's wq_a, q_norm, wkv_a and kv_norm, whose
+//                gradient each TP rank takes from its own heads.
+//   kColumn      wq/wk/wv/w1/w3 (dense and shared experts), wq_b/wkv_b (latent
+//                attention): dim 0 split over TP.
 //   kRow         wo/w2 (dense and shared experts): dim 1 split over TP.
 //   kExpert      moe.experts.w1/w2/w3: dim 0 (experts) split over EP.
 // The plan is one table of exact names (layers.<i>.<name> and the model's own); a name

@@ -196,6 +196,29 @@ TEST(CompileTraining, DebugPresetJitRunsTheFusedOperatorsWithEagerLosses) {
   EXPECT_LE(diff, 1e-6);
 }
 
+// The other architectures through the jit backend: the same losses as eager, nothing
+// compiled twice.
+TEST(CompileTraining, EveryArchitectureTracesUnderJitWithEagerLosses) {
+  for (const char* preset : {"deepseek_v3_debug", "qwen3_moe_debug"}) {
+    const Job job{std::string("preset = \"") + preset + "\"\n", ""};
+    const std::vector<std::string> sets = {"training.steps=4", "training.seq_len=128"};
+    auto with = [&](const char* backend) {
+      std::vector<std::string> all = sets;
+      all.push_back(std::string("compile.backend=") + backend);
+      return all;
+    };
+    const TrainRun eager = Train(with("eager"), {}, job);
+    const TrainRun jit = Train(with("jit"), {}, job);
+    ASSERT_EQ(eager.exit_code, 0) << preset << "\n" << eager.All();
+    ASSERT_EQ(jit.exit_code, 0) << preset << "\n" << jit.All();
+    EXPECT_FALSE(jit.Compile("COMPILE").empty()) << jit.All();
+    EXPECT_TRUE(jit.Compile("RECOMPILE").empty()) << jit.All();
+    const double diff = MaxRelativeLossDiff(jit, eager);
+    std::printf("[compile] %s: jit vs eager max relative loss diff %g\n", preset, diff);
+    EXPECT_LE(diff, 1e-6) << preset;
+  }
+}
+
 // TRAINYARD_FUSED_CPU_KERNELS=0 is the A/B switch for both backends: the traced
 // operators then run their references.
 TEST(CompileTraining, WithTheFusedKernelsOffJitRunsTheReferencesAndMatchesEager) {

@@ -65,18 +65,37 @@ class FusedAttention {
 
 class AttentionPathTest : public ::testing::TestWithParam<bool> {};
 
-TEST_P(AttentionPathTest, GqaCausalMatchesPerHeadLoops) {
-  FusedAttention path(GetParam());
-  const int64_t b = 2, t = 6, dim = 16, n_heads = 4, n_kv = 2, hd = dim / n_heads;
+// GQA on the fused kernel or SDPA against per-head loops; with `qk_norm` (qwen3_moe)
+// on heads of 6 (not dim / n_heads = 4), each query and key head RMS-normalised first.
+void ExpectGqaMatchesPerHeadLoops(bool qk_norm) {
+  const int64_t b = 2, t = 6, dim = 16, n_heads = 4, n_kv = 2, hd = qk_norm ? 6 : dim / n_heads;
+  spec::ModelSpec m;
+  m.dim = dim;
+  m.n_heads = n_heads;
+  m.n_kv_heads = n_kv;
+  m.norm_eps = 1e-6;
+  if (qk_norm) {
+    m.architecture = "qwen3_moe";
+    m.head_dim_override = hd;
+  }
   torch::manual_seed(2);
-  Attention attn(dim, n_heads, n_kv);
+  Attention attn(m);
+  if (qk_norm) {
+    torch::NoGradGuard g;
+    attn->q_norm->weight.uniform_(0.5, 1.5);
+    attn->k_norm->weight.uniform_(0.5, 1.5);
+  }
   RotaryEmbedding rope(hd, t, 10000.0);
   auto x = torch::randn({b, t, dim});
   auto y = attn(x, rope);
 
   torch::NoGradGuard g;
-  auto q = rope.Apply(torch::matmul(x, attn->wq->weight.t()).view({b, t, n_heads, hd}));
-  auto k = rope.Apply(torch::matmul(x, attn->wk->weight.t()).view({b, t, n_kv, hd}));
+  auto head_norm = [&](const torch::Tensor& h, const RMSNorm& norm) {
+    if (!qk_norm) return h;
+    return h * torch::rsqrt(h.pow(2).mean(-1, true) + 1e-6) * norm->weight;
+  };
+  auto q = rope.Apply(head_norm(torch::matmul(x, attn->wq->weight.t()).view({b, t, n_heads, hd}), attn->q_norm));
+  auto k = rope.Apply(head_norm(torch::matmul(x, attn->wk->weight.t()).view({b, t, n_kv, hd}), attn->k_norm));
   auto v = torch::matmul(x, attn->wv->weight.t()).view({b, t, n_kv, hd});
   auto heads = torch::zeros({b, t, n_heads, hd});
   for (int64_t bi = 0; bi < b; ++bi)
@@ -96,8 +115,18 @@ TEST_P(AttentionPathTest, GqaCausalMatchesPerHeadLoops) {
         heads[bi][i][h] = acc;
       }
     }
-  auto ref = torch::matmul(heads.view({b, t, dim}), attn->wo->weight.t());
+  auto ref = torch::matmul(heads.view({b, t, n_heads * hd}), attn->wo->weight.t());
   EXPECT_TRUE(torch::allclose(y, ref, 1e-4, 1e-5)) << (y - ref).abs().max();
+}
+
+TEST_P(AttentionPathTest, GqaCausalMatchesPerHeadLoops) {
+  FusedAttention path(GetParam());
+  ExpectGqaMatchesPerHeadLoops(false);
+}
+
+TEST_P(AttentionPathTest, QwenQkNormOnWideHeadsMatchesPerHeadLoops) {
+  FusedAttention path(GetParam());
+  ExpectGqaMatchesPerHeadLoops(true);
 }
 
 INSTANTIATE_TEST_SUITE_P(FusedAndSdpa, AttentionPathTest, ::testing::Values(true, false),

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/spec/memory_estimate.h"
+#include "common/spec/presets.h"
 #include "worker/engine/config/engine_config.h"
 #include "worker/engine/parallel/parameter_sharding.h"
 #include "worker/engine/train/flops_model.h"
@@ -87,10 +88,22 @@ TEST(TransformerModelTest, ParameterNamesFollowTorchtitan) {
 // with the split docs/parallelism.md gives, and a name it does not list is refused,
 // never left replicated by default.
 TEST(ParallelPlanTest, EveryModelTensorIsPlannedAndAnUnknownNameIsRefused) {
-  const ModelConfig c = TinyEngineConfig().model;
-  TransformerModel model(c, 32);
-  for (auto& p : model->named_parameters()) EXPECT_NO_THROW(ShardKindOf(p.key())) << p.key();
-  for (auto& b : model->named_buffers()) EXPECT_NO_THROW(ShardKindOf(b.key())) << b.key();
+  // Every architecture's tensors, the latent attention's with and without its low-rank
+  // query.
+  for (const char* preset : {"tiny", "deepseek_v3_debug", "qwen3_moe_debug"}) {
+    for (int q_lora_rank : {0, 16}) {
+      auto spec = spec::FromPreset(preset);
+      ASSERT_TRUE(spec.ok()) << preset;
+      ModelConfig c = spec.value().model;
+      if (c.mla()) c.q_lora_rank = q_lora_rank;
+      TransformerModel model(c, 32);
+      for (auto& p : model->named_parameters()) EXPECT_NO_THROW(ShardKindOf(p.key())) << p.key();
+      for (auto& b : model->named_buffers()) EXPECT_NO_THROW(ShardKindOf(b.key())) << b.key();
+    }
+  }
+  EXPECT_EQ(ShardKindOf("layers.1.attention.wq_a.weight"), ShardKind::kTpPartial);
+  EXPECT_EQ(ShardKindOf("layers.1.attention.wkv_b.weight"), ShardKind::kColumn);
+  EXPECT_EQ(ShardKindOf("layers.1.attention.k_norm.weight"), ShardKind::kTpPartial);
   EXPECT_EQ(ShardKindOf("layers.12.attention.wk.weight"), ShardKind::kColumn);
   EXPECT_EQ(ShardKindOf("layers.0.attention.wo.weight"), ShardKind::kRow);
   EXPECT_EQ(ShardKindOf("layers.3.moe.shared_experts.w2.weight"), ShardKind::kRow);
@@ -98,10 +111,10 @@ TEST(ParallelPlanTest, EveryModelTensorIsPlannedAndAnUnknownNameIsRefused) {
   EXPECT_EQ(ShardKindOf("layers.3.moe.router.gate.weight"), ShardKind::kTpPartial);
   EXPECT_EQ(ShardKindOf("layers.3.moe.expert_bias"), ShardKind::kReplicated);
   EXPECT_EQ(ShardKindOf("output.weight"), ShardKind::kReplicated);
-  // A new projection (a fused q|k|v weight, MLA's low-rank query), a layer without an
-  // index, a layer entry at the top, a suffix match of a planned name: all refused.
+  // A new projection (a fused q|k|v weight, a bias), a layer without an index, a layer
+  // entry at the top, a suffix match of a planned name: all refused.
   for (const char* unknown :
-       {"layers.0.attention.wqkv.weight", "layers.0.attention.wq_a.weight", "layers.x.attention.wq.weight",
+       {"layers.0.attention.wqkv.weight", "layers.0.attention.wq_a.bias", "layers.x.attention.wq.weight",
         "layers..attention.wq.weight", "attention.wq.weight", "layers.0.attention.wq.weight.extra",
         "model.layers.0.attention.wq.weight", "", "layers.0"}) {
     try {

@@ -32,14 +32,16 @@ constexpr int kBatch = 4;  // per DP rank
 
 struct Layout {
   int dp, tp, ep;
-  std::string precision = "fp32";  // training.mixed_precision, of the reference run too
-  std::string ac = "none";         // activation_checkpoint.mode
-  int accum = 1;                   // training.grad_accum_steps (kBatch/accum per micro-batch)
-  double capacity = 0;             // model.capacity_factor, of the reference run too
+  std::string precision = "fp32";          // training.mixed_precision, of the reference run too
+  std::string ac = "none";                 // activation_checkpoint.mode
+  int accum = 1;                           // training.grad_accum_steps (kBatch/accum per micro-batch)
+  double capacity = 0;                     // model.capacity_factor, of the reference run too
+  std::string architecture = "trainyard";  // model.architecture, of the reference run too
   std::string Name() const {
     return "dp" + std::to_string(dp) + "_tp" + std::to_string(tp) + "_ep" + std::to_string(ep) +
            (precision == "fp32" ? "" : "_" + precision) + (ac == "none" ? "" : "_ac" + ac) +
-           (accum == 1 ? "" : "_accum" + std::to_string(accum)) + (capacity == 0 ? "" : "_capacity");
+           (accum == 1 ? "" : "_accum" + std::to_string(accum)) + (capacity == 0 ? "" : "_capacity") +
+           (architecture == "trainyard" ? "" : "_" + architecture);
   }
   bool bf16() const { return precision == "bf16"; }
 };
@@ -60,6 +62,30 @@ std::string WriteLayoutSpec(const std::string& path, const Layout& l, int batch,
   c.activation_checkpoint.mode = l.ac;
   c.training.grad_accum_steps = l.accum;
   c.model.capacity_factor = l.capacity;
+  if (l.architecture == "deepseek_v3") {
+    // Latent attention at the tiny model's scale (4 heads, seq_len 32): a low-rank query,
+    // YaRN past 16 positions, 4 experts in 2 groups choosing from 1.
+    c.model.architecture = "deepseek_v3";
+    c.model.n_kv_heads = c.model.n_heads;
+    c.model.q_lora_rank = 16;
+    c.model.kv_lora_rank = 16;
+    c.model.qk_nope_head_dim = 8;
+    c.model.qk_rope_head_dim = 8;
+    c.model.v_head_dim = 8;
+    c.model.rope_factor = 2;
+    c.model.original_seq_len = 16;
+    c.model.n_expert_groups = 2;
+    c.model.n_limited_groups = 1;
+  } else if (l.architecture == "qwen3_moe") {
+    // Qwen3's attention at the tiny scale: q/k norms on heads of 24 (not dim/heads =
+    // 16), every layer MoE without shared experts, softmax routing.
+    c.model.architecture = "qwen3_moe";
+    c.model.head_dim_override = 24;
+    c.model.n_dense_layers = 0;
+    c.model.n_shared_experts = 0;
+    c.model.score_func = "softmax";
+    c.model.rope_theta = 1e6;
+  }
   return testing::WriteSpec(path, c);
 }
 
@@ -105,11 +131,13 @@ class ParityTest : public ::testing::TestWithParam<Layout> {};
 TEST_P(ParityTest, LossesAndFinalWeightsMatchOneRank) {
   const Layout l = GetParam();
   const std::string dir = ProcessTempPrefix();
-  const std::string ref_tag =
-      "ref_b" + std::to_string(kBatch * l.dp) + (l.bf16() ? "_bf16" : "") + (l.capacity == 0 ? "" : "_capacity");
+  const std::string ref_tag = "ref_b" + std::to_string(kBatch * l.dp) + (l.bf16() ? "_bf16" : "") +
+                              (l.capacity == 0 ? "" : "_capacity") +
+                              (l.architecture == "trainyard" ? "" : "_" + l.architecture);
   const std::string tag = l.Name();
   Layout one{1, 1, 1, l.precision};
   one.capacity = l.capacity;
+  one.architecture = l.architecture;
   const auto ref = RunLayout(one, kBatch * l.dp, kSteps, ref_tag, {"--save-final", dir + ref_tag + ".safetensors"});
   // bf16 rounds every activation to 8 significant bits, and a layout changes where the
   // roundings fall (TP's partial sums are rounded before their reduce; Gloo reduces bf16
@@ -185,6 +213,15 @@ INSTANTIATE_TEST_SUITE_P(Capacity, ParityTest,
                          ::testing::Values(Layout{1, 2, 1, "fp32", "none", 1, 0.5},
                                            Layout{2, 1, 2, "fp32", "none", 1, 0.5},
                                            Layout{2, 1, 2, "fp32", "none", 2, 0.5}),
+                         [](const auto& info) { return info.param.Name(); });
+// deepseek_v3 (latent attention, YaRN, group-limited routing) under TP, which splits its
+// heads and sums its latent path's gradients, and under DP with EP; bf16 under TP; and
+// qwen3_moe under TP, which sums its q/k norms' gradients over the ranks' heads.
+INSTANTIATE_TEST_SUITE_P(Architectures, ParityTest,
+                         ::testing::Values(Layout{1, 2, 1, "fp32", "none", 1, 0, "deepseek_v3"},
+                                           Layout{2, 1, 2, "fp32", "none", 1, 0, "deepseek_v3"},
+                                           Layout{1, 2, 1, "bf16", "none", 1, 0, "deepseek_v3"},
+                                           Layout{1, 2, 1, "fp32", "none", 1, 0, "qwen3_moe"}),
                          [](const auto& info) { return info.param.Name(); });
 
 // Gradient reduction during backward (gradient_synchronizer.h) against the same buckets

@@ -10,18 +10,25 @@
 
 #include <vector>
 
+#include "common/spec/job_spec.h"
 #include "worker/engine/compile/region/region_fn.h"
 #include "worker/engine/compile/region/region_key.h"
+#include "worker/engine/model/layers/rms_norm.h"
 #include "worker/engine/model/layers/rotary_embedding.h"
 #include "worker/engine/model/regions/region_factory.h"
 #include "worker/engine/parallel/mesh/parallel_context.h"
 
 namespace trainyard::engine {
 
+// A linear layer without bias (no layer of the model has one).
+torch::nn::Linear NoBias(int64_t in, int64_t out);
+
 class AttentionImpl : public torch::nn::Module {
  public:
-  AttentionImpl(int64_t dim, int64_t n_heads, int64_t n_kv_heads, ParallelContext ctx = {},
-                RegionFactory& regions = EagerRegionFactory(), int layer = -1);
+  // c's dim, n_heads, n_kv_heads and head_dim(); with c.qk_norm() (qwen3_moe) each query
+  // and key head is RMS-normalised (weights q_norm, k_norm over head_dim) before RoPE.
+  AttentionImpl(const spec::ModelSpec& c, ParallelContext ctx = {}, RegionFactory& regions = EagerRegionFactory(),
+                int layer = -1);
 
   // x: [batch, seq, dim] -> [batch, seq, dim].
   torch::Tensor forward(const torch::Tensor& x, const RotaryEmbedding& rope);
@@ -38,10 +45,15 @@ class AttentionImpl : public torch::nn::Module {
   compile::RegionFn Fn() const;
 
   torch::nn::Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
+  RMSNorm q_norm{nullptr}, k_norm{nullptr};  // qwen3_moe only: weights the region applies
+
+  // The region's parameters: wq, wk, wv, wo (then q_norm, k_norm).
+  std::vector<torch::Tensor> Params() const;
 
  private:
   ParallelContext ctx_;
-  int64_t n_heads_;  // local to this TP rank
+  double qk_norm_eps_ = 0;  // > 0: the per-head q/k RMSNorm's eps
+  int64_t n_heads_;         // local to this TP rank
   int64_t n_kv_heads_;
   int64_t head_dim_;
   int64_t dim_;
@@ -62,9 +74,12 @@ namespace regions {
 // switched off) its reference: RoPE and then SDPA (kernels/reference_ops.h). The two
 // agree to 1e-5 of their scale, output and gradients (SdpaAgainstFusedTest), and both
 // match per-head loops (AttentionPathTest).
+// qk_norm_eps > 0: params 4 and 5 are the per-head q and k RMSNorm weights, applied
+// to the projected heads before RoPE (Qwen3).
 compile::RegionKey AttentionKey(int64_t dim, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t query_block,
-                                int tp);
-compile::RegionFn Attention(int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t query_block);
+                                int tp, double qk_norm_eps = 0);
+compile::RegionFn Attention(int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t query_block,
+                            double qk_norm_eps = 0);
 
 }  // namespace regions
 

@@ -7,9 +7,23 @@
 
 namespace trainyard::engine {
 
+// YaRN's frequency interpolation (DeepSeek-V3, HF's "yarn" rope type): each frequency
+// blends its interpolated value theta_i/factor and the original by a linear ramp over
+// the dimensions whose wavelength, at original_seq_len positions, turns between
+// beta_slow and beta_fast times (bounds floored and ceiled). factor <= 1: plain RoPE.
+struct YarnScaling {
+  double factor = 1.0;
+  int64_t original_seq_len = 4096;
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+};
+
 class RotaryEmbedding {
  public:
-  RotaryEmbedding(int64_t head_dim, int64_t max_seq_len, double theta);
+  RotaryEmbedding(int64_t head_dim, int64_t max_seq_len, double theta, const YarnScaling& yarn = {});
+
+  // The head_dim/2 inverse frequencies (double): theta^(-2i/head_dim), YaRN-blended.
+  static torch::Tensor InverseFrequencies(int64_t head_dim, double theta, const YarnScaling& yarn);
 
   // x: [batch, seq, heads, head_dim] -> same shape, rotated. seq <= max_seq_len.
   torch::Tensor Apply(const torch::Tensor& x) const;

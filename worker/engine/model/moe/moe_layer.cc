@@ -29,9 +29,9 @@ MoEImpl::MoEImpl(const ModelConfig& c, ParallelContext ctx, RegionFactory& regio
     tokens_per_expert = register_buffer("tokens_per_expert", torch::zeros({c.n_routed_experts}, torch::kInt64));
   }
   const auto router_key = regions::RouterKey(c.dim, c.n_routed_experts, c.top_k, c.score_func, c.route_norm,
-                                             c.route_scale, c.capacity_factor);
-  router_fn_ =
-      regions::Router(c.top_k, c.score_func, c.route_norm, c.route_scale, tokens_per_expert, c.capacity_factor);
+                                             c.route_scale, c.capacity_factor, c.n_expert_groups, c.n_limited_groups);
+  router_fn_ = regions::Router(c.top_k, c.score_func, c.route_norm, c.route_scale, tokens_per_expert, c.capacity_factor,
+                               c.n_expert_groups, c.n_limited_groups);
   router_region_ = own.Make(router_key, router_fn_, layer);
   // Rows per expert change every step: the rows dimension is dynamic, so a dropless MoE
   // compiles its experts once rather than once per token count. The expert region (one

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "worker/engine/model/regions/projection.h"
 
@@ -18,7 +19,7 @@ using compile::RegionKey;
 using torch::Tensor;
 
 RegionKey RouterKey(int64_t dim, int64_t n_experts, int64_t top_k, const std::string& score_func, bool route_norm,
-                    double route_scale, double capacity_factor) {
+                    double route_scale, double capacity_factor, int64_t n_groups, int64_t limited_groups) {
   std::vector<RegionKey::Field> fields{{"dim", dim},
                                        {"n_experts", n_experts},
                                        {"top_k", top_k},
@@ -27,6 +28,7 @@ RegionKey RouterKey(int64_t dim, int64_t n_experts, int64_t top_k, const std::st
                                        {"route_scale", route_scale}};
   // Only when set, so a dropless router keeps its key (and its cache entries).
   if (capacity_factor > 0) fields.emplace_back("capacity_factor", capacity_factor);
+  if (n_groups > 1) fields.insert(fields.end(), {{"n_groups", n_groups}, {"limited_groups", limited_groups}});
   return RegionKey("router", fields);
 }
 
@@ -40,8 +42,21 @@ bool CapacityCanDrop(int64_t s, int64_t top_k, int64_t n_experts, double capacit
   return capacity_factor > 0 && ExpertCapacity(s, top_k, n_experts, capacity_factor) < s;
 }
 
+Tensor LimitToBestGroups(const Tensor& choice, int64_t n_groups, int64_t limited_groups) {
+  if (n_groups <= 1) return choice;
+  const int64_t n_experts = choice.size(-1);
+  auto grouped = choice.view({-1, n_groups, n_experts / n_groups});
+  // A group's score: the sum of its two best experts (DeepSeek-V3's, torchtitan's and
+  // HF's rule).
+  auto group_scores = std::get<0>(grouped.topk(2, /*dim=*/-1)).sum(-1);
+  auto best = std::get<1>(group_scores.topk(limited_groups, /*dim=*/-1));
+  // A float mask: the jit backend traces scatter with a number, not a bool, as its value.
+  auto kept = torch::zeros_like(group_scores).scatter(1, best, 1.0);
+  return grouped.masked_fill(kept.eq(0).unsqueeze(-1), -std::numeric_limits<double>::infinity()).view({-1, n_experts});
+}
+
 RegionFn Router(int64_t top_k, std::string score_func, bool route_norm, double route_scale, Tensor plant_into,
-                double capacity_factor) {
+                double capacity_factor, int64_t n_groups, int64_t limited_groups) {
   return [=](const std::vector<Tensor>& in, const std::vector<Tensor>& p) -> std::vector<Tensor> {
     const bool capped = capacity_factor > 0 && in[0].dim() == 3;
     const Tensor x = capped ? in[0].reshape({-1, in[0].size(-1)}) : in[0];
@@ -52,7 +67,8 @@ RegionFn Router(int64_t top_k, std::string score_func, bool route_norm, double r
     if (IsReducedPrecision(logits)) logits = logits.to(torch::kFloat);
     auto scores = score_func == "softmax" ? torch::softmax(logits, -1) : torch::sigmoid(logits);
     // Selection is discrete: the bias steers it but gets no gradient.
-    auto selected = std::get<1>(torch::topk(scores.detach() + expert_bias, top_k, /*dim=*/-1));
+    auto choice = LimitToBestGroups(scores.detach() + expert_bias, n_groups, limited_groups);
+    auto selected = std::get<1>(torch::topk(choice, top_k, /*dim=*/-1));
     auto gates = scores.gather(1, selected);
     if (route_norm && top_k > 1) gates = gates / (gates.sum(-1, /*keepdim=*/true) + 1e-20);
     if (route_scale != 1.0) gates = gates * route_scale;

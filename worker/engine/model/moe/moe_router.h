@@ -41,9 +41,16 @@ namespace regions {
 // callers pass one where CapacityCanDrop is false, so such a step is the dropless
 // step bit for bit (the same autograd graph, not just the same values).
 compile::RegionKey RouterKey(int64_t dim, int64_t n_experts, int64_t top_k, const std::string& score_func,
-                             bool route_norm, double route_scale, double capacity_factor = 0);
+                             bool route_norm, double route_scale, double capacity_factor = 0, int64_t n_groups = 1,
+                             int64_t limited_groups = 1);
 compile::RegionFn Router(int64_t top_k, std::string score_func, bool route_norm, double route_scale,
-                         torch::Tensor plant_into = {}, double capacity_factor = 0);
+                         torch::Tensor plant_into = {}, double capacity_factor = 0, int64_t n_groups = 1,
+                         int64_t limited_groups = 1);
+
+// Group-limited routing: `choice` [n, experts] (scores plus bias) with every expert
+// outside each row's `limited_groups` best of `n_groups` equal groups set to -inf; a
+// group scores by the sum of its two best experts. n_groups <= 1: `choice` itself.
+torch::Tensor LimitToBestGroups(const torch::Tensor& choice, int64_t n_groups, int64_t limited_groups);
 
 // ceil(s·k/E · factor), at most s (a token picks an expert once): the assignments one
 // expert keeps from a group of s tokens.
