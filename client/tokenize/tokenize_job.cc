@@ -3,7 +3,6 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <atomic>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -15,11 +14,15 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "client/tokenize/batch_encoder.h"
+#include "client/tokenize/hf_job.h"
 #include "client/tokenize/hf_tokenizer.h"
 #include "client/tokenize/indexed_dataset_writer.h"
 #include "client/tokenize/input_files.h"
+#include "client/tokenize/input_text.h"
 #include "client/tokenize/progress.h"
 #include "client/tokenize/segment_reader.h"
+#include "client/tokenize/spm_job.h"
 #include "client/tokenize/spm_model.h"
 #include "common/base/file_io.h"
 #include "common/base/status_macros.h"
@@ -28,9 +31,6 @@
 namespace trainyard::tokenize {
 namespace {
 
-constexpr std::size_t kModelFileCap = std::size_t{1} << 30;
-// Training sentences: whole lines grouped up to this size (a longer line is cut).
-constexpr std::size_t kTrainSentenceBytes = 4096;
 // Encode batches: this many bytes per thread before the threads run.
 constexpr std::size_t kBatchBytesPerThread = std::size_t{4} << 20;
 
@@ -60,138 +60,38 @@ absl::Status CheckOutputFolder(const std::string& flag, const std::string& path)
   return absl::OkStatus();
 }
 
-std::string InputError(const std::string& path, absl::string_view what) {
-  return absl::StrCat("input ", Quoted(path), ": ", what);
-}
-
-// Applies the UTF-8 policy to a segment: OK as it is, replaced (counting the bytes),
-// or an error naming the file and byte.
-absl::Status CheckUtf8(const std::string& path, bool replace, Segment* segment, std::int64_t* replaced) {
-  std::size_t bad = FirstInvalidUtf8(segment->text);
-  if (bad == std::string_view::npos) return absl::OkStatus();
-  if (!replace) {
-    return absl::InvalidArgumentError(
-        InputError(path, absl::StrCat("invalid UTF-8 at byte ", segment->file_offset + static_cast<std::int64_t>(bad),
-                                      " (the tokenizer encodes text; --invalid-utf8 replace encodes U+FFFD instead)")));
-  }
-  const std::string fixed = ToValidUtf8(segment->text);
-  // Each invalid byte became the 3 bytes of U+FFFD.
-  *replaced += static_cast<std::int64_t>(fixed.size() - segment->text.size()) / 2;
-  segment->text = fixed;
-  return absl::OkStatus();
-}
-
-// The training sentences: every input's lines, grouped into kTrainSentenceBytes.
-class FileSentenceSource : public SentenceSource {
- public:
-  FileSentenceSource(const InputListing& listing, bool replace_utf8, ProgressDisplay* progress)
-      : listing_(listing), replace_utf8_(replace_utf8), progress_(progress) {}
-
-  bool Next(std::string* sentence) override {
-    while (error_.empty()) {
-      if (reader_ == nullptr) {
-        if (file_ == listing_.files.size()) return false;
-        SegmentOptions options;
-        options.max_segment_bytes = kTrainSentenceBytes;
-        absl::StatusOr<std::unique_ptr<SegmentReader>> r = SegmentReader::Open(listing_.files[file_].path, options);
-        if (!r.ok()) return Fail(r.status().message());
-        reader_ = std::move(*r);
-      }
-      Segment segment;
-      absl::StatusOr<bool> got = reader_->Next(&segment);
-      if (!got.ok()) return Fail(got.status().message());
-      progress_->Update(done_ + reader_->bytes_read());
-      if (!*got) {
-        done_ += reader_->bytes_read();
-        reader_.reset();
-        ++file_;
-        continue;
-      }
-      std::int64_t replaced = 0;
-      if (absl::Status s = CheckUtf8(listing_.files[file_].path, replace_utf8_, &segment, &replaced); !s.ok()) {
-        error_ = std::string(s.message());
-        return false;
-      }
-      ++sentences_;
-      *sentence = std::move(segment.text);
-      return true;
-    }
-    return false;
-  }
-  std::string error() const override { return error_; }
-  std::int64_t sentences() const { return sentences_; }
-
- private:
-  bool Fail(absl::string_view why) {
-    error_ = InputError(listing_.files[file_].path, why);
-    return false;
-  }
-
-  const InputListing& listing_;
-  bool replace_utf8_;
-  ProgressDisplay* progress_;
-  std::size_t file_ = 0;
-  std::unique_ptr<SegmentReader> reader_;
-  std::int64_t done_ = 0;
-  std::int64_t sentences_ = 0;
-  std::string error_;
-};
-
-// Encodes segments and writes their tokens in input order. SentencePiece and
-// tokenizer.json segments are gathered into batches that `threads` threads encode at
-// once; byte-level segments are written as they come. SentencePiece encodes each segment
-// on its own (each thread takes the next from a shared counter). A tokenizer.json
-// document's segments are encoded in order by one thread, each segment after what the
-// previous one left undecided (HfEncoder::Encode), so the ids are those of the whole
-// document; threads take whole documents, and what the batch's last, unfinished
-// document left waits in carry_ for the next batch.
+// Encodes segments and writes their tokens in input order. With a tokenizer, segments
+// are gathered into batches that its BatchEncoder encodes on the run's threads;
+// byte-level segments are written as they come.
 class Encoder {
  public:
-  Encoder(const SpmModel* model, const HfTokenizer* hf, int threads, std::vector<int> bos, std::vector<int> eos,
-          IndexedDatasetWriter* writer, TokenizeSummary* summary)
-      : model_(model),
-        hf_(hf),
+  // `batches` nullptr: byte level.
+  Encoder(BatchEncoder* batches, int threads, std::vector<int> bos, std::vector<int> eos, IndexedDatasetWriter* writer,
+          TokenizeSummary* summary)
+      : batches_(batches),
         threads_(threads),
         bos_(std::move(bos)),
         eos_(std::move(eos)),
         writer_(writer),
-        summary_(summary) {
-    if (hf_ != nullptr) {
-      for (int t = 0; t < threads_; ++t) hf_encoders_.push_back(std::make_unique<HfEncoder>(hf_));
-    }
-  }
+        summary_(summary) {}
 
   absl::Status Add(const std::string& path, Segment segment) {
-    if (model_ == nullptr && hf_ == nullptr) {
+    if (batches_ == nullptr) {
       ids_.assign(segment.text.begin(), segment.text.end());
       for (int& id : ids_) id &= 0xFF;  // char may be signed
       return Write(path, ids_, segment.ends_document);
     }
     batch_bytes_ += segment.text.size();
-    batch_.push_back(Pending{path, std::move(segment), {}, {}});
+    batch_.push_back(PendingSegment{path, std::move(segment), {}, {}});
     if (batch_bytes_ >= kBatchBytesPerThread * static_cast<std::size_t>(threads_)) return Flush();
     return absl::OkStatus();
   }
 
   absl::Status Flush() {
     if (batch_.empty()) return absl::OkStatus();
-    if (hf_ != nullptr) {
-      EncodeHf();
-    } else {
-      std::atomic<std::size_t> next{0};
-      RunThreads([&](int) {
-        for (std::size_t i = next++; i < batch_.size(); i = next++) {
-          Pending& p = batch_[i];
-          model_->Encode(p.segment.text, &p.ids, &p.error);
-        }
-      });
-    }
-    for (Pending& p : batch_) {
-      if (!p.error.empty()) {
-        return absl::InternalError(InputError(
-            p.path, absl::StrCat(hf_ != nullptr ? "" : "SentencePiece ", "cannot encode the segment at byte ",
-                                 p.segment.file_offset, ": ", p.error)));
-      }
+    batches_->Encode(&batch_);
+    for (PendingSegment& p : batch_) {
+      if (!p.error.empty()) return absl::InternalError(InputError(p.path, p.error));
       TY_RETURN_IF_ERROR(Write(p.path, p.ids, p.segment.ends_document));
     }
     batch_.clear();
@@ -200,50 +100,6 @@ class Encoder {
   }
 
  private:
-  struct Pending {
-    std::string path;
-    Segment segment;
-    std::vector<int> ids;
-    std::string error;
-  };
-
-  template <typename Work>
-  void RunThreads(const Work& work) {
-    std::vector<std::thread> pool;
-    for (int t = 1; t < threads_; ++t) pool.emplace_back(work, t);
-    work(0);
-    for (std::thread& t : pool) t.join();
-  }
-
-  void EncodeHf() {
-    // Runs: the batch's segments of one document each; only the last may be unfinished.
-    std::vector<std::size_t> starts = {0};
-    for (std::size_t i = 0; i + 1 < batch_.size(); ++i) {
-      if (batch_[i].segment.ends_document) starts.push_back(i + 1);
-    }
-    starts.push_back(batch_.size());
-    std::string left_over;
-    std::atomic<std::size_t> next{0};
-    RunThreads([&](int thread) {
-      HfEncoder& encoder = *hf_encoders_[thread];
-      for (std::size_t run = next++; run + 1 < starts.size(); run = next++) {
-        std::string text = run == 0 ? std::move(carry_) : std::string();
-        for (std::size_t i = starts[run]; i < starts[run + 1]; ++i) {
-          Pending& p = batch_[i];
-          text += p.segment.text;
-          absl::StatusOr<std::size_t> done = encoder.Encode(text, p.segment.ends_document, &p.ids);
-          if (!done.ok()) {
-            p.error = std::string(done.status().message());
-            break;
-          }
-          text.erase(0, *done);
-        }
-        if (run + 2 == starts.size() && !batch_.back().segment.ends_document) left_over = std::move(text);
-      }
-    });
-    carry_ = std::move(left_over);
-  }
-
   absl::Status Write(const std::string& path, const std::vector<int>& ids, bool ends_document) {
     if (!in_document_ && !bos_.empty()) TY_RETURN_IF_ERROR(writer_->Append(bos_.data(), bos_.size()));
     in_document_ = true;
@@ -260,66 +116,16 @@ class Encoder {
     return writer_->EndDocument();
   }
 
-  const SpmModel* model_;
-  const HfTokenizer* hf_;
+  BatchEncoder* batches_;
   int threads_;
   std::vector<int> bos_, eos_;
   IndexedDatasetWriter* writer_;
   TokenizeSummary* summary_;
-  std::vector<std::unique_ptr<HfEncoder>> hf_encoders_;  // one per thread
-  std::string carry_;                                    // undecided text of the document the last batch left open
   bool in_document_ = false;
-  std::vector<Pending> batch_;
+  std::vector<PendingSegment> batch_;
   std::size_t batch_bytes_ = 0;
   std::vector<int> ids_;
 };
-
-// The model of the run: loaded, trained (its bytes in *trained), or none (byte level).
-absl::StatusOr<std::unique_ptr<SpmModel>> PrepareModel(const TokenizeOptions& options, const InputListing& listing,
-                                                       ProgressDisplay* progress, const TokenizeEnv& env, int threads,
-                                                       std::string* trained, TokenizeSummary* summary) {
-  std::string serialized;
-  std::string what;
-  if (!options.model_path.empty()) {
-    absl::StatusOr<std::string> bytes = ReadFile(options.model_path, kModelFileCap);
-    if (!bytes.ok())
-      return absl::Status(bytes.status().code(),
-                          absl::StrCat("--model ", Quoted(options.model_path), ": ", bytes.status().message()));
-    serialized = std::move(*bytes);
-    what = absl::StrCat("--model ", Quoted(options.model_path));
-    summary->tokenizer = absl::StrCat("sentencepiece ", options.model_path);
-  } else if (options.train_vocab > 0) {
-    progress->Start("sample", listing.total_bytes);
-    FileSentenceSource source(listing, options.invalid_utf8 == "replace", progress);
-    SpmTrainOptions train;
-    train.vocab_size = options.train_vocab;
-    train.model_type = options.model_type;
-    train.max_sentences = options.train_sentences;
-    train.max_sentence_bytes = static_cast<int>(kTrainSentenceBytes * 3);  // room for U+FFFD replacements
-    train.seed = options.seed;
-    train.threads = threads;
-    const absl::Time start = env.clock->Now();
-    std::string error;
-    const bool ok = TrainSpm(train, &source, &serialized, &error);
-    progress->Clear();
-    if (!ok) return absl::InvalidArgumentError(absl::StrCat("--train-vocab ", options.train_vocab, ": ", error));
-    summary->train_seconds = absl::ToDoubleSeconds(env.clock->Now() - start);
-    *trained = serialized;
-    what = "the trained model";
-    summary->tokenizer =
-        absl::StrFormat("sentencepiece %s trained (%d pieces asked, %d sentences, %.1f s)", options.model_type,
-                        options.train_vocab, source.sentences(), summary->train_seconds);
-  } else {
-    summary->tokenizer = "bytes";
-    return std::unique_ptr<SpmModel>();
-  }
-  std::string error;
-  std::unique_ptr<SpmModel> model = SpmModel::FromSerialized(serialized, &error);
-  if (model == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": not a usable SentencePiece model: ", error));
-  }
-  return model;
-}
 
 }  // namespace
 
@@ -390,58 +196,32 @@ absl::StatusOr<TokenizeSummary> RunTokenize(const TokenizeOptions& options, cons
   ProgressDisplay progress(env.err, env.err_is_terminal, env.clock);
 
   std::string trained;
-  TY_ASSIGN_OR_RETURN(std::unique_ptr<SpmModel> model,
-                      PrepareModel(options, listing, &progress, env, threads, &trained, &summary));
+  std::unique_ptr<SpmModel> model;
   std::unique_ptr<HfTokenizer> hf;
-  if (!options.tokenizer_path.empty()) {
+  summary.tokenizer = "bytes";
+  if (!options.model_path.empty() || options.train_vocab > 0) {
+    TY_ASSIGN_OR_RETURN(model, PrepareSpmModel(options, listing, &progress, env, threads, &trained, &summary));
+  } else if (!options.tokenizer_path.empty()) {
     TY_ASSIGN_OR_RETURN(hf, HfTokenizer::Load(options.tokenizer_path));
     summary.tokenizer = absl::StrCat("tokenizer.json ", options.tokenizer_path);
   }
   summary.threads = model == nullptr && hf == nullptr ? 1 : threads;
 
   // The vocabulary the dataset needs and the tokens around every document.
-  int eos = -1;
-  std::vector<int> bos;
   if (hf != nullptr) {
     summary.vocab_size = hf->vocab_size();
-    const std::string name = absl::StrCat("--tokenizer ", Quoted(options.tokenizer_path));
-    if (eos_option == -2) {
-      if (hf->bos_ids().empty() && hf->eos_ids().empty()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(name,
-                         ": its post_processor puts no special token around a text (no TemplateProcessing with one): "
-                         "pass --eos none (documents run together) or --eos ID"));
-      }
-      bos = hf->bos_ids();
-      summary.eos_ids = hf->eos_ids();
-    } else if (eos_option >= hf->vocab_size()) {
-      return absl::InvalidArgumentError(absl::StrCat("--eos ", eos_option, ": the tokenizer has ", hf->vocab_size(),
-                                                     " ids (0..", hf->vocab_size() - 1, ")"));
-    } else if (eos_option >= 0) {
-      bos = hf->bos_ids();
-      summary.eos_ids = {eos_option};
-    }
+    TY_RETURN_IF_ERROR(HfDocumentSpecials(*hf, eos_option, absl::StrCat("--tokenizer ", Quoted(options.tokenizer_path)),
+                                          &summary.bos_ids, &summary.eos_ids));
   } else if (model != nullptr) {
     summary.vocab_size = model->vocab_size();
     summary.model_has_byte_fallback = model->has_byte_fallback();
-    if (eos_option == -2) {
-      eos = model->eos_id();
-      if (eos < 0) {
-        return absl::InvalidArgumentError(
-            "the model defines no end-of-sequence piece: pass --eos none (documents run together) or --eos ID");
-      }
-    } else if (eos_option >= model->vocab_size()) {
-      return absl::InvalidArgumentError(absl::StrCat("--eos ", eos_option, ": the model has ", model->vocab_size(),
-                                                     " pieces (ids 0..", model->vocab_size() - 1, ")"));
-    } else {
-      eos = eos_option;
-    }
+    TY_ASSIGN_OR_RETURN(const int eos, SpmDocumentEos(*model, eos_option));
+    if (eos >= 0) summary.eos_ids = {eos};
   } else {
-    eos = eos_option >= 0 ? eos_option : -1;  // byte level: no EOS unless asked
+    const int eos = eos_option >= 0 ? eos_option : -1;  // byte level: no EOS unless asked
     summary.vocab_size = std::max(256, eos + 1);
+    if (eos >= 0) summary.eos_ids = {eos};
   }
-  if (hf == nullptr && eos >= 0) summary.eos_ids = {eos};
-  summary.bos_ids = bos;
   TokenDType dtype = summary.vocab_size <= 65536 ? TokenDType::kUInt16 : TokenDType::kInt32;
   if (options.dtype == "uint16" && dtype != TokenDType::kUInt16) {
     return absl::InvalidArgumentError(
@@ -462,12 +242,16 @@ absl::StatusOr<TokenizeSummary> RunTokenize(const TokenizeOptions& options, cons
   TY_ASSIGN_OR_RETURN(std::unique_ptr<IndexedDatasetWriter> writer,
                       IndexedDatasetWriter::Create(options.output_prefix, dtype));
 
-  const bool check_utf8 = model != nullptr || hf != nullptr;
+  // Byte level (no batches) takes every byte as it is.
+  std::unique_ptr<BatchEncoder> batches;
+  if (model != nullptr) batches = std::make_unique<SpmBatchEncoder>(model.get(), threads);
+  if (hf != nullptr) batches = std::make_unique<HfBatchEncoder>(hf.get(), threads);
+  const bool check_utf8 = batches != nullptr;
   const bool replace_utf8 = options.invalid_utf8 == "replace";
   SegmentOptions segment_options;
   segment_options.split_blank_lines = options.split_blank_lines;
   segment_options.max_segment_bytes = static_cast<std::size_t>(options.segment_bytes);
-  Encoder encoder(model.get(), hf.get(), threads, summary.bos_ids, summary.eos_ids, writer.get(), &summary);
+  Encoder encoder(batches.get(), threads, summary.bos_ids, summary.eos_ids, writer.get(), &summary);
   progress.Start("encode", listing.total_bytes);
   const absl::Time start = env.clock->Now();
   std::int64_t done = 0;

@@ -1,9 +1,9 @@
 // One trainyard-tokenize run: the inputs listed (input_files.h), a SentencePiece model
-// loaded or trained (spm_model.h), a Hugging Face tokenizer.json (hf_tokenizer.h) or
-// none (byte level), every document encoded in
-// line-aligned segments (segment_reader.h) on `threads` threads, and the tokens written
-// as a Megatron indexed dataset (indexed_dataset_writer.h). docs/tokenize.md is the
-// user's description; the decisions it documents live here:
+// loaded or trained (spm_job.h), a Hugging Face tokenizer.json (hf_job.h) or none (byte
+// level), every document encoded in line-aligned segments (segment_reader.h) on
+// `threads` threads, and the tokens written as a Megatron indexed dataset
+// (indexed_dataset_writer.h). docs/tokenize.md is the user's description; the
+// decisions it documents live here and in those two files:
 //
 //   - byte level: token = byte value, vocabulary 256, no EOS unless --eos ID (then the
 //     vocabulary is max(256, ID + 1));

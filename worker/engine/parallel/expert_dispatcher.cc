@@ -24,11 +24,13 @@ Dispatched ExpertDispatcher::Dispatch(const torch::Tensor& rows, const torch::Te
   int64_t sent = 0;
   for (int64_t e = 0; e < n_experts_; ++e) sent += cp[e];
   TORCH_CHECK(sent <= rows.size(0), "Dispatch: counts sum to ", sent, " but there are ", rows.size(0), " rows");
+  // With a capacity the router sorts dropped rows last: only the first `sent` go.
+  const torch::Tensor kept = sent < rows.size(0) ? rows.narrow(0, 0, sent) : rows;
   Dispatched d;
   DispatchPlan& plan = d.plan;
   if (group_ == nullptr) {
     plan.local_counts.assign(cp, cp + n_experts_);
-    d.tokens = sent < rows.size(0) ? rows.narrow(0, 0, sent) : rows;
+    d.tokens = kept;
     return d;
   }
   // recv[i·n_local + e]: rows peer i sends for my local expert e. The counts travel on
@@ -52,8 +54,7 @@ Dispatched ExpertDispatcher::Dispatch(const torch::Tensor& rows, const torch::Te
       plan.local_counts[e] += rp[j * n_local_ + e];
     }
   }
-  auto received =
-      AllToAllRows(sent < rows.size(0) ? rows.narrow(0, 0, sent) : rows, group_, plan.recv_splits, plan.send_splits);
+  auto received = AllToAllRows(kept, group_, plan.recv_splits, plan.send_splits);
 
   // Received rows are peer-major (peer i, then its experts in order); regroup them
   // expert-major, keeping peer order inside each expert so results are reproducible.

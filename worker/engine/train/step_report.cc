@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "worker/engine/base/host_sync.h"
 #include "worker/engine/train/gemm_peak_probe.h"
@@ -10,14 +11,16 @@
 namespace trainyard::engine {
 
 PeakFlops::PeakFlops(double flops, c10::Device device, c10::ScalarType dtype)
-    : flops_(flops), device_(device), dtype_(dtype) {}
+    : PeakFlops(flops, [device, dtype] { return GemmPeakProbe::MeasureFlops(0.6, device, dtype); }) {}
+
+PeakFlops::PeakFlops(double flops, Probe probe) : flops_(flops), probe_(std::move(probe)) {}
 
 void PeakFlops::BeforeStep(int step) {
   if (step != kReprobeStep || flops_ <= 0) return;
   // The start-up probe may have run while the machine was still busy (controller,
   // worker and ranks loading); a peak measured low reports MFU > 1. Probe again once
   // the job is running, outside the step's time, and keep the higher figure.
-  flops_ = std::max(flops_, GemmPeakProbe::MeasureFlops(0.6, device_, dtype_));
+  flops_ = std::max(flops_, probe_());
 }
 
 double PeakFlops::Mfu(int step, double achieved) {
@@ -26,7 +29,7 @@ double PeakFlops::Mfu(int step, double achieved) {
     // More than the peak proves the peak was measured low (a busy moment of the
     // machine): measure again, after the step's time, at most every few steps.
     if (!futile_ && step >= next_reprobe_) {
-      const double measured = GemmPeakProbe::MeasureFlops(0.6, device_, dtype_);
+      const double measured = probe_();
       flops_ = std::max(flops_, measured);
       next_reprobe_ = step + kReprobeInterval;
       // The probe's multiply cannot reach what the model's own GEMMs did (another

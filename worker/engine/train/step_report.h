@@ -6,6 +6,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,7 +28,14 @@ class PeakFlops {
   // a re-measure falls short of the step (then the step's rate is the peak).
   static constexpr int kReprobeInterval = 5;
 
+  // Measures a peak in FLOP/s; called outside any step's time.
+  using Probe = std::function<double()>;
+
+  // Re-measures with GemmPeakProbe::MeasureFlops on `device` in `dtype`.
   PeakFlops(double flops, c10::Device device, c10::ScalarType dtype);
+  // Re-measures with `probe` (tests give one that counts the calls and scripts the
+  // figures).
+  PeakFlops(double flops, Probe probe);
 
   // Call before `step` starts (outside its time).
   void BeforeStep(int step);
@@ -37,8 +45,7 @@ class PeakFlops {
 
  private:
   double flops_;
-  c10::Device device_;
-  c10::ScalarType dtype_;
+  Probe probe_;
   int next_reprobe_ = 0;  // first step that may re-measure a peak it beat
   // A re-probe measured less than the step that prompted it: no more re-probes; the
   // fastest step's rate raises the peak instead.

@@ -7,46 +7,29 @@
 
 #include <algorithm>
 #include <map>
-#include <sstream>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include "tests/worker/engine/model/small_moe.h"
+#include "tests/worker/engine/trainer_harness.h"
 #include "worker/engine/base/host_sync.h"
 #include "worker/engine/config/engine_config.h"
 #include "worker/engine/model/moe/moe_layer.h"
 #include "worker/engine/model/transformer_model.h"
-#include "worker/engine/parallel/mesh/collective_group.h"
-#include "worker/engine/parallel/mesh/process_mesh.h"
-#include "worker/engine/train/event_writer.h"
-#include "worker/engine/train/trainer.h"
 
 namespace trainyard::engine {
 namespace {
 
-ModelConfig CapacityMoE(double capacity_factor, const std::string& score_func = "sigmoid") {
-  ModelConfig c = TinyEngineConfig().model;
-  c.dim = 8;
-  c.n_routed_experts = 4;
-  c.top_k = 2;
-  c.expert_hidden = 6;
-  c.n_shared_experts = 1;
-  c.score_func = score_func;
-  c.route_scale = 1.5;
-  c.capacity_factor = capacity_factor;
-  return c;
-}
+using testing::AllExpertsReference;
+using testing::GateByHand;
+using testing::HandGates;
+using testing::OneRankTrainer;
+using testing::RandomInitSmallMoE;
+using testing::SmallMoEConfig;
 
-void InitCapacityMoE(MoE& moe, int seed) {
-  torch::manual_seed(seed);
-  torch::NoGradGuard g;
-  for (auto& p : moe->parameters()) p.normal_(0, 0.5);
-  moe->expert_bias.copy_(torch::tensor({0.3f, -0.2f, 0.0f, 0.1f}));
-}
-
-// The routing computed plainly: per token the top-k by repeated argmax of the biased
-// scores, then per sequence and expert the `capacity` largest gates kept (a sort of
-// (gate, token) pairs). kept[t][e] is 1 for a kept assignment, 0 otherwise.
+// The routing computed plainly: per token the top-k (GateByHand), then per sequence and expert the `capacity` largest
+// gates kept (a sort of (gate, token) pairs). kept[t][e] is 1 for a kept assignment, 0 otherwise.
 struct HandRouting {
   torch::Tensor gates;                 // [n, E], zero off the top-k, with grad
   std::vector<std::vector<int>> kept;  // [n][E]
@@ -56,23 +39,11 @@ struct HandRouting {
 };
 
 HandRouting RouteCapacityByHand(MoE& moe, const torch::Tensor& x, const ModelConfig& c, int64_t seq, int64_t capacity) {
-  auto logits = torch::matmul(x, moe->router->gate->weight.t());
-  auto scores = c.score_func == "softmax" ? torch::softmax(logits, -1) : torch::sigmoid(logits);
   const int64_t n = x.size(0), experts = c.n_routed_experts;
-  auto biased = (scores + moe->expert_bias).detach();
-  auto mask = torch::zeros({n, experts});
-  for (int64_t t = 0; t < n; ++t) {
-    auto row = biased[t].clone();
-    for (int k = 0; k < c.top_k; ++k) {
-      const int64_t best = row.argmax().item<int64_t>();
-      mask[t][best] = 1;
-      row[best] = -1e9;
-    }
-  }
+  const HandGates top = GateByHand(moe, x, c);
+  const torch::Tensor& mask = top.mask;
   HandRouting r;
-  r.gates = scores * mask;
-  if (c.route_norm) r.gates = r.gates / r.gates.sum(-1, true);
-  r.gates = r.gates * c.route_scale;
+  r.gates = top.gates;
   r.kept.assign(n, std::vector<int>(experts, 0));
   r.routed.assign(experts, 0);
   for (int64_t first = 0; first < n; first += seq) {
@@ -101,15 +72,7 @@ torch::Tensor MaskedCapacityReference(MoE& moe, const torch::Tensor& x, const Ha
   std::vector<float> flat;
   for (const auto& row : r.kept) flat.insert(flat.end(), row.begin(), row.end());
   auto keep = torch::tensor(flat).view(r.gates.sizes());
-  auto gates = r.gates * keep;
-  auto out = torch::zeros_like(x);
-  for (int64_t e = 0; e < gates.size(1); ++e) {
-    auto w1 = moe->experts->w1[e], w2 = moe->experts->w2[e], w3 = moe->experts->w3[e];
-    auto y = torch::matmul(torch::silu(torch::matmul(x, w1.t())) * torch::matmul(x, w3.t()), w2.t());
-    out = out + y * gates.select(1, e).unsqueeze(1);
-  }
-  auto sh = moe->shared_experts;
-  return out + sh->w2(torch::silu(sh->w1(x)) * sh->w3(x));
+  return AllExpertsReference(moe, x, r.gates * keep);
 }
 
 TEST(ExpertCapacityTest, CeilOfTheBalancedShareTimesTheFactorAtMostTheSequence) {
@@ -126,10 +89,10 @@ TEST(ExpertCapacityTest, CeilOfTheBalancedShareTimesTheFactorAtMostTheSequence) 
 class MoECapacityTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(MoECapacityTest, KeptAssignmentsOutputAndGradientsMatchAMaskedReference) {
-  const ModelConfig c = CapacityMoE(0.5, GetParam());
+  const ModelConfig c = SmallMoEConfig(GetParam(), 0.5);
   const int64_t batch = 3, seq = 6, capacity = 2;  // ceil(6·2/4 · 0.5)
   MoE moe(c);
-  InitCapacityMoE(moe, 5);
+  RandomInitSmallMoE(moe, 5);
   auto x = torch::randn({batch, seq, c.dim});
   auto target = torch::randn({batch, seq, c.dim});
 
@@ -162,9 +125,9 @@ TEST_P(MoECapacityTest, KeptAssignmentsOutputAndGradientsMatchAMaskedReference) 
 INSTANTIATE_TEST_SUITE_P(ScoreFuncs, MoECapacityTest, ::testing::Values("sigmoid", "softmax"));
 
 TEST(MoECapacityRoutingTest, TheRouterSortsDroppedRowsLastWithZeroGates) {
-  const ModelConfig c = CapacityMoE(0.5);
+  const ModelConfig c = SmallMoEConfig("sigmoid", 0.5);
   MoE moe(c);
-  InitCapacityMoE(moe, 7);
+  RandomInitSmallMoE(moe, 7);
   torch::NoGradGuard g;
   auto x = torch::randn({2, 6, c.dim});
   auto routed = moe->router_fn()({x, moe->expert_bias}, {moe->router->gate->weight});
@@ -192,18 +155,18 @@ TEST(MoECapacityRoutingTest, ACapacityThatDropsNothingMatchesDropless) {
   auto x = torch::randn({batch, seq, 8});
   // No bias: the test's bias puts expert 0 in every token's top-2, a full sequence.
   auto init = [](MoE& moe) {
-    InitCapacityMoE(moe, 11);
+    RandomInitSmallMoE(moe, 11);
     moe->expert_bias.zero_();
   };
   // The most one expert gets from one sequence, counted by hand on the dropless routing.
-  MoE probe(CapacityMoE(0));
+  MoE probe(SmallMoEConfig());
   init(probe);
-  const int load = RouteCapacityByHand(probe, x.reshape({-1, 8}), CapacityMoE(0), seq, seq).max_group_load;
+  const int load = RouteCapacityByHand(probe, x.reshape({-1, 8}), SmallMoEConfig(), seq, seq).max_group_load;
   ASSERT_LT(load, seq) << "the capacity must be below the sequence, so the dropping path runs";
   // ceil(10·2/4 · f) = load: f = (load − 0.5)/5.
   const double just_enough = (load - 0.5) / 5.0;
   for (const double f : {just_enough, 2.0, 100.0}) {
-    MoE dropless(CapacityMoE(0)), capped(CapacityMoE(f));
+    MoE dropless(SmallMoEConfig()), capped(SmallMoEConfig("sigmoid", f));
     init(dropless);
     init(capped);
     auto a = dropless(x), b = capped(x);
@@ -227,9 +190,9 @@ TEST(MoECapacityRoutingTest, ACapacityThatDropsNothingMatchesDropless) {
 // Capacity counts per sequence: the MoE over a batch equals the MoE over each of its
 // samples alone (what DP, FSDP and gradient accumulation split), drops included.
 TEST(MoECapacityRoutingTest, DropsDependOnTheSequenceNotTheBatchItSitsIn) {
-  const ModelConfig c = CapacityMoE(0.5);
+  const ModelConfig c = SmallMoEConfig("sigmoid", 0.5);
   MoE moe(c);
-  InitCapacityMoE(moe, 13);
+  RandomInitSmallMoE(moe, 13);
   torch::NoGradGuard g;
   auto x = torch::randn({4, 6, c.dim});
   MoEOutput whole = moe(x);
@@ -279,13 +242,7 @@ TEST(ModelCapacityTest, LargeFactorIsBitIdenticalToDroplessAndASmallOneDrops) {
 // count, and at most what was routed is dropped.
 void ExpectStepsDropWithoutHostReads(EngineConfig c) {
   c.model.capacity_factor = 0.5;
-  RendezvousOptions one;
-  auto mesh = ProcessMesh::Build(CollectiveGroup::Connect(one), c.parallelism);
-  std::ostringstream out;
-  EventWriter events(out);
-  TrainerOptions options;
-  options.threads = 1;
-  Trainer trainer(c, *mesh, events, options);
+  OneRankTrainer trainer(c);
   trainer.Step(1);  // the first step traces and probes its regions
   UndeclaredHostReads watch;
   for (int s = 2; s < 5; ++s) {
@@ -319,13 +276,7 @@ TEST(TrainerCapacityTest, SoDoesAStepOfWholeBlockRegions) {
 
 TEST(TrainerCapacityTest, ADroplessStepReportsNoDrops) {
   EngineConfig c = TinyEngineConfig();
-  RendezvousOptions one;
-  auto mesh = ProcessMesh::Build(CollectiveGroup::Connect(one), c.parallelism);
-  std::ostringstream out;
-  EventWriter events(out);
-  TrainerOptions options;
-  options.threads = 1;
-  Trainer trainer(c, *mesh, events, options);
+  OneRankTrainer trainer(c);
   EXPECT_EQ(trainer.Step(1).dropped_tokens(), 0);
 }
 

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/worker/engine/model/small_moe.h"
 #include "worker/engine/config/engine_config.h"
 #include "worker/engine/model/moe/moe_layer.h"
 #include "worker/engine/parallel/expert_dispatcher.h"
@@ -20,6 +21,9 @@
 
 namespace trainyard::engine {
 namespace {
+
+using testing::SetOneHotRouter;
+using testing::SmallMoEConfig;
 
 // Runs fn(rank, group) on `n` threads that form one Gloo group; rethrows the first
 // failure on the calling thread.
@@ -41,17 +45,6 @@ void RunRanks(int n, const std::function<void(int, CollectiveGroup&)>& fn) {
   }
   for (auto& t : threads) t.join();
   if (error) std::rethrow_exception(error);
-}
-
-ModelConfig SmallMoE() {
-  ModelConfig c = TinyEngineConfig().model;
-  c.dim = 8;
-  c.n_routed_experts = 4;
-  c.top_k = 2;
-  c.expert_hidden = 6;
-  c.n_shared_experts = 1;
-  c.route_scale = 1.5;
-  return c;
 }
 
 ParallelContext EpContext(int rank, CollectiveGroup& group) {
@@ -85,8 +78,7 @@ void ExpectClose(const torch::Tensor& got, const torch::Tensor& want, const std:
 // Forward + backward of `inputs[r]` on each EP rank against the all-experts reference
 // (with `capacity`, model.capacity_factor: each rank's input is one sequence).
 void CheckAgainstReference(const torch::Tensor& bias, double capacity = 0) {
-  ModelConfig c = SmallMoE();
-  c.capacity_factor = capacity;
+  const ModelConfig c = SmallMoEConfig("sigmoid", capacity);
   const int ep = 2;
   torch::manual_seed(7);
   MoE ref(c);
@@ -166,10 +158,10 @@ TEST(ExpertParallelTest, RankWhoseExpertsGetNoTokensStillJoinsBackward) {
 }
 
 TEST(ExpertParallelTest, DispatchPlanAndCountsMatchHandRouting) {
-  ModelConfig c = SmallMoE();
+  ModelConfig c = SmallMoEConfig();
   c.dim = 4;
-  // gate row e picks feature e, as in moe_layer_test: top-2 per token is
-  // {0,3}, {0,2} on rank 0 and {2,3}, {3,1} on rank 1.
+  // The one-hot router, as in moe_layer_test: top-2 per token is {0,3}, {0,2} on rank 0
+  // and {2,3}, {3,1} on rank 1.
   std::vector<torch::Tensor> inputs = {torch::tensor({{1.f, 0.f, 0.f, 0.5f}, {1.f, 0.f, 0.2f, 0.f}}),
                                        torch::tensor({{0.f, 0.f, 1.f, 0.3f}, {0.f, 0.5f, 0.f, 1.f}})};
   // Rank 0 holds experts 0,1; rank 1 holds experts 2,3.
@@ -181,11 +173,7 @@ TEST(ExpertParallelTest, DispatchPlanAndCountsMatchHandRouting) {
   const std::vector<std::vector<float>> want_tokens = {{0, 1, 10}, {2, 11, 3, 12, 13}};
   RunRanks(2, [&](int r, CollectiveGroup& group) {
     MoE moe(c, EpContext(r, group));
-    {
-      torch::NoGradGuard g;
-      moe->router->gate->weight.copy_(torch::eye(4) * 4.0);
-      moe->expert_bias.zero_();
-    }
+    SetOneHotRouter(moe);
     auto counts = moe(inputs[r]).tokens_per_expert;
     EXPECT_EQ(std::vector<int64_t>(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + 4), want_counts[r]);
 

@@ -8,13 +8,11 @@
 #include <torch/torch.h>
 
 #include <cstdio>
-#include <sstream>
+#include <map>
+#include <string>
 
+#include "tests/worker/engine/trainer_harness.h"
 #include "worker/engine/config/engine_config.h"
-#include "worker/engine/parallel/mesh/collective_group.h"
-#include "worker/engine/parallel/mesh/process_mesh.h"
-#include "worker/engine/train/event_writer.h"
-#include "worker/engine/train/trainer.h"
 
 namespace trainyard::engine {
 namespace {
@@ -44,13 +42,7 @@ std::map<std::string, int64_t> Minus(std::map<std::string, int64_t> a, const std
 }
 
 void ExpectStepsReadOnlyWhereDeclared(EngineConfig c) {
-  RendezvousOptions one;  // world of one: no store, no peers
-  auto mesh = ProcessMesh::Build(CollectiveGroup::Connect(one), c.parallelism);
-  std::ostringstream out;
-  EventWriter events(out);
-  TrainerOptions options;
-  options.threads = 1;
-  Trainer trainer(c, *mesh, events, options);
+  testing::OneRankTrainer trainer(c);
   trainer.Step(1);  // the first step traces and probes its regions
   const auto before = HostReadsBySite();
   UndeclaredHostReads watch;
