@@ -49,12 +49,7 @@ std::vector<torch::Tensor> AttentionImpl::Params() const {
 
 const std::vector<torch::Tensor>& AttentionImpl::Constants(int64_t t, const RotaryEmbedding& rope,
                                                            const torch::TensorOptions& opts) {
-  if (constants_t_ == t && constants_[0].device() == opts.device()) return constants_;
-  // RoPE rotates in fp32 whatever the activations' dtype.
-  const auto rope_opts = opts.dtype(torch::kFloat);
-  constants_ = {rope.CosTable(t).to(rope_opts), rope.SinTable(t).to(rope_opts)};
-  constants_t_ = t;
-  return constants_;
+  return rope_tables_.Get(t, rope, opts);
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& input, const RotaryEmbedding& rope) {

@@ -58,8 +58,7 @@ class AttentionImpl : public torch::nn::Module {
   int64_t head_dim_;
   int64_t dim_;
 
-  std::vector<torch::Tensor> constants_;
-  int64_t constants_t_ = -1;
+  RopeTableCache rope_tables_;
   RegionCall region_;
 };
 TORCH_MODULE(Attention);

@@ -53,13 +53,8 @@ std::vector<torch::Tensor> LatentAttentionImpl::Params() const {
 
 torch::Tensor LatentAttentionImpl::forward(const torch::Tensor& input, const RotaryEmbedding& rope) {
   auto x = CopyToRegion(input, ctx_.tp_group);
-  const int64_t t = x.size(1);
-  if (constants_t_ != t || constants_[0].device() != x.device()) {
-    const auto opts = x.options().dtype(torch::kFloat);  // RoPE rotates in fp32
-    constants_ = {rope.CosTable(t).to(opts), rope.SinTable(t).to(opts)};
-    constants_t_ = t;
-  }
-  auto out = region_({x, constants_[0], constants_[1]}, Params())[0];
+  const auto& tables = rope_tables_.Get(x.size(1), rope, x.options());
+  auto out = region_({x, tables[0], tables[1]}, Params())[0];
   return ReduceFromRegion(out, ctx_.tp_group);
 }
 

@@ -48,8 +48,7 @@ class LatentAttentionImpl : public torch::nn::Module {
   ParallelContext ctx_;
   spec::ModelSpec config_;
   int64_t local_heads_;
-  std::vector<torch::Tensor> constants_;
-  int64_t constants_t_ = -1;
+  RopeTableCache rope_tables_;
   RegionCall region_;
 };
 TORCH_MODULE(LatentAttention);

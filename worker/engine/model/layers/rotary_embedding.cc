@@ -54,4 +54,13 @@ torch::Tensor RotaryEmbedding::Rotate(const torch::Tensor& x, const torch::Tenso
   return reference::Rotate(x, cos, sin);
 }
 
+const std::vector<torch::Tensor>& RopeTableCache::Get(int64_t t, const RotaryEmbedding& rope,
+                                                      const torch::TensorOptions& opts) {
+  if (t_ == t && tables_[0].device() == opts.device()) return tables_;
+  const auto fp32 = opts.dtype(torch::kFloat);
+  tables_ = {rope.CosTable(t).to(fp32), rope.SinTable(t).to(fp32)};
+  t_ = t;
+  return tables_;
+}
+
 }  // namespace trainyard::engine

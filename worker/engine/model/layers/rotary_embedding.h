@@ -5,6 +5,8 @@
 
 #include <torch/torch.h>
 
+#include <vector>
+
 namespace trainyard::engine {
 
 // YaRN's frequency interpolation (DeepSeek-V3, HF's "yarn" rope type): each frequency
@@ -46,6 +48,19 @@ class RotaryEmbedding {
   // so Apply is x·cos + swap_pairs(x)·sin.
   torch::Tensor cos_full_;
   torch::Tensor sin_full_;
+};
+
+// The cos/sin tables of positions [0, t) that an attention region takes as inputs: fp32
+// (RoPE rotates in fp32 whatever the activations' dtype) on the activations' device,
+// never written in place, rebuilt only when t or the device changes. One per module;
+// not thread-safe.
+class RopeTableCache {
+ public:
+  const std::vector<torch::Tensor>& Get(int64_t t, const RotaryEmbedding& rope, const torch::TensorOptions& opts);
+
+ private:
+  std::vector<torch::Tensor> tables_;
+  int64_t t_ = -1;
 };
 
 }  // namespace trainyard::engine
