@@ -1,10 +1,10 @@
 #include "common/spec/job_file_reader.h"
 
-#include "absl/strings/match.h"
-#include "common/base/file_io.h"
-
 #include <fstream>
 
+#include "absl/strings/match.h"
+#include "common/base/file_io.h"
+#include "common/spec/hf_config.h"
 #include "common/spec/json_io.h"
 #include "common/spec/overrides.h"
 #include "common/spec/toml_reader.h"
@@ -48,8 +48,8 @@ Result<SpecInput> ParseJobText(std::string_view text, std::string_view source_na
                      "job file is " + std::to_string(text.size()) + " bytes, over the limit of " +
                          std::to_string(kMaxJobFileBytes) + " bytes (1 MiB)");
   }
-  Result<SpecInput> input = IsJsonJobText(source_name, text) ? ParseJson(text, source_name)
-                                                              : ParseToml(text, source_name, reserved_table);
+  Result<SpecInput> input =
+      IsJsonJobText(source_name, text) ? ParseJson(text, source_name) : ParseToml(text, source_name, reserved_table);
   if (!input.ok()) return input;
   for (const std::string& o : overrides) {
     if (auto e = ApplyOverride(o, input.value())) return *e;
@@ -60,7 +60,18 @@ Result<SpecInput> ParseJobText(std::string_view text, std::string_view source_na
 Result<SpecInput> LoadJobFile(const std::string& path, const std::vector<std::string>& overrides) {
   Result<std::string> text = ReadJobFile(path);
   if (!text.ok()) return text.error();
-  return ParseJobText(text.value(), path, overrides);
+  Result<SpecInput> input = ParseJobText(text.value(), path, overrides);
+  if (!input.ok()) return input;
+  // Starting from a Hugging Face model folder: its config.json says what the model is,
+  // so the keys it determines are filled (or checked) here, where submit, preflight and
+  // trainyard-train all pass. manifest.json marks the engine's own checkpoints.
+  if (const Assignment* load = input.value().Find("checkpoint", "initial_load_path")) {
+    const std::string folder = std::get<std::string>(load->value);
+    if (IsHuggingFaceFolder(folder)) {
+      if (auto e = ApplyHuggingFaceConfig(folder, input.value())) return *e;
+    }
+  }
+  return input;
 }
 
 }  // namespace trainyard::spec

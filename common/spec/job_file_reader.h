@@ -27,10 +27,12 @@ bool IsJsonJobText(std::string_view source_name, std::string_view text);
 // later wins). File errors come before override errors. `reserved_table` as ParseToml's
 // (TOML only; JSON job files have no such key).
 Result<SpecInput> ParseJobText(std::string_view text, std::string_view source_name,
-                               const std::vector<std::string>& overrides = {},
-                               std::string_view reserved_table = {});
+                               const std::vector<std::string>& overrides = {}, std::string_view reserved_table = {});
 
-// ReadJobFile, then ParseJobText with the path as the source name.
+// ReadJobFile, then ParseJobText with the path as the source name; then, when
+// checkpoint.initial_load_path (after overrides) is a Hugging Face model folder
+// (IsHuggingFaceFolder: config.json, no manifest.json), ApplyHuggingFaceConfig fills the
+// model keys its config.json determines, or reports a given key that contradicts it.
 Result<SpecInput> LoadJobFile(const std::string& path, const std::vector<std::string>& overrides = {});
 
 }  // namespace trainyard::spec
