@@ -341,7 +341,7 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
   CLI::App* export_cmd = app.add_subcommand(
       "export",
       "Write a job's trained model (every parameter and buffer of its newest complete checkpoint, or "
-      "of --step) to ONE safetensors file");
+      "of --step) to ONE safetensors file, or with --names hf to a Hugging Face model folder");
   export_cmd->add_option("job", export_options.job_id,
                          "Job id: its checkpoints are read from spec.checkpoint.dir/JOB/ on this machine");
   export_cmd->add_option("--checkpoint", export_options.checkpoint,
@@ -356,11 +356,18 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
                  "Export the kept checkpoint with the lowest checkpoint.best_metric (recorded in each manifest when "
                  "checkpoint.keep_best > 0; a NaN is never best)")
       ->excludes(export_step_option);
-  export_cmd->add_option("-o,--output-file", export_options.output, "The .safetensors file to write")->required();
+  export_cmd
+      ->add_option("-o,--output-file", export_options.output,
+                   "The .safetensors file to write; with --names hf any other name is a Hugging Face model folder "
+                   "(config.json, model-0000i-of-0000N.safetensors, model.safetensors.index.json)")
+      ->required();
+  export_cmd->add_option("--job-file", export_options.job_file,
+                         "With --checkpoint and no job id: the job file (TOML) whose model keys the folder's "
+                         "config.json states");
   export_cmd
       ->add_option("--names", export_options.names,
                    "Tensor names: torchtitan (the checkpoint's own, loadable as checkpoint.initial_load_path) or "
-                   "hf (Hugging Face DeepSeek-V3 layout, experts split)")
+                   "hf (Hugging Face DeepseekV3ForCausalLM / Qwen3MoeForCausalLM layout, experts split)")
       ->check(CLI::IsMember({"torchtitan", "hf"}))
       ->capture_default_str();
   export_cmd->add_flag("--force", export_options.force, "Replace the output file if it exists (else refused)");
@@ -373,7 +380,8 @@ int RunCli(int argc, const char* const* argv, const CliEnvironment& env) {
           "buffer) whatever the model's size. See docs/checkpoints.md, \"Export\".\n"
           "Examples: trainyard export job-3 -o model.safetensors\n"
           "          trainyard export job-3 --best -o best.safetensors\n"
-          "          trainyard export --checkpoint /ck/job-3 --step 200 --names hf -o hf/model.safetensors");
+          "          trainyard export job-3 --names hf -o qwen3-finetuned   (a folder from_pretrained loads)\n"
+          "          trainyard export --checkpoint /ck/job-3 --job-file job.toml --names hf -o hf-model");
 
   TensorBoardCommandOptions tensorboard_options;
   CLI::App* tensorboard_cmd =

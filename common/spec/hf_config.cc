@@ -432,7 +432,26 @@ std::optional<SpecError> ApplyHuggingFaceConfig(const std::string& folder, SpecI
     }
     if (auto e = input.SetTyped("model", k.key, k.value, path + " (" + k.hf_field + ")")) return e;
   }
+  // Qwen3's router has no bias: without one given, the aux-free bias stays off (the
+  // default preset's would train one, which the model's Hugging Face export refuses).
+  const bool qwen = std::any_of(keys.value().begin(), keys.value().end(), [](const HuggingFaceKey& k) {
+    return k.key == "architecture" && k.value == FieldValue{std::string("qwen3_moe")};
+  });
+  if (qwen && !preset.has_value() && input.Find("model", "load_balance_coeff") == nullptr) {
+    if (auto e = input.SetTyped("model", "load_balance_coeff", FieldValue{0.0},
+                                path + " (Qwen3MoeForCausalLM has no router bias)")) {
+      return e;
+    }
+  }
   return std::nullopt;
+}
+
+std::optional<SpecError> ApplyHuggingFaceFolder(SpecInput& input) {
+  const Assignment* load = input.Find("checkpoint", "initial_load_path");
+  if (load == nullptr) return std::nullopt;
+  const std::string folder = std::get<std::string>(load->value);
+  if (!IsHuggingFaceFolder(folder)) return std::nullopt;
+  return ApplyHuggingFaceConfig(folder, input);
 }
 
 std::optional<SpecError> CheckAgainstHuggingFaceConfig(const std::string& folder, const ModelSpec& model) {

@@ -61,6 +61,11 @@ bool IsHuggingFaceFolder(const std::string& path);
 // partly filled after an error.
 std::optional<SpecError> ApplyHuggingFaceConfig(const std::string& folder, SpecInput& input);
 
+// ApplyHuggingFaceConfig when `input`'s checkpoint.initial_load_path is a Hugging Face
+// folder; nothing otherwise. Every reader of a job file calls it (LoadJobFile, and the
+// submit path's sweep reader for its base job).
+std::optional<SpecError> ApplyHuggingFaceFolder(SpecInput& input);
+
 // The resolved `model` against `folder`/config.json: every key config.json determines
 // must be equal (head_dim as the width in use, so 0 equals dim / n_heads). For the
 // engine's loader, since a job submitted through the API was not filled by the CLI.

@@ -65,12 +65,7 @@ Result<SpecInput> LoadJobFile(const std::string& path, const std::vector<std::st
   // Starting from a Hugging Face model folder: its config.json says what the model is,
   // so the keys it determines are filled (or checked) here, where submit, preflight and
   // trainyard-train all pass. manifest.json marks the engine's own checkpoints.
-  if (const Assignment* load = input.value().Find("checkpoint", "initial_load_path")) {
-    const std::string folder = std::get<std::string>(load->value);
-    if (IsHuggingFaceFolder(folder)) {
-      if (auto e = ApplyHuggingFaceConfig(folder, input.value())) return *e;
-    }
-  }
+  if (auto e = ApplyHuggingFaceFolder(input.value())) return *e;
   return input;
 }
 

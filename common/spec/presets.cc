@@ -163,7 +163,8 @@ ModelSpec DeepSeekV3_671B() {
 
 // Qwen3-MoE at debug's scale: GQA with per-head q/k norms and heads wider than dim /
 // n_heads (head_dim 48), every layer MoE (no dense, no shared experts), softmax top-2
-// renormalised, rope_theta 1e6.
+// renormalised, rope_theta 1e6. Qwen3's router has no bias, so the aux-free balancing
+// bias is off (load_balance_coeff 0): a trained model stays a Qwen3MoeForCausalLM.
 ModelSpec Qwen3MoeDebugModel() {
   ModelSpec m = DebugModel();
   m.architecture = "qwen3_moe";
@@ -175,6 +176,7 @@ ModelSpec Qwen3MoeDebugModel() {
   m.route_scale = 1.0;
   m.rope_theta = 1e6;
   m.norm_eps = 1e-6;
+  m.load_balance_coeff = 0;
   return m;
 }
 

@@ -49,7 +49,8 @@ std::vector<std::string> PresetNames();
 //   deepseek_v3_16b, deepseek_v3_671b: torchtitan's DeepSeek-V3 flavours of those names
 //          (presets.cc has every key); seq_len 4096, batch_size 1.
 //   qwen3_moe_debug: model.architecture qwen3_moe at debug's scale (head_dim 48, no
-//          dense layer, no shared expert, softmax top-2, rope_theta 1e6); seq_len 256,
+//          dense layer, no shared expert, softmax top-2, rope_theta 1e6, no router
+//          bias: load_balance_coeff 0); seq_len 256,
 //          batch_size 8.
 //   qwen3_30b_a3b, qwen3_235b_a22b: the Qwen3-MoE models' config.json values; seq_len
 //          4096, batch_size 1.

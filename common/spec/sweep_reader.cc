@@ -5,11 +5,13 @@
 #include <tuple>
 #include <utility>
 
+#include "common/spec/hf_config.h"
 #include "common/spec/job_file_reader.h"
 #include "common/spec/overrides.h"
 
 #if TRAINYARD_HAVE_TOMLPP
 #include <toml++/toml.h>
+
 #include "common/spec/toml_type_name.h"
 #endif
 
@@ -83,9 +85,9 @@ Result<PendingAxis> ParseFlag(const std::string& text) {
   const std::string label = "--sweep " + Quote(path);
   const std::size_t dot = path.find('.');
   if (dot == std::string_view::npos && IsSection(path)) {
-    return Invalid(std::string(path), "syntax",
-                   label + ": " + std::string(path) + " is a section, not a key; sweep one of its keys (" + syntax +
-                       ")");
+    return Invalid(
+        std::string(path), "syntax",
+        label + ": " + std::string(path) + " is a section, not a key; sweep one of its keys (" + syntax + ")");
   }
   if (dot == std::string_view::npos || dot == 0 || dot + 1 == path.size() ||
       path.find('.', dot + 1) != std::string_view::npos) {
@@ -199,9 +201,9 @@ Result<TableSweep> ReadTable(std::string_view source, const toml::table& root) {
   if (node == nullptr) return out;
   out.present = true;
   if (!node->is_table()) {
-    return At(Invalid("sweep", "type",
-                      std::string("sweep: expected a table ([sweep]), got ") + TomlTypeName(node->type())),
-              PositionOf(source, node->source().begin));
+    return At(
+        Invalid("sweep", "type", std::string("sweep: expected a table ([sweep]), got ") + TomlTypeName(node->type())),
+        PositionOf(source, node->source().begin));
   }
   std::vector<TableEntry> entries;
   for (auto&& [key, value] : *node->as_table()) {
@@ -265,6 +267,8 @@ Result<SweepJob> ParseSweepJobText(std::string_view text, std::string_view sourc
                                    std::size_t max_points) {
   Result<SpecInput> base = ParseJobText(text, source_name, overrides, kTable);
   if (!base.ok()) return base.error();
+  // A Hugging Face folder as initial weights gives the model keys, as LoadJobFile does.
+  if (auto e = ApplyHuggingFaceFolder(base.value())) return *e;
   SweepJob job;
   job.base = std::move(base).value();
 
@@ -312,9 +316,9 @@ Result<SweepJob> ParseSweepJobText(std::string_view text, std::string_view sourc
       }
     }
     if (std::find(set_fields.begin(), set_fields.end(), a.field) != set_fields.end()) {
-      return At(Invalid(path, "duplicate",
-                        a.label + ": " + path + " is also given by --set; a key is either set or swept"),
-                a.origin);
+      return At(
+          Invalid(path, "duplicate", a.label + ": " + path + " is also given by --set; a key is either set or swept"),
+          a.origin);
     }
   }
   if (pending.empty()) {

@@ -51,7 +51,8 @@ _trainyard() {
   # Values of flags.
   case "$prev" in
     --output | -o)
-      # -o of `artifacts pull` and `tensorboard` is a directory, of `export` a file.
+      # -o of `artifacts pull` and `tensorboard` is a directory, of `export` a file (or,
+      # with --names hf, a folder: files and folders both complete).
       if [[ " ${words[*]} " == *" pull "* || " ${words[*]} " == *" tensorboard "* ]]; then
         COMPREPLY=($(compgen -d -- "$cur"))
       elif [[ " ${words[*]} " == *" export "* ]]; then
@@ -60,7 +61,7 @@ _trainyard() {
         COMPREPLY=($(compgen -W "text json" -- "$cur"))
       fi
       return ;;
-    --tls-ca | --token-file | --train-binary | --output-file)
+    --tls-ca | --token-file | --train-binary | --output-file | --job-file)
       COMPREPLY=($(compgen -f -- "$cur"))
       return ;;
     --output-dir | --checkpoint)
@@ -134,7 +135,7 @@ _trainyard() {
       fi
       [[ "$sub" == pull ]] && flags="--output-dir -o" ;;
     preflight) flags="--set --shrink --json --train-binary --timeout" ;;
-    export) flags="--checkpoint --step --best --output-file -o --names --force" ;;
+    export) flags="--checkpoint --job-file --step --best --output-file -o --names --force" ;;
     tensorboard) flags="--output-dir -o" ;;
     audit) flags="--job --since --limit" ;;
     webhooks)

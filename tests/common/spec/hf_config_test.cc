@@ -263,7 +263,13 @@ TEST_F(HfConfigTest, JobFileWithAModelFolderIsFilledFromConfigJson) {
   EXPECT_EQ(spec.value().model.preset, "debug");
   JobSpec expected = FromPreset("qwen3_moe_debug").value();
   expected.model.preset = "debug";
-  expected.model.load_balance_coeff = spec.value().model.load_balance_coeff;
+  // Qwen3's router has no bias: the aux-free one is off unless the job turns it on.
+  EXPECT_EQ(spec.value().model.load_balance_coeff, 0.0);
+  EXPECT_EQ(input.value().OriginOf("model.load_balance_coeff"),
+            folder + "/config.json (Qwen3MoeForCausalLM has no router bias)");
+  Result<SpecInput> with_bias = LoadJobFile(job, {"model.load_balance_coeff=1e-3"});
+  ASSERT_TRUE(with_bias.ok());
+  EXPECT_EQ(with_bias.value().Find("model", "load_balance_coeff")->value, FieldValue{1e-3});
   ForEachField(spec.value(), [&](const char* section, const char* key, const auto& member) {
     if (std::string(section) == "model") {
       EXPECT_EQ(FieldValue{member}, GetField(expected, "model", key)) << key;

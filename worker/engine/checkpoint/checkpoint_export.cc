@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -198,6 +199,43 @@ std::string HeaderText(const std::vector<ExportTensor>& plan, const std::map<std
   return text;
 }
 
+// Qwen3MoeForCausalLM's router has no bias: the engine's aux-free one
+// (model.load_balance_coeff > 0) cannot be carried, so the export leaves it out only
+// while it is still all zero, and refuses otherwise (the HF model would route
+// differently).
+void DropZeroRouterBias(const CheckpointIndex& index, std::vector<ExportTensor>* plan) {
+  const bool qwen = std::any_of(plan->begin(), plan->end(), [](const ExportTensor& t) {
+    return t.name.find(".self_attn.k_norm.weight") != std::string::npos;
+  });
+  if (!qwen) return;
+  std::vector<ExportTensor> kept;
+  for (ExportTensor& t : *plan) {
+    if (t.name.find(".mlp.gate.e_score_correction_bias") == std::string::npos) {
+      kept.push_back(std::move(t));
+      continue;
+    }
+    for (const CheckpointSlice& s : index.slices.at(t.source)) {
+      const std::string& path = index.files[s.file].path;
+      std::vector<char> bytes(static_cast<size_t>(NumElements(s.shape)) * SafetensorsDtypeSize(s.dtype));
+      ReadAt(ReadFd(path).get(), bytes.data(), bytes.size(), s.data_begin, path);
+      if (std::any_of(bytes.begin(), bytes.end(), [](char c) { return c != 0; })) {
+        FailCheckpoint(index.dir + " tensor \"" + Quote(t.source) + "\"",
+                       "is a router bias the job trained (model.load_balance_coeff > 0), which Qwen3MoeForCausalLM "
+                       "has no place for; export with --names torchtitan, or train with load_balance_coeff = 0");
+      }
+    }
+  }
+  *plan = std::move(kept);
+}
+
+// A folder output is Hugging Face's layout; a file output (any name ending in
+// .safetensors) is one file under either naming.
+bool IsFolderOutput(const ExportOptions& o) {
+  const std::string suffix = ".safetensors";
+  return !(o.output.size() >= suffix.size() &&
+           o.output.compare(o.output.size() - suffix.size(), suffix.size(), suffix) == 0);
+}
+
 void CheckOutput(const ExportOptions& o) {
   if (o.output.empty()) Fail(absl::InvalidArgumentError("no output file given"));
   std::error_code ec;
@@ -206,10 +244,167 @@ void CheckOutput(const ExportOptions& o) {
   if (!fs::is_directory(folder, ec)) {
     Fail(absl::NotFoundError("output folder " + Quoted(folder.string()) + " does not exist (create it first)"));
   }
-  if (fs::is_directory(out, ec)) Fail(absl::InvalidArgumentError("output " + Quoted(o.output) + " is a directory"));
+  const bool folder_output = IsFolderOutput(o);
+  if (folder_output && o.names != ExportNames::kHuggingFace) {
+    Fail(absl::InvalidArgumentError("output " + Quoted(o.output) +
+                                    " is a folder (no .safetensors suffix): a folder export is a Hugging Face model "
+                                    "(--names hf); give a .safetensors file for torchtitan names"));
+  }
+  if (folder_output && o.hf_config_json.empty()) {
+    Fail(
+        absl::InvalidArgumentError("a Hugging Face model folder needs the model's config.json: export a job by its "
+                                   "id, or give --job-file with --checkpoint"));
+  }
+  if (!folder_output && fs::is_directory(out, ec)) {
+    Fail(absl::InvalidArgumentError("output " + Quoted(o.output) + " is a directory"));
+  }
   if (fs::exists(fs::symlink_status(out, ec)) && !o.force) {
     Fail(absl::AlreadyExistsError("output " + Quoted(o.output) + " exists (give --force to replace it)"));
   }
+}
+
+// Copies `t` out of the checkpoint into the output at `out_begin`: slice by slice, and
+// for a row-permuted tensor row by row (each row a one-row window of its own).
+void CopyTensor(const CheckpointIndex& index, const ExportTensor& t, std::uint64_t out_begin, int out_fd,
+                const std::string& out_path, std::vector<std::unique_ptr<ReadFd>>& sources, std::vector<char>& buf) {
+  auto copy = [&](const ExportTensor& window, std::uint64_t begin) {
+    for (const CheckpointSlice& s : index.slices.at(window.source)) {
+      const std::string& path = index.files[s.file].path;
+      if (!sources[s.file]) sources[s.file] = std::make_unique<ReadFd>(path);
+      CopySlice(s, sources[s.file]->get(), path, window, begin, out_fd, out_path, buf);
+    }
+  };
+  if (t.row_order.empty()) {
+    copy(t, out_begin);
+    return;
+  }
+  ExportTensor row = t;
+  row.row_order.clear();
+  row.window_shape[0] = 1;
+  const std::uint64_t row_bytes =
+      static_cast<std::uint64_t>(NumElements(row.window_shape)) * SafetensorsDtypeSize(t.dtype);
+  for (size_t r = 0; r < t.row_order.size(); ++r) {
+    row.window_offsets[0] = t.window_offsets[0] + t.row_order[r];
+    copy(row, out_begin + r * row_bytes);
+  }
+}
+
+// Writes `plan` as the safetensors file `output` (a hidden temporary file renamed
+// into place) and returns its size.
+std::uint64_t WriteExportFile(const CheckpointIndex& index, const std::vector<ExportTensor>& plan,
+                              const std::map<std::string, std::string>& metadata, const std::string& output) {
+  std::vector<std::uint64_t> begins;
+  std::uint64_t buffer_bytes = 0;
+  const std::string header = HeaderText(plan, metadata, &begins, &buffer_bytes);
+  const std::uint64_t start = 8 + header.size();
+  TempFile tmp(output);
+  if (::ftruncate(tmp.fd(), static_cast<off_t>(start + buffer_bytes)) != 0) {
+    Fail(absl::InternalError(tmp.path() + ": cannot size to " + std::to_string(start + buffer_bytes) +
+                             " bytes: " + Errno()));
+  }
+  char len_bytes[8];
+  for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<char>(static_cast<std::uint64_t>(header.size()) >> (8 * i));
+  WriteAt(tmp.fd(), len_bytes, 8, 0, tmp.path());
+  WriteAt(tmp.fd(), header.data(), header.size(), 8, tmp.path());
+  std::vector<char> buf(kExportBufferBytes);
+  std::vector<std::unique_ptr<ReadFd>> sources(index.files.size());
+  for (size_t i = 0; i < plan.size(); ++i) {
+    CopyTensor(index, plan[i], start + begins[i], tmp.fd(), tmp.path(), sources, buf);
+  }
+  tmp.Commit();
+  return start + buffer_bytes;
+}
+
+std::uint64_t TensorBytes(const ExportTensor& t) {
+  return static_cast<std::uint64_t>(NumElements(t.shape)) * SafetensorsDtypeSize(t.dtype);
+}
+
+// A hidden folder next to the output, removed unless Commit renamed it into place.
+class TempFolder {
+ public:
+  explicit TempFolder(const std::string& output) : output_(output) {
+    const fs::path out(output);
+    for (int n = 0;; ++n) {
+      path_ = (out.parent_path() /
+               ("." + out.filename().string() + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(n)))
+                  .string();
+      if (::mkdir(path_.c_str(), 0777) == 0) break;
+      if (errno != EEXIST || n >= 100) Fail(absl::InternalError(path_ + ": cannot create: " + Errno()));
+    }
+  }
+  ~TempFolder() {
+    std::error_code ec;
+    if (!committed_) fs::remove_all(path_, ec);
+  }
+  TempFolder(const TempFolder&) = delete;
+  TempFolder& operator=(const TempFolder&) = delete;
+  const std::string& path() const { return path_; }
+
+  // The folder's entries are durable first; an output being replaced (--force) is
+  // moved aside, the new folder renamed into place, then the old one removed.
+  void Commit() {
+    if (absl::Status s = FsyncPath(path_, /*directory=*/true); !s.ok())
+      Fail(absl::InternalError(std::string(s.message())));
+    std::error_code ec;
+    std::string aside;
+    if (fs::exists(fs::symlink_status(output_, ec))) {
+      aside = path_ + ".old";
+      if (::rename(output_.c_str(), aside.c_str()) != 0) {
+        Fail(absl::InternalError(output_ + ": cannot move the old output aside: " + Errno()));
+      }
+    }
+    if (::rename(path_.c_str(), output_.c_str()) != 0) {
+      const std::string why = Errno();
+      if (!aside.empty()) ::rename(aside.c_str(), output_.c_str());
+      Fail(absl::InternalError(output_ + ": cannot rename the export into place: " + why));
+    }
+    committed_ = true;
+    (void)FsyncPath(DirectoryOf(output_), /*directory=*/true);
+    if (!aside.empty()) fs::remove_all(aside, ec);
+  }
+
+ private:
+  std::string output_, path_;
+  bool committed_ = false;
+};
+
+// Hugging Face's sharded layout: model-0000i-of-0000N.safetensors of at most
+// max_shard_bytes of tensor data each (a bigger tensor alone in its shard), the index
+// model.safetensors.index.json and config.json. Returns the bytes written.
+std::uint64_t WriteHuggingFaceFolder(const CheckpointIndex& index, const std::vector<ExportTensor>& plan,
+                                     const std::map<std::string, std::string>& metadata, const ExportOptions& o) {
+  std::vector<std::vector<ExportTensor>> shards;
+  std::uint64_t in_shard = 0, total = 0;
+  for (const ExportTensor& t : plan) {
+    const std::uint64_t bytes = TensorBytes(t);
+    if (shards.empty() || (in_shard > 0 && in_shard + bytes > o.max_shard_bytes)) {
+      shards.emplace_back();
+      in_shard = 0;
+    }
+    shards.back().push_back(t);
+    in_shard += bytes;
+    total += bytes;
+  }
+  TempFolder folder(o.output);
+  nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+  std::uint64_t written = 0;
+  char name[64];
+  for (size_t i = 0; i < shards.size(); ++i) {
+    std::snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors", i + 1, shards.size());
+    written += WriteExportFile(index, shards[i], metadata, folder.path() + "/" + name);
+    for (const ExportTensor& t : shards[i]) weight_map[t.name] = name;
+  }
+  nlohmann::ordered_json idx = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+  const std::string idx_text = idx.dump(2) + "\n";
+  for (const auto& [file, text] : {std::pair<std::string, std::string>{"model.safetensors.index.json", idx_text},
+                                   {"config.json", o.hf_config_json}}) {
+    if (absl::Status s = WriteFileAtomically(folder.path() + "/" + file, text); !s.ok()) {
+      Fail(absl::InternalError(std::string(s.message())));
+    }
+    written += text.size();
+  }
+  folder.Commit();
+  return written;
 }
 
 ExportResult Export(const ExportOptions& o) {
@@ -233,6 +428,7 @@ ExportResult Export(const ExportOptions& o) {
   std::vector<ExportTensor> plan;
   try {
     plan = PlanExport(index, o.names);
+    if (IsFolderOutput(o)) DropZeroRouterBias(index, &plan);
   } catch (const std::runtime_error& e) {
     Fail(absl::InvalidArgumentError(e.what()));
   }
@@ -242,38 +438,15 @@ ExportResult Export(const ExportOptions& o) {
   metadata["trainyard.step"] = std::to_string(index.manifest.step);
   metadata["trainyard.source"] = index.dir;
   metadata["trainyard.names"] = ExportNamesText(o.names);
-  std::vector<std::uint64_t> begins;
-  std::uint64_t buffer_bytes = 0;
-  const std::string header = HeaderText(plan, metadata, &begins, &buffer_bytes);
-  const std::uint64_t start = 8 + header.size();
-
-  TempFile tmp(o.output);
-  if (::ftruncate(tmp.fd(), static_cast<off_t>(start + buffer_bytes)) != 0) {
-    Fail(absl::InternalError(tmp.path() + ": cannot size to " + std::to_string(start + buffer_bytes) +
-                             " bytes: " + Errno()));
-  }
-  char len_bytes[8];
-  for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<char>(static_cast<std::uint64_t>(header.size()) >> (8 * i));
-  WriteAt(tmp.fd(), len_bytes, 8, 0, tmp.path());
-  WriteAt(tmp.fd(), header.data(), header.size(), 8, tmp.path());
-  std::vector<char> buf(kExportBufferBytes);
-  std::vector<std::unique_ptr<ReadFd>> sources(index.files.size());
-  for (size_t i = 0; i < plan.size(); ++i) {
-    for (const CheckpointSlice& s : index.slices.at(plan[i].source)) {
-      const std::string& path = index.files[s.file].path;
-      if (!sources[s.file]) sources[s.file] = std::make_unique<ReadFd>(path);
-      CopySlice(s, sources[s.file]->get(), path, plan[i], start + begins[i], tmp.fd(), tmp.path(), buf);
-    }
-  }
-  tmp.Commit();
   ExportResult r;
+  r.bytes = IsFolderOutput(o) ? WriteHuggingFaceFolder(index, plan, metadata, o)
+                              : WriteExportFile(index, plan, metadata, o.output);
   r.checkpoint_dir = index.dir;
   r.step = index.manifest.step;
   r.dp = index.manifest.dp;
   r.tp = index.manifest.tp;
   r.ep = index.manifest.ep;
   r.tensors = plan.size();
-  r.bytes = start + buffer_bytes;
   r.metric = index.manifest.metric;
   return r;
 }

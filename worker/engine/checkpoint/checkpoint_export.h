@@ -1,6 +1,7 @@
 // `trainyard export`'s engine, without torch: turns one sharded checkpoint (any dp, tp,
 // ep) into ONE safetensors file of the model's full parameters and buffers (never
-// optim.* or rng.*), under torchtitan or Hugging Face names (export_names.h). The
+// optim.* or rng.*), under torchtitan or Hugging Face names (export_names.h), or into a
+// Hugging Face model folder (config.json, sharded safetensors and their index). The
 // output header is computed from the shards' slice metadata first; then each slice's
 // bytes are copied to their strided place in the output with pread/pwrite through one
 // bounded buffer (kExportBufferBytes), so memory stays bounded whatever the model's
@@ -30,12 +31,20 @@ struct ExportOptions {
   std::string checkpoint;
   std::optional<int64_t> step;  // that step's checkpoint; else the newest complete one
   bool best = false;            // the best by its manifest metric (SelectBestCheckpoint); not with step
-  std::string output;           // the .safetensors file to write
+  // The .safetensors file to write, or with --names hf a folder (any other name): a
+  // Hugging Face model folder of config.json, model-0000i-of-0000N.safetensors shards
+  // and model.safetensors.index.json, which transformers' from_pretrained loads.
+  std::string output;
   ExportNames names = ExportNames::kTorchtitan;
   bool force = false;  // replace an existing output (else refused)
   // Added to __metadata__ next to format=pt, trainyard.step, trainyard.source and
   // trainyard.names (the CLI adds trainyard.spec and trainyard.job_id).
   std::map<std::string, std::string> metadata;
+  // A folder output's config.json text (spec::HuggingFaceConfigJson); required there.
+  std::string hf_config_json;
+  // A folder output's shard size: tensors are added to a shard while its data stays
+  // within this (a bigger tensor has a shard of its own). HF's save_pretrained default.
+  std::uint64_t max_shard_bytes = 5'000'000'000ull;
 };
 
 struct ExportResult {
@@ -43,7 +52,7 @@ struct ExportResult {
   int64_t step = 0;
   int dp = 1, tp = 1, ep = 1;
   std::size_t tensors = 0;
-  std::uint64_t bytes = 0;  // of the output file
+  std::uint64_t bytes = 0;                 // of the output file
   std::optional<CheckpointMetric> metric;  // the checkpoint's, when its manifest has one
 };
 

@@ -5,11 +5,13 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "worker/engine/base/torch_compat.h"
 #include "common/base/text.h"
+#include "common/spec/hf_config.h"
+#include "worker/engine/base/torch_compat.h"
 #include "worker/engine/checkpoint/checkpoint_export.h"
 #include "worker/engine/checkpoint/checkpoint_index.h"
 #include "worker/engine/checkpoint/export_names.h"
+#include "worker/engine/checkpoint/hf_checkpoint.h"
 #include "worker/engine/io/safetensors_file.h"
 #include "worker/engine/io/state_dict_io.h"
 
@@ -45,13 +47,13 @@ void Assemble(const StateTensor& t, const std::vector<CheckpointSlice>& slices, 
   for (const CheckpointSlice& s : slices) {
     const SafetensorsHeader& file = c.headers[s.file];
     if (s.global_shape != t.global_shape) {
-      FailCheckpoint(where, "has global shape " + ShapeText(s.global_shape) + " in " + file.path + ", the model needs " +
-                                ShapeText(t.global_shape));
+      FailCheckpoint(where, "has global shape " + ShapeText(s.global_shape) + " in " + file.path +
+                                ", the model needs " + ShapeText(t.global_shape));
     }
     const c10::ScalarType dtype = file.Find(s.key)->dtype;
     if (dtype != t.local.scalar_type()) {
-      FailCheckpoint(where, std::string("has dtype ") + c10::toString(dtype) + " in " + file.path + ", the model needs " +
-                                c10::toString(t.local.scalar_type()));
+      FailCheckpoint(where, std::string("has dtype ") + c10::toString(dtype) + " in " + file.path +
+                                ", the model needs " + c10::toString(t.local.scalar_type()));
     }
     std::vector<int64_t> lo(local_shape.size()), len(local_shape.size());
     bool overlaps = true;
@@ -163,12 +165,15 @@ std::string LoadInitialWeights(const std::string& path, TransformerModelImpl& mo
       const NamedTensors tensors = ReadSafetensors(path);
       LoadFullState(model, tensors);
       loaded = "safetensors file " + path + " (" + std::to_string(tensors.size()) + " tensors)";
+    } else if (spec::IsHuggingFaceFolder(path)) {
+      loaded = LoadHuggingFaceWeights(path, model.config(), CollectModelState(model));
     } else if (fs::is_directory(st)) {
       absl::StatusOr<std::string> dir = SelectCheckpoint(path, std::nullopt);
       if (!dir.ok()) fail(std::string(dir.status().message()));
       const CheckpointManifest m = LoadCheckpointWeights(*dir, CollectModelState(model));
-      loaded = "checkpoint " + *dir + " (step " + std::to_string(m.step) + ", written under dp=" +
-               std::to_string(m.dp) + " tp=" + std::to_string(m.tp) + " ep=" + std::to_string(m.ep) + ")";
+      loaded = "checkpoint " + *dir + " (step " + std::to_string(m.step) +
+               ", written under dp=" + std::to_string(m.dp) + " tp=" + std::to_string(m.tp) +
+               " ep=" + std::to_string(m.ep) + ")";
     } else {
       fail("is neither a safetensors file nor a checkpoint directory");
     }

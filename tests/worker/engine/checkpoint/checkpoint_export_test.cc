@@ -6,16 +6,19 @@
 // checkpoint, an absent --step, a truncated shard, a manifest naming a missing file,
 // overlapping or missing slices, an output folder that does not exist, an output that
 // exists) are refused with a message naming the problem, leaving nothing half-written.
+#include "worker/engine/checkpoint/checkpoint_export.h"
+
+#include <gtest/gtest.h>
+
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
-
 #include "tests/worker/engine/checkpoint/synthetic_checkpoint.h"
-#include "worker/engine/checkpoint/checkpoint_export.h"
 #include "worker/engine/checkpoint/export_names.h"
 
 namespace trainyard::engine {
@@ -171,10 +174,118 @@ TEST_F(ExportTest, HuggingFaceNamesSplitTheExperts) {
     EXPECT_TRUE(down.bytes == w2.substr(e * 12 * 4, 12 * 4)) << "expert " << e;
   }
   EXPECT_TRUE(file.tensors.at("lm_head.weight").bytes == ExpectedBytes("output.weight", {6, 4}));
-  EXPECT_EQ(HuggingFaceName("layers.3.moe.shared_experts.w2.weight"), "model.layers.3.mlp.shared_experts.down_proj.weight");
+  EXPECT_EQ(HuggingFaceName("layers.3.moe.shared_experts.w2.weight"),
+            "model.layers.3.mlp.shared_experts.down_proj.weight");
   EXPECT_EQ(HuggingFaceName("layers.0.ffn_norm.weight"), "model.layers.0.post_attention_layernorm.weight");
   EXPECT_EQ(HuggingFaceName("layers.2.moe.router.gate.weight"), "model.layers.2.mlp.gate.weight");
   EXPECT_EQ(HuggingFaceName("layers.x.attention.wq.weight"), "");
+}
+
+// A Qwen3-MoE checkpoint (its key norm marks it): q and k rows split over two ranks,
+// exported to a Hugging Face folder of several shards.
+std::vector<std::vector<SyntheticSlice>> QwenRanks(bool bias_trained) {
+  // Heads of 4 rows: wq has 2 heads (8 rows), wk 1 head; q_norm/k_norm one head.
+  std::vector<SyntheticSlice> r0 = {
+      {"tok_embeddings.weight", {6, 4}, {0, 0}, {6, 4}},
+      {"layers.0.attention.wq.weight", {8, 4}, {0, 0}, {4, 4}},
+      {"layers.0.attention.wk.weight", {4, 4}, {0, 0}, {4, 4}},
+      {"layers.0.attention.q_norm.weight", {4}, {0}, {4}},
+      {"layers.0.attention.k_norm.weight", {4}, {0}, {4}},
+      {"layers.0.moe.experts.w1", {2, 3, 4}, {0, 0, 0}, {1, 3, 4}},
+      {"norm.weight", {4}, {0}, {4}},
+      {"output.weight", {6, 4}, {0, 0}, {6, 4}},
+  };
+  std::vector<SyntheticSlice> r1 = {
+      {"layers.0.attention.wq.weight", {8, 4}, {4, 0}, {4, 4}},
+      {"layers.0.moe.experts.w1", {2, 3, 4}, {1, 0, 0}, {1, 3, 4}},
+  };
+  if (bias_trained) r0.push_back({"layers.0.moe.expert_bias", {2}, {0}, {2}});
+  return {r0, r1};
+}
+
+// The rows of `name`'s full tensor [rows, cols] in rotate-half order within heads of
+// `head` rows: 0, 2, ..., then 1, 3, ... (computed here, not with the code's table).
+std::string RotateHalfBytes(const std::string& name, int64_t rows, int64_t cols, int64_t head) {
+  const std::string full = ExpectedBytes(name, {rows, cols});
+  std::string out;
+  for (int64_t h = 0; h < rows; h += head) {
+    for (int parity = 0; parity < 2; ++parity) {
+      for (int64_t k = parity; k < head; k += 2) out += full.substr(static_cast<size_t>((h + k) * cols * 4), cols * 4);
+    }
+  }
+  return out;
+}
+
+TEST_F(ExportTest, AQwenFolderHasConfigShardsAnIndexAndRotateHalfRows) {
+  WriteSyntheticCheckpoint(root_ + "/ck", 10, QwenRanks(false), 2);
+  ExportOptions o;
+  o.checkpoint = root_ + "/ck";
+  o.output = root_ + "/out/qwen";
+  o.names = ExportNames::kHuggingFace;
+  o.hf_config_json = "{\"model_type\": \"qwen3_moe\"}\n";
+  o.max_shard_bytes = 100;  // several shards: the 96-byte embedding fills one
+  absl::StatusOr<ExportResult> r = ExportCheckpoint(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(OutFiles(), std::vector<std::string>{"qwen"}) << "no temporary folder left";
+  std::ifstream config(o.output + "/config.json");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(config), {}), o.hf_config_json);
+  std::ifstream index_file(o.output + "/model.safetensors.index.json");
+  const nlohmann::json index = nlohmann::json::parse(index_file);
+  std::map<std::string, testing::RawTensor> all;
+  int64_t total = 0;
+  std::set<std::string> shards;
+  for (const auto& [name, file] : index.at("weight_map").items()) {
+    shards.insert(file.get<std::string>());
+    const auto raw = ReadRawSafetensors(o.output + "/" + file.get<std::string>());
+    ASSERT_EQ(raw.tensors.count(name), 1u) << name << " is not in " << file;
+    all[name] = raw.tensors.at(name);
+    total += static_cast<int64_t>(raw.tensors.at(name).bytes.size());
+  }
+  EXPECT_GT(shards.size(), 2u);
+  EXPECT_EQ(*shards.begin(), "model-00001-of-0000" + std::to_string(shards.size()) + ".safetensors");
+  EXPECT_EQ(index.at("metadata").at("total_size").get<int64_t>(), total);
+  EXPECT_EQ(all.size(), 9u);  // 8 tensors, the grouped experts as 2; no router bias
+  EXPECT_TRUE(all.at("model.layers.0.self_attn.q_proj.weight").bytes ==
+              RotateHalfBytes("layers.0.attention.wq.weight", 8, 4, 4));
+  EXPECT_TRUE(all.at("model.layers.0.self_attn.k_proj.weight").bytes ==
+              RotateHalfBytes("layers.0.attention.wk.weight", 4, 4, 4));
+  EXPECT_TRUE(all.at("model.layers.0.self_attn.q_norm.weight").bytes ==
+              RotateHalfBytes("layers.0.attention.q_norm.weight", 4, 1, 4));
+  EXPECT_TRUE(all.at("model.layers.0.self_attn.k_norm.weight").bytes ==
+              RotateHalfBytes("layers.0.attention.k_norm.weight", 4, 1, 4));
+  EXPECT_TRUE(all.at("model.layers.0.mlp.experts.1.gate_proj.weight").bytes ==
+              ExpectedBytes("layers.0.moe.experts.w1", {2, 3, 4}).substr(48, 48));
+  EXPECT_TRUE(all.at("lm_head.weight").bytes == ExpectedBytes("output.weight", {6, 4}));
+
+  // Again over it: refused without --force, replaced with it.
+  r = ExportCheckpoint(o);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kAlreadyExists);
+  o.force = true;
+  o.max_shard_bytes = 1 << 20;
+  r = ExportCheckpoint(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(fs::exists(o.output + "/model-00001-of-00001.safetensors"));
+  EXPECT_FALSE(fs::exists(o.output + "/model-00002-of-00003.safetensors")) << "the old folder's shards are gone";
+  EXPECT_EQ(OutFiles(), std::vector<std::string>{"qwen"});
+}
+
+TEST_F(ExportTest, AFolderNeedsHfNamesAndAConfigAndATrainedQwenRouterBiasIsRefused) {
+  WriteSyntheticCheckpoint(root_ + "/ck", 10, QwenRanks(true), 2);
+  ExportOptions o;
+  o.checkpoint = root_ + "/ck";
+  o.output = root_ + "/out/qwen";
+  absl::StatusOr<ExportResult> r = ExportCheckpoint(o);  // torchtitan names into a folder
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_HAS(r.status().message(), "a folder export is a Hugging Face model (--names hf)");
+  o.names = ExportNames::kHuggingFace;
+  r = ExportCheckpoint(o);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_HAS(r.status().message(), "needs the model's config.json");
+  o.hf_config_json = "{}";
+  r = ExportCheckpoint(o);  // SyntheticValue makes the bias non-zero
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_HAS(r.status().message(), "is a router bias the job trained (model.load_balance_coeff > 0)");
+  EXPECT_TRUE(OutFiles().empty()) << "nothing half-written";
 }
 
 TEST_F(ExportTest, ATensorWithoutAHuggingFaceNameIsRefused) {
@@ -183,7 +294,8 @@ TEST_F(ExportTest, ATensorWithoutAHuggingFaceNameIsRefused) {
   WriteSyntheticCheckpoint(root_ + "/ck", 10, ranks, 2);
   absl::StatusOr<ExportResult> r = Export(root_ + "/ck", root_ + "/out/hf.safetensors", ExportNames::kHuggingFace);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_HAS(r.status().message(), "tensor \"layers.1.moe.tokens_per_expert\": has no Hugging Face DeepSeek-V3 name");
+  EXPECT_HAS(r.status().message(),
+             "tensor \"layers.1.moe.tokens_per_expert\": has no Hugging Face name (export it with --names torchtitan)");
   EXPECT_TRUE(OutFiles().empty());
 }
 
@@ -223,7 +335,8 @@ TEST_F(ExportTest, OverlappingOrMissingSlicesAreRefused) {
   WriteSyntheticCheckpoint(root_ + "/a", 10, overlap, 2);
   absl::StatusOr<ExportResult> r = Export(root_ + "/a", root_ + "/out/m.safetensors");
   EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_HAS(r.status().message(), "tensor \"layers.0.attention.wq.weight\": slices overlap: offsets [3, 0] shape [4, 4]");
+  EXPECT_HAS(r.status().message(),
+             "tensor \"layers.0.attention.wq.weight\": slices overlap: offsets [3, 0] shape [4, 4]");
   auto gap = TwoRanks();
   gap[1].erase(gap[1].begin() + 1);  // rank 1's half of wo
   WriteSyntheticCheckpoint(root_ + "/b", 10, gap, 2);
@@ -250,7 +363,12 @@ TEST_F(ExportTest, OutputFolderMissingOrOutputExisting) {
   EXPECT_EQ(ReadRawSafetensors(out).names.size(), 8u);
   r = Export(root_ + "/ck", root_ + "/out");
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_HAS(r.status().message(), "is a folder (no .safetensors suffix)");
+  fs::create_directories(root_ + "/out/dir.safetensors");
+  r = Export(root_ + "/ck", root_ + "/out/dir.safetensors");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_HAS(r.status().message(), "is a directory");
+  fs::remove(root_ + "/out/dir.safetensors");
   r = Export(root_ + "/ck", root_ + "/ck/" + CheckpointDirName(10, 1) + "/m.safetensors");
   EXPECT_HAS(r.status().message(), "is inside the checkpoint it exports");
   EXPECT_EQ(OutFiles(), std::vector<std::string>{"m.safetensors"});
