@@ -37,11 +37,12 @@ struct Layout {
   int accum = 1;                           // training.grad_accum_steps (kBatch/accum per micro-batch)
   double capacity = 0;                     // model.capacity_factor, of the reference run too
   std::string architecture = "trainyard";  // model.architecture, of the reference run too
+  int dp_shard = 1;                        // parallelism.dp_shard (FSDP)
   std::string Name() const {
     return "dp" + std::to_string(dp) + "_tp" + std::to_string(tp) + "_ep" + std::to_string(ep) +
-           (precision == "fp32" ? "" : "_" + precision) + (ac == "none" ? "" : "_ac" + ac) +
-           (accum == 1 ? "" : "_accum" + std::to_string(accum)) + (capacity == 0 ? "" : "_capacity") +
-           (architecture == "trainyard" ? "" : "_" + architecture);
+           (dp_shard == 1 ? "" : "_shard" + std::to_string(dp_shard)) + (precision == "fp32" ? "" : "_" + precision) +
+           (ac == "none" ? "" : "_ac" + ac) + (accum == 1 ? "" : "_accum" + std::to_string(accum)) +
+           (capacity == 0 ? "" : "_capacity") + (architecture == "trainyard" ? "" : "_" + architecture);
   }
   bool bf16() const { return precision == "bf16"; }
 };
@@ -57,6 +58,7 @@ std::string WriteLayoutSpec(const std::string& path, const Layout& l, int batch,
   c.parallelism.dp = l.dp;
   c.parallelism.tp = l.tp;
   c.parallelism.ep = l.ep;
+  c.parallelism.dp_shard = l.dp_shard;
   c.parallelism.collective_timeout_s = 120;
   c.training.mixed_precision = l.precision;
   c.activation_checkpoint.mode = l.ac;
@@ -221,7 +223,10 @@ INSTANTIATE_TEST_SUITE_P(Architectures, ParityTest,
                          ::testing::Values(Layout{1, 2, 1, "fp32", "none", 1, 0, "deepseek_v3"},
                                            Layout{2, 1, 2, "fp32", "none", 1, 0, "deepseek_v3"},
                                            Layout{1, 2, 1, "bf16", "none", 1, 0, "deepseek_v3"},
-                                           Layout{1, 2, 1, "fp32", "none", 1, 0, "qwen3_moe"}),
+                                           Layout{1, 2, 1, "fp32", "none", 1, 0, "qwen3_moe"},
+                                           // FSDP, and experts with full activation checkpointing.
+                                           Layout{2, 1, 1, "fp32", "none", 1, 0, "deepseek_v3", 2},
+                                           Layout{2, 1, 2, "fp32", "full", 1, 0, "qwen3_moe"}),
                          [](const auto& info) { return info.param.Name(); });
 
 // Gradient reduction during backward (gradient_synchronizer.h) against the same buckets
