@@ -59,7 +59,7 @@ std::string FormatRankState(const v1::RankState& r) {
 }
 
 // Display width: the bytes that start a UTF-8 character ("×" is one column).
-size_t DisplayWidth(const std::string& s) {
+size_t CellWidth(const std::string& s) {
   size_t n = 0;
   for (unsigned char c : s) n += (c & 0xC0) != 0x80 ? 1 : 0;
   return n;
@@ -71,7 +71,7 @@ std::string FormatColumns(const std::vector<std::vector<std::string>>& rows) {
   std::vector<size_t> widths;
   for (const auto& row : rows) {
     if (widths.size() < row.size()) widths.resize(row.size(), 0);
-    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], DisplayWidth(row[i]));
+    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], CellWidth(row[i]));
   }
   std::string out;
   for (const auto& row : rows) {
@@ -79,7 +79,7 @@ std::string FormatColumns(const std::vector<std::vector<std::string>>& rows) {
     for (size_t i = 0; i < row.size(); ++i) {
       if (i > 0) line += "  ";
       line += row[i];
-      if (i + 1 < row.size()) line.append(widths[i] - DisplayWidth(row[i]), ' ');
+      if (i + 1 < row.size()) line.append(widths[i] - CellWidth(row[i]), ' ');
     }
     // Rows whose trailing cells are empty would otherwise end in spaces.
     line.erase(line.find_last_not_of(' ') + 1);

@@ -16,7 +16,7 @@
 namespace trainyard::cli {
 namespace {
 
-std::string Clock(absl::Time t) { return absl::FormatTime("%H:%M:%S", t, absl::UTCTimeZone()); }
+std::string ClockTime(absl::Time t) { return absl::FormatTime("%H:%M:%S", t, absl::UTCTimeZone()); }
 
 std::string SpecSummary(const v1::JobSpec& s) {
   const v1::ModelSpec& m = s.model();
@@ -90,7 +90,7 @@ std::string FormatJobDescription(const v1::Job& job, const JobHistory& history,
   if (!history.states().empty()) {
     out += "\nstate history (UTC):\n";
     for (const StateChangeRecord& s : history.states()) {
-      std::string line = absl::StrFormat("  %s  %-10s", Clock(s.time), StateName(s.state));
+      std::string line = absl::StrFormat("  %s  %-10s", ClockTime(s.time), StateName(s.state));
       if (s.attempt > 0) absl::StrAppend(&line, "  attempt ", s.attempt);
       if (!s.reason.empty()) absl::StrAppend(&line, "  ", ClipReason(s.reason, 200));
       line.erase(line.find_last_not_of(' ') + 1);
@@ -101,9 +101,9 @@ std::string FormatJobDescription(const v1::Job& job, const JobHistory& history,
   if (!history.attempts().empty()) {
     out += "\nattempts:\n";
     for (const auto& [n, a] : history.attempts()) {
-      absl::StrAppend(&out, "  ", n, "  ", Clock(a.start));
+      absl::StrAppend(&out, "  ", n, "  ", ClockTime(a.start));
       if (a.end != absl::InfinitePast())
-        absl::StrAppend(&out, " - ", Clock(a.end), " (", HumanDuration(a.end - a.start), ")");
+        absl::StrAppend(&out, " - ", ClockTime(a.end), " (", HumanDuration(a.end - a.start), ")");
       absl::StrAppend(&out, "  on ", WorkersOf(a.rank_workers), "  reached step ", a.last_step);
       absl::StrAppend(&out, "  ", a.end_state.empty() ? "running" : absl::StrCat("ended ", a.end_state), "\n");
       for (const std::string& f : a.rank_failures) absl::StrAppend(&out, "       ", f, "\n");
@@ -132,7 +132,7 @@ std::string FormatJobDescription(const v1::Job& job, const JobHistory& history,
     if (m.mfu() > 0) absl::StrAppend(&out, absl::StrFormat(" MFU %.1f%%", 100 * m.mfu()));
     // The synthetic dataset has no epochs (0).
     if (m.epoch() > 0) absl::StrAppend(&out, " epoch ", m.epoch());
-    absl::StrAppend(&out, " at ", Clock(ToTime(history.last_step()->time())), "\n");
+    absl::StrAppend(&out, " at ", ClockTime(ToTime(history.last_step()->time())), "\n");
     absl::StrAppend(&out, "loss       ", Sparkline(history.losses(), 40), "  (", LossSpan(history),
                     absl::StrFormat(", first %.4f, last %.4f)\n", history.losses().front(), history.losses().back()));
   } else {
@@ -142,7 +142,7 @@ std::string FormatJobDescription(const v1::Job& job, const JobHistory& history,
     const v1::Event& e = *history.last_validation();
     const v1::Validation& v = e.validation();
     absl::StrAppend(&out, "validation step ", v.step(), absl::StrFormat(" loss %.4f", v.loss()), " (", v.tokens(),
-                    absl::StrFormat(" tokens, %.0f ms", v.ms()), ") at ", Clock(ToTime(e.time())), "; ",
+                    absl::StrFormat(" tokens, %.0f ms", v.ms()), ") at ", ClockTime(ToTime(e.time())), "; ",
                     history.validation_count(), history.validation_count() == 1 ? " run" : " runs", "\n");
   } else if (!job.spec().validation().dataset().empty()) {
     absl::StrAppend(&out, "validation none yet (every ", job.spec().validation().freq(), " steps on ",
@@ -225,7 +225,8 @@ std::string FormatExplainHistory(const v1::Job& job, const JobHistory& history) 
                     ")\n");
     for (const StateChangeRecord& s : history.states()) {
       if (s.state != v1::Job::RESTARTING || IsPreemptionReason(s.reason)) continue;
-      absl::StrAppend(&out, "  ", Clock(s.time), "  after attempt ", s.attempt, ": ", ClipReason(s.reason, 200), "\n");
+      absl::StrAppend(&out, "  ", ClockTime(s.time), "  after attempt ", s.attempt, ": ", ClipReason(s.reason, 200),
+                      "\n");
     }
   }
   // Job.preemptions is the controller's count; the history says when and why.
@@ -234,8 +235,8 @@ std::string FormatExplainHistory(const v1::Job& job, const JobHistory& history) 
     absl::StrAppend(&out, "\npreemptions: ", std::max<int64_t>(job.preemptions(), preempted.size()),
                     " (not failures: none used a restart of restart.max_restarts)\n");
     for (const StateChangeRecord& s : preempted) {
-      absl::StrAppend(&out, "  ", Clock(s.time), s.attempt > 0 ? absl::StrCat("  after attempt ", s.attempt) : "", ": ",
-                      ClipReason(s.reason, 200), "\n");
+      absl::StrAppend(&out, "  ", ClockTime(s.time), s.attempt > 0 ? absl::StrCat("  after attempt ", s.attempt) : "",
+                      ": ", ClipReason(s.reason, 200), "\n");
     }
   }
   if (!history.stalls().empty()) {
@@ -246,7 +247,7 @@ std::string FormatExplainHistory(const v1::Job& job, const JobHistory& history) 
     out += "\n";
     for (const v1::Event& e : history.stalls()) {
       const v1::Stall& s = e.stall();
-      std::string line = absl::StrCat("  ", Clock(ToTime(e.time())), "  attempt ", e.attempt(), " rank ", e.rank(),
+      std::string line = absl::StrCat("  ", ClockTime(ToTime(e.time())), "  attempt ", e.attempt(), " rank ", e.rank(),
                                       " step ", s.step(), ": ");
       if (s.collective().empty()) {
         absl::StrAppend(&line, "no step progress for ", absl::StrFormat("%.0fs", s.waited_s()),

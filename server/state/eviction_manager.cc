@@ -15,7 +15,7 @@ namespace {
 
 constexpr int kKeptPreemptTimes = 16;
 
-std::string TimeOfDay(absl::Time t) { return absl::FormatTime("%H:%M:%SZ", t, absl::UTCTimeZone()); }
+std::string UtcTimeOfDay(absl::Time t) { return absl::FormatTime("%H:%M:%SZ", t, absl::UTCTimeZone()); }
 
 }  // namespace
 
@@ -101,7 +101,7 @@ void EvictionManager::Evict(TrackedJob& rt, const std::string& reason, const std
     const int64_t min_step = SendCheckpointRequest(rt, fx);
     rt.eviction = Eviction{reason, now + options_.preemption_grace, min_step, preemption, by};
     const std::string message = absl::StrCat(reason, ": saving a checkpoint before stopping (grace until ",
-                                             TimeOfDay(rt.eviction->deadline), ")");
+                                             UtcTimeOfDay(rt.eviction->deadline), ")");
     spdlog::info("job={} attempt={} {}", rt.job.id(), rt.job.attempt(), message);
     fx->AppendEvent(rt.job.id(), ControllerLog("info", message, rt.job.attempt(), now));
     return;

@@ -21,7 +21,7 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-google::protobuf::Timestamp At(int64_t seconds) {
+google::protobuf::Timestamp StampAt(int64_t seconds) {
   google::protobuf::Timestamp t;
   t.set_seconds(1796083200 + seconds);  // 2026-12-01T00:00:00Z
   return t;
@@ -33,7 +33,7 @@ v1::Event StepEvent(int64_t seq, int64_t step, double loss, int64_t at_s, int at
   e.set_seq(seq);
   e.set_rank(rank);
   e.set_attempt(attempt);
-  *e.mutable_time() = At(at_s);
+  *e.mutable_time() = StampAt(at_s);
   e.mutable_step_metrics()->set_step(step);
   e.mutable_step_metrics()->set_loss(loss);
   e.mutable_step_metrics()->set_tokens_per_s(1500);
@@ -46,7 +46,7 @@ v1::Event ValEvent(int64_t seq, int64_t step, double loss, int64_t at_s, int att
   e.set_seq(seq);
   e.set_rank(0);
   e.set_attempt(attempt);
-  *e.mutable_time() = At(at_s);
+  *e.mutable_time() = StampAt(at_s);
   e.mutable_validation()->set_step(step);
   e.mutable_validation()->set_loss(loss);
   e.mutable_validation()->set_tokens(8192);
@@ -60,7 +60,7 @@ v1::Event StateEvent(int64_t seq, v1::Job::State state, const std::string& reaso
   e.set_seq(seq);
   e.set_rank(-1);
   e.set_attempt(attempt);
-  *e.mutable_time() = At(at_s);
+  *e.mutable_time() = StampAt(at_s);
   e.mutable_job_state()->set_state(state);
   e.mutable_job_state()->set_reason(reason);
   return e;
@@ -72,7 +72,7 @@ v1::Event CompileEv(int64_t seq, v1::CompileEvent::Kind kind, const std::string&
   e.set_seq(seq);
   e.set_rank(rank);
   e.set_attempt(1);
-  *e.mutable_time() = At(seq);
+  *e.mutable_time() = StampAt(seq);
   e.mutable_compile()->set_kind(kind);
   e.mutable_compile()->set_region(region);
   e.mutable_compile()->set_reason(reason);
@@ -104,7 +104,7 @@ TEST(StepRateTest, EtaFromTheMeasuredRate) {
   rate.Add(20, t0 + absl::Seconds(5));  // 2 steps/s
   ASSERT_TRUE(rate.Eta(100).has_value());
   EXPECT_EQ(*rate.Eta(100), absl::Seconds(40));  // 80 steps left at 2/s
-  rate.Add(20, t0 + absl::Seconds(9));  // another rank's report of step 20: ignored
+  rate.Add(20, t0 + absl::Seconds(9));           // another rank's report of step 20: ignored
   EXPECT_EQ(*rate.Eta(100), absl::Seconds(40));
   EXPECT_EQ(*rate.Eta(20), absl::ZeroDuration());
   // A restart resumes at an earlier step: the rate starts over.
@@ -240,7 +240,7 @@ JobHistory RestartedJob(v1::Job* job) {
   running.set_seq(++seq);
   running.set_rank(1);
   running.set_attempt(1);
-  *running.mutable_time() = At(1);
+  *running.mutable_time() = StampAt(1);
   running.mutable_rank_state()->set_state(v1::RankState::RUNNING);
   running.mutable_rank_state()->set_worker("w2");
   h.Add(running);
@@ -248,7 +248,7 @@ JobHistory RestartedJob(v1::Job* job) {
   h.Add(StepEvent(++seq, 2, 5.0, 3));
   v1::Event failed = running;
   failed.set_seq(++seq);
-  *failed.mutable_time() = At(4);
+  *failed.mutable_time() = StampAt(4);
   failed.mutable_rank_state()->set_state(v1::RankState::FAILED);
   failed.mutable_rank_state()->set_exit_code(1);
   failed.mutable_rank_state()->set_message("boom");
@@ -261,7 +261,7 @@ JobHistory RestartedJob(v1::Job* job) {
   stall.set_seq(++seq);
   stall.set_rank(0);
   stall.set_attempt(2);
-  *stall.mutable_time() = At(12);
+  *stall.mutable_time() = StampAt(12);
   stall.mutable_stall()->set_collective("dp0:allreduce");
   stall.mutable_stall()->set_collective_seq(7);
   stall.mutable_stall()->set_lagging_rank(1);
@@ -385,14 +385,14 @@ TEST(JobHistoryTest, CheckpointsAndStallsAreBounded) {
     v1::Event c;
     c.set_seq(++seq);
     c.set_attempt(1);
-    *c.mutable_time() = At(i);
+    *c.mutable_time() = StampAt(i);
     c.mutable_checkpoint()->set_step(10 * i);
     c.mutable_checkpoint()->set_path("/ckpt/job-1/step-" + std::to_string(10 * i));
     history.Add(c);
     v1::Event s;
     s.set_seq(++seq);
     s.set_attempt(1);
-    *s.mutable_time() = At(i);
+    *s.mutable_time() = StampAt(i);
     s.mutable_stall()->set_step(10 * i);
     history.Add(s);
   }
@@ -424,7 +424,7 @@ TEST(JobHistoryTest, PrunedCheckpointsLeaveTheListAndTheBestIsMarked) {
     v1::Event c;
     c.set_seq(++seq);
     c.set_attempt(1);
-    *c.mutable_time() = At(step);
+    *c.mutable_time() = StampAt(step);
     c.mutable_checkpoint()->set_step(step);
     c.mutable_checkpoint()->set_path("/ckpt/job-1/step-" + std::to_string(step));
     c.mutable_checkpoint()->set_bytes(1000);
@@ -468,7 +468,9 @@ TEST(TerminalSafeTest, EscapesControlsAndInvalidUtf8AndKeepsText) {
   EXPECT_EQ(TerminalSafe("a\r\nb\x07\x7f"), "a\\r\\nb\\x07\\x7f");
   EXPECT_EQ(TerminalSafe("a\nb", /*keep_newlines=*/true), "a\nb");
   // C1 CSI (U+009B) and a right-to-left override (U+202E).
-  EXPECT_EQ(TerminalSafe("\xc2\x9b" "2J \xe2\x80\xae"), "\\u009b2J \\u202e");
+  EXPECT_EQ(TerminalSafe("\xc2\x9b"
+                         "2J \xe2\x80\xae"),
+            "\\u009b2J \\u202e");
   // Invalid UTF-8: a stray continuation byte, an overlong '/', a surrogate, a cut
   // sequence, bytes never in UTF-8.
   EXPECT_EQ(TerminalSafe("\x80|\xc0\xaf|\xed\xa0\x80|\xe6\x97|\xff\xfe"),

@@ -24,7 +24,7 @@ v1::JobSpec Cpu(int dp) {
 }
 
 // A CUDA worker with `n` GPUs (index i in domain domains[i] when given), every one free.
-WorkerSnapshot GpuWorker(const std::string& name, int n, std::vector<int> domains = {}) {
+WorkerSnapshot GpuWorkerSnapshot(const std::string& name, int n, std::vector<int> domains = {}) {
   WorkerSnapshot w;
   w.name = name;
   w.free_slots = n;
@@ -43,7 +43,8 @@ void Hold(WorkerSnapshot* w, std::vector<int> indices) {
 
 TEST(GpuSchedulerTest, TwoTp4JobsTakeDisjointHalvesOfAnEightGpuWorkerAndAThirdWaitsNamingGpus) {
   v1::JobSpec a = Cuda(1, 4), b = Cuda(1, 4), c = Cuda(1, 4);
-  auto ds = GangScheduler::PlanQueue({{"a", &a, 0, {}}, {"b", &b, 1, {}}, {"c", &c, 2, {}}}, {GpuWorker("w1", 8)});
+  auto ds =
+      GangScheduler::PlanQueue({{"a", &a, 0, {}}, {"b", &b, 1, {}}, {"c", &c, 2, {}}}, {GpuWorkerSnapshot("w1", 8)});
   ASSERT_EQ(ds.size(), 3u);
   ASSERT_TRUE(ds[0].placed) << ds[0].pending_reason;
   ASSERT_TRUE(ds[1].placed) << ds[1].pending_reason;
@@ -59,14 +60,14 @@ TEST(GpuSchedulerTest, TwoTp4JobsTakeDisjointHalvesOfAnEightGpuWorkerAndAThirdWa
 TEST(GpuSchedulerTest, ATpPairStaysInsideOneNvlinkDomain) {
   // Domains 1 = GPUs 0-3 and 2 = GPUs 4-7.
   const std::vector<int> domains = {1, 1, 1, 1, 2, 2, 2, 2};
-  WorkerSnapshot w = GpuWorker("w1", 8, domains);
+  WorkerSnapshot w = GpuWorkerSnapshot("w1", 8, domains);
   Hold(&w, {0, 2, 3, 6});  // free: 1 (domain 1), 4, 5, 7 (domain 2)
   auto d = GangScheduler::Place("j", Cuda(1, 2), {w});
   ASSERT_TRUE(d.placed) << d.pending_reason;
   EXPECT_EQ(d.rank_gpus, (std::vector<int>{4, 5})) << "the lowest free pair, 1 and 4, spans two domains";
 
   // Free 0, 1, 4, 5: both domains have a pair; the lowest domain's is taken.
-  WorkerSnapshot even = GpuWorker("w1", 8, domains);
+  WorkerSnapshot even = GpuWorkerSnapshot("w1", 8, domains);
   Hold(&even, {2, 3, 6, 7});
   auto e = GangScheduler::Place("j", Cuda(1, 2), {even});
   ASSERT_TRUE(e.placed);
@@ -74,7 +75,7 @@ TEST(GpuSchedulerTest, ATpPairStaysInsideOneNvlinkDomain) {
 
   // Best fit: domain 1 has 2 free, domain 2 has 3; the pair takes domain 1 and leaves
   // domain 2 room for a larger group.
-  WorkerSnapshot fit = GpuWorker("w1", 8, domains);
+  WorkerSnapshot fit = GpuWorkerSnapshot("w1", 8, domains);
   Hold(&fit, {0, 1, 4});
   auto f = GangScheduler::Place("j", Cuda(1, 2), {fit});
   ASSERT_TRUE(f.placed);
@@ -94,7 +95,7 @@ TEST(GpuSchedulerTest, ATpPairStaysInsideOneNvlinkDomain) {
 }
 
 TEST(GpuSchedulerTest, CpuJobsOnAGpuWorkerTakeSlotsButNoGpu) {
-  WorkerSnapshot w = GpuWorker("w1", 4);
+  WorkerSnapshot w = GpuWorkerSnapshot("w1", 4);
   v1::JobSpec cpu = Cpu(2), cuda = Cuda(3, 1);
   auto ds = GangScheduler::PlanQueue({{"cpu", &cpu, 0, {}}, {"cuda", &cuda, 1, {}}}, {w});
   ASSERT_TRUE(ds[0].placed);
@@ -106,24 +107,24 @@ TEST(GpuSchedulerTest, CpuJobsOnAGpuWorkerTakeSlotsButNoGpu) {
 
 TEST(GpuSchedulerTest, CudaJobsUseOnlyWorkersWithGpusAndACudaEngine) {
   WorkerSnapshot cpu{"c1", 8};
-  WorkerSnapshot no_engine = GpuWorker("g0", 2);
+  WorkerSnapshot no_engine = GpuWorkerSnapshot("g0", 2);
   no_engine.engine_cuda = false;
   auto none = GangScheduler::Place("j", Cuda(1, 1), {cpu, no_engine});
   EXPECT_FALSE(none.placed);
   EXPECT_EQ(none.pending_reason,
             "needs 1 GPU; none of the 2 connected workers can run it (c1: no GPUs, its engine is not built with "
             "CUDA; g0: its engine is not built with CUDA)");
-  auto d = GangScheduler::Place("j", Cuda(2, 1), {cpu, no_engine, GpuWorker("g1", 2)});
+  auto d = GangScheduler::Place("j", Cuda(2, 1), {cpu, no_engine, GpuWorkerSnapshot("g1", 2)});
   ASSERT_TRUE(d.placed) << d.pending_reason;
   EXPECT_EQ(d.rank_workers, (std::vector<std::string>{"g1", "g1"}));
-  auto big = GangScheduler::Place("j", Cuda(3, 1), {cpu, GpuWorker("g1", 2)});
+  auto big = GangScheduler::Place("j", Cuda(3, 1), {cpu, GpuWorkerSnapshot("g1", 2)});
   EXPECT_EQ(big.pending_reason,
             "needs 3 GPUs; free GPUs: g1=2 (2 GPUs, 0 held); not eligible: c1: no GPUs, its engine is not built "
             "with CUDA");
 }
 
 TEST(GpuSchedulerTest, AnUnhealthyGpuIsNeverPlacedOn) {
-  WorkerSnapshot w = GpuWorker("w1", 2);
+  WorkerSnapshot w = GpuWorkerSnapshot("w1", 2);
   w.gpus[0].healthy = false;
   auto one = GangScheduler::Place("j", Cuda(1, 1), {w});
   ASSERT_TRUE(one.placed);
@@ -136,8 +137,8 @@ TEST(GpuSchedulerTest, AnUnhealthyGpuIsNeverPlacedOn) {
 TEST(GpuSchedulerTest, EngineCapabilitiesGateCudagraphAndBf16) {
   v1::JobSpec graph = Cuda(1, 1);
   graph.mutable_compile()->set_backend("cudagraph");
-  WorkerSnapshot plain = GpuWorker("g1", 1);
-  WorkerSnapshot capable = GpuWorker("g2", 1);
+  WorkerSnapshot plain = GpuWorkerSnapshot("g1", 1);
+  WorkerSnapshot capable = GpuWorkerSnapshot("g2", 1);
   capable.engine_cudagraph = true;
   auto d = GangScheduler::Place("j", graph, {plain, capable});
   ASSERT_TRUE(d.placed);
@@ -152,7 +153,7 @@ TEST(GpuSchedulerTest, EngineCapabilitiesGateCudagraphAndBf16) {
 // head needs all 8 (TP=8) and is reserved at 100 s; the free GPUs 4-7 may run a job
 // that ends before then, not one that would still hold them.
 TEST(GpuSchedulerTest, BackfillCountsGpus) {
-  WorkerSnapshot w = GpuWorker("w1", 8);
+  WorkerSnapshot w = GpuWorkerSnapshot("w1", 8);
   Hold(&w, {0, 1, 2, 3});
   std::vector<RunningJob> running = {{"run", {"w1", "w1", "w1", "w1"}, absl::Seconds(100), {0, 1, 2, 3}}};
   v1::JobSpec head = Cuda(1, 8), short_job = Cuda(1, 4, 60), long_job = Cuda(1, 4);

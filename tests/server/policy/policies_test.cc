@@ -1,8 +1,9 @@
 // The pure policies with plain values: admission and restart. (Queue order lives with
 // the placement policy: gang_scheduler_test.cc.)
-#include <cstdio>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <cstdio>
 
 #include "common/spec/memory_estimate.h"
 #include "common/spec_proto.h"
@@ -47,7 +48,7 @@ TEST(RestartPolicyTest, FailsWithTheCauseOnceRestartsAreUsedUp) {
   EXPECT_FALSE(RestartPolicy::Decide(v1::RestartSpec(), 0, {"c"}).restart) << "unset is 0";
 }
 
-v1::JobSpec Tiny(int dp, int tp = 1) {
+v1::JobSpec TinyJob(int dp, int tp = 1) {
   v1::JobSpec spec;
   spec.mutable_model()->set_preset("tiny");
   spec.mutable_parallelism()->set_dp(dp);
@@ -67,14 +68,13 @@ TEST(AdmissionPolicyTest, AGangThatCannotBePlacedEvenOnAnIdleFleetIsRefused) {
   // and strict FIFO would let it hold back every job behind it forever.
   FleetView fleet = Slots(4);
   fleet.idle_workers = {{"w1", 2}, {"w2", 2}};
-  v1::JobSpec spec = Tiny(1, 4);
+  v1::JobSpec spec = TinyJob(1, 4);
   spec.mutable_model()->set_n_kv_heads(4);  // so that tp=4 divides the heads
   EXPECT_TRUE(AdmissionPolicy::Admit(spec, Slots(4)).ok()) << "the slot total alone allows it";
   auto tp4 = AdmissionPolicy::Admit(spec, fleet);
   EXPECT_EQ(tp4.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(tp4.status().message()),
-              HasSubstr("cannot be placed even with every connected worker idle"));
-  EXPECT_TRUE(AdmissionPolicy::Admit(Tiny(2, 2), fleet).ok()) << "a TP group of 2 per worker fits";
+  EXPECT_THAT(std::string(tp4.status().message()), HasSubstr("cannot be placed even with every connected worker idle"));
+  EXPECT_TRUE(AdmissionPolicy::Admit(TinyJob(2, 2), fleet).ok()) << "a TP group of 2 per worker fits";
 }
 
 // dim = 2^30 is refused by the range rule (at most 65536), but dim = 65536 passes every
@@ -85,17 +85,15 @@ TEST(AdmissionPolicyTest, AJobWhoseRankCannotFitTheLargestWorkersMemoryIsRefused
   FleetView fleet = Slots(4);
   fleet.largest_memory_worker = "w1";
   fleet.largest_memory_bytes = int64_t{24} << 30;
-  EXPECT_TRUE(AdmissionPolicy::Admit(Tiny(1), fleet).ok());
-  v1::JobSpec huge = Tiny(1);
+  EXPECT_TRUE(AdmissionPolicy::Admit(TinyJob(1), fleet).ok());
+  v1::JobSpec huge = TinyJob(1);
   huge.mutable_model()->set_dim(65536);
   auto unrefused = AdmissionPolicy::Admit(huge, Slots(4));
   ASSERT_TRUE(unrefused.ok()) << "no memory reported: not refused; " << unrefused.status();
   auto refused = AdmissionPolicy::Admit(huge, fleet);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(refused.status().message()),
-              HasSubstr("model: one rank needs an estimated "));
-  EXPECT_THAT(std::string(refused.status().message()),
-              HasSubstr("more than the largest worker has (w1: 24 GiB)"));
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("model: one rank needs an estimated "));
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("more than the largest worker has (w1: 24 GiB)"));
   // One rank: only activation checkpointing could change, and the weights alone are
   // too many.
   EXPECT_THAT(std::string(refused.status().message()), HasSubstr("; no layout of dp·tp=1 ranks fits"));
@@ -103,7 +101,7 @@ TEST(AdmissionPolicyTest, AJobWhoseRankCannotFitTheLargestWorkersMemoryIsRefused
   std::printf("[message] %s\n", std::string(refused.status().message()).c_str());
   // Activation checkpointing or a smaller batch is what saves a long sequence: tiny at
   // seq_len 65536 needs its n_heads·seq² attention scores per layer.
-  v1::JobSpec long_seq = Tiny(1);
+  v1::JobSpec long_seq = TinyJob(1);
   long_seq.mutable_training()->set_seq_len(65536);
   long_seq.mutable_training()->set_batch_size(8);
   EXPECT_FALSE(AdmissionPolicy::Admit(long_seq, fleet).ok());
@@ -138,7 +136,7 @@ TEST(AdmissionPolicyTest, AnOversizedJobIsRefusedWithTheFigureAndALayoutThatFits
   core->parallelism.ep = 8;
   const double ep8 = spec::EstimateRankMemory(*core).total_bytes();
   EXPECT_LT(ep8, 3.0 * (1 << 30));
-  EXPECT_THAT(message, testing::EndsWith("; fits at ep=8: " + spec::FormatBytes(ep8)));
+  EXPECT_THAT(message, ::testing::EndsWith("; fits at ep=8: " + spec::FormatBytes(ep8)));
   // Submitted in that layout, it is admitted.
   spec.mutable_parallelism()->set_ep(8);
   EXPECT_TRUE(AdmissionPolicy::Admit(spec, fleet).ok());
@@ -154,7 +152,7 @@ TEST(AdmissionPolicyTest, AnOversizedJobIsRefusedWithTheFigureAndALayoutThatFits
 }
 
 TEST(AdmissionPolicyTest, ReturnsTheNormalisedSpec) {
-  v1::JobSpec submitted = Tiny(2);
+  v1::JobSpec submitted = TinyJob(2);
   submitted.mutable_training()->set_steps(7);
   auto admitted = AdmissionPolicy::Admit(submitted, Slots(2));
   ASSERT_TRUE(admitted.ok()) << admitted.status();
@@ -170,56 +168,54 @@ TEST(AdmissionPolicyTest, ReturnsTheNormalisedSpec) {
 }
 
 TEST(AdmissionPolicyTest, TheWorldMustFitTheConnectedSlots) {
-  auto too_big = AdmissionPolicy::Admit(Tiny(2, 2), Slots(3));
+  auto too_big = AdmissionPolicy::Admit(TinyJob(2, 2), Slots(3));
   EXPECT_EQ(too_big.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(too_big.status().message()), HasSubstr("world size"));
   EXPECT_THAT(std::string(too_big.status().message()), HasSubstr("4"));
   EXPECT_EQ(too_big.status().message(),
             "world size dp·tp=4 exceeds the 3 slots of all connected workers (lower parallelism.dp=2 or "
             "parallelism.tp=2, or connect more workers)");
-  EXPECT_TRUE(AdmissionPolicy::Admit(Tiny(2, 2), Slots(4)).ok());
-  EXPECT_EQ(AdmissionPolicy::Admit(Tiny(1), Slots(0)).status().code(),
-            absl::StatusCode::kInvalidArgument)
+  EXPECT_TRUE(AdmissionPolicy::Admit(TinyJob(2, 2), Slots(4)).ok());
+  EXPECT_EQ(AdmissionPolicy::Admit(TinyJob(1), Slots(0)).status().code(), absl::StatusCode::kInvalidArgument)
       << "no workers connected";
   // A degree that is already 1 is not named as one to lower, and one slot is a slot.
-  EXPECT_EQ(AdmissionPolicy::Admit(Tiny(2), Slots(1)).status().message(),
+  EXPECT_EQ(AdmissionPolicy::Admit(TinyJob(2), Slots(1)).status().message(),
             "world size dp·tp=2 exceeds the 1 slot of all connected workers (lower parallelism.dp=2, or connect "
             "more workers)");
-  EXPECT_EQ(AdmissionPolicy::Admit(Tiny(1, 2), Slots(1)).status().message(),
+  EXPECT_EQ(AdmissionPolicy::Admit(TinyJob(1, 2), Slots(1)).status().message(),
             "world size dp·tp=2 exceeds the 1 slot of all connected workers (lower parallelism.tp=2, or connect "
             "more workers)");
-  EXPECT_EQ(AdmissionPolicy::Admit(Tiny(1), Slots(0)).status().message(),
+  EXPECT_EQ(AdmissionPolicy::Admit(TinyJob(1), Slots(0)).status().message(),
             "world size dp·tp=1 exceeds the 0 slots of all connected workers (connect a worker)");
 }
 
 TEST(AdmissionPolicyTest, PassesSpecErrorsThroughUnchanged) {
-  v1::JobSpec unknown = Tiny(1);
+  v1::JobSpec unknown = TinyJob(1);
   unknown.mutable_model()->set_preset("huge");
   auto preset = AdmissionPolicy::Admit(unknown, Slots(8));
   EXPECT_EQ(preset.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(preset.status().message()), HasSubstr("model.preset"));
 
-  auto tp = AdmissionPolicy::Admit(Tiny(1, 3), Slots(8));
+  auto tp = AdmissionPolicy::Admit(TinyJob(1, 3), Slots(8));
   EXPECT_EQ(tp.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(tp.status().message()), HasSubstr("parallelism.tp=3"));
 
   // A rule of the spec core across two fields.
-  v1::JobSpec cudagraph = Tiny(1);
+  v1::JobSpec cudagraph = TinyJob(1);
   cudagraph.mutable_compile()->set_backend("cudagraph");
   auto cross = AdmissionPolicy::Admit(cudagraph, Slots(8));
   EXPECT_EQ(cross.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(cross.status().message(),
             "compile.backend=\"cudagraph\" needs resources.device=\"cuda\" (CUDA graphs capture GPU work)");
 
-  v1::JobSpec lr = Tiny(1);
+  v1::JobSpec lr = TinyJob(1);
   lr.mutable_training()->set_lr(20);
-  EXPECT_EQ(AdmissionPolicy::Admit(lr, Slots(8)).status().message(),
-            "training.lr must be in (0, 10], got 20");
+  EXPECT_EQ(AdmissionPolicy::Admit(lr, Slots(8)).status().message(), "training.lr must be in (0, 10], got 20");
 }
 
 TEST(AdmissionPolicyTest, TheFleetRefusesWhatItsWorkersCannotRun) {
   // No worker offers GPUs (gpu_admission_test.cc has the GPU fleets).
-  v1::JobSpec cuda = Tiny(1);
+  v1::JobSpec cuda = TinyJob(1);
   cuda.mutable_compile()->set_backend("cudagraph");
   cuda.mutable_resources()->set_device("cuda");
   auto gpu = AdmissionPolicy::Admit(cuda, Slots(8));
@@ -228,7 +224,7 @@ TEST(AdmissionPolicyTest, TheFleetRefusesWhatItsWorkersCannotRun) {
             "resources.device=cuda needs a worker that offers GPUs and whose engine has the cuda capability; no "
             "worker is connected");
 
-  v1::JobSpec text = Tiny(1);
+  v1::JobSpec text = TinyJob(1);
   text.mutable_training()->set_dataset("text");
   text.mutable_training()->set_dataset_path("/data/corpus.txt");
   // Datasets are read from a path every worker reaches (a shared filesystem), as

@@ -13,7 +13,7 @@ namespace {
 
 const absl::Time kT0 = absl::FromUnixSeconds(1700000000);
 
-v1::JobSpec Spec(int dp, int tp, int priority, bool cuda = false) {
+v1::JobSpec PreemptionSpec(int dp, int tp, int priority, bool cuda = false) {
   v1::JobSpec spec;
   spec.mutable_parallelism()->set_dp(dp);
   spec.mutable_parallelism()->set_tp(tp);
@@ -43,7 +43,7 @@ QueuedJob Pending(const v1::JobSpec& spec) {
 }
 
 TEST(PreemptionPolicyTest, LowestPriorityIsPreemptedFirst) {
-  v1::JobSpec spec = Spec(2, 1, 10);
+  v1::JobSpec spec = PreemptionSpec(2, 1, 10);
   // w1: 4 slots, all held: "p1" (priority 1, the newest) and "p0" (priority 0).
   const std::vector<PreemptionCandidate> cands = {Cand("p1", 1, absl::Hours(5), {"w1", "w1"}),
                                                   Cand("p0", 0, absl::Hours(1), {"w1", "w1"})};
@@ -55,7 +55,7 @@ TEST(PreemptionPolicyTest, LowestPriorityIsPreemptedFirst) {
 }
 
 TEST(PreemptionPolicyTest, AmongEqualPriorityTheMostRecentlyStartedGoesFirstThenIdDescending) {
-  v1::JobSpec spec = Spec(1, 1, 10);
+  v1::JobSpec spec = PreemptionSpec(1, 1, 10);
   const std::vector<PreemptionCandidate> cands = {Cand("old", 0, absl::Hours(1), {"w1"}),
                                                   Cand("new", 0, absl::Hours(2), {"w1"})};
   auto plan = PreemptionPolicy::Plan(Pending(spec), {{"w1", 0}}, cands, kCap);
@@ -73,7 +73,7 @@ TEST(PreemptionPolicyTest, VictimsWhoseCapacityIsNotNeededAreSpared) {
   // TP=4 inside one worker. w1 (4 slots): "tiny" (1 rank, newest) and "three" (3 ranks,
   // oldest); w2 (4 slots): "four". Order: tiny, four, three. tiny alone frees 1 slot of
   // w1; with four, w2 is whole; then tiny is not needed.
-  v1::JobSpec spec = Spec(1, 4, 10);
+  v1::JobSpec spec = PreemptionSpec(1, 4, 10);
   const std::vector<PreemptionCandidate> cands = {Cand("three", 0, absl::Hours(1), {"w1", "w1", "w1"}),
                                                   Cand("four", 0, absl::Hours(2), {"w2", "w2", "w2", "w2"}),
                                                   Cand("tiny", 0, absl::Hours(3), {"w1"})};
@@ -84,7 +84,7 @@ TEST(PreemptionPolicyTest, VictimsWhoseCapacityIsNotNeededAreSpared) {
 }
 
 TEST(PreemptionPolicyTest, SeveralVictimsWhenOneIsNotEnough) {
-  v1::JobSpec spec = Spec(3, 1, 10);
+  v1::JobSpec spec = PreemptionSpec(3, 1, 10);
   const std::vector<PreemptionCandidate> cands = {Cand("a", 0, absl::Hours(1), {"w1", "w1"}),
                                                   Cand("b", 0, absl::Hours(2), {"w2"}),
                                                   Cand("c", 1, absl::Hours(3), {"w2", "w2"})};
@@ -95,7 +95,7 @@ TEST(PreemptionPolicyTest, SeveralVictimsWhenOneIsNotEnough) {
   EXPECT_EQ(plan->victims, (std::vector<std::string>{"a"}));
   EXPECT_EQ(plan->placement.rank_workers, (std::vector<std::string>{"w1", "w1", "w2"}));
 
-  v1::JobSpec five = Spec(5, 1, 10);
+  v1::JobSpec five = PreemptionSpec(5, 1, 10);
   auto more = PreemptionPolicy::Plan(Pending(five), {{"w1", 0}, {"w2", 1}}, cands, kCap);
   ASSERT_TRUE(more.has_value());
   // 1 free + b 1 + a 2 = 4 < 5; + c 2 = 6: then b is spared (5 without it).
@@ -103,21 +103,21 @@ TEST(PreemptionPolicyTest, SeveralVictimsWhenOneIsNotEnough) {
 }
 
 TEST(PreemptionPolicyTest, EqualOrHigherPriorityIsNeverPreempted) {
-  v1::JobSpec spec = Spec(1, 1, 5);
+  v1::JobSpec spec = PreemptionSpec(1, 1, 5);
   const std::vector<PreemptionCandidate> cands = {Cand("same", 5, absl::Hours(1), {"w1"}),
                                                   Cand("higher", 6, absl::Hours(1), {"w1"})};
   EXPECT_FALSE(PreemptionPolicy::Plan(Pending(spec), {{"w1", 0}}, cands, kCap).has_value());
 }
 
 TEST(PreemptionPolicyTest, ANonPreemptibleJobIsNeverPreempted) {
-  v1::JobSpec spec = Spec(1, 1, 5);
+  v1::JobSpec spec = PreemptionSpec(1, 1, 5);
   PreemptionCandidate c = Cand("keep", 0, absl::Hours(1), {"w1"});
   c.preemptible = false;
   EXPECT_FALSE(PreemptionPolicy::Plan(Pending(spec), {{"w1", 0}}, {c}, kCap).has_value());
 }
 
 TEST(PreemptionPolicyTest, AJobPreemptedMoreThanTheHourlyCapIsNeverPreempted) {
-  v1::JobSpec spec = Spec(1, 1, 5);
+  v1::JobSpec spec = PreemptionSpec(1, 1, 5);
   PreemptionCandidate over = Cand("over", 0, absl::Hours(2), {"w1"});
   over.preemptions_last_hour = kCap + 1;
   PreemptionCandidate at_cap = Cand("at_cap", 1, absl::Hours(1), {"w1"});
@@ -127,8 +127,7 @@ TEST(PreemptionPolicyTest, AJobPreemptedMoreThanTheHourlyCapIsNeverPreempted) {
   EXPECT_EQ(plan->victims, (std::vector<std::string>{"at_cap"})) << "over has the lower priority";
   EXPECT_FALSE(PreemptionPolicy::Plan(Pending(spec), {{"w1", 0}}, {over}, kCap).has_value());
   PreemptionCandidate never = Cand("never", 0, absl::Hours(1), {"w1"});
-  EXPECT_TRUE(PreemptionPolicy::Plan(Pending(spec), {{"w1", 0}}, {never}, 0).has_value())
-      << "a cap of 0: once an hour";
+  EXPECT_TRUE(PreemptionPolicy::Plan(Pending(spec), {{"w1", 0}}, {never}, 0).has_value()) << "a cap of 0: once an hour";
   EXPECT_FALSE(PreemptionPolicy::Plan(Pending(spec), {{"w1", 0}}, {never}, -1).has_value())
       << "a negative cap preempts nothing";
 }
@@ -136,7 +135,7 @@ TEST(PreemptionPolicyTest, AJobPreemptedMoreThanTheHourlyCapIsNeverPreempted) {
 TEST(PreemptionPolicyTest, OneVictimThatMakesRoomAloneIsPreferredToSeveral) {
   // TP=2 inside one worker. w1 (2 slots): "a" and "b", one rank each, the newest; w2
   // (2 slots): "c", older. Adding in order would take a and b; c alone is fewer.
-  v1::JobSpec spec = Spec(1, 2, 10);
+  v1::JobSpec spec = PreemptionSpec(1, 2, 10);
   const std::vector<PreemptionCandidate> cands = {Cand("a", 0, absl::Hours(3), {"w1"}),
                                                   Cand("b", 0, absl::Hours(2), {"w1"}),
                                                   Cand("c", 0, absl::Hours(1), {"w2", "w2"})};
@@ -147,7 +146,7 @@ TEST(PreemptionPolicyTest, OneVictimThatMakesRoomAloneIsPreferredToSeveral) {
 }
 
 TEST(PreemptionPolicyTest, CordonedWorkersGainNoCapacity) {
-  v1::JobSpec spec = Spec(2, 1, 10);
+  v1::JobSpec spec = PreemptionSpec(2, 1, 10);
   WorkerSnapshot cordoned("w1", 4);  // free slots, but cordoned
   cordoned.cordoned = true;
   // "low" holds w1 (cordoned) and has the lowest priority; only "mid" on w2 helps.
@@ -165,7 +164,7 @@ TEST(PreemptionPolicyTest, CordonedWorkersGainNoCapacity) {
 }
 
 // A CUDA worker with `slots` free slots and `n` GPUs, those in `held` held.
-WorkerSnapshot GpuWorker(const std::string& name, int slots, int n, std::vector<int> held) {
+WorkerSnapshot GpuWorkerHolding(const std::string& name, int slots, int n, std::vector<int> held) {
   WorkerSnapshot w(name, slots);
   w.engine_cuda = true;
   for (int i = 0; i < n; ++i) w.gpus.push_back({i, 0, true, false});
@@ -177,18 +176,18 @@ TEST(PreemptionPolicyTest, AGpuVictimGivesBackItsGpusAndACpuVictimOnlySlots) {
   // g1: 5 slots, 4 GPUs, all held: "a" GPUs 0,1 (oldest), "b" GPUs 2,3, "cpu" one CPU
   // rank (newest). A TP=2 CUDA job: cpu frees a slot but no GPU; b frees 2 GPUs and
   // places; cpu is then spared.
-  v1::JobSpec spec = Spec(1, 2, 10, true);
+  v1::JobSpec spec = PreemptionSpec(1, 2, 10, true);
   const std::vector<PreemptionCandidate> cands = {Cand("a", 0, absl::Hours(1), {"g1", "g1"}, {0, 1}),
                                                   Cand("b", 0, absl::Hours(2), {"g1", "g1"}, {2, 3}),
                                                   Cand("cpu", 0, absl::Hours(3), {"g1"})};
-  auto plan = PreemptionPolicy::Plan(Pending(spec), {GpuWorker("g1", 0, 4, {0, 1, 2, 3})}, cands, kCap);
+  auto plan = PreemptionPolicy::Plan(Pending(spec), {GpuWorkerHolding("g1", 0, 4, {0, 1, 2, 3})}, cands, kCap);
   ASSERT_TRUE(plan.has_value());
   EXPECT_EQ(plan->victims, (std::vector<std::string>{"b"}));
   EXPECT_EQ(plan->placement.rank_gpus, (std::vector<int>{2, 3}));
 
   // GPU 3 is unhealthy: freeing b gives back only GPU 2, so a is needed, and then
   // neither b nor cpu is.
-  WorkerSnapshot sick = GpuWorker("g1", 0, 4, {0, 1, 2, 3});
+  WorkerSnapshot sick = GpuWorkerHolding("g1", 0, 4, {0, 1, 2, 3});
   sick.gpus[3].healthy = false;
   auto other = PreemptionPolicy::Plan(Pending(spec), {sick}, cands, kCap);
   ASSERT_TRUE(other.has_value());
@@ -197,14 +196,14 @@ TEST(PreemptionPolicyTest, AGpuVictimGivesBackItsGpusAndACpuVictimOnlySlots) {
 }
 
 TEST(PreemptionPolicyTest, NoPlanWhenEvenEveryCandidateIsNotEnough) {
-  v1::JobSpec spec = Spec(8, 1, 10);
+  v1::JobSpec spec = PreemptionSpec(8, 1, 10);
   const std::vector<PreemptionCandidate> cands = {Cand("a", 0, absl::Hours(1), {"w1", "w1"}),
                                                   Cand("b", 0, absl::Hours(2), {"w1"})};
   EXPECT_FALSE(PreemptionPolicy::Plan(Pending(spec), {{"w1", 1}}, cands, kCap).has_value());
 }
 
 TEST(PreemptionPolicyTest, AJobThatAlreadyPlacesNeedsNoVictims) {
-  v1::JobSpec spec = Spec(2, 1, 10);
+  v1::JobSpec spec = PreemptionSpec(2, 1, 10);
   auto plan = PreemptionPolicy::Plan(Pending(spec), {{"w1", 2}}, {Cand("a", 0, absl::Hours(1), {"w1"})}, kCap);
   ASSERT_TRUE(plan.has_value());
   EXPECT_TRUE(plan->victims.empty());

@@ -100,95 +100,95 @@ double Integral(double rate, double a, double b, double t, double h) {
   return rate * h / std::log(2.0) * (std::pow(0.5, (t - b) / h) - std::pow(0.5, (t - a) / h));
 }
 
-const absl::Time kT0 = absl::FromUnixSeconds(1700000000);
+const absl::Time kLedgerT0 = absl::FromUnixSeconds(1700000000);
 constexpr double kDay = 86400;
 
 TEST(UsageLedgerTest, FourSlotsForAnHourThenADayOfNothing) {
   UsageLedger ledger(absl::Hours(24));
-  ledger.Accrue("alice", 4, kT0, kT0 + absl::Hours(1));
+  ledger.Accrue("alice", 4, kLedgerT0, kLedgerT0 + absl::Hours(1));
   const double at_end = Integral(4, 0, 3600, 3600, kDay);
   // Without decay it would be 4·3600 = 14400; an hour at a 24 h half-life loses ~1 %.
   EXPECT_NEAR(at_end, 14400 * 0.9857, 0.5);
-  EXPECT_NEAR(ledger.Value("alice", kT0 + absl::Hours(1)), at_end, 1e-9 * at_end);
+  EXPECT_NEAR(ledger.Value("alice", kLedgerT0 + absl::Hours(1)), at_end, 1e-9 * at_end);
   // A midpoint sum of the decayed slot-seconds agrees.
   double sum = 0;
   const int steps = 3600;
   for (int i = 0; i < steps; ++i) sum += 4 * std::pow(0.5, (25 * 3600.0 - (i + 0.5)) / kDay);
-  EXPECT_NEAR(ledger.Value("alice", kT0 + absl::Hours(25)), sum, 1e-6 * sum);
-  EXPECT_NEAR(ledger.Value("alice", kT0 + absl::Hours(25)), at_end / 2, 1e-9 * at_end);
+  EXPECT_NEAR(ledger.Value("alice", kLedgerT0 + absl::Hours(25)), sum, 1e-6 * sum);
+  EXPECT_NEAR(ledger.Value("alice", kLedgerT0 + absl::Hours(25)), at_end / 2, 1e-9 * at_end);
 }
 
 TEST(UsageLedgerTest, OneHalfLifeHalvesExactly) {
   UsageLedger ledger(absl::Hours(6));
-  ledger.Accrue("bob", 2, kT0, kT0 + absl::Minutes(10));
-  const double v = ledger.Value("bob", kT0 + absl::Minutes(10));
-  EXPECT_DOUBLE_EQ(ledger.Value("bob", kT0 + absl::Minutes(10) + absl::Hours(6)), v / 2);
-  EXPECT_DOUBLE_EQ(ledger.Value("bob", kT0 + absl::Minutes(10) + absl::Hours(18)), v / 8);
-  EXPECT_EQ(ledger.Value("nobody", kT0), 0);
-  EXPECT_EQ(ledger.Value("bob", kT0 - absl::Hours(1)), v) << "a clock stepped back reads undecayed";
+  ledger.Accrue("bob", 2, kLedgerT0, kLedgerT0 + absl::Minutes(10));
+  const double v = ledger.Value("bob", kLedgerT0 + absl::Minutes(10));
+  EXPECT_DOUBLE_EQ(ledger.Value("bob", kLedgerT0 + absl::Minutes(10) + absl::Hours(6)), v / 2);
+  EXPECT_DOUBLE_EQ(ledger.Value("bob", kLedgerT0 + absl::Minutes(10) + absl::Hours(18)), v / 8);
+  EXPECT_EQ(ledger.Value("nobody", kLedgerT0), 0);
+  EXPECT_EQ(ledger.Value("bob", kLedgerT0 - absl::Hours(1)), v) << "a clock stepped back reads undecayed";
 }
 
 TEST(UsageLedgerTest, HowIntervalsAreCutAndOrderedDoesNotMatter) {
   UsageLedger whole, pieces, backwards, overlap;
-  whole.Accrue("a", 3, kT0, kT0 + absl::Hours(2));
+  whole.Accrue("a", 3, kLedgerT0, kLedgerT0 + absl::Hours(2));
   for (int m = 0; m < 120; m += 7) {
-    pieces.Accrue("a", 3, kT0 + absl::Minutes(m), kT0 + absl::Minutes(std::min(m + 7, 120)));
+    pieces.Accrue("a", 3, kLedgerT0 + absl::Minutes(m), kLedgerT0 + absl::Minutes(std::min(m + 7, 120)));
   }
-  backwards.Accrue("a", 3, kT0 + absl::Hours(1), kT0 + absl::Hours(2));
-  backwards.Accrue("a", 3, kT0, kT0 + absl::Hours(1));
+  backwards.Accrue("a", 3, kLedgerT0 + absl::Hours(1), kLedgerT0 + absl::Hours(2));
+  backwards.Accrue("a", 3, kLedgerT0, kLedgerT0 + absl::Hours(1));
   // Two jobs of one owner over the same span: 1 + 2 slots.
-  overlap.Accrue("a", 1, kT0, kT0 + absl::Hours(2));
-  overlap.Accrue("a", 2, kT0, kT0 + absl::Hours(2));
-  const absl::Time later = kT0 + absl::Hours(30);
+  overlap.Accrue("a", 1, kLedgerT0, kLedgerT0 + absl::Hours(2));
+  overlap.Accrue("a", 2, kLedgerT0, kLedgerT0 + absl::Hours(2));
+  const absl::Time later = kLedgerT0 + absl::Hours(30);
   const double want = Integral(3, 0, 7200, 30 * 3600.0, kDay);
   for (const UsageLedger* l : {&whole, &pieces, &backwards, &overlap}) {
     EXPECT_NEAR(l->Value("a", later), want, 1e-9 * want);
   }
   // Nothing for empty or reversed intervals and non-positive slots.
   UsageLedger none;
-  none.Accrue("a", 3, kT0, kT0);
-  none.Accrue("a", 3, kT0 + absl::Hours(1), kT0);
-  none.Accrue("a", 0, kT0, kT0 + absl::Hours(1));
-  none.Accrue("a", -1, kT0, kT0 + absl::Hours(1));
-  EXPECT_EQ(none.Value("a", kT0 + absl::Hours(2)), 0);
+  none.Accrue("a", 3, kLedgerT0, kLedgerT0);
+  none.Accrue("a", 3, kLedgerT0 + absl::Hours(1), kLedgerT0);
+  none.Accrue("a", 0, kLedgerT0, kLedgerT0 + absl::Hours(1));
+  none.Accrue("a", -1, kLedgerT0, kLedgerT0 + absl::Hours(1));
+  EXPECT_EQ(none.Value("a", kLedgerT0 + absl::Hours(2)), 0);
 }
 
 TEST(UsageLedgerTest, AHalfLifeChangeAppliesFromThenOn) {
   UsageLedger ledger(absl::Hours(24));
-  ledger.Accrue("a", 1, kT0, kT0 + absl::Hours(1));
-  const double v = ledger.Value("a", kT0 + absl::Hours(1));
-  ledger.SetHalfLife(absl::Hours(12), kT0 + absl::Hours(25));  // a day at 24 h: v/2
+  ledger.Accrue("a", 1, kLedgerT0, kLedgerT0 + absl::Hours(1));
+  const double v = ledger.Value("a", kLedgerT0 + absl::Hours(1));
+  ledger.SetHalfLife(absl::Hours(12), kLedgerT0 + absl::Hours(25));  // a day at 24 h: v/2
   EXPECT_EQ(ledger.half_life(), absl::Hours(12));
-  EXPECT_NEAR(ledger.Value("a", kT0 + absl::Hours(25)), v / 2, 1e-12 * v);
-  EXPECT_NEAR(ledger.Value("a", kT0 + absl::Hours(37)), v / 4, 1e-12 * v);  // 12 h at 12 h
-  ledger.SetHalfLife(absl::ZeroDuration(), kT0 + absl::Hours(37));
+  EXPECT_NEAR(ledger.Value("a", kLedgerT0 + absl::Hours(25)), v / 2, 1e-12 * v);
+  EXPECT_NEAR(ledger.Value("a", kLedgerT0 + absl::Hours(37)), v / 4, 1e-12 * v);  // 12 h at 12 h
+  ledger.SetHalfLife(absl::ZeroDuration(), kLedgerT0 + absl::Hours(37));
   EXPECT_EQ(ledger.half_life(), absl::Hours(12)) << "a non-positive half-life is ignored";
   EXPECT_EQ(UsageLedger(-absl::Hours(1)).half_life(), absl::Hours(24));
 }
 
 TEST(UsageLedgerTest, SnapshotAndRestoreKeepValuesAndDropGarbage) {
   UsageLedger ledger(absl::Hours(24));
-  ledger.Accrue("a", 4, kT0, kT0 + absl::Hours(1));
-  ledger.Accrue("b", 1, kT0 + absl::Hours(2), kT0 + absl::Hours(3));
+  ledger.Accrue("a", 4, kLedgerT0, kLedgerT0 + absl::Hours(1));
+  ledger.Accrue("b", 1, kLedgerT0 + absl::Hours(2), kLedgerT0 + absl::Hours(3));
   std::map<std::string, UsageLedger::Entry> snap = ledger.Snapshot();
   ASSERT_EQ(snap.size(), 2u);
-  EXPECT_EQ(snap["a"].as_of, kT0 + absl::Hours(1));
-  EXPECT_EQ(snap["b"].as_of, kT0 + absl::Hours(3));
-  snap["bad"] = {-5, kT0};
-  snap["nan"] = {std::nan(""), kT0};
+  EXPECT_EQ(snap["a"].as_of, kLedgerT0 + absl::Hours(1));
+  EXPECT_EQ(snap["b"].as_of, kLedgerT0 + absl::Hours(3));
+  snap["bad"] = {-5, kLedgerT0};
+  snap["nan"] = {std::nan(""), kLedgerT0};
   snap["inf"] = {1, absl::InfiniteFuture()};
   UsageLedger restored(absl::Hours(24));
-  restored.Accrue("stale", 1, kT0, kT0 + absl::Hours(1));
+  restored.Accrue("stale", 1, kLedgerT0, kLedgerT0 + absl::Hours(1));
   restored.Restore(snap);
-  const absl::Time later = kT0 + absl::Hours(50);
+  const absl::Time later = kLedgerT0 + absl::Hours(50);
   EXPECT_EQ(restored.Value("a", later), ledger.Value("a", later));
   EXPECT_EQ(restored.Value("b", later), ledger.Value("b", later));
   EXPECT_EQ(restored.Snapshot().size(), 2u) << "stale, bad, nan and inf are gone";
-  restored.Accrue("a", 4, kT0 + absl::Hours(1), kT0 + absl::Hours(2));
+  restored.Accrue("a", 4, kLedgerT0 + absl::Hours(1), kLedgerT0 + absl::Hours(2));
   EXPECT_NEAR(restored.Value("a", later), Integral(4, 0, 7200, 50 * 3600.0, kDay), 1e-9 * 28800);
 }
 
-v1::JobSpec WithPriority(int priority) {
+v1::JobSpec PrioritySpec(int priority) {
   v1::JobSpec spec;
   spec.mutable_job()->set_priority(priority);
   return spec;
@@ -213,9 +213,9 @@ TEST(SharingPolicyOrderTest, PriorityThenFairShareThenFifoWithDecayAndWeights) {
   p.groups = {{"heavy", {}, 4.0}, {"light", {}, 0.5}};
   p.owners = {{"old", "", {}}, {"recent", "", {}}, {"weighted", "heavy", {}}, {"small", "light", {}}};
   UsageLedger ledger(absl::Hours(24));
-  const absl::Time now = kT0 + absl::Hours(240);
+  const absl::Time now = kLedgerT0 + absl::Hours(240);
   // old: 64 slots for an hour ten half-lives ago, about 64/1024 slot-hours left.
-  ledger.Accrue("old", 64, kT0, kT0 + absl::Hours(1));
+  ledger.Accrue("old", 64, kLedgerT0, kLedgerT0 + absl::Hours(1));
   // recent: 1 slot for the last hour, about 1 slot-hour.
   ledger.Accrue("recent", 1, now - absl::Hours(1), now);
   // weighted: 3 slots for the last hour, weight 4: about 0.75.
@@ -225,7 +225,7 @@ TEST(SharingPolicyOrderTest, PriorityThenFairShareThenFifoWithDecayAndWeights) {
   // fresh: never ran: 0.
   std::map<std::string, std::string> owner = {{"r1", "recent"}, {"o1", "old"}, {"w1", "weighted"}, {"s1", "small"},
                                               {"f1", "fresh"},  {"o2", "old"}, {"hi", "recent"},   {"f2", "fresh"}};
-  v1::JobSpec p0 = WithPriority(0), p5 = WithPriority(5);
+  v1::JobSpec p0 = PrioritySpec(0), p5 = PrioritySpec(5);
   std::vector<QueuedJob> queue = {Q("r1", &p0, 1), Q("o1", &p0, 9), Q("w1", &p0, 3),  Q("s1", &p0, 4),
                                   Q("f1", &p0, 8), Q("o2", &p0, 2), Q("hi", &p5, 99), Q("f2", &p0, 8)};
   int calls = 0;
@@ -241,7 +241,7 @@ TEST(SharingPolicyOrderTest, PriorityThenFairShareThenFifoWithDecayAndWeights) {
 }
 
 TEST(SharingPolicyOrderTest, NanSharesGoLastAndEqualSharesKeepFifo) {
-  v1::JobSpec p0 = WithPriority(0);
+  v1::JobSpec p0 = PrioritySpec(0);
   std::vector<QueuedJob> queue = {Q("nan", &p0, 0), Q("b", &p0, 2), Q("a", &p0, 1)};
   OrderQueueByFairShare(&queue, [](const QueuedJob& q) { return q.id == "nan" ? std::nan("") : 5.0; });
   EXPECT_EQ(Ids(queue), (std::vector<std::string>{"a", "b", "nan"}));
