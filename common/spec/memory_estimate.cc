@@ -76,6 +76,9 @@ struct Shapes {
   bool fused, bf16, ep_split;
   bool grouped_gemm;  // experts as at::_grouped_mm (bf16 CUDA, dims multiples of 8)
   bool expand_kv;     // attention repeats K and V per query head (worker: SdpaExpandsKv)
+  // Attention runs the fused CPU kernel: in fp32, and for bf16 on its upcast fp32 copy
+  // of the q|k|v projection (the kernel's output goes back to bf16).
+  bool fused_attention;
 };
 
 // What one RMSNorm over n rows saves, its output aside: the fused kernel its input and
@@ -92,6 +95,11 @@ Half AttentionHalf(const Shapes& s, double params) {
   Half h;
   if (s.fused) {  // qkv, RoPE'd q and k, probabilities, output by group, output by head
     h.internal = s.n * (4 * s.hl + 3 * s.kl) * s.hd * kF32 + s.b * s.hl * ProbElements(s.t) * kF32;
+  } else if (s.fused_attention) {
+    // bf16 on the fused kernel: its fp32 qkv copy, q and k, probabilities and output by
+    // group; the fp32 output by head is freed once cast, the bf16 copy is kept.
+    h.internal =
+        s.n * (3 * s.hl + 3 * s.kl) * s.hd * kF32 + s.b * s.hl * ProbElements(s.t) * kF32 + s.n * s.hl * s.hd * s.a;
   } else if (s.expand_kv) {
     // fp32 GQA on CUDA: K and V repeated to every query head for the memory-efficient
     // kernel. Kept: q and k after RoPE, the repeated K and V, the output, the fp32
@@ -113,7 +121,8 @@ Half AttentionHalf(const Shapes& s, double params) {
   h.grads = kF32 * (params + s.d);
   // Backward buffers: the fused kernel's per-group gradients; SDPA's q, k, v gradients,
   // the output's and the projection's.
-  const double grads = s.fused ? s.n * (4 * s.hl + 3 * s.kl) * s.hd * kF32 : s.n * (3 * s.hl + 4 * s.kl) * s.hd * s.a;
+  const double grads =
+      s.fused_attention ? s.n * (4 * s.hl + 3 * s.kl) * s.hd * kF32 : s.n * (3 * s.hl + 4 * s.kl) * s.hd * s.a;
   h.transient = 2 * s.n * s.d * s.a + grads;
   return h;
 }
@@ -192,6 +201,7 @@ MemoryEstimate EstimateRankMemory(const JobSpec& spec) {
   Shapes s{};
   s.bf16 = spec.training.mixed_precision == "bf16";
   s.fused = !s.bf16 && spec.resources.device == "cpu";
+  s.fused_attention = spec.resources.device == "cpu";
   s.grouped_gemm =
       s.bf16 && spec.resources.device == "cuda" && spec.model.dim % 8 == 0 && spec.model.expert_hidden % 8 == 0;
   s.a = s.bf16 ? 2 : kF32;

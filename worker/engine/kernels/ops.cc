@@ -106,6 +106,9 @@ std::string ExpertKernelName(c10::Device device, c10::ScalarType dtype, int64_t 
 
 std::string AttentionKernelName(c10::Device device, c10::ScalarType dtype) {
   if (device.is_cpu() && dtype == torch::kFloat32 && fused::AttentionEnabled()) return "fused CPU kernel";
+  if (device.is_cpu() && dtype == torch::kBFloat16 && fused::AttentionEnabled()) {
+    return "fused CPU kernel (fp32, on the upcast bf16 projection)";
+  }
   return "scaled_dot_product_attention";
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "worker/engine/kernels/cpu/fused_cpu_kernels.h"
+#include "worker/engine/kernels/ops.h"
 #include "worker/engine/kernels/reference_ops.h"
 #include "worker/engine/model/layers/attention_layer.h"
 #include "worker/engine/model/layers/rms_norm.h"
@@ -176,6 +177,46 @@ INSTANTIATE_TEST_SUITE_P(Shapes, SdpaAgainstFusedTest,
                                            SdpaCase{1, 64, 2, 2, 4},   // one block, no GQA
                                            SdpaCase{2, 70, 6, 2, 8},   // 3 query heads per KV head
                                            SdpaCase{1, 5, 4, 1, 2}));  // shorter than a block
+
+// bf16 activations on CPU run the fused fp32 kernel on the upcast q|k|v: the operator's
+// output is that kernel's output rounded to bf16, bit for bit, and its q|k|v gradient
+// the kernel's gradient of the bf16 output gradient, rounded. Both stay within bf16
+// rounding of LibTorch's bf16 SDPA path, which the fused attention switched off runs.
+TEST(Bf16AttentionTest, RunsTheFusedKernelOnTheUpcastProjection) {
+  const int64_t b = 2, t = 70, n_heads = 6, n_kv = 2, hd = 8;
+  torch::manual_seed(17);
+  RotaryEmbedding rope(hd, t, 10000.0);
+  const auto cos = rope.CosTable(t), sin = rope.SinTable(t);
+  const auto qkv0 = torch::randn({b, t, (n_heads + 2 * n_kv) * hd}).to(torch::kBFloat16);
+  const auto proj = torch::randn({b, t, n_heads * hd}).to(torch::kBFloat16);
+  auto run = [&](const torch::Tensor& in) {
+    auto qkv = in.clone().requires_grad_(true);
+    auto out = ops::CausalAttention(qkv, cos, sin, n_heads, n_kv, hd, AttentionImpl::kQueryBlock);
+    (out * proj.to(out.scalar_type())).sum().backward();
+    return std::vector<torch::Tensor>{out.detach(), qkv.grad()};
+  };
+  ASSERT_TRUE(fused::BFloat16AttentionApplies(qkv0));
+  const auto bf16 = run(qkv0), fp32 = run(qkv0.to(torch::kFloat));
+  ASSERT_EQ(bf16[0].scalar_type(), torch::kBFloat16);
+  ASSERT_EQ(bf16[1].scalar_type(), torch::kBFloat16);
+  EXPECT_TRUE(torch::equal(bf16[0], fp32[0].to(torch::kBFloat16))) << "the output is the fp32 kernel's, rounded";
+  // The bf16 output's gradient is the projection in bf16 (exact in fp32 as well), so the
+  // kernel's backward sees the same values in both runs.
+  EXPECT_TRUE(torch::equal(bf16[1], fp32[1].to(torch::kBFloat16))) << "the gradient is the fp32 kernel's, rounded";
+
+  std::vector<torch::Tensor> sdpa;
+  {
+    FusedAttention path(false);
+    EXPECT_FALSE(fused::BFloat16AttentionApplies(qkv0)) << "the switch sends bf16 to SDPA";
+    sdpa = run(qkv0);
+  }
+  const char* names[] = {"output", "qkv.grad"};
+  for (size_t i = 0; i < sdpa.size(); ++i) {
+    const auto a = bf16[i].to(torch::kFloat), r = sdpa[i].to(torch::kFloat);
+    // bf16 keeps 8 significant bits: a few roundings of 2^-8 of the tensor's scale.
+    EXPECT_LT((a - r).abs().max().item<double>(), 2e-2 * r.abs().max().item<double>()) << names[i];
+  }
+}
 
 // CUDA fp32 repeats K and V per query head instead of enable_gqa (its kernels take no
 // fp32 GQA); the repeat must pair heads exactly as enable_gqa does, gradients included

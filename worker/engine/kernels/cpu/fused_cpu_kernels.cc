@@ -333,6 +333,16 @@ class RmsNormFn : public torch::autograd::Function<RmsNormFn> {
 
 Tensor CausalAttentionKernel(const Tensor& qkv, const Tensor& cos, const Tensor& sin, int64_t n_heads,
                              int64_t n_kv_heads, int64_t head_dim, int64_t query_block) {
+  if (BFloat16AttentionApplies(qkv)) {
+    // bf16 activations: the fp32 kernel on the upcast projection, and its output cast
+    // back (autograd casts the gradient on the way in and out). LibTorch's bf16 flash
+    // kernel took about twice as long on the same shapes (docs/mixed_precision.md), and
+    // the scores in fp32 are at least as exact.
+    reference::CheckAttentionArgs(qkv, cos, sin, n_heads, n_kv_heads, head_dim, query_block);
+    return CausalAttentionFn::apply(qkv.to(torch::kFloat), cos.to(torch::kFloat), sin.to(torch::kFloat), n_heads,
+                                    n_kv_heads, head_dim, query_block)
+        .to(qkv.scalar_type());
+  }
   if (!AttentionApplies(qkv)) {
     return reference::CausalAttention(qkv, cos, sin, n_heads, n_kv_heads, head_dim, query_block);
   }
@@ -381,6 +391,10 @@ bool Enabled() { return g_enabled.load(std::memory_order_relaxed) && cpu_blas::A
 bool Applies(const torch::Tensor& x) { return Enabled() && x.device().is_cpu() && x.scalar_type() == torch::kFloat32; }
 
 bool AttentionApplies(const torch::Tensor& x) { return Applies(x) && AttentionEnabled(); }
+
+bool BFloat16AttentionApplies(const torch::Tensor& x) {
+  return AttentionEnabled() && x.device().is_cpu() && x.scalar_type() == torch::kBFloat16;
+}
 
 void LinkCpuKernels() { LinkFfnKernels(); }
 

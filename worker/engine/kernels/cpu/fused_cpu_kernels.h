@@ -63,6 +63,11 @@ void SetEnabled(bool enabled);
 // LibTorch's scaled_dot_product_attention (its flash kernel on CPU).
 bool AttentionApplies(const torch::Tensor& x);
 
+// True when trainyard::causal_attention on bf16 CPU activations runs the fused fp32
+// kernel on their upcast copy (AttentionEnabled, bf16, CPU); its output goes back to
+// bf16. Off with the fused attention, which sends bf16 to SDPA as before.
+bool BFloat16AttentionApplies(const torch::Tensor& x);
+
 // Switches the fused attention alone (on by default), for A/B figures against SDPA.
 void SetAttentionEnabled(bool enabled);
 
