@@ -29,9 +29,30 @@ struct StallVerdict {
 // heartbeat (CLOCK_MONOTONIC, same host) is older than now_mono_ns - stale_ns is
 // frozen (SIGSTOPped, or wedged so hard its watchdog stopped): the one with the oldest
 // heartbeat is named lagging.
-StallVerdict AnalyzeCollectiveStall(const std::vector<RingSnapshot>& rings, const std::string& group,
-                                    std::uint64_t seq, std::int64_t group_size, std::int64_t now_mono_ns = 0,
-                                    std::int64_t stale_ns = 0);
+StallVerdict AnalyzeCollectiveStall(const std::vector<RingSnapshot>& rings, const std::string& group, std::uint64_t seq,
+                                    std::int64_t group_size, std::int64_t now_mono_ns = 0, std::int64_t stale_ns = 0);
+
+// The waiting rank `rank` (world rank) is stuck in `stuck`, a send/recv entry of its
+// ring (group_name, op, peer, microbatch, p2p_seq). Its counterpart is the peer's
+// op of the other direction with peer == rank and the same p2p_seq on the same group
+// (send/recv pair in order: CollectiveGroup::SendAsync). From the peer's ring (its
+// in-flight entry and the entries the snapshot holds):
+//  - the peer waits in the counterpart too, or has completed it: nobody lags (-1),
+//    unless the peer is frozen (heartbeat older than stale_ns, as above);
+//  - otherwise the peer has not reached it and is the lagging rank; the summary says
+//    what it does instead (its in-flight entry, or none and its step) and its last op
+//    of that direction with this rank;
+//  - the peer's ring is not among `rings` (another host): the peer is named, being
+//    the only other party of the op.
+// The summary starts "rank 3 (stage 1) waits in recv of microbatch 2 from rank 1 on
+// group "pp0" (p2p seq 5); rank 1 (stage 0) ...", where a stage is the ring's
+// member_rank in that group (omitted when unknown).
+StallVerdict AnalyzeP2PStall(const std::vector<RingSnapshot>& rings, int rank, const EntrySnapshot& stuck,
+                             std::int64_t now_mono_ns = 0, std::int64_t stale_ns = 0);
+
+// "recv of microbatch 2 from rank 1 on group "pp0" (p2p seq 5)", or for a collective
+// "allreduce on group "dp0" (seq 7)".
+std::string DescribeEntry(const EntrySnapshot& e);
 
 // Step s (1-based) is profiled when (s-1) mod freq is in [warmup, warmup+active).
 bool IsProfiledStep(std::int64_t step, int freq, int warmup, int active);

@@ -11,24 +11,24 @@
 // never touches CUDA, and a LibTorch built without CUDA still compiles the engine.
 #pragma once
 
-#include <chrono>
-#include <cstdint>
-#include <memory>
-#include <mutex>
-#include <string>
-#include <utility>
-#include <vector>
-
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
 #include <torch/version.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <utility>
+#include <vector>
 
 #if !defined(TORCH_VERSION_MAJOR) || TORCH_VERSION_MAJOR < 2
 #error "the engine needs LibTorch 2.x (cmake/trainyard_torch.cmake names the supported minors)"
@@ -36,8 +36,8 @@
 
 #if defined(TRAINYARD_TORCH_CUDA) && defined(USE_C10D_NCCL)
 #define TRAINYARD_TORCH_NCCL 1
-#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #include <thread>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #else
 #define TRAINYARD_TORCH_NCCL 0
 #endif
@@ -55,8 +55,8 @@ using CollectiveBackend = c10d::Backend;
 using BackendPtr = c10::intrusive_ptr<CollectiveBackend>;
 
 // Rank 0 hosts the store; the others connect and wait up to `timeout` for it.
-inline StorePtr MakeTcpStore(const std::string& host, int port, bool is_server,
-                             int world_size, std::chrono::milliseconds timeout) {
+inline StorePtr MakeTcpStore(const std::string& host, int port, bool is_server, int world_size,
+                             std::chrono::milliseconds timeout) {
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<std::uint16_t>(port);
   opts.isServer = is_server;
@@ -87,8 +87,7 @@ inline StorePtr MakePrefixStore(const std::string& prefix, const StorePtr& store
 // An in-process store: lets tests run several Gloo ranks as threads of one process.
 inline StorePtr MakeHashStore() { return c10::make_intrusive<c10d::HashStore>(); }
 
-inline BackendPtr MakeGlooGroup(const StorePtr& store, int rank, int world_size,
-                                const std::string& gloo_host,
+inline BackendPtr MakeGlooGroup(const StorePtr& store, int rank, int world_size, const std::string& gloo_host,
                                 std::chrono::milliseconds timeout) {
   auto options = c10d::ProcessGroupGloo::Options::create(timeout);
   options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(gloo_host));
@@ -215,8 +214,7 @@ inline void Synchronize(const c10::Device& device) {
 // An NCCL group: its communicator is created lazily, on the device of the first
 // collective's tensors, with the unique id exchanged through `store`. NCCL refuses two
 // ranks of one communicator on the same GPU.
-inline BackendPtr MakeNcclGroup(const StorePtr& store, int rank, int world_size,
-                                std::chrono::milliseconds timeout) {
+inline BackendPtr MakeNcclGroup(const StorePtr& store, int rank, int world_size, std::chrono::milliseconds timeout) {
   auto options = c10d::ProcessGroupNCCL::Options::create();
   options->timeout = timeout;
   return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world_size, options);
@@ -275,6 +273,21 @@ inline WorkPtr StartAllGather(CollectiveBackend& group, at::Tensor& output, at::
 // sums the whole input with its all-reduce and keeps the block. WaitCollective ends it.
 inline WorkPtr StartReduceScatterSum(CollectiveBackend& group, at::Tensor& output, at::Tensor& input) {
   return group._reduce_scatter_base(output, input);
+}
+
+// Starts sending `tensor` (contiguous) to group rank `dst` / receiving into `tensor`
+// from group rank `src`; WaitCollective ends it. Gloo matches a send with the recv of
+// the same (peer, tag), in order within a tag; NCCL ignores the tag and matches the
+// k-th send to a peer with that peer's k-th recv from this rank (on CUDA the ops also
+// run in order on one stream, so a send whose recv is queued behind the peer's own
+// send waits for it). The tag must be in [0, 2^31).
+inline WorkPtr StartSend(CollectiveBackend& group, at::Tensor& tensor, int dst, int tag) {
+  std::vector<at::Tensor> tensors{tensor};
+  return group.send(tensors, dst, tag);
+}
+inline WorkPtr StartRecv(CollectiveBackend& group, at::Tensor& tensor, int src, int tag) {
+  std::vector<at::Tensor> tensors{tensor};
+  return group.recv(tensors, src, tag);
 }
 
 // Blocking in-place sum over the group; under NCCL until the GPU has finished it

@@ -123,6 +123,7 @@ void Watchdog::MonitorLoop() {
 }
 
 void Watchdog::ReportCollectiveStall(std::int64_t now_ns) {
+  if (ring_.inflight_peer() >= 0) ReportP2PStall(now_ns);
   const int group = ring_.inflight_group();
   const std::string name = ring_.group_name(group);
   const std::string op = ring_.inflight_op();
@@ -162,9 +163,10 @@ void Watchdog::ReportCollectiveStall(std::int64_t now_ns) {
   if (waiting.empty()) waiting.push_back(options_.rank);
   char waited_s[32];
   std::snprintf(waited_s, sizeof(waited_s), "%.1f", waited);
-  std::string message = "rank " + std::to_string(options_.rank) + " waited " + waited_s + " s in " + name + ":" +
-                        op + " #" + std::to_string(seq) + " (parallelism.collective_timeout_s=" +
-                        std::to_string(options_.collective_timeout_s) + "); " + v.summary;
+  std::string message = "rank " + std::to_string(options_.rank) + " waited " + waited_s + " s in " + name + ":" + op +
+                        " #" + std::to_string(seq) +
+                        " (parallelism.collective_timeout_s=" + std::to_string(options_.collective_timeout_s) + "); " +
+                        v.summary;
   if (!error.empty()) message += "; " + error;
   v1::Stall stall;
   stall.set_collective(name + ":" + op);
@@ -177,14 +179,50 @@ void Watchdog::ReportCollectiveStall(std::int64_t now_ns) {
   Finish(std::move(stall));
 }
 
+void Watchdog::ReportP2PStall(std::int64_t now_ns) {
+  flight::EntrySnapshot stuck;
+  stuck.id = ring_.inflight_id();
+  stuck.group_name = ring_.group_name(ring_.inflight_group());
+  stuck.op = ring_.inflight_op();
+  stuck.peer = ring_.inflight_peer();
+  stuck.microbatch = ring_.inflight_microbatch();
+  stuck.p2p_seq = ring_.inflight_p2p_seq();
+  const double waited = static_cast<double>(now_ns - ring_.inflight_start_ns()) / kNsPerS;
+  std::vector<std::string> bad;
+  std::string error;
+  std::vector<flight::RingSnapshot> rings;
+  // Every entry: the peer's last op with this rank may be far back.
+  for (flight::RingSnapshot& r : flight::ReadRingDir(ring_.dir(), flight::kMaxEntries, &bad, &error)) {
+    if (r.world_size == options_.world_size && r.rank < options_.world_size) rings.push_back(std::move(r));
+  }
+  const std::int64_t stale = std::max<std::int64_t>(2 * kNsPerS, 5 * std::int64_t{options_.period_ms} * 1000000);
+  const flight::StallVerdict v = flight::AnalyzeP2PStall(rings, options_.rank, stuck, now_ns, stale);
+  char waited_s[32];
+  std::snprintf(waited_s, sizeof(waited_s), "%.1f", waited);
+  std::string message = "rank " + std::to_string(options_.rank) + " waited " + waited_s + " s in " + stuck.group_name +
+                        ":" + stuck.op + " #" + std::to_string(stuck.p2p_seq) +
+                        " (parallelism.collective_timeout_s=" + std::to_string(options_.collective_timeout_s) + "); " +
+                        v.summary;
+  if (!error.empty()) message += "; " + error;
+  v1::Stall stall;
+  stall.set_collective(stuck.group_name + ":" + stuck.op);
+  stall.set_collective_seq(static_cast<int64_t>(stuck.p2p_seq));
+  stall.set_lagging_rank(v.lagging_rank);
+  stall.set_waited_s(waited);
+  stall.set_message(message);
+  for (int r : v.waiting_ranks) stall.add_waiting_ranks(r);
+  stall.set_step(ring_.step());
+  Finish(std::move(stall));
+}
+
 void Watchdog::ReportStepStall(std::int64_t now_ns) {
   const double waited = static_cast<double>(now_ns - ring_.progress_mono_ns()) / kNsPerS;
   char waited_s[32];
   std::snprintf(waited_s, sizeof(waited_s), "%.1f", waited);
-  const std::string message = "rank " + std::to_string(options_.rank) + ": no step progress for " + waited_s +
-                              " s at step " + std::to_string(ring_.step()) +
-                              " outside any collective (training.step_timeout_s=" +
-                              std::to_string(options_.step_timeout_s) + ")";
+  const std::string message =
+      "rank " + std::to_string(options_.rank) + ": no step progress for " + waited_s + " s at step " +
+      std::to_string(ring_.step()) +
+      " outside any collective (training.step_timeout_s=" + std::to_string(options_.step_timeout_s) + ")";
   v1::Stall stall;
   stall.set_lagging_rank(options_.rank);
   stall.set_waited_s(waited);
@@ -234,15 +272,18 @@ void Watchdog::EmergencyExit(std::int64_t now_ns) {
   char collective[2 * flight::kMaxName + 2];
   std::snprintf(collective, sizeof(collective), "%s%s%s", group, inflight ? ":" : "", op);
   char line[1024];
-  const std::size_t len = EmergencyStallLine(line, sizeof(line), when, collective,
-                                             inflight ? ring_.group_entered(g) : std::uint64_t{0}, options_.rank,
-                                             waited, ring_.step());
+  // A send/recv's seq is its p2p seq; a collective's the group's.
+  const std::uint64_t seq = !inflight                    ? std::uint64_t{0}
+                            : ring_.inflight_peer() >= 0 ? ring_.inflight_p2p_seq()
+                                                         : ring_.group_entered(g);
+  const std::size_t len =
+      EmergencyStallLine(line, sizeof(line), when, collective, seq, options_.rank, waited, ring_.step());
   WriteAllFd(1, line, len);
   _exit(kStallExitCode);
 }
 
 std::size_t Watchdog::EmergencyStallLine(char* out, std::size_t cap, const char* when, const char* collective,
-                                          std::uint64_t seq, int rank, double waited_s, std::int64_t step) {
+                                         std::uint64_t seq, int rank, double waited_s, std::int64_t step) {
   const bool inflight = collective[0] != '\0';
   const int len = std::snprintf(
       out, cap,

@@ -5,7 +5,8 @@
 // DisableStepTimeout). On a timeout it
 //   1. reads every ring in the ring's folder (RUN_DIR/flight: the ranks of this host;
 //      a SIGSTOPped or hung rank's ring is still readable) and names the lagging rank
-//      with flight::AnalyzeCollectiveStall (for a step timeout: this rank);
+//      with flight::AnalyzeCollectiveStall, or for a send/recv in flight with
+//      flight::AnalyzeP2PStall (the peer; for a step timeout: this rank);
 //   2. writes the flight dump (flight::DumpFlightDirJson, last kDumpEntries entries
 //      per ring) to RUN_DIR/artifacts/flight-aATTEMPT-rRANK.json (temp, fsync, rename);
 //   3. emits a Stall event and an ArtifactRef {name "flight-aA-rR.json", kind
@@ -88,6 +89,7 @@ class Watchdog {
   void PublishLoop();
   // Both never return.
   [[noreturn]] void ReportCollectiveStall(std::int64_t now_ns);
+  [[noreturn]] void ReportP2PStall(std::int64_t now_ns);
   [[noreturn]] void ReportStepStall(std::int64_t now_ns);
   [[noreturn]] void Finish(v1::Stall stall);
   [[noreturn]] void EmergencyExit(std::int64_t now_ns);
