@@ -106,9 +106,22 @@ struct ParallelismSpec {
   // HSDP's replica degree (data_parallel_replicate_degree): 0 derives it as
   // dp / dp_shard; any other value must equal that.
   int dp_replicate = 0;
+  // Pipeline parallelism (docs/parallelism.md, "Pipeline parallelism"): the keys and
+  // their rules only; a job with pp > 1 is refused until the runtime exists.
+  int pp = 1;                        // pipeline degree: the model's layers split over pp ranks
+  std::string pp_schedule = "1f1b";  // "1f1b" | "interleaved_1f1b"
+  int pp_microbatches = 0;           // a DP rank's batch_size splits into; 0: batch_size (1 sequence each)
+  int pp_virtual_stages = 0;         // stages a pp rank holds; 0: 1 (1f1b), 2 (interleaved)
+  int pp_layers_per_stage = 0;       // layers of every virtual stage; 0: a balanced split
   double collective_timeout_s = 300.0;
 
-  int world_size() const { return dp * tp; }
+  int world_size() const { return pp * dp * tp; }
+  // pp_virtual_stages with 0 resolved by the schedule, and the stages of the whole pipeline.
+  int virtual_stages() const {
+    if (pp_virtual_stages > 0) return pp_virtual_stages;
+    return pp_schedule == "interleaved_1f1b" ? 2 : 1;
+  }
+  int pipeline_stages() const { return pp * virtual_stages(); }
 };
 
 struct CompileSpec {
@@ -242,6 +255,11 @@ void ForEachField(Spec& s, Visit&& visit) {
   visit("parallelism", "ep", s.parallelism.ep);
   visit("parallelism", "dp_shard", s.parallelism.dp_shard);
   visit("parallelism", "dp_replicate", s.parallelism.dp_replicate);
+  visit("parallelism", "pp", s.parallelism.pp);
+  visit("parallelism", "pp_schedule", s.parallelism.pp_schedule);
+  visit("parallelism", "pp_microbatches", s.parallelism.pp_microbatches);
+  visit("parallelism", "pp_virtual_stages", s.parallelism.pp_virtual_stages);
+  visit("parallelism", "pp_layers_per_stage", s.parallelism.pp_layers_per_stage);
   visit("parallelism", "collective_timeout_s", s.parallelism.collective_timeout_s);
 
   visit("compile", "backend", s.compile.backend);

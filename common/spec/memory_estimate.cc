@@ -43,6 +43,20 @@ C CountAs(const ModelSpec& m) {
 
 ParameterCounts CountParameters(const ModelSpec& m) { return CountAs<ParameterCounts, int64_t>(m); }
 
+FlopCounts CountFlops(const ModelSpec& m, int64_t seq_len) {
+  const ParameterCounts c = CountParameters(m);
+  FlopCounts f;
+  f.active_params = c.output + c.final_norm + int64_t{m.n_dense_layers} * c.dense_layer() +
+                    int64_t{m.n_moe_layers()} * c.moe_layer(m.top_k);
+  f.attention =
+      6.0 * m.n_heads * static_cast<double>(m.qk_head_dim() + m.value_head_dim()) * static_cast<double>(seq_len);
+  f.head = 6.0 * static_cast<double>(c.output + c.final_norm);
+  f.dense_layer = 6.0 * static_cast<double>(c.dense_layer()) + f.attention;
+  f.moe_layer = 6.0 * static_cast<double>(c.moe_layer(m.top_k)) + f.attention;
+  f.per_token = 6.0 * static_cast<double>(f.active_params) + m.n_layers * f.attention;
+  return f;
+}
+
 namespace {
 
 constexpr double kQueryBlock = 64;  // worker/engine AttentionImpl::kQueryBlock

@@ -75,8 +75,8 @@ namespace trainyard::spec {
 // engine::FlopsModel and by the estimate below; the engine's test checks it against the
 // real module).
 struct ParameterCounts {
-  int64_t embedding = 0;    // tok_embeddings
-  int64_t output = 0;       // the output head
+  int64_t embedding = 0;  // tok_embeddings
+  int64_t output = 0;     // the output head
   int64_t final_norm = 0;
   int64_t attention = 0;    // per layer: wq, wk, wv, wo
   int64_t layer_norms = 0;  // per layer: attention_norm, ffn_norm
@@ -90,6 +90,21 @@ struct ParameterCounts {
 };
 // Fits int64 for every model the rules admit (at most ~1e18 at the largest sizes).
 ParameterCounts CountParameters(const ModelSpec& model);
+
+// Model FLOPs per token (docs/architecture.md), by part: 6 a parameter a token touches
+// (top_k of the routed experts; the embedding is a lookup and counts none) plus each
+// layer's attention scores and weighted sum over seq_len positions (6 a multiply-add
+// over the query/key width and the value width). One count, for engine::FlopsModel (the
+// MFU) and the pipeline split (pipeline_stages.h).
+struct FlopCounts {
+  int64_t active_params = 0;  // the non-embedding parameters one token touches (output included)
+  double attention = 0;       // per layer: scores and weighted sum
+  double head = 0;            // final norm and output head
+  double dense_layer = 0;     // one dense layer, its attention included
+  double moe_layer = 0;       // one MoE layer, its attention included
+  double per_token = 0;       // the model: 6 · active_params + n_layers · attention
+};
+FlopCounts CountFlops(const ModelSpec& model, int64_t seq_len);
 
 // Bytes one rank holds at its estimated peak, by kind (the header comment); they sum
 // to total().
@@ -151,7 +166,7 @@ struct LayoutSuggestion {
   JobSpec spec;                      // the suggested (or smallest) layout
   std::vector<std::string> changed;  // "dp_shard=4", "ep=8", "activation_checkpoint.mode=full"
   MemoryEstimate estimate;
-  int candidates = 0;                // layouts the rules accepted
+  int candidates = 0;  // layouts the rules accepted
 };
 LayoutSuggestion SuggestLayout(const JobSpec& spec, double limit_bytes);
 // "fits at ep=8 activation_checkpoint.mode=full: 24.9 GiB", or "no layout of dp·tp=8

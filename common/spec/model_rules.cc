@@ -40,7 +40,7 @@ Check MultiHeadLatentAttention(const ModelSpec& m) {
 Check Model(const ModelSpec& m) {
   TY_SPEC_CHECK(IntRange("model.vocab_size", m.vocab_size, 2, 1 << 24));
   TY_SPEC_CHECK(IntRange("model.dim", m.dim, 2, 1 << 16));
-  TY_SPEC_CHECK(IntRange("model.n_layers", m.n_layers, 1, 1024));
+  TY_SPEC_CHECK(IntRange("model.n_layers", m.n_layers, 1, kMaxLayers));
   TY_SPEC_CHECK(IntRange("model.n_dense_layers", m.n_dense_layers, 0, m.n_layers, "", "model.n_layers"));
   TY_SPEC_CHECK(IntRange("model.n_heads", m.n_heads, 1, m.dim, "", "model.dim"));
   TY_SPEC_CHECK(IntRange("model.n_kv_heads", m.n_kv_heads, 1, m.n_heads, "", "model.n_heads"));

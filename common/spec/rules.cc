@@ -7,6 +7,7 @@
 
 #include "common/base/text.h"
 #include "common/spec/dependencies.h"
+#include "common/spec/pipeline_stages.h"
 #include "common/spec/rule_checks.h"
 #include "common/spec/schema.h"
 
@@ -298,6 +299,82 @@ Check Parallelism(const JobSpec& s) {
   return std::nullopt;
 }
 
+// The pipeline keys (docs/parallelism.md, "Pipeline parallelism"). They are checked
+// whatever pp is, so a job file means the same once pp > 1 runs; with pp = 1 they
+// change nothing. Runs after Parallelism (dp and tp in range) and Model (n_layers).
+Check Pipeline(const JobSpec& s) {
+  const ParallelismSpec& p = s.parallelism;
+  const ModelSpec& m = s.model;
+  TY_SPEC_CHECK(IntRange("parallelism.pp", p.pp, 1, kMaxWorldSize));
+  const std::string pp = "parallelism.pp=" + std::to_string(p.pp);
+  const std::int64_t world = std::int64_t{p.pp} * p.dp * p.tp;
+  if (world > kMaxWorldSize) {
+    return Invalid("parallelism.pp", "range",
+                   pp + " times dp*tp=" + std::to_string(std::int64_t{p.dp} * p.tp) + " = " + std::to_string(world) +
+                       " ranks, over the limit of " + std::to_string(kMaxWorldSize));
+  }
+  if (p.pp_schedule == "zbv") {
+    return Unimplemented("parallelism.pp_schedule",
+                         "parallelism.pp_schedule=\"zbv\" (torchtitan's ZBVZeroBubble) is not built in this version; "
+                         "use \"1f1b\" or \"interleaved_1f1b\"");
+  }
+  TY_SPEC_CHECK(OneOf("parallelism.pp_schedule", p.pp_schedule, PipelineSchedules()));
+  const bool interleaved = p.pp_schedule == "interleaved_1f1b";
+  const std::string schedule = "parallelism.pp_schedule=\"" + p.pp_schedule + "\"";
+
+  const int batch = s.training.batch_size;  // >= 1: Training ran first
+  TY_SPEC_CHECK(IntRange("parallelism.pp_microbatches", p.pp_microbatches, 0, batch, "", "training.batch_size"));
+  if (p.pp_microbatches > 0 && batch % p.pp_microbatches != 0) {
+    return Invalid("parallelism.pp_microbatches", "divides",
+                   "parallelism.pp_microbatches=" + std::to_string(p.pp_microbatches) +
+                       " must divide training.batch_size=" + std::to_string(batch) +
+                       " (a microbatch is batch_size / pp_microbatches whole sequences)");
+  }
+
+  // Stages per rank: 1F1B runs one; the interleaved schedule loops over two or more.
+  TY_SPEC_CHECK(IntRange("parallelism.pp_virtual_stages", p.pp_virtual_stages, 0, kMaxLayers));
+  const std::string virt = "parallelism.pp_virtual_stages=" + std::to_string(p.pp_virtual_stages);
+  if (!interleaved && p.pp_virtual_stages > 1) {
+    return Invalid("parallelism.pp_virtual_stages", "requires",
+                   virt + " needs parallelism.pp_schedule=\"interleaved_1f1b\" (" + schedule +
+                       " runs one stage a rank: leave the key out or set 1)");
+  }
+  if (interleaved && p.pp_virtual_stages == 1) {
+    return Invalid(
+        "parallelism.pp_virtual_stages", "range",
+        virt + " must be at least 2 under " + schedule + " (0 means 2; for one stage a rank use pp_schedule=\"1f1b\")");
+  }
+
+  TY_SPEC_CHECK(
+      IntRange("parallelism.pp_layers_per_stage", p.pp_layers_per_stage, 0, m.n_layers, "", "model.n_layers"));
+  TY_SPEC_CHECK(CheckPipelineLayers(s));
+
+  // Megatron's interleaved schedule runs the microbatches in rounds of pp.
+  const int micro = PipelineMicrobatches(s);
+  if (interleaved && micro % p.pp != 0) {
+    const std::string given = p.pp_microbatches > 0
+                                  ? "parallelism.pp_microbatches=" + std::to_string(micro)
+                                  : "parallelism.pp_microbatches=0 (training.batch_size=" + std::to_string(batch) +
+                                        ": a sequence a microbatch)";
+    return Invalid("parallelism.pp_microbatches", "divides",
+                   given + " must be a multiple of " + pp + " under " + schedule +
+                       " (it runs the microbatches in rounds of pp, as Megatron's does)");
+  }
+  return std::nullopt;
+}
+
+// Legal settings no engine of this release runs. Checked last, so a job hears of every
+// invalid value before it hears that its layout is not built.
+Check NotBuilt(const JobSpec& s) {
+  if (s.parallelism.pp > 1) {
+    return Unimplemented("parallelism.pp", "parallelism.pp=" + std::to_string(s.parallelism.pp) +
+                                               ": pipeline parallelism is not built in this version (the pipeline "
+                                               "keys are checked, but no engine runs pp > 1 yet); use "
+                                               "parallelism.pp=1");
+  }
+  return std::nullopt;
+}
+
 Check Compile(const JobSpec& s) {
   const CompileSpec& c = s.compile;
   TY_SPEC_CHECK(OneOf("compile.backend", c.backend, Backends()));
@@ -424,6 +501,10 @@ const std::vector<std::string>& Devices() {
   static const std::vector<std::string> v = {"cpu", "cuda"};
   return v;
 }
+const std::vector<std::string>& PipelineSchedules() {
+  static const std::vector<std::string> v = {"1f1b", "interleaved_1f1b"};
+  return v;
+}
 const std::vector<std::string>& BestMetrics() {
   static const std::vector<std::string> v = {"val_loss", "train_loss"};
   return v;
@@ -437,9 +518,11 @@ std::optional<SpecError> Validate(const JobSpec& s) {
   if (Check c = rules_internal::Model(s.model)) return c;
   if (Check c = Training(s.training, s.model)) return c;
   if (Check c = Parallelism(s)) return c;
+  if (Check c = Pipeline(s)) return c;
   if (Check c = Compile(s)) return c;
   if (Check c = Validation(s)) return c;
-  return Rest(s);
+  if (Check c = Rest(s)) return c;
+  return NotBuilt(s);
 }
 
 }  // namespace trainyard::spec

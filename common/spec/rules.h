@@ -31,16 +31,20 @@ const std::vector<std::string>& SideEffectPolicies();  // error, fallback
 const std::vector<std::string>& CheckpointModes();     // none, full, selective
 const std::vector<std::string>& Devices();             // cpu, cuda
 const std::vector<std::string>& BestMetrics();         // val_loss, train_loss (lower is better)
+const std::vector<std::string>& PipelineSchedules();   // 1f1b, interleaved_1f1b
 
 // Upper bounds shared with callers (a world larger than this is refused).
 inline constexpr int kMaxWorldSize = 65536;
+inline constexpr int kMaxLayers = 1024;  // model.n_layers
 inline constexpr std::size_t kMaxNameLength = 128;
 inline constexpr std::size_t kMaxPathLength = 4096;
 // Entries of a comma-separated dataset_path (a longer list is a glob's job).
 inline constexpr int kMaxDatasetEntries = 256;
 
-// The first broken rule, in the order of the sections, or nullopt (kind kInvalid: every
-// legal setting runs in this release, so none is kUnimplemented).
+// The first broken rule, in the order of the sections, or nullopt. Kind kInvalid, except
+// for settings this release cannot run, which are kUnimplemented: parallelism.pp > 1 (no
+// pipeline runtime yet; checked after every other rule, so an invalid value is named
+// first) and parallelism.pp_schedule="zbv" (checked where the schedule is).
 std::optional<SpecError> Validate(const JobSpec& spec);
 
 }  // namespace trainyard::spec

@@ -62,8 +62,18 @@ TEST(SpecProtoTest, EveryProtoFieldIsASpecKeyAndBack) {
   EXPECT_EQ(core_keys, proto_keys);
   // The count in job_spec.h (66 + dp_shard, dp_replicate + checkpoint.keep_best,
   // best_metric + job.after + model.capacity_factor + the architectures' 14: architecture,
-  // five latent widths, five YaRN keys, two routing groups, head_dim), so a drop is noticed.
-  EXPECT_EQ(core_keys.size(), 86u);
+  // five latent widths, five YaRN keys, two routing groups, head_dim + the pipeline's 5:
+  // pp, pp_schedule, pp_microbatches, pp_virtual_stages, pp_layers_per_stage), so a drop
+  // is noticed.
+  EXPECT_EQ(core_keys.size(), 91u);
+  // The pipeline keys are ParallelismSpec's fields 7 to 11.
+  const Descriptor* parallelism = v1::ParallelismSpec::descriptor();
+  int number = 7;
+  for (const char* key : {"pp", "pp_schedule", "pp_microbatches", "pp_virtual_stages", "pp_layers_per_stage"}) {
+    const FieldDescriptor* f = parallelism->FindFieldByName(key);
+    ASSERT_NE(f, nullptr) << key;
+    EXPECT_EQ(f->number(), number++) << key;
+  }
 }
 
 // Sets a random subset of fields to random values of their kind.
@@ -137,6 +147,59 @@ TEST(SpecProtoTest, ResolvedSpecRoundTripsThroughTheProto) {
   spec::Result<spec::JobSpec> back = spec::ResolveAndValidate(input.value());
   ASSERT_TRUE(back.ok()) << back.error().ToString();
   EXPECT_EQ(spec::ToJson(back.value()), spec::ToJson(s));
+}
+
+TEST(SpecProtoTest, PipelineKeysRoundTripAndPpAboveOneIsUnimplemented) {
+  // Given keys keep their presence and values both ways, 0 and the defaults too.
+  v1::JobSpec given;
+  given.mutable_parallelism()->set_pp(2);
+  given.mutable_parallelism()->set_pp_schedule("interleaved_1f1b");
+  given.mutable_parallelism()->set_pp_microbatches(4);
+  given.mutable_parallelism()->set_pp_virtual_stages(0);
+  given.mutable_parallelism()->set_pp_layers_per_stage(1);
+  spec::Result<spec::SpecInput> input = InputFromProto(given);
+  ASSERT_TRUE(input.ok()) << input.error().ToString();
+  const v1::JobSpec back = ProtoFromInput(input.value());
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(given, back)) << back.DebugString();
+  EXPECT_TRUE(back.parallelism().has_pp_virtual_stages());
+  EXPECT_FALSE(back.parallelism().has_dp());
+
+  // Every pipeline key passes its rules (debug: 4 layers, batch_size 8), so the refusal
+  // is the missing runtime: UNIMPLEMENTED, naming the key.
+  absl::StatusOr<v1::JobSpec> refused = ResolveAndValidateProto(given);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(refused.status().message()),
+              ::testing::StartsWith("parallelism.pp=2: pipeline parallelism is not built in this version"));
+  // A key that breaks a rule is INVALID_ARGUMENT, even with pp > 1.
+  v1::JobSpec bad = given;
+  bad.mutable_parallelism()->set_pp_microbatches(3);
+  EXPECT_EQ(ResolveAndValidateProto(bad).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ResolveAndValidateProto(bad).status().message(),
+            "parallelism.pp_microbatches=3 must divide training.batch_size=8 (a microbatch is batch_size / "
+            "pp_microbatches whole sequences)");
+  v1::JobSpec zbv;
+  zbv.mutable_parallelism()->set_pp_schedule("zbv");
+  EXPECT_EQ(ResolveAndValidateProto(zbv).status().code(), absl::StatusCode::kUnimplemented);
+
+  // At pp = 1 the keys are accepted, and the stored spec has every one of them.
+  v1::JobSpec one = given;
+  one.mutable_parallelism()->set_pp(1);
+  one.mutable_parallelism()->set_pp_layers_per_stage(2);
+  absl::StatusOr<v1::JobSpec> stored = ResolveAndValidateProto(one);
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_EQ(stored->parallelism().pp(), 1);
+  EXPECT_EQ(stored->parallelism().pp_schedule(), "interleaved_1f1b");
+  EXPECT_EQ(stored->parallelism().pp_microbatches(), 4);
+  EXPECT_TRUE(stored->parallelism().has_pp_virtual_stages());
+  EXPECT_EQ(stored->parallelism().pp_virtual_stages(), 0);
+  EXPECT_EQ(stored->parallelism().pp_layers_per_stage(), 2);
+  // Defaults, as a spec without the keys is stored.
+  absl::StatusOr<v1::JobSpec> plain = ResolveAndValidateProto(v1::JobSpec());
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->parallelism().pp(), 1);
+  EXPECT_EQ(plain->parallelism().pp_schedule(), "1f1b");
+  EXPECT_TRUE(plain->parallelism().has_pp_microbatches());
+  EXPECT_EQ(plain->parallelism().pp_microbatches(), 0);
 }
 
 TEST(SpecProtoTest, ResolveAndValidateProtoMapsErrorKinds) {

@@ -18,6 +18,7 @@ cp "$root/examples/tiny.toml" "$d/tiny.toml"
 sed 's/^dp = .*/dp = 0/' "$root/examples/debug.toml" > "$d/debug-dp0.toml"
 printf '[job]\nname = "x"\n[model]\npreset = "tiny"\n[training]\nsteps = 5\nlr = nan\n' > "$d/nan-lr.toml"
 printf '[model]\npreset = "tiny"\n[parallelism]\ndp = 2\ntp = 2\n[training]\nsteps = 3\n' > "$d/tp2.toml"
+printf '[model]\npreset = "tiny"\n[parallelism]\npp = 2\npp_schedule = "1f1b"\npp_microbatches = 2\n' > "$d/pp2.toml"
 printf '{"model": {"preset": "tiny"}, "training": {"steps": 4}}' > "$d/json.json"
 printf '[model]\ndimm = 3\n' > "$d/unknown-key.toml"
 

@@ -58,6 +58,23 @@ TEST(MemoryEstimateTest, CountsEveryParameterOnce) {
   EXPECT_EQ(split.rank_params, 65536 + 65536 + 64 + (6144 + 128 + 12288) + (6144 + 128 + 256 + 3072 + 2 * 6144));
 }
 
+TEST(MemoryEstimateTest, CountsFlopsPerTokenByPart) {
+  // Small's layers at seq_len 512: attention 6·4·(16+16)·512 = 393216 a layer; 6 a
+  // parameter a token touches: the head's 65600, a dense layer's 36992, a MoE layer's
+  // 12288 + 128 + 256 + 6144 + 2 experts of 6144 = 31104 (top 2 of 4).
+  const FlopCounts f = CountFlops(Small().model, 512);
+  EXPECT_EQ(f.active_params, 65600 + 36992 + 31104);
+  EXPECT_EQ(f.attention, 393216);
+  EXPECT_EQ(f.head, 6 * 65600.0);
+  EXPECT_EQ(f.dense_layer, 6 * 36992.0 + 393216);
+  EXPECT_EQ(f.moe_layer, 6 * 31104.0 + 393216);
+  EXPECT_EQ(f.per_token, f.head + f.dense_layer + f.moe_layer);
+  // Latent attention scores over the query/key width and weighs the value width:
+  // deepseek_v3_debug's 8 heads of 32 + 16 and 32, so 6·8·(48+32) a position.
+  const JobSpec mla = FromPreset("deepseek_v3_debug").value();
+  EXPECT_EQ(CountFlops(mla.model, 100).attention, 6 * 8 * (48 + 32) * 100.0);
+}
+
 // Step state of any fp32 CPU layout of Small: weights, AdamW's moments and the
 // gradient buckets (a flat copy of every gradient); RoPE tables (3 of 512·16 fp32) and
 // the batch (8 × 513 int64).
