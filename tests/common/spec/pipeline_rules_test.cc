@@ -12,40 +12,21 @@
 #include "common/spec/overrides.h"
 #include "common/spec/presets.h"
 #include "common/spec/rules.h"
+#include "tests/common/spec/rule_case.h"
 
 namespace trainyard::spec {
 namespace {
 
 using ::testing::HasSubstr;
 
-struct Case {
-  const char* name;
-  std::vector<std::string> sets;  // --set overrides on the debug preset (4 layers, batch_size 8)
-  const char* field;
-  const char* rule;
-  const char* message;  // exact
-  SpecError::Kind kind = SpecError::Kind::kInvalid;
-};
-
-class PipelineRuleTest : public ::testing::TestWithParam<Case> {};
-
-TEST_P(PipelineRuleTest, RefusesNamingFieldAndRule) {
-  const Case& c = GetParam();
-  Result<JobSpec> spec = FromPreset("debug", c.sets);
-  ASSERT_FALSE(spec.ok()) << c.name;
-  EXPECT_EQ(spec.error().field, c.field);
-  EXPECT_EQ(spec.error().rule, c.rule);
-  EXPECT_EQ(spec.error().kind, c.kind);
-  EXPECT_EQ(spec.error().message, c.message);
-  EXPECT_EQ(spec.error().origin.rfind("--set ", 0), 0u) << spec.error().origin;
-}
-
-std::string CaseName(const ::testing::TestParamInfo<Case>& info) { return info.param.name; }
+using rule_case::Case;
+using rule_case::CaseName;
+using rule_case::RuleTest;
 
 constexpr SpecError::Kind kUnimplemented = SpecError::Kind::kUnimplemented;
 
 INSTANTIATE_TEST_SUITE_P(
-    Pipeline, PipelineRuleTest,
+    Pipeline, RuleTest,
     ::testing::Values(
         Case{"PpZero", {"parallelism.pp=0"}, "parallelism.pp", "range", "parallelism.pp must be in [1, 65536], got 0"},
         Case{"PpNegative",

@@ -10,22 +10,16 @@
 #include <vector>
 
 #include "common/spec/presets.h"
+#include "tests/common/spec/rule_case.h"
 
 namespace trainyard::spec {
 namespace {
 
 using ::testing::HasSubstr;
 
-struct Case {
-  const char* name;
-  std::vector<std::string> sets;  // --set overrides on the debug preset
-  const char* field;
-  const char* rule;
-  const char* message;  // exact message, or a substring when it starts with '~'
-  SpecError::Kind kind = SpecError::Kind::kInvalid;
-};
-
-class RuleTest : public ::testing::TestWithParam<Case> {};
+using rule_case::Case;
+using rule_case::CaseName;
+using rule_case::RuleTest;
 
 TEST_P(RuleTest, RefusesNamingFieldAndRule) {
   const Case& c = GetParam();
@@ -43,8 +37,6 @@ TEST_P(RuleTest, RefusesNamingFieldAndRule) {
   // The error says which --set it came from.
   EXPECT_EQ(spec.error().origin.rfind("--set ", 0), 0u) << spec.error().origin;
 }
-
-std::string CaseName(const ::testing::TestParamInfo<Case>& info) { return info.param.name; }
 
 INSTANTIATE_TEST_SUITE_P(
     Ranges, RuleTest,
