@@ -148,10 +148,13 @@ TEST_P(ParityTest, LossesAndFinalWeightsMatchOneRank) {
   // near-tie between experts that rounds the other way sends a token elsewhere, which
   // flips an expert_bias sign step and moves AdamW's steps of the experts and the gate
   // (measured ||a−b||/||b|| up to 0.12 for expert_bias, 0.06 for expert weights; dense
-  // weights stay under 2e-2).
+  // weights stay under 2e-2). expert_bias moves only in fixed sign steps, so one flipped
+  // step of one expert moves it by two steps: 0.243 at tp=2 once bf16 attention on CPU
+  // ran in fp32, which moves where the near-ties fall (its losses stayed within 2e-4).
   const double loss_tol = l.bf16() ? 1e-3 : 1e-4;
   auto l2_tol = [&](const std::string& name) {
     if (!l.bf16()) return 1e-4;
+    if (name.find(".expert_bias") != std::string::npos) return 0.35;
     return name.find(".moe.") != std::string::npos && name.find(".shared_experts.") == std::string::npos ? 0.2 : 2e-2;
   };
   const double max_tol = l.bf16() ? 0.5 : 1e-3;
